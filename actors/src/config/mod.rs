@@ -1,0 +1,525 @@
+//! The daemon's configuration: typed, validated, and loadable from the TOML of CONTRACT.md.
+//!
+//! Loading runs in two stages. [`raw`] lets serde read the file into all-optional structs and
+//! collects every unknown key; [`validate`] then applies defaults, parses durations, addresses
+//! and secrets, and reports *every* problem with its key path in one [`ConfigErrors`]. An
+//! embedding application may skip TOML entirely and build a [`Config`] in code.
+//!
+//! This module never logs and never prints a secret: secrets live in [`Secret`].
+
+mod raw;
+mod secret;
+mod validate;
+
+use std::{
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+pub use secret::Secret;
+
+/// Default values, shared by validation, the example config and the docs.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// `github.api_url`
+    pub const API_URL: &str = "https://api.github.com";
+    /// `github.runner_group_id`
+    pub const RUNNER_GROUP_ID: u64 = 1;
+    /// `github.max_claims_per_minute`
+    pub const MAX_CLAIMS_PER_MINUTE: u32 = 150;
+    /// `webhook.listen`
+    pub const WEBHOOK_LISTEN: &str = "0.0.0.0:8080";
+    /// `webhook.path`
+    pub const WEBHOOK_PATH: &str = "/webhook/github";
+    /// `webhook.reconcile_interval`
+    pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(30 * 60);
+    /// `runner.max_concurrent`
+    pub const MAX_CONCURRENT: usize = 4;
+    /// `runner.job_timeout`
+    pub const JOB_TIMEOUT: Duration = Duration::from_secs(2 * 3600);
+    /// `runner.shutdown_timeout`
+    pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+    /// `runner.name_prefix`
+    pub const NAME_PREFIX: &str = "ephemer";
+    /// `runner.claim_retry.schedule`
+    pub const RETRY_SCHEDULE: [Duration; 5] = [
+        Duration::from_secs(30),
+        Duration::from_secs(60),
+        Duration::from_secs(120),
+        Duration::from_secs(300),
+        Duration::from_secs(600),
+    ];
+    /// `runner.claim_retry.max_age`
+    pub const RETRY_MAX_AGE: Duration = Duration::from_secs(90 * 60);
+    /// `runner.claim_retry.jitter`
+    pub const RETRY_JITTER: f64 = 0.2;
+    /// `runner.claim_retry.rate_reset_jitter`
+    pub const RATE_RESET_JITTER: (Duration, Duration) =
+        (Duration::from_secs(5), Duration::from_secs(25));
+    /// `runner.orphan_sweep.grace`
+    pub const ORPHAN_GRACE: Duration = Duration::from_secs(10 * 60);
+    /// `state.dir`
+    pub const STATE_DIR: &str = "/var/lib/ephemer-actors";
+    /// `admin.listen`
+    pub const ADMIN_LISTEN: &str = "127.0.0.1:9091";
+    /// `providers.*.restart.max_restarts`
+    pub const RESTART_MAX: u32 = 5;
+    /// `providers.*.restart.within`
+    pub const RESTART_WITHIN: Duration = Duration::from_secs(60);
+    /// `providers.*.restart.backoff`
+    pub const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+    /// `providers.linux.socket`
+    pub const LINUX_SOCKET: &str = "unix:///run/podman/podman.sock";
+    /// `providers.linux.image`
+    pub const LINUX_IMAGE: &str = "ghcr.io/actions/actions-runner:latest";
+    /// `providers.vm_macos.base_image`
+    pub const MACOS_BASE_IMAGE: &str = "ghcr.io/cirruslabs/macos-sequoia-xcode:latest";
+    /// `providers.vm_macos.boot_timeout`
+    pub const MACOS_BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+    /// Apple's licence allows two macOS guests per host.
+    pub const MACOS_MAX_VMS: usize = 2;
+}
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `[github]`: where and as whom to call GitHub.
+    pub github: GithubConfig,
+    /// `[webhook]`: the intake listener.
+    pub webhook: WebhookConfig,
+    /// `[runner]`: limits, timeouts and the retry ladder.
+    pub runner: RunnerConfig,
+    /// `[state]`: durable state and work directories.
+    pub state: StateConfig,
+    /// `[metrics]`: where `/metrics` is served.
+    pub metrics: MetricsConfig,
+    /// `[admin]`: the admin API listener.
+    pub admin: AdminConfig,
+    /// `[log]`: level and format.
+    pub log: LogConfig,
+    /// `[providers.*]`: the four provisioners.
+    pub providers: ProvidersConfig,
+}
+
+/// `[github]`
+#[derive(Debug, Clone)]
+pub struct GithubConfig {
+    /// REST base URL, without a trailing slash (`https://HOST/api/v3` on GHES).
+    pub api_url: String,
+    /// The org or user that owns the repos.
+    pub owner: String,
+    /// Empty: org-level runners. Otherwise repo-level runners for these repos.
+    pub repos: Vec<String>,
+    /// How the daemon authenticates.
+    pub auth: GithubAuth,
+    /// Runner group for org-level JIT runners.
+    pub runner_group_id: u64,
+    /// Claims (generate-jitconfig calls) allowed per minute.
+    pub max_claims_per_minute: u32,
+}
+
+/// GitHub credentials. A GitHub App wins over a token when both are configured.
+#[derive(Debug, Clone)]
+pub enum GithubAuth {
+    /// A personal access token (or any bearer token).
+    Token(Secret),
+    /// A GitHub App installation.
+    App(AppAuth),
+}
+
+/// GitHub App credentials.
+#[derive(Debug, Clone)]
+pub struct AppAuth {
+    /// The App's id (the JWT `iss`).
+    pub app_id: u64,
+    /// The installation whose token the daemon mints.
+    pub installation_id: u64,
+    /// The App's RSA private key, PEM text.
+    pub private_key: Secret,
+}
+
+/// `[webhook]`
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// Address the webhook listener binds.
+    pub listen: SocketAddr,
+    /// Path GitHub posts deliveries to.
+    pub path: String,
+    /// HMAC key shared with GitHub.
+    pub secret: Secret,
+    /// Backstop poll for lost deliveries; `None` when disabled with `"0s"`.
+    pub reconcile_interval: Option<Duration>,
+}
+
+/// `[runner]`
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Runners alive at once, across all providers.
+    pub max_concurrent: usize,
+    /// A runner alive longer than this is killed; `None` when set to `"0s"`.
+    pub job_timeout: Option<Duration>,
+    /// How long a drain waits for running jobs before tearing them down.
+    pub shutdown_timeout: Duration,
+    /// Runner names are `<name_prefix>-<provider>-<random>`.
+    pub name_prefix: String,
+    /// `[runner.claim_retry]`
+    pub claim_retry: ClaimRetryConfig,
+    /// `[runner.orphan_sweep]`
+    pub orphan_sweep: OrphanSweepConfig,
+}
+
+/// `[runner.claim_retry]`: the ladder a failed claim climbs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRetryConfig {
+    /// Off: a failed claim is given up at once.
+    pub enabled: bool,
+    /// Delays before each retry; the last rung repeats. Non-empty, non-decreasing.
+    pub schedule: Vec<Duration>,
+    /// Give up once the first failure is older than this.
+    pub max_age: Duration,
+    /// Uniform jitter as a fraction of the rung, in `[0, 1]`.
+    pub jitter: f64,
+    /// After a rate-limit error with a fresh reading: reset + uniform `[lo, hi)`.
+    pub rate_reset_jitter: (Duration, Duration),
+}
+
+impl Default for ClaimRetryConfig {
+    fn default() -> Self {
+        ClaimRetryConfig {
+            enabled: true,
+            schedule: defaults::RETRY_SCHEDULE.to_vec(),
+            max_age: defaults::RETRY_MAX_AGE,
+            jitter: defaults::RETRY_JITTER,
+            rate_reset_jitter: defaults::RATE_RESET_JITTER,
+        }
+    }
+}
+
+/// `[runner.orphan_sweep]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrphanSweepConfig {
+    /// Off: unbound runners live until their process exits or `job_timeout`.
+    pub enabled: bool,
+    /// An unbound runner older than this is torn down and deleted on GitHub.
+    pub grace: Duration,
+}
+
+/// `[state]`
+#[derive(Debug, Clone)]
+pub struct StateConfig {
+    /// Absolute directory for the durable store and per-job work directories.
+    pub dir: PathBuf,
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone)]
+pub struct MetricsConfig {
+    /// Own listener for `/metrics`; `None` serves it on the webhook listener.
+    pub listen: Option<SocketAddr>,
+}
+
+/// `[admin]`
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// Address of the admin API (loopback by default).
+    pub listen: SocketAddr,
+}
+
+/// `[log]`
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// Human text or one JSON object per line.
+    pub format: LogFormat,
+}
+
+/// `log.format`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The four provider tables.
+#[derive(Debug, Clone)]
+pub struct ProvidersConfig {
+    /// `[providers.local]`
+    pub local: LocalConfig,
+    /// `[providers.linux]`
+    pub linux: LinuxConfig,
+    /// `[providers.vm_macos]`
+    pub vm_macos: VmMacosConfig,
+    /// `[providers.native_macos]`
+    pub native_macos: NativeMacosConfig,
+}
+
+impl ProvidersConfig {
+    /// The keys every enabled provider shares, in a fixed order (local, linux, vm_macos,
+    /// native_macos).
+    pub fn enabled(&self) -> Vec<(ProviderKind, &ProviderCommon)> {
+        [
+            (ProviderKind::Local, &self.local.common),
+            (ProviderKind::Linux, &self.linux.common),
+            (ProviderKind::VmMacos, &self.vm_macos.common),
+            (ProviderKind::NativeMacos, &self.native_macos.common),
+        ]
+        .into_iter()
+        .filter(|(_, c)| c.enabled)
+        .collect()
+    }
+}
+
+/// Which provisioner a provider table configures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProviderKind {
+    /// A runner process on this host.
+    Local,
+    /// A container per job on a Docker-compatible engine.
+    Linux,
+    /// A cloned macOS VM per job, driven by `tart`.
+    VmMacos,
+    /// A runner process directly on a macOS host.
+    NativeMacos,
+}
+
+impl ProviderKind {
+    /// All kinds, in routing tie-break order.
+    pub const ALL: [ProviderKind; 4] = [
+        ProviderKind::Local,
+        ProviderKind::Linux,
+        ProviderKind::VmMacos,
+        ProviderKind::NativeMacos,
+    ];
+
+    /// The name used in config keys, runner names, metrics labels and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Linux => "linux",
+            ProviderKind::VmMacos => "vm_macos",
+            ProviderKind::NativeMacos => "native_macos",
+        }
+    }
+
+    /// A runner-name-safe spelling (GitHub runner names allow `-` and `_`; we keep `-`).
+    pub fn name_part(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Linux => "linux",
+            ProviderKind::VmMacos => "vm-macos",
+            ProviderKind::NativeMacos => "native-macos",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Keys every provider table takes.
+#[derive(Debug, Clone)]
+pub struct ProviderCommon {
+    /// Whether jobs are routed to this provider.
+    pub enabled: bool,
+    /// Labels the runner registers with; a job is routed here only if these cover its labels.
+    pub labels: Vec<String>,
+    /// Runners of this provider alive at once.
+    pub max_concurrent: usize,
+    /// How the provisioner actor is restarted when it dies.
+    pub restart: RestartConfig,
+}
+
+/// When a dead provisioner is re-created (kameo's vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// Always restart, within the budget.
+    Permanent,
+    /// Restart only after an abnormal exit (a panic), within the budget.
+    Transient,
+    /// Never restart; the provider stays down and its jobs go elsewhere or wait.
+    Never,
+}
+
+impl RestartPolicy {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Permanent => "permanent",
+            RestartPolicy::Transient => "transient",
+            RestartPolicy::Never => "never",
+        }
+    }
+}
+
+/// `providers.*.restart`
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartConfig {
+    /// When to restart.
+    pub policy: RestartPolicy,
+    /// At most this many restarts ...
+    pub max_restarts: u32,
+    /// ... within this window; one more and the provider stays down.
+    pub within: Duration,
+    /// Wait before re-creating the provisioner.
+    pub backoff: Duration,
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        RestartConfig {
+            policy: RestartPolicy::Permanent,
+            max_restarts: defaults::RESTART_MAX,
+            within: defaults::RESTART_WITHIN,
+            backoff: defaults::RESTART_BACKOFF,
+        }
+    }
+}
+
+/// `[providers.local]`
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Shared provider keys.
+    pub common: ProviderCommon,
+    /// The runner executable (`run.sh`).
+    pub command: PathBuf,
+    /// Arguments passed to it (never the JIT config).
+    pub args: Vec<String>,
+    /// Parent of the per-job directories.
+    pub work_root: PathBuf,
+}
+
+/// `[providers.linux]`
+#[derive(Debug, Clone)]
+pub struct LinuxConfig {
+    /// Shared provider keys.
+    pub common: ProviderCommon,
+    /// Docker or Podman API socket, `unix:///path` or `tcp://host:port`.
+    pub socket: String,
+    /// Runner image.
+    pub image: String,
+    /// Container network mode (`bridge`, `host`, `none` or a named network); `None` = engine default.
+    pub network: Option<String>,
+}
+
+/// `[providers.vm_macos]`
+#[derive(Debug, Clone)]
+pub struct VmMacosConfig {
+    /// Shared provider keys.
+    pub common: ProviderCommon,
+    /// The VM or OCI image each job's VM is cloned from.
+    pub base_image: String,
+    /// User the runner is started as over ssh.
+    pub ssh_user: String,
+    /// The runner start script inside the guest.
+    pub runner_command: String,
+    /// The `tart` executable.
+    pub tart_path: PathBuf,
+    /// The `ssh` executable.
+    pub ssh_path: PathBuf,
+    /// How long a cloned VM may take to get an IP address.
+    pub boot_timeout: Duration,
+}
+
+/// `[providers.native_macos]`
+#[derive(Debug, Clone)]
+pub struct NativeMacosConfig {
+    /// Shared provider keys.
+    pub common: ProviderCommon,
+    /// The runner executable (`run.sh`).
+    pub command: PathBuf,
+    /// Arguments passed to it (never the JIT config).
+    pub args: Vec<String>,
+    /// Parent of the per-job directories.
+    pub work_root: PathBuf,
+    /// Run the runner as this user (via `sudo -u`), if set.
+    pub run_as: Option<String>,
+}
+
+/// Secret values the environment may supply instead of the file.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// `GITHUB_TOKEN`
+    pub github_token: Option<Secret>,
+    /// `EPHEMER_WEBHOOK_SECRET`
+    pub webhook_secret: Option<Secret>,
+    /// `EPHEMER_APP_PRIVATE_KEY` (PEM text)
+    pub app_private_key: Option<Secret>,
+}
+
+impl Environment {
+    /// Reads the three variables from this process; an empty variable counts as unset.
+    pub fn from_process() -> Self {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(Secret::new)
+        };
+        Environment {
+            github_token: var("GITHUB_TOKEN"),
+            webhook_secret: var("EPHEMER_WEBHOOK_SECRET"),
+            app_private_key: var("EPHEMER_APP_PRIVATE_KEY"),
+        }
+    }
+}
+
+/// One configuration problem: the key path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted key path, e.g. `runner.claim_retry.schedule[2]`.
+    pub key: String,
+    /// Lowercase reason, never containing a secret value.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.reason)
+    }
+}
+
+/// Every problem found in one load, in file order as far as possible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(f, "{n} config problem{}", if n == 1 { "" } else { "s" })?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file. Relative paths inside it (`private_key_path`) are
+    /// resolved against the file's directory.
+    pub fn load(path: &Path, env: &Environment) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                key: "<file>".into(),
+                reason: format!("cannot read {}: {e}", path.display()),
+            }])
+        })?;
+        Config::from_toml_str(&text, path.parent(), env)
+    }
+
+    /// Parses and validates TOML text. `base_dir` resolves relative paths.
+    pub fn from_toml_str(
+        text: &str,
+        base_dir: Option<&Path>,
+        env: &Environment,
+    ) -> Result<Config, ConfigErrors> {
+        validate::load(text, base_dir, env)
+    }
+}

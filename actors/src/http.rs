@@ -1,0 +1,118 @@
+//! HTTP endpoints that every deployment shares: `/healthz`, `/readyz` and `/metrics`.
+//!
+//! [`Health`] is the one readiness flag the composition root flips: ready once the scheduler
+//! and providers are up, draining from the first shutdown signal. The handlers only read it.
+
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    time::Instant,
+};
+
+use actix_web::{HttpResponse, web};
+use serde_json::json;
+
+use crate::metrics::Metrics;
+
+/// Liveness and readiness of one daemon instance.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    ready: AtomicBool,
+    draining: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            started: Instant::now(),
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Health {
+    /// Marks the scheduler and providers as up.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::SeqCst);
+    }
+
+    /// Marks the instance as draining (or not): `/readyz` answers 503 while it is.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::SeqCst);
+    }
+
+    /// True while draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Adds `GET /healthz` and `GET /readyz` to an app or scope.
+    pub fn configure(cfg: &mut web::ServiceConfig) {
+        cfg.route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz));
+    }
+}
+
+async fn healthz(health: web::Data<Health>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": health.started.elapsed().as_secs(),
+        "draining": health.is_draining(),
+    }))
+}
+
+async fn readyz(health: web::Data<Health>) -> HttpResponse {
+    let status = if health.is_draining() {
+        "draining"
+    } else if !health.ready.load(Ordering::SeqCst) {
+        "starting"
+    } else {
+        return HttpResponse::Ok().json(json!({ "status": "ready" }));
+    };
+    HttpResponse::ServiceUnavailable().json(json!({ "status": status }))
+}
+
+/// Adds `GET /metrics` (Prometheus text) to an app or scope.
+pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
+    cfg.route("/metrics", web::get().to(metrics));
+}
+
+async fn metrics(metrics: web::Data<Metrics>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(metrics.encode())
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::{App, test};
+
+    use super::*;
+
+    #[actix_web::test]
+    async fn readyz_follows_the_lifecycle() {
+        let health = web::Data::new(Health::default());
+        let app = test::init_service(
+            App::new()
+                .app_data(health.clone())
+                .configure(Health::configure),
+        )
+        .await;
+        let get = |path: &'static str| test::TestRequest::get().uri(path).to_request();
+        assert_eq!(
+            test::call_service(&app, get("/healthz")).await.status(),
+            200
+        );
+        assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 503);
+        health.set_ready();
+        assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 200);
+        health.set_draining(true);
+        assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 503);
+        assert_eq!(
+            test::call_service(&app, get("/healthz")).await.status(),
+            200
+        );
+    }
+}

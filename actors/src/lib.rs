@@ -1,0 +1,13 @@
+//! The embeddable core of ephemer-actors: every actor, its messages, and the pure decision
+//! cores behind them.
+//!
+//! A host actix application depends on this crate alone: it builds a [`config::Config`] (in
+//! code or from the same TOML the daemon reads), a [`metrics::Metrics`] with its own registry,
+//! and mounts the HTTP scopes it wants. Nothing here stops the actix `System` or installs global
+//! state (no `SystemService`, no global metrics registry, no global tracing subscriber).
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod http;
+pub mod metrics;

@@ -1,0 +1,288 @@
+//! `Metrics`: every metric of CONTRACT.md, in one value that owns its own registry.
+//!
+//! The names are the original daemon's (`ephemerd_*`) so its Grafana dashboards keep working.
+//! Labels are bounded: provider kind, error class, webhook action, endpoint template and HTTP
+//! status. Never a job id, a repository or a runner name. A host app that embeds two instances
+//! makes two `Metrics` and gets two registries; nothing registers with prometheus' global one.
+
+use std::time::Instant;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// The five error classes, as they appear in the `class` label.
+pub const ERROR_CLASSES: [&str; 5] = [
+    "non_retryable",
+    "rate_limit",
+    "server_side",
+    "network",
+    "unknown_retryable",
+];
+
+/// The `workflow_job` actions counted in `ephemerd_github_webhook_events_total`.
+pub const WEBHOOK_ACTIONS: [&str; 5] = ["queued", "in_progress", "completed", "waiting", "other"];
+
+/// Every metric the daemon exports. Cloning is cheap: each field is a shared handle.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    started: Instant,
+    /// `ephemerd_github_api_rate_remaining`: requests left in the window, per the last reading.
+    pub rate_remaining: IntGauge,
+    /// `ephemerd_github_api_rate_limit`: the window's ceiling.
+    pub rate_limit: IntGauge,
+    /// `ephemerd_github_api_rate_reset_seconds`: unix time the window resets.
+    pub rate_reset_seconds: IntGauge,
+    /// `ephemerd_github_api_rate_updated_seconds`: unix time of the last reading.
+    pub rate_updated_seconds: IntGauge,
+    /// `ephemerd_github_api_requests_total{endpoint,code}`
+    pub api_requests: IntCounterVec,
+    /// `ephemerd_github_webhook_events_total{action}`
+    pub webhook_events: IntCounterVec,
+    /// `ephemerd_github_jit_registration_errors_total{class}`
+    pub jit_registration_errors: IntCounterVec,
+    /// `ephemerd_jobs_total{provider,conclusion}`
+    pub jobs_total: IntCounterVec,
+    /// `ephemerd_jobs_active{provider}`: runners alive, bound or not.
+    pub jobs_active: IntGaugeVec,
+    /// `ephemerd_job_queue_wait_seconds`: queued webhook to runner started.
+    pub job_queue_wait: Histogram,
+    /// `ephemerd_job_startup_seconds`: claim to runner started.
+    pub job_startup: Histogram,
+    /// `ephemerd_job_duration_seconds`: runner started to torn down.
+    pub job_duration: Histogram,
+    /// `ephemerd_claim_retry_queue_depth`
+    pub retry_queue_depth: IntGauge,
+    /// `ephemerd_claim_retry_attempts_total{class}`
+    pub retry_attempts: IntCounterVec,
+    /// `ephemerd_claim_retry_given_up_total`
+    pub retry_given_up: IntCounter,
+    /// `ephemerd_provisioner_restarts_total{provider}`
+    pub provisioner_restarts: IntCounterVec,
+    /// `ephemerd_concurrent_capacity`: `runner.max_concurrent`.
+    pub concurrent_capacity: IntGauge,
+    /// `ephemerd_draining`: 1 while cordoned or draining.
+    pub draining: IntGauge,
+    /// `ephemerd_uptime_seconds`
+    pub uptime_seconds: IntGauge,
+}
+
+/// Registering a fresh metric in a fresh registry only fails on a programming error (a
+/// duplicate or malformed name), which the unit test below catches.
+fn must<T>(r: prometheus::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("metric definition is invalid: {e}"))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics in a fresh registry, with every bounded label value touched so
+    /// each series exists from the first scrape.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let gauge = |name: &str, help: &str| {
+            let g = must(IntGauge::new(name, help));
+            must(registry.register(Box::new(g.clone())));
+            g
+        };
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = must(IntCounterVec::new(Opts::new(name, help), labels));
+            must(registry.register(Box::new(c.clone())));
+            c
+        };
+        let histogram = |name: &str, help: &str, buckets: &[f64]| {
+            let h = must(Histogram::with_opts(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+            ));
+            must(registry.register(Box::new(h.clone())));
+            h
+        };
+        let jobs_active = must(IntGaugeVec::new(
+            Opts::new(
+                "ephemerd_jobs_active",
+                "Runners alive per provider, bound to a job or not.",
+            ),
+            &["provider"],
+        ));
+        must(registry.register(Box::new(jobs_active.clone())));
+        let retry_given_up = must(IntCounter::new(
+            "ephemerd_claim_retry_given_up_total",
+            "Jobs whose claim retries were given up after max_age.",
+        ));
+        must(registry.register(Box::new(retry_given_up.clone())));
+
+        let m = Metrics {
+            started: Instant::now(),
+            rate_remaining: gauge(
+                "ephemerd_github_api_rate_remaining",
+                "GitHub API requests left in the current window (last reading).",
+            ),
+            rate_limit: gauge(
+                "ephemerd_github_api_rate_limit",
+                "GitHub API requests allowed per window.",
+            ),
+            rate_reset_seconds: gauge(
+                "ephemerd_github_api_rate_reset_seconds",
+                "Unix time at which the GitHub API window resets.",
+            ),
+            rate_updated_seconds: gauge(
+                "ephemerd_github_api_rate_updated_seconds",
+                "Unix time of the last rate-limit reading; compare with time() for staleness.",
+            ),
+            api_requests: counter_vec(
+                "ephemerd_github_api_requests_total",
+                "GitHub API requests by endpoint and HTTP status (\"error\" when no response).",
+                &["endpoint", "code"],
+            ),
+            webhook_events: counter_vec(
+                "ephemerd_github_webhook_events_total",
+                "workflow_job webhook deliveries accepted, by action.",
+                &["action"],
+            ),
+            jit_registration_errors: counter_vec(
+                "ephemerd_github_jit_registration_errors_total",
+                "Failed generate-jitconfig claims, by error class.",
+                &["class"],
+            ),
+            jobs_total: counter_vec(
+                "ephemerd_jobs_total",
+                "Jobs finished on our runners, by provider and conclusion.",
+                &["provider", "conclusion"],
+            ),
+            jobs_active,
+            job_queue_wait: histogram(
+                "ephemerd_job_queue_wait_seconds",
+                "Time from the queued webhook to the runner process started.",
+                &[
+                    0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+                ],
+            ),
+            job_startup: histogram(
+                "ephemerd_job_startup_seconds",
+                "Time from a successful claim to the runner process started.",
+                &[
+                    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+                ],
+            ),
+            job_duration: histogram(
+                "ephemerd_job_duration_seconds",
+                "Time from runner started to torn down.",
+                &[
+                    1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+                ],
+            ),
+            retry_queue_depth: gauge(
+                "ephemerd_claim_retry_queue_depth",
+                "Jobs waiting on the claim retry ladder.",
+            ),
+            retry_attempts: counter_vec(
+                "ephemerd_claim_retry_attempts_total",
+                "Claim retries scheduled, by the class of the first failure.",
+                &["class"],
+            ),
+            retry_given_up,
+            provisioner_restarts: counter_vec(
+                "ephemerd_provisioner_restarts_total",
+                "Provisioner actors re-created by their restart policy.",
+                &["provider"],
+            ),
+            concurrent_capacity: gauge(
+                "ephemerd_concurrent_capacity",
+                "runner.max_concurrent: runners allowed at once across providers.",
+            ),
+            draining: gauge("ephemerd_draining", "1 while cordoned or draining, else 0."),
+            uptime_seconds: gauge(
+                "ephemerd_uptime_seconds",
+                "Seconds since this instance started.",
+            ),
+            registry,
+        };
+        for class in ERROR_CLASSES {
+            m.jit_registration_errors.with_label_values(&[class]);
+            m.retry_attempts.with_label_values(&[class]);
+        }
+        for action in WEBHOOK_ACTIONS {
+            m.webhook_events.with_label_values(&[action]);
+        }
+        m
+    }
+
+    /// Touches every per-provider series, so an enabled provider shows zeros before its
+    /// first job.
+    pub fn init_provider(&self, provider: &str) {
+        self.jobs_active.with_label_values(&[provider]);
+        self.provisioner_restarts.with_label_values(&[provider]);
+        self.jobs_total.with_label_values(&[provider, "success"]);
+    }
+
+    /// The registry, for a host app that wants to serve or merge it itself.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Prometheus text exposition of every metric, with uptime refreshed.
+    pub fn encode(&self) -> String {
+        self.uptime_seconds.set(
+            self.started
+                .elapsed()
+                .as_secs()
+                .try_into()
+                .unwrap_or(i64::MAX),
+        );
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for the text format.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric name CONTRACT.md lists.
+    pub(crate) const CONTRACT_NAMES: [&str; 19] = [
+        "ephemerd_github_api_rate_remaining",
+        "ephemerd_github_api_rate_limit",
+        "ephemerd_github_api_rate_reset_seconds",
+        "ephemerd_github_api_rate_updated_seconds",
+        "ephemerd_github_api_requests_total",
+        "ephemerd_github_webhook_events_total",
+        "ephemerd_github_jit_registration_errors_total",
+        "ephemerd_jobs_total",
+        "ephemerd_jobs_active",
+        "ephemerd_job_queue_wait_seconds",
+        "ephemerd_job_startup_seconds",
+        "ephemerd_job_duration_seconds",
+        "ephemerd_claim_retry_queue_depth",
+        "ephemerd_claim_retry_attempts_total",
+        "ephemerd_claim_retry_given_up_total",
+        "ephemerd_provisioner_restarts_total",
+        "ephemerd_concurrent_capacity",
+        "ephemerd_draining",
+        "ephemerd_uptime_seconds",
+    ];
+
+    #[test]
+    fn every_contract_metric_is_registered_and_instances_are_independent() {
+        let a = Metrics::new();
+        let b = Metrics::new();
+        a.init_provider("local");
+        a.api_requests
+            .with_label_values(&["generate_jitconfig", "201"])
+            .inc();
+        a.draining.set(1);
+        let text = a.encode();
+        for name in CONTRACT_NAMES {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
+        }
+        assert!(text.contains("ephemerd_draining 1"));
+        assert!(b.encode().contains("ephemerd_draining 0"));
+    }
+}

@@ -1,0 +1,97 @@
+//! The command line: `serve`, `check-config`, and their shared `--config` argument.
+//!
+//! This is the binary's edge: `anyhow` is allowed here and nowhere in the library. Exit codes
+//! follow CONTRACT.md: 0 ok, 1 runtime failure, 2 usage or config error.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+use ephemer_actors_core::config::{Config, ConfigErrors, Environment};
+
+/// Exit code for usage and configuration errors.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code for failures while running.
+const EXIT_RUNTIME: u8 = 1;
+
+/// A fresh, disposable GitHub Actions runner for every job.
+#[derive(Debug, Parser)]
+#[command(name = "ephemer-actors", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon until SIGTERM or SIGINT, then drain and exit 0.
+    Serve(ConfigArg),
+    /// Validate a config file; print every problem with its key path (exit 0 valid, 2 invalid).
+    CheckConfig(ConfigArg),
+}
+
+#[derive(Debug, Args)]
+struct ConfigArg {
+    /// Path of the TOML config file.
+    #[arg(long, short = 'c', env = "EPHEMER_CONFIG", value_name = "PATH")]
+    config: PathBuf,
+}
+
+/// Parses the command line and runs the chosen command.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig(arg) => match load(&arg.config) {
+            Ok(config) => {
+                let providers: Vec<_> = config
+                    .providers
+                    .enabled()
+                    .iter()
+                    .map(|(kind, common)| format!("{kind} ({} slots)", common.max_concurrent))
+                    .collect();
+                println!(
+                    "{}: ok; providers: {}; webhook on {}{}",
+                    arg.config.display(),
+                    providers.join(", "),
+                    config.webhook.listen,
+                    config.webhook.path
+                );
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Serve(arg) => {
+            let config = match load(&arg.config) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            if let Err(e) = crate::logging::init(&config.log) {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            match crate::serve::run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "daemon failed");
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(EXIT_RUNTIME)
+                }
+            }
+        }
+    }
+}
+
+/// Loads and validates the config; on failure prints every problem and returns exit code 2.
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path, &Environment::from_process()).map_err(|ConfigErrors(problems)| {
+        eprintln!(
+            "{}: {} problem{}",
+            path.display(),
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        );
+        for p in &problems {
+            eprintln!("  {p}");
+        }
+        ExitCode::from(EXIT_CONFIG)
+    })
+}

@@ -1,0 +1,11 @@
+//! `ephemer-actors`: the daemon binary. Thin on purpose: parse the command line, hand over to
+//! [`cli::run`], turn its outcome into an exit code (0 ok, 1 runtime failure, 2 usage or
+//! config error).
+
+mod cli;
+mod logging;
+mod serve;
+
+fn main() -> std::process::ExitCode {
+    cli::run()
+}

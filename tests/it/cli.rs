@@ -1,0 +1,144 @@
+//! The CLI contract: `check-config` exit codes and messages, `--version`, and `serve`'s
+//! lifecycle on the minimal config (healthz, SIGTERM, exit 0).
+
+use std::time::Duration;
+
+use crate::support::{self, config_file, daemon, output};
+
+#[tokio::test]
+async fn example_config_is_valid() {
+    let mut cmd = daemon();
+    cmd.args(["check-config", "--config"])
+        .arg(config_file("ephemer-actors.example.toml"));
+    let (code, stdout, stderr) = output(cmd).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+}
+
+#[tokio::test]
+async fn minimal_config_is_valid_with_secrets_from_the_environment() {
+    let mut cmd = daemon();
+    cmd.args(["check-config"])
+        .env("EPHEMER_CONFIG", config_file("minimal.toml"))
+        .env("GITHUB_TOKEN", "ghp_from_env")
+        .env("EPHEMER_WEBHOOK_SECRET", "from-env");
+    let (code, stdout, stderr) = output(cmd).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+
+    let mut without = daemon();
+    without
+        .args(["check-config", "--config"])
+        .arg(config_file("minimal.toml"));
+    let (code, _, stderr) = output(without).await;
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("github.token") && stderr.contains("webhook.secret"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn bad_config_names_every_problem_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = support::write_file(
+        dir.path(),
+        "bad.toml",
+        r#"
+[github]
+token = "ghp_NEVER_PRINT_ME"
+favourite_colour = "blue"
+
+[webhook]
+secret = "ALSO_NEVER_PRINTED"
+reconcile_interval = "half an hour"
+
+[providers.local]
+command = "/bin/true"
+"#,
+    );
+    let mut cmd = daemon();
+    cmd.args(["check-config", "--config"]).arg(&path);
+    let (code, stdout, stderr) = output(cmd).await;
+    assert_eq!(code, 2, "stdout: {stdout}\nstderr: {stderr}");
+    for key in [
+        "github.favourite_colour",
+        "webhook.reconcile_interval",
+        "github.owner",
+    ] {
+        assert!(stderr.contains(key), "{key} not named in:\n{stderr}");
+    }
+    assert!(stderr.contains("3 problems"), "{stderr}");
+    assert!(!stderr.contains("NEVER_PRINT") && !stdout.contains("NEVER_PRINT"));
+}
+
+#[tokio::test]
+async fn missing_file_and_usage_errors_exit_2() {
+    let mut cmd = daemon();
+    cmd.args(["check-config", "--config", "/nonexistent/ephemer.toml"]);
+    let (code, _, stderr) = output(cmd).await;
+    assert_eq!(code, 2);
+    assert!(stderr.contains("cannot read"), "{stderr}");
+
+    let mut cmd = daemon();
+    cmd.args(["serve"]);
+    assert_eq!(
+        output(cmd).await.0,
+        2,
+        "serve without --config or EPHEMER_CONFIG is a usage error"
+    );
+}
+
+#[tokio::test]
+async fn version_and_help() {
+    let mut cmd = daemon();
+    cmd.arg("--version");
+    let (code, stdout, _) = output(cmd).await;
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("ephemer-actors "), "{stdout}");
+    let mut cmd = daemon();
+    cmd.arg("--help");
+    let (code, stdout, _) = output(cmd).await;
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("serve") && stdout.contains("check-config"),
+        "{stdout}"
+    );
+}
+
+/// `serve` with config/minimal.toml as written: healthz answers 200, and SIGTERM ends the
+/// process with exit 0 within 2 s. The minimal config listens on its default 0.0.0.0:8080.
+#[tokio::test]
+async fn serve_minimal_answers_healthz_and_exits_0_on_sigterm() {
+    let mut cmd = daemon();
+    cmd.args(["serve", "--config"])
+        .arg(config_file("minimal.toml"))
+        .env("GITHUB_TOKEN", "ghp_from_env")
+        .env("EPHEMER_WEBHOOK_SECRET", "from-env")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("start serve");
+    let answer =
+        support::wait_for_http("127.0.0.1:8080", "/healthz", Duration::from_secs(20)).await;
+    let (status, body) = answer.expect("serve answers /healthz on 127.0.0.1:8080");
+    assert_eq!(status, 200);
+    assert!(body.contains("\"status\":\"ok\""), "{body}");
+    let (status, _) = support::http_get("127.0.0.1:8080", "/readyz")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let (status, metrics) = support::http_get("127.0.0.1:8080", "/metrics")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("ephemerd_concurrent_capacity 4"),
+        "{metrics}"
+    );
+
+    support::sigterm(&child);
+    let exit = tokio::time::timeout(Duration::from_secs(2), child.wait())
+        .await
+        .expect("serve exits within 2 s of SIGTERM")
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
+}

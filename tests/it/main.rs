@@ -1,0 +1,4 @@
+//! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners.
+
+mod cli;
+mod support;

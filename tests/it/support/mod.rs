@@ -1,0 +1,96 @@
+//! Helpers shared by the integration tests: paths, the daemon binary, a child-process guard.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    process::{Child, Command},
+};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A path under `config/`.
+pub fn config_file(name: &str) -> PathBuf {
+    repo_root().join("config").join(name)
+}
+
+/// The daemon binary, as a command with a clean environment for secrets and config.
+pub fn daemon() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephemer-actors"));
+    for var in [
+        "GITHUB_TOKEN",
+        "EPHEMER_WEBHOOK_SECRET",
+        "EPHEMER_APP_PRIVATE_KEY",
+        "EPHEMER_CONFIG",
+        "RUST_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.kill_on_drop(true).stdin(Stdio::null());
+    cmd
+}
+
+/// Runs a command to completion and returns (exit code, stdout, stderr).
+pub async fn output(mut cmd: Command) -> (i32, String, String) {
+    let out = cmd.output().await.expect("run the daemon binary");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A minimal HTTP/1.1 GET against a local listener: (status, body). `None` if it is not up.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Polls `GET path` until it answers or `within` passes.
+pub async fn wait_for_http(addr: &str, path: &str, within: Duration) -> Option<(u16, String)> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(answer) = http_get(addr, path).await {
+            return Some(answer);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends SIGTERM to a child.
+pub fn sigterm(child: &Child) {
+    let pid = child.id().expect("child still running") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("send SIGTERM");
+}
+
+/// Writes `text` to `name` inside `dir` and returns the path.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write test file");
+    path
+}
