@@ -9,5 +9,10 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod github;
 pub mod http;
+pub mod job;
 pub mod metrics;
+pub mod rate;
+pub mod scheduler;
+pub mod webhook;

@@ -1,4 +1,5 @@
 //! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners.
 
 mod cli;
+mod github;
 mod support;

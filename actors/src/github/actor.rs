@@ -1,0 +1,131 @@
+//! `GithubActor`: owns the (non-`Send`) [`GithubClient`] and answers GitHub requests as
+//! messages, so the scheduler and the sweeps reach GitHub through `Recipient`s a test can
+//! replace. Each request runs as its own future; many can be in flight at once.
+
+use actix::{Actor, Context, Handler, Message, ResponseFuture};
+
+use super::{GithubClient, GithubError, JitRunner, RunnerInfo};
+use crate::job::JobInfo;
+
+/// Registers a JIT runner (a claim).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<JitRunner, GithubError>")]
+pub struct GenerateJitConfig {
+    /// The job's repo when runners are repo-level; `None` for org-level runners.
+    pub repo: Option<String>,
+    /// `<name_prefix>-<provider>`; the client appends a random suffix.
+    pub name_base: String,
+    /// The labels the runner registers with.
+    pub labels: Vec<String>,
+}
+
+/// Deletes a runner registration (404 counts as done).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), GithubError>")]
+pub struct DeleteRunner {
+    /// Repo of a repo-level runner; `None` for org-level.
+    pub repo: Option<String>,
+    /// GitHub's runner id.
+    pub runner_id: u64,
+}
+
+/// Lists registered runners whose names start with a prefix, in one repo or the org.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Vec<RunnerInfo>, GithubError>")]
+pub struct ListRunners {
+    /// Repo, or `None` for the org.
+    pub repo: Option<String>,
+    /// Name prefix to keep.
+    pub name_prefix: String,
+}
+
+/// Lists every queued job in every polled repo (queued and in-progress runs, all pages).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Vec<JobInfo>, GithubError>")]
+pub struct ListQueuedJobs;
+
+/// Fetches one job and its status.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(JobInfo, String), GithubError>")]
+pub struct GetJob {
+    /// The job's repo.
+    pub repo: String,
+    /// The job id.
+    pub job_id: u64,
+}
+
+/// Actor shell over [`GithubClient`].
+#[derive(Debug)]
+pub struct GithubActor {
+    client: GithubClient,
+}
+
+impl GithubActor {
+    /// An actor owning `client`.
+    pub fn new(client: GithubClient) -> Self {
+        GithubActor { client }
+    }
+}
+
+impl Actor for GithubActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+    }
+}
+
+impl Handler<GenerateJitConfig> for GithubActor {
+    type Result = ResponseFuture<Result<JitRunner, GithubError>>;
+
+    fn handle(&mut self, m: GenerateJitConfig, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move {
+            client
+                .generate_jitconfig(m.repo.as_deref(), &m.name_base, &m.labels)
+                .await
+        })
+    }
+}
+
+impl Handler<DeleteRunner> for GithubActor {
+    type Result = ResponseFuture<Result<(), GithubError>>;
+
+    fn handle(&mut self, m: DeleteRunner, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.delete_runner(m.repo.as_deref(), m.runner_id).await })
+    }
+}
+
+impl Handler<ListRunners> for GithubActor {
+    type Result = ResponseFuture<Result<Vec<RunnerInfo>, GithubError>>;
+
+    fn handle(&mut self, m: ListRunners, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.list_runners(m.repo.as_deref(), &m.name_prefix).await })
+    }
+}
+
+impl Handler<ListQueuedJobs> for GithubActor {
+    type Result = ResponseFuture<Result<Vec<JobInfo>, GithubError>>;
+
+    fn handle(&mut self, _: ListQueuedJobs, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let mut jobs = Vec::new();
+            for repo in client.repos().await? {
+                jobs.extend(client.list_queued_jobs(&repo).await?);
+            }
+            Ok(jobs)
+        })
+    }
+}
+
+impl Handler<GetJob> for GithubActor {
+    type Result = ResponseFuture<Result<(JobInfo, String), GithubError>>;
+
+    fn handle(&mut self, m: GetJob, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.get_job(&m.repo, m.job_id).await })
+    }
+}

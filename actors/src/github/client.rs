@@ -1,0 +1,565 @@
+//! The GitHub REST client, on awc. One per actor (awc's client is `!Send`).
+//!
+//! Every answer, success or error, is counted in `ephemerd_github_api_requests_total` and its
+//! rate headers are handed to the rate tracker. Errors come back typed ([`GithubError`]) so the
+//! retry ladder can classify them. This module never logs a token or a JIT config.
+
+use std::{rc::Rc, time::Duration};
+
+use actix::Recipient;
+use actix_web::http::{Method, StatusCode, header::HeaderMap};
+use serde::{Deserialize, de::DeserializeOwned};
+use serde_json::json;
+
+use super::{
+    auth::{Credentials, parse_access_token, unix_now},
+    error::{GithubError, HttpFailure},
+    rate::{parse_rate_headers, parse_retry_after},
+};
+use crate::{
+    config::{GithubConfig, Secret},
+    job::{JobInfo, JobKey},
+    metrics::Metrics,
+    rate::ObserveRate,
+};
+
+/// Per-request timeout.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Largest answer body read.
+pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
+/// `per_page` for every listing (GitHub's maximum).
+const PER_PAGE: usize = 100;
+/// A listing stops after this many pages, whatever the Link header says.
+const MAX_PAGES: usize = 50;
+/// Fresh runner names tried when GitHub answers 409 (name taken).
+pub const NAME_ATTEMPTS: u32 = 3;
+/// The REST API version every call pins.
+pub const API_VERSION: &str = "2022-11-28";
+
+/// A just-in-time runner GitHub registered for us.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JitRunner {
+    /// GitHub's runner id (to delete it).
+    pub id: u64,
+    /// The name it was registered under.
+    pub name: String,
+    /// The runner's config; a secret: it goes only into the runner's environment.
+    pub encoded_jit_config: Secret,
+}
+
+impl std::fmt::Debug for JitRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JitRunner")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("encoded_jit_config", &"***")
+            .finish()
+    }
+}
+
+/// A registered runner as `list runners` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct RunnerInfo {
+    /// Runner id.
+    pub id: u64,
+    /// Runner name.
+    pub name: String,
+    /// `online` or `offline`.
+    pub status: String,
+    /// Running a job right now.
+    pub busy: bool,
+}
+
+#[derive(Deserialize)]
+struct JitAnswer {
+    runner: RunnerInfo,
+    encoded_jit_config: String,
+}
+
+#[derive(Deserialize)]
+struct RunnersPage {
+    runners: Vec<RunnerInfo>,
+}
+
+#[derive(Deserialize)]
+struct RunsPage {
+    workflow_runs: Vec<Run>,
+}
+
+#[derive(Deserialize)]
+struct Run {
+    id: u64,
+}
+
+#[derive(Deserialize)]
+struct JobsPage {
+    jobs: Vec<ApiJob>,
+}
+
+/// A job as the REST API shows it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiJob {
+    /// Job id.
+    pub id: u64,
+    /// Run id.
+    pub run_id: u64,
+    /// Run attempt.
+    #[serde(default)]
+    pub run_attempt: Option<u32>,
+    /// `queued`, `in_progress`, `completed`, ...
+    pub status: String,
+    /// Set once completed.
+    #[serde(default)]
+    pub conclusion: Option<String>,
+    /// `runs-on` labels.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// The runner that took it.
+    #[serde(default)]
+    pub runner_name: Option<String>,
+    /// That runner's id.
+    #[serde(default)]
+    pub runner_id: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ReposPage {
+    repositories: Vec<Repo>,
+}
+
+#[derive(Deserialize)]
+struct Repo {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    documentation_url: Option<String>,
+}
+
+struct Inner {
+    http: awc::Client,
+    api_url: String,
+    owner: String,
+    repos: Vec<String>,
+    runner_group_id: u64,
+    credentials: Credentials,
+    metrics: Metrics,
+    rate: Option<Recipient<ObserveRate>>,
+}
+
+/// A cheap-to-clone handle on one GitHub target. Not `Send`: keep it on one arbiter.
+#[derive(Clone)]
+pub struct GithubClient {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for GithubClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GithubClient")
+            .field("api_url", &self.inner.api_url)
+            .field("owner", &self.inner.owner)
+            .field("credentials", &self.inner.credentials)
+            .finish()
+    }
+}
+
+/// What one HTTP exchange returned.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: actix_web::web::Bytes,
+}
+
+impl GithubClient {
+    /// A client for `config`, counting into `metrics` and reporting rate headers to `rate`.
+    pub fn new(
+        config: &GithubConfig,
+        metrics: Metrics,
+        rate: Option<Recipient<ObserveRate>>,
+    ) -> Self {
+        let http = awc::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .add_default_header((
+                "User-Agent",
+                concat!("ephemer-actors/", env!("CARGO_PKG_VERSION")),
+            ))
+            .add_default_header(("Accept", "application/vnd.github+json"))
+            .add_default_header(("X-GitHub-Api-Version", API_VERSION))
+            .finish();
+        GithubClient {
+            inner: Rc::new(Inner {
+                http,
+                api_url: config.api_url.clone(),
+                owner: config.owner.clone(),
+                repos: config.repos.clone(),
+                runner_group_id: config.runner_group_id,
+                credentials: Credentials::new(&config.auth),
+                metrics,
+                rate,
+            }),
+        }
+    }
+
+    /// The owner this client acts for.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// The key this client's rate readings are kept under.
+    pub fn rate_key(&self) -> String {
+        self.inner.credentials.rate_key()
+    }
+
+    /// `/repos/{owner}/{repo}` or `/orgs/{owner}`: where runners of `repo` live.
+    fn runners_base(&self, repo: Option<&str>) -> String {
+        match repo {
+            Some(repo) => format!("/repos/{}/{}/actions/runners", self.inner.owner, repo),
+            None => format!("/orgs/{}/actions/runners", self.inner.owner),
+        }
+    }
+
+    /// Registers a JIT runner named `<name_base>-<random>` with `labels`. A 409 (name taken)
+    /// is retried with a fresh name, up to [`NAME_ATTEMPTS`] names.
+    pub async fn generate_jitconfig(
+        &self,
+        repo: Option<&str>,
+        name_base: &str,
+        labels: &[String],
+    ) -> Result<JitRunner, GithubError> {
+        let path = format!("{}/generate-jitconfig", self.runners_base(repo));
+        for _ in 0..NAME_ATTEMPTS {
+            let name = format!("{name_base}-{}", random_suffix());
+            let body = json!({
+                "name": name,
+                "runner_group_id": self.inner.runner_group_id,
+                "labels": labels,
+                "work_folder": "_work",
+            });
+            match self
+                .call("generate_jitconfig", Method::POST, &path, Some(body))
+                .await
+            {
+                Ok(answer) => {
+                    let jit: JitAnswer = decode("generate_jitconfig", &answer.body)?;
+                    return Ok(JitRunner {
+                        id: jit.runner.id,
+                        name: jit.runner.name,
+                        encoded_jit_config: Secret::new(jit.encoded_jit_config),
+                    });
+                }
+                Err(GithubError::Http(f)) if f.status == 409 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(GithubError::NameConflict {
+            attempts: NAME_ATTEMPTS,
+        })
+    }
+
+    /// Deletes a runner registration. Already gone (404) counts as done.
+    pub async fn delete_runner(
+        &self,
+        repo: Option<&str>,
+        runner_id: u64,
+    ) -> Result<(), GithubError> {
+        let path = format!("{}/{runner_id}", self.runners_base(repo));
+        match self
+            .call("delete_runner", Method::DELETE, &path, None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(GithubError::Http(f)) if f.status == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every runner registered at `repo` (or the org), all pages, whose name starts with
+    /// `name_prefix`.
+    pub async fn list_runners(
+        &self,
+        repo: Option<&str>,
+        name_prefix: &str,
+    ) -> Result<Vec<RunnerInfo>, GithubError> {
+        let base = self.runners_base(repo);
+        let pages: Vec<RunnersPage> = self.paginate("list_runners", &base, &[]).await?;
+        Ok(pages
+            .into_iter()
+            .flat_map(|p| p.runners)
+            .filter(|r| r.name.starts_with(name_prefix))
+            .collect())
+    }
+
+    /// Every queued job of `repo`: the jobs of its queued *and* in-progress runs (a running
+    /// workflow can still hold queued jobs), every page.
+    pub async fn list_queued_jobs(&self, repo: &str) -> Result<Vec<JobInfo>, GithubError> {
+        let owner = self.inner.owner.clone();
+        let mut out = Vec::new();
+        for status in ["queued", "in_progress"] {
+            let runs_path = format!("/repos/{owner}/{repo}/actions/runs");
+            let pages: Vec<RunsPage> = self
+                .paginate("list_runs", &runs_path, &[("status", status)])
+                .await?;
+            for run in pages.into_iter().flat_map(|p| p.workflow_runs) {
+                let jobs_path = format!("/repos/{owner}/{repo}/actions/runs/{}/jobs", run.id);
+                let pages: Vec<JobsPage> = self.paginate("list_jobs", &jobs_path, &[]).await?;
+                out.extend(
+                    pages
+                        .into_iter()
+                        .flat_map(|p| p.jobs)
+                        .filter(|j| j.status == "queued")
+                        .map(|j| self.job_info(repo, j)),
+                );
+            }
+        }
+        out.sort_by_key(|j| j.key.job_id);
+        out.dedup_by_key(|j| j.key.job_id);
+        Ok(out)
+    }
+
+    /// One job, with its status.
+    pub async fn get_job(&self, repo: &str, job_id: u64) -> Result<(JobInfo, String), GithubError> {
+        let path = format!("/repos/{}/{repo}/actions/jobs/{job_id}", self.inner.owner);
+        let answer = self.call("get_job", Method::GET, &path, None).await?;
+        let job: ApiJob = decode("get_job", &answer.body)?;
+        let status = job.status.clone();
+        Ok((self.job_info(repo, job), status))
+    }
+
+    /// The repos to poll: the configured ones, else every repo the credentials reach.
+    pub async fn repos(&self) -> Result<Vec<String>, GithubError> {
+        if !self.inner.repos.is_empty() {
+            return Ok(self.inner.repos.clone());
+        }
+        let names: Vec<String> = match self.inner.credentials {
+            Credentials::App(_) => {
+                let pages: Vec<ReposPage> = self
+                    .paginate("installation_repos", "/installation/repositories", &[])
+                    .await?;
+                pages
+                    .into_iter()
+                    .flat_map(|p| p.repositories)
+                    .map(|r| r.name)
+                    .collect()
+            }
+            Credentials::Token(_) => {
+                let path = format!("/orgs/{}/repos", self.inner.owner);
+                let pages: Vec<Vec<Repo>> = self.paginate("org_repos", &path, &[]).await?;
+                pages.into_iter().flatten().map(|r| r.name).collect()
+            }
+        };
+        Ok(names)
+    }
+
+    fn job_info(&self, repo: &str, j: ApiJob) -> JobInfo {
+        JobInfo {
+            key: JobKey::new(&self.inner.owner, j.id),
+            repo: repo.to_string(),
+            run_id: j.run_id,
+            run_attempt: j.run_attempt.unwrap_or(1),
+            labels: j.labels,
+            runner_name: j.runner_name.filter(|n| !n.is_empty()),
+            runner_id: j.runner_id.filter(|id| *id != 0),
+            conclusion: j.conclusion,
+            installation_id: None,
+        }
+    }
+
+    /// GETs every page of a listing, following `Link: rel="next"`.
+    async fn paginate<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Vec<T>, GithubError> {
+        let mut pages = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let mut q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            q.push(format!("per_page={PER_PAGE}"));
+            q.push(format!("page={page}"));
+            let url = format!("{path}?{}", q.join("&"));
+            let answer = self.call(endpoint, Method::GET, &url, None).await?;
+            pages.push(decode(endpoint, &answer.body)?);
+            if !has_next_page(&answer.headers) {
+                break;
+            }
+        }
+        Ok(pages)
+    }
+
+    /// One authenticated request; counts it, reports its rate headers, types its failure.
+    async fn call(
+        &self,
+        endpoint: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Answer, GithubError> {
+        let token = self.bearer().await?;
+        let answer = self
+            .send(endpoint, method, path, &token, body, true)
+            .await?;
+        if answer.status == StatusCode::UNAUTHORIZED {
+            self.inner.credentials.invalidate();
+        }
+        check(endpoint, answer)
+    }
+
+    async fn bearer(&self) -> Result<Secret, GithubError> {
+        let this = self.clone();
+        self.inner
+            .credentials
+            .bearer(move |jwt, installation_id| async move {
+                let path = format!("/app/installations/{installation_id}/access_tokens");
+                let answer = this
+                    .send(
+                        "access_tokens",
+                        Method::POST,
+                        &path,
+                        &Secret::new(jwt),
+                        None,
+                        false,
+                    )
+                    .await
+                    .map_err(|e| GithubError::Auth(format!("token exchange failed: {e}")))?;
+                if answer.status != StatusCode::CREATED {
+                    return Err(GithubError::Auth(format!(
+                        "access_tokens answered {}",
+                        answer.status.as_u16()
+                    )));
+                }
+                parse_access_token(&answer.body)
+            })
+            .await
+    }
+
+    async fn send(
+        &self,
+        endpoint: &'static str,
+        method: Method,
+        path: &str,
+        token: &Secret,
+        body: Option<serde_json::Value>,
+        track_rate: bool,
+    ) -> Result<Answer, GithubError> {
+        let url = format!("{}{path}", self.inner.api_url);
+        let request = self
+            .inner
+            .http
+            .request(method, url)
+            .insert_header(("Authorization", format!("Bearer {}", token.expose())));
+        let sent = match body {
+            Some(b) => request.send_json(&b).await,
+            None => request.send().await,
+        };
+        let mut response = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                self.count(endpoint, "error");
+                return Err(GithubError::Network {
+                    endpoint,
+                    detail: e.to_string(),
+                });
+            }
+        };
+        let status = response.status();
+        self.count(endpoint, status.as_str());
+        let headers = response.headers().clone();
+        if track_rate {
+            self.observe_rate(&headers, status);
+        }
+        let body = response
+            .body()
+            .limit(BODY_LIMIT)
+            .await
+            .map_err(|e| GithubError::Network {
+                endpoint,
+                detail: format!("reading the answer: {e}"),
+            })?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn count(&self, endpoint: &str, code: &str) {
+        self.inner
+            .metrics
+            .api_requests
+            .with_label_values(&[endpoint, code])
+            .inc();
+    }
+
+    fn observe_rate(&self, headers: &HeaderMap, status: StatusCode) {
+        let Some(rate) = &self.inner.rate else { return };
+        let reading = parse_rate_headers(headers);
+        let retry_after = parse_retry_after(headers);
+        if reading.is_none() && retry_after.is_none() {
+            return;
+        }
+        let observation = ObserveRate {
+            credential: self.rate_key(),
+            headers: reading,
+            retry_after,
+            status: status.as_u16(),
+            at_unix: unix_now(),
+        };
+        // Readings are best effort: a full mailbox drops one, the next answer brings another.
+        let _ = rate.try_send(observation);
+    }
+}
+
+/// Turns a non-2xx answer into a typed failure.
+fn check(endpoint: &'static str, answer: Answer) -> Result<Answer, GithubError> {
+    if answer.status.is_success() {
+        return Ok(answer);
+    }
+    let (message, documentation_url) = match serde_json::from_slice::<ErrorBody>(&answer.body) {
+        Ok(b) => (b.message, b.documentation_url),
+        Err(_) => (
+            String::from_utf8_lossy(&answer.body)
+                .chars()
+                .take(200)
+                .collect(),
+            None,
+        ),
+    };
+    let rate = parse_rate_headers(&answer.headers);
+    Err(GithubError::Http(HttpFailure {
+        endpoint,
+        status: answer.status.as_u16(),
+        message,
+        documentation_url,
+        rate_remaining: rate.and_then(|r| r.remaining),
+        rate_reset: rate.and_then(|r| r.reset),
+        retry_after: parse_retry_after(&answer.headers),
+    }))
+}
+
+fn decode<T: DeserializeOwned>(endpoint: &'static str, body: &[u8]) -> Result<T, GithubError> {
+    serde_json::from_slice(body).map_err(|e| GithubError::Decode {
+        endpoint,
+        detail: e.to_string(),
+    })
+}
+
+fn has_next_page(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("link")
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|part| part.contains("rel=\"next\"")))
+}
+
+/// Eight lowercase alphanumerics for a runner name.
+pub fn random_suffix() -> String {
+    use rand::RngExt as _;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}

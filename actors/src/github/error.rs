@@ -1,0 +1,254 @@
+//! GitHub client errors and the five error classes every retry decision is made on.
+//!
+//! Classification reads the typed error (status, rate headers, the body's message and
+//! `documentation_url`), never a formatted string, except for the one thing GitHub only says in
+//! words: that a 403/429 is a *secondary* rate limit.
+
+use std::{fmt, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+/// How a failure should be treated by the retry ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Retrying cannot help (bad credentials, missing permission, not found, validation).
+    NonRetryable,
+    /// GitHub's primary or secondary rate limit; wait for the reset or `Retry-After`.
+    RateLimit,
+    /// GitHub answered 5xx.
+    ServerSide,
+    /// No answer: connect failure, timeout, reset connection.
+    Network,
+    /// Anything else; retried, because losing a job is worse than one more call.
+    UnknownRetryable,
+}
+
+impl ErrorClass {
+    /// All classes, in the order of CONTRACT.md.
+    pub const ALL: [ErrorClass; 5] = [
+        ErrorClass::NonRetryable,
+        ErrorClass::RateLimit,
+        ErrorClass::ServerSide,
+        ErrorClass::Network,
+        ErrorClass::UnknownRetryable,
+    ];
+
+    /// The spelling used in logs and the `class` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::NonRetryable => "non_retryable",
+            ErrorClass::RateLimit => "rate_limit",
+            ErrorClass::ServerSide => "server_side",
+            ErrorClass::Network => "network",
+            ErrorClass::UnknownRetryable => "unknown_retryable",
+        }
+    }
+
+    /// Whether the retry ladder takes a failure of this class.
+    pub fn is_retryable(self) -> bool {
+        self != ErrorClass::NonRetryable
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a non-2xx answer said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpFailure {
+    /// The endpoint template (`generate_jitconfig`, `list_runners`, ...).
+    pub endpoint: &'static str,
+    /// HTTP status.
+    pub status: u16,
+    /// GitHub's `message`, or the start of the body.
+    pub message: String,
+    /// GitHub's `documentation_url`, if any.
+    pub documentation_url: Option<String>,
+    /// `X-RateLimit-Remaining` of this answer.
+    pub rate_remaining: Option<u64>,
+    /// `X-RateLimit-Reset` of this answer (unix seconds).
+    pub rate_reset: Option<u64>,
+    /// `Retry-After` of this answer.
+    pub retry_after: Option<Duration>,
+}
+
+impl HttpFailure {
+    /// A 403/429 whose text says it is a secondary (formerly "abuse") rate limit.
+    pub fn is_secondary_rate_limit(&self) -> bool {
+        if !matches!(self.status, 403 | 429) {
+            return false;
+        }
+        let msg = self.message.to_ascii_lowercase();
+        let doc = self
+            .documentation_url
+            .as_deref()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        msg.contains("secondary rate limit")
+            || msg.contains("abuse")
+            || doc.contains("secondary-rate-limits")
+            || doc.contains("abuse-rate-limits")
+    }
+}
+
+/// Everything a GitHub call can fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GithubError {
+    /// GitHub answered with a non-success status.
+    #[error("{} answered {}: {}", .0.endpoint, .0.status, .0.message)]
+    Http(HttpFailure),
+    /// The request never got an answer (connect, send, timeout, reset).
+    #[error("{endpoint}: network error: {detail}")]
+    Network {
+        /// The endpoint template.
+        endpoint: &'static str,
+        /// What the transport said.
+        detail: String,
+    },
+    /// The answer arrived but its body could not be read or decoded.
+    #[error("{endpoint}: unreadable answer: {detail}")]
+    Decode {
+        /// The endpoint template.
+        endpoint: &'static str,
+        /// What failed.
+        detail: String,
+    },
+    /// Three fresh runner names in a row were taken (409 each time).
+    #[error("generate_jitconfig: runner name conflict {attempts} times in a row")]
+    NameConflict {
+        /// How many names were tried.
+        attempts: u32,
+    },
+    /// Credentials could not be produced (bad App key, token exchange refused).
+    #[error("github auth: {0}")]
+    Auth(String),
+}
+
+impl GithubError {
+    /// The class that decides whether and when to retry (original-daemon.md §2, typed).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            GithubError::Http(f) => {
+                if f.status == 429 || f.is_secondary_rate_limit() {
+                    return ErrorClass::RateLimit;
+                }
+                if f.status == 403 && f.rate_remaining == Some(0) {
+                    return ErrorClass::RateLimit;
+                }
+                match f.status {
+                    400 | 401 | 403 | 404 | 422 => ErrorClass::NonRetryable,
+                    500..=599 => ErrorClass::ServerSide,
+                    _ => ErrorClass::UnknownRetryable,
+                }
+            }
+            GithubError::Network { .. } => ErrorClass::Network,
+            GithubError::Decode { .. } | GithubError::NameConflict { .. } => {
+                ErrorClass::UnknownRetryable
+            }
+            GithubError::Auth(detail) if detail.contains("answered 5") => ErrorClass::ServerSide,
+            GithubError::Auth(_) => ErrorClass::NonRetryable,
+        }
+    }
+
+    /// `Retry-After` carried by the failed answer, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            GithubError::Http(f) => f.retry_after,
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, when GitHub answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            GithubError::Http(f) => Some(f.status),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, message: &str, remaining: Option<u64>) -> GithubError {
+        GithubError::Http(HttpFailure {
+            endpoint: "generate_jitconfig",
+            status,
+            message: message.into(),
+            documentation_url: None,
+            rate_remaining: remaining,
+            rate_reset: None,
+            retry_after: None,
+        })
+    }
+
+    /// Every row of the classification table.
+    #[test]
+    fn classification_table() {
+        use ErrorClass::*;
+        let rows: Vec<(GithubError, ErrorClass)> = vec![
+            (http(429, "Too Many Requests", Some(10)), RateLimit),
+            (http(429, "whatever", None), RateLimit),
+            (http(403, "API rate limit exceeded", Some(0)), RateLimit),
+            (
+                http(403, "You have exceeded a secondary rate limit. Please wait.", Some(4000)),
+                RateLimit,
+            ),
+            (
+                GithubError::Http(HttpFailure {
+                    documentation_url: Some(
+                        "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits".into(),
+                    ),
+                    ..match http(403, "Forbidden", Some(12)) {
+                        GithubError::Http(f) => f,
+                        _ => unreachable!(),
+                    }
+                }),
+                RateLimit,
+            ),
+            (http(403, "You have triggered an abuse detection mechanism", None), RateLimit),
+            (http(403, "Resource not accessible by integration", Some(4000)), NonRetryable),
+            (http(400, "Bad Request", None), NonRetryable),
+            (http(401, "Bad credentials", Some(59)), NonRetryable),
+            (http(404, "Not Found", Some(4999)), NonRetryable),
+            (http(422, "Validation Failed", Some(4999)), NonRetryable),
+            (http(500, "Internal Server Error", None), ServerSide),
+            (http(502, "Bad Gateway", None), ServerSide),
+            (http(503, "Service Unavailable", None), ServerSide),
+            (http(504, "Gateway Timeout", None), ServerSide),
+            (http(409, "Conflict", Some(4999)), UnknownRetryable),
+            (http(410, "Gone", None), UnknownRetryable),
+            (
+                GithubError::Network { endpoint: "get_job", detail: "connection refused".into() },
+                Network,
+            ),
+            (
+                GithubError::Network { endpoint: "get_job", detail: "timeout".into() },
+                Network,
+            ),
+            (
+                GithubError::Decode { endpoint: "list_runners", detail: "eof".into() },
+                UnknownRetryable,
+            ),
+            (GithubError::NameConflict { attempts: 3 }, UnknownRetryable),
+            (GithubError::Auth("private key rejected".into()), NonRetryable),
+            (GithubError::Auth("access_tokens answered 502".into()), ServerSide),
+        ];
+        for (err, class) in rows {
+            assert_eq!(err.class(), class, "{err}");
+        }
+    }
+
+    #[test]
+    fn class_names_match_the_contract() {
+        let names: Vec<_> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names, crate::metrics::ERROR_CLASSES);
+        assert!(!ErrorClass::NonRetryable.is_retryable());
+        assert!(ErrorClass::UnknownRetryable.is_retryable());
+    }
+}

@@ -1,0 +1,198 @@
+//! The `workflow_job` webhook payload, typed: only the fields the daemon acts on.
+//!
+//! Parsing distinguishes bytes that are not JSON (400) from JSON of the wrong shape (422).
+
+use serde::{Deserialize, Deserializer};
+
+use crate::job::{JobAction, JobInfo, JobKey};
+
+/// Why a body was not a usable `workflow_job` payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// Not JSON at all (HTTP 400).
+    #[error("malformed JSON: {0}")]
+    Malformed(String),
+    /// JSON, but not a `workflow_job` payload (HTTP 422).
+    #[error("not a workflow_job payload: {0}")]
+    WrongShape(String),
+}
+
+#[derive(Debug, Deserialize)]
+struct Payload {
+    action: String,
+    workflow_job: WorkflowJob,
+    repository: Repository,
+    #[serde(default)]
+    installation: Option<Installation>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkflowJob {
+    id: u64,
+    #[serde(deserialize_with = "whole_number")]
+    run_id: u64,
+    #[serde(default = "first_attempt")]
+    run_attempt: u32,
+    labels: Vec<String>,
+    #[serde(default)]
+    runner_id: Option<u64>,
+    #[serde(default)]
+    runner_name: Option<String>,
+    #[serde(default)]
+    conclusion: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Repository {
+    name: String,
+    owner: Owner,
+}
+
+#[derive(Debug, Deserialize)]
+struct Owner {
+    login: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Installation {
+    id: u64,
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+/// The webhook schema types `run_id` as a JSON number; accept `123` and `123.0`.
+fn whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    n.as_u64()
+        .or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        })
+        .ok_or_else(|| serde::de::Error::custom("run_id must be a non-negative whole number"))
+}
+
+/// A parsed delivery: the action (`None` for actions the daemon does not know) and the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowJobDelivery {
+    /// Known action, or `None` (ignored, still answered 202).
+    pub action: Option<JobAction>,
+    /// What the delivery says about the job.
+    pub job: JobInfo,
+}
+
+/// Parses a `workflow_job` body.
+pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadError> {
+    let payload: Payload = serde_json::from_slice(body).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                PayloadError::Malformed(e.to_string())
+            }
+            Category::Data => PayloadError::WrongShape(e.to_string()),
+        }
+    })?;
+    let runner_name = payload.workflow_job.runner_name.filter(|n| !n.is_empty());
+    Ok(WorkflowJobDelivery {
+        action: JobAction::parse(&payload.action),
+        job: JobInfo {
+            key: JobKey::new(&payload.repository.owner.login, payload.workflow_job.id),
+            repo: payload.repository.name,
+            run_id: payload.workflow_job.run_id,
+            run_attempt: payload.workflow_job.run_attempt,
+            labels: payload.workflow_job.labels,
+            runner_name,
+            runner_id: payload.workflow_job.runner_id.filter(|id| *id != 0),
+            conclusion: payload.workflow_job.conclusion,
+            installation_id: payload.installation.map(|i| i.id),
+        },
+    })
+}
+
+/// Builds a realistic `workflow_job` body (used by the stand-in GitHub and tests).
+pub fn render_workflow_job(action: &str, job: &JobInfo) -> String {
+    let status = JobAction::parse(action).map_or("queued", JobAction::as_str);
+    serde_json::json!({
+        "action": action,
+        "workflow_job": {
+            "id": job.key.job_id,
+            "run_id": job.run_id,
+            "run_attempt": job.run_attempt,
+            "status": status,
+            "conclusion": job.conclusion,
+            "labels": job.labels,
+            "runner_id": job.runner_id,
+            "runner_name": job.runner_name,
+            "runner_group_id": job.runner_name.as_ref().map(|_| 1),
+            "name": format!("job-{}", job.key.job_id),
+            "workflow_name": "ci",
+            "head_branch": "main",
+        },
+        "repository": {
+            "name": job.repo,
+            "full_name": format!("{}/{}", job.key.owner, job.repo),
+            "owner": { "login": job.key.owner },
+        },
+        "installation": job.installation_id.map(|id| serde_json::json!({ "id": id })),
+        "sender": { "login": "octocat" },
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUEUED: &str = r#"{
+      "action": "queued",
+      "workflow_job": {"id": 29679449, "run_id": 10000000001.0, "run_attempt": 1,
+        "status": "queued", "conclusion": null, "labels": ["self-hosted", "linux"],
+        "runner_id": null, "runner_name": null, "runner_group_id": null},
+      "repository": {"name": "hello", "full_name": "Acme/hello", "owner": {"login": "Acme"}},
+      "installation": {"id": 42}
+    }"#;
+
+    #[test]
+    fn parses_a_queued_delivery() {
+        let d = parse_workflow_job(QUEUED.as_bytes()).unwrap();
+        assert_eq!(d.action, Some(JobAction::Queued));
+        assert_eq!(d.job.key, JobKey::new("acme", 29679449));
+        assert_eq!(d.job.run_id, 10_000_000_001);
+        assert_eq!(d.job.labels, vec!["self-hosted", "linux"]);
+        assert_eq!(d.job.installation_id, Some(42));
+        assert_eq!(d.job.runner_name, None);
+    }
+
+    #[test]
+    fn malformed_vs_wrong_shape() {
+        assert!(matches!(
+            parse_workflow_job(b"{not json"),
+            Err(PayloadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_workflow_job(b""),
+            Err(PayloadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_workflow_job(b"{\"action\":\"queued\"}"),
+            Err(PayloadError::WrongShape(_))
+        ));
+        assert!(matches!(
+            parse_workflow_job(b"[1,2]"),
+            Err(PayloadError::WrongShape(_))
+        ));
+    }
+
+    #[test]
+    fn render_round_trips() {
+        let d = parse_workflow_job(QUEUED.as_bytes()).unwrap();
+        let mut job = d.job.clone();
+        job.runner_name = Some("ephemer-local-abc".into());
+        job.runner_id = Some(7);
+        let back = parse_workflow_job(render_workflow_job("in_progress", &job).as_bytes()).unwrap();
+        assert_eq!(back.action, Some(JobAction::InProgress));
+        assert_eq!(back.job, job);
+    }
+}

@@ -1,0 +1,151 @@
+//! The job vocabulary every actor shares: a job's identity, what is known about it, and the
+//! `workflow_job` actions. Plain data; no behaviour beyond label arithmetic.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A job's identity: GitHub job ids are global, the owner keeps several GitHub targets apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct JobKey {
+    /// The repository owner (lowercased).
+    pub owner: String,
+    /// GitHub's job id.
+    pub job_id: u64,
+}
+
+impl JobKey {
+    /// A key; the owner is lowercased so `Acme` and `acme` are one owner.
+    pub fn new(owner: &str, job_id: u64) -> Self {
+        JobKey {
+            owner: owner.to_ascii_lowercase(),
+            job_id,
+        }
+    }
+}
+
+impl fmt::Display for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.job_id)
+    }
+}
+
+/// The `action` of a `workflow_job` delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobAction {
+    /// The job was created and waits for a runner.
+    Queued,
+    /// A runner (any runner) took the job.
+    InProgress,
+    /// The job finished, whatever its conclusion (also when cancelled before any runner).
+    Completed,
+    /// The job waits for an environment approval.
+    Waiting,
+}
+
+impl JobAction {
+    /// Parses GitHub's spelling; unknown future actions give `None` and are ignored.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => JobAction::Queued,
+            "in_progress" => JobAction::InProgress,
+            "completed" => JobAction::Completed,
+            "waiting" => JobAction::Waiting,
+            _ => return None,
+        })
+    }
+
+    /// GitHub's spelling, also the `action` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobAction::Queued => "queued",
+            JobAction::InProgress => "in_progress",
+            JobAction::Completed => "completed",
+            JobAction::Waiting => "waiting",
+        }
+    }
+}
+
+/// What a delivery (or a reconcile poll) tells about one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// Identity.
+    pub key: JobKey,
+    /// Repository name (without the owner).
+    pub repo: String,
+    /// Workflow run id.
+    pub run_id: u64,
+    /// Run attempt (re-runs get new job ids).
+    pub run_attempt: u32,
+    /// The job's `runs-on` labels.
+    pub labels: Vec<String>,
+    /// The runner that took it (`in_progress`, `completed`); may not be the one we made for it.
+    pub runner_name: Option<String>,
+    /// That runner's id.
+    pub runner_id: Option<u64>,
+    /// `success`, `failure`, `cancelled`, ... once completed.
+    pub conclusion: Option<String>,
+    /// The App installation the delivery came from.
+    pub installation_id: Option<u64>,
+}
+
+/// Lowercased, trimmed, sorted, de-duplicated labels: the unit runners are fungible over.
+pub fn label_set(labels: &[String]) -> Vec<String> {
+    let mut set: Vec<String> = labels
+        .iter()
+        .map(|l| l.trim().to_ascii_lowercase())
+        .filter(|l| !l.is_empty())
+        .collect();
+    set.sort();
+    set.dedup();
+    set
+}
+
+/// True when `offered` (a provider's labels) includes every label of `wanted` (a job's),
+/// case-insensitively.
+pub fn labels_cover(offered: &[String], wanted: &[String]) -> bool {
+    let offered = label_set(offered);
+    label_set(wanted)
+        .iter()
+        .all(|w| offered.binary_search(w).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn label_sets_ignore_case_order_and_repeats() {
+        assert_eq!(
+            label_set(&v(&["Linux", "self-hosted", "linux", " "])),
+            v(&["linux", "self-hosted"])
+        );
+        assert!(labels_cover(
+            &v(&["self-hosted", "linux", "x64"]),
+            &v(&["Self-Hosted", "LINUX"])
+        ));
+        assert!(!labels_cover(
+            &v(&["self-hosted", "linux"]),
+            &v(&["self-hosted", "gpu"])
+        ));
+        assert!(labels_cover(&v(&["self-hosted"]), &[]));
+    }
+
+    #[test]
+    fn actions_round_trip_and_unknown_is_none() {
+        for a in [
+            JobAction::Queued,
+            JobAction::InProgress,
+            JobAction::Completed,
+            JobAction::Waiting,
+        ] {
+            assert_eq!(JobAction::parse(a.as_str()), Some(a));
+        }
+        assert_eq!(JobAction::parse("requested"), None);
+    }
+}

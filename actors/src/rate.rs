@@ -1,0 +1,226 @@
+//! `RateActor`: the one keeper of GitHub rate-limit readings, one per credential.
+//!
+//! The GitHub client reports every answer's headers (`ObserveRate`); the retry ladder asks
+//! `GetRateSnapshot` before choosing when to try again. The pure [`RateTracker`] makes every
+//! decision; the actor only forwards and mirrors the latest reading into the four gauges. An
+//! observation without `X-RateLimit-Remaining` changes no reading and no gauge.
+
+use std::{collections::HashMap, time::Duration};
+
+use actix::{Actor, Context, Handler, Message, MessageResult};
+use serde::Serialize;
+
+use crate::{github::rate::RateHeaders, metrics::Metrics};
+
+/// What GitHub's headers said about one credential's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct RateSnapshot {
+    /// Requests left in the window.
+    pub remaining: Option<u64>,
+    /// The window's ceiling.
+    pub limit: Option<u64>,
+    /// Unix seconds at which the window resets.
+    pub reset: Option<u64>,
+    /// Requests used in the window.
+    pub used: Option<u64>,
+    /// Unix seconds of the last reading (0: never read).
+    pub updated: u64,
+    /// `Retry-After` of the latest answer that carried one.
+    pub retry_after: Option<Duration>,
+    /// Unix seconds at which that `Retry-After` was received.
+    pub retry_after_at: Option<u64>,
+}
+
+impl RateSnapshot {
+    /// True when the budget is provably empty: remaining 0, the reading younger than
+    /// `max_staleness`, and the reset still ahead. Then the reset time is returned.
+    pub fn exhausted_until(&self, now_unix: u64, max_staleness: Duration) -> Option<u64> {
+        let fresh =
+            self.updated != 0 && now_unix.saturating_sub(self.updated) < max_staleness.as_secs();
+        match (self.remaining, self.reset) {
+            (Some(0), Some(reset)) if fresh && reset > now_unix => Some(reset),
+            _ => None,
+        }
+    }
+}
+
+/// Readings per credential. Pure: the time of each observation is passed in.
+#[derive(Debug, Default)]
+pub struct RateTracker {
+    readings: HashMap<String, RateSnapshot>,
+}
+
+impl RateTracker {
+    /// Folds one answer's headers into the credential's reading. Returns the new reading when
+    /// it changed.
+    pub fn observe(&mut self, o: &ObserveRate) -> Option<RateSnapshot> {
+        if o.headers.is_none() && o.retry_after.is_none() {
+            return None;
+        }
+        let r = self.readings.entry(o.credential.clone()).or_default();
+        if let Some(h) = o.headers.filter(|h| h.core) {
+            // `X-RateLimit-Remaining` was present (else `headers` would be `None`): this is a
+            // reading, even if some values did not parse.
+            if h.remaining.is_some() {
+                r.remaining = h.remaining;
+            }
+            r.limit = h.limit.or(r.limit);
+            r.reset = h.reset.or(r.reset);
+            r.used = h.used.or(r.used);
+            r.updated = o.at_unix;
+        }
+        if let Some(after) = o.retry_after {
+            r.retry_after = Some(after);
+            r.retry_after_at = Some(o.at_unix);
+        }
+        Some(*r)
+    }
+
+    /// The reading for `credential` (all empty if never observed).
+    pub fn snapshot(&self, credential: &str) -> RateSnapshot {
+        self.readings.get(credential).copied().unwrap_or_default()
+    }
+}
+
+/// One GitHub answer's rate information.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ObserveRate {
+    /// Which credential's budget this is.
+    pub credential: String,
+    /// The `X-RateLimit-*` headers; `None` when `X-RateLimit-Remaining` was absent.
+    pub headers: Option<RateHeaders>,
+    /// `Retry-After`, if sent.
+    pub retry_after: Option<Duration>,
+    /// HTTP status of the answer.
+    pub status: u16,
+    /// Unix seconds when the answer arrived.
+    pub at_unix: u64,
+}
+
+/// Asks for a credential's latest reading.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "RateSnapshot")]
+pub struct GetRateSnapshot {
+    /// The credential (`GithubClient::rate_key`).
+    pub credential: String,
+}
+
+/// Actor shell over [`RateTracker`]; mirrors readings into the rate gauges.
+#[derive(Debug)]
+pub struct RateActor {
+    tracker: RateTracker,
+    metrics: Metrics,
+}
+
+impl RateActor {
+    /// A rate actor writing into `metrics`.
+    pub fn new(metrics: Metrics) -> Self {
+        RateActor {
+            tracker: RateTracker::default(),
+            metrics,
+        }
+    }
+}
+
+impl Actor for RateActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(1024);
+    }
+}
+
+impl Handler<ObserveRate> for RateActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ObserveRate, _: &mut Context<Self>) {
+        let is_reading = msg.headers.is_some_and(|h| h.core);
+        if let Some(r) = self.tracker.observe(&msg)
+            && is_reading
+        {
+            let set = |g: &prometheus::IntGauge, v: Option<u64>| {
+                if let Some(v) = v {
+                    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+                }
+            };
+            set(&self.metrics.rate_remaining, r.remaining);
+            set(&self.metrics.rate_limit, r.limit);
+            set(&self.metrics.rate_reset_seconds, r.reset);
+            set(&self.metrics.rate_updated_seconds, Some(r.updated));
+        }
+    }
+}
+
+impl Handler<GetRateSnapshot> for RateActor {
+    type Result = MessageResult<GetRateSnapshot>;
+
+    fn handle(&mut self, msg: GetRateSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.tracker.snapshot(&msg.credential))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(remaining: Option<u64>, reset: u64, at: u64) -> ObserveRate {
+        ObserveRate {
+            credential: "token".into(),
+            headers: Some(RateHeaders {
+                remaining,
+                limit: Some(5000),
+                reset: Some(reset),
+                used: None,
+                core: true,
+            }),
+            retry_after: None,
+            status: 200,
+            at_unix: at,
+        }
+    }
+
+    #[test]
+    fn missing_headers_change_nothing() {
+        let mut t = RateTracker::default();
+        t.observe(&obs(Some(10), 2000, 1000));
+        let before = t.snapshot("token");
+        let none = ObserveRate {
+            headers: None,
+            ..obs(None, 0, 1500)
+        };
+        assert_eq!(t.observe(&none), None);
+        assert_eq!(t.snapshot("token"), before);
+        assert_eq!(before.updated, 1000);
+    }
+
+    #[test]
+    fn readings_are_kept_per_credential() {
+        let mut t = RateTracker::default();
+        t.observe(&obs(Some(10), 2000, 1000));
+        t.observe(&ObserveRate {
+            credential: "app-installation-9".into(),
+            ..obs(Some(0), 3000, 1001)
+        });
+        assert_eq!(t.snapshot("token").remaining, Some(10));
+        assert_eq!(t.snapshot("app-installation-9").remaining, Some(0));
+        assert_eq!(t.snapshot("other"), RateSnapshot::default());
+    }
+
+    #[test]
+    fn exhausted_only_when_fresh_empty_and_reset_ahead() {
+        let five_min = Duration::from_secs(300);
+        let mut t = RateTracker::default();
+        t.observe(&obs(Some(0), 1090, 1000));
+        let s = t.snapshot("token");
+        assert_eq!(s.exhausted_until(1000, five_min), Some(1090));
+        assert_eq!(
+            s.exhausted_until(1000 + 600, five_min),
+            None,
+            "stale reading"
+        );
+        assert_eq!(s.exhausted_until(1095, five_min), None, "reset passed");
+        t.observe(&obs(Some(3), 1090, 1001));
+        assert_eq!(t.snapshot("token").exhausted_until(1001, five_min), None);
+    }
+}

@@ -1,0 +1,31 @@
+//! Messages the scheduler receives.
+
+use actix::Message;
+use tokio::time::Instant;
+
+use crate::job::{JobAction, JobInfo};
+
+/// Where a job event came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSource {
+    /// A verified webhook delivery.
+    Webhook,
+    /// The start-up or periodic reconcile poll.
+    Reconcile,
+}
+
+/// GitHub said something about a job (a delivery, or a poll that found it queued).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct JobEvent {
+    /// `X-GitHub-Delivery`, for logs.
+    pub delivery_id: Option<String>,
+    /// What happened.
+    pub action: JobAction,
+    /// The job.
+    pub job: JobInfo,
+    /// When the daemon received it (queue wait is measured from here).
+    pub received: Instant,
+    /// Webhook or reconcile.
+    pub source: EventSource,
+}

@@ -1,0 +1,226 @@
+//! A GitHub stand-in: a real HTTP server on `127.0.0.1:0` that answers the REST calls the
+//! daemon makes (JIT runners, runners, runs, jobs, App tokens, repos) with realistic bodies and
+//! `X-RateLimit-*` headers, spends a settable rate budget, plays scripted faults (status N for
+//! the next k calls, a dropped connection, an exhausted budget until a time), and records every
+//! call. Tests, benchmarks and the demo share it. It never touches the network beyond loopback.
+
+#![warn(missing_docs)]
+
+mod routes;
+mod state;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use actix_web::{App, HttpServer, dev::ServerHandle, web};
+pub use state::{Budget, Call, Fault, Job, Runner, State, unix_now};
+
+/// How to start a stand-in.
+#[derive(Debug, Clone)]
+pub struct StandinConfig {
+    /// The org or user that owns the repos.
+    pub owner: String,
+    /// Its repos.
+    pub repos: Vec<String>,
+    /// The PAT it accepts (empty: none).
+    pub token: String,
+    /// Requests per rate window.
+    pub rate_limit: u64,
+    /// Rate window length.
+    pub rate_window: Duration,
+    /// Lifetime of issued installation tokens.
+    pub installation_token_ttl: Duration,
+    /// PEM public key to verify App JWTs with (`None`: JWT shape checked only).
+    pub app_public_key: Option<String>,
+}
+
+impl Default for StandinConfig {
+    fn default() -> Self {
+        StandinConfig {
+            owner: "acme".into(),
+            repos: vec!["app".into()],
+            token: "ghp_standin_token".into(),
+            rate_limit: 5000,
+            rate_window: Duration::from_secs(3600),
+            installation_token_ttl: Duration::from_secs(3600),
+            app_public_key: None,
+        }
+    }
+}
+
+/// A running stand-in. Dropping it does not stop the server; call [`Standin::stop`].
+#[derive(Debug, Clone)]
+pub struct Standin {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    server: ServerHandle,
+}
+
+impl Standin {
+    /// Binds `127.0.0.1:0` and serves on the current actix System.
+    pub fn start(config: StandinConfig) -> std::io::Result<Standin> {
+        let now = unix_now();
+        let state = Arc::new(Mutex::new(State {
+            owner: config.owner.clone(),
+            repos: config.repos.clone(),
+            token: config.token.clone(),
+            installation_tokens: Default::default(),
+            installation_token_ttl: config.installation_token_ttl,
+            runners: Default::default(),
+            jobs: Default::default(),
+            budget: Budget {
+                limit: config.rate_limit,
+                remaining: config.rate_limit,
+                reset: now + config.rate_window.as_secs(),
+                window: config.rate_window,
+            },
+            faults: Default::default(),
+            calls: Vec::new(),
+            next_runner_id: 1,
+            next_job_id: 1000,
+            base_url: String::new(),
+        }));
+        let shared = web::Data::new(routes::Shared {
+            state: state.clone(),
+            app_public_key: config.app_public_key.clone(),
+        });
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(shared.clone())
+                .app_data(web::PayloadConfig::new(4 * 1024 * 1024))
+                .default_service(web::to(routes::dispatch))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(("127.0.0.1", 0))?;
+        let addr = server.addrs()[0];
+        let server = server.run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        lock(&state).base_url = format!("http://{addr}");
+        Ok(Standin {
+            addr,
+            state,
+            server: handle,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`: the `github.api_url` to point a daemon at.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server.
+    pub async fn stop(&self) {
+        self.server.stop(false).await;
+    }
+
+    /// Locks the state for direct inspection or changes.
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state().calls.clone()
+    }
+
+    /// Calls to one endpoint so far.
+    pub fn count(&self, endpoint: &str) -> usize {
+        self.state().count(endpoint)
+    }
+
+    /// Registered runners.
+    pub fn runners(&self) -> Vec<Runner> {
+        self.state().runners.values().cloned().collect()
+    }
+
+    /// Jobs.
+    pub fn jobs(&self) -> Vec<Job> {
+        self.state().jobs.values().cloned().collect()
+    }
+
+    /// Queues `count` jobs with `labels` in one new run of `repo`; returns their ids.
+    pub fn queue_jobs(&self, repo: &str, labels: &[&str], count: usize) -> Vec<u64> {
+        let mut s = self.state();
+        let run_id = s.next_job_id;
+        s.next_job_id += 1;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        (0..count)
+            .map(|_| {
+                let id = s.next_job_id;
+                s.next_job_id += 1;
+                s.jobs.insert(
+                    id,
+                    Job {
+                        id,
+                        run_id,
+                        repo: repo.to_string(),
+                        labels: labels.iter().map(|l| l.to_string()).collect(),
+                        status: "queued".into(),
+                        conclusion: None,
+                        runner_name: None,
+                        runner_id: None,
+                        queued_at_ms: now_ms,
+                    },
+                );
+                id
+            })
+            .collect()
+    }
+
+    /// Sets the budget: `remaining` of `limit`, resetting at `reset` (unix seconds).
+    pub fn set_budget(&self, remaining: u64, limit: u64, reset: u64) {
+        let mut s = self.state();
+        s.budget.remaining = remaining;
+        s.budget.limit = limit;
+        s.budget.reset = reset;
+    }
+
+    /// Empties the budget until `for_` from now; every rated call answers 403 until then.
+    /// Returns the reset time (unix seconds).
+    pub fn exhaust_for(&self, for_: Duration) -> u64 {
+        let mut s = self.state();
+        let reset = unix_now() + for_.as_secs().max(1);
+        s.budget.remaining = 0;
+        s.budget.reset = reset;
+        reset
+    }
+
+    /// Answers the next `times` calls of `endpoint` with `fault`.
+    pub fn fail_next(&self, endpoint: &str, times: usize, fault: Fault) {
+        let mut s = self.state();
+        let queue = s.faults.entry(endpoint.to_string()).or_default();
+        queue.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Answers the next `times` calls of `endpoint` with a bare `status` (with rate headers).
+    pub fn fail_status(&self, endpoint: &str, status: u16, times: usize) {
+        self.fail_next(
+            endpoint,
+            times,
+            Fault::Status {
+                status,
+                message: routes::reason(status).to_string(),
+                retry_after: None,
+                rate_headers: true,
+            },
+        );
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}

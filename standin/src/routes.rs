@@ -1,0 +1,548 @@
+//! The stand-in's HTTP layer: one catch-all handler that names the endpoint, plays a scripted
+//! fault if there is one, checks credentials, spends the rate budget, and answers like GitHub.
+
+use std::{
+    io,
+    sync::{Arc, Mutex},
+};
+
+use actix_web::{HttpRequest, HttpResponse, http::Method, web};
+use base64::{Engine, engine::general_purpose::STANDARD as B64};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::state::{Call, Fault, Job, Runner, State, unix_now};
+
+pub(crate) struct Shared {
+    pub state: Arc<Mutex<State>>,
+    pub app_public_key: Option<String>,
+}
+
+/// The reason phrase GitHub puts in `message` for a bare status.
+pub(crate) fn reason(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Bad credentials",
+        403 => "Forbidden",
+        404 => "Not Found",
+        409 => "Conflict",
+        422 => "Validation Failed",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+/// Names the endpoint of a request, in the daemon client's vocabulary.
+fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
+    let m = method.as_str();
+    match (m, segs) {
+        ("POST", ["orgs", _, "actions", "runners", "generate-jitconfig"])
+        | ("POST", ["repos", _, _, "actions", "runners", "generate-jitconfig"]) => {
+            "generate_jitconfig"
+        }
+        ("GET", ["orgs", _, "actions", "runners"])
+        | ("GET", ["repos", _, _, "actions", "runners"]) => "list_runners",
+        ("DELETE", ["orgs", _, "actions", "runners", _])
+        | ("DELETE", ["repos", _, _, "actions", "runners", _]) => "delete_runner",
+        ("GET", ["repos", _, _, "actions", "runs"]) => "list_runs",
+        ("GET", ["repos", _, _, "actions", "runs", _, "jobs"]) => "list_jobs",
+        ("GET", ["repos", _, _, "actions", "jobs", _]) => "get_job",
+        ("POST", ["app", "installations", _, "access_tokens"]) => "access_tokens",
+        ("GET", ["installation", "repositories"]) => "installation_repos",
+        ("GET", ["orgs", _, "repos"]) => "org_repos",
+        ("GET", ["rate_limit"]) => "rate_limit",
+        _ => "unknown",
+    }
+}
+
+pub(crate) async fn dispatch(
+    req: HttpRequest,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let path = req.path().to_string();
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let endpoint = endpoint(req.method(), &segs);
+    let now = unix_now();
+    let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    let full_path = match req.query_string() {
+        "" => path.clone(),
+        q => format!("{path}?{q}"),
+    };
+    let (status, response) = answer(&mut s, &shared, &req, endpoint, &segs, &body, now);
+    s.calls.push(Call {
+        endpoint: endpoint.to_string(),
+        method: req.method().to_string(),
+        path: full_path,
+        status,
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0),
+        api_version: header(&req, "x-github-api-version"),
+        accept: header(&req, "accept"),
+        bearer: bearer(&req).is_some(),
+    });
+    response
+}
+
+fn header(req: &HttpRequest, name: &str) -> Option<String> {
+    req.headers().get(name)?.to_str().ok().map(str::to_string)
+}
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+fn error(status: u16, message: &str) -> (u16, HttpResponse) {
+    let body = json!({
+        "message": message,
+        "documentation_url": "https://docs.github.com/rest",
+        "status": status.to_string(),
+    });
+    let code = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    (status, HttpResponse::build(code).json(body))
+}
+
+fn with_rate(mut r: HttpResponse, s: &State) -> HttpResponse {
+    let h = r.headers_mut();
+    let b = &s.budget;
+    let pairs = [
+        ("x-ratelimit-limit", b.limit.to_string()),
+        ("x-ratelimit-remaining", b.remaining.to_string()),
+        ("x-ratelimit-reset", b.reset.to_string()),
+        (
+            "x-ratelimit-used",
+            (b.limit.saturating_sub(b.remaining)).to_string(),
+        ),
+        ("x-ratelimit-resource", "core".to_string()),
+    ];
+    for (k, v) in pairs {
+        if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&v) {
+            h.insert(actix_web::http::header::HeaderName::from_static(k), v);
+        }
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    s: &mut State,
+    shared: &Shared,
+    req: &HttpRequest,
+    endpoint: &'static str,
+    segs: &[&str],
+    body: &[u8],
+    now: u64,
+) -> (u16, HttpResponse) {
+    s.budget.roll(now);
+    if let Some(fault) = s.take_fault(endpoint) {
+        return match fault {
+            Fault::Drop => {
+                let broken = futures_util::stream::once(async {
+                    Err::<web::Bytes, io::Error>(io::Error::new(
+                        io::ErrorKind::ConnectionReset,
+                        "dropped by the stand-in",
+                    ))
+                });
+                (0, HttpResponse::Ok().streaming(broken))
+            }
+            Fault::Status {
+                status,
+                message,
+                retry_after,
+                rate_headers,
+            } => {
+                let (status, mut r) = error(status, &message);
+                if let Some(secs) = retry_after
+                    && let Ok(v) = actix_web::http::header::HeaderValue::from_str(&secs.to_string())
+                {
+                    r.headers_mut()
+                        .insert(actix_web::http::header::RETRY_AFTER, v);
+                }
+                if rate_headers {
+                    s.budget.remaining = s.budget.remaining.saturating_sub(1);
+                    r = with_rate(r, s);
+                }
+                (status, r)
+            }
+        };
+    }
+    match endpoint {
+        "access_tokens" => return access_token(s, shared, req, segs, now),
+        "unknown" => return error(404, "Not Found"),
+        _ => {}
+    }
+    let Some(token) = bearer(req) else {
+        return error(401, "Requires authentication");
+    };
+    if !s.authorized(token, now) {
+        return error(401, "Bad credentials");
+    }
+    if endpoint == "rate_limit" {
+        let b = &s.budget;
+        let core = json!({ "limit": b.limit, "remaining": b.remaining, "reset": b.reset, "used": b.limit - b.remaining });
+        return (
+            200,
+            HttpResponse::Ok().json(json!({ "resources": { "core": core }, "rate": core })),
+        );
+    }
+    if s.budget.remaining == 0 {
+        let (status, r) = error(403, "API rate limit exceeded for installation.");
+        return (status, with_rate(r, s));
+    }
+    s.budget.remaining -= 1;
+    let installation = s.installation_tokens.contains_key(token);
+    let (status, r) = route(s, req, endpoint, segs, body, installation);
+    (status, with_rate(r, s))
+}
+
+fn route(
+    s: &mut State,
+    req: &HttpRequest,
+    endpoint: &'static str,
+    segs: &[&str],
+    body: &[u8],
+    installation: bool,
+) -> (u16, HttpResponse) {
+    // `repo` is Some for repo-level paths; the owner must match either way.
+    let (owner, repo) = match segs {
+        ["orgs", owner, ..] => (Some(*owner), None),
+        ["repos", owner, repo, ..] => (Some(*owner), Some(*repo)),
+        _ => (None, None),
+    };
+    let foreign_owner = owner.is_some_and(|o| !o.eq_ignore_ascii_case(&s.owner));
+    if foreign_owner || repo.is_some_and(|r| !s.repos.iter().any(|x| x == r)) {
+        return error(404, "Not Found");
+    }
+    let query = web::Query::<Paging>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    match endpoint {
+        "generate_jitconfig" => generate_jitconfig(s, repo, body),
+        "list_runners" => {
+            let runners: Vec<Value> = s
+                .runners
+                .values()
+                .filter(|r| r.repo.as_deref() == repo)
+                .map(runner_json)
+                .collect();
+            let total = runners.len();
+            let (page, next) = query.page(runners);
+            paged(
+                req,
+                json!({ "total_count": total, "runners": page }),
+                next,
+                &query,
+            )
+        }
+        "delete_runner" => {
+            let id: u64 = segs.last().and_then(|x| x.parse().ok()).unwrap_or(0);
+            match s.runners.get(&id) {
+                Some(r) if r.repo.as_deref() != repo => error(404, "Not Found"),
+                Some(r) if r.busy => error(
+                    422,
+                    "Bad request - Runner \"busy\" is still running a job\"",
+                ),
+                Some(_) => {
+                    s.runners.remove(&id);
+                    (204, HttpResponse::NoContent().finish())
+                }
+                None => error(404, "Not Found"),
+            }
+        }
+        "list_runs" => {
+            let repo = repo.unwrap_or_default();
+            let mut run_ids: Vec<u64> = s
+                .jobs
+                .values()
+                .filter(|j| j.repo == repo)
+                .map(|j| j.run_id)
+                .collect();
+            run_ids.sort_unstable();
+            run_ids.dedup();
+            let runs: Vec<Value> = run_ids
+                .into_iter()
+                .map(|id| (id, s.run_status(id)))
+                .filter(|(_, st)| query.status.as_deref().is_none_or(|want| want == *st))
+                .map(|(id, st)| json!({ "id": id, "status": st, "run_attempt": 1, "name": "ci" }))
+                .collect();
+            let total = runs.len();
+            let (page, next) = query.page(runs);
+            paged(
+                req,
+                json!({ "total_count": total, "workflow_runs": page }),
+                next,
+                &query,
+            )
+        }
+        "list_jobs" => {
+            let run_id: u64 = segs.get(5).and_then(|x| x.parse().ok()).unwrap_or(0);
+            let jobs: Vec<Value> = s
+                .jobs
+                .values()
+                .filter(|j| j.run_id == run_id)
+                .map(job_json)
+                .collect();
+            let total = jobs.len();
+            let (page, next) = query.page(jobs);
+            paged(
+                req,
+                json!({ "total_count": total, "jobs": page }),
+                next,
+                &query,
+            )
+        }
+        "get_job" => {
+            let id: u64 = segs.last().and_then(|x| x.parse().ok()).unwrap_or(0);
+            match s.jobs.get(&id) {
+                Some(j) => (200, HttpResponse::Ok().json(job_json(j))),
+                None => error(404, "Not Found"),
+            }
+        }
+        "installation_repos" if installation => {
+            let repos = repos_json(s);
+            let total = repos.len();
+            let (page, next) = query.page(repos);
+            paged(
+                req,
+                json!({ "total_count": total, "repositories": page }),
+                next,
+                &query,
+            )
+        }
+        "installation_repos" => error(403, "This endpoint requires an installation token"),
+        "org_repos" => {
+            let repos = repos_json(s);
+            let (page, next) = query.page(repos);
+            paged(req, Value::Array(page), next, &query)
+        }
+        _ => error(404, "Not Found"),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Paging {
+    per_page: Option<usize>,
+    page: Option<usize>,
+    status: Option<String>,
+}
+
+impl Paging {
+    fn page(&self, items: Vec<Value>) -> (Vec<Value>, bool) {
+        let per = self.per_page.unwrap_or(30).clamp(1, 100);
+        let page = self.page.unwrap_or(1).max(1);
+        let start = (page - 1) * per;
+        let next = items.len() > start + per;
+        (items.into_iter().skip(start).take(per).collect(), next)
+    }
+}
+
+fn paged(req: &HttpRequest, body: Value, next: bool, q: &Paging) -> (u16, HttpResponse) {
+    let mut r = HttpResponse::Ok();
+    if next {
+        let per = q.per_page.unwrap_or(30).clamp(1, 100);
+        let page = q.page.unwrap_or(1).max(1) + 1;
+        let mut url = format!("{}?per_page={per}&page={page}", req.path());
+        if let Some(status) = &q.status {
+            url.push_str(&format!("&status={status}"));
+        }
+        r.insert_header(("Link", format!("<{url}>; rel=\"next\"")));
+    }
+    (200, r.json(body))
+}
+
+fn repos_json(s: &State) -> Vec<Value> {
+    let full = |r: &String| format!("{}/{r}", s.owner);
+    s.repos
+        .iter()
+        .map(|r| json!({ "name": r, "full_name": full(r) }))
+        .collect()
+}
+
+fn runner_json(r: &Runner) -> Value {
+    json!({
+        "id": r.id,
+        "name": r.name,
+        "os": "Linux",
+        "status": r.status,
+        "busy": r.busy,
+        "ephemeral": true,
+        "runner_group_id": 1,
+        "labels": r.labels.iter().map(|l| json!({ "name": l, "type": "custom" })).collect::<Vec<_>>(),
+    })
+}
+
+fn job_json(j: &Job) -> Value {
+    json!({
+        "id": j.id,
+        "run_id": j.run_id,
+        "run_attempt": 1,
+        "status": j.status,
+        "conclusion": j.conclusion,
+        "labels": j.labels,
+        "runner_id": j.runner_id,
+        "runner_name": j.runner_name,
+        "name": format!("job-{}", j.id),
+    })
+}
+
+#[derive(Deserialize)]
+struct JitRequest {
+    name: String,
+    #[serde(default)]
+    runner_group_id: Option<u64>,
+    #[serde(default)]
+    labels: Vec<String>,
+    #[serde(default)]
+    work_folder: Option<String>,
+}
+
+fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, HttpResponse) {
+    let Ok(req) = serde_json::from_slice::<JitRequest>(body) else {
+        return error(422, "Validation Failed: invalid request body");
+    };
+    if req.name.is_empty()
+        || req.labels.is_empty()
+        || req.labels.len() > 100
+        || req.runner_group_id.is_none()
+    {
+        return error(
+            422,
+            "Validation Failed: name, runner_group_id and 1-100 labels are required",
+        );
+    }
+    if s.runners.values().any(|r| r.name == req.name) {
+        return error(
+            409,
+            &format!(
+                "Already exists - A runner with the name {} already exists.",
+                req.name
+            ),
+        );
+    }
+    let id = s.next_runner_id;
+    s.next_runner_id += 1;
+    let token = format!("runner-token-{id}-{}", random(12));
+    let work = req.work_folder.unwrap_or_else(|| "_work".into());
+    let runner_file = json!({
+        "AgentId": id,
+        "AgentName": req.name,
+        "PoolId": 1,
+        "PoolName": "Default",
+        "ServerUrl": s.base_url,
+        "GitHubUrl": format!("{}/{}{}", s.base_url, s.owner, repo.map(|r| format!("/{r}")).unwrap_or_default()),
+        "WorkFolder": work,
+        "Ephemeral": true,
+        "DisableUpdate": true,
+        "UseV2Flow": true,
+    });
+    let credentials = json!({ "Scheme": "OAuthAccessToken", "Data": { "token": token } });
+    let files = json!({
+        ".runner": B64.encode(runner_file.to_string()),
+        ".credentials": B64.encode(credentials.to_string()),
+        ".credentials_rsaparams": B64.encode("{}"),
+    });
+    let runner = Runner {
+        id,
+        name: req.name,
+        labels: req.labels,
+        repo: repo.map(str::to_string),
+        status: "offline".into(),
+        busy: false,
+        job_id: None,
+        token,
+    };
+    let body = json!({ "runner": runner_json(&runner), "encoded_jit_config": B64.encode(files.to_string()) });
+    s.runners.insert(id, runner);
+    (201, HttpResponse::Created().json(body))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AppClaims {
+    iat: u64,
+    exp: u64,
+    iss: String,
+}
+
+fn access_token(
+    s: &mut State,
+    shared: &Shared,
+    req: &HttpRequest,
+    segs: &[&str],
+    now: u64,
+) -> (u16, HttpResponse) {
+    let Some(jwt) = bearer(req) else {
+        return error(401, "A JSON web token could not be decoded");
+    };
+    let claims = match &shared.app_public_key {
+        Some(pem) => {
+            let key = match jsonwebtoken::DecodingKey::from_rsa_pem(pem.as_bytes()) {
+                Ok(k) => k,
+                Err(_) => return error(500, "stand-in has a bad public key"),
+            };
+            let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+            v.required_spec_claims = ["exp", "iat", "iss"]
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            match jsonwebtoken::decode::<AppClaims>(jwt, &key, &v) {
+                Ok(d) => d.claims,
+                Err(_) => return error(401, "A JSON web token could not be decoded"),
+            }
+        }
+        None => match jwt
+            .split('.')
+            .nth(1)
+            .and_then(|p| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(p)
+                    .ok()
+            })
+            .and_then(|b| serde_json::from_slice::<AppClaims>(&b).ok())
+        {
+            Some(c) => c,
+            None => return error(401, "A JSON web token could not be decoded"),
+        },
+    };
+    if claims.iat > now + 5 || claims.exp <= now || claims.exp - claims.iat > 600 {
+        return error(
+            401,
+            "'Expiration time' claim ('exp') is too far in the future",
+        );
+    }
+    if segs.get(2).and_then(|x| x.parse::<u64>().ok()).is_none() {
+        return error(404, "Not Found");
+    }
+    let token = format!("ghs_{}", random(36));
+    let expires = now + s.installation_token_ttl.as_secs();
+    s.installation_tokens.insert(token.clone(), expires);
+    let expires_at = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(expires),
+    )
+    .to_string();
+    (201, HttpResponse::Created().json(json!({
+        "token": token,
+        "expires_at": expires_at,
+        "permissions": { "administration": "write", "actions": "read", "organization_self_hosted_runners": "write" },
+        "repository_selection": "all",
+    })))
+}
+
+fn random(n: usize) -> String {
+    use rand::RngExt as _;
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| A[rng.random_range(0..A.len())] as char)
+        .collect()
+}

@@ -1,0 +1,192 @@
+//! The stand-in's world: runners, workflow runs and jobs, the rate budget, scripted faults, and
+//! the record of every call. Pure data behind one mutex; the HTTP layer only reads and writes it.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde::Serialize;
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// One recorded API call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Call {
+    /// Endpoint name, as the daemon's client labels it (`generate_jitconfig`, ...).
+    pub endpoint: String,
+    /// HTTP method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Status answered (0 when the connection was dropped).
+    pub status: u16,
+    /// Unix milliseconds when it arrived.
+    pub at_ms: u128,
+    /// `X-GitHub-Api-Version` as sent.
+    pub api_version: Option<String>,
+    /// `Accept` as sent.
+    pub accept: Option<String>,
+    /// Whether an `Authorization: Bearer` header was sent.
+    pub bearer: bool,
+}
+
+/// A registered runner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Runner {
+    /// Runner id.
+    pub id: u64,
+    /// Runner name.
+    pub name: String,
+    /// Labels it registered with.
+    pub labels: Vec<String>,
+    /// Repo for repo-level runners.
+    pub repo: Option<String>,
+    /// `online` once its process connected, else `offline`.
+    pub status: String,
+    /// Running a job.
+    pub busy: bool,
+    /// The job it took, if any.
+    pub job_id: Option<u64>,
+    /// The token in its JIT config.
+    pub token: String,
+}
+
+/// A job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    /// Job id.
+    pub id: u64,
+    /// Run id.
+    pub run_id: u64,
+    /// Repo name.
+    pub repo: String,
+    /// `runs-on` labels.
+    pub labels: Vec<String>,
+    /// `queued`, `in_progress`, `completed`.
+    pub status: String,
+    /// Set when completed.
+    pub conclusion: Option<String>,
+    /// The runner that took it.
+    pub runner_name: Option<String>,
+    /// That runner's id.
+    pub runner_id: Option<u64>,
+    /// Unix milliseconds when it was queued.
+    pub queued_at_ms: u128,
+}
+
+/// A scripted fault for the next calls of an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer this status with this message (and optional `Retry-After`), with or without rate headers.
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// `message` of the JSON body.
+        message: String,
+        /// `Retry-After` seconds.
+        retry_after: Option<u64>,
+        /// Whether the answer carries `X-RateLimit-*` headers.
+        rate_headers: bool,
+    },
+    /// Close the connection without a complete answer.
+    Drop,
+}
+
+/// The rate budget of the one credential the stand-in serves.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// Requests per window.
+    pub limit: u64,
+    /// Left in this window.
+    pub remaining: u64,
+    /// Unix seconds the window resets.
+    pub reset: u64,
+    /// Window length.
+    pub window: Duration,
+}
+
+impl Budget {
+    /// Rolls the window over once its reset has passed.
+    pub fn roll(&mut self, now: u64) {
+        if now >= self.reset {
+            self.remaining = self.limit;
+            self.reset = now + self.window.as_secs();
+        }
+    }
+}
+
+/// Everything the stand-in knows.
+#[derive(Debug)]
+pub struct State {
+    /// The org/user that owns the repos.
+    pub owner: String,
+    /// The repos.
+    pub repos: Vec<String>,
+    /// Accepted PAT.
+    pub token: String,
+    /// Installation tokens issued: token -> unix expiry.
+    pub installation_tokens: BTreeMap<String, u64>,
+    /// Lifetime of an issued installation token.
+    pub installation_token_ttl: Duration,
+    /// Registered runners by id.
+    pub runners: BTreeMap<u64, Runner>,
+    /// Jobs by id.
+    pub jobs: BTreeMap<u64, Job>,
+    /// Rate budget.
+    pub budget: Budget,
+    /// Faults per endpoint, consumed in order.
+    pub faults: BTreeMap<String, VecDeque<Fault>>,
+    /// Every call.
+    pub calls: Vec<Call>,
+    /// Next ids.
+    pub next_runner_id: u64,
+    /// Next job/run id.
+    pub next_job_id: u64,
+    /// `ServerUrl` written into JIT configs.
+    pub base_url: String,
+}
+
+impl State {
+    /// Counts calls to `endpoint` (all statuses).
+    pub fn count(&self, endpoint: &str) -> usize {
+        self.calls.iter().filter(|c| c.endpoint == endpoint).count()
+    }
+
+    /// The next fault scripted for `endpoint`, if any.
+    pub fn take_fault(&mut self, endpoint: &str) -> Option<Fault> {
+        let queue = self.faults.get_mut(endpoint)?;
+        let fault = queue.pop_front();
+        if queue.is_empty() {
+            self.faults.remove(endpoint);
+        }
+        fault
+    }
+
+    /// Whether `bearer` is the PAT or a live installation token.
+    pub fn authorized(&self, bearer: &str, now: u64) -> bool {
+        (!self.token.is_empty() && bearer == self.token)
+            || self
+                .installation_tokens
+                .get(bearer)
+                .is_some_and(|exp| *exp > now)
+    }
+
+    /// The status of a run, derived from its jobs like GitHub's.
+    pub fn run_status(&self, run_id: u64) -> &'static str {
+        let jobs: Vec<_> = self.jobs.values().filter(|j| j.run_id == run_id).collect();
+        if jobs.iter().all(|j| j.status == "completed") {
+            "completed"
+        } else if jobs.iter().all(|j| j.status == "queued") {
+            "queued"
+        } else {
+            "in_progress"
+        }
+    }
+}
