@@ -8,11 +8,14 @@
 
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod config;
 pub mod github;
 pub mod http;
 pub mod job;
 pub mod metrics;
+pub mod provision;
 pub mod rate;
+pub mod retry;
 pub mod scheduler;
 pub mod webhook;

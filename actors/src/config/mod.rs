@@ -276,7 +276,10 @@ impl ProvidersConfig {
 }
 
 /// Which provisioner a provider table configures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     /// A runner process on this host.
     Local,

@@ -29,3 +29,33 @@ pub struct JobEvent {
     /// Webhook or reconcile.
     pub source: EventSource,
 }
+
+/// A retry came due: dispatch the job again.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RetryDue {
+    /// The job.
+    pub job: JobInfo,
+    /// Failures so far.
+    pub attempts: u32,
+}
+
+/// What the retry actor decided about a failure.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RetryDecided {
+    /// The job.
+    pub key: crate::job::JobKey,
+    /// The decision.
+    pub outcome: crate::retry::Scheduled,
+}
+
+/// Stop claiming (`true`) or resume (`false`). Running jobs are untouched.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct SetCordon(pub bool);
+
+/// Ask for the scheduler's state.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "super::core::SchedulerState")]
+pub struct GetSchedulerState;

@@ -1,5 +1,15 @@
-//! The scheduler: the one owner of dedup, routing, slot and retry state.
+//! The scheduler: the one owner of dedup, routing, slot and claim state. [`core`] decides,
+//! [`actor`] carries decisions out, [`messages`] is what it receives.
 
+pub mod actor;
+mod bucket;
+pub mod core;
 pub mod messages;
 
+pub use actor::{GithubHandle, RateHandle, RetryHandle, SchedulerActor, SchedulerDeps, start};
+pub use bucket::TokenBucket;
+pub use core::{Effect, Phase, Scheduler, SchedulerSettings, SchedulerState};
 pub use messages::JobEvent;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,69 @@
+//! The one clock every actor reads: tokio's monotonic `Instant` for timers and ages, and unix
+//! seconds for GitHub's rate-limit resets.
+//!
+//! In production unix time is the system's. Under paused tokio time (tests, benchmarks) a
+//! [`Clock::virtual_from`] derives unix seconds from the paused monotonic clock, so a rate reset
+//! "in 90 s" and a timer "in 90 s" move together.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+/// Monotonic and wall time, real or virtual.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    virtual_base: Option<(Instant, u64)>,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::real()
+    }
+}
+
+impl Clock {
+    /// The system clock.
+    pub fn real() -> Self {
+        Clock { virtual_base: None }
+    }
+
+    /// Unix time that advances with tokio's (possibly paused) clock, starting at `unix_now`.
+    pub fn virtual_from(unix_now: u64) -> Self {
+        Clock {
+            virtual_base: Some((Instant::now(), unix_now)),
+        }
+    }
+
+    /// Monotonic now.
+    pub fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// Both readings at once, to pass into the pure cores.
+    pub fn tick(&self) -> Now {
+        Now {
+            mono: self.now(),
+            unix: self.unix(),
+        }
+    }
+
+    /// Unix seconds now.
+    pub fn unix(&self) -> u64 {
+        match self.virtual_base {
+            Some((base, unix)) => unix + Instant::now().saturating_duration_since(base).as_secs(),
+            None => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// One reading of the clock: what pure cores take instead of reading time themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic.
+    pub mono: Instant,
+    /// Unix seconds.
+    pub unix: u64,
+}

@@ -1,0 +1,116 @@
+//! The provisioner interface: the messages every provisioner answers (`Provision`, `Teardown`)
+//! and the events it reports (`RunnerEvent`), whatever it runs the runner in.
+//!
+//! A provisioner never calls GitHub and never decides about jobs: it starts the runner it is
+//! given, reports when it started and when it exited, and tears it down on request.
+
+use actix::{Message, Recipient};
+
+use crate::{
+    config::{ProviderKind, Secret},
+    job::JobKey,
+};
+
+/// Everything a provisioner needs to start one runner.
+#[derive(Clone)]
+pub struct RunnerSpec {
+    /// Runner name (unique; also the environment's name).
+    pub name: String,
+    /// GitHub's runner id.
+    pub runner_id: u64,
+    /// The JIT config: goes into `ACTIONS_RUNNER_INPUT_JITCONFIG`, never argv, never a log.
+    pub jit_config: Secret,
+    /// The job the runner was created for (GitHub may give it another).
+    pub intent: JobKey,
+    /// Labels it registered with.
+    pub labels: Vec<String>,
+}
+
+impl std::fmt::Debug for RunnerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerSpec")
+            .field("name", &self.name)
+            .field("runner_id", &self.runner_id)
+            .field("intent", &self.intent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Start a runner.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Provision(pub RunnerSpec);
+
+/// Stop a runner and remove its environment (idempotent).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Teardown {
+    /// Runner name.
+    pub name: String,
+    /// Why, for logs.
+    pub reason: &'static str,
+}
+
+/// How a runner ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitReason {
+    /// The runner process exited by itself.
+    Exited,
+    /// Torn down on request.
+    TornDown,
+    /// Killed after `job_timeout`.
+    TimedOut,
+    /// Its provisioner died; the environment was cleaned up.
+    ProvisionerDied,
+}
+
+/// What happened to a runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerEventKind {
+    /// The environment is up and the runner process started.
+    Started,
+    /// The runner is gone and its environment removed.
+    Exited {
+        /// Exit code, if there was a process.
+        code: Option<i32>,
+        /// Why it ended.
+        reason: ExitReason,
+    },
+    /// The environment could not be created; nothing is left of it.
+    Failed {
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// A provisioner's report about one runner.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RunnerEvent {
+    /// Which provider.
+    pub provider: ProviderKind,
+    /// Runner name.
+    pub name: String,
+    /// What happened.
+    pub kind: RunnerEventKind,
+}
+
+/// A provider went down (restart budget spent, or policy `never`) or came back.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ProviderStatus {
+    /// Which provider.
+    pub provider: ProviderKind,
+    /// Whether it accepts runners now.
+    pub up: bool,
+}
+
+/// How the scheduler reaches one provider.
+#[derive(Debug, Clone)]
+pub struct ProvisionerHandle {
+    /// Start runners.
+    pub provision: Recipient<Provision>,
+    /// Stop runners.
+    pub teardown: Recipient<Teardown>,
+}

@@ -1,0 +1,10 @@
+//! The claim retry ladder: the pure [`Backoff`] and [`RetryQueue`], and the [`RetryActor`] that
+//! arms one timer for the earliest due item.
+
+mod actor;
+mod backoff;
+mod queue;
+
+pub use actor::{CancelRetry, GetRetryQueue, RetryActor, RetryQueueView, RetrySink, ScheduleRetry};
+pub use backoff::{Backoff, DelayReason, InvalidBackoff, RATE_READING_FRESH};
+pub use queue::{Failure, RetryItem, RetryQueue, RetryView, Scheduled};

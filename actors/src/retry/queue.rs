@@ -1,0 +1,460 @@
+//! `RetryQueue`: the jobs on the claim retry ladder, as a min-heap by next attempt with an
+//! index by job. Pure: time is passed in.
+//!
+//! An item keeps its identity across fires: [`RetryQueue::pop_due`] takes it out of the heap
+//! but leaves it indexed ("in flight") until its attempt resolves. A failure finds the same item,
+//! so `attempts` grows and `first_failure` is kept (the original's first ladder bug reset both);
+//! a success or an abandon removes it; a retry that fails again is scheduled again (the
+//! original's second bug dropped it). Stale heap entries are skipped lazily.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap},
+    time::Duration,
+};
+
+use rand::Rng;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::backoff::{Backoff, DelayReason};
+use crate::{
+    github::ErrorClass,
+    job::{JobInfo, JobKey},
+    rate::RateSnapshot,
+};
+
+/// One failed claim, as the ladder needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The failure's class.
+    pub class: ErrorClass,
+    /// `Retry-After` of the failed answer.
+    pub retry_after: Option<Duration>,
+    /// What went wrong, for the timeline (never a secret).
+    pub message: String,
+}
+
+/// A job on the ladder.
+#[derive(Debug, Clone)]
+pub struct RetryItem {
+    /// The job to dispatch again.
+    pub job: JobInfo,
+    /// Failures so far.
+    pub attempts: u32,
+    /// When the first failure happened (the `max_age` clock).
+    pub first_failure: Instant,
+    /// When the next attempt is due; `None` while an attempt is in flight.
+    pub next_attempt: Option<Instant>,
+    /// Class of the first failure, kept across attempts.
+    pub class: ErrorClass,
+    /// The latest failure's message.
+    pub last_error: String,
+    /// Why the latest delay was chosen.
+    pub reason: DelayReason,
+    seq: u64,
+}
+
+/// What became of a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheduled {
+    /// Another attempt is due at `at`.
+    Retry {
+        /// Due time.
+        at: Instant,
+        /// Delay from now.
+        delay: Duration,
+        /// Failures so far.
+        attempts: u32,
+        /// Why this delay.
+        reason: DelayReason,
+        /// Class of the first failure.
+        class: ErrorClass,
+    },
+    /// The first failure is older than `max_age`: dropped.
+    GaveUp {
+        /// Failures in all.
+        attempts: u32,
+        /// Age of the first failure.
+        age: Duration,
+        /// Class of the first failure.
+        class: ErrorClass,
+    },
+    /// The failure cannot be helped by retrying: dropped.
+    NotRetryable {
+        /// Its class.
+        class: ErrorClass,
+    },
+}
+
+/// The ladder's queue.
+#[derive(Debug)]
+pub struct RetryQueue {
+    backoff: Backoff,
+    items: HashMap<JobKey, RetryItem>,
+    heap: BinaryHeap<Reverse<(Instant, u64, JobKey)>>,
+    seq: u64,
+    waiting: usize,
+}
+
+/// A point-in-time view of one item, for status pages.
+#[derive(Debug, Clone, Serialize)]
+pub struct RetryView {
+    /// Job.
+    pub key: JobKey,
+    /// Failures so far.
+    pub attempts: u32,
+    /// Class of the first failure.
+    pub class: ErrorClass,
+    /// Seconds until the next attempt (`None` while in flight).
+    pub next_attempt_in_secs: Option<f64>,
+    /// Seconds since the first failure.
+    pub first_failure_secs_ago: f64,
+    /// Latest failure.
+    pub last_error: String,
+    /// Why the latest delay.
+    pub reason: DelayReason,
+}
+
+impl RetryQueue {
+    /// An empty queue climbing `backoff`.
+    pub fn new(backoff: Backoff) -> Self {
+        RetryQueue {
+            backoff,
+            items: HashMap::new(),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            waiting: 0,
+        }
+    }
+
+    /// Records a failed claim of `job` and decides its next attempt.
+    pub fn record_failure(
+        &mut self,
+        job: JobInfo,
+        failure: &Failure,
+        now: Instant,
+        now_unix: u64,
+        rate: Option<&RateSnapshot>,
+        rng: &mut impl Rng,
+    ) -> Scheduled {
+        let key = job.key.clone();
+        if !failure.class.is_retryable() {
+            self.remove(&key);
+            return Scheduled::NotRetryable {
+                class: failure.class,
+            };
+        }
+        let item = self.items.entry(key.clone()).or_insert_with(|| RetryItem {
+            job: job.clone(),
+            attempts: 0,
+            first_failure: now,
+            next_attempt: None,
+            class: failure.class,
+            last_error: String::new(),
+            reason: DelayReason::Ladder { rung: 0 },
+            seq: 0,
+        });
+        item.attempts += 1;
+        item.job = job;
+        item.last_error = failure.message.clone();
+        let (attempts, class) = (item.attempts, item.class);
+        let age = now.saturating_duration_since(item.first_failure);
+        if age > self.backoff.max_age() {
+            self.remove(&key);
+            return Scheduled::GaveUp {
+                attempts,
+                age,
+                class,
+            };
+        }
+        // The first failure's class decides the rate snap: a rate-limited job whose retry then
+        // hits a 502 still waits for the reset once the reading proves the budget empty.
+        let (delay, reason) =
+            self.backoff
+                .delay(attempts, class, failure.retry_after, rate, now_unix, rng);
+        let at = now + delay;
+        self.seq += 1;
+        let seq = self.seq;
+        let item = self
+            .items
+            .get_mut(&key)
+            .unwrap_or_else(|| unreachable!("inserted above"));
+        if item.next_attempt.is_none() {
+            self.waiting += 1;
+        }
+        item.next_attempt = Some(at);
+        item.reason = reason;
+        item.seq = seq;
+        self.heap.push(Reverse((at, seq, key)));
+        Scheduled::Retry {
+            at,
+            delay,
+            attempts,
+            reason,
+            class,
+        }
+    }
+
+    /// Takes every item due at `now` out of the heap; they stay indexed, in flight, until
+    /// [`RetryQueue::remove`] (success, abandon) or another `record_failure`.
+    pub fn pop_due(&mut self, now: Instant) -> Vec<(JobInfo, u32)> {
+        let mut due = Vec::new();
+        while let Some(Reverse((at, _, _))) = self.heap.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, seq, key))) = self.heap.pop() else {
+                break;
+            };
+            if let Some(item) = self.items.get_mut(&key)
+                && item.seq == seq
+                && item.next_attempt == Some(at)
+            {
+                item.next_attempt = None;
+                self.waiting -= 1;
+                due.push((item.job.clone(), item.attempts));
+            }
+        }
+        due
+    }
+
+    /// The earliest due time among waiting items.
+    pub fn next_due(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, seq, key))) = self.heap.peek() {
+            let live = self
+                .items
+                .get(key)
+                .is_some_and(|i| i.seq == *seq && i.next_attempt == Some(*at));
+            if live {
+                return Some(*at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Drops `key` (success, picked up elsewhere, cancelled). True if it was there.
+    pub fn remove(&mut self, key: &JobKey) -> bool {
+        match self.items.remove(key) {
+            Some(item) => {
+                if item.next_attempt.is_some() {
+                    self.waiting -= 1;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The item for `key`, waiting or in flight.
+    pub fn get(&self, key: &JobKey) -> Option<&RetryItem> {
+        self.items.get(key)
+    }
+
+    /// Items waiting for their next attempt (in-flight ones are not counted).
+    pub fn len(&self) -> usize {
+        self.waiting
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting == 0
+    }
+
+    /// Every item, waiting or in flight.
+    pub fn views(&self, now: Instant) -> Vec<RetryView> {
+        let mut v: Vec<RetryView> = self
+            .items
+            .iter()
+            .map(|(key, i)| RetryView {
+                key: key.clone(),
+                attempts: i.attempts,
+                class: i.class,
+                next_attempt_in_secs: i
+                    .next_attempt
+                    .map(|at| at.saturating_duration_since(now).as_secs_f64()),
+                first_failure_secs_ago: now
+                    .saturating_duration_since(i.first_failure)
+                    .as_secs_f64(),
+                last_error: i.last_error.clone(),
+                reason: i.reason,
+            })
+            .collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{SeedableRng, rngs::SmallRng};
+
+    use super::*;
+    use crate::config::ClaimRetryConfig;
+
+    fn queue(schedule: &[u64], max_age: u64) -> RetryQueue {
+        RetryQueue::new(
+            Backoff::try_new(&ClaimRetryConfig {
+                schedule: schedule.iter().map(|s| Duration::from_secs(*s)).collect(),
+                jitter: 0.0,
+                max_age: Duration::from_secs(max_age),
+                ..ClaimRetryConfig::default()
+            })
+            .unwrap(),
+        )
+    }
+
+    fn job(id: u64) -> JobInfo {
+        JobInfo {
+            key: JobKey::new("acme", id),
+            repo: "app".into(),
+            run_id: 1,
+            run_attempt: 1,
+            labels: vec!["self-hosted".into()],
+            runner_name: None,
+            runner_id: None,
+            conclusion: None,
+            installation_id: None,
+        }
+    }
+
+    fn fail(class: ErrorClass) -> Failure {
+        Failure {
+            class,
+            retry_after: None,
+            message: "boom".into(),
+        }
+    }
+
+    /// The seed's ladder regression, driven through pop (fire) and re-record (handler fails):
+    /// delays grow 30s, 1m, 2m, 2m; first_failure is kept; the item is dropped at max_age.
+    #[test]
+    fn ladder_advances_through_the_fire_path() {
+        let mut q = queue(&[30, 60, 120], 300);
+        let mut rng = SmallRng::seed_from_u64(0);
+        let t0 = Instant::now();
+        let mut now = t0;
+        let mut delays = Vec::new();
+        let mut outcome = q.record_failure(
+            job(1),
+            &fail(ErrorClass::ServerSide),
+            now,
+            0,
+            None,
+            &mut rng,
+        );
+        // Bounded: a queue that forgot items on fire would retry every 30 s forever.
+        for _ in 0..10 {
+            let Scheduled::Retry { at, delay, .. } = outcome else {
+                break;
+            };
+            delays.push(delay.as_secs());
+            now = at;
+            let due = q.pop_due(now);
+            assert_eq!(due.len(), 1);
+            assert_eq!(
+                q.get(&job(1).key).unwrap().first_failure,
+                t0,
+                "first failure kept"
+            );
+            outcome = q.record_failure(
+                due[0].0.clone(),
+                &fail(ErrorClass::ServerSide),
+                now,
+                0,
+                None,
+                &mut rng,
+            );
+        }
+        assert_eq!(delays, vec![30, 60, 120, 120]);
+        assert!(
+            matches!(outcome, Scheduled::GaveUp { attempts: 5, .. }),
+            "{outcome:?}"
+        );
+        assert!(q.get(&job(1).key).is_none());
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn success_drops_and_a_repeated_failure_stays() {
+        let mut q = queue(&[30], 5400);
+        let mut rng = SmallRng::seed_from_u64(0);
+        let now = Instant::now();
+        q.record_failure(job(1), &fail(ErrorClass::Network), now, 0, None, &mut rng);
+        q.record_failure(job(2), &fail(ErrorClass::Network), now, 0, None, &mut rng);
+        let due = q.pop_due(now + Duration::from_secs(30));
+        assert_eq!(due.len(), 2);
+        assert_eq!(q.len(), 0, "in flight items are not waiting");
+        assert!(q.remove(&job(1).key), "success drops");
+        let again = q.record_failure(
+            job(2),
+            &fail(ErrorClass::Network),
+            now + Duration::from_secs(30),
+            0,
+            None,
+            &mut rng,
+        );
+        assert!(matches!(again, Scheduled::Retry { attempts: 2, .. }));
+        assert_eq!(q.len(), 1, "a retry that fails again stays enqueued");
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn non_retryable_is_not_enqueued_and_the_first_class_is_kept() {
+        let mut q = queue(&[30], 5400);
+        let mut rng = SmallRng::seed_from_u64(0);
+        let now = Instant::now();
+        assert_eq!(
+            q.record_failure(
+                job(1),
+                &fail(ErrorClass::NonRetryable),
+                now,
+                0,
+                None,
+                &mut rng
+            ),
+            Scheduled::NotRetryable {
+                class: ErrorClass::NonRetryable
+            }
+        );
+        assert!(q.is_empty());
+        q.record_failure(job(2), &fail(ErrorClass::RateLimit), now, 0, None, &mut rng);
+        q.pop_due(now + Duration::from_secs(30));
+        let out = q.record_failure(
+            job(2),
+            &fail(ErrorClass::ServerSide),
+            now,
+            0,
+            None,
+            &mut rng,
+        );
+        assert!(matches!(
+            out,
+            Scheduled::Retry {
+                class: ErrorClass::RateLimit,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_dropped_item_leaves_only_a_stale_heap_entry() {
+        let mut q = queue(&[30], 5400);
+        let mut rng = SmallRng::seed_from_u64(0);
+        let now = Instant::now();
+        q.record_failure(job(1), &fail(ErrorClass::Network), now, 0, None, &mut rng);
+        q.record_failure(
+            job(2),
+            &fail(ErrorClass::Network),
+            now + Duration::from_secs(5),
+            0,
+            None,
+            &mut rng,
+        );
+        assert!(q.remove(&job(1).key));
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(35)));
+        assert_eq!(q.pop_due(now + Duration::from_secs(31)).len(), 0);
+        assert_eq!(q.len(), 1);
+    }
+}

@@ -1,0 +1,325 @@
+//! `SchedulerActor`: the actix shell over [`Scheduler`]. Each handler reads the clock once,
+//! asks the core, and carries out the effects it returns: claims and runner deletions go to the
+//! GitHub actor, runners to their provisioner, failures to the retry actor. Nothing here decides.
+
+use std::collections::{HashMap, VecDeque};
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle,
+    WrapFuture, prelude::SendError,
+};
+use tokio::time::Instant;
+
+use super::{
+    core::{Effect, Scheduler, SchedulerSettings},
+    messages::{GetSchedulerState, JobEvent, RetryDecided, RetryDue, SetCordon},
+};
+use crate::{
+    clock::Clock,
+    config::ProviderKind,
+    github::{
+        ErrorClass, GithubError,
+        actor::{DeleteRunner, GenerateJitConfig},
+    },
+    metrics::Metrics,
+    provision::{ProviderStatus, ProvisionerHandle, RunnerEvent, RunnerEventKind},
+    rate::GetRateSnapshot,
+    retry::{Backoff, CancelRetry, RetryActor, RetrySink, ScheduleRetry},
+};
+
+/// The scheduler's mailbox; a full one makes the webhook answer 503.
+pub const SCHEDULER_MAILBOX: usize = 16_384;
+/// How often forgotten jobs are pruned.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How the scheduler reaches GitHub.
+#[derive(Debug, Clone)]
+pub struct GithubHandle {
+    /// Claims.
+    pub claim: Recipient<GenerateJitConfig>,
+    /// Runner deletions.
+    pub delete: Recipient<DeleteRunner>,
+}
+
+/// How the scheduler reads the rate budget of its credential.
+#[derive(Debug, Clone)]
+pub struct RateHandle {
+    /// The rate actor.
+    pub get: Recipient<GetRateSnapshot>,
+    /// The credential's key (`GithubClient::rate_key`).
+    pub credential: String,
+}
+
+/// How the scheduler reaches the retry actor.
+#[derive(Debug, Clone)]
+pub struct RetryHandle {
+    /// Failures.
+    pub schedule: Recipient<ScheduleRetry>,
+    /// Resolutions.
+    pub cancel: Recipient<CancelRetry>,
+}
+
+/// Everything the scheduler talks to.
+#[derive(Debug, Clone)]
+pub struct SchedulerDeps {
+    /// GitHub.
+    pub github: GithubHandle,
+    /// The rate reading (optional: without it rate-limit failures climb the plain ladder).
+    pub rate: Option<RateHandle>,
+    /// Provisioners by provider.
+    pub provisioners: HashMap<ProviderKind, ProvisionerHandle>,
+}
+
+/// The scheduler actor.
+#[derive(Debug)]
+pub struct SchedulerActor {
+    core: Scheduler,
+    deps: SchedulerDeps,
+    retry: RetryHandle,
+    clock: Clock,
+    wake: Option<(SpawnHandle, Instant)>,
+}
+
+/// Starts a scheduler and its retry actor, wired to each other. `seed` fixes retry jitter.
+pub fn start(
+    settings: SchedulerSettings,
+    backoff: Backoff,
+    deps: SchedulerDeps,
+    metrics: Metrics,
+    clock: Clock,
+    seed: Option<u64>,
+) -> (actix::Addr<SchedulerActor>, actix::Addr<RetryActor>) {
+    let ctx = Context::<SchedulerActor>::new();
+    let addr = ctx.address();
+    let sink = RetrySink {
+        due: addr.clone().recipient(),
+        decided: addr.clone().recipient(),
+    };
+    let retry = RetryActor::new(backoff, sink, metrics.clone(), clock, seed).start();
+    let actor = SchedulerActor {
+        core: Scheduler::new(settings, metrics, clock.tick()),
+        deps,
+        retry: RetryHandle {
+            schedule: retry.clone().recipient(),
+            cancel: retry.clone().recipient(),
+        },
+        clock,
+        wake: None,
+    };
+    ctx.run(actor);
+    (addr, retry)
+}
+
+impl SchedulerActor {
+    /// Carries out effects, including any that follow from a failed hand-over.
+    fn run(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
+        let mut queue: VecDeque<Effect> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                Effect::Claim {
+                    key,
+                    provider,
+                    request,
+                } => {
+                    let claim = self.deps.github.claim.clone();
+                    let fut = async move {
+                        claim.send(request).await.unwrap_or_else(|e| {
+                            Err(GithubError::Network {
+                                endpoint: "generate_jitconfig",
+                                detail: format!("github actor unavailable: {e}"),
+                            })
+                        })
+                    };
+                    ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+                        let fx = act
+                            .core
+                            .on_claim_result(key, provider, result, act.clock.tick());
+                        act.run(fx, ctx);
+                    }));
+                }
+                Effect::Provision { provider, msg } => {
+                    let name = msg.0.name.clone();
+                    let sent = match self.deps.provisioners.get(&provider) {
+                        Some(h) => deliver(&h.provision, msg),
+                        None => false,
+                    };
+                    if !sent {
+                        let kind = RunnerEventKind::Failed {
+                            error: format!("provider {provider} is not running"),
+                        };
+                        queue.extend(self.core.on_runner_event(&name, kind, self.clock.tick()));
+                    }
+                }
+                Effect::Teardown {
+                    provider,
+                    name,
+                    reason,
+                } => {
+                    let msg = crate::provision::Teardown {
+                        name: name.clone(),
+                        reason,
+                    };
+                    let sent = self
+                        .deps
+                        .provisioners
+                        .get(&provider)
+                        .is_some_and(|h| deliver(&h.teardown, msg));
+                    if !sent {
+                        tracing::warn!(runner = %name, provider = provider.as_str(), "teardown could not reach the provisioner");
+                    }
+                }
+                Effect::DeleteRunner {
+                    repo,
+                    runner_id,
+                    name,
+                } => {
+                    let delete = self.deps.github.delete.clone();
+                    actix_rt::spawn(async move {
+                        match delete.send(DeleteRunner { repo, runner_id }).await {
+                            Ok(Ok(())) => {
+                                tracing::info!(runner = %name, "runner deleted on GitHub")
+                            }
+                            Ok(Err(e)) => {
+                                tracing::warn!(runner = %name, error_class = e.class().as_str(), error = %e, "deleting the runner failed")
+                            }
+                            Err(e) => {
+                                tracing::warn!(runner = %name, error = %e, "github actor unavailable")
+                            }
+                        }
+                    });
+                }
+                Effect::ScheduleRetry { job, failure } => {
+                    let schedule = self.retry.schedule.clone();
+                    match (&self.deps.rate, failure.class) {
+                        (Some(rate), ErrorClass::RateLimit) => {
+                            let (get, credential) = (rate.get.clone(), rate.credential.clone());
+                            actix_rt::spawn(async move {
+                                let rate = get.send(GetRateSnapshot { credential }).await.ok();
+                                schedule.do_send(ScheduleRetry { job, failure, rate });
+                            });
+                        }
+                        _ => schedule.do_send(ScheduleRetry {
+                            job,
+                            failure,
+                            rate: None,
+                        }),
+                    }
+                }
+                Effect::CancelRetry { key } => self.retry.cancel.do_send(CancelRetry { key }),
+                Effect::WakeAt(at) => self.arm_wake(at, ctx),
+            }
+        }
+    }
+
+    fn arm_wake(&mut self, at: Instant, ctx: &mut Context<Self>) {
+        if self.wake.as_ref().is_some_and(|(_, armed)| *armed <= at) {
+            return;
+        }
+        if let Some((h, _)) = self.wake.take() {
+            ctx.cancel_future(h);
+        }
+        let delay = at.saturating_duration_since(self.clock.now());
+        let handle = ctx.run_later(delay, |act, ctx| {
+            act.wake = None;
+            let fx = act.core.wake(act.clock.tick());
+            act.run(fx, ctx);
+        });
+        self.wake = Some((handle, at));
+    }
+}
+
+/// Sends an internal message: a full mailbox still queues it (`do_send`), a closed one fails.
+fn deliver<M>(to: &Recipient<M>, msg: M) -> bool
+where
+    M: actix::Message + Send,
+    M::Result: Send,
+{
+    match to.try_send(msg) {
+        Ok(()) => true,
+        Err(SendError::Full(msg)) => {
+            to.do_send(msg);
+            true
+        }
+        Err(SendError::Closed(_)) => false,
+    }
+}
+
+impl Actor for SchedulerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(SCHEDULER_MAILBOX);
+        ctx.run_interval(PRUNE_EVERY, |act, _| act.core.prune(act.clock.tick()));
+    }
+}
+
+impl Handler<JobEvent> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: JobEvent, ctx: &mut Context<Self>) {
+        let now = self.clock.tick();
+        let fx = self
+            .core
+            .on_job_event(m.action, m.job, m.delivery_id.as_deref(), m.received, now);
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<RetryDue> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: RetryDue, ctx: &mut Context<Self>) {
+        let fx = self.core.on_retry_due(m.job, m.attempts, self.clock.tick());
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<RetryDecided> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: RetryDecided, ctx: &mut Context<Self>) {
+        let fx = self
+            .core
+            .on_retry_decided(&m.key, &m.outcome, self.clock.tick());
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<RunnerEvent> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: RunnerEvent, ctx: &mut Context<Self>) {
+        let fx = self
+            .core
+            .on_runner_event(&m.name, m.kind, self.clock.tick());
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<ProviderStatus> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: ProviderStatus, ctx: &mut Context<Self>) {
+        let fx = self
+            .core
+            .on_provider_status(m.provider, m.up, self.clock.tick());
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<SetCordon> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) {
+        let fx = self.core.set_cordon(m.0, self.clock.tick());
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<GetSchedulerState> for SchedulerActor {
+    type Result = MessageResult<GetSchedulerState>;
+
+    fn handle(&mut self, _: GetSchedulerState, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.view(self.clock.tick()))
+    }
+}
