@@ -27,6 +27,9 @@ enum Command {
     Serve(ConfigArg),
     /// Validate a config file; print every problem with its key path (exit 0 valid, 2 invalid).
     CheckConfig(ConfigArg),
+    /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG).
+    #[command(hide = true)]
+    StandinRunner,
 }
 
 #[derive(Debug, Args)]
@@ -40,6 +43,7 @@ struct ConfigArg {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::StandinRunner => crate::standin::run(),
         Command::CheckConfig(arg) => match load(&arg.config) {
             Ok(config) => {
                 let providers: Vec<_> = config

@@ -5,6 +5,7 @@
 mod cli;
 mod logging;
 mod serve;
+mod standin;
 
 fn main() -> std::process::ExitCode {
     cli::run()

@@ -18,4 +18,5 @@ pub mod provision;
 pub mod rate;
 pub mod retry;
 pub mod scheduler;
+pub mod system;
 pub mod webhook;

@@ -8,6 +8,7 @@
 
 mod routes;
 mod state;
+mod webhooks;
 
 use std::{
     net::SocketAddr,
@@ -16,7 +17,10 @@ use std::{
 };
 
 use actix_web::{App, HttpServer, dev::ServerHandle, web};
-pub use state::{Budget, Call, Fault, Job, Runner, State, unix_now};
+pub use state::{
+    Budget, Call, Delivery, DeliveryFaults, Fault, Job, Runner, RunnerBehavior, State,
+    WebhookTarget, unix_now,
+};
 
 /// How to start a stand-in.
 #[derive(Debug, Clone)]
@@ -63,7 +67,15 @@ impl Standin {
     /// Binds `127.0.0.1:0` and serves on the current actix System.
     pub fn start(config: StandinConfig) -> std::io::Result<Standin> {
         let now = unix_now();
+        let (outbox, inbox) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(State {
+            behavior: RunnerBehavior::default(),
+            webhook: None,
+            faults_webhook: DeliveryFaults::default(),
+            deliveries: Vec::new(),
+            runner_pids: Default::default(),
+            held: Default::default(),
+            outbox: Some(outbox),
             owner: config.owner.clone(),
             repos: config.repos.clone(),
             token: config.token.clone(),
@@ -101,6 +113,7 @@ impl Standin {
         let server = server.run();
         let handle = server.handle();
         actix_rt::spawn(server);
+        actix_rt::spawn(webhooks::sender(state.clone(), inbox));
         lock(&state).base_url = format!("http://{addr}");
         Ok(Standin {
             addr,
@@ -149,8 +162,61 @@ impl Standin {
         self.state().jobs.values().cloned().collect()
     }
 
-    /// Queues `count` jobs with `labels` in one new run of `repo`; returns their ids.
+    /// Sends `workflow_job` webhooks to `url`, signed with `secret`.
+    pub fn send_webhooks_to(&self, url: &str, secret: &str) {
+        self.state().webhook = Some(WebhookTarget {
+            url: url.to_string(),
+            secret: secret.to_string(),
+        });
+    }
+
+    /// Sets how stand-in runners behave.
+    pub fn set_behavior(&self, behavior: RunnerBehavior) {
+        self.state().behavior = behavior;
+    }
+
+    /// Sets webhook misbehaviour.
+    pub fn set_delivery_faults(&self, faults: DeliveryFaults) {
+        self.state().faults_webhook = faults;
+    }
+
+    /// Every webhook delivery sent so far.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.state().deliveries.clone()
+    }
+
+    /// Completes a job that no runner took (as a cancelled run does) and tells the daemon.
+    pub fn cancel_job(&self, job_id: u64) {
+        let mut s = self.state();
+        if let Some(job) = s.jobs.get_mut(&job_id) {
+            job.status = "completed".into();
+            job.conclusion = Some("cancelled".into());
+        }
+        s.emit("completed", job_id);
+    }
+
+    /// Jobs in a status.
+    pub fn jobs_in(&self, status: &str) -> usize {
+        self.state()
+            .jobs
+            .values()
+            .filter(|j| j.status == status)
+            .count()
+    }
+
+    /// Queues `count` jobs with `labels` in one new run of `repo`, sends their `queued`
+    /// webhooks (if a target is set), and returns their ids.
     pub fn queue_jobs(&self, repo: &str, labels: &[&str], count: usize) -> Vec<u64> {
+        let ids = self.add_jobs(repo, labels, count);
+        let mut s = self.state();
+        for id in &ids {
+            s.emit("queued", *id);
+        }
+        ids
+    }
+
+    /// Adds queued jobs without sending any webhook (a delivery that never arrived).
+    pub fn add_jobs(&self, repo: &str, labels: &[&str], count: usize) -> Vec<u64> {
         let mut s = self.state();
         let run_id = s.next_job_id;
         s.next_job_id += 1;

@@ -122,9 +122,79 @@ impl Budget {
     }
 }
 
+/// How stand-in runners behave when they take a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerBehavior {
+    /// How long a job "runs".
+    pub job_ms: u64,
+    /// The next this many runners crash at boot (exit 3) without taking a job.
+    pub crash_next: usize,
+    /// Runners hang on their job until killed.
+    pub hang: bool,
+}
+
+impl Default for RunnerBehavior {
+    fn default() -> Self {
+        RunnerBehavior {
+            job_ms: 200,
+            crash_next: 0,
+            hang: false,
+        }
+    }
+}
+
+/// Where the stand-in sends `workflow_job` webhooks.
+#[derive(Debug, Clone)]
+pub struct WebhookTarget {
+    /// The daemon's webhook URL.
+    pub url: String,
+    /// The shared secret.
+    pub secret: String,
+}
+
+/// Scripted misbehaviour of webhook deliveries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryFaults {
+    /// Send every delivery this many extra times, each with a fresh delivery id.
+    pub extra_copies: usize,
+    /// Send the same delivery id again this many extra times (GitHub's redelivery).
+    pub replays: usize,
+    /// Drop the `queued` delivery of the next this many queued jobs.
+    pub drop_next_queued: usize,
+    /// Hold each `in_progress` back until after the job's `completed`.
+    pub swap_in_progress_and_completed: bool,
+}
+
+/// One webhook the stand-in sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delivery {
+    /// `X-GitHub-Delivery`.
+    pub id: String,
+    /// `workflow_job` action.
+    pub action: String,
+    /// The job.
+    pub job_id: u64,
+    /// HTTP status the daemon answered (0: no answer).
+    pub status: u16,
+}
+
 /// Everything the stand-in knows.
 #[derive(Debug)]
 pub struct State {
+    /// How runners behave.
+    pub behavior: RunnerBehavior,
+    /// Where webhooks go (none: no webhooks).
+    pub webhook: Option<WebhookTarget>,
+    /// Delivery misbehaviour.
+    pub faults_webhook: DeliveryFaults,
+    /// Every delivery sent, with the answer.
+    pub deliveries: Vec<Delivery>,
+    /// Runner processes that connected: name -> pid.
+    pub runner_pids: BTreeMap<String, u32>,
+    /// `in_progress` deliveries held back until `completed` (see `DeliveryFaults`).
+    pub held: BTreeMap<u64, String>,
+    /// Queue of webhook bodies to send: (action, job id, body).
+    pub outbox: Option<tokio::sync::mpsc::UnboundedSender<(String, u64, String)>>,
     /// The org/user that owns the repos.
     pub owner: String,
     /// The repos.
@@ -176,6 +246,52 @@ impl State {
                 .installation_tokens
                 .get(bearer)
                 .is_some_and(|exp| *exp > now)
+    }
+
+    /// Queues a `workflow_job` webhook about `job` (if a target is set), applying the faults.
+    pub fn emit(&mut self, action: &str, job_id: u64) {
+        let Some(job) = self.jobs.get(&job_id).cloned() else {
+            return;
+        };
+        if self.webhook.is_none() {
+            return;
+        }
+        if action == "queued" && self.faults_webhook.drop_next_queued > 0 {
+            self.faults_webhook.drop_next_queued -= 1;
+            return;
+        }
+        let runner_id = job
+            .runner_name
+            .as_ref()
+            .and_then(|n| self.runners.values().find(|r| &r.name == n).map(|r| r.id))
+            .or(job.runner_id);
+        let info = ephemer_actors_core::job::JobInfo {
+            key: ephemer_actors_core::job::JobKey::new(&self.owner, job.id),
+            repo: job.repo.clone(),
+            run_id: job.run_id,
+            run_attempt: 1,
+            labels: job.labels.clone(),
+            runner_name: job.runner_name.clone(),
+            runner_id,
+            conclusion: job.conclusion.clone(),
+            installation_id: None,
+        };
+        let body = ephemer_actors_core::github::event::render_workflow_job(action, &info);
+        if action == "in_progress" && self.faults_webhook.swap_in_progress_and_completed {
+            self.held.insert(job_id, body);
+            return;
+        }
+        let send = |s: &Self, action: &str, body: String| {
+            if let Some(outbox) = &s.outbox {
+                let _ = outbox.send((action.to_string(), job_id, body));
+            }
+        };
+        send(self, action, body);
+        if action == "completed"
+            && let Some(held) = self.held.remove(&job_id)
+        {
+            send(self, "in_progress", held);
+        }
     }
 
     /// The status of a run, derived from its jobs like GitHub's.

@@ -2,4 +2,5 @@
 
 mod cli;
 mod github;
+mod provision;
 mod support;

@@ -75,6 +75,8 @@ pub mod defaults {
     pub const LINUX_SOCKET: &str = "unix:///run/podman/podman.sock";
     /// `providers.linux.image`
     pub const LINUX_IMAGE: &str = "ghcr.io/actions/actions-runner:latest";
+    /// `providers.linux.command`: the runner script of the default image.
+    pub const LINUX_COMMAND: &str = "/home/runner/run.sh";
     /// `providers.vm_macos.base_image`
     pub const MACOS_BASE_IMAGE: &str = "ghcr.io/cirruslabs/macos-sequoia-xcode:latest";
     /// `providers.vm_macos.boot_timeout`
@@ -408,6 +410,8 @@ pub struct LinuxConfig {
     pub socket: String,
     /// Runner image.
     pub image: String,
+    /// Command the container runs (empty: the image's own).
+    pub command: Vec<String>,
     /// Container network mode (`bridge`, `host`, `none` or a named network); `None` = engine default.
     pub network: Option<String>,
 }

@@ -137,6 +137,7 @@ pub(crate) struct RawLinux {
     pub restart: Option<RawRestart>,
     pub socket: Option<String>,
     pub image: Option<String>,
+    pub command: Option<Vec<String>>,
     pub network: Option<String>,
 }
 

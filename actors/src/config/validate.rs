@@ -784,6 +784,9 @@ fn build_providers(
         } else {
             x.image.unwrap_or_else(|| defaults::LINUX_IMAGE.into())
         },
+        command: x
+            .command
+            .unwrap_or_else(|| vec![defaults::LINUX_COMMAND.to_string()]),
         network: x.network.filter(|n| !n.is_empty()),
         common: linux_common,
     };

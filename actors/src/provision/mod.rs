@@ -4,12 +4,55 @@
 //! A provisioner never calls GitHub and never decides about jobs: it starts the runner it is
 //! given, reports when it started and when it exited, and tears it down on request.
 
+mod actor;
+pub mod container;
+pub mod process;
+mod supervisor;
+pub mod tart;
+
+use std::{future::Future, pin::Pin};
+
 use actix::{Message, Recipient};
+pub use actor::{ChildStopped, ProvisionerActor};
+pub use supervisor::{Factory, ProvisionerSupervisor};
 
 use crate::{
     config::{ProviderKind, Secret},
     job::JobKey,
 };
+
+/// A future on the provisioner's arbiter (backends are not `Send`).
+pub type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
+
+/// A runner whose environment is up: resolves with its exit code when it ends.
+pub struct RunningRunner {
+    /// Resolves when the runner process (or VM, or container) exits.
+    pub exited: LocalFuture<Option<i32>>,
+}
+
+impl std::fmt::Debug for RunningRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunningRunner")
+    }
+}
+
+/// How one kind of environment is made and destroyed. Stateless by runner name, so a freshly
+/// re-created provisioner (or a restarted daemon) can tear down what an earlier one started.
+pub trait Backend: std::fmt::Debug + 'static {
+    /// Which provider this is.
+    fn kind(&self) -> ProviderKind;
+    /// Creates the environment and starts the runner in it.
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>>;
+    /// Stops the runner and removes its environment. Idempotent; never fails (it logs).
+    fn stop(&self, name: String) -> LocalFuture<()>;
+    /// Removes environments of ours left from an earlier run (named or labelled with our
+    /// prefix); returns the names removed.
+    fn reap_leftovers(&self) -> LocalFuture<Vec<String>>;
+    /// A line to warn operators with at start-up, if this backend deserves one.
+    fn startup_warning(&self) -> Option<String> {
+        None
+    }
+}
 
 /// Everything a provisioner needs to start one runner.
 #[derive(Clone)]
@@ -114,3 +157,6 @@ pub struct ProvisionerHandle {
     /// Stop runners.
     pub teardown: Recipient<Teardown>,
 }
+
+#[cfg(test)]
+mod tests;

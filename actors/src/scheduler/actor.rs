@@ -89,7 +89,27 @@ pub fn start(
     clock: Clock,
     seed: Option<u64>,
 ) -> (actix::Addr<SchedulerActor>, actix::Addr<RetryActor>) {
-    let ctx = Context::<SchedulerActor>::new();
+    start_in(
+        Context::new(),
+        settings,
+        backoff,
+        deps,
+        metrics,
+        clock,
+        seed,
+    )
+}
+
+/// Like [`start`], in a context made beforehand (so others could be given its address first).
+pub fn start_in(
+    ctx: Context<SchedulerActor>,
+    settings: SchedulerSettings,
+    backoff: Backoff,
+    deps: SchedulerDeps,
+    metrics: Metrics,
+    clock: Clock,
+    seed: Option<u64>,
+) -> (actix::Addr<SchedulerActor>, actix::Addr<RetryActor>) {
     let addr = ctx.address();
     let sink = RetrySink {
         due: addr.clone().recipient(),

@@ -6,7 +6,9 @@ mod bucket;
 pub mod core;
 pub mod messages;
 
-pub use actor::{GithubHandle, RateHandle, RetryHandle, SchedulerActor, SchedulerDeps, start};
+pub use actor::{
+    GithubHandle, RateHandle, RetryHandle, SchedulerActor, SchedulerDeps, start, start_in,
+};
 pub use bucket::TokenBucket;
 pub use core::{Effect, Phase, Scheduler, SchedulerSettings, SchedulerState};
 pub use messages::JobEvent;

@@ -727,3 +727,67 @@ async fn ten_thousand_parked_jobs_arm_one_timer() {
     assert_eq!(q.next_due_in_secs, Some(30.0));
     assert_eq!(h.metrics.retry_queue_depth.get(), 10_000);
 }
+
+/// A provider whose provisioner died and stays down: the unstarted job it held is re-queued and
+/// runs on the other covering provider; new jobs go there too. Nothing is lost.
+#[actix_rt::test]
+async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
+    let h = harness(Setup {
+        providers: vec![
+            (ProviderKind::Local, vec!["self-hosted", "linux"], 2),
+            (ProviderKind::Linux, vec!["self-hosted", "linux", "x64"], 2),
+        ],
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let runner = h.state().await.runners[0].clone();
+    assert_eq!(
+        runner.provider,
+        ProviderKind::Local,
+        "the most specific provider first"
+    );
+
+    h.sched
+        .send(crate::provision::ProviderStatus {
+            provider: ProviderKind::Local,
+            up: false,
+        })
+        .await
+        .unwrap();
+    let died = RunnerEventKind::Exited {
+        code: None,
+        reason: ExitReason::ProvisionerDied,
+    };
+    h.sched
+        .send(RunnerEvent {
+            provider: ProviderKind::Local,
+            name: runner.name.clone(),
+            kind: died,
+        })
+        .await
+        .unwrap();
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+
+    let st = h.state().await;
+    let providers: Vec<_> = st
+        .runners
+        .iter()
+        .map(|r| (r.intent.job_id, r.provider))
+        .collect();
+    assert!(
+        providers.contains(&(1, ProviderKind::Linux)),
+        "{providers:?}"
+    );
+    assert!(
+        providers.contains(&(2, ProviderKind::Linux)),
+        "{providers:?}"
+    );
+    assert_eq!(
+        h.gh.lock().unwrap().deletes,
+        vec![runner.id],
+        "the dead runner's registration is deleted"
+    );
+}

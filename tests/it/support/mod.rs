@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests: paths, the daemon binary, a child-process guard.
 
+pub mod podman;
+pub mod provision;
+
 use std::{
     path::{Path, PathBuf},
     process::Stdio,

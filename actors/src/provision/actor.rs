@@ -1,0 +1,180 @@
+//! `ProvisionerActor`: the shell every provider shares. It starts runners through its
+//! [`Backend`], watches each until it exits, enforces `job_timeout`, tears down on request, and
+//! reports every step as a [`RunnerEvent`]. It holds no job knowledge and never calls GitHub.
+//!
+//! When it dies (a panic included) its `stopped()` tells its supervisor, which cleans up the
+//! runners it had and applies the restart policy. `stopped()` only sends; it cannot panic.
+
+use std::{collections::HashMap, rc::Rc, time::Duration};
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
+    WrapFuture,
+};
+
+use super::{Backend, ExitReason, Provision, RunnerEvent, RunnerEventKind, Teardown};
+
+/// A provisioner actor ended (normally or by a panic).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct ChildStopped {
+    /// Which incarnation.
+    pub generation: u64,
+    /// Whether it died by a panic.
+    pub panicked: bool,
+}
+
+#[derive(Debug)]
+struct Live {
+    reason: Option<ExitReason>,
+    timeout: Option<SpawnHandle>,
+}
+
+/// One incarnation of a provider's provisioner.
+#[derive(Debug)]
+pub struct ProvisionerActor {
+    backend: Rc<dyn Backend>,
+    events: Recipient<RunnerEvent>,
+    stopped_to: Recipient<ChildStopped>,
+    generation: u64,
+    job_timeout: Option<Duration>,
+    runners: HashMap<String, Live>,
+}
+
+impl ProvisionerActor {
+    /// A provisioner reporting runner events to `events` and its own end to `stopped_to`.
+    pub fn new(
+        backend: Rc<dyn Backend>,
+        events: Recipient<RunnerEvent>,
+        stopped_to: Recipient<ChildStopped>,
+        generation: u64,
+        job_timeout: Option<Duration>,
+    ) -> Self {
+        ProvisionerActor {
+            backend,
+            events,
+            stopped_to,
+            generation,
+            job_timeout,
+            runners: HashMap::new(),
+        }
+    }
+
+    fn report(&self, name: &str, kind: RunnerEventKind) {
+        self.events.do_send(RunnerEvent {
+            provider: self.backend.kind(),
+            name: name.to_string(),
+            kind,
+        });
+    }
+
+    /// The runner exited: remove what is left of it, then report.
+    fn on_exit(&mut self, name: String, code: Option<i32>, ctx: &mut Context<Self>) {
+        let live = self.runners.remove(&name);
+        let reason = live
+            .as_ref()
+            .and_then(|l| l.reason)
+            .unwrap_or(ExitReason::Exited);
+        if let Some(h) = live.and_then(|l| l.timeout) {
+            ctx.cancel_future(h);
+        }
+        let cleanup = self.backend.stop(name.clone());
+        ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
+            tracing::info!(provider = act.backend.kind().as_str(), runner = %name, ?reason, code, "runner finished and cleaned up");
+            act.report(&name, RunnerEventKind::Exited { code, reason });
+        }));
+    }
+
+    /// Stops a live runner; its watcher reports the exit.
+    fn kill(&mut self, name: &str, reason: ExitReason, ctx: &mut Context<Self>) {
+        if let Some(live) = self.runners.get_mut(name) {
+            live.reason.get_or_insert(reason);
+        }
+        ctx.spawn(self.backend.stop(name.to_string()).into_actor(self));
+    }
+}
+
+impl Actor for ProvisionerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        // Runs during a panic's unwinding too; only send, never panic here.
+        self.stopped_to.do_send(ChildStopped {
+            generation: self.generation,
+            panicked: std::thread::panicking(),
+        });
+    }
+}
+
+impl Handler<Provision> for ProvisionerActor {
+    type Result = ();
+
+    fn handle(&mut self, Provision(spec): Provision, ctx: &mut Context<Self>) {
+        let name = spec.name.clone();
+        self.runners.insert(
+            name.clone(),
+            Live {
+                reason: None,
+                timeout: None,
+            },
+        );
+        let start = self.backend.start(spec);
+        ctx.spawn(start.into_actor(self).map(move |result, act, ctx| match result {
+            Ok(running) => {
+                let torn_down_while_starting = act.runners.get(&name).and_then(|l| l.reason).is_some();
+                act.report(&name, RunnerEventKind::Started);
+                if let Some(limit) = act.job_timeout {
+                    let n = name.clone();
+                    let h = ctx.run_later(limit, move |act, ctx| {
+                        tracing::warn!(runner = %n, "job_timeout reached; killing the runner");
+                        act.kill(&n, ExitReason::TimedOut, ctx);
+                    });
+                    if let Some(live) = act.runners.get_mut(&name) {
+                        live.timeout = Some(h);
+                    }
+                }
+                if torn_down_while_starting {
+                    ctx.spawn(act.backend.stop(name.clone()).into_actor(act));
+                }
+                let n = name.clone();
+                ctx.spawn(running.exited.into_actor(act).map(move |code, act, ctx| act.on_exit(n, code, ctx)));
+            }
+            Err(error) => {
+                act.runners.remove(&name);
+                tracing::warn!(provider = act.backend.kind().as_str(), runner = %name, %error, "runner environment failed to start");
+                let cleanup = act.backend.stop(name.clone());
+                ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
+                    act.report(&name, RunnerEventKind::Failed { error });
+                }));
+            }
+        }));
+    }
+}
+
+impl Handler<Teardown> for ProvisionerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: Teardown, ctx: &mut Context<Self>) {
+        tracing::info!(provider = self.backend.kind().as_str(), runner = %m.name, reason = m.reason, "tearing down");
+        if self.runners.contains_key(&m.name) {
+            self.kill(&m.name, ExitReason::TornDown, ctx);
+            return;
+        }
+        // Not ours (any more): make sure nothing is left, and say so, so no slot leaks.
+        let name = m.name;
+        let cleanup = self.backend.stop(name.clone());
+        ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
+            act.report(
+                &name,
+                RunnerEventKind::Exited {
+                    code: None,
+                    reason: ExitReason::TornDown,
+                },
+            );
+        }));
+    }
+}

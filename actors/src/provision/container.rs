@@ -1,0 +1,222 @@
+//! `ContainerBackend`: one container per job through the Docker Engine API (Docker, or Podman's
+//! compatible service), with bollard.
+//!
+//! The container is named after the runner, runs the configured image with an init process
+//! (`--init`: signals reach the runner and stop takes a fraction of a second), is never
+//! privileged, carries labels marking it ours, gets the JIT config only in its environment, and
+//! is removed at the end (its logs are saved to `<log_dir>/<name>.log` first). At start-up every
+//! container labelled with our prefix is removed: no job owns it any more.
+
+use std::{collections::HashMap, io::Write, path::PathBuf, rc::Rc};
+
+use bollard::{
+    Docker,
+    models::{ContainerCreateBody, HostConfig},
+    query_parameters::{
+        CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+        RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    },
+};
+use futures_util::StreamExt;
+
+use super::{Backend, LocalFuture, RunnerSpec, RunningRunner};
+use crate::config::ProviderKind;
+
+/// Label marking a container as ours, with our runner-name prefix as its value.
+pub const PREFIX_LABEL: &str = "io.ephemer-actors.prefix";
+/// Label carrying the runner name.
+pub const RUNNER_LABEL: &str = "io.ephemer-actors.runner";
+/// Seconds a container gets after SIGTERM before SIGKILL.
+const STOP_GRACE_SECS: i32 = 10;
+
+/// Settings of the container backend.
+#[derive(Debug, Clone)]
+pub struct ContainerSettings {
+    /// `unix:///path.sock`, `tcp://host:port` or `http://host:port`.
+    pub socket: String,
+    /// Runner image.
+    pub image: String,
+    /// Command (empty: the image's own).
+    pub command: Vec<String>,
+    /// Network mode; `None` = the engine's default.
+    pub network: Option<String>,
+    /// Runner names of this provider start with this.
+    pub name_prefix: String,
+    /// Where container logs are saved.
+    pub log_dir: PathBuf,
+}
+
+/// Runs runners in containers.
+#[derive(Debug, Clone)]
+pub struct ContainerBackend {
+    docker: Docker,
+    s: Rc<ContainerSettings>,
+}
+
+impl ContainerBackend {
+    /// Connects (lazily) to the engine at `settings.socket`.
+    pub fn new(settings: ContainerSettings) -> Result<Self, String> {
+        let version = bollard::API_DEFAULT_VERSION;
+        let docker = if settings.socket.starts_with("unix://") {
+            Docker::connect_with_unix(&settings.socket, 120, version)
+        } else {
+            Docker::connect_with_http(&settings.socket, 120, version)
+        }
+        .map_err(|e| format!("cannot use container engine at {}: {e}", settings.socket))?;
+        Ok(ContainerBackend {
+            docker,
+            s: Rc::new(settings),
+        })
+    }
+
+    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+        let name = spec.name.clone();
+        let labels = HashMap::from([
+            (PREFIX_LABEL.to_string(), self.s.name_prefix.clone()),
+            (RUNNER_LABEL.to_string(), name.clone()),
+        ]);
+        let body = ContainerCreateBody {
+            image: Some(self.s.image.clone()),
+            cmd: (!self.s.command.is_empty()).then(|| self.s.command.clone()),
+            env: Some(vec![
+                format!(
+                    "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
+                    spec.jit_config.expose()
+                ),
+                "RUNNER_ALLOW_RUNASROOT=1".into(),
+                "RUNNER_MANUALLY_TRAP_SIG=1".into(),
+            ]),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                privileged: Some(false),
+                network_mode: self.s.network.clone(),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let created = self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        if let Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) = created
+        {
+            // A container of that name is left over: remove it and try once more.
+            self.clone().stop_runner(name.clone()).await;
+            self.docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|e| format!("cannot create container {name}: {e}"))?;
+        } else {
+            created.map_err(|e| format!("cannot create container {name}: {e}"))?;
+        }
+        self.docker
+            .start_container(
+                &name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| format!("cannot start container {name}: {e}"))?;
+        tracing::info!(runner = %name, image = %self.s.image, "runner container started");
+        let docker = self.docker.clone();
+        Ok(RunningRunner {
+            exited: Box::pin(async move {
+                let mut wait = docker.wait_container(
+                    &name,
+                    None::<bollard::query_parameters::WaitContainerOptions>,
+                );
+                match wait.next().await {
+                    Some(Ok(r)) => i32::try_from(r.status_code).ok(),
+                    Some(Err(bollard::errors::Error::DockerContainerWaitError {
+                        code, ..
+                    })) => i32::try_from(code).ok(),
+                    _ => None,
+                }
+            }),
+        })
+    }
+
+    async fn stop_runner(self, name: String) {
+        let stop = StopContainerOptionsBuilder::new()
+            .t(STOP_GRACE_SECS)
+            .build();
+        let _ = self.docker.stop_container(&name, Some(stop)).await;
+        self.save_logs(&name).await;
+        let remove = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        match self.docker.remove_container(&name, Some(remove)).await {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(e) => {
+                tracing::warn!(runner = %name, error = %e, "cannot remove the runner container")
+            }
+        }
+    }
+
+    async fn save_logs(&self, name: &str) {
+        let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
+        let mut logs = self.docker.logs(name, Some(options));
+        let mut out = Vec::new();
+        while let Some(Ok(chunk)) = logs.next().await {
+            out.extend_from_slice(&chunk.into_bytes());
+        }
+        if out.is_empty() {
+            return;
+        }
+        let _ = std::fs::create_dir_all(&self.s.log_dir);
+        if let Ok(mut f) = std::fs::File::create(self.s.log_dir.join(format!("{name}.log"))) {
+            let _ = f.write_all(&out);
+        }
+    }
+
+    async fn reap(self) -> Vec<String> {
+        let filters = HashMap::from([(
+            "label",
+            vec![format!("{PREFIX_LABEL}={}", self.s.name_prefix)],
+        )]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let names: Vec<String> = match self.docker.list_containers(Some(options)).await {
+            Ok(list) => list
+                .into_iter()
+                .filter_map(|c| c.names.and_then(|n| n.into_iter().next()))
+                .map(|n| n.trim_start_matches('/').to_string())
+                .collect(),
+            Err(e) => {
+                tracing::warn!(socket = %self.s.socket, error = %e, "cannot list containers to remove leftovers");
+                return Vec::new();
+            }
+        };
+        for name in &names {
+            self.clone().stop_runner(name.clone()).await;
+        }
+        names
+    }
+}
+
+impl Backend for ContainerBackend {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Linux
+    }
+
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+        Box::pin(self.clone().start_runner(spec))
+    }
+
+    fn stop(&self, name: String) -> LocalFuture<()> {
+        Box::pin(self.clone().stop_runner(name))
+    }
+
+    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
+        Box::pin(self.clone().reap())
+    }
+}

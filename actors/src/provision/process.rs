@@ -1,0 +1,270 @@
+//! `ProcessBackend`: the runner as a process on this host (the `local` and `native_macos`
+//! providers).
+//!
+//! Each runner gets a fresh directory `<work_root>/<name>` (mode 0700), its own process group
+//! (so teardown, `job_timeout` and leftover reaping kill the whole tree: SIGTERM, then SIGKILL
+//! after a grace), and a log file `<log_dir>/<name>.log` for its stdout and stderr. The JIT
+//! config travels only in `ACTIONS_RUNNER_INPUT_JITCONFIG`; the environment is otherwise cleared
+//! down to a few harmless variables, so none of the daemon's own secrets reach the job. The
+//! process group id is kept in `<work_root>/.run/<name>.pid`, which makes `stop` work by name
+//! for any later incarnation of the provisioner, or of the daemon.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    rc::Rc,
+    time::Duration,
+};
+
+use nix::{
+    sys::signal::{Signal, killpg},
+    unistd::Pid,
+};
+use tokio::process::Command;
+
+use super::{Backend, LocalFuture, RunnerSpec, RunningRunner};
+use crate::config::ProviderKind;
+
+/// How long a runner may take to exit after SIGTERM before SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(10);
+/// Runner logs older than this are removed at start-up.
+const LOG_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Variables a runner inherits from the daemon; everything else is dropped.
+const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// Settings of a process backend.
+#[derive(Debug, Clone)]
+pub struct ProcessSettings {
+    /// `local` or `native_macos`.
+    pub kind: ProviderKind,
+    /// The runner executable.
+    pub command: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Parent of the per-job directories.
+    pub work_root: PathBuf,
+    /// Where runner logs go.
+    pub log_dir: PathBuf,
+    /// Run as this user (`sudo -n -u`).
+    pub run_as: Option<String>,
+    /// Runner names of this provider start with this (`<name_prefix>-<provider>-`).
+    pub name_prefix: String,
+    /// SIGTERM to SIGKILL.
+    pub grace: Duration,
+}
+
+/// Runs runners as host processes.
+#[derive(Debug, Clone)]
+pub struct ProcessBackend {
+    s: Rc<ProcessSettings>,
+}
+
+impl ProcessBackend {
+    /// A backend with these settings.
+    pub fn new(settings: ProcessSettings) -> Self {
+        ProcessBackend {
+            s: Rc::new(settings),
+        }
+    }
+
+    fn pid_file(&self, name: &str) -> PathBuf {
+        self.s.work_root.join(".run").join(format!("{name}.pid"))
+    }
+
+    fn command(
+        &self,
+        spec: &RunnerSpec,
+        dir: &Path,
+        log: std::fs::File,
+    ) -> std::io::Result<Command> {
+        let s = &self.s;
+        let mut cmd = match &s.run_as {
+            Some(user) => {
+                let mut c = Command::new("sudo");
+                c.args(["-n", "-H", "-u", user])
+                    .arg("--preserve-env=ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG")
+                    .arg("--")
+                    .arg(&s.command);
+                c
+            }
+            None => Command::new(&s.command),
+        };
+        cmd.args(&s.args)
+            .current_dir(dir)
+            .env_clear()
+            .envs(
+                INHERITED_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+            )
+            .env("ACTIONS_RUNNER_INPUT_JITCONFIG", spec.jit_config.expose())
+            .env("RUNNER_MANUALLY_TRAP_SIG", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(false);
+        if s.run_as.is_none() && nix::unistd::geteuid().is_root() {
+            cmd.env("RUNNER_ALLOW_RUNASROOT", "1");
+        }
+        Ok(cmd)
+    }
+
+    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+        let dir = self.s.work_root.join(&spec.name);
+        let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        create_private_dir(&dir)
+            .await
+            .map_err(|e| fail(&format!("cannot create {}", dir.display()), e))?;
+        create_private_dir(&self.s.work_root.join(".run"))
+            .await
+            .map_err(|e| fail("cannot create the pid directory", e))?;
+        tokio::fs::create_dir_all(&self.s.log_dir)
+            .await
+            .map_err(|e| fail("cannot create the log directory", e))?;
+        if let Some(user) = &self.s.run_as {
+            give_to(&dir, user)?;
+        }
+        let log_path = self.s.log_dir.join(format!("{}.log", spec.name));
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
+        let mut child = self
+            .command(&spec, &dir, log)
+            .and_then(|mut c| c.spawn())
+            .map_err(|e| fail(&format!("cannot start {}", self.s.command.display()), e))?;
+        let pid = child
+            .id()
+            .ok_or("the runner exited before it could be tracked")?;
+        tokio::fs::write(self.pid_file(&spec.name), pid.to_string())
+            .await
+            .map_err(|e| fail("cannot write the pid file", e))?;
+        tracing::info!(provider = self.s.kind.as_str(), runner = %spec.name, pid, dir = %dir.display(), "runner process started");
+        Ok(RunningRunner {
+            exited: Box::pin(async move { child.wait().await.ok().and_then(|s| s.code()) }),
+        })
+    }
+
+    async fn stop_runner(self, name: String) {
+        let pid_file = self.pid_file(&name);
+        if let Some(pgid) = tokio::fs::read_to_string(&pid_file)
+            .await
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            kill_group(Pid::from_raw(pgid), self.s.grace).await;
+        }
+        let _ = tokio::fs::remove_file(&pid_file).await;
+        let dir = self.s.work_root.join(&name);
+        if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, "cannot remove the runner directory");
+        }
+    }
+
+    async fn reap(self) -> Vec<String> {
+        let mut names = Vec::new();
+        for dir in [self.s.work_root.join(".run"), self.s.work_root.clone()] {
+            let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
+                continue;
+            };
+            while let Ok(Some(entry)) = entries.next_entry().await {
+                let file = entry.file_name().to_string_lossy().into_owned();
+                let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
+                if name.starts_with(&self.s.name_prefix) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        for name in &names {
+            self.clone().stop_runner(name.clone()).await;
+        }
+        prune_logs(&self.s.log_dir).await;
+        names
+    }
+}
+
+impl Backend for ProcessBackend {
+    fn kind(&self) -> ProviderKind {
+        self.s.kind
+    }
+
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+        Box::pin(self.clone().start_runner(spec))
+    }
+
+    fn stop(&self, name: String) -> LocalFuture<()> {
+        Box::pin(self.clone().stop_runner(name))
+    }
+
+    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
+        Box::pin(self.clone().reap())
+    }
+
+    fn startup_warning(&self) -> Option<String> {
+        (self.s.kind == ProviderKind::NativeMacos).then(|| {
+            "native_macos runs jobs directly on this host: they share its files, network and \
+             credentials; isolation is weak, use vm_macos where it matters"
+                .to_string()
+        })
+    }
+}
+
+async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    tokio::fs::create_dir_all(dir).await?;
+    tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await
+}
+
+fn give_to(dir: &Path, user: &str) -> Result<(), String> {
+    let u = nix::unistd::User::from_name(user)
+        .map_err(|e| format!("cannot look up run_as user {user}: {e}"))?
+        .ok_or_else(|| format!("run_as user {user} does not exist"))?;
+    nix::unistd::chown(dir, Some(u.uid), Some(u.gid))
+        .map_err(|e| format!("cannot hand {} to {user}: {e}", dir.display()))
+}
+
+/// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.
+pub async fn kill_group(pgid: Pid, grace: Duration) {
+    if pgid.as_raw() <= 1 || killpg(pgid, None).is_err() {
+        return;
+    }
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let alive = || killpg(pgid, None).is_ok();
+    let deadline = tokio::time::Instant::now() + grace;
+    while alive() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if alive() {
+        tracing::warn!(
+            pgid = pgid.as_raw(),
+            "runner ignored SIGTERM; sending SIGKILL"
+        );
+        let _ = killpg(pgid, Signal::SIGKILL);
+        for _ in 0..100 {
+            if !alive() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn prune_logs(dir: &Path) {
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return;
+    };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let old = entry
+            .metadata()
+            .await
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > LOG_RETENTION);
+        if old {
+            let _ = tokio::fs::remove_file(entry.path()).await;
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! `ProvisionerSupervisor`: the parent that applies a provider's restart policy.
+//!
+//! actix's own `Supervisor` restarts only actors that stop themselves and does nothing for a
+//! panic, so supervision is ours: the parent forwards `Provision`/`Teardown` to its current
+//! child and relays the child's runner events, so it always knows which runners the child holds.
+//! When the child dies, the parent tears those runners' environments down (backends are
+//! stateless by name), reports each as `ProvisionerDied` (the scheduler re-queues jobs that
+//! never started), and re-creates the child from its factory after `backoff`, unless the policy
+//! (`permanent` | `transient` | `never`) or the budget (`max_restarts` within `within`) says no;
+//! then the provider is reported down and its jobs go to another covering provider or wait.
+
+use std::{
+    collections::{HashSet, VecDeque},
+    rc::Rc,
+};
+
+use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Recipient, WrapFuture};
+use tokio::time::Instant;
+
+use super::{
+    Backend, ChildStopped, ExitReason, ProviderStatus, Provision, ProvisionerActor, RunnerEvent,
+    RunnerEventKind, Teardown,
+};
+use crate::{
+    clock::Clock,
+    config::{RestartConfig, RestartPolicy},
+    metrics::Metrics,
+};
+
+/// Builds one incarnation of the provisioner: (events to, stopped to, generation) -> child.
+pub type Factory =
+    Box<dyn Fn(Recipient<RunnerEvent>, Recipient<ChildStopped>, u64) -> Addr<ProvisionerActor>>;
+
+/// The parent of one provider's provisioner.
+pub struct ProvisionerSupervisor {
+    backend: Rc<dyn Backend>,
+    factory: Factory,
+    restart: RestartConfig,
+    child: Option<Addr<ProvisionerActor>>,
+    generation: u64,
+    live: HashSet<String>,
+    restarts: VecDeque<Instant>,
+    scheduler: Recipient<RunnerEvent>,
+    status: Recipient<ProviderStatus>,
+    metrics: Metrics,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for ProvisionerSupervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProvisionerSupervisor")
+            .field("provider", &self.backend.kind())
+            .field("generation", &self.generation)
+            .field("live", &self.live.len())
+            .finish()
+    }
+}
+
+impl ProvisionerSupervisor {
+    /// A supervisor for the provisioner `factory` builds over `backend`.
+    pub fn new(
+        backend: Rc<dyn Backend>,
+        factory: Factory,
+        restart: RestartConfig,
+        scheduler: Recipient<RunnerEvent>,
+        status: Recipient<ProviderStatus>,
+        metrics: Metrics,
+        clock: Clock,
+    ) -> Self {
+        ProvisionerSupervisor {
+            backend,
+            factory,
+            restart,
+            child: None,
+            generation: 0,
+            live: HashSet::new(),
+            restarts: VecDeque::new(),
+            scheduler,
+            status,
+            metrics,
+            clock,
+        }
+    }
+
+    fn spawn_child(&mut self, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let me = ctx.address();
+        self.child = Some((self.factory)(
+            me.clone().recipient(),
+            me.recipient(),
+            self.generation,
+        ));
+        self.status.do_send(ProviderStatus {
+            provider: self.backend.kind(),
+            up: true,
+        });
+    }
+
+    fn report(&self, name: &str, kind: RunnerEventKind) {
+        self.scheduler.do_send(RunnerEvent {
+            provider: self.backend.kind(),
+            name: name.to_string(),
+            kind,
+        });
+    }
+
+    /// Whether the policy and the budget allow another restart now.
+    fn may_restart(&mut self, panicked: bool) -> Result<(), String> {
+        match self.restart.policy {
+            RestartPolicy::Never => return Err("restart policy is never".into()),
+            RestartPolicy::Transient if !panicked => {
+                return Err("stopped normally (transient policy)".into());
+            }
+            _ => {}
+        }
+        let now = self.clock.now();
+        while self
+            .restarts
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= self.restart.within)
+        {
+            self.restarts.pop_front();
+        }
+        if self.restarts.len() >= self.restart.max_restarts as usize {
+            return Err(format!(
+                "{} restarts within {:?} already",
+                self.restarts.len(),
+                self.restart.within
+            ));
+        }
+        self.restarts.push_back(now);
+        Ok(())
+    }
+}
+
+impl Actor for ProvisionerSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+        if let Some(warning) = self.backend.startup_warning() {
+            tracing::warn!(provider = self.backend.kind().as_str(), "{warning}");
+        }
+        // Leftovers of an earlier run go before the first runner starts.
+        let reap = self.backend.reap_leftovers();
+        ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
+            if !removed.is_empty() {
+                tracing::info!(provider = act.backend.kind().as_str(), count = removed.len(), names = ?removed, "removed leftover runner environments");
+            }
+            act.spawn_child(ctx);
+        }));
+    }
+}
+
+impl Handler<Provision> for ProvisionerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
+        let name = m.0.name.clone();
+        match &self.child {
+            Some(child) if child.connected() => {
+                self.live.insert(name);
+                child.do_send(m);
+            }
+            _ => self.report(
+                &name,
+                RunnerEventKind::Failed {
+                    error: format!("provider {} is down", self.backend.kind()),
+                },
+            ),
+        }
+    }
+}
+
+impl Handler<Teardown> for ProvisionerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, m: Teardown, ctx: &mut Context<Self>) {
+        match &self.child {
+            Some(child) if child.connected() => child.do_send(m),
+            _ => {
+                let name = m.name;
+                let cleanup = self.backend.stop(name.clone());
+                ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
+                    act.live.remove(&name);
+                    act.report(
+                        &name,
+                        RunnerEventKind::Exited {
+                            code: None,
+                            reason: ExitReason::TornDown,
+                        },
+                    );
+                }));
+            }
+        }
+    }
+}
+
+impl Handler<RunnerEvent> for ProvisionerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, m: RunnerEvent, _: &mut Context<Self>) {
+        if matches!(
+            m.kind,
+            RunnerEventKind::Exited { .. } | RunnerEventKind::Failed { .. }
+        ) {
+            self.live.remove(&m.name);
+        }
+        self.scheduler.do_send(m);
+    }
+}
+
+impl Handler<ChildStopped> for ProvisionerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, m: ChildStopped, ctx: &mut Context<Self>) {
+        if m.generation != self.generation {
+            return;
+        }
+        self.child = None;
+        let provider = self.backend.kind();
+        tracing::error!(
+            provider = provider.as_str(),
+            panicked = m.panicked,
+            runners = self.live.len(),
+            "provisioner stopped"
+        );
+        // Whatever the dead child held is torn down and reported, so no job is lost with it.
+        for name in std::mem::take(&mut self.live) {
+            let cleanup = self.backend.stop(name.clone());
+            ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
+                act.report(
+                    &name,
+                    RunnerEventKind::Exited {
+                        code: None,
+                        reason: ExitReason::ProvisionerDied,
+                    },
+                );
+            }));
+        }
+        self.status.do_send(ProviderStatus {
+            provider,
+            up: false,
+        });
+        match self.may_restart(m.panicked) {
+            Ok(()) => {
+                self.metrics
+                    .provisioner_restarts
+                    .with_label_values(&[provider.as_str()])
+                    .inc();
+                tracing::warn!(provider = provider.as_str(), backoff = ?self.restart.backoff, "restarting provisioner");
+                ctx.run_later(self.restart.backoff, |act, ctx| act.spawn_child(ctx));
+            }
+            Err(why) => {
+                tracing::error!(provider = provider.as_str(), reason = %why, "provisioner stays down; its jobs go to another covering provider or wait");
+            }
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! `TartBackend`: one cloned macOS VM per job, driven by the `tart` CLI.
+//!
+//! Per job: `tart clone <base_image> <name>`, `tart run --no-graphics <name>` kept as a child
+//! (it lives as long as the VM), `tart ip --wait <boot_timeout> <name>`, then the runner over
+//! ssh with the JIT config on stdin (never argv). At the end, or on any failure, `tart stop` and
+//! `tart delete` (both idempotent); at start-up the same for every VM named with our prefix. The
+//! pool is capped at two VMs by config validation: Apple's limit per host.
+
+use std::{path::PathBuf, process::Stdio, rc::Rc, time::Duration};
+
+use tokio::{io::AsyncWriteExt, process::Command};
+
+use super::{Backend, LocalFuture, RunnerSpec, RunningRunner};
+use crate::config::ProviderKind;
+
+/// Settings of the tart backend.
+#[derive(Debug, Clone)]
+pub struct TartSettings {
+    /// The `tart` executable.
+    pub tart: PathBuf,
+    /// The `ssh` executable.
+    pub ssh: PathBuf,
+    /// Image each VM is cloned from.
+    pub base_image: String,
+    /// Guest user.
+    pub ssh_user: String,
+    /// Runner start script in the guest.
+    pub runner_command: String,
+    /// How long a VM may take to get an address.
+    pub boot_timeout: Duration,
+    /// VM names of this provider start with this.
+    pub name_prefix: String,
+    /// Where `tart run` and ssh output go.
+    pub log_dir: PathBuf,
+}
+
+/// Runs runners in tart VMs.
+#[derive(Debug, Clone)]
+pub struct TartBackend {
+    s: Rc<TartSettings>,
+}
+
+impl TartBackend {
+    /// A backend with these settings.
+    pub fn new(settings: TartSettings) -> Self {
+        TartBackend {
+            s: Rc::new(settings),
+        }
+    }
+
+    async fn tart(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(&self.s.tart)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("cannot run {}: {e}", self.s.tart.display()))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(format!(
+                "tart {} failed ({}): {}",
+                args.first().unwrap_or(&""),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    fn log(&self, name: &str) -> Result<std::fs::File, String> {
+        std::fs::create_dir_all(&self.s.log_dir)
+            .map_err(|e| format!("cannot create the log directory: {e}"))?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.s.log_dir.join(format!("{name}.log")))
+            .map_err(|e| format!("cannot open the runner log: {e}"))
+    }
+
+    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+        let name = spec.name.clone();
+        let result = self.boot_and_run(spec).await;
+        if result.is_err() {
+            self.clone().stop_runner(name).await;
+        }
+        result
+    }
+
+    async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+        let name = &spec.name;
+        self.tart(&["clone", &self.s.base_image, name]).await?;
+        let log = self.log(name)?;
+        let mut vm = Command::new(&self.s.tart)
+            .args(["run", "--no-graphics", name])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log.try_clone().map_err(|e| e.to_string())?)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| format!("cannot run the VM: {e}"))?;
+        let wait = self.s.boot_timeout.as_secs().max(1).to_string();
+        let ip = match self.tart(&["ip", "--wait", &wait, name]).await {
+            Ok(ip) if !ip.is_empty() => ip,
+            Ok(_) => return Err("the VM did not report an address".into()),
+            Err(e) => return Err(format!("the VM did not boot: {e}")),
+        };
+        // The JIT config goes on stdin; the remote shell reads it into the runner's environment.
+        let remote = format!(
+            "c=$(cat) && ACTIONS_RUNNER_INPUT_JITCONFIG=\"$c\" RUNNER_MANUALLY_TRAP_SIG=1 exec {}",
+            self.s.runner_command
+        );
+        let mut ssh = Command::new(&self.s.ssh)
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ServerAliveInterval=15",
+            ])
+            .arg(format!("{}@{ip}", self.s.ssh_user))
+            .arg(remote)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| format!("cannot run ssh: {e}"))?;
+        if let Some(mut stdin) = ssh.stdin.take() {
+            stdin
+                .write_all(spec.jit_config.expose().as_bytes())
+                .await
+                .map_err(|e| format!("cannot hand the JIT config over ssh: {e}"))?;
+        }
+        tracing::info!(runner = %name, %ip, "runner started in its VM");
+        Ok(RunningRunner {
+            exited: Box::pin(async move {
+                tokio::select! {
+                    status = ssh.wait() => status.ok().and_then(|s| s.code()),
+                    _ = vm.wait() => None,
+                }
+            }),
+        })
+    }
+
+    async fn stop_runner(self, name: String) {
+        if let Err(e) = self.tart(&["stop", "--timeout", "30", &name]).await {
+            tracing::debug!(runner = %name, error = %e, "tart stop");
+        }
+        if let Err(e) = self.tart(&["delete", &name]).await {
+            tracing::debug!(runner = %name, error = %e, "tart delete");
+        }
+    }
+
+    async fn reap(self) -> Vec<String> {
+        #[derive(serde::Deserialize)]
+        struct Vm {
+            #[serde(rename = "Name")]
+            name: String,
+        }
+        let listed = match self.tart(&["list", "--format", "json"]).await {
+            Ok(json) => serde_json::from_str::<Vec<Vm>>(&json).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list VMs to remove leftovers");
+                Vec::new()
+            }
+        };
+        let names: Vec<String> = listed
+            .into_iter()
+            .map(|v| v.name)
+            .filter(|n| n.starts_with(&self.s.name_prefix))
+            .collect();
+        for name in &names {
+            self.clone().stop_runner(name.clone()).await;
+        }
+        names
+    }
+}
+
+impl Backend for TartBackend {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::VmMacos
+    }
+
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+        Box::pin(self.clone().start_runner(spec))
+    }
+
+    fn stop(&self, name: String) -> LocalFuture<()> {
+        Box::pin(self.clone().stop_runner(name))
+    }
+
+    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
+        Box::pin(self.clone().reap())
+    }
+}

@@ -1,0 +1,290 @@
+//! Supervision: a provisioner that panics mid-job is torn down, its runners reported, and it is
+//! re-created per its restart policy (or left down). Paused time; a fake backend.
+
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    rc::Rc,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use actix::{Actor, Addr, Context, Handler};
+
+use super::*;
+use crate::{
+    clock::Clock,
+    config::{RestartConfig, RestartPolicy},
+    metrics::Metrics,
+};
+
+/// Starts runners that run until `finish(name)`; panics on `start` once `explode` is set.
+#[derive(Debug, Default)]
+struct FakeBackend {
+    explode: RefCell<bool>,
+    exits: RefCell<HashMap<String, tokio::sync::oneshot::Sender<Option<i32>>>>,
+    stopped: RefCell<Vec<String>>,
+}
+
+#[derive(Debug, Clone)]
+struct Fake(Rc<FakeBackend>);
+
+impl Backend for Fake {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Local
+    }
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+        assert!(
+            !*self.0.explode.borrow(),
+            "provisioner blew up (on purpose)"
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.0.exits.borrow_mut().insert(spec.name, tx);
+        Box::pin(async move {
+            Ok(RunningRunner {
+                exited: Box::pin(async move { rx.await.unwrap_or(None) }),
+            })
+        })
+    }
+    fn stop(&self, name: String) -> LocalFuture<()> {
+        self.0.stopped.borrow_mut().push(name.clone());
+        if let Some(tx) = self.0.exits.borrow_mut().remove(&name) {
+            let _ = tx.send(Some(143));
+        }
+        Box::pin(async {})
+    }
+    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
+        Box::pin(async { Vec::new() })
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    events: Vec<RunnerEvent>,
+    status: Vec<bool>,
+}
+
+struct Recorder(Arc<Mutex<Seen>>);
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunnerEvent> for Recorder {
+    type Result = ();
+    fn handle(&mut self, m: RunnerEvent, _: &mut Context<Self>) {
+        self.0.lock().unwrap().events.push(m);
+    }
+}
+
+impl Handler<ProviderStatus> for Recorder {
+    type Result = ();
+    fn handle(&mut self, m: ProviderStatus, _: &mut Context<Self>) {
+        self.0.lock().unwrap().status.push(m.up);
+    }
+}
+
+fn spec(name: &str) -> RunnerSpec {
+    RunnerSpec {
+        name: name.into(),
+        runner_id: 1,
+        jit_config: crate::config::Secret::new("jit"),
+        intent: crate::job::JobKey::new("acme", 1),
+        labels: vec![],
+    }
+}
+
+async fn supervised(
+    policy: RestartPolicy,
+    max_restarts: u32,
+) -> (Addr<ProvisionerSupervisor>, Fake, Arc<Mutex<Seen>>, Metrics) {
+    tokio::time::pause();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let recorder = Recorder(seen.clone()).start();
+    let fake = Fake(Rc::new(FakeBackend::default()));
+    let backend: Rc<dyn Backend> = Rc::new(fake.clone());
+    let child_backend = backend.clone();
+    let factory: Factory = Box::new(move |events, stopped, generation| {
+        ProvisionerActor::new(child_backend.clone(), events, stopped, generation, None).start()
+    });
+    let metrics = Metrics::new();
+    let restart = RestartConfig {
+        policy,
+        max_restarts,
+        within: Duration::from_secs(60),
+        backoff: Duration::from_secs(1),
+    };
+    let sup = ProvisionerSupervisor::new(
+        backend,
+        factory,
+        restart,
+        recorder.clone().recipient(),
+        recorder.recipient(),
+        metrics.clone(),
+        Clock::real(),
+    )
+    .start();
+    settle().await;
+    (sup, fake, seen, metrics)
+}
+
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn kinds(seen: &Arc<Mutex<Seen>>) -> Vec<(String, RunnerEventKind)> {
+    seen.lock()
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| (e.name.clone(), e.kind.clone()))
+        .collect()
+}
+
+#[actix_rt::test]
+async fn a_panic_mid_job_tears_down_reports_and_restarts() {
+    let (sup, fake, seen, metrics) = supervised(RestartPolicy::Permanent, 5).await;
+    sup.send(Provision(spec("r-a"))).await.unwrap();
+    settle().await;
+    assert_eq!(
+        kinds(&seen),
+        vec![("r-a".to_string(), RunnerEventKind::Started)]
+    );
+
+    *fake.0.explode.borrow_mut() = true;
+    sup.send(Provision(spec("r-b"))).await.unwrap();
+    settle().await;
+    let died = RunnerEventKind::Exited {
+        code: None,
+        reason: ExitReason::ProvisionerDied,
+    };
+    let events = kinds(&seen);
+    assert!(
+        events.contains(&("r-a".to_string(), died.clone())),
+        "{events:?}"
+    );
+    assert!(events.contains(&("r-b".to_string(), died)), "{events:?}");
+    assert!(
+        fake.0.stopped.borrow().contains(&"r-a".to_string()),
+        "the running runner was torn down"
+    );
+
+    *fake.0.explode.borrow_mut() = false;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    assert_eq!(
+        metrics
+            .provisioner_restarts
+            .with_label_values(&["local"])
+            .get(),
+        1
+    );
+    assert_eq!(
+        seen.lock().unwrap().status,
+        vec![true, false, true],
+        "up, down, up again"
+    );
+    sup.send(Provision(spec("r-c"))).await.unwrap();
+    settle().await;
+    assert_eq!(
+        kinds(&seen).last().unwrap(),
+        &("r-c".to_string(), RunnerEventKind::Started)
+    );
+}
+
+#[actix_rt::test]
+async fn policy_never_leaves_the_provider_down() {
+    let (sup, fake, seen, metrics) = supervised(RestartPolicy::Never, 5).await;
+    *fake.0.explode.borrow_mut() = true;
+    sup.send(Provision(spec("r-a"))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+    assert_eq!(seen.lock().unwrap().status, vec![true, false]);
+    assert_eq!(
+        metrics
+            .provisioner_restarts
+            .with_label_values(&["local"])
+            .get(),
+        0
+    );
+    sup.send(Provision(spec("r-b"))).await.unwrap();
+    settle().await;
+    assert!(
+        matches!(
+            kinds(&seen).last().unwrap().1,
+            RunnerEventKind::Failed { .. }
+        ),
+        "a down provider refuses runners"
+    );
+}
+
+#[actix_rt::test]
+async fn the_restart_budget_is_enforced() {
+    let (sup, fake, seen, metrics) = supervised(RestartPolicy::Permanent, 2).await;
+    *fake.0.explode.borrow_mut() = true;
+    for i in 0..4 {
+        sup.send(Provision(spec(&format!("r-{i}")))).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle().await;
+    }
+    assert_eq!(
+        metrics
+            .provisioner_restarts
+            .with_label_values(&["local"])
+            .get(),
+        2
+    );
+    assert_eq!(
+        seen.lock().unwrap().status.last(),
+        Some(&false),
+        "down once the budget is spent"
+    );
+}
+
+#[actix_rt::test]
+async fn teardown_stops_the_runner_and_reports_it() {
+    let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
+    sup.send(Provision(spec("r-a"))).await.unwrap();
+    settle().await;
+    sup.send(Teardown {
+        name: "r-a".into(),
+        reason: "test",
+    })
+    .await
+    .unwrap();
+    settle().await;
+    assert_eq!(
+        kinds(&seen).last().unwrap(),
+        &(
+            "r-a".to_string(),
+            RunnerEventKind::Exited {
+                code: Some(143),
+                reason: ExitReason::TornDown
+            }
+        )
+    );
+    assert!(
+        fake.0
+            .stopped
+            .borrow()
+            .iter()
+            .filter(|n| *n == "r-a")
+            .count()
+            >= 1
+    );
+    // Tearing down a runner nobody knows still answers, so no slot leaks.
+    sup.send(Teardown {
+        name: "ghost".into(),
+        reason: "test",
+    })
+    .await
+    .unwrap();
+    settle().await;
+    assert_eq!(kinds(&seen).last().unwrap().0, "ghost");
+}

@@ -1,0 +1,249 @@
+//! `start`: the library's composition root. It wires every actor of one instance explicitly and
+//! reads top to bottom in start order; a host app may call it twice and get two independent
+//! instances (nothing is registered globally).
+//!
+//! 1. `RateActor`: rate readings, per credential.
+//! 2. `GithubActor`: owns the GitHub client, reports every answer's rate headers to (1).
+//! 3. The scheduler's context, made first so provisioners can be given its address.
+//! 4. One `ProvisionerSupervisor` per enabled provider: removes leftovers, then runs its
+//!    provisioner under the provider's restart policy, reporting to (3).
+//! 5. The `SchedulerActor` and its `RetryActor`, wired to (2), (1) and (4).
+//! 6. The webhook intake, forwarding to (5).
+
+use std::{collections::HashMap, rc::Rc};
+
+use actix::{Actor, Addr, AsyncContext, Context};
+use actix_web::web;
+
+use crate::{
+    clock::Clock,
+    config::{Config, ProviderKind},
+    github::{GithubClient, actor::GithubActor},
+    metrics::Metrics,
+    provision::{
+        Backend, Factory, ProvisionerActor, ProvisionerHandle, ProvisionerSupervisor,
+        container::{ContainerBackend, ContainerSettings},
+        process::{KILL_GRACE, ProcessBackend, ProcessSettings},
+        tart::{TartBackend, TartSettings},
+    },
+    rate::RateActor,
+    retry::{Backoff, RetryActor},
+    scheduler::{
+        GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, SchedulerSettings, start_in,
+    },
+    webhook::WebhookIntake,
+};
+
+/// Why an instance could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// The retry ladder is invalid (config validation normally catches this first).
+    #[error("claim_retry: {0}")]
+    Backoff(#[from] crate::retry::InvalidBackoff),
+    /// A provider could not be set up.
+    #[error("providers.{provider}: {detail}")]
+    Provider {
+        /// Which.
+        provider: ProviderKind,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The webhook intake refused its settings.
+    #[error("webhook: {0}")]
+    Intake(#[from] crate::webhook::IntakeError),
+}
+
+/// The addresses of one running instance.
+#[derive(Debug, Clone)]
+pub struct Handles {
+    /// The scheduler (job events, cordon, state).
+    pub scheduler: Addr<SchedulerActor>,
+    /// The retry ladder.
+    pub retry: Addr<RetryActor>,
+    /// Rate readings.
+    pub rate: Addr<RateActor>,
+    /// GitHub.
+    pub github: Addr<GithubActor>,
+    /// One supervisor per enabled provider.
+    pub provisioners: HashMap<ProviderKind, Addr<ProvisionerSupervisor>>,
+    /// The webhook intake, to mount with `WebhookIntake::resource`.
+    pub intake: web::Data<WebhookIntake>,
+    /// This instance's metrics.
+    pub metrics: Metrics,
+}
+
+/// Options that tests and the demo change; production uses the defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions {
+    /// Fixes retry jitter.
+    pub seed: Option<u64>,
+}
+
+/// Starts every actor of one instance on the current actix System.
+pub fn start(
+    config: &Config,
+    metrics: Metrics,
+    clock: Clock,
+    options: StartOptions,
+) -> Result<Handles, StartError> {
+    let backoff = Backoff::try_new(&config.runner.claim_retry)?;
+    let backends = backends(config)?;
+
+    // 1-2. Rate readings and the GitHub client.
+    let rate = RateActor::new(metrics.clone()).start();
+    let client = GithubClient::new(
+        &config.github,
+        metrics.clone(),
+        Some(rate.clone().recipient()),
+    );
+    let credential = client.rate_key();
+    let github = GithubActor::new(client).start();
+
+    // 3. The scheduler's address, before the scheduler exists.
+    let scheduler_ctx = Context::<SchedulerActor>::new();
+    let scheduler = scheduler_ctx.address();
+
+    // 4. A supervised provisioner per enabled provider.
+    let mut provisioners = HashMap::new();
+    let mut handles = HashMap::new();
+    for backend in backends {
+        let kind = backend.kind();
+        let restart = match kind {
+            ProviderKind::Local => &config.providers.local.common.restart,
+            ProviderKind::Linux => &config.providers.linux.common.restart,
+            ProviderKind::VmMacos => &config.providers.vm_macos.common.restart,
+            ProviderKind::NativeMacos => &config.providers.native_macos.common.restart,
+        };
+        let job_timeout = config.runner.job_timeout;
+        let child_backend = backend.clone();
+        let factory: Factory = Box::new(move |events, stopped, generation| {
+            ProvisionerActor::new(
+                child_backend.clone(),
+                events,
+                stopped,
+                generation,
+                job_timeout,
+            )
+            .start()
+        });
+        let supervisor = ProvisionerSupervisor::new(
+            backend,
+            factory,
+            restart.clone(),
+            scheduler.clone().recipient(),
+            scheduler.clone().recipient(),
+            metrics.clone(),
+            clock,
+        )
+        .start();
+        handles.insert(
+            kind,
+            ProvisionerHandle {
+                provision: supervisor.clone().recipient(),
+                teardown: supervisor.clone().recipient(),
+            },
+        );
+        provisioners.insert(kind, supervisor);
+    }
+
+    // 5. The scheduler and its retry actor.
+    let deps = SchedulerDeps {
+        github: GithubHandle {
+            claim: github.clone().recipient(),
+            delete: github.clone().recipient(),
+        },
+        rate: Some(RateHandle {
+            get: rate.clone().recipient(),
+            credential,
+        }),
+        provisioners: handles,
+    };
+    let settings = SchedulerSettings::from_config(config);
+    let (scheduler, retry) = start_in(
+        scheduler_ctx,
+        settings,
+        backoff,
+        deps,
+        metrics.clone(),
+        clock,
+        options.seed,
+    );
+
+    // 6. The webhook intake.
+    let intake = web::Data::new(WebhookIntake::new(
+        config.webhook.secret.clone(),
+        scheduler.clone().recipient(),
+        metrics.clone(),
+    )?);
+
+    Ok(Handles {
+        scheduler,
+        retry,
+        rate,
+        github,
+        provisioners,
+        intake,
+        metrics,
+    })
+}
+
+/// The backend of every enabled provider.
+fn backends(config: &Config) -> Result<Vec<Rc<dyn Backend>>, StartError> {
+    let p = &config.providers;
+    let prefix =
+        |kind: ProviderKind| format!("{}-{}-", config.runner.name_prefix, kind.name_part());
+    let log_dir = config.state.dir.join("logs");
+    let mut out: Vec<Rc<dyn Backend>> = Vec::new();
+    if p.local.common.enabled {
+        out.push(Rc::new(ProcessBackend::new(ProcessSettings {
+            kind: ProviderKind::Local,
+            command: p.local.command.clone(),
+            args: p.local.args.clone(),
+            work_root: p.local.work_root.clone(),
+            log_dir: log_dir.clone(),
+            run_as: None,
+            name_prefix: prefix(ProviderKind::Local),
+            grace: KILL_GRACE,
+        })));
+    }
+    if p.linux.common.enabled {
+        let backend = ContainerBackend::new(ContainerSettings {
+            socket: p.linux.socket.clone(),
+            image: p.linux.image.clone(),
+            command: p.linux.command.clone(),
+            network: p.linux.network.clone(),
+            name_prefix: prefix(ProviderKind::Linux),
+            log_dir: log_dir.clone(),
+        })
+        .map_err(|detail| StartError::Provider {
+            provider: ProviderKind::Linux,
+            detail,
+        })?;
+        out.push(Rc::new(backend));
+    }
+    if p.vm_macos.common.enabled {
+        out.push(Rc::new(TartBackend::new(TartSettings {
+            tart: p.vm_macos.tart_path.clone(),
+            ssh: p.vm_macos.ssh_path.clone(),
+            base_image: p.vm_macos.base_image.clone(),
+            ssh_user: p.vm_macos.ssh_user.clone(),
+            runner_command: p.vm_macos.runner_command.clone(),
+            boot_timeout: p.vm_macos.boot_timeout,
+            name_prefix: prefix(ProviderKind::VmMacos),
+            log_dir: log_dir.clone(),
+        })));
+    }
+    if p.native_macos.common.enabled {
+        out.push(Rc::new(ProcessBackend::new(ProcessSettings {
+            kind: ProviderKind::NativeMacos,
+            command: p.native_macos.command.clone(),
+            args: p.native_macos.args.clone(),
+            work_root: p.native_macos.work_root.clone(),
+            log_dir,
+            run_as: p.native_macos.run_as.clone(),
+            name_prefix: prefix(ProviderKind::NativeMacos),
+            grace: KILL_GRACE,
+        })));
+    }
+    Ok(out)
+}

@@ -1,0 +1,517 @@
+//! The real provisioners: a local process, a Podman container, and a tart VM (with stand-in
+//! `tart` and `ssh` executables), each against the stand-in GitHub and its stand-in runner.
+
+use std::{path::Path, rc::Rc, time::Duration};
+
+use ephemer_actors_core::{
+    config::ProviderKind,
+    provision::{
+        Backend, ExitReason, Provision, RunnerEventKind, Teardown,
+        container::{ContainerBackend, ContainerSettings, PREFIX_LABEL},
+        process::{ProcessBackend, ProcessSettings},
+        tart::{TartBackend, TartSettings},
+    },
+};
+use github_standin::{RunnerBehavior, Standin, StandinConfig};
+
+use crate::support::{
+    podman::{IMAGE, Podman},
+    provision::{alive, claim, eventually, spec, supervise},
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+
+fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> Rc<dyn Backend> {
+    Rc::new(ProcessBackend::new(ProcessSettings {
+        kind: ProviderKind::Local,
+        command: command.to_path_buf(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        work_root: work.join("work"),
+        log_dir: work.join("logs"),
+        run_as: None,
+        name_prefix: "ephemer-local-".into(),
+        grace,
+    }))
+}
+
+fn is_exit(k: &RunnerEventKind) -> bool {
+    matches!(k, RunnerEventKind::Exited { .. })
+}
+
+/// A job runs end to end with the stand-in runner as a local process; the JIT config is in its
+/// environment and never in its command line; its directory is gone afterwards.
+#[actix_rt::test]
+async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 500,
+        ..RunnerBehavior::default()
+    });
+    let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
+    let runner = claim(&standin, "ephemer-local", LABELS).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Path::new(env!("CARGO_BIN_EXE_ephemer-actors"));
+    let (sup, events) = supervise(
+        process_backend(
+            tmp.path(),
+            daemon,
+            &["standin-runner"],
+            Duration::from_secs(5),
+        ),
+        None,
+    );
+    sup.send(Provision(spec(&runner, job))).await.unwrap();
+
+    events
+        .wait_for(&runner.name, Duration::from_secs(20), |k| {
+            *k == RunnerEventKind::Started
+        })
+        .await;
+    eventually("the runner to connect", Duration::from_secs(20), || {
+        standin.state().runner_pids.contains_key(&runner.name)
+    })
+    .await;
+    let pid = standin.state().runner_pids[&runner.name];
+    let jit = runner.encoded_jit_config.expose();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    assert!(!cmdline.is_empty(), "read the runner's command line");
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains(jit),
+        "the JIT config is never on argv"
+    );
+    assert!(
+        String::from_utf8_lossy(&environ).contains(jit),
+        "the JIT config is in the environment"
+    );
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("EPHEMER_WEBHOOK_SECRET"),
+        "no daemon secret leaks in"
+    );
+    assert!(
+        tmp.path().join("work").join(&runner.name).is_dir(),
+        "a fresh per-job directory"
+    );
+
+    let exit = events
+        .wait_for(&runner.name, Duration::from_secs(30), is_exit)
+        .await;
+    assert_eq!(
+        exit,
+        RunnerEventKind::Exited {
+            code: Some(0),
+            reason: ExitReason::Exited
+        }
+    );
+    assert!(
+        !tmp.path().join("work").join(&runner.name).exists(),
+        "the directory is removed"
+    );
+    assert!(
+        !tmp.path()
+            .join("work/.run")
+            .join(format!("{}.pid", runner.name))
+            .exists()
+    );
+    assert_eq!(standin.jobs_in("completed"), 1);
+    assert!(
+        standin.runners().is_empty(),
+        "the JIT runner removed itself after its job"
+    );
+    let log = std::fs::read_to_string(tmp.path().join("logs").join(format!("{}.log", runner.name)))
+        .unwrap();
+    assert!(log.contains("done"), "{log}");
+}
+
+fn tree_script(dir: &Path, ignore_term: bool) -> std::path::PathBuf {
+    let script = dir.join("runner.sh");
+    let trap = if ignore_term { "trap '' TERM\n" } else { "" };
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{trap}sleep 1000 &\necho $! > {d}/child.pid\necho $$ > {d}/leader.pid\nwait\nwait\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+fn pids(dir: &Path) -> (i32, i32) {
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap()
+            .trim()
+            .parse::<i32>()
+            .unwrap()
+    };
+    (read("leader.pid"), read("child.pid"))
+}
+
+fn fake_runner(name: &str) -> ephemer_actors_core::github::JitRunner {
+    ephemer_actors_core::github::JitRunner {
+        id: 1,
+        name: name.into(),
+        encoded_jit_config: ephemer_actors_core::config::Secret::new("jit"),
+    }
+}
+
+/// `job_timeout` kills a runner that hangs, and the whole process tree goes with it.
+#[actix_rt::test]
+async fn job_timeout_kills_a_hanging_runner_and_its_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tree_script(tmp.path(), false);
+    let (sup, events) = supervise(
+        process_backend(tmp.path(), &script, &[], Duration::from_secs(5)),
+        Some(Duration::from_secs(1)),
+    );
+    let runner = fake_runner("ephemer-local-hang");
+    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    eventually("the runner to start", Duration::from_secs(10), || {
+        tmp.path().join("child.pid").exists()
+    })
+    .await;
+    let (leader, child) = pids(tmp.path());
+    assert!(alive(leader) && alive(child));
+    let exit = events
+        .wait_for(&runner.name, Duration::from_secs(20), is_exit)
+        .await;
+    assert!(
+        matches!(
+            exit,
+            RunnerEventKind::Exited {
+                reason: ExitReason::TimedOut,
+                ..
+            }
+        ),
+        "{exit:?}"
+    );
+    assert!(!alive(leader) && !alive(child), "the whole tree is gone");
+    assert!(!tmp.path().join("work").join(&runner.name).exists());
+}
+
+/// Teardown of a runner that ignores SIGTERM: SIGKILL after the grace, tree gone.
+#[actix_rt::test]
+async fn teardown_kills_a_tree_that_ignores_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tree_script(tmp.path(), true);
+    let (sup, events) = supervise(
+        process_backend(tmp.path(), &script, &[], Duration::from_millis(500)),
+        None,
+    );
+    let runner = fake_runner("ephemer-local-stubborn");
+    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    eventually("the runner to start", Duration::from_secs(10), || {
+        tmp.path().join("child.pid").exists()
+    })
+    .await;
+    let (leader, child) = pids(tmp.path());
+    sup.send(Teardown {
+        name: runner.name.clone(),
+        reason: "test",
+    })
+    .await
+    .unwrap();
+    let exit = events
+        .wait_for(&runner.name, Duration::from_secs(20), is_exit)
+        .await;
+    assert!(
+        matches!(
+            exit,
+            RunnerEventKind::Exited {
+                reason: ExitReason::TornDown,
+                ..
+            }
+        ),
+        "{exit:?}"
+    );
+    assert!(
+        !alive(leader) && !alive(child),
+        "SIGKILL after the grace took the whole tree"
+    );
+}
+
+/// A leftover runner directory and process group from an earlier run are removed at start-up.
+#[actix_rt::test]
+async fn leftover_local_runners_are_reaped_at_start_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tree_script(tmp.path(), false);
+    let work = tmp.path().join("work");
+    let (sup, events) = supervise(
+        process_backend(tmp.path(), &script, &[], Duration::from_secs(2)),
+        None,
+    );
+    sup.send(Provision(spec(&fake_runner("ephemer-local-left"), 1)))
+        .await
+        .unwrap();
+    eventually("the runner to start", Duration::from_secs(10), || {
+        tmp.path().join("child.pid").exists()
+    })
+    .await;
+    let (leader, child) = pids(tmp.path());
+    // A new supervisor over the same work root (as after a daemon restart) finds and reaps it.
+    let _events = events;
+    let (_sup2, _) = supervise(
+        process_backend(tmp.path(), &script, &[], Duration::from_secs(2)),
+        None,
+    );
+    eventually("the leftover to be reaped", Duration::from_secs(15), || {
+        !alive(leader) && !alive(child) && !work.join("ephemer-local-left").exists()
+    })
+    .await;
+}
+
+// ----- tart ----------------------------------------------------------------------------------
+
+fn tart_fixture(dir: &Path, boots: bool, leftovers: &str) -> TartBackend {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir.display();
+    let tart = format!(
+        r#"#!/bin/bash
+D={d}
+echo "tart $*" >> $D/calls.log
+name="${{@: -1}}"
+case "$1" in
+  clone|delete) exit 0 ;;
+  run) while [ ! -e "$D/stopped-$name" ]; do sleep 0.05; done; exit 0 ;;
+  ip) if [ "{boots}" = "true" ]; then echo 127.0.0.1; else echo "no address" >&2; exit 1; fi ;;
+  stop) touch "$D/stopped-$name"; exit 0 ;;
+  list) echo '{leftovers}' ;;
+esac
+"#
+    );
+    let ssh = format!(
+        "#!/bin/bash\necho \"ssh $*\" >> {d}/calls.log\ncat > {d}/ssh-stdin\nsleep 0.2\nexit 0\n"
+    );
+    for (name, text) in [("tart", tart), ("ssh", ssh)] {
+        std::fs::write(dir.join(name), text).unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    TartBackend::new(TartSettings {
+        tart: dir.join("tart"),
+        ssh: dir.join("ssh"),
+        base_image: "ghcr.io/cirruslabs/macos-base:latest".into(),
+        ssh_user: "admin".into(),
+        runner_command: "~/actions-runner/run.sh".into(),
+        boot_timeout: Duration::from_secs(120),
+        name_prefix: "ephemer-vm-macos-".into(),
+        log_dir: dir.join("logs"),
+    })
+}
+
+fn calls(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn position(calls: &[String], prefix: &str) -> usize {
+    calls
+        .iter()
+        .position(|c| c.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` in {calls:#?}"))
+}
+
+#[actix_rt::test]
+async fn vm_lifecycle_for_one_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sup, events) = supervise(Rc::new(tart_fixture(tmp.path(), true, "[]")), None);
+    let runner = fake_runner("ephemer-vm-macos-abc12345");
+    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    let exit = events
+        .wait_for(&runner.name, Duration::from_secs(20), is_exit)
+        .await;
+    assert_eq!(
+        exit,
+        RunnerEventKind::Exited {
+            code: Some(0),
+            reason: ExitReason::Exited
+        }
+    );
+    let c = calls(tmp.path());
+    let n = &runner.name;
+    assert_eq!(c[0], "tart list --format json");
+    let clone = position(
+        &c,
+        &format!("tart clone ghcr.io/cirruslabs/macos-base:latest {n}"),
+    );
+    let run = position(&c, &format!("tart run --no-graphics {n}"));
+    let ip = position(&c, &format!("tart ip --wait 120 {n}"));
+    let ssh = position(&c, "ssh -o StrictHostKeyChecking=no");
+    let stop = position(&c, &format!("tart stop --timeout 30 {n}"));
+    let delete = position(&c, &format!("tart delete {n}"));
+    assert!(
+        clone < run && clone < ip && ip < ssh && ssh < stop && stop < delete,
+        "{c:#?}"
+    );
+    assert!(c[ssh].contains("admin@127.0.0.1"), "{}", c[ssh]);
+    assert!(
+        !c[ssh].contains("jit"),
+        "the JIT config never goes on argv: {}",
+        c[ssh]
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("ssh-stdin")).unwrap(),
+        "jit",
+        "it goes on stdin"
+    );
+}
+
+#[actix_rt::test]
+async fn vm_boot_failure_cleans_up_and_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sup, events) = supervise(Rc::new(tart_fixture(tmp.path(), false, "[]")), None);
+    let runner = fake_runner("ephemer-vm-macos-noboot1");
+    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    let failed = events
+        .wait_for(&runner.name, Duration::from_secs(20), |k| {
+            matches!(k, RunnerEventKind::Failed { .. })
+        })
+        .await;
+    assert!(format!("{failed:?}").contains("did not boot"), "{failed:?}");
+    let c = calls(tmp.path());
+    let n = &runner.name;
+    let ip = position(&c, &format!("tart ip --wait 120 {n}"));
+    let stop = position(&c, &format!("tart stop --timeout 30 {n}"));
+    let delete = position(&c, &format!("tart delete {n}"));
+    assert!(ip < stop && stop < delete, "{c:#?}");
+    assert!(
+        !c.iter().any(|l| l.starts_with("ssh")),
+        "no runner on a VM that did not boot"
+    );
+}
+
+#[actix_rt::test]
+async fn leftover_vms_are_removed_at_start_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let list = r#"[{"Name":"ephemer-vm-macos-old00001","State":"running"},{"Name":"someone-elses-vm","State":"stopped"}]"#;
+    let (_sup, _events) = supervise(Rc::new(tart_fixture(tmp.path(), true, list)), None);
+    eventually(
+        "the leftover to be deleted",
+        Duration::from_secs(10),
+        || {
+            calls(tmp.path())
+                .iter()
+                .any(|c| c == "tart delete ephemer-vm-macos-old00001")
+        },
+    )
+    .await;
+    let c = calls(tmp.path());
+    assert_eq!(c[0], "tart list --format json");
+    assert!(c.contains(&"tart stop --timeout 30 ephemer-vm-macos-old00001".to_string()));
+    assert!(
+        !c.iter()
+            .any(|l| l.contains("someone-elses-vm") && !l.starts_with("tart list")),
+        "{c:#?}"
+    );
+}
+
+// ----- podman --------------------------------------------------------------------------------
+
+/// A job runs end to end in a Podman container; the container is gone afterwards and the JIT
+/// config was only in its environment. A leftover container labelled ours is removed at start.
+#[actix_rt::test]
+async fn linux_container_runs_a_job_and_is_removed() {
+    let Some(podman) = Podman::start().await else {
+        return;
+    };
+    let docker =
+        bollard::Docker::connect_with_unix(&podman.socket, 60, bollard::API_DEFAULT_VERSION)
+            .unwrap();
+    let leftover = bollard::models::ContainerCreateBody {
+        image: Some(IMAGE.into()),
+        cmd: Some(vec!["/bin/sleep".into(), "1000".into()]),
+        labels: Some([(PREFIX_LABEL.to_string(), "ephemer-linux-".to_string())].into()),
+        ..Default::default()
+    };
+    let name = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+        .name("ephemer-linux-leftover")
+        .build();
+    docker
+        .create_container(Some(name), leftover)
+        .await
+        .expect("create a leftover container");
+
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 300,
+        ..RunnerBehavior::default()
+    });
+    let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
+    let runner = claim(&standin, "ephemer-linux", LABELS).await;
+    let backend = ContainerBackend::new(ContainerSettings {
+        socket: podman.socket.clone(),
+        image: IMAGE.into(),
+        command: vec![
+            "/usr/local/bin/ephemer-actors".into(),
+            "standin-runner".into(),
+        ],
+        network: Some("host".into()),
+        name_prefix: "ephemer-linux-".into(),
+        log_dir: podman.dir().join("logs"),
+    })
+    .unwrap();
+    let (sup, events) = supervise(Rc::new(backend), None);
+    sup.send(Provision(spec(&runner, job))).await.unwrap();
+    events
+        .wait_for(&runner.name, Duration::from_secs(60), |k| {
+            *k == RunnerEventKind::Started
+        })
+        .await;
+    let inspect = docker
+        .inspect_container(
+            &runner.name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("inspect the runner container");
+    let config = inspect.config.unwrap();
+    let jit = runner.encoded_jit_config.expose();
+    assert!(
+        !format!("{:?} {:?}", config.cmd, config.entrypoint).contains(jit),
+        "not on argv"
+    );
+    assert!(
+        config
+            .env
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e.contains(jit)),
+        "in the environment"
+    );
+    let host = inspect.host_config.unwrap();
+    assert_eq!(host.privileged, Some(false));
+    assert_eq!(host.init, Some(true));
+
+    let exit = events
+        .wait_for(&runner.name, Duration::from_secs(60), is_exit)
+        .await;
+    assert_eq!(
+        exit,
+        RunnerEventKind::Exited {
+            code: Some(0),
+            reason: ExitReason::Exited
+        }
+    );
+    assert_eq!(standin.jobs_in("completed"), 1);
+    let left = docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::new()
+                .all(true)
+                .build(),
+        ))
+        .await
+        .unwrap();
+    let names: Vec<String> = left
+        .iter()
+        .flat_map(|c| c.names.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.contains("ephemer-linux")),
+        "no container of ours left: {names:?}"
+    );
+}

@@ -1,0 +1,182 @@
+//! A private Podman service for the container tests: `podman system service` on a socket in a
+//! temp dir, with the containers.conf these machines need (runc, ulimits podman may set), and a
+//! tiny runner image built from busybox-static plus the daemon binary (for `standin-runner`).
+//!
+//! When podman or runc is missing, the tests using this skip with a loud message; CI installs
+//! both (`.ci/run`), so there they always run.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use tokio::process::{Child, Command};
+
+/// The image the container tests run.
+pub const IMAGE: &str = "localhost/ephemer-standin-runner:test";
+
+/// What makes podman work on these machines (cgroup v1 hybrid, no CAP_SYS_RESOURCE).
+pub const CONTAINERS_CONF: &str = r#"[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+"#;
+
+/// A running private podman service.
+pub struct Podman {
+    /// `unix:///.../podman.sock`
+    pub socket: String,
+    dir: tempfile::TempDir,
+    service: Child,
+}
+
+impl Podman {
+    /// Starts the service and builds the image; `None` (after a loud message) when podman
+    /// cannot run here.
+    pub async fn start() -> Option<Podman> {
+        for tool in ["podman", "runc", "tar", "ldd"] {
+            if which(tool).is_none() {
+                eprintln!(
+                    "\n!!!!!!!!\n!!! SKIPPING container test: `{tool}` is not installed (bash .ci/run installs podman and runc)\n!!!!!!!!\n"
+                );
+                return None;
+            }
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let conf = dir.path().join("containers.conf");
+        std::fs::write(&conf, CONTAINERS_CONF).unwrap();
+        let sock = dir.path().join("podman.sock");
+        let socket = format!("unix://{}", sock.display());
+        let service = Command::new("podman")
+            .args(["system", "service", "--time=0", &socket])
+            .env("CONTAINERS_CONF", &conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start podman system service");
+        let podman = Podman {
+            socket,
+            dir,
+            service,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !podman.answers().await {
+            if tokio::time::Instant::now() > deadline {
+                eprintln!(
+                    "\n!!!!!!!!\n!!! SKIPPING container test: podman system service did not answer on {}\n!!!!!!!!\n",
+                    podman.socket
+                );
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        podman.build_image().await;
+        Some(podman)
+    }
+
+    async fn answers(&self) -> bool {
+        let path = self.socket.trim_start_matches("unix://").to_string();
+        let Ok(mut s) = tokio::net::UnixStream::connect(&path).await else {
+            return false;
+        };
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf).await;
+        String::from_utf8_lossy(&buf).contains(" 200 ")
+    }
+
+    /// `podman` with this service's config.
+    pub fn cli(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"));
+        c
+    }
+
+    /// busybox-static + the daemon binary and the shared libraries it links.
+    async fn build_image(&self) {
+        let root = self.dir.path().join("rootfs");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::create_dir_all(root.join("usr/local/bin")).unwrap();
+        std::fs::create_dir_all(root.join("tmp")).unwrap();
+        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists());
+        if let Some(bb) = busybox {
+            std::fs::copy(bb, root.join("bin/busybox")).unwrap();
+            for applet in ["sh", "sleep", "cat", "ls"] {
+                let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
+            }
+        }
+        let daemon = PathBuf::from(env!("CARGO_BIN_EXE_ephemer-actors"));
+        std::fs::copy(&daemon, root.join("usr/local/bin/ephemer-actors")).unwrap();
+        for lib in shared_libs(&daemon).await {
+            let target = root.join(lib.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::copy(&lib, &target).unwrap();
+        }
+        let tar = self.dir.path().join("rootfs.tar");
+        let ok = Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .await
+            .unwrap();
+        assert!(ok.success(), "tar the runner rootfs");
+        let out = self
+            .cli()
+            .arg("import")
+            .arg(&tar)
+            .arg(IMAGE)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A temp dir that lives as long as the service.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self.service.start_kill();
+    }
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.exists())
+}
+
+/// The shared libraries (and the loader) `binary` needs, as absolute host paths.
+async fn shared_libs(binary: &Path) -> Vec<PathBuf> {
+    let out = Command::new("ldd").arg(binary).output().await.unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect()
+}

@@ -1,0 +1,141 @@
+//! Running one provisioner under its supervisor, outside the daemon, and watching its events.
+
+use std::{
+    rc::Rc,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use actix::{Actor, Addr, Context, Handler};
+use ephemer_actors_core::{
+    clock::Clock,
+    config::{GithubAuth, GithubConfig, RestartConfig, Secret},
+    github::{GithubClient, JitRunner},
+    job::JobKey,
+    metrics::Metrics,
+    provision::{
+        Backend, Factory, ProviderStatus, ProvisionerActor, ProvisionerSupervisor, RunnerEvent,
+        RunnerEventKind, RunnerSpec,
+    },
+};
+use github_standin::Standin;
+
+/// Every event a provisioner reported.
+#[derive(Debug, Default, Clone)]
+pub struct Events(pub Arc<Mutex<Vec<RunnerEvent>>>);
+
+impl Events {
+    /// Waits (real time) until an event for `name` matches `pred`.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        within: Duration,
+        pred: impl Fn(&RunnerEventKind) -> bool,
+    ) -> RunnerEventKind {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(e) = self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|e| e.name == name && pred(&e.kind))
+            {
+                return e.kind.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no matching event for {name}: {:?}",
+                self.0.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+struct Recorder(Events);
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunnerEvent> for Recorder {
+    type Result = ();
+    fn handle(&mut self, m: RunnerEvent, _: &mut Context<Self>) {
+        (self.0).0.lock().unwrap().push(m);
+    }
+}
+
+impl Handler<ProviderStatus> for Recorder {
+    type Result = ();
+    fn handle(&mut self, _: ProviderStatus, _: &mut Context<Self>) {}
+}
+
+/// Starts `backend` under a supervisor (default restart policy) with `job_timeout`.
+pub fn supervise(
+    backend: Rc<dyn Backend>,
+    job_timeout: Option<Duration>,
+) -> (Addr<ProvisionerSupervisor>, Events) {
+    let events = Events::default();
+    let recorder = Recorder(events.clone()).start();
+    let child_backend = backend.clone();
+    let factory: Factory = Box::new(move |ev, stopped, generation| {
+        ProvisionerActor::new(child_backend.clone(), ev, stopped, generation, job_timeout).start()
+    });
+    let sup = ProvisionerSupervisor::new(
+        backend,
+        factory,
+        RestartConfig::default(),
+        recorder.clone().recipient(),
+        recorder.recipient(),
+        Metrics::new(),
+        Clock::real(),
+    )
+    .start();
+    (sup, events)
+}
+
+/// Registers a JIT runner at the stand-in, as a claim would.
+pub async fn claim(standin: &Standin, name_base: &str, labels: &[&str]) -> JitRunner {
+    let config = GithubConfig {
+        api_url: standin.url(),
+        owner: "acme".into(),
+        repos: vec![],
+        auth: GithubAuth::Token(Secret::new("ghp_standin_token")),
+        runner_group_id: 1,
+        max_claims_per_minute: 150,
+    };
+    let labels: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+    GithubClient::new(&config, Metrics::new(), None)
+        .generate_jitconfig(None, name_base, &labels)
+        .await
+        .expect("claim at the stand-in")
+}
+
+/// The spec a scheduler would send for `runner`.
+pub fn spec(runner: &JitRunner, job_id: u64) -> RunnerSpec {
+    RunnerSpec {
+        name: runner.name.clone(),
+        runner_id: runner.id,
+        jit_config: runner.encoded_jit_config.clone(),
+        intent: JobKey::new("acme", job_id),
+        labels: vec![],
+    }
+}
+
+/// Waits (real time) until `cond` holds.
+pub async fn eventually(what: &str, within: Duration, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether a process exists.
+pub fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
