@@ -2,16 +2,26 @@
 //!
 //! 1. the actix `System` and the shared values (metrics, health);
 //! 2. the state directory;
-//! 3. the HTTP listeners: webhook (with `/healthz`, `/readyz`, and `/metrics` unless it has a
-//!    listener of its own) and metrics;
-//! 4. readiness, then wait for SIGTERM or SIGINT;
-//! 5. on the signal: mark draining, stop the listeners gracefully, return (exit 0).
+//! 3. the actors, through the library's `system::start` (rate, GitHub, provisioners under their
+//!    supervisors, scheduler and retry, webhook intake);
+//! 4. the HTTP listeners: webhook (intake, `/healthz`, `/readyz`, and `/metrics` unless it has
+//!    a listener of its own) and metrics;
+//! 5. ready; wait for SIGTERM or SIGINT;
+//! 6. drain: cordon, wait for running jobs up to `shutdown_timeout`, tear down what remains;
+//! 7. stop the listeners, return (exit 0).
 
 use std::time::Duration;
 
-use actix_web::{App, HttpServer, web};
+use actix_web::{App, HttpServer, dev::ServerHandle, web};
 use anyhow::Context;
-use ephemer_actors_core::{config::Config, http::Health, metrics::Metrics};
+use ephemer_actors_core::{
+    clock::Clock,
+    config::Config,
+    http::{Health, configure_metrics},
+    metrics::Metrics,
+    system::{self, Handles, StartOptions},
+    webhook::WebhookIntake,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// How long the HTTP listeners wait for in-flight requests when stopping.
@@ -22,29 +32,42 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(serve(config))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
-    let metrics = web::Data::new(Metrics::new());
-    let health = web::Data::new(Health::default());
-    metrics
-        .concurrent_capacity
-        .set(config.runner.max_concurrent.try_into().unwrap_or(i64::MAX));
-    for (kind, _) in config.providers.enabled() {
-        metrics.init_provider(kind.as_str());
+/// The listeners of one instance, bound and running.
+pub struct Listeners {
+    /// Where the webhook listener is bound (useful when configured with port 0).
+    pub webhook: std::net::SocketAddr,
+    handles: Vec<ServerHandle>,
+}
+
+impl Listeners {
+    /// Stops every listener gracefully.
+    pub async fn stop(self) {
+        for h in self.handles {
+            h.stop(true).await;
+        }
     }
+}
 
-    std::fs::create_dir_all(&config.state.dir)
-        .with_context(|| format!("cannot create state.dir {}", config.state.dir.display()))?;
-
+/// Binds the webhook and metrics listeners of an instance.
+pub fn listen(
+    config: &Config,
+    handles: &Handles,
+    health: web::Data<Health>,
+) -> anyhow::Result<Listeners> {
+    let metrics = web::Data::new(handles.metrics.clone());
+    let intake = handles.intake.clone();
+    let path = config.webhook.path.clone();
     let metrics_on_webhook = config.metrics.listen.is_none();
-    let webhook_server = {
+    let webhook = {
         let (metrics, health) = (metrics.clone(), health.clone());
         HttpServer::new(move || {
             let app = App::new()
                 .app_data(health.clone())
                 .app_data(metrics.clone())
-                .configure(Health::configure);
+                .configure(Health::configure)
+                .service(WebhookIntake::resource(intake.clone(), &path));
             if metrics_on_webhook {
-                app.configure(ephemer_actors_core::http::configure_metrics)
+                app.configure(configure_metrics)
             } else {
                 app
             }
@@ -53,15 +76,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .shutdown_timeout(HTTP_SHUTDOWN.as_secs())
         .bind(config.webhook.listen)
         .with_context(|| format!("cannot bind webhook.listen {}", config.webhook.listen))?
-        .run()
     };
-    let mut servers = vec![webhook_server];
+    let webhook_addr = webhook.addrs()[0];
+    let mut servers = vec![webhook.run()];
     if let Some(listen) = config.metrics.listen {
-        let metrics = metrics.clone();
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(metrics.clone())
-                .configure(ephemer_actors_core::http::configure_metrics)
+                .configure(configure_metrics)
         })
         .workers(1)
         .disable_signals()
@@ -71,16 +93,32 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .run();
         servers.push(server);
     }
-    let handles: Vec<_> = servers.iter().map(|s| s.handle()).collect();
+    let handles = servers.iter().map(|s| s.handle()).collect();
     for server in servers {
         actix_rt::spawn(server);
     }
+    Ok(Listeners {
+        webhook: webhook_addr,
+        handles,
+    })
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let health = web::Data::new(Health::default());
+
+    std::fs::create_dir_all(&config.state.dir)
+        .with_context(|| format!("cannot create state.dir {}", config.state.dir.display()))?;
+
+    let handles = system::start(&config, metrics, Clock::real(), StartOptions::default())
+        .context("cannot start the actors")?;
+    let listeners = listen(&config, &handles, health.clone())?;
 
     health.set_ready();
     tracing::info!(
-        webhook = %config.webhook.listen,
+        webhook = %listeners.webhook,
         path = %config.webhook.path,
-        metrics = %config.metrics.listen.map_or("webhook listener".to_string(), |a| a.to_string()),
+        providers = ?config.providers.enabled().iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
         version = env!("CARGO_PKG_VERSION"),
         "ephemer-actors serving"
     );
@@ -88,12 +126,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let signal_name = wait_for_shutdown_signal().await?;
     tracing::info!(signal = signal_name, "shutdown signal received; draining");
     health.set_draining(true);
-    metrics.draining.set(1);
-
-    for handle in handles {
-        handle.stop(true).await;
-    }
-    tracing::info!("stopped cleanly");
+    let torn_down = system::drain(&handles, config.runner.shutdown_timeout).await;
+    listeners.stop().await;
+    tracing::info!(torn_down, "stopped cleanly");
     Ok(())
 }
 

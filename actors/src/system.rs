@@ -247,3 +247,41 @@ fn backends(config: &Config) -> Result<Vec<Rc<dyn Backend>>, StartError> {
     }
     Ok(out)
 }
+
+/// Drains an instance: cordon (no new claims, no new retries; job events keep being handled),
+/// wait up to `timeout` for every runner to finish, then tear down and delete what remains.
+/// Returns how many runners had to be torn down.
+pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
+    use crate::scheduler::messages::{GetSchedulerState, SetCordon, TeardownAll};
+    const POLL: std::time::Duration = std::time::Duration::from_millis(200);
+    let runners = || async {
+        handles
+            .scheduler
+            .send(GetSchedulerState)
+            .await
+            .map(|s| s.runners.len())
+            .unwrap_or(0)
+    };
+    let _ = handles.scheduler.send(SetCordon(true)).await;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut left = runners().await;
+    tracing::info!(runners = left, timeout = ?timeout, "draining: waiting for running jobs");
+    while left > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+        left = runners().await;
+    }
+    if left == 0 {
+        return 0;
+    }
+    tracing::warn!(
+        runners = left,
+        "shutdown_timeout reached; tearing down what remains"
+    );
+    let _ = handles.scheduler.send(TeardownAll).await;
+    // Teardown itself is bounded by the provisioners' kill grace; give it that long and more.
+    let teardown_deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while runners().await > 0 && tokio::time::Instant::now() < teardown_deadline {
+        tokio::time::sleep(POLL).await;
+    }
+    left
+}

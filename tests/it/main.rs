@@ -1,6 +1,7 @@
 //! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners.
 
 mod cli;
+mod e2e;
 mod github;
 mod provision;
 mod support;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{
     core::{Effect, Scheduler, SchedulerSettings},
-    messages::{GetSchedulerState, JobEvent, RetryDecided, RetryDue, SetCordon},
+    messages::{GetSchedulerState, JobEvent, RetryDecided, RetryDue, SetCordon, TeardownAll},
 };
 use crate::{
     clock::Clock,
@@ -332,6 +332,15 @@ impl Handler<SetCordon> for SchedulerActor {
 
     fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) {
         let fx = self.core.set_cordon(m.0, self.clock.tick());
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<TeardownAll> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, _: TeardownAll, ctx: &mut Context<Self>) {
+        let fx = self.core.teardown_all(self.clock.tick());
         self.run(fx, ctx);
     }
 }

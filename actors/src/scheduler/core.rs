@@ -1031,14 +1031,12 @@ impl Scheduler {
                         name: r.name,
                     });
                 }
-                if reason == ExitReason::ProvisionerDied {
-                    self.requeue_if_unstarted(
-                        &intent,
-                        "its provisioner died before the job started",
-                        now,
-                        &mut fx,
-                    );
-                }
+                let why = if reason == ExitReason::ProvisionerDied {
+                    "its provisioner died before the job started"
+                } else {
+                    "its runner exited but the job was never observed running (stranded)"
+                };
+                self.heal_stranded(&intent, why, now, &mut fx);
             }
             RunnerEventKind::Failed { error } => {
                 let r = self.forget_runner(name, now);
@@ -1094,13 +1092,29 @@ impl Scheduler {
         Some(r)
     }
 
-    fn requeue_if_unstarted(&mut self, key: &JobKey, why: &str, now: Now, fx: &mut Vec<Effect>) {
+    /// Stranded self-heal: runners are fungible, so the runner made for a job may have run a
+    /// sibling and exited, leaving its own job queued on GitHub, which never re-sends the
+    /// webhook. A job whose runner went while it was never observed running is dispatched again
+    /// at once, counted against the zombie cap.
+    fn heal_stranded(&mut self, key: &JobKey, why: &str, now: Now, fx: &mut Vec<Effect>) {
+        let cap = self.settings.zombie_cap;
         let Some(rec) = self.jobs.get_mut(key) else {
             return;
         };
         if rec.started_at.is_some() || rec.phase != Phase::Seen || self.draining {
             return;
         }
+        rec.admissions += 1;
+        if rec.admissions > cap {
+            let n = rec.admissions;
+            self.note(
+                key,
+                now,
+                format!("stranded after {n} dispatches: left alone (zombie cap)"),
+            );
+            return;
+        }
+        rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;
         self.pending.push_back(key.clone());
         self.note(key, now, format!("re-queued: {why}"));
@@ -1130,6 +1144,30 @@ impl Scheduler {
         tracing::info!(cordoned, "cordon changed");
         let mut fx = Vec::new();
         self.pump(now, &mut fx);
+        fx
+    }
+
+    /// Tears down every runner (the end of a drain). Runners that never ran a job are deleted
+    /// on GitHub when they report their exit.
+    pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let runners: Vec<(String, ProviderKind, JobKey)> = self
+            .runners
+            .values()
+            .map(|r| (r.name.clone(), r.provider, r.intent.clone()))
+            .collect();
+        for (name, provider, intent) in runners {
+            self.note(
+                &intent,
+                now,
+                format!("drain deadline: tearing down runner {name}"),
+            );
+            fx.push(Effect::Teardown {
+                provider,
+                name,
+                reason: "shutdown timeout reached",
+            });
+        }
         fx
     }
 

@@ -55,6 +55,11 @@ pub struct RetryDecided {
 #[rtype(result = "()")]
 pub struct SetCordon(pub bool);
 
+/// Tear down every runner now (a drain's deadline passed).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct TeardownAll;
+
 /// Ask for the scheduler's state.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::SchedulerState")]

@@ -791,3 +791,129 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
         "the dead runner's registration is deleted"
     );
 }
+
+fn runner_of(st: &SchedulerState, job_id: u64) -> String {
+    st.runners
+        .iter()
+        .find(|r| r.intent.job_id == job_id)
+        .map(|r| r.name.clone())
+        .expect("runner for job")
+}
+
+async fn exited(h: &Harness, name: &str) {
+    let kind = RunnerEventKind::Exited {
+        code: Some(0),
+        reason: ExitReason::Exited,
+    };
+    h.sched
+        .send(RunnerEvent {
+            provider: ProviderKind::Local,
+            name: name.into(),
+            kind,
+        })
+        .await
+        .unwrap();
+}
+
+/// Runner A (made for job 1) runs sibling job 2 and exits; job 1 never ran and its own runner
+/// crashed: job 1 is dispatched again at once.
+#[actix_rt::test]
+async fn a_stranded_job_is_dispatched_again_at_once() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
+    // Runner b (made for job 2) crashes at boot; runner a takes job 2, completes it, exits.
+    exited(&h, &b).await;
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            conclusion: Some("success".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    // Job 2's runner crashing re-dispatched job 2 once (it had not started yet then); job 1's
+    // runner a exiting after running job 2 re-dispatches job 1.
+    exited(&h, &a).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    assert!(
+        st.runners.iter().any(|r| r.intent.job_id == 1),
+        "job 1 has a new runner: {:?}",
+        st.runners
+    );
+    let timeline = st
+        .jobs
+        .iter()
+        .find(|j| j.key.job_id == 1)
+        .unwrap()
+        .timeline
+        .clone();
+    assert!(
+        timeline.iter().any(|n| n.text.contains("stranded")),
+        "{timeline:#?}"
+    );
+}
+
+/// Two same-label jobs whose runners swapped: no re-dispatch, and completing one job tears down
+/// only the runner that ran it, never the other job's live runner.
+#[actix_rt::test]
+async fn same_label_jobs_that_swap_runners_are_left_alone() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(b.clone()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(b.clone()),
+            conclusion: Some("success".into()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    assert_eq!(
+        st.runners
+            .iter()
+            .map(|r| r.name.clone())
+            .collect::<Vec<_>>(),
+        vec![a.clone()],
+        "only b (which ran job 1) went"
+    );
+    exited(&h, &a).await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 2, "no re-dispatch");
+}

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: paths, the daemon binary, a child-process guard.
 
+pub mod daemon;
 pub mod podman;
 pub mod provision;
 

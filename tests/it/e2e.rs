@@ -1,0 +1,226 @@
+//! End to end: the real `ephemer-actors serve` binary, the stand-in GitHub sending signed
+//! webhooks, and stand-in runners started by the local provisioner (and by Podman). Timing
+//! bounds are generous; exact ladder timing is pinned by the paused-time unit tests.
+
+use std::time::Duration;
+
+use github_standin::{DeliveryFaults, RunnerBehavior, Standin, StandinConfig};
+
+use crate::support::{
+    daemon::{Daemon, local_provider},
+    podman::{IMAGE, Podman},
+    provision::eventually,
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+fn standin(job_ms: u64) -> Standin {
+    let s = Standin::start(StandinConfig::default()).unwrap();
+    s.set_behavior(RunnerBehavior {
+        job_ms,
+        ..RunnerBehavior::default()
+    });
+    s
+}
+
+async fn all_done(standin: &Standin, daemon: &Daemon, jobs: usize, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while standin.jobs_in("completed") < jobs {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {jobs} jobs completed; jobs: {:?}\ndaemon log:\n{}",
+            standin.jobs_in("completed"),
+            standin.jobs(),
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn no_runner_left(standin: &Standin, daemon: &Daemon) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !standin.runners().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "runners left: {:?}\n{}",
+            standin.runners(),
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[actix_rt::test]
+async fn twenty_jobs_twenty_claims_nothing_left() {
+    let standin = standin(200);
+    let daemon = Daemon::start(&standin, "", &local_provider(6)).await;
+    standin.queue_jobs("app", LABELS, 20);
+    all_done(&standin, &daemon, 20, Duration::from_secs(90)).await;
+    no_runner_left(&standin, &daemon).await;
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        20,
+        "exactly one claim per job"
+    );
+    let calls = standin.calls().len();
+    assert_eq!(
+        calls,
+        20,
+        "one API call per job on the happy path: {:?}",
+        standin.calls()
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_github_webhook_events_total{action=\"queued\"} 20"),
+        "{metrics}"
+    );
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        !logs.contains(crate::support::daemon::SECRET)
+            && !logs.contains(crate::support::daemon::TOKEN),
+        "no secret in the logs"
+    );
+}
+
+#[actix_rt::test]
+async fn each_job_delivered_three_times_is_claimed_once() {
+    let standin = standin(200);
+    standin.set_delivery_faults(DeliveryFaults {
+        extra_copies: 1,
+        replays: 1,
+        ..DeliveryFaults::default()
+    });
+    let daemon = Daemon::start(&standin, "", &local_provider(4)).await;
+    standin.queue_jobs("app", LABELS, 8);
+    all_done(&standin, &daemon, 8, Duration::from_secs(60)).await;
+    no_runner_left(&standin, &daemon).await;
+    let queued: Vec<_> = standin
+        .deliveries()
+        .into_iter()
+        .filter(|d| d.action == "queued")
+        .collect();
+    assert_eq!(queued.len(), 24, "three deliveries per job");
+    assert_eq!(standin.count("generate_jitconfig"), 8);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+#[actix_rt::test]
+async fn a_transient_502_heals_through_the_ladder() {
+    let standin = standin(100);
+    let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\", \"4s\"]\njitter = 0.0\n";
+    let daemon = Daemon::start(&standin, ladder, &local_provider(2)).await;
+    standin.fail_status("generate_jitconfig", 502, 2);
+    standin.queue_jobs("app", LABELS, 1);
+    all_done(&standin, &daemon, 1, Duration::from_secs(30)).await;
+    let claims: Vec<_> = standin
+        .calls()
+        .into_iter()
+        .filter(|c| c.endpoint == "generate_jitconfig")
+        .collect();
+    assert_eq!(
+        claims.iter().map(|c| c.status).collect::<Vec<_>>(),
+        vec![502, 502, 201]
+    );
+    let gap = |a: usize, b: usize| (claims[b].at_ms - claims[a].at_ms) as f64 / 1000.0;
+    assert!(
+        (0.8..2.5).contains(&gap(0, 1)) && (1.8..4.0).contains(&gap(1, 2)),
+        "ladder gaps {} {}",
+        gap(0, 1),
+        gap(1, 2)
+    );
+    assert!(
+        daemon
+            .metrics()
+            .await
+            .contains("ephemerd_claim_retry_attempts_total{class=\"server_side\"} 2")
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+#[actix_rt::test]
+async fn a_rate_limit_window_is_waited_out_until_the_reset() {
+    let standin = standin(100);
+    let extra = "[runner.claim_retry]\nschedule = [\"1s\"]\nrate_reset_jitter = [\"1s\", \"2s\"]\n";
+    let daemon = Daemon::start(&standin, extra, &local_provider(2)).await;
+    let reset = standin.exhaust_for(Duration::from_secs(4));
+    standin.queue_jobs("app", LABELS, 2);
+    all_done(&standin, &daemon, 2, Duration::from_secs(40)).await;
+    let claims: Vec<_> = standin
+        .calls()
+        .into_iter()
+        .filter(|c| c.endpoint == "generate_jitconfig")
+        .collect();
+    let ok: Vec<_> = claims.iter().filter(|c| c.status == 201).collect();
+    assert_eq!(ok.len(), 2);
+    for c in &ok {
+        assert!(
+            c.at_ms / 1000 >= u128::from(reset),
+            "claimed before the reset: {c:?}"
+        );
+    }
+    // Waiting for the reset, not hammering: one failed attempt per job, then the snap.
+    let failed = claims.iter().filter(|c| c.status == 403).count();
+    assert!(failed <= 4, "{failed} failed claims during the window");
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+#[actix_rt::test]
+async fn sigterm_with_a_running_job_drains_it_and_exits_0() {
+    let standin = standin(3000);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    standin.queue_jobs("app", LABELS, 1);
+    eventually("the job to start", Duration::from_secs(20), || {
+        standin.jobs_in("in_progress") == 1
+    })
+    .await;
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert_eq!(
+        standin.jobs_in("completed"),
+        1,
+        "the running job finished before exit:\n{logs}"
+    );
+    assert!(standin.runners().is_empty());
+}
+
+#[actix_rt::test]
+async fn jobs_run_in_podman_containers_through_the_daemon() {
+    let Some(podman) = Podman::start().await else {
+        return;
+    };
+    let standin = standin(200);
+    let providers = format!(
+        r#"
+[providers.linux]
+socket = "{socket}"
+image = "{IMAGE}"
+command = ["/usr/local/bin/ephemer-actors", "standin-runner"]
+network = "host"
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 3
+"#,
+        socket = podman.socket
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+    standin.queue_jobs("app", LABELS, 4);
+    all_done(&standin, &daemon, 4, Duration::from_secs(120)).await;
+    no_runner_left(&standin, &daemon).await;
+    assert_eq!(standin.count("generate_jitconfig"), 4);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+    let out = podman
+        .cli()
+        .args([
+            "--url",
+            &podman.socket,
+            "ps",
+            "-a",
+            "--format",
+            "{{.Names}}",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let names = String::from_utf8_lossy(&out.stdout);
+    assert!(!names.contains("ephemer-linux"), "containers left: {names}");
+}

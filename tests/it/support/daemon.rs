@@ -1,0 +1,146 @@
+//! The real `ephemer-actors serve` against a stand-in GitHub: config written to a temp dir,
+//! the process started, readiness awaited, SIGTERM on request, logs kept for failure messages.
+
+use std::{path::PathBuf, process::Stdio, time::Duration};
+
+use github_standin::Standin;
+use tokio::process::Child;
+
+use super::{daemon, sigterm, wait_for_http};
+
+/// The webhook secret the e2e daemons and stand-ins share.
+pub const SECRET: &str = "e2e-webhook-secret";
+/// The stand-in's token.
+pub const TOKEN: &str = "ghp_standin_token";
+
+/// A free loopback port (bound and released; a tiny race, acceptable in tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The config of an e2e daemon: `providers` is TOML for the `[providers.*]` tables.
+pub fn config(
+    standin: &Standin,
+    port: u16,
+    state: &std::path::Path,
+    extra: &str,
+    providers: &str,
+) -> String {
+    format!(
+        r#"
+[github]
+api_url = "{api}"
+owner = "acme"
+repos = ["app"]
+token = "{TOKEN}"
+
+[webhook]
+listen = "127.0.0.1:{port}"
+secret = "{SECRET}"
+reconcile_interval = "0s"
+
+[state]
+dir = "{state}"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[log]
+level = "debug"
+
+{extra}
+
+{providers}
+"#,
+        api = standin.url(),
+        state = state.display(),
+    )
+}
+
+/// The local provider running the stand-in runner.
+pub fn local_provider(max_concurrent: usize) -> String {
+    format!(
+        r#"
+[providers.local]
+command = "{bin}"
+args = ["standin-runner"]
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = {max_concurrent}
+"#,
+        bin = env!("CARGO_BIN_EXE_ephemer-actors")
+    )
+}
+
+/// A running daemon.
+pub struct Daemon {
+    child: Child,
+    /// `127.0.0.1:port` of its webhook listener.
+    pub addr: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Writes the config, starts `serve`, waits for `/readyz`, and points the stand-in's
+    /// webhooks at it.
+    pub async fn start(standin: &Standin, extra: &str, providers: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let cfg = dir.path().join("ephemer.toml");
+        std::fs::write(
+            &cfg,
+            config(standin, port, &dir.path().join("state"), extra, providers),
+        )
+        .unwrap();
+        let log = dir.path().join("daemon.log");
+        let mut cmd = daemon();
+        cmd.args(["serve", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("start serve");
+        let addr = format!("127.0.0.1:{port}");
+        let d = Daemon {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        };
+        let ready = wait_for_http(&d.addr, "/readyz", Duration::from_secs(30)).await;
+        assert_eq!(
+            ready.map(|r| r.0),
+            Some(200),
+            "daemon not ready:\n{}",
+            d.logs()
+        );
+        standin.send_webhooks_to(&format!("http://{}/webhook/github", d.addr), SECRET);
+        d
+    }
+
+    /// What the daemon logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit code (within `within`).
+    pub async fn stop(mut self, within: Duration) -> (Option<i32>, String) {
+        sigterm(&self.child);
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("daemon did not exit within {within:?}:\n{}", self.logs()))
+            .unwrap();
+        (status.code(), self.logs())
+    }
+
+    /// `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        super::http_get(&self.addr, "/metrics")
+            .await
+            .map(|r| r.1)
+            .unwrap_or_default()
+    }
+}
