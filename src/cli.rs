@@ -27,6 +27,9 @@ enum Command {
     Serve(ConfigArg),
     /// Validate a config file; print every problem with its key path (exit 0 valid, 2 invalid).
     CheckConfig(ConfigArg),
+    /// Run everything offline: a stand-in GitHub, signed webhooks, the local provisioner and
+    /// stand-in runners, with a live view and a summary (exit 0 when every job ran).
+    Demo(crate::demo::DemoArgs),
     /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG).
     #[command(hide = true)]
     StandinRunner,
@@ -44,6 +47,24 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::StandinRunner => crate::standin::run(),
+        Command::Demo(args) => {
+            let level = ephemer_actors_core::config::LogConfig {
+                level: "error".into(),
+                format: ephemer_actors_core::config::LogFormat::Text,
+            };
+            if let Err(e) = crate::logging::init(&level) {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            match crate::demo::run(args) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(EXIT_RUNTIME),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(EXIT_RUNTIME)
+                }
+            }
+        }
         Command::CheckConfig(arg) => match load(&arg.config) {
             Ok(config) => {
                 let providers: Vec<_> = config

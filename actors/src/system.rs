@@ -151,6 +151,7 @@ pub fn start(
         github: GithubHandle {
             claim: github.clone().recipient(),
             delete: github.clone().recipient(),
+            get_runner: github.clone().recipient(),
         },
         rate: Some(RateHandle {
             get: rate.clone().recipient(),

@@ -240,6 +240,7 @@ impl Standin {
                         runner_name: None,
                         runner_id: None,
                         queued_at_ms: now_ms,
+                        picked_at_ms: None,
                     },
                 );
                 id

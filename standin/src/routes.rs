@@ -46,6 +46,12 @@ fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
         }
         ("GET", ["orgs", _, "actions", "runners"])
         | ("GET", ["repos", _, _, "actions", "runners"]) => "list_runners",
+        ("GET", ["orgs", _, "actions", "runners", id])
+        | ("GET", ["repos", _, _, "actions", "runners", id])
+            if id.parse::<u64>().is_ok() =>
+        {
+            "get_runner"
+        }
         ("DELETE", ["orgs", _, "actions", "runners", _])
         | ("DELETE", ["repos", _, _, "actions", "runners", _]) => "delete_runner",
         ("GET", ["repos", _, _, "actions", "runs"]) => "list_runs",
@@ -250,6 +256,13 @@ fn route(
                 next,
                 &query,
             )
+        }
+        "get_runner" => {
+            let id: u64 = segs.last().and_then(|x| x.parse().ok()).unwrap_or(0);
+            match s.runners.get(&id).filter(|r| r.repo.as_deref() == repo) {
+                Some(r) => (200, HttpResponse::Ok().json(runner_json(r))),
+                None => error(404, "Not Found"),
+            }
         }
         "delete_runner" => {
             let id: u64 = segs.last().and_then(|x| x.parse().ok()).unwrap_or(0);
@@ -605,6 +618,12 @@ fn runner_protocol(
             };
             if let Some(j) = s.jobs.get_mut(&job_id) {
                 j.status = "in_progress".into();
+                j.picked_at_ms = Some(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis())
+                        .unwrap_or(0),
+                );
                 j.runner_name = Some(name);
                 j.runner_id = Some(runner_id);
             }

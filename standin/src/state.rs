@@ -79,6 +79,8 @@ pub struct Job {
     pub runner_id: Option<u64>,
     /// Unix milliseconds when it was queued.
     pub queued_at_ms: u128,
+    /// Unix milliseconds when a runner took it.
+    pub picked_at_ms: Option<u128>,
 }
 
 /// A scripted fault for the next calls of an endpoint.

@@ -142,3 +142,20 @@ async fn serve_minimal_answers_healthz_and_exits_0_on_sigterm() {
         .unwrap();
     assert_eq!(exit.code(), Some(0));
 }
+
+/// The README's first command, smaller: every job runs, nothing is left, exit 0.
+#[tokio::test]
+async fn demo_runs_every_job_and_exits_0() {
+    let mut cmd = daemon();
+    cmd.args(["demo", "--jobs", "12", "--seed", "1"]);
+    let (code, stdout, stderr) = output(cmd).await;
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("jobs run                     12 / 12"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("runners left registered      0"),
+        "{stdout}"
+    );
+}

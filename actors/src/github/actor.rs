@@ -29,6 +29,16 @@ pub struct DeleteRunner {
     pub runner_id: u64,
 }
 
+/// Fetches one runner registration (`None`: gone).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Option<RunnerInfo>, GithubError>")]
+pub struct GetRunner {
+    /// Repo, or `None` for the org.
+    pub repo: Option<String>,
+    /// Runner id.
+    pub runner_id: u64,
+}
+
 /// Lists registered runners whose names start with a prefix, in one repo or the org.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<Vec<RunnerInfo>, GithubError>")]
@@ -94,6 +104,15 @@ impl Handler<DeleteRunner> for GithubActor {
     fn handle(&mut self, m: DeleteRunner, _: &mut Context<Self>) -> Self::Result {
         let client = self.client.clone();
         Box::pin(async move { client.delete_runner(m.repo.as_deref(), m.runner_id).await })
+    }
+}
+
+impl Handler<GetRunner> for GithubActor {
+    type Result = ResponseFuture<Result<Option<RunnerInfo>, GithubError>>;
+
+    fn handle(&mut self, m: GetRunner, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.get_runner(m.repo.as_deref(), m.runner_id).await })
     }
 }
 

@@ -277,6 +277,20 @@ impl GithubClient {
         }
     }
 
+    /// One runner registration; `None` when GitHub no longer has it.
+    pub async fn get_runner(
+        &self,
+        repo: Option<&str>,
+        runner_id: u64,
+    ) -> Result<Option<RunnerInfo>, GithubError> {
+        let path = format!("{}/{runner_id}", self.runners_base(repo));
+        match self.call("get_runner", Method::GET, &path, None).await {
+            Ok(answer) => decode("get_runner", &answer.body).map(Some),
+            Err(GithubError::Http(f)) if f.status == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every runner registered at `repo` (or the org), all pages, whose name starts with
     /// `name_prefix`.
     pub async fn list_runners(

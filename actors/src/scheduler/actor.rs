@@ -19,7 +19,7 @@ use crate::{
     config::ProviderKind,
     github::{
         ErrorClass, GithubError,
-        actor::{DeleteRunner, GenerateJitConfig},
+        actor::{DeleteRunner, GenerateJitConfig, GetRunner},
     },
     metrics::Metrics,
     provision::{ProviderStatus, ProvisionerHandle, RunnerEvent, RunnerEventKind},
@@ -29,6 +29,8 @@ use crate::{
 
 /// The scheduler's mailbox; a full one makes the webhook answer 503.
 pub const SCHEDULER_MAILBOX: usize = 16_384;
+/// How often the orphan sweep runs (it also runs after every `completed`).
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often forgotten jobs are pruned.
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -39,6 +41,8 @@ pub struct GithubHandle {
     pub claim: Recipient<GenerateJitConfig>,
     /// Runner deletions.
     pub delete: Recipient<DeleteRunner>,
+    /// Runner lookups (is it busy?).
+    pub get_runner: Recipient<GetRunner>,
 }
 
 /// How the scheduler reads the rate budget of its credential.
@@ -226,6 +230,30 @@ impl SchedulerActor {
                     }
                 }
                 Effect::CancelRetry { key } => self.retry.cancel.do_send(CancelRetry { key }),
+                Effect::CheckIdle {
+                    name,
+                    runner_id,
+                    repo,
+                    reason,
+                } => {
+                    let get = self.deps.github.get_runner.clone();
+                    let fut = async move {
+                        match get.send(GetRunner { repo, runner_id }).await {
+                            Ok(Ok(found)) => Ok(found.is_some_and(|r| r.busy)),
+                            Ok(Err(e)) => Err(e),
+                            Err(e) => Err(GithubError::Network {
+                                endpoint: "get_runner",
+                                detail: e.to_string(),
+                            }),
+                        }
+                    };
+                    ctx.spawn(fut.into_actor(self).map(move |busy, act, ctx| {
+                        let fx = act
+                            .core
+                            .on_idle_checked(&name, busy, reason, act.clock.tick());
+                        act.run(fx, ctx);
+                    }));
+                }
                 Effect::WakeAt(at) => self.arm_wake(at, ctx),
             }
         }
@@ -270,6 +298,10 @@ impl Actor for SchedulerActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(SCHEDULER_MAILBOX);
         ctx.run_interval(PRUNE_EVERY, |act, _| act.core.prune(act.clock.tick()));
+        ctx.run_interval(SWEEP_EVERY, |act, ctx| {
+            let fx = act.core.sweep(act.clock.tick());
+            act.run(fx, ctx);
+        });
     }
 }
 

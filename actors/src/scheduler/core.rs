@@ -56,6 +56,8 @@ pub struct SchedulerSettings {
     pub started_ttl: Duration,
     /// Zombie cap.
     pub zombie_cap: u32,
+    /// `runner.orphan_sweep`: `None` when disabled, else the grace.
+    pub orphan_grace: Option<Duration>,
 }
 
 impl SchedulerSettings {
@@ -84,6 +86,11 @@ impl SchedulerSettings {
                 .job_timeout
                 .map_or(STARTED_TTL_NO_TIMEOUT, |t| t + SEEN_TTL),
             zombie_cap: ZOMBIE_CAP,
+            orphan_grace: c
+                .runner
+                .orphan_sweep
+                .enabled
+                .then_some(c.runner.orphan_sweep.grace),
         }
     }
 }
@@ -147,6 +154,18 @@ pub enum Effect {
     CancelRetry {
         /// The job.
         key: JobKey,
+    },
+    /// Ask GitHub whether a runner is busy before reaping it (its `in_progress` may be late);
+    /// report back with `on_idle_checked`.
+    CheckIdle {
+        /// Runner name.
+        name: String,
+        /// Runner id.
+        runner_id: u64,
+        /// Repo for repo-level runners.
+        repo: Option<String>,
+        /// Why it would be reaped.
+        reason: &'static str,
     },
     /// Call `wake` at this time (the claim pacing has no token before then).
     WakeAt(Instant),
@@ -536,6 +555,7 @@ impl Scheduler {
         }
         if action == JobAction::Completed {
             self.on_completed(&key, runner_name.as_deref(), now, fx);
+            fx.extend(self.sweep(now));
         }
     }
 
@@ -1144,6 +1164,126 @@ impl Scheduler {
         tracing::info!(cordoned, "cordon changed");
         let mut fx = Vec::new();
         self.pump(now, &mut fx);
+        fx
+    }
+
+    /// The orphan sweep. An unbound runner older than the grace is reaped (nobody wanted it).
+    /// A *spare* (an unbound runner whose own job ran elsewhere) covers one unit of uncovered
+    /// demand (a queued job its labels cover that no live runner was made for), newest spare
+    /// first; the surplus is reaped at once instead of waiting out the grace. Reaped runners are
+    /// deleted on GitHub when they report their exit (they never ran a job).
+    pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let Some(grace) = self.settings.orphan_grace else {
+            return fx;
+        };
+        // A job still needs a runner if it has not started and no runner made for it is still
+        // free to take it (its own runner may have been given a sibling).
+        let has_free_runner = |j: &JobRecord| match &j.phase {
+            Phase::Active { runner, .. } => {
+                self.runners.get(runner).is_some_and(|r| r.bound.is_none())
+            }
+            _ => false,
+        };
+        let mut demand: Vec<(JobKey, Vec<String>)> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                j.started_at.is_none()
+                    && j.admissions <= self.settings.zombie_cap
+                    && matches!(
+                        j.phase,
+                        Phase::Pending
+                            | Phase::Claiming { .. }
+                            | Phase::Retrying
+                            | Phase::Active { .. }
+                    )
+                    && !has_free_runner(j)
+            })
+            .map(|j| (j.info.key.clone(), label_set(&j.info.labels)))
+            .collect();
+        demand.sort();
+        let mut unbound: Vec<&RunnerRecord> = self
+            .runners
+            .values()
+            .filter(|r| r.bound.is_none())
+            .collect();
+        unbound.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+        let mut reap: Vec<(String, ProviderKind, JobKey, &'static str)> = Vec::new();
+        for r in unbound {
+            let intent_started = self
+                .jobs
+                .get(&r.intent)
+                .is_none_or(|j| j.started_at.is_some());
+            if intent_started {
+                let offered = self
+                    .provider_index(r.provider)
+                    .map(|i| self.provider_sets[i].clone())
+                    .unwrap_or_default();
+                let covers =
+                    |wanted: &Vec<String>| wanted.iter().all(|w| offered.binary_search(w).is_ok());
+                if let Some(pos) = demand.iter().position(|(_, wanted)| covers(wanted)) {
+                    demand.remove(pos);
+                    continue;
+                }
+                reap.push((
+                    r.name.clone(),
+                    r.provider,
+                    r.intent.clone(),
+                    "spare runner: its job ran elsewhere and no queued job needs it",
+                ));
+            } else if now.mono.saturating_duration_since(r.created_at) >= grace {
+                reap.push((
+                    r.name.clone(),
+                    r.provider,
+                    r.intent.clone(),
+                    "orphan: no job took it within the grace",
+                ));
+            }
+        }
+        for (name, _, _, why) in reap {
+            let r = &self.runners[&name];
+            fx.push(Effect::CheckIdle {
+                runner_id: r.id,
+                repo: r.repo.clone(),
+                name,
+                reason: why,
+            });
+        }
+        fx
+    }
+
+    /// GitHub's answer about a runner the sweep would reap: reap it only if it is still ours,
+    /// still unbound, and GitHub says it is not busy (or no longer knows it).
+    pub fn on_idle_checked(
+        &mut self,
+        name: &str,
+        busy: Result<bool, GithubError>,
+        reason: &'static str,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let Some(r) = self.runners.get(name).filter(|r| r.bound.is_none()) else {
+            return fx;
+        };
+        let (provider, intent) = (r.provider, r.intent.clone());
+        match busy {
+            Ok(false) => {
+                tracing::info!(runner = %name, provider = provider.as_str(), reason, "reaping runner");
+                self.note(&intent, now, format!("runner {name} reaped: {reason}"));
+                fx.push(Effect::Teardown {
+                    provider,
+                    name: name.to_string(),
+                    reason,
+                });
+            }
+            Ok(true) => {
+                tracing::info!(runner = %name, "runner looked idle but GitHub says it is busy; keeping it");
+            }
+            Err(e) => {
+                tracing::warn!(runner = %name, error_class = e.class().as_str(), error = %e, "cannot check the runner; keeping it for now");
+            }
+        }
         fx
     }
 

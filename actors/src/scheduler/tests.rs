@@ -21,7 +21,7 @@ use crate::{
     config::{ClaimRetryConfig, ProviderKind, Secret},
     github::{
         GithubError, JitRunner,
-        actor::{DeleteRunner, GenerateJitConfig},
+        actor::{DeleteRunner, GenerateJitConfig, GetRunner},
         error::HttpFailure,
     },
     job::{JobAction, JobInfo, JobKey},
@@ -39,6 +39,7 @@ const UNIX0: u64 = 1_800_000_000;
 struct GhLog {
     claims: Vec<(Instant, GenerateJitConfig)>,
     deletes: Vec<u64>,
+    busy: Vec<u64>,
     script: VecDeque<Result<(), GithubError>>,
     otherwise: Option<GithubError>,
 }
@@ -72,6 +73,21 @@ impl Handler<GenerateJitConfig> for FakeGithub {
                 name: format!("{}-{id}", m.name_base),
                 encoded_jit_config: Secret::new(format!("jit-{id}")),
             })
+        })
+    }
+}
+
+impl Handler<GetRunner> for FakeGithub {
+    type Result = ResponseFuture<Result<Option<crate::github::RunnerInfo>, GithubError>>;
+    fn handle(&mut self, m: GetRunner, _: &mut Context<Self>) -> Self::Result {
+        let busy = self.log.lock().unwrap().busy.contains(&m.runner_id);
+        Box::pin(async move {
+            Ok(Some(crate::github::RunnerInfo {
+                id: m.runner_id,
+                name: String::new(),
+                status: "online".into(),
+                busy,
+            }))
         })
     }
 }
@@ -226,6 +242,7 @@ async fn harness(s: Setup) -> Harness {
         seen_ttl: super::core::SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         zombie_cap: super::core::ZOMBIE_CAP,
+        orphan_grace: Some(Duration::from_secs(600)),
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
@@ -238,6 +255,7 @@ async fn harness(s: Setup) -> Harness {
         github: GithubHandle {
             claim: github.clone().recipient(),
             delete: github.clone().recipient(),
+            get_runner: github.clone().recipient(),
         },
         rate: Some(RateHandle {
             get: rate.clone().recipient(),
@@ -916,4 +934,164 @@ async fn same_label_jobs_that_swap_runners_are_left_alone() {
     exited(&h, &a).await;
     h.run_for(Duration::from_secs(1)).await;
     assert_eq!(h.claims(), 2, "no re-dispatch");
+}
+
+/// Spares: a runner whose own job ran elsewhere covers a queued job its labels cover (here the
+/// job whose runner went to a sibling); a spare nothing needs is reaped at the next sweep (after
+/// any `completed`) and deleted on GitHub.
+#[actix_rt::test]
+async fn spare_runners_cover_demand_and_the_surplus_is_reaped() {
+    let h = harness(Setup::default()).await;
+    for id in 1..=4 {
+        h.queued(id, LINUX).await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b, c, d) = (
+        runner_of(&st, 1),
+        runner_of(&st, 2),
+        runner_of(&st, 3),
+        runner_of(&st, 4),
+    );
+    // a takes job 2: b (made for job 2) is a spare, but job 1 still needs a runner.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    // Job 4 runs on a peer's runner: d is a spare nothing needs.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some("peer-runner".into()),
+            ..job(4, LINUX)
+        },
+    )
+    .await;
+    // A completed anywhere triggers the sweep.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(c.clone()),
+            ..job(3, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(c.clone()),
+            conclusion: Some("success".into()),
+            ..job(3, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let names: Vec<String> = st.runners.iter().map(|r| r.name.clone()).collect();
+    assert!(
+        names.contains(&a) && names.contains(&b),
+        "b covers job 1: {names:?}"
+    );
+    assert!(
+        !names.contains(&d),
+        "the surplus spare d is reaped: {names:?}"
+    );
+    assert!(!names.contains(&c), "c ran its job and went");
+    let d_id = h.gh.lock().unwrap().claims.len();
+    assert_eq!(d_id, 4, "no new claim");
+    assert_eq!(
+        h.gh.lock().unwrap().deletes.len(),
+        1,
+        "the reaped spare is deleted on GitHub"
+    );
+}
+
+/// A runner nobody takes is reaped after the grace and deleted on GitHub (its job, never seen
+/// running, is dispatched again, counting toward the zombie cap); a job cancelled before any
+/// runner took it has its runner torn down at once.
+#[actix_rt::test]
+async fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let first = runner_of(&h.state().await, 1);
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(
+        h.state().await.runners.len(),
+        1,
+        "the cancelled job's runner went at once"
+    );
+    assert_eq!(h.gh.lock().unwrap().deletes.len(), 1);
+    h.run_for(Duration::from_secs(630)).await;
+    let st = h.state().await;
+    assert!(
+        st.runners.iter().all(|r| r.name != first),
+        "the orphan went after the grace"
+    );
+    assert_eq!(
+        h.gh.lock().unwrap().deletes.len(),
+        2,
+        "and was deleted on GitHub"
+    );
+    let j1 = st.jobs.iter().find(|j| j.key.job_id == 1).unwrap();
+    assert_eq!(j1.admissions, 2, "job 1 dispatched again once");
+}
+
+/// A spare whose `in_progress` is late (GitHub says busy) is not reaped.
+#[actix_rt::test]
+async fn a_busy_spare_is_not_reaped() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let b = st
+        .runners
+        .iter()
+        .find(|r| r.intent.job_id == 2)
+        .unwrap()
+        .clone();
+    h.gh.lock().unwrap().busy.push(b.id);
+    // Job 2 ran on a peer: b is a spare with no demand, but GitHub says it is busy.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some("peer".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some("peer".into()),
+            conclusion: Some("success".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert!(
+        h.state().await.runners.iter().any(|r| r.name == b.name),
+        "busy spare kept"
+    );
+    h.gh.lock().unwrap().busy.clear();
+    h.run_for(Duration::from_secs(31)).await;
+    assert!(
+        !h.state().await.runners.iter().any(|r| r.name == b.name),
+        "reaped once idle"
+    );
 }
