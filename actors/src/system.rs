@@ -152,6 +152,7 @@ pub fn start(
             claim: github.clone().recipient(),
             delete: github.clone().recipient(),
             get_runner: github.clone().recipient(),
+            list_queued: github.clone().recipient(),
         },
         rate: Some(RateHandle {
             get: rate.clone().recipient(),

@@ -590,6 +590,9 @@ fn runner_protocol(
             if let Some(r) = s.runners.get_mut(&runner_id) {
                 r.status = "online".into();
             }
+            if s.behavior.hold {
+                return (204, HttpResponse::NoContent().finish());
+            }
             if s.behavior.crash_next > 0 {
                 s.behavior.crash_next -= 1;
                 return (

@@ -133,6 +133,8 @@ pub struct RunnerBehavior {
     pub crash_next: usize,
     /// Runners hang on their job until killed.
     pub hang: bool,
+    /// Runners get no job while this is set (they keep asking).
+    pub hold: bool,
 }
 
 impl Default for RunnerBehavior {
@@ -141,6 +143,7 @@ impl Default for RunnerBehavior {
             job_ms: 200,
             crash_next: 0,
             hang: false,
+            hold: false,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod e2e;
+mod fungible;
 mod github;
 mod provision;
 mod support;

@@ -19,8 +19,9 @@ use crate::{
     config::ProviderKind,
     github::{
         ErrorClass, GithubError,
-        actor::{DeleteRunner, GenerateJitConfig, GetRunner},
+        actor::{DeleteRunner, GenerateJitConfig, GetRunner, ListQueuedJobs},
     },
+    job::JobAction,
     metrics::Metrics,
     provision::{ProviderStatus, ProvisionerHandle, RunnerEvent, RunnerEventKind},
     rate::GetRateSnapshot,
@@ -43,6 +44,8 @@ pub struct GithubHandle {
     pub delete: Recipient<DeleteRunner>,
     /// Runner lookups (is it busy?).
     pub get_runner: Recipient<GetRunner>,
+    /// The reconcile poll.
+    pub list_queued: Recipient<ListQueuedJobs>,
 }
 
 /// How the scheduler reads the rate budget of its credential.
@@ -292,10 +295,43 @@ where
     }
 }
 
+impl SchedulerActor {
+    /// Lists queued jobs on GitHub (queued and in-progress runs, every page, every repo) and
+    /// feeds them through the normal dedup path: the backstop for deliveries that never came.
+    fn reconcile(&mut self, ctx: &mut Context<Self>) {
+        let list = self.deps.github.list_queued.clone();
+        ctx.spawn(async move { list.send(ListQueuedJobs).await }.into_actor(self).map(|result, act, ctx| {
+            let jobs = match result {
+                Ok(Ok(jobs)) => jobs,
+                Ok(Err(e)) => {
+                    tracing::warn!(error_class = e.class().as_str(), error = %e, "reconcile failed; trying again next interval");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "github actor unavailable for reconcile");
+                    return;
+                }
+            };
+            tracing::info!(queued = jobs.len(), "reconcile: queued jobs on GitHub");
+            for job in jobs {
+                let now = act.clock.tick();
+                let fx = act.core.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now);
+                act.run(fx, ctx);
+            }
+        }));
+    }
+}
+
 impl Actor for SchedulerActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(every) = self.core.reconcile_interval() {
+            // Once at start-up (GitHub never re-sends what was queued while we were down),
+            // then as a periodic backstop.
+            self.reconcile(ctx);
+            ctx.run_interval(every, |act, ctx| act.reconcile(ctx));
+        }
         ctx.set_mailbox_capacity(SCHEDULER_MAILBOX);
         ctx.run_interval(PRUNE_EVERY, |act, _| act.core.prune(act.clock.tick()));
         ctx.run_interval(SWEEP_EVERY, |act, ctx| {

@@ -58,6 +58,8 @@ pub struct SchedulerSettings {
     pub zombie_cap: u32,
     /// `runner.orphan_sweep`: `None` when disabled, else the grace.
     pub orphan_grace: Option<Duration>,
+    /// `webhook.reconcile_interval`: `None` when disabled.
+    pub reconcile_interval: Option<Duration>,
 }
 
 impl SchedulerSettings {
@@ -91,6 +93,7 @@ impl SchedulerSettings {
                 .orphan_sweep
                 .enabled
                 .then_some(c.runner.orphan_sweep.grace),
+            reconcile_interval: c.webhook.reconcile_interval,
         }
     }
 }
@@ -1137,6 +1140,11 @@ impl Scheduler {
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;
         self.pending.push_back(key.clone());
+        tracing::info!(
+            job_id = key.job_id,
+            reason = why,
+            "dispatching the job again"
+        );
         self.note(key, now, format!("re-queued: {why}"));
         self.pump(now, fx);
     }
@@ -1309,6 +1317,11 @@ impl Scheduler {
             });
         }
         fx
+    }
+
+    /// How often to reconcile, if at all.
+    pub fn reconcile_interval(&self) -> Option<Duration> {
+        self.settings.reconcile_interval
     }
 
     /// Forgets jobs whose dedup and started windows have passed.

@@ -92,6 +92,17 @@ impl Handler<GetRunner> for FakeGithub {
     }
 }
 
+impl Handler<crate::github::actor::ListQueuedJobs> for FakeGithub {
+    type Result = ResponseFuture<Result<Vec<JobInfo>, GithubError>>;
+    fn handle(
+        &mut self,
+        _: crate::github::actor::ListQueuedJobs,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
 impl Handler<DeleteRunner> for FakeGithub {
     type Result = ResponseFuture<Result<(), GithubError>>;
     fn handle(&mut self, m: DeleteRunner, _: &mut Context<Self>) -> Self::Result {
@@ -243,6 +254,7 @@ async fn harness(s: Setup) -> Harness {
         started_ttl: Duration::from_secs(7200),
         zombie_cap: super::core::ZOMBIE_CAP,
         orphan_grace: Some(Duration::from_secs(600)),
+        reconcile_interval: None,
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
@@ -256,6 +268,7 @@ async fn harness(s: Setup) -> Harness {
             claim: github.clone().recipient(),
             delete: github.clone().recipient(),
             get_runner: github.clone().recipient(),
+            list_queued: github.clone().recipient(),
         },
         rate: Some(RateHandle {
             get: rate.clone().recipient(),

@@ -27,6 +27,7 @@ pub fn config(
     standin: &Standin,
     port: u16,
     state: &std::path::Path,
+    reconcile: &str,
     extra: &str,
     providers: &str,
 ) -> String {
@@ -41,7 +42,7 @@ token = "{TOKEN}"
 [webhook]
 listen = "127.0.0.1:{port}"
 secret = "{SECRET}"
-reconcile_interval = "0s"
+reconcile_interval = "{reconcile}"
 
 [state]
 dir = "{state}"
@@ -88,12 +89,29 @@ impl Daemon {
     /// Writes the config, starts `serve`, waits for `/readyz`, and points the stand-in's
     /// webhooks at it.
     pub async fn start(standin: &Standin, extra: &str, providers: &str) -> Daemon {
+        Self::start_reconciling(standin, "0s", extra, providers).await
+    }
+
+    /// Like `start`, with a reconcile interval.
+    pub async fn start_reconciling(
+        standin: &Standin,
+        reconcile: &str,
+        extra: &str,
+        providers: &str,
+    ) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let cfg = dir.path().join("ephemer.toml");
         std::fs::write(
             &cfg,
-            config(standin, port, &dir.path().join("state"), extra, providers),
+            config(
+                standin,
+                port,
+                &dir.path().join("state"),
+                reconcile,
+                extra,
+                providers,
+            ),
         )
         .unwrap();
         let log = dir.path().join("daemon.log");

@@ -1,0 +1,97 @@
+//! Fungible runners end to end: a runner that crashes at boot while its sibling runs the other
+//! job, a job cancelled before any runner took it, and a job whose webhook never arrived.
+
+use std::time::Duration;
+
+use github_standin::{RunnerBehavior, Standin, StandinConfig};
+
+use crate::support::{
+    daemon::{Daemon, local_provider},
+    provision::{alive, eventually},
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+async fn completed(standin: &Standin, daemon: &Daemon, n: usize, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while standin.jobs_in("completed") < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "jobs: {:?}\n{}",
+            standin.jobs(),
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One stand-in runner crashes at boot while its sibling runs the other job: the job left
+/// without a runner is dispatched again when the runner made for it exits, and both jobs run.
+#[actix_rt::test]
+async fn a_runner_crashing_at_boot_strands_nothing() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 300,
+        crash_next: 1,
+        ..RunnerBehavior::default()
+    });
+    let daemon = Daemon::start(&standin, "", &local_provider(4)).await;
+    standin.queue_jobs("app", LABELS, 2);
+    completed(&standin, &daemon, 2, Duration::from_secs(60)).await;
+    eventually("no runner left", Duration::from_secs(20), || {
+        standin.runners().is_empty()
+    })
+    .await;
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        3,
+        "one extra claim for the stranded job"
+    );
+    assert!(daemon.logs().contains("stranded"), "{}", daemon.logs());
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// A job cancelled before any runner took it: its runner is torn down, deleted on GitHub, and its
+/// process is gone.
+#[actix_rt::test]
+async fn a_job_cancelled_before_pickup_leaves_no_runner() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        hold: true,
+        ..RunnerBehavior::default()
+    });
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let job = standin.queue_jobs("app", LABELS, 1)[0];
+    eventually("the runner to connect", Duration::from_secs(20), || {
+        !standin.state().runner_pids.is_empty()
+    })
+    .await;
+    let pid = *standin.state().runner_pids.values().next().unwrap() as i32;
+    assert!(alive(pid));
+    standin.cancel_job(job);
+    eventually("the runner to be deleted", Duration::from_secs(20), || {
+        standin.runners().is_empty()
+    })
+    .await;
+    eventually("its process to be gone", Duration::from_secs(20), || {
+        !alive(pid)
+    })
+    .await;
+    assert_eq!(standin.count("delete_runner"), 1);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// A job whose queued webhook never arrived runs after the next reconcile.
+#[actix_rt::test]
+async fn a_lost_delivery_is_caught_by_the_reconcile() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let daemon = Daemon::start_reconciling(&standin, "2s", "", &local_provider(2)).await;
+    standin.add_jobs("app", LABELS, 1);
+    completed(&standin, &daemon, 1, Duration::from_secs(30)).await;
+    assert!(
+        standin.deliveries().iter().all(|d| d.action != "queued"),
+        "no queued webhook was ever sent"
+    );
+    assert_eq!(standin.count("generate_jitconfig"), 1);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
