@@ -27,6 +27,19 @@ enum Command {
     Serve(ConfigArg),
     /// Validate a config file; print every problem with its key path (exit 0 valid, 2 invalid).
     CheckConfig(ConfigArg),
+    /// Show a running daemon's status: capacity per provider, retry queue, rate budget.
+    Status(crate::ctl::Target),
+    /// List the jobs a running daemon knows, or show one job's timeline (`jobs <ID>`).
+    Jobs {
+        /// A job id: show every decision taken about it.
+        id: Option<u64>,
+        #[command(flatten)]
+        target: crate::ctl::Target,
+    },
+    /// Stop claiming (running jobs continue; no new retries).
+    Cordon(crate::ctl::Target),
+    /// Resume claiming.
+    Uncordon(crate::ctl::Target),
     /// Run everything offline: a stand-in GitHub, signed webhooks, the local provisioner and
     /// stand-in runners, with a live view and a summary (exit 0 when every job ran).
     Demo(crate::demo::DemoArgs),
@@ -47,6 +60,10 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::StandinRunner => crate::standin::run(),
+        Command::Status(t) => ctl_result(crate::ctl::status(&t)),
+        Command::Jobs { id, target } => ctl_result(crate::ctl::jobs(&target, id)),
+        Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t, true)),
+        Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t, false)),
         Command::Demo(args) => {
             let level = ephemer_actors_core::config::LogConfig {
                 level: "error".into(),
@@ -101,6 +118,16 @@ pub fn run() -> ExitCode {
                     ExitCode::from(EXIT_RUNTIME)
                 }
             }
+        }
+    }
+}
+
+fn ctl_result(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_RUNTIME)
         }
     }
 }

@@ -3,6 +3,7 @@
 //! config error).
 
 mod cli;
+mod ctl;
 mod demo;
 mod logging;
 mod serve;

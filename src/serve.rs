@@ -15,6 +15,7 @@ use std::time::Duration;
 use actix_web::{App, HttpServer, dev::ServerHandle, web};
 use anyhow::Context;
 use ephemer_actors_core::{
+    admin::Admin,
     clock::Clock,
     config::Config,
     http::{Health, configure_metrics},
@@ -36,6 +37,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 pub struct Listeners {
     /// Where the webhook listener is bound (useful when configured with port 0).
     pub webhook: std::net::SocketAddr,
+    /// Where the admin API is bound.
+    pub admin: std::net::SocketAddr,
     handles: Vec<ServerHandle>,
 }
 
@@ -79,6 +82,19 @@ pub fn listen(
     };
     let webhook_addr = webhook.addrs()[0];
     let mut servers = vec![webhook.run()];
+    let admin = web::Data::new(Admin::new(handles));
+    let admin_server = HttpServer::new(move || {
+        App::new()
+            .app_data(admin.clone())
+            .configure(Admin::configure)
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(HTTP_SHUTDOWN.as_secs())
+    .bind(config.admin.listen)
+    .with_context(|| format!("cannot bind admin.listen {}", config.admin.listen))?;
+    let admin_addr = admin_server.addrs()[0];
+    servers.push(admin_server.run());
     if let Some(listen) = config.metrics.listen {
         let server = HttpServer::new(move || {
             App::new()
@@ -99,6 +115,7 @@ pub fn listen(
     }
     Ok(Listeners {
         webhook: webhook_addr,
+        admin: admin_addr,
         handles,
     })
 }
@@ -117,6 +134,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     health.set_ready();
     tracing::info!(
         webhook = %listeners.webhook,
+        admin = %listeners.admin,
         path = %config.webhook.path,
         providers = ?config.providers.enabled().iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
         version = env!("CARGO_PKG_VERSION"),

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod github;

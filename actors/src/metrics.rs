@@ -24,6 +24,29 @@ pub const ERROR_CLASSES: [&str; 5] = [
 /// The `workflow_job` actions counted in `ephemerd_github_webhook_events_total`.
 pub const WEBHOOK_ACTIONS: [&str; 5] = ["queued", "in_progress", "completed", "waiting", "other"];
 
+/// Every metric name CONTRACT.md lists.
+pub const CONTRACT_METRICS: [&str; 19] = [
+    "ephemerd_github_api_rate_remaining",
+    "ephemerd_github_api_rate_limit",
+    "ephemerd_github_api_rate_reset_seconds",
+    "ephemerd_github_api_rate_updated_seconds",
+    "ephemerd_github_api_requests_total",
+    "ephemerd_github_webhook_events_total",
+    "ephemerd_github_jit_registration_errors_total",
+    "ephemerd_jobs_total",
+    "ephemerd_jobs_active",
+    "ephemerd_job_queue_wait_seconds",
+    "ephemerd_job_startup_seconds",
+    "ephemerd_job_duration_seconds",
+    "ephemerd_claim_retry_queue_depth",
+    "ephemerd_claim_retry_attempts_total",
+    "ephemerd_claim_retry_given_up_total",
+    "ephemerd_provisioner_restarts_total",
+    "ephemerd_concurrent_capacity",
+    "ephemerd_draining",
+    "ephemerd_uptime_seconds",
+];
+
 /// Every metric the daemon exports. Cloning is cheap: each field is a shared handle.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -246,29 +269,6 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    /// Every metric name CONTRACT.md lists.
-    pub(crate) const CONTRACT_NAMES: [&str; 19] = [
-        "ephemerd_github_api_rate_remaining",
-        "ephemerd_github_api_rate_limit",
-        "ephemerd_github_api_rate_reset_seconds",
-        "ephemerd_github_api_rate_updated_seconds",
-        "ephemerd_github_api_requests_total",
-        "ephemerd_github_webhook_events_total",
-        "ephemerd_github_jit_registration_errors_total",
-        "ephemerd_jobs_total",
-        "ephemerd_jobs_active",
-        "ephemerd_job_queue_wait_seconds",
-        "ephemerd_job_startup_seconds",
-        "ephemerd_job_duration_seconds",
-        "ephemerd_claim_retry_queue_depth",
-        "ephemerd_claim_retry_attempts_total",
-        "ephemerd_claim_retry_given_up_total",
-        "ephemerd_provisioner_restarts_total",
-        "ephemerd_concurrent_capacity",
-        "ephemerd_draining",
-        "ephemerd_uptime_seconds",
-    ];
-
     #[test]
     fn every_contract_metric_is_registered_and_instances_are_independent() {
         let a = Metrics::new();
@@ -279,7 +279,7 @@ mod tests {
             .inc();
         a.draining.set(1);
         let text = a.encode();
-        for name in CONTRACT_NAMES {
+        for name in CONTRACT_METRICS {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }
         assert!(text.contains("ephemerd_draining 1"));

@@ -70,6 +70,8 @@ pub struct Handles {
     pub intake: web::Data<WebhookIntake>,
     /// This instance's metrics.
     pub metrics: Metrics,
+    /// The credential the rate readings are kept under.
+    pub credential: String,
 }
 
 /// Options that tests and the demo change; production uses the defaults.
@@ -97,6 +99,7 @@ pub fn start(
         Some(rate.clone().recipient()),
     );
     let credential = client.rate_key();
+    let rate_key = credential.clone();
     let github = GithubActor::new(client).start();
 
     // 3. The scheduler's address, before the scheduler exists.
@@ -186,6 +189,7 @@ pub fn start(
         provisioners,
         intake,
         metrics,
+        credential: rate_key,
     })
 }
 

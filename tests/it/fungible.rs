@@ -42,11 +42,10 @@ async fn a_runner_crashing_at_boot_strands_nothing() {
         standin.runners().is_empty()
     })
     .await;
-    assert_eq!(
-        standin.count("generate_jitconfig"),
-        3,
-        "one extra claim for the stranded job"
-    );
+    // One extra claim for the stranded job; a second one only when the surviving runner's own
+    // job had not been reported running yet when it exited (the surplus is then reaped).
+    let claims = standin.count("generate_jitconfig");
+    assert!((3..=4).contains(&claims), "{claims} claims");
     assert!(daemon.logs().contains("stranded"), "{}", daemon.logs());
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

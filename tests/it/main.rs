@@ -1,8 +1,10 @@
 //! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners.
 
 mod cli;
+mod docs;
 mod e2e;
 mod fungible;
 mod github;
+mod ops;
 mod provision;
 mod support;

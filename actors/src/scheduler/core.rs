@@ -308,6 +308,9 @@ pub struct Scheduler {
     slots: Vec<Slots>,
     used_total: usize,
     bucket: TokenBucket,
+    /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
+    /// after its runner exited, and must still be counted as ours.
+    recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant)>,
     draining: bool,
     metrics: Metrics,
     stats: Stats,
@@ -358,6 +361,7 @@ impl Scheduler {
             pending: VecDeque::new(),
             slots,
             used_total: 0,
+            recent_runners: HashMap::new(),
             draining: false,
             metrics,
             stats: Stats::default(),
@@ -585,12 +589,31 @@ impl Scheduler {
             .get(key)
             .and_then(|r| r.info.conclusion.clone())
             .unwrap_or_else(|| "unknown".into());
-        if let Some(name) = target {
-            let provider = self.runners[&name].provider;
+        // Count the job if it ran on a runner of ours, live or just gone (a runner often exits
+        // before GitHub's `completed` delivery arrives).
+        let ran_on = runner_name.and_then(|n| {
+            self.runners
+                .get(n)
+                .map(|r| (r.provider, r.started_at))
+                .or_else(|| {
+                    self.recent_runners
+                        .get(n)
+                        .map(|(p, started, _)| (*p, *started))
+                })
+        });
+        if let Some((provider, started)) = ran_on {
             self.metrics
                 .jobs_total
                 .with_label_values(&[provider.as_str(), bounded_conclusion(&conclusion)])
                 .inc();
+            if let Some(started) = started {
+                self.metrics
+                    .job_duration
+                    .observe(now.mono.saturating_duration_since(started).as_secs_f64());
+            }
+        }
+        if let Some(name) = target {
+            let provider = self.runners[&name].provider;
             self.note(
                 key,
                 now,
@@ -928,11 +951,13 @@ impl Scheduler {
                     rec.next_attempt_unix = Some(now.unix + delay.as_secs());
                     rec.error_class = Some(*class);
                 }
+                let due = std::time::UNIX_EPOCH + std::time::Duration::from_secs(now.unix) + *delay;
                 self.note(
                     key,
                     now,
                     format!(
-                        "retry #{attempts} scheduled in {:.1}s ({}; first failure {class})",
+                        "retry #{attempts} scheduled for {} (in {:.1}s; {}; first failure {class})",
+                        humantime::format_rfc3339_seconds(due),
                         delay.as_secs_f64(),
                         describe(reason)
                     ),
@@ -1098,11 +1123,8 @@ impl Scheduler {
             .jobs_active
             .with_label_values(&[r.provider.as_str()])
             .dec();
-        if let (Some(started), Some(_)) = (r.started_at, &r.bound) {
-            self.metrics
-                .job_duration
-                .observe(now.mono.saturating_duration_since(started).as_secs_f64());
-        }
+        self.recent_runners
+            .insert(r.name.clone(), (r.provider, r.started_at, now.mono));
         if let Some(rec) = self.jobs.get_mut(&r.intent)
             && matches!(&rec.phase, Phase::Active { runner, .. } if runner == name)
         {
@@ -1350,6 +1372,8 @@ impl Scheduler {
         for k in gone {
             self.jobs.remove(&k);
         }
+        self.recent_runners
+            .retain(|_, (_, _, gone)| now.mono.saturating_duration_since(*gone) < seen_ttl);
     }
 
     // ----- views --------------------------------------------------------------------------

@@ -411,7 +411,7 @@ async fn ladder_climbs_through_the_fire_path_and_gives_up_at_max_age() {
     assert!(
         timeline
             .iter()
-            .any(|t| t.contains("retry #4 scheduled in 120.0s")),
+            .any(|t| t.contains("retry #4 scheduled for") && t.contains("(in 120.0s;")),
         "{timeline:#?}"
     );
     assert!(

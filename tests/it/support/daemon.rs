@@ -48,7 +48,7 @@ reconcile_interval = "{reconcile}"
 dir = "{state}"
 
 [admin]
-listen = "127.0.0.1:0"
+listen = "127.0.0.1:{admin}"
 
 [log]
 level = "debug"
@@ -59,6 +59,7 @@ level = "debug"
 "#,
         api = standin.url(),
         state = state.display(),
+        admin = free_port(),
     )
 }
 
@@ -81,6 +82,8 @@ pub struct Daemon {
     child: Child,
     /// `127.0.0.1:port` of its webhook listener.
     pub addr: String,
+    /// Its config file.
+    pub config: PathBuf,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -125,6 +128,7 @@ impl Daemon {
         let d = Daemon {
             child,
             addr,
+            config: cfg,
             log,
             _dir: dir,
         };

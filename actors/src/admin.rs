@@ -1,0 +1,140 @@
+//! The admin API (`admin.listen`, loopback by default): what an operator asks a running daemon.
+//!
+//! `GET /api/v1/status` (version, uptime, draining, capacity per provider, retry queue depth, the
+//! rate reading), `GET /api/v1/jobs` (every job the scheduler knows), `GET /api/v1/jobs/{id}`
+//! (one job with its timeline: every decision taken about it, so "why is my job still queued?"
+//! has an answer), `POST /api/v1/cordon` and `/uncordon`. Read-only but for cordon; it holds
+//! no state of its own.
+
+use std::time::Instant;
+
+use actix::Addr;
+use actix_web::{HttpResponse, web};
+use serde_json::json;
+
+use crate::{
+    rate::{GetRateSnapshot, RateActor},
+    retry::{GetRetryQueue, RetryActor},
+    scheduler::{
+        SchedulerActor,
+        messages::{GetSchedulerState, SetCordon},
+    },
+    system::Handles,
+};
+
+/// What the admin handlers talk to.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    scheduler: Addr<SchedulerActor>,
+    retry: Addr<RetryActor>,
+    rate: Addr<RateActor>,
+    credential: String,
+    started: Instant,
+}
+
+impl Admin {
+    /// The admin API of one instance.
+    pub fn new(handles: &Handles) -> Self {
+        Admin {
+            scheduler: handles.scheduler.clone(),
+            retry: handles.retry.clone(),
+            rate: handles.rate.clone(),
+            credential: handles.credential.clone(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Adds the `/api/v1` routes to an app or scope (with `web::Data<Admin>` registered).
+    pub fn configure(cfg: &mut web::ServiceConfig) {
+        cfg.route("/api/v1/status", web::get().to(status))
+            .route("/api/v1/jobs", web::get().to(jobs))
+            .route("/api/v1/jobs/{id}", web::get().to(job))
+            .route("/api/v1/cordon", web::post().to(cordon))
+            .route("/api/v1/uncordon", web::post().to(uncordon));
+    }
+}
+
+fn unavailable(what: &str) -> HttpResponse {
+    HttpResponse::ServiceUnavailable().json(json!({ "error": format!("{what} is not running") }))
+}
+
+async fn status(admin: web::Data<Admin>) -> HttpResponse {
+    let Ok(state) = admin.scheduler.send(GetSchedulerState).await else {
+        return unavailable("scheduler");
+    };
+    let retry = admin.retry.send(GetRetryQueue).await.ok();
+    let rate = admin
+        .rate
+        .send(GetRateSnapshot {
+            credential: admin.credential.clone(),
+        })
+        .await
+        .ok();
+    HttpResponse::Ok().json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": admin.started.elapsed().as_secs(),
+        "draining": state.draining,
+        "capacity": { "max_concurrent": state.max_concurrent, "used": state.used },
+        "providers": state.providers,
+        "pending": state.pending,
+        "runners": state.runners.len(),
+        "retry_queue_depth": retry.as_ref().map_or(0, |r| r.depth),
+        "rate": rate,
+        "stats": state.stats,
+    }))
+}
+
+async fn jobs(admin: web::Data<Admin>) -> HttpResponse {
+    let Ok(state) = admin.scheduler.send(GetSchedulerState).await else {
+        return unavailable("scheduler");
+    };
+    let jobs: Vec<_> = state
+        .jobs
+        .into_iter()
+        .map(|mut j| {
+            j.timeline.clear();
+            j
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({ "jobs": jobs, "runners": state.runners }))
+}
+
+async fn job(admin: web::Data<Admin>, id: web::Path<String>) -> HttpResponse {
+    let Ok(id) = id.parse::<u64>() else {
+        return HttpResponse::BadRequest().json(json!({ "error": "a job id is a number" }));
+    };
+    let Ok(state) = admin.scheduler.send(GetSchedulerState).await else {
+        return unavailable("scheduler");
+    };
+    let Some(job) = state.jobs.into_iter().find(|j| j.key.job_id == id) else {
+        return HttpResponse::NotFound()
+            .json(json!({ "error": format!("job {id} is not known to the scheduler") }));
+    };
+    let retry = admin
+        .retry
+        .send(GetRetryQueue)
+        .await
+        .ok()
+        .and_then(|q| q.items.into_iter().find(|i| i.key.job_id == id));
+    let runners: Vec<_> = state
+        .runners
+        .into_iter()
+        .filter(|r| r.intent.job_id == id || r.bound.as_ref().is_some_and(|b| b.job_id == id))
+        .collect();
+    HttpResponse::Ok().json(json!({ "job": job, "retry": retry, "runners": runners }))
+}
+
+async fn set_cordon(admin: web::Data<Admin>, on: bool) -> HttpResponse {
+    match admin.scheduler.send(SetCordon(on)).await {
+        Ok(()) => HttpResponse::Ok().json(json!({ "cordoned": on })),
+        Err(_) => unavailable("scheduler"),
+    }
+}
+
+async fn cordon(admin: web::Data<Admin>) -> HttpResponse {
+    set_cordon(admin, true).await
+}
+
+async fn uncordon(admin: web::Data<Admin>) -> HttpResponse {
+    set_cordon(admin, false).await
+}

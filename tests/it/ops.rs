@@ -1,0 +1,176 @@
+//! Operating a running daemon: the admin API through the CLI (`status`, `jobs`, `jobs <id>`,
+//! `cordon`, `uncordon`), and `/metrics` after a run.
+
+use std::time::Duration;
+
+use github_standin::{RunnerBehavior, Standin, StandinConfig};
+
+use crate::support::{
+    daemon as cli_daemon,
+    daemon::{Daemon, local_provider},
+    output,
+    provision::eventually,
+};
+
+async fn ctl(d: &Daemon, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = cli_daemon();
+    cmd.args(args).arg("--config").arg(&d.config);
+    output(cmd).await
+}
+
+/// `jobs <id>` on a job that was retried twice shows both failures, their classes and the
+/// times chosen.
+#[actix_rt::test]
+async fn the_timeline_of_a_job_retried_twice() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 100,
+        ..RunnerBehavior::default()
+    });
+    let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\"]\njitter = 0.0\n";
+    let daemon = Daemon::start(&standin, ladder, &local_provider(2)).await;
+    standin.fail_status("generate_jitconfig", 502, 2);
+    let job = standin.queue_jobs("app", &["self-hosted", "linux"], 1)[0];
+    eventually("the job to complete", Duration::from_secs(30), || {
+        standin.jobs_in("completed") == 1
+    })
+    .await;
+
+    let (code, out, err) = ctl(&daemon, &["jobs", &job.to_string()]).await;
+    assert_eq!(code, 0, "{err}");
+    let failures = out
+        .lines()
+        .filter(|l| l.contains("claim failed (server_side)"))
+        .count();
+    assert_eq!(failures, 2, "{out}");
+    assert!(
+        out.contains("retry #1 scheduled for")
+            && out.contains("(in 1.0s; ladder rung 1; first failure server_side)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("retry #2 scheduled for")
+            && out.contains("(in 2.0s; ladder rung 2; first failure server_side)"),
+        "{out}"
+    );
+    assert!(out.contains("claimed runner"), "{out}");
+    assert!(out.contains("completed (success)"), "{out}");
+
+    let (code, json, _) = ctl(&daemon, &["jobs", &job.to_string(), "--json"]).await;
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["job"]["retry_attempts"], 2);
+    assert_eq!(v["job"]["error_class"], "server_side");
+
+    let (code, out, _) = ctl(&daemon, &["jobs"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains(&job.to_string()), "{out}");
+    let (code, out, _) = ctl(&daemon, &["jobs", "424242"]).await;
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+#[actix_rt::test]
+async fn status_and_cordon_through_the_cli() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let (code, out, err) = ctl(&daemon, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("cordoned: no") && out.contains("local"),
+        "{out}"
+    );
+    assert_eq!(ctl(&daemon, &["cordon"]).await.0, 0);
+    let (_, json, _) = ctl(&daemon, &["status", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["draining"], true);
+    // Cordoned: a queued job is not claimed.
+    standin.queue_jobs("app", &["self-hosted", "linux"], 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(standin.count("generate_jitconfig"), 0);
+    assert!(daemon.metrics().await.contains("ephemerd_draining 1"));
+    assert_eq!(ctl(&daemon, &["uncordon"]).await.0, 0);
+    let (_, json, _) = ctl(&daemon, &["status", "--json"]).await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()["draining"],
+        false
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// After a run, `/metrics` holds every metric of the contract with sane values.
+#[actix_rt::test]
+async fn every_contract_metric_after_a_run() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 100,
+        ..RunnerBehavior::default()
+    });
+    let daemon = Daemon::start(&standin, "", &local_provider(4)).await;
+    standin.fail_status("generate_jitconfig", 502, 1);
+    standin.queue_jobs("app", &["self-hosted", "linux"], 6);
+    eventually("six jobs to complete", Duration::from_secs(40), || {
+        standin.jobs_in("completed") == 6
+    })
+    .await;
+    eventually("runners gone", Duration::from_secs(20), || {
+        standin.runners().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let m = daemon.metrics().await;
+    let value = |series: &str| -> f64 {
+        m.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing in\n{m}"))
+    };
+    for name in ephemer_actors_core::metrics::CONTRACT_METRICS {
+        assert!(m.contains(&format!("# TYPE {name} ")), "{name} missing");
+    }
+    assert_eq!(value("ephemerd_github_api_rate_limit"), 5000.0);
+    assert!(value("ephemerd_github_api_rate_remaining") > 4900.0);
+    assert!(value("ephemerd_github_api_rate_updated_seconds") > 1.7e9);
+    assert!(
+        value("ephemerd_github_api_rate_reset_seconds")
+            > value("ephemerd_github_api_rate_updated_seconds")
+    );
+    assert_eq!(
+        value("ephemerd_github_api_requests_total{code=\"201\",endpoint=\"generate_jitconfig\"}"),
+        6.0
+    );
+    assert_eq!(
+        value("ephemerd_github_api_requests_total{code=\"502\",endpoint=\"generate_jitconfig\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("ephemerd_github_webhook_events_total{action=\"queued\"}"),
+        6.0
+    );
+    assert_eq!(
+        value("ephemerd_github_webhook_events_total{action=\"completed\"}"),
+        6.0
+    );
+    assert_eq!(
+        value("ephemerd_github_jit_registration_errors_total{class=\"server_side\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("ephemerd_claim_retry_attempts_total{class=\"server_side\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("ephemerd_jobs_total{conclusion=\"success\",provider=\"local\"}"),
+        6.0
+    );
+    assert_eq!(value("ephemerd_jobs_active{provider=\"local\"}"), 0.0);
+    assert_eq!(value("ephemerd_job_queue_wait_seconds_count"), 6.0);
+    assert_eq!(value("ephemerd_job_startup_seconds_count"), 6.0);
+    assert_eq!(value("ephemerd_job_duration_seconds_count"), 6.0);
+    assert_eq!(value("ephemerd_claim_retry_queue_depth"), 0.0);
+    assert_eq!(value("ephemerd_concurrent_capacity"), 4.0);
+    assert_eq!(value("ephemerd_draining"), 0.0);
+    assert!(value("ephemerd_uptime_seconds") >= 0.0);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
