@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// A job's identity: GitHub job ids are global, the owner keeps several GitHub targets apart.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct JobKey {
     /// The repository owner (lowercased).
     pub owner: String,
@@ -68,7 +68,7 @@ impl JobAction {
 }
 
 /// What a delivery (or a reconcile poll) tells about one job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct JobInfo {
     /// Identity.
     pub key: JobKey,

@@ -19,5 +19,6 @@ pub mod provision;
 pub mod rate;
 pub mod retry;
 pub mod scheduler;
+pub mod store;
 pub mod system;
 pub mod webhook;

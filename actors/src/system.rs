@@ -2,6 +2,7 @@
 //! reads top to bottom in start order; a host app may call it twice and get two independent
 //! instances (nothing is registered globally).
 //!
+//! 0. The `Store` under `state.dir`, and what the previous run left in it.
 //! 1. `RateActor`: rate readings, per credential.
 //! 2. `GithubActor`: owns the GitHub client, reports every answer's rate headers to (1).
 //! 3. The scheduler's context, made first so provisioners can be given its address.
@@ -31,6 +32,7 @@ use crate::{
     scheduler::{
         GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, SchedulerSettings, start_in,
     },
+    store::Store,
     webhook::WebhookIntake,
 };
 
@@ -51,6 +53,9 @@ pub enum StartError {
     /// The webhook intake refused its settings.
     #[error("webhook: {0}")]
     Intake(#[from] crate::webhook::IntakeError),
+    /// The state store could not be opened.
+    #[error("state: {0}")]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// The addresses of one running instance.
@@ -91,6 +96,9 @@ pub fn start(
     let backoff = Backoff::try_new(&config.runner.claim_retry)?;
     let backends = backends(config)?;
 
+    // 0. The durable state a previous run left.
+    let (store, snapshot) = Store::open(&config.state.dir)?;
+
     // 1-2. Rate readings and the GitHub client.
     let rate = RateActor::new(metrics.clone()).start();
     let client = GithubClient::new(
@@ -129,6 +137,12 @@ pub fn start(
             )
             .start()
         });
+        let ledger: Vec<String> = snapshot
+            .runners
+            .iter()
+            .filter(|r| r.provider == kind)
+            .map(|r| r.name.clone())
+            .collect();
         let supervisor = ProvisionerSupervisor::new(
             backend,
             factory,
@@ -138,6 +152,7 @@ pub fn start(
             metrics.clone(),
             clock,
         )
+        .with_adopted(ledger)
         .start();
         handles.insert(
             kind,
@@ -156,12 +171,15 @@ pub fn start(
             delete: github.clone().recipient(),
             get_runner: github.clone().recipient(),
             list_queued: github.clone().recipient(),
+            list_runners: github.clone().recipient(),
         },
         rate: Some(RateHandle {
             get: rate.clone().recipient(),
             credential,
         }),
         provisioners: handles,
+        store: Some(store.clone()),
+        restore: Some(snapshot),
     };
     let settings = SchedulerSettings::from_config(config);
     let (scheduler, retry) = start_in(
@@ -175,11 +193,14 @@ pub fn start(
     );
 
     // 6. The webhook intake.
-    let intake = web::Data::new(WebhookIntake::new(
-        config.webhook.secret.clone(),
-        scheduler.clone().recipient(),
-        metrics.clone(),
-    )?);
+    let intake = web::Data::new(
+        WebhookIntake::new(
+            config.webhook.secret.clone(),
+            scheduler.clone().recipient(),
+            metrics.clone(),
+        )?
+        .with_store(store),
+    );
 
     Ok(Handles {
         scheduler,

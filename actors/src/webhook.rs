@@ -25,6 +25,7 @@ use crate::{
     },
     metrics::Metrics,
     scheduler::messages::{EventSource, JobEvent},
+    store::{JobRow, Op, Store},
 };
 
 /// GitHub caps payloads at 25 MB; actix-web's default limit is 256 KiB.
@@ -165,9 +166,17 @@ pub struct WebhookIntake {
     scheduler: Recipient<JobEvent>,
     deliveries: Mutex<DeliveryDedup>,
     metrics: Metrics,
+    store: Option<Store>,
 }
 
 impl WebhookIntake {
+    /// Records every accepted `queued` job in `store` before answering: a job GitHub handed
+    /// over survives a crash.
+    pub fn with_store(mut self, store: Store) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// An intake forwarding to `scheduler`. Refuses an empty secret.
     pub fn new(
         secret: Secret,
@@ -182,6 +191,7 @@ impl WebhookIntake {
             scheduler,
             deliveries: Mutex::new(DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY)),
             metrics,
+            store: None,
         })
     }
 
@@ -195,45 +205,32 @@ impl WebhookIntake {
 
     /// Decides about one delivery and, if accepted, hands it to the scheduler.
     pub fn decide(&self, req: &HttpRequest, body: &[u8], now: Instant) -> Verdict {
-        let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
-        if let Err(e) = verify(
-            self.secret.expose().as_bytes(),
-            body,
-            header("x-hub-signature-256"),
-        ) {
-            return Verdict::Unauthorized(e);
+        match self.check(req, body, now) {
+            Ok(event) => self.forward(event),
+            Err(verdict) => verdict,
         }
-        if header("x-github-event") != Some(b"workflow_job".as_slice()) {
-            return Verdict::OtherEvent;
+    }
+
+    /// Records a `queued` job durably (when there is a store) before it is acknowledged.
+    async fn record(&self, event: &JobEvent) -> Result<(), crate::store::StoreError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        if event.action != crate::job::JobAction::Queued {
+            return Ok(());
         }
-        let delivery = match parse_workflow_job(body) {
-            Ok(d) => d,
-            Err(PayloadError::Malformed(e)) => return Verdict::Malformed(e),
-            Err(PayloadError::WrongShape(e)) => return Verdict::WrongShape(e),
-        };
-        let Some(action) = delivery.action else {
-            self.metrics
-                .webhook_events
-                .with_label_values(&["other"])
-                .inc();
-            return Verdict::IgnoredAction;
-        };
-        let delivery_id = header("x-github-delivery")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string);
-        if let Some(id) = &delivery_id
-            && !self.lock().insert(id, now)
-        {
-            return Verdict::Replayed;
-        }
-        let event = JobEvent {
-            delivery_id: delivery_id.clone(),
-            action,
-            job: delivery.job,
-            received: now,
-            source: EventSource::Webhook,
-        };
+        store
+            .write(vec![Op::AddJob(JobRow {
+                info: event.job.clone(),
+                received_unix: crate::github::auth::unix_now(),
+                started_unix: None,
+            })])
+            .await
+    }
+
+    fn forward(&self, event: JobEvent) -> Verdict {
+        let action = event.action;
+        let delivery_id = event.delivery_id.clone();
         match self.scheduler.try_send(event) {
             Ok(()) => {
                 self.metrics
@@ -243,12 +240,59 @@ impl WebhookIntake {
                 Verdict::Accepted
             }
             Err(SendError::Full(_) | SendError::Closed(_)) => {
-                if let Some(id) = &delivery_id {
-                    self.lock().remove(id);
-                }
+                self.forget(delivery_id.as_deref());
                 Verdict::Busy
             }
         }
+    }
+
+    fn forget(&self, delivery_id: Option<&str>) {
+        if let Some(id) = delivery_id {
+            self.lock().remove(id);
+        }
+    }
+
+    /// Everything short of handing over: signature, event, shape, replay.
+    fn check(&self, req: &HttpRequest, body: &[u8], now: Instant) -> Result<JobEvent, Verdict> {
+        let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
+        if let Err(e) = verify(
+            self.secret.expose().as_bytes(),
+            body,
+            header("x-hub-signature-256"),
+        ) {
+            return Err(Verdict::Unauthorized(e));
+        }
+        if header("x-github-event") != Some(b"workflow_job".as_slice()) {
+            return Err(Verdict::OtherEvent);
+        }
+        let delivery = match parse_workflow_job(body) {
+            Ok(d) => d,
+            Err(PayloadError::Malformed(e)) => return Err(Verdict::Malformed(e)),
+            Err(PayloadError::WrongShape(e)) => return Err(Verdict::WrongShape(e)),
+        };
+        let Some(action) = delivery.action else {
+            self.metrics
+                .webhook_events
+                .with_label_values(&["other"])
+                .inc();
+            return Err(Verdict::IgnoredAction);
+        };
+        let delivery_id = header("x-github-delivery")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
+        if let Some(id) = &delivery_id
+            && !self.lock().insert(id, now)
+        {
+            return Err(Verdict::Replayed);
+        }
+        Ok(JobEvent {
+            delivery_id,
+            action,
+            job: delivery.job,
+            received: now,
+            source: EventSource::Webhook,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, DeliveryDedup> {
@@ -262,7 +306,17 @@ async fn receive(
     body: web::Bytes,
     intake: web::Data<WebhookIntake>,
 ) -> HttpResponse {
-    let verdict = intake.decide(&req, &body, Instant::now());
+    let verdict = match intake.check(&req, &body, Instant::now()) {
+        Err(verdict) => verdict,
+        Ok(event) => match intake.record(&event).await {
+            Ok(()) => intake.forward(event),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot record the job durably; answering 503 so GitHub may redeliver");
+                intake.forget(event.delivery_id.as_deref());
+                Verdict::Busy
+            }
+        },
+    };
     let delivery = req
         .headers()
         .get("x-github-delivery")

@@ -12,19 +12,6 @@ use crate::support::{
 
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
-async fn completed(standin: &Standin, daemon: &Daemon, n: usize, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    while standin.jobs_in("completed") < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "jobs: {:?}\n{}",
-            standin.jobs(),
-            daemon.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// One stand-in runner crashes at boot while its sibling runs the other job: the job left
 /// without a runner is dispatched again when the runner made for it exits, and both jobs run.
 #[actix_rt::test]
@@ -37,7 +24,9 @@ async fn a_runner_crashing_at_boot_strands_nothing() {
     });
     let daemon = Daemon::start(&standin, "", &local_provider(4)).await;
     standin.queue_jobs("app", LABELS, 2);
-    completed(&standin, &daemon, 2, Duration::from_secs(60)).await;
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(60))
+        .await;
     eventually("no runner left", Duration::from_secs(20), || {
         standin.runners().is_empty()
     })
@@ -86,7 +75,9 @@ async fn a_lost_delivery_is_caught_by_the_reconcile() {
     let standin = Standin::start(StandinConfig::default()).unwrap();
     let daemon = Daemon::start_reconciling(&standin, "2s", "", &local_provider(2)).await;
     standin.add_jobs("app", LABELS, 1);
-    completed(&standin, &daemon, 1, Duration::from_secs(30)).await;
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
     assert!(
         standin.deliveries().iter().all(|d| d.action != "queued"),
         "no queued webhook was ever sent"

@@ -2,6 +2,7 @@
 
 mod cli;
 mod docs;
+mod durable;
 mod e2e;
 mod fungible;
 mod github;

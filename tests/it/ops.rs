@@ -136,10 +136,11 @@ async fn every_contract_metric_after_a_run() {
         value("ephemerd_github_api_rate_reset_seconds")
             > value("ephemerd_github_api_rate_updated_seconds")
     );
-    assert_eq!(
-        value("ephemerd_github_api_requests_total{code=\"201\",endpoint=\"generate_jitconfig\"}"),
-        6.0
-    );
+    // One claim per job, and at most a few more when runners swap jobs under load (a job whose
+    // runner ran a sibling is dispatched again; the spare is then reaped).
+    let claims =
+        value("ephemerd_github_api_requests_total{code=\"201\",endpoint=\"generate_jitconfig\"}");
+    assert!((6.0..=9.0).contains(&claims), "{claims}");
     assert_eq!(
         value("ephemerd_github_api_requests_total{code=\"502\",endpoint=\"generate_jitconfig\"}"),
         1.0
@@ -165,8 +166,8 @@ async fn every_contract_metric_after_a_run() {
         6.0
     );
     assert_eq!(value("ephemerd_jobs_active{provider=\"local\"}"), 0.0);
-    assert_eq!(value("ephemerd_job_queue_wait_seconds_count"), 6.0);
-    assert_eq!(value("ephemerd_job_startup_seconds_count"), 6.0);
+    assert_eq!(value("ephemerd_job_queue_wait_seconds_count"), claims);
+    assert_eq!(value("ephemerd_job_startup_seconds_count"), claims);
     assert_eq!(value("ephemerd_job_duration_seconds_count"), 6.0);
     assert_eq!(value("ephemerd_claim_retry_queue_depth"), 0.0);
     assert_eq!(value("ephemerd_concurrent_capacity"), 4.0);

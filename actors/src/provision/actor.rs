@@ -24,6 +24,14 @@ pub struct ChildStopped {
     pub panicked: bool,
 }
 
+/// Watch runners an earlier run started (from the runner ledger), or report them lost.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Adopt {
+    /// Runner names.
+    pub names: Vec<String>,
+}
+
 #[derive(Debug)]
 struct Live {
     reason: Option<ExitReason>,
@@ -152,6 +160,37 @@ impl Handler<Provision> for ProvisionerActor {
                 }));
             }
         }));
+    }
+}
+
+impl Handler<Adopt> for ProvisionerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: Adopt, ctx: &mut Context<Self>) {
+        for name in m.names {
+            self.runners.insert(
+                name.clone(),
+                Live {
+                    reason: None,
+                    timeout: None,
+                },
+            );
+            let adopt = self.backend.adopt(name.clone());
+            ctx.spawn(adopt.into_actor(self).map(move |found, act, ctx| match found {
+                Some(running) => {
+                    let n = name.clone();
+                    ctx.spawn(running.exited.into_actor(act).map(move |code, act, ctx| act.on_exit(n, code, ctx)));
+                }
+                None => {
+                    act.runners.remove(&name);
+                    let cleanup = act.backend.stop(name.clone());
+                    ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
+                        tracing::info!(runner = %name, "runner from before the restart is gone");
+                        act.report(&name, RunnerEventKind::Exited { code: None, reason: ExitReason::Lost });
+                    }));
+                }
+            }));
+        }
     }
 }
 

@@ -123,19 +123,7 @@ impl ContainerBackend {
         tracing::info!(runner = %name, image = %self.s.image, "runner container started");
         let docker = self.docker.clone();
         Ok(RunningRunner {
-            exited: Box::pin(async move {
-                let mut wait = docker.wait_container(
-                    &name,
-                    None::<bollard::query_parameters::WaitContainerOptions>,
-                );
-                match wait.next().await {
-                    Some(Ok(r)) => i32::try_from(r.status_code).ok(),
-                    Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                        code, ..
-                    })) => i32::try_from(code).ok(),
-                    _ => None,
-                }
-            }),
+            exited: watch(docker, name),
         })
     }
 
@@ -176,7 +164,26 @@ impl ContainerBackend {
         }
     }
 
-    async fn reap(self) -> Vec<String> {
+    async fn adopt_runner(self, name: String) -> Option<RunningRunner> {
+        let inspect = self
+            .docker
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()?;
+        if !inspect.state.and_then(|s| s.running).unwrap_or(false) {
+            return None;
+        }
+        tracing::info!(runner = %name, "adopted a runner container from before the restart");
+        let docker = self.docker.clone();
+        Some(RunningRunner {
+            exited: watch(docker, name),
+        })
+    }
+
+    async fn reap(self, keep: Vec<String>) -> Vec<String> {
         let filters = HashMap::from([(
             "label",
             vec![format!("{PREFIX_LABEL}={}", self.s.name_prefix)],
@@ -190,6 +197,7 @@ impl ContainerBackend {
                 .into_iter()
                 .filter_map(|c| c.names.and_then(|n| n.into_iter().next()))
                 .map(|n| n.trim_start_matches('/').to_string())
+                .filter(|n| !keep.contains(n))
                 .collect(),
             Err(e) => {
                 tracing::warn!(socket = %self.s.socket, error = %e, "cannot list containers to remove leftovers");
@@ -201,6 +209,23 @@ impl ContainerBackend {
         }
         names
     }
+}
+
+/// Resolves with the container's exit code when it stops.
+fn watch(docker: Docker, name: String) -> super::LocalFuture<Option<i32>> {
+    Box::pin(async move {
+        let mut wait = docker.wait_container(
+            &name,
+            None::<bollard::query_parameters::WaitContainerOptions>,
+        );
+        match wait.next().await {
+            Some(Ok(r)) => i32::try_from(r.status_code).ok(),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                i32::try_from(code).ok()
+            }
+            _ => None,
+        }
+    })
 }
 
 impl Backend for ContainerBackend {
@@ -216,7 +241,11 @@ impl Backend for ContainerBackend {
         Box::pin(self.clone().stop_runner(name))
     }
 
-    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
-        Box::pin(self.clone().reap())
+    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
+        Box::pin(self.clone().reap(keep))
+    }
+
+    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
+        Box::pin(self.clone().adopt_runner(name))
     }
 }

@@ -13,7 +13,7 @@ pub mod tart;
 use std::{future::Future, pin::Pin};
 
 use actix::{Message, Recipient};
-pub use actor::{ChildStopped, ProvisionerActor};
+pub use actor::{Adopt, ChildStopped, ProvisionerActor};
 pub use supervisor::{Factory, ProvisionerSupervisor};
 
 use crate::{
@@ -46,8 +46,11 @@ pub trait Backend: std::fmt::Debug + 'static {
     /// Stops the runner and removes its environment. Idempotent; never fails (it logs).
     fn stop(&self, name: String) -> LocalFuture<()>;
     /// Removes environments of ours left from an earlier run (named or labelled with our
-    /// prefix); returns the names removed.
-    fn reap_leftovers(&self) -> LocalFuture<Vec<String>>;
+    /// prefix), except those in `keep` (adopted); returns the names removed.
+    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>>;
+    /// Re-attaches to a runner an earlier run started: `Some` while its environment is still
+    /// alive (resolving when it ends), `None` when it is gone or cannot be re-attached.
+    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>>;
     /// A line to warn operators with at start-up, if this backend deserves one.
     fn startup_warning(&self) -> Option<String> {
         None
@@ -106,6 +109,8 @@ pub enum ExitReason {
     TimedOut,
     /// Its provisioner died; the environment was cleaned up.
     ProvisionerDied,
+    /// It was gone (or could not be re-attached) when the daemon came back after a restart.
+    Lost,
 }
 
 /// What happened to a runner.

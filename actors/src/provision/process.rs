@@ -163,7 +163,29 @@ impl ProcessBackend {
         }
     }
 
-    async fn reap(self) -> Vec<String> {
+    async fn adopt_runner(self, name: String) -> Option<RunningRunner> {
+        let pgid = tokio::fs::read_to_string(self.pid_file(&name))
+            .await
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()?;
+        let pgid = Pid::from_raw(pgid);
+        if !group_alive(pgid) {
+            return None;
+        }
+        tracing::info!(runner = %name, pgid = pgid.as_raw(), "adopted a runner process from before the restart");
+        Some(RunningRunner {
+            exited: Box::pin(async move {
+                while group_alive(pgid) {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                None
+            }),
+        })
+    }
+
+    async fn reap(self, keep: Vec<String>) -> Vec<String> {
         let mut names = Vec::new();
         for dir in [self.s.work_root.join(".run"), self.s.work_root.clone()] {
             let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
@@ -172,7 +194,10 @@ impl ProcessBackend {
             while let Ok(Some(entry)) = entries.next_entry().await {
                 let file = entry.file_name().to_string_lossy().into_owned();
                 let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
-                if name.starts_with(&self.s.name_prefix) && !names.contains(&name) {
+                if name.starts_with(&self.s.name_prefix)
+                    && !names.contains(&name)
+                    && !keep.contains(&name)
+                {
                     names.push(name);
                 }
             }
@@ -198,8 +223,12 @@ impl Backend for ProcessBackend {
         Box::pin(self.clone().stop_runner(name))
     }
 
-    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
-        Box::pin(self.clone().reap())
+    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
+        Box::pin(self.clone().reap(keep))
+    }
+
+    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
+        Box::pin(self.clone().adopt_runner(name))
     }
 
     fn startup_warning(&self) -> Option<String> {
@@ -227,11 +256,11 @@ fn give_to(dir: &Path, user: &str) -> Result<(), String> {
 
 /// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.
 pub async fn kill_group(pgid: Pid, grace: Duration) {
-    if pgid.as_raw() <= 1 || killpg(pgid, None).is_err() {
+    if pgid.as_raw() <= 1 || !group_alive(pgid) {
         return;
     }
     let _ = killpg(pgid, Signal::SIGTERM);
-    let alive = || killpg(pgid, None).is_ok();
+    let alive = || group_alive(pgid);
     let deadline = tokio::time::Instant::now() + grace;
     while alive() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -249,6 +278,38 @@ pub async fn kill_group(pgid: Pid, grace: Duration) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Whether any process of the group is alive. On Linux zombies do not count (a runner orphaned
+/// by a daemon killed with `kill -9` may never be reaped by whatever adopted it).
+pub fn group_alive(pgid: Pid) -> bool {
+    if killpg(pgid, None).is_err() {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return true;
+        };
+        for entry in entries.flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid pgrp ...: comm may hold spaces, so split after the last ')'.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+            if pgrp == Some(pgid.as_raw()) && state != Some("Z") && state != Some("X") {
+                return true;
+            }
+        }
+        false
+    }
+    #[cfg(not(target_os = "linux"))]
+    true
 }
 
 async fn prune_logs(dir: &Path) {

@@ -44,6 +44,7 @@ pub struct ProvisionerSupervisor {
     status: Recipient<ProviderStatus>,
     metrics: Metrics,
     clock: Clock,
+    adopt: Vec<String>,
 }
 
 impl std::fmt::Debug for ProvisionerSupervisor {
@@ -79,7 +80,14 @@ impl ProvisionerSupervisor {
             status,
             metrics,
             clock,
+            adopt: Vec::new(),
         }
+    }
+
+    /// Runners an earlier run started (from the ledger): adopted at start, not reaped.
+    pub fn with_adopted(mut self, names: Vec<String>) -> Self {
+        self.adopt = names;
+        self
     }
 
     fn spawn_child(&mut self, ctx: &mut Context<Self>) {
@@ -142,12 +150,18 @@ impl Actor for ProvisionerSupervisor {
             tracing::warn!(provider = self.backend.kind().as_str(), "{warning}");
         }
         // Leftovers of an earlier run go before the first runner starts.
-        let reap = self.backend.reap_leftovers();
+        let reap = self.backend.reap_leftovers(self.adopt.clone());
         ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
             if !removed.is_empty() {
                 tracing::info!(provider = act.backend.kind().as_str(), count = removed.len(), names = ?removed, "removed leftover runner environments");
             }
             act.spawn_child(ctx);
+            // Runners from the ledger: the new child watches them (or reports them lost).
+            let adopt = std::mem::take(&mut act.adopt);
+            if let Some(child) = act.child.as_ref().filter(|_| !adopt.is_empty()) {
+                act.live.extend(adopt.iter().cloned());
+                child.do_send(super::Adopt { names: adopt });
+            }
         }));
     }
 }

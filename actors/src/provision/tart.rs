@@ -154,7 +154,7 @@ impl TartBackend {
         }
     }
 
-    async fn reap(self) -> Vec<String> {
+    async fn reap(self, keep: Vec<String>) -> Vec<String> {
         #[derive(serde::Deserialize)]
         struct Vm {
             #[serde(rename = "Name")]
@@ -170,7 +170,7 @@ impl TartBackend {
         let names: Vec<String> = listed
             .into_iter()
             .map(|v| v.name)
-            .filter(|n| n.starts_with(&self.s.name_prefix))
+            .filter(|n| n.starts_with(&self.s.name_prefix) && !keep.contains(n))
             .collect();
         for name in &names {
             self.clone().stop_runner(name.clone()).await;
@@ -192,7 +192,14 @@ impl Backend for TartBackend {
         Box::pin(self.clone().stop_runner(name))
     }
 
-    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
-        Box::pin(self.clone().reap())
+    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
+        Box::pin(self.clone().reap(keep))
+    }
+
+    /// The `tart run` child that held the VM died with the old daemon, so a VM cannot be
+    /// watched again: it is reported lost and cleaned up (the job is dispatched again if it
+    /// had not started).
+    fn adopt(&self, _name: String) -> LocalFuture<Option<RunningRunner>> {
+        Box::pin(async { None })
     }
 }

@@ -53,8 +53,11 @@ impl Backend for Fake {
         }
         Box::pin(async {})
     }
-    fn reap_leftovers(&self) -> LocalFuture<Vec<String>> {
+    fn reap_leftovers(&self, _keep: Vec<String>) -> LocalFuture<Vec<String>> {
         Box::pin(async { Vec::new() })
+    }
+    fn adopt(&self, _name: String) -> LocalFuture<Option<RunningRunner>> {
+        Box::pin(async { None })
     }
 }
 

@@ -23,6 +23,7 @@ use crate::{
     metrics::Metrics,
     rate::RateSnapshot,
     scheduler::messages::{RetryDecided, RetryDue},
+    store::{Op, Store},
 };
 
 /// Put a failed claim on the ladder.
@@ -81,6 +82,7 @@ pub struct RetryActor {
     sink: RetrySink,
     metrics: Metrics,
     armed: Option<(SpawnHandle, Instant)>,
+    store: Option<Store>,
 }
 
 impl RetryActor {
@@ -99,6 +101,21 @@ impl RetryActor {
             sink,
             metrics,
             armed: None,
+            store: None,
+        }
+    }
+
+    /// Makes the ladder durable in `store`, starting from the items it held.
+    pub fn with_store(mut self, store: Store, rows: &[crate::store::RetryRow]) -> Self {
+        let now = self.clock.tick();
+        self.queue.restore(rows, now.mono, now.unix);
+        self.store = Some(store);
+        self
+    }
+
+    fn persist(&self, op: Op) {
+        if let Some(store) = &self.store {
+            store.send(vec![op]);
         }
     }
 
@@ -163,9 +180,15 @@ impl Handler<ScheduleRetry> for RetryActor {
                     .retry_attempts
                     .with_label_values(&[class.as_str()])
                     .inc();
+                if let Some(row) = self.queue.row(&key, now.mono, now.unix) {
+                    self.persist(Op::PutRetry(row));
+                }
             }
-            Scheduled::GaveUp { .. } => self.metrics.retry_given_up.inc(),
-            Scheduled::NotRetryable { .. } => {}
+            Scheduled::GaveUp { .. } => {
+                self.metrics.retry_given_up.inc();
+                self.persist(Op::DeleteRetry(key.clone()));
+            }
+            Scheduled::NotRetryable { .. } => self.persist(Op::DeleteRetry(key.clone())),
         }
         self.sink.decided.do_send(RetryDecided { key, outcome });
         self.rearm(ctx);
@@ -177,6 +200,7 @@ impl Handler<CancelRetry> for RetryActor {
 
     fn handle(&mut self, m: CancelRetry, ctx: &mut Context<Self>) {
         if self.queue.remove(&m.key) {
+            self.persist(Op::DeleteRetry(m.key));
             self.rearm(ctx);
         }
     }

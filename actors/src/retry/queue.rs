@@ -22,6 +22,7 @@ use crate::{
     github::ErrorClass,
     job::{JobInfo, JobKey},
     rate::RateSnapshot,
+    store::RetryRow,
 };
 
 /// One failed claim, as the ladder needs it.
@@ -194,6 +195,54 @@ impl RetryQueue {
             reason,
             class,
         }
+    }
+
+    /// Puts back the ladder a previous run left, with its original times.
+    pub fn restore(&mut self, rows: &[RetryRow], now: Instant, now_unix: u64) {
+        for r in rows {
+            let first_failure = now
+                .checked_sub(Duration::from_secs(
+                    now_unix.saturating_sub(r.first_failure_unix),
+                ))
+                .unwrap_or(now);
+            let at = now + Duration::from_secs(r.next_attempt_unix.saturating_sub(now_unix));
+            self.seq += 1;
+            self.items.insert(
+                r.job.key.clone(),
+                RetryItem {
+                    job: r.job.clone(),
+                    attempts: r.attempts,
+                    first_failure,
+                    next_attempt: Some(at),
+                    class: r.class,
+                    last_error: r.last_error.clone(),
+                    reason: DelayReason::Ladder { rung: 0 },
+                    seq: self.seq,
+                },
+            );
+            self.waiting += 1;
+            self.heap.push(Reverse((at, self.seq, r.job.key.clone())));
+        }
+    }
+
+    /// The durable form of an item.
+    pub fn row(&self, key: &JobKey, now: Instant, now_unix: u64) -> Option<RetryRow> {
+        let i = self.items.get(key)?;
+        let unix = |t: Instant| {
+            if t >= now {
+                now_unix + t.duration_since(now).as_secs()
+            } else {
+                now_unix.saturating_sub(now.duration_since(t).as_secs())
+            }
+        };
+        Some(RetryRow {
+            job: i.job.clone(),
+            attempts: i.attempts,
+            first_failure_unix: unix(i.first_failure),
+            next_attempt_unix: i.next_attempt.map_or(now_unix, unix),
+            class: i.class,
+            last_error: i.last_error.clone(),
+        })
     }
 
     /// Takes every item due at `now` out of the heap; they stay indexed, in flight, until

@@ -19,13 +19,14 @@ use crate::{
     config::ProviderKind,
     github::{
         ErrorClass, GithubError,
-        actor::{DeleteRunner, GenerateJitConfig, GetRunner, ListQueuedJobs},
+        actor::{DeleteRunner, GenerateJitConfig, GetRunner, ListQueuedJobs, ListRunners},
     },
     job::JobAction,
     metrics::Metrics,
     provision::{ProviderStatus, ProvisionerHandle, RunnerEvent, RunnerEventKind},
     rate::GetRateSnapshot,
     retry::{Backoff, CancelRetry, RetryActor, RetrySink, ScheduleRetry},
+    store::{Snapshot, Store},
 };
 
 /// The scheduler's mailbox; a full one makes the webhook answer 503.
@@ -46,6 +47,8 @@ pub struct GithubHandle {
     pub get_runner: Recipient<GetRunner>,
     /// The reconcile poll.
     pub list_queued: Recipient<ListQueuedJobs>,
+    /// Runner listings (start-up cleanup of registrations no ledger names).
+    pub list_runners: Recipient<ListRunners>,
 }
 
 /// How the scheduler reads the rate budget of its credential.
@@ -75,6 +78,10 @@ pub struct SchedulerDeps {
     pub rate: Option<RateHandle>,
     /// Provisioners by provider.
     pub provisioners: HashMap<ProviderKind, ProvisionerHandle>,
+    /// The durable store (`None`: state lives in memory only).
+    pub store: Option<Store>,
+    /// What the store held at start-up, to restore from.
+    pub restore: Option<Snapshot>,
 }
 
 /// The scheduler actor.
@@ -122,9 +129,17 @@ pub fn start_in(
         due: addr.clone().recipient(),
         decided: addr.clone().recipient(),
     };
-    let retry = RetryActor::new(backoff, sink, metrics.clone(), clock, seed).start();
+    let mut retry = RetryActor::new(backoff, sink, metrics.clone(), clock, seed);
+    let mut core = Scheduler::new(settings, metrics, clock.tick());
+    let mut redo = Vec::new();
+    let mut deps = deps;
+    if let (Some(store), Some(snapshot)) = (&deps.store, deps.restore.take()) {
+        retry = retry.with_store(store.clone(), &snapshot.retries);
+        redo = core.restore(&snapshot, clock.tick());
+    }
+    let retry = retry.start();
     let actor = SchedulerActor {
-        core: Scheduler::new(settings, metrics, clock.tick()),
+        core,
         deps,
         retry: RetryHandle {
             schedule: retry.clone().recipient(),
@@ -134,12 +149,23 @@ pub fn start_in(
         wake: None,
     };
     ctx.run(actor);
+    // Jobs the previous run accepted but had nothing in flight for go through the normal path.
+    for job in redo {
+        addr.do_send(JobEvent {
+            delivery_id: None,
+            action: JobAction::Queued,
+            job,
+            received: clock.now(),
+            source: super::messages::EventSource::Reconcile,
+        });
+    }
     (addr, retry)
 }
 
 impl SchedulerActor {
     /// Carries out effects, including any that follow from a failed hand-over.
     fn run(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
+        self.persist();
         let mut queue: VecDeque<Effect> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
@@ -262,6 +288,68 @@ impl SchedulerActor {
         }
     }
 
+    /// Hands the core's state changes to the store (in order; the store commits them in groups).
+    fn persist(&mut self) {
+        let ops = self.core.take_ops();
+        if let Some(store) = &self.deps.store {
+            store.send(ops);
+        }
+    }
+
+    /// After a restart: registrations on GitHub with our prefix that no ledger runner names
+    /// belong to environments that are gone; delete those that are not busy.
+    fn delete_unledgered_runners(&mut self, ctx: &mut Context<Self>) {
+        let (list, delete) = (
+            self.deps.github.list_runners.clone(),
+            self.deps.github.delete.clone(),
+        );
+        let prefix = format!("{}-", self.core.name_prefix());
+        let repos: Vec<Option<String>> = match self.core.repos() {
+            [] => vec![None],
+            repos => repos.iter().cloned().map(Some).collect(),
+        };
+        let known: std::collections::HashSet<String> =
+            self.core.runners().map(|r| r.name.clone()).collect();
+        ctx.spawn(
+            async move {
+                let mut deleted = 0;
+                for repo in repos {
+                    let listed = list
+                        .send(ListRunners {
+                            repo: repo.clone(),
+                            name_prefix: prefix.clone(),
+                        })
+                        .await;
+                    let Ok(Ok(runners)) = listed else {
+                        tracing::warn!(?repo, "cannot list runners to clean up after a restart");
+                        continue;
+                    };
+                    for r in runners
+                        .into_iter()
+                        .filter(|r| !r.busy && !known.contains(&r.name))
+                    {
+                        if let Ok(Ok(())) = delete
+                            .send(DeleteRunner {
+                                repo: repo.clone(),
+                                runner_id: r.id,
+                            })
+                            .await
+                        {
+                            deleted += 1;
+                        }
+                    }
+                }
+                if deleted > 0 {
+                    tracing::info!(
+                        deleted,
+                        "deleted runner registrations that no ledger runner names"
+                    );
+                }
+            }
+            .into_actor(self),
+        );
+    }
+
     fn arm_wake(&mut self, at: Instant, ctx: &mut Context<Self>) {
         if self.wake.as_ref().is_some_and(|(_, armed)| *armed <= at) {
             return;
@@ -333,7 +421,13 @@ impl Actor for SchedulerActor {
             ctx.run_interval(every, |act, ctx| act.reconcile(ctx));
         }
         ctx.set_mailbox_capacity(SCHEDULER_MAILBOX);
-        ctx.run_interval(PRUNE_EVERY, |act, _| act.core.prune(act.clock.tick()));
+        ctx.run_interval(PRUNE_EVERY, |act, _| {
+            act.core.prune(act.clock.tick());
+            act.persist();
+        });
+        if self.deps.store.is_some() {
+            self.delete_unledgered_runners(ctx);
+        }
         ctx.run_interval(SWEEP_EVERY, |act, ctx| {
             let fx = act.core.sweep(act.clock.tick());
             act.run(fx, ctx);

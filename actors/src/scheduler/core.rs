@@ -24,6 +24,7 @@ use crate::{
     metrics::Metrics,
     provision::{ExitReason, Provision, RunnerEventKind, RunnerSpec},
     retry::{Failure, Scheduled},
+    store::{Op, RunnerRow, Snapshot},
 };
 
 /// A job is remembered as seen this long; a re-delivery inside it is a duplicate.
@@ -60,6 +61,8 @@ pub struct SchedulerSettings {
     pub orphan_grace: Option<Duration>,
     /// `webhook.reconcile_interval`: `None` when disabled.
     pub reconcile_interval: Option<Duration>,
+    /// `github.repos`.
+    pub repos: Vec<String>,
 }
 
 impl SchedulerSettings {
@@ -94,6 +97,7 @@ impl SchedulerSettings {
                 .enabled
                 .then_some(c.runner.orphan_sweep.grace),
             reconcile_interval: c.webhook.reconcile_interval,
+            repos: c.github.repos.clone(),
         }
     }
 }
@@ -314,6 +318,8 @@ pub struct Scheduler {
     draining: bool,
     metrics: Metrics,
     stats: Stats,
+    /// State changes waiting to be made durable.
+    ops: Vec<Op>,
 }
 
 /// Counters for status views and tests.
@@ -365,7 +371,124 @@ impl Scheduler {
             draining: false,
             metrics,
             stats: Stats::default(),
+            ops: Vec::new(),
         }
+    }
+
+    /// State changes to make durable since the last call (the actor hands them to the store).
+    pub fn take_ops(&mut self) -> Vec<Op> {
+        std::mem::take(&mut self.ops)
+    }
+
+    fn row(r: &RunnerRecord) -> RunnerRow {
+        RunnerRow {
+            name: r.name.clone(),
+            id: r.id,
+            provider: r.provider,
+            repo: r.repo.clone(),
+            intent: r.intent.clone(),
+            bound: r.bound.clone(),
+            created_unix: r.created_unix,
+        }
+    }
+
+    /// Rebuilds the state a previous run left in the store. Ledger runners hold their slots
+    /// (their provisioners adopt or clean them up and report back); jobs on the ladder wait
+    /// for it; jobs observed running stay satisfied. Returns the open jobs that had nothing in
+    /// flight: the caller dispatches them again through the normal path.
+    pub fn restore(&mut self, snapshot: &Snapshot, now: Now) -> Vec<JobInfo> {
+        let ago = |unix: u64| {
+            now.mono
+                .checked_sub(Duration::from_secs(now.unix.saturating_sub(unix)))
+                .unwrap_or(now.mono)
+        };
+        for row in &snapshot.jobs {
+            let mut rec = JobRecord::new(row.info.clone(), Phase::Seen, ago(row.received_unix));
+            rec.seen_at = Some(now.mono);
+            rec.started_at = row.started_unix.map(ago);
+            if rec.started_at.is_some() {
+                rec.phase = Phase::Done;
+            }
+            rec.timeline.push(Note {
+                at: now.unix,
+                text: "restored from the state store after a restart".into(),
+            });
+            self.jobs.insert(row.info.key.clone(), rec);
+        }
+        for r in &snapshot.runners {
+            let Some(i) = self.provider_index(r.provider) else {
+                // The provider was disabled since: nothing will adopt it; forget it.
+                self.ops.push(Op::DeleteRunner(r.name.clone()));
+                continue;
+            };
+            self.slots[i].used += 1;
+            self.used_total += 1;
+            self.metrics
+                .jobs_active
+                .with_label_values(&[r.provider.as_str()])
+                .inc();
+            self.runners.insert(
+                r.name.clone(),
+                RunnerRecord {
+                    name: r.name.clone(),
+                    id: r.id,
+                    provider: r.provider,
+                    repo: r.repo.clone(),
+                    intent: r.intent.clone(),
+                    bound: r.bound.clone(),
+                    created_at: ago(r.created_unix),
+                    started_at: Some(now.mono),
+                    created_unix: r.created_unix,
+                },
+            );
+            let rec = self.jobs.entry(r.intent.clone()).or_insert_with(|| {
+                JobRecord::new(
+                    JobInfo {
+                        key: r.intent.clone(),
+                        ..JobInfo::default()
+                    },
+                    Phase::Seen,
+                    now.mono,
+                )
+            });
+            if rec.started_at.is_none() {
+                rec.phase = Phase::Active {
+                    provider: r.provider,
+                    runner: r.name.clone(),
+                };
+            }
+        }
+        for r in &snapshot.retries {
+            let rec = self
+                .jobs
+                .entry(r.job.key.clone())
+                .or_insert_with(|| JobRecord::new(r.job.clone(), Phase::Seen, now.mono));
+            if rec.started_at.is_none() && rec.phase == Phase::Seen {
+                rec.phase = Phase::Retrying;
+                rec.on_ladder = true;
+                rec.retry_attempts = r.attempts;
+                rec.error_class = Some(r.class);
+                rec.next_attempt_unix = Some(r.next_attempt_unix);
+            }
+        }
+        let redo: Vec<JobInfo> = self
+            .jobs
+            .values_mut()
+            .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())
+            .map(|r| {
+                // Let the re-dispatch through the dedup gate.
+                r.seen_at = None;
+                r.info.clone()
+            })
+            .collect();
+        tracing::info!(
+            jobs = snapshot.jobs.len(),
+            runners = snapshot.runners.len(),
+            retries = snapshot.retries.len(),
+            redispatch = redo.len(),
+            "state restored"
+        );
+        redo
     }
 
     fn note(&mut self, key: &JobKey, now: Now, text: impl Into<String>) {
@@ -515,7 +638,14 @@ impl Scheduler {
             .jobs
             .entry(key.clone())
             .or_insert_with(|| JobRecord::new(job.clone(), Phase::Done, now.mono));
-        rec.started_at.get_or_insert(now.mono);
+        if rec.started_at.is_none() {
+            rec.started_at = Some(now.mono);
+            self.ops.push(Op::JobStarted(key.clone(), now.unix));
+        }
+        let rec = self
+            .jobs
+            .get_mut(&key)
+            .unwrap_or_else(|| unreachable!("inserted above"));
         rec.info.runner_name = job.runner_name.clone();
         rec.info.runner_id = job.runner_id;
         if job.conclusion.is_some() {
@@ -549,6 +679,8 @@ impl Scheduler {
         {
             if runner.bound.is_none() {
                 runner.bound = Some(key.clone());
+                let row = Self::row(runner);
+                self.ops.push(Op::PutRunner(row));
             }
             if runner.intent != key {
                 let intent = runner.intent.clone();
@@ -612,13 +744,10 @@ impl Scheduler {
                     .observe(now.mono.saturating_duration_since(started).as_secs_f64());
             }
         }
+        self.note(key, now, format!("completed ({conclusion})"));
         if let Some(name) = target {
             let provider = self.runners[&name].provider;
-            self.note(
-                key,
-                now,
-                format!("completed ({conclusion}); tearing down runner {name}"),
-            );
+            self.note(key, now, format!("tearing down runner {name}"));
             fx.push(Effect::Teardown {
                 provider,
                 name,
@@ -877,6 +1006,8 @@ impl Scheduler {
                 created_unix: now.unix,
             },
         );
+        let row = Self::row(&self.runners[&runner.name]);
+        self.ops.push(Op::PutRunner(row));
         self.metrics
             .jobs_active
             .with_label_values(&[provider.as_str()])
@@ -1118,6 +1249,7 @@ impl Scheduler {
     /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
     fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
         let r = self.runners.remove(name)?;
+        self.ops.push(Op::DeleteRunner(r.name.clone()));
         self.release(r.provider);
         self.metrics
             .jobs_active
@@ -1341,6 +1473,16 @@ impl Scheduler {
         fx
     }
 
+    /// `runner.name_prefix`.
+    pub fn name_prefix(&self) -> &str {
+        &self.settings.name_prefix
+    }
+
+    /// Repos of repo-level runners (empty: org-level).
+    pub fn repos(&self) -> &[String] {
+        &self.settings.repos
+    }
+
     /// How often to reconcile, if at all.
     pub fn reconcile_interval(&self) -> Option<Duration> {
         self.settings.reconcile_interval
@@ -1371,6 +1513,7 @@ impl Scheduler {
             .collect();
         for k in gone {
             self.jobs.remove(&k);
+            self.ops.push(Op::DeleteJob(k.clone()));
         }
         self.recent_runners
             .retain(|_, (_, _, gone)| now.mono.saturating_duration_since(*gone) < seen_ttl);

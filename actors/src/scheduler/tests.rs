@@ -103,6 +103,17 @@ impl Handler<crate::github::actor::ListQueuedJobs> for FakeGithub {
     }
 }
 
+impl Handler<crate::github::actor::ListRunners> for FakeGithub {
+    type Result = ResponseFuture<Result<Vec<crate::github::RunnerInfo>, GithubError>>;
+    fn handle(
+        &mut self,
+        _: crate::github::actor::ListRunners,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
 impl Handler<DeleteRunner> for FakeGithub {
     type Result = ResponseFuture<Result<(), GithubError>>;
     fn handle(&mut self, m: DeleteRunner, _: &mut Context<Self>) -> Self::Result {
@@ -255,6 +266,7 @@ async fn harness(s: Setup) -> Harness {
         zombie_cap: super::core::ZOMBIE_CAP,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
+        repos: Vec::new(),
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
@@ -269,12 +281,15 @@ async fn harness(s: Setup) -> Harness {
             delete: github.clone().recipient(),
             get_runner: github.clone().recipient(),
             list_queued: github.clone().recipient(),
+            list_runners: github.clone().recipient(),
         },
         rate: Some(RateHandle {
             get: rate.clone().recipient(),
             credential: "token".into(),
         }),
         provisioners,
+        store: None,
+        restore: None,
     };
     let (sched, retry) = start(settings, backoff, deps, metrics.clone(), clock, Some(42));
     for fake in fakes {

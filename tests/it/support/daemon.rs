@@ -117,12 +117,24 @@ impl Daemon {
             ),
         )
         .unwrap();
+        Self::launch(standin, dir, port).await
+    }
+
+    /// Starts `serve` on the config already in `dir` (a restart keeps the state and the port).
+    async fn launch(standin: &Standin, dir: tempfile::TempDir, port: u16) -> Daemon {
+        let cfg = dir.path().join("ephemer.toml");
         let log = dir.path().join("daemon.log");
         let mut cmd = daemon();
         cmd.args(["serve", "--config"])
             .arg(&cfg)
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            );
         let child = cmd.spawn().expect("start serve");
         let addr = format!("127.0.0.1:{port}");
         let d = Daemon {
@@ -141,6 +153,34 @@ impl Daemon {
         );
         standin.send_webhooks_to(&format!("http://{}/webhook/github", d.addr), SECRET);
         d
+    }
+
+    /// `kill -9`: no drain, no cleanup. The state directory and config stay for `resume`.
+    pub async fn kill9(mut self) -> (tempfile::TempDir, u16) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        let port = self.addr.rsplit(':').next().unwrap().parse().unwrap();
+        (self._dir, port)
+    }
+
+    /// Starts a daemon again on what `kill9` left.
+    pub async fn resume(standin: &Standin, left: (tempfile::TempDir, u16)) -> Daemon {
+        Self::launch(standin, left.0, left.1).await
+    }
+
+    /// Waits until `n` jobs completed at the stand-in, failing with the daemon's log.
+    pub async fn wait_completed(&self, standin: &Standin, n: usize, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while standin.jobs_in("completed") < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} of {n} jobs completed; jobs: {:?}\ndaemon log:\n{}",
+                standin.jobs_in("completed"),
+                standin.jobs(),
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// What the daemon logged so far.

@@ -135,7 +135,13 @@ pub async fn eventually(what: &str, within: Duration, cond: impl Fn() -> bool) {
     }
 }
 
-/// Whether a process exists.
+/// Whether a process exists and is not a zombie (an orphan's zombie may wait for a reaper).
 pub fn alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }
