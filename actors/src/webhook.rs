@@ -133,10 +133,11 @@ pub enum Verdict {
 impl Verdict {
     fn into_response(self) -> HttpResponse {
         match self {
-            Verdict::Accepted => HttpResponse::Accepted().json(json!({ "status": "accepted" })),
-            Verdict::IgnoredAction => HttpResponse::Accepted().json(json!({ "status": "ignored" })),
-            Verdict::OtherEvent => HttpResponse::Ok().json(json!({ "status": "ignored" })),
-            Verdict::Replayed => HttpResponse::Ok().json(json!({ "status": "duplicate delivery" })),
+            // The hot path answers a fixed body: no serializer per delivery.
+            Verdict::Accepted => fixed(HttpResponse::Accepted(), r#"{"status":"accepted"}"#),
+            Verdict::IgnoredAction => fixed(HttpResponse::Accepted(), r#"{"status":"ignored"}"#),
+            Verdict::OtherEvent => fixed(HttpResponse::Ok(), r#"{"status":"ignored"}"#),
+            Verdict::Replayed => fixed(HttpResponse::Ok(), r#"{"status":"duplicate delivery"}"#),
             Verdict::Unauthorized(e) => {
                 HttpResponse::Unauthorized().json(json!({ "error": e.to_string() }))
             }
@@ -149,6 +150,10 @@ impl Verdict {
                 .json(json!({ "error": "scheduler busy, redeliver later" })),
         }
     }
+}
+
+fn fixed(mut builder: actix_web::HttpResponseBuilder, body: &'static str) -> HttpResponse {
+    builder.content_type("application/json").body(body)
 }
 
 /// Why an intake could not be built.

@@ -19,7 +19,7 @@ use std::{
 use actix_web::{App, HttpServer, dev::ServerHandle, web};
 pub use state::{
     Budget, Call, Delivery, DeliveryFaults, Fault, Job, Runner, RunnerBehavior, State,
-    WebhookTarget, unix_now,
+    WebhookTarget, unix_now, unix_now_ms,
 };
 
 /// How to start a stand-in.

@@ -8,6 +8,14 @@ use std::{
 
 use serde::Serialize;
 
+/// Unix milliseconds now.
+pub fn unix_now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
 /// Unix seconds now.
 pub fn unix_now() -> u64 {
     SystemTime::now()
