@@ -125,20 +125,7 @@ max_concurrent = 2
     .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let ps = podman
-            .cli()
-            .args([
-                "--url",
-                &podman.socket,
-                "ps",
-                "-a",
-                "--format",
-                "{{.Names}}",
-            ])
-            .output()
-            .await
-            .unwrap();
-        let names = String::from_utf8_lossy(&ps.stdout).to_string();
+        let names = podman.container_names().await;
         if !names.contains("ephemer-linux") {
             break;
         }

@@ -209,19 +209,6 @@ max_concurrent = 3
     no_runner_left(&standin, &daemon).await;
     assert_eq!(standin.count("generate_jitconfig"), 4);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
-    let out = podman
-        .cli()
-        .args([
-            "--url",
-            &podman.socket,
-            "ps",
-            "-a",
-            "--format",
-            "{{.Names}}",
-        ])
-        .output()
-        .await
-        .unwrap();
-    let names = String::from_utf8_lossy(&out.stdout);
+    let names = podman.container_names().await;
     assert!(!names.contains("ephemer-linux"), "containers left: {names}");
 }

@@ -150,6 +150,17 @@ impl Podman {
         );
     }
 
+    /// Names of every container the service holds.
+    pub async fn container_names(&self) -> String {
+        let out = self
+            .cli()
+            .args(["--url", &self.socket, "ps", "-a", "--format", "{{.Names}}"])
+            .output()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A temp dir that lives as long as the service.
     pub fn dir(&self) -> &Path {
         self.dir.path()
