@@ -112,6 +112,7 @@ max_concurrent = 2
     );
 
     let daemon = Daemon::resume(&standin, left).await;
+    let ours = format!("{}-linux-", daemon.prefix());
     daemon
         .wait_completed(&standin, 5, Duration::from_secs(60))
         .await;
@@ -126,7 +127,7 @@ max_concurrent = 2
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let names = podman.container_names().await;
-        if !names.contains("ephemer-linux") {
+        if !names.contains(&ours) {
             break;
         }
         assert!(

@@ -208,7 +208,8 @@ max_concurrent = 3
         .await;
     no_runner_left(&standin, &daemon).await;
     assert_eq!(standin.count("generate_jitconfig"), 4);
+    let ours = format!("{}-linux-", daemon.prefix());
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
     let names = podman.container_names().await;
-    assert!(!names.contains("ephemer-linux"), "containers left: {names}");
+    assert!(!names.contains(&ours), "containers left: {names}");
 }

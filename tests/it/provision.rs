@@ -425,11 +425,11 @@ async fn linux_container_runs_a_job_and_is_removed() {
     let leftover = bollard::models::ContainerCreateBody {
         image: Some(IMAGE.into()),
         cmd: Some(vec!["/bin/sleep".into(), "1000".into()]),
-        labels: Some([(PREFIX_LABEL.to_string(), "ephemer-linux-".to_string())].into()),
+        labels: Some([(PREFIX_LABEL.to_string(), "ptest-linux-".to_string())].into()),
         ..Default::default()
     };
     let name = bollard::query_parameters::CreateContainerOptionsBuilder::new()
-        .name("ephemer-linux-leftover")
+        .name("ptest-linux-leftover")
         .build();
     docker
         .create_container(Some(name), leftover)
@@ -442,7 +442,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
         ..RunnerBehavior::default()
     });
     let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
-    let runner = claim(&standin, "ephemer-linux", LABELS).await;
+    let runner = claim(&standin, "ptest-linux", LABELS).await;
     let backend = ContainerBackend::new(ContainerSettings {
         socket: podman.socket.clone(),
         image: IMAGE.into(),
@@ -451,7 +451,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
             "standin-runner".into(),
         ],
         network: Some("host".into()),
-        name_prefix: "ephemer-linux-".into(),
+        name_prefix: "ptest-linux-".into(),
         log_dir: podman.dir().join("logs"),
     })
     .unwrap();
@@ -511,7 +511,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
         .flat_map(|c| c.names.clone().unwrap_or_default())
         .collect();
     assert!(
-        !names.iter().any(|n| n.contains("ephemer-linux")),
+        !names.iter().any(|n| n.contains("ptest-linux")),
         "no container of ours left: {names:?}"
     );
 }

@@ -53,14 +53,31 @@ listen = "127.0.0.1:{admin}"
 [log]
 level = "debug"
 
+{runner}
+
 {extra}
 
 {providers}
 "#,
         api = standin.url(),
         state = state.display(),
+        runner = if extra.contains("[runner]\n") {
+            String::new()
+        } else {
+            format!("[runner]\nname_prefix = \"{}\"", prefix(port))
+        },
+        extra = extra.replace(
+            "[runner]\n",
+            &format!("[runner]\nname_prefix = \"{}\"\n", prefix(port))
+        ),
         admin = free_port(),
     )
+}
+
+/// The runner-name prefix of the daemon on `port`: unique per test daemon, so daemons running
+/// side by side never reap each other's environments (they share one Podman storage).
+pub fn prefix(port: u16) -> String {
+    format!("t{port}")
 }
 
 /// The local provider running the stand-in runner.
@@ -181,6 +198,11 @@ impl Daemon {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Its runner-name prefix.
+    pub fn prefix(&self) -> String {
+        prefix(self.addr.rsplit(':').next().unwrap().parse().unwrap())
     }
 
     /// What the daemon logged so far.
