@@ -279,7 +279,7 @@ fn backends(config: &Config) -> Result<Vec<Rc<dyn Backend>>, StartError> {
 /// wait up to `timeout` for every runner to finish, then tear down and delete what remains.
 /// Returns how many runners had to be torn down.
 pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
-    use crate::scheduler::messages::{GetSchedulerState, SetCordon, TeardownAll};
+    use crate::scheduler::messages::{FlushDeferred, GetSchedulerState, SetCordon, TeardownAll};
     const POLL: std::time::Duration = std::time::Duration::from_millis(200);
     let runners = || async {
         handles
@@ -298,6 +298,7 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
         left = runners().await;
     }
     if left == 0 {
+        let _ = handles.scheduler.send(FlushDeferred).await;
         return 0;
     }
     tracing::warn!(
@@ -310,5 +311,6 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
     while runners().await > 0 && tokio::time::Instant::now() < teardown_deadline {
         tokio::time::sleep(POLL).await;
     }
+    let _ = handles.scheduler.send(FlushDeferred).await;
     left
 }

@@ -139,6 +139,16 @@ fn tree_script(dir: &Path, ignore_term: bool) -> std::path::PathBuf {
     script
 }
 
+/// Both pid files are written and complete (the script writes them one after the other).
+fn tree_started(dir: &Path) -> bool {
+    let ok = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()
+            .is_some_and(|s| s.trim().parse::<i32>().is_ok())
+    };
+    ok("child.pid") && ok("leader.pid")
+}
+
 fn pids(dir: &Path) -> (i32, i32) {
     let read = |f: &str| {
         std::fs::read_to_string(dir.join(f))
@@ -170,7 +180,7 @@ async fn job_timeout_kills_a_hanging_runner_and_its_tree() {
     let runner = fake_runner("ephemer-local-hang");
     sup.send(Provision(spec(&runner, 1))).await.unwrap();
     eventually("the runner to start", Duration::from_secs(10), || {
-        tmp.path().join("child.pid").exists()
+        tree_started(tmp.path())
     })
     .await;
     let (leader, child) = pids(tmp.path());
@@ -204,7 +214,7 @@ async fn teardown_kills_a_tree_that_ignores_sigterm() {
     let runner = fake_runner("ephemer-local-stubborn");
     sup.send(Provision(spec(&runner, 1))).await.unwrap();
     eventually("the runner to start", Duration::from_secs(10), || {
-        tmp.path().join("child.pid").exists()
+        tree_started(tmp.path())
     })
     .await;
     let (leader, child) = pids(tmp.path());
@@ -247,7 +257,7 @@ async fn leftover_local_runners_are_reaped_at_start_up() {
         .await
         .unwrap();
     eventually("the runner to start", Duration::from_secs(10), || {
-        tmp.path().join("child.pid").exists()
+        tree_started(tmp.path())
     })
     .await;
     let (leader, child) = pids(tmp.path());

@@ -5,14 +5,16 @@
 use std::collections::{HashMap, VecDeque};
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle,
-    WrapFuture, prelude::SendError,
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, Recipient,
+    ResponseFuture, SpawnHandle, WrapFuture, prelude::SendError,
 };
 use tokio::time::Instant;
 
 use super::{
     core::{Effect, Scheduler, SchedulerSettings},
-    messages::{GetSchedulerState, JobEvent, RetryDecided, RetryDue, SetCordon, TeardownAll},
+    messages::{
+        FlushDeferred, GetSchedulerState, JobEvent, RetryDecided, RetryDue, SetCordon, TeardownAll,
+    },
 };
 use crate::{
     clock::Clock,
@@ -495,6 +497,29 @@ impl Handler<SetCordon> for SchedulerActor {
     fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) {
         let fx = self.core.set_cordon(m.0, self.clock.tick());
         self.run(fx, ctx);
+    }
+}
+
+impl Handler<FlushDeferred> for SchedulerActor {
+    type Result = ResponseFuture<()>;
+
+    /// Resolves once every deletion it started has an answer, so a drain can exit after it.
+    fn handle(&mut self, _: FlushDeferred, _: &mut Context<Self>) -> Self::Result {
+        let fx = self.core.flush_deferred(self.clock.tick());
+        self.persist();
+        let delete = self.deps.github.delete.clone();
+        let sends: Vec<_> = fx
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::DeleteRunner {
+                    repo, runner_id, ..
+                } => Some(delete.send(DeleteRunner { repo, runner_id })),
+                _ => None,
+            })
+            .collect();
+        Box::pin(async move {
+            futures_util::future::join_all(sends).await;
+        })
     }
 }
 

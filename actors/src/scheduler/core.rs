@@ -33,6 +33,9 @@ pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);
 pub const STARTED_TTL_NO_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// Admissions after which a job GitHub keeps listing but never runs is left alone.
 pub const ZOMBIE_CAP: u32 = 5;
+/// How long a runner that exited by itself may wait for its job's `in_progress` before it is
+/// taken for one that never ran a job (and deleted on GitHub).
+pub const DELETE_DELAY: Duration = Duration::from_secs(10);
 /// Timeline entries kept per job.
 const TIMELINE_CAP: usize = 64;
 
@@ -314,12 +317,25 @@ pub struct Scheduler {
     bucket: TokenBucket,
     /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
     /// after its runner exited, and must still be counted as ours.
-    recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant)>,
+    recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant, bool)>,
     draining: bool,
     metrics: Metrics,
     stats: Stats,
     /// State changes waiting to be made durable.
     ops: Vec<Op>,
+    /// Decisions waiting for a late delivery (see `DELETE_DELAY`, `HEAL_DELAY`).
+    deferred: Vec<(Instant, Deferred)>,
+}
+
+/// A decision taken later, once a late `in_progress` had its chance to arrive.
+#[derive(Debug, Clone)]
+enum Deferred {
+    /// Delete a runner registration unless the runner turns out to have run a job.
+    Delete {
+        repo: Option<String>,
+        runner_id: u64,
+        name: String,
+    },
 }
 
 /// Counters for status views and tests.
@@ -372,7 +388,50 @@ impl Scheduler {
             metrics,
             stats: Stats::default(),
             ops: Vec::new(),
+            deferred: Vec::new(),
         }
+    }
+
+    fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
+        self.deferred.push((due, what));
+        fx.push(Effect::WakeAt(due));
+    }
+
+    /// Carries out deferred decisions that are due (all of them with `all`).
+    fn run_deferred(&mut self, now: Now, all: bool, fx: &mut Vec<Effect>) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|(at, _)| all || *at <= now.mono);
+        self.deferred = later;
+        for (_, what) in due {
+            match what {
+                Deferred::Delete {
+                    repo,
+                    runner_id,
+                    name,
+                } => {
+                    let ran_a_job = self.recent_runners.get(&name).is_some_and(|r| r.3);
+                    if !ran_a_job {
+                        fx.push(Effect::DeleteRunner {
+                            repo,
+                            runner_id,
+                            name,
+                        });
+                    }
+                }
+            }
+        }
+        // One wake-up timer serves everything: ask for the next one still waiting.
+        if let Some(next) = self.deferred.iter().map(|(at, _)| *at).min() {
+            fx.push(Effect::WakeAt(next));
+        }
+    }
+
+    /// Deletes, now, every registration still waiting for a late delivery (end of a drain).
+    pub fn flush_deferred(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.run_deferred(now, true, &mut fx);
+        fx
     }
 
     /// State changes to make durable since the last call (the actor hands them to the store).
@@ -674,6 +733,13 @@ impl Scheduler {
         );
 
         // Bind the runner named in the event, if it is ours.
+        // A runner already gone that is named now did run a job: no registration to delete.
+        if let Some(gone) = runner_name
+            .as_ref()
+            .and_then(|n| self.recent_runners.get_mut(n))
+        {
+            gone.3 = true;
+        }
         if let Some(name) = &runner_name
             && let Some(runner) = self.runners.get_mut(name)
         {
@@ -730,7 +796,7 @@ impl Scheduler {
                 .or_else(|| {
                     self.recent_runners
                         .get(n)
-                        .map(|(p, started, _)| (*p, *started))
+                        .map(|(p, started, _, _)| (*p, *started))
                 })
         });
         if let Some((provider, started)) = ran_on {
@@ -912,6 +978,7 @@ impl Scheduler {
     /// Called by the shell when the claim pacing timer fires.
     pub fn wake(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
+        self.run_deferred(now, false, &mut fx);
         self.pump(now, &mut fx);
         fx
     }
@@ -1200,15 +1267,27 @@ impl Scheduler {
                     now,
                     format!("runner {name} gone ({reason:?}, exit code {code:?})"),
                 );
+                // A runner that exits by itself may well have run a job whose `in_progress` is
+                // still on its way: wait a little before deciding it never ran one (GitHub then
+                // still lists it, and it is deleted). Its own job, if never seen running, is
+                // dispatched again at once (a spare is reaped later; a job is never lost).
+                let delay = if reason == ExitReason::Exited {
+                    DELETE_DELAY
+                } else {
+                    Duration::ZERO
+                };
                 if let Some(r) = runner
                     && r.bound.is_none()
                 {
-                    // It never ran a job, so GitHub still lists it: delete it.
-                    fx.push(Effect::DeleteRunner {
-                        repo: r.repo,
-                        runner_id: r.id,
-                        name: r.name,
-                    });
+                    self.defer(
+                        now.mono + delay,
+                        Deferred::Delete {
+                            repo: r.repo,
+                            runner_id: r.id,
+                            name: r.name,
+                        },
+                        &mut fx,
+                    );
                 }
                 let why = if reason == ExitReason::ProvisionerDied {
                     "its provisioner died before the job started"
@@ -1255,8 +1334,10 @@ impl Scheduler {
             .jobs_active
             .with_label_values(&[r.provider.as_str()])
             .dec();
-        self.recent_runners
-            .insert(r.name.clone(), (r.provider, r.started_at, now.mono));
+        self.recent_runners.insert(
+            r.name.clone(),
+            (r.provider, r.started_at, now.mono, r.bound.is_some()),
+        );
         if let Some(rec) = self.jobs.get_mut(&r.intent)
             && matches!(&rec.phase, Phase::Active { runner, .. } if runner == name)
         {
@@ -1516,7 +1597,7 @@ impl Scheduler {
             self.ops.push(Op::DeleteJob(k.clone()));
         }
         self.recent_runners
-            .retain(|_, (_, _, gone)| now.mono.saturating_duration_since(*gone) < seen_ttl);
+            .retain(|_, (_, _, gone, _)| now.mono.saturating_duration_since(*gone) < seen_ttl);
     }
 
     // ----- views --------------------------------------------------------------------------

@@ -60,6 +60,11 @@ pub struct SetCordon(pub bool);
 #[rtype(result = "()")]
 pub struct TeardownAll;
 
+/// Carry out, now, runner deletions still waiting for a late delivery (the end of a drain).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct FlushDeferred;
+
 /// Ask for the scheduler's state.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::SchedulerState")]

@@ -1123,3 +1123,58 @@ async fn a_busy_spare_is_not_reaped() {
         "reaped once idle"
     );
 }
+
+/// A runner that exits by itself before its `in_progress` arrives ran a job: GitHub removed
+/// it, so no deletion is spent on it. One that ran nothing is deleted once the wait is over.
+#[actix_rt::test]
+async fn late_in_progress_spares_a_needless_deletion() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
+    exited(&h, &a).await;
+    exited(&h, &b).await;
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            conclusion: Some("success".into()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    let id = |name: &str| st.runners.iter().find(|r| r.name == name).unwrap().id;
+    let (a_id, b_id) = (id(&a), id(&b));
+    h.run_for(Duration::from_secs(5)).await;
+    assert!(
+        !h.gh.lock().unwrap().deletes.contains(&b_id),
+        "nothing deleted before the wait is over"
+    );
+    h.run_for(Duration::from_secs(40)).await;
+    let deletes = h.gh.lock().unwrap().deletes.clone();
+    assert!(
+        deletes.contains(&b_id),
+        "the runner that ran nothing is deleted: {deletes:?}"
+    );
+    assert!(
+        !deletes.contains(&a_id),
+        "the runner that ran job 1 is not: {deletes:?}"
+    );
+    assert_eq!(
+        h.metrics
+            .jobs_total
+            .with_label_values(&["local", "success"])
+            .get(),
+        1
+    );
+}
