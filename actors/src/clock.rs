@@ -9,6 +9,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+/// Unix seconds now, from the system clock (the one place that reads it).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 /// Monotonic and wall time, real or virtual.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -51,10 +59,7 @@ impl Clock {
     pub fn unix(&self) -> u64 {
         match self.virtual_base {
             Some((base, unix)) => unix + Instant::now().saturating_duration_since(base).as_secs(),
-            None => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            None => unix_now(),
         }
     }
 }

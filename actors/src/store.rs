@@ -156,10 +156,7 @@ impl Store {
             Ok(pair) => pair,
             Err(Open::Locked(e)) => return Err(e),
             Err(Open::Unreadable(e)) if path.exists() => {
-                let aside = dir.join(format!(
-                    "{FILE}.unreadable-{}",
-                    crate::github::auth::unix_now()
-                ));
+                let aside = dir.join(format!("{FILE}.unreadable-{}", crate::clock::unix_now()));
                 tracing::error!(path = %path.display(), error = %e, moved_to = %aside.display(), "the state store cannot be read; moving it aside and starting a fresh one");
                 std::fs::rename(&path, &aside).map_err(|e| io(&path, e))?;
                 moved_aside = Some(aside);

@@ -166,13 +166,7 @@ pub fn start(
 
     // 5. The scheduler and its retry actor.
     let deps = SchedulerDeps {
-        github: GithubHandle {
-            claim: github.clone().recipient(),
-            delete: github.clone().recipient(),
-            get_runner: github.clone().recipient(),
-            list_queued: github.clone().recipient(),
-            list_runners: github.clone().recipient(),
-        },
+        github: GithubHandle::of(&github),
         rate: Some(RateHandle {
             get: rate.clone().recipient(),
             credential,

@@ -227,7 +227,7 @@ impl WebhookIntake {
         store
             .write(vec![Op::AddJob(JobRow {
                 info: event.job.clone(),
-                received_unix: crate::github::auth::unix_now(),
+                received_unix: crate::clock::unix_now(),
                 started_unix: None,
             })])
             .await

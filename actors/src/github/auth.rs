@@ -7,13 +7,14 @@ use std::{
     future::Future,
     pin::Pin,
     rc::Rc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, UNIX_EPOCH},
 };
 
 use futures_util::future::{FutureExt, Shared};
 use serde::{Deserialize, Serialize};
 
 use super::error::GithubError;
+use crate::clock::unix_now;
 use crate::config::{AppAuth, GithubAuth, Secret};
 
 /// Refresh an installation token once it has less than this left.
@@ -22,14 +23,6 @@ const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
 const JWT_BACKDATE: u64 = 60;
 /// JWT lifetime from `iat`; GitHub allows at most 10 minutes from now.
 const JWT_LIFETIME: u64 = 9 * 60;
-
-/// Unix seconds now.
-pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
 
 #[derive(Serialize)]
 struct Claims {

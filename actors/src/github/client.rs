@@ -12,7 +12,7 @@ use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::json;
 
 use super::{
-    auth::{Credentials, parse_access_token, unix_now},
+    auth::{Credentials, parse_access_token},
     error::{GithubError, HttpFailure},
     rate::{parse_rate_headers, parse_retry_after},
 };
@@ -520,7 +520,7 @@ impl GithubClient {
             headers: reading,
             retry_after,
             status: status.as_u16(),
-            at_unix: unix_now(),
+            at_unix: crate::clock::unix_now(),
         };
         // Readings are best effort: a full mailbox drops one, the next answer brings another.
         let _ = rate.try_send(observation);

@@ -53,6 +53,27 @@ pub struct GithubHandle {
     pub list_runners: Recipient<ListRunners>,
 }
 
+impl GithubHandle {
+    /// Every recipient from one actor that answers all of them (the `GithubActor`, or a fake).
+    pub fn of<A>(addr: &actix::Addr<A>) -> Self
+    where
+        A: Actor<Context = Context<A>>
+            + Handler<GenerateJitConfig>
+            + Handler<DeleteRunner>
+            + Handler<GetRunner>
+            + Handler<ListQueuedJobs>
+            + Handler<ListRunners>,
+    {
+        GithubHandle {
+            claim: addr.clone().recipient(),
+            delete: addr.clone().recipient(),
+            get_runner: addr.clone().recipient(),
+            list_queued: addr.clone().recipient(),
+            list_runners: addr.clone().recipient(),
+        }
+    }
+}
+
 /// How the scheduler reads the rate budget of its credential.
 #[derive(Debug, Clone)]
 pub struct RateHandle {

@@ -276,13 +276,7 @@ async fn harness(s: Setup) -> Harness {
     })
     .unwrap();
     let deps = SchedulerDeps {
-        github: GithubHandle {
-            claim: github.clone().recipient(),
-            delete: github.clone().recipient(),
-            get_runner: github.clone().recipient(),
-            list_queued: github.clone().recipient(),
-            list_runners: github.clone().recipient(),
-        },
+        github: GithubHandle::of(&github),
         rate: Some(RateHandle {
             get: rate.clone().recipient(),
             credential: "token".into(),
