@@ -12,7 +12,7 @@ use std::{
 use actix_web::{App, HttpResponse, HttpServer, web};
 use ephemer_actors_core::{
     clock::{Clock, Now},
-    config::{ClaimRetryConfig, Config, Environment},
+    config::{ClaimRetryConfig, Config, Environment, ProviderKind},
     github::{ErrorClass, JitRunner, signature::sign},
     job::{JobAction, JobInfo, JobKey},
     metrics::Metrics,
@@ -524,6 +524,7 @@ fn pacing() {
     let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[runner]\nmax_concurrent = 2000\n[providers.local]\ncommand = \"/bin/true\"\nmax_concurrent = 2000\n";
     let cfg = Config::from_toml_str(text, None, &Environment::default()).unwrap();
     let mut s = Scheduler::new(SchedulerSettings::from_config(&cfg), metrics, now);
+    let _ = s.on_provider_status(ProviderKind::Local, true, None, now);
     let mut claims: Vec<tokio::time::Instant> = Vec::new();
     let mut wake = None;
     let handle = |fx: Vec<Effect>,

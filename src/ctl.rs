@@ -180,6 +180,9 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
             format!("{}/{}", s(&p["used"]), s(&p["max"])),
             labels.join(",")
         );
+        if let Some(cause) = p["down_cause"].as_str() {
+            println!("  down: {cause}");
+        }
     }
     Ok(())
 }

@@ -7,5 +7,6 @@ mod e2e;
 mod fungible;
 mod github;
 mod ops;
+mod pools;
 mod provision;
 mod support;

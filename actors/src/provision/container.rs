@@ -6,6 +6,11 @@
 //! privileged, carries labels marking it ours, gets the JIT config only in its environment, and
 //! is removed at the end (its logs are saved to `<log_dir>/<name>.log` first). At start-up every
 //! container labelled with our prefix is removed: no job owns it any more.
+//!
+//! Before the pool takes runners, [`Backend::probe`] creates (and removes, never starts) one
+//! container the way a job's is made, init included. An engine that cannot (podman without
+//! `catatonit`, a missing image, no engine on the socket) answers that create with the same
+//! error it would give every job, so the pool is reported down with the cause instead.
 
 use std::{collections::HashMap, io::Write, path::PathBuf, rc::Rc};
 
@@ -127,6 +132,42 @@ impl ContainerBackend {
         })
     }
 
+    /// Creates and removes one container like a job's (with the init), so a host that cannot
+    /// run any is found before a job is claimed for it.
+    async fn probe_engine(self) -> Result<(), String> {
+        let name = format!(
+            "{}-probe-{}",
+            self.s.name_prefix,
+            crate::github::client::random_suffix()
+        );
+        let body = ContainerCreateBody {
+            image: Some(self.s.image.clone()),
+            cmd: Some(vec!["true".into()]),
+            labels: Some(HashMap::from([
+                (PREFIX_LABEL.to_string(), self.s.name_prefix.clone()),
+                (RUNNER_LABEL.to_string(), name.clone()),
+            ])),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                privileged: Some(false),
+                network_mode: self.s.network.clone(),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let created = self.docker.create_container(Some(options), body).await;
+        if created.is_ok() {
+            let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+            if let Err(e) = self.docker.remove_container(&name, Some(remove)).await {
+                tracing::warn!(container = %name, error = %e, "cannot remove the probe container");
+            }
+        }
+        created
+            .map(|_| ())
+            .map_err(|e| probe_cause(&e, &self.s.socket, &self.s.image))
+    }
+
     async fn stop_runner(self, name: String) {
         let stop = StopContainerOptionsBuilder::new()
             .t(STOP_GRACE_SECS)
@@ -211,6 +252,40 @@ impl ContainerBackend {
     }
 }
 
+/// What an operator needs to read when the probe create failed: the engine's own words, and
+/// what to install or do about it.
+fn probe_cause(e: &bollard::errors::Error, socket: &str, image: &str) -> String {
+    use bollard::errors::Error as E;
+    match e {
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } => {
+            let lower = message.to_ascii_lowercase();
+            if lower.contains("container-init") || lower.contains("init binary") {
+                // Podman: "container create: container-init binary not found on the host: stat
+                // /usr/libexec/podman/catatonit: ..." (the init of `--init`, a Recommends of
+                // Debian's podman package that `--no-install-recommends` leaves out).
+                format!(
+                    "the container engine cannot run the container init (--init): {message}; \
+                     install catatonit for Podman (apt-get install catatonit) or tini/docker-init for Docker"
+                )
+            } else if *status_code == 404 {
+                format!(
+                    "the runner image {image} is not on the engine: {message}; pull it first (podman pull {image})"
+                )
+            } else {
+                format!(
+                    "the container engine refused a container like a job's ({status_code}): {message}"
+                )
+            }
+        }
+        other => format!(
+            "cannot reach the container engine at {socket}: {other}; is podman system service (podman.socket) or dockerd running?"
+        ),
+    }
+}
+
 /// Resolves with the container's exit code when it stops.
 fn watch(docker: Docker, name: String) -> super::LocalFuture<Option<i32>> {
     Box::pin(async move {
@@ -247,5 +322,9 @@ impl Backend for ContainerBackend {
 
     fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
         Box::pin(self.clone().adopt_runner(name))
+    }
+
+    fn probe(&self) -> LocalFuture<Result<(), String>> {
+        Box::pin(self.clone().probe_engine())
     }
 }

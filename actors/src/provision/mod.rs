@@ -55,6 +55,12 @@ pub trait Backend: std::fmt::Debug + 'static {
     fn startup_warning(&self) -> Option<String> {
         None
     }
+    /// Checks that the host can make an environment at all (engine reachable, its init
+    /// installed, the image present), before any job is claimed for this pool. `Err` carries
+    /// the cause and what to install; the pool stays down and is probed again later.
+    fn probe(&self) -> LocalFuture<Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Everything a provisioner needs to start one runner.
@@ -144,7 +150,8 @@ pub struct RunnerEvent {
     pub kind: RunnerEventKind,
 }
 
-/// A provider went down (restart budget spent, or policy `never`) or came back.
+/// A provider went down (its host check failed, its restart budget is spent, or its policy is
+/// `never`) or came up.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct ProviderStatus {
@@ -152,6 +159,8 @@ pub struct ProviderStatus {
     pub provider: ProviderKind,
     /// Whether it accepts runners now.
     pub up: bool,
+    /// Why it is down (for `status` and the log); `None` when up.
+    pub cause: Option<String>,
 }
 
 /// How the scheduler reaches one provider.

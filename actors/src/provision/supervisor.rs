@@ -12,6 +12,7 @@
 use std::{
     collections::{HashSet, VecDeque},
     rc::Rc,
+    time::Duration,
 };
 
 use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Recipient, WrapFuture};
@@ -26,6 +27,9 @@ use crate::{
     config::{RestartConfig, RestartPolicy},
     metrics::Metrics,
 };
+
+/// How often a pool whose host check failed is checked again.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Builds one incarnation of the provisioner: (events to, stopped to, generation) -> child.
 pub type Factory =
@@ -45,6 +49,10 @@ pub struct ProvisionerSupervisor {
     metrics: Metrics,
     clock: Clock,
     adopt: Vec<String>,
+    /// Whether the last host check of the current child passed (no runner starts before).
+    accepting: bool,
+    /// Why the pool is down, as last reported.
+    down_cause: Option<String>,
 }
 
 impl std::fmt::Debug for ProvisionerSupervisor {
@@ -81,6 +89,8 @@ impl ProvisionerSupervisor {
             metrics,
             clock,
             adopt: Vec::new(),
+            accepting: false,
+            down_cause: None,
         }
     }
 
@@ -98,10 +108,51 @@ impl ProvisionerSupervisor {
             me.recipient(),
             self.generation,
         ));
-        self.status.do_send(ProviderStatus {
-            provider: self.backend.kind(),
-            up: true,
-        });
+        self.check_host(ctx);
+    }
+
+    /// Probes the host before the pool takes runners: up when the probe passes; otherwise down
+    /// with the cause (logged once per distinct cause) and probed again after `PROBE_INTERVAL`,
+    /// so a host fixed by the operator comes back without a restart.
+    fn check_host(&mut self, ctx: &mut Context<Self>) {
+        let generation = self.generation;
+        let probe = self.backend.probe();
+        ctx.spawn(probe.into_actor(self).map(move |result, act, ctx| {
+            if act.generation != generation || act.child.is_none() {
+                return;
+            }
+            let provider = act.backend.kind();
+            match result {
+                Ok(()) => {
+                    if let Some(was) = act.down_cause.take() {
+                        tracing::info!(provider = provider.as_str(), previous_cause = %was, "host check passes again; the pool takes runners");
+                    }
+                    act.accepting = true;
+                    act.status.do_send(ProviderStatus {
+                        provider,
+                        up: true,
+                        cause: None,
+                    });
+                }
+                Err(cause) => {
+                    if act.down_cause.as_deref() != Some(cause.as_str()) {
+                        tracing::error!(provider = provider.as_str(), %cause, retry_in = ?PROBE_INTERVAL, "host check failed: the pool is down and no job is claimed for it");
+                    }
+                    act.accepting = false;
+                    act.down_cause = Some(cause.clone());
+                    act.status.do_send(ProviderStatus {
+                        provider,
+                        up: false,
+                        cause: Some(cause),
+                    });
+                    ctx.run_later(PROBE_INTERVAL, move |act, ctx| {
+                        if act.generation == generation && act.child.is_some() {
+                            act.check_host(ctx);
+                        }
+                    });
+                }
+            }
+        }));
     }
 
     fn report(&self, name: &str, kind: RunnerEventKind) {
@@ -172,14 +223,17 @@ impl Handler<Provision> for ProvisionerSupervisor {
     fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
         let name = m.0.name.clone();
         match &self.child {
-            Some(child) if child.connected() => {
+            Some(child) if child.connected() && self.accepting => {
                 self.live.insert(name);
                 child.do_send(m);
             }
             _ => self.report(
                 &name,
                 RunnerEventKind::Failed {
-                    error: format!("provider {} is down", self.backend.kind()),
+                    error: match &self.down_cause {
+                        Some(cause) => format!("provider {} is down: {cause}", self.backend.kind()),
+                        None => format!("provider {} is down", self.backend.kind()),
+                    },
                 },
             ),
         }
@@ -232,6 +286,7 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
             return;
         }
         self.child = None;
+        self.accepting = false;
         let provider = self.backend.kind();
         tracing::error!(
             provider = provider.as_str(),
@@ -252,11 +307,16 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
                 );
             }));
         }
+        let restart = self.may_restart(m.panicked);
         self.status.do_send(ProviderStatus {
             provider,
             up: false,
+            cause: Some(match &restart {
+                Ok(()) => "provisioner stopped; restarting".into(),
+                Err(why) => format!("provisioner stopped and stays down: {why}"),
+            }),
         });
-        match self.may_restart(m.panicked) {
+        match restart {
             Ok(()) => {
                 self.metrics
                     .provisioner_restarts

@@ -507,7 +507,7 @@ impl Handler<ProviderStatus> for SchedulerActor {
     fn handle(&mut self, m: ProviderStatus, ctx: &mut Context<Self>) {
         let fx = self
             .core
-            .on_provider_status(m.provider, m.up, self.clock.tick());
+            .on_provider_status(m.provider, m.up, m.cause, self.clock.tick());
         self.run(fx, ctx);
     }
 }

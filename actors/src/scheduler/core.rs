@@ -292,6 +292,8 @@ pub struct RunnerRecord {
 struct Slots {
     used: usize,
     up: bool,
+    /// Why the provider is down, as its supervisor reported.
+    down_cause: Option<String>,
 }
 
 /// Outcome of routing one job.
@@ -366,7 +368,13 @@ impl Scheduler {
         let slots = settings
             .providers
             .iter()
-            .map(|_| Slots { used: 0, up: true })
+            // Down until its supervisor reports the host check passed: no job is claimed for a
+            // pool that cannot run it.
+            .map(|_| Slots {
+                used: 0,
+                up: false,
+                down_cause: Some("starting: host check not done yet".into()),
+            })
             .collect();
         metrics
             .concurrent_capacity
@@ -1384,18 +1392,25 @@ impl Scheduler {
         self.pump(now, fx);
     }
 
-    /// A provider went down or came back.
+    /// A provider went down (with the cause) or came up.
     pub fn on_provider_status(
         &mut self,
         provider: ProviderKind,
         up: bool,
+        cause: Option<String>,
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
+        tracing::info!(
+            provider = provider.as_str(),
+            up,
+            cause = cause.as_deref().unwrap_or(""),
+            "provider status"
+        );
         if let Some(i) = self.provider_index(provider) {
             self.slots[i].up = up;
+            self.slots[i].down_cause = if up { None } else { cause };
         }
-        tracing::info!(provider = provider.as_str(), up, "provider status");
         self.pump(now, &mut fx);
         fx
     }
@@ -1668,6 +1683,7 @@ impl Scheduler {
                 .map(|(p, s)| ProviderView {
                     provider: p.kind,
                     up: s.up,
+                    down_cause: s.down_cause.clone(),
                     used: s.used,
                     max: p.max_concurrent,
                     labels: p.labels.clone(),
@@ -1742,6 +1758,8 @@ pub struct ProviderView {
     pub provider: ProviderKind,
     /// Accepting runners.
     pub up: bool,
+    /// Why it is not (its host check failed, it stopped, it is starting).
+    pub down_cause: Option<String>,
     /// Slots in use.
     pub used: usize,
     /// Slots.

@@ -289,6 +289,17 @@ async fn harness(s: Setup) -> Harness {
     for fake in fakes {
         fake.send(SetSink(sched.clone().recipient())).await.unwrap();
     }
+    // Every fake pool passes its host check at once (a supervisor reports this in production).
+    for (kind, _, _) in &s.providers {
+        sched
+            .send(crate::provision::ProviderStatus {
+                provider: *kind,
+                up: true,
+                cause: None,
+            })
+            .await
+            .unwrap();
+    }
     // Round-trip once so every actor has started before time moves.
     sched.send(GetSchedulerState).await.unwrap();
     retry.send(GetRetryQueue).await.unwrap();
@@ -793,6 +804,7 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
         .send(crate::provision::ProviderStatus {
             provider: ProviderKind::Local,
             up: false,
+            cause: Some("restart policy is never".into()),
         })
         .await
         .unwrap();

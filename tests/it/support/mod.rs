@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: paths, the daemon binary, a child-process guard.
 
 pub mod daemon;
+pub mod engine;
 pub mod podman;
 pub mod provision;
 

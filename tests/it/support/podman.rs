@@ -2,8 +2,9 @@
 //! temp dir, with the containers.conf these machines need (runc, ulimits podman may set), and a
 //! tiny runner image built from busybox-static plus the daemon binary (for `standin-runner`).
 //!
-//! When podman or runc is missing, the tests using this skip with a loud message; CI installs
-//! both (`.ci/run`), so there they always run.
+//! When podman or runc is missing, the tests using this skip with a loud message, unless
+//! `EPHEMER_REQUIRE_ENGINES` is set (`.ci/run` sets it after installing them): then a test that
+//! cannot start the engine fails instead.
 
 use std::{
     path::{Path, PathBuf},
@@ -38,9 +39,9 @@ impl Podman {
     pub async fn start() -> Option<Podman> {
         for tool in ["podman", "runc", "tar", "ldd"] {
             if which(tool).is_none() {
-                eprintln!(
-                    "\n!!!!!!!!\n!!! SKIPPING container test: `{tool}` is not installed (bash .ci/run installs podman and runc)\n!!!!!!!!\n"
-                );
+                skip(&format!(
+                    "`{tool}` is not installed (bash .ci/run installs podman, runc and catatonit)"
+                ));
                 return None;
             }
         }
@@ -65,10 +66,10 @@ impl Podman {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !podman.answers().await {
             if tokio::time::Instant::now() > deadline {
-                eprintln!(
-                    "\n!!!!!!!!\n!!! SKIPPING container test: podman system service did not answer on {}\n!!!!!!!!\n",
+                skip(&format!(
+                    "podman system service did not answer on {}",
                     podman.socket
-                );
+                ));
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -171,6 +172,14 @@ impl Drop for Podman {
     fn drop(&mut self) {
         let _ = self.service.start_kill();
     }
+}
+
+/// Says loudly that a container test skips, or fails it where engines are required (CI).
+fn skip(why: &str) {
+    if std::env::var_os("EPHEMER_REQUIRE_ENGINES").is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!("EPHEMER_REQUIRE_ENGINES is set, but the container engine cannot run: {why}");
+    }
+    eprintln!("\n!!!!!!!!\n!!! SKIPPING container test: {why}\n!!!!!!!!\n");
 }
 
 fn which(tool: &str) -> Option<PathBuf> {

@@ -135,6 +135,22 @@ pub async fn eventually(what: &str, within: Duration, cond: impl Fn() -> bool) {
     }
 }
 
+/// Like `eventually`, for a condition that has to ask something (an HTTP call, a CLI run).
+pub async fn eventually_async<F, Fut>(what: &str, within: Duration, cond: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Whether a process exists and is not a zombie (an orphan's zombie may wait for a reaper).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -1,0 +1,99 @@
+//! Pools that cannot run a job on this host: found by the start-up host check, reported down
+//! with the cause in `status` and the log, and never claimed for.
+
+use std::time::Duration;
+
+use github_standin::{Standin, StandinConfig};
+
+use crate::support::{
+    daemon as cli_daemon, daemon::Daemon, engine::StubEngine, output, provision::eventually_async,
+};
+
+async fn ctl_json(d: &Daemon, args: &[&str]) -> serde_json::Value {
+    let mut cmd = cli_daemon();
+    cmd.args(args).arg("--json").arg("--config").arg(&d.config);
+    let (code, out, err) = output(cmd).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// Podman without catatonit answers every create with "container-init binary not found": the
+/// pool is down with that cause (and the package to install) before any job is claimed, and a
+/// queued job for it waits instead of being claimed and failed one by one.
+#[actix_rt::test]
+async fn a_container_pool_whose_engine_lacks_the_init_is_down_and_claims_nothing() {
+    let engine = StubEngine::start_without_init();
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let providers = format!(
+        r#"
+[providers.linux]
+socket = "{socket}"
+image = "localhost/runner:test"
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 2
+"#,
+        socket = engine.socket
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+
+    let pool_down = || async {
+        let v = ctl_json(&daemon, &["status"]).await;
+        let linux = v["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["provider"] == "linux")
+            .cloned()
+            .unwrap();
+        linux["up"] == false
+            && linux["down_cause"].as_str().is_some_and(|c| {
+                c.contains("container-init binary not found") && c.contains("install catatonit")
+            })
+    };
+    eventually_async(
+        "the linux pool reported down with the cause",
+        Duration::from_secs(20),
+        pool_down,
+    )
+    .await;
+
+    let job = standin.queue_jobs("app", &["self-hosted", "linux"], 1)[0];
+    let job_waits = || async {
+        let v = ctl_json(&daemon, &["jobs"]).await;
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|j| j["key"]["job_id"] == job && j["phase"]["state"] == "pending")
+    };
+    eventually_async(
+        "the job to wait as pending",
+        Duration::from_secs(20),
+        job_waits,
+    )
+    .await;
+
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        0,
+        "no runner registered for a down pool"
+    );
+    assert_eq!(
+        engine.count("/containers/create"),
+        1,
+        "one probe, no per-job create"
+    );
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("host check failed") && logs.contains("catatonit"),
+        "the log names the cause:\n{logs}"
+    );
+    let mut cmd = cli_daemon();
+    cmd.arg("status").arg("--config").arg(&daemon.config);
+    let (_, table, _) = output(cmd).await;
+    assert!(
+        table.contains("down: ") && table.contains("catatonit"),
+        "{table}"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

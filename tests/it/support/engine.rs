@@ -1,0 +1,96 @@
+//! A stub container engine: the Docker Engine API on a unix socket, answering as a Podman
+//! whose container init is missing does. The answers are what podman 4.3 (Debian 12,
+//! installed with `--no-install-recommends`, so without `catatonit`) really gives on
+//! `POST /containers/create` with `HostConfig.Init`:
+//!
+//! ```text
+//! 500 {"cause":"no such file or directory","message":"container create: container-init binary
+//!      not found on the host: stat /usr/libexec/podman/catatonit: no such file or directory",
+//!      "response":500}
+//! ```
+//!
+//! Listing containers answers an empty list; every request is recorded.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+
+/// The error body podman answers a create with when catatonit is not installed.
+pub const NO_INIT: &str = r#"{"cause":"no such file or directory","message":"container create: container-init binary not found on the host: stat /usr/libexec/podman/catatonit: no such file or directory","response":500}"#;
+
+/// A running stub engine.
+pub struct StubEngine {
+    /// `unix:///.../engine.sock`
+    pub socket: String,
+    calls: Arc<Mutex<Vec<String>>>,
+    server: actix_web::dev::ServerHandle,
+    _dir: tempfile::TempDir,
+}
+
+impl StubEngine {
+    /// Starts the stub on a socket in a temp dir.
+    pub fn start_without_init() -> StubEngine {
+        let dir = tempfile::tempdir().unwrap();
+        let path: PathBuf = dir.path().join("engine.sock");
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let recorded = calls.clone();
+        let server = HttpServer::new(move || {
+            let recorded = recorded.clone();
+            App::new().default_service(web::to(move |req: HttpRequest| {
+                let recorded = recorded.clone();
+                async move {
+                    let path = req.path().to_string();
+                    recorded
+                        .lock()
+                        .unwrap()
+                        .push(format!("{} {path}", req.method()));
+                    if path.ends_with("/containers/create") {
+                        HttpResponse::InternalServerError()
+                            .content_type("application/json")
+                            .body(NO_INIT)
+                    } else if path.ends_with("/containers/json") {
+                        HttpResponse::Ok().json(serde_json::json!([]))
+                    } else if path.ends_with("/_ping") {
+                        HttpResponse::Ok().body("OK")
+                    } else {
+                        HttpResponse::NotFound().json(
+                            serde_json::json!({"message": "no such container", "response": 404}),
+                        )
+                    }
+                }
+            }))
+        })
+        .workers(1)
+        .bind_uds(&path)
+        .expect("bind the stub engine socket")
+        .run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        StubEngine {
+            socket: format!("unix://{}", path.display()),
+            calls,
+            server: handle,
+            _dir: dir,
+        }
+    }
+
+    /// How many requests matched `needle` (e.g. `"POST /v1.47/containers/create"` or just
+    /// `"/containers/create"`).
+    pub fn count(&self, needle: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.contains(needle))
+            .count()
+    }
+}
+
+impl Drop for StubEngine {
+    fn drop(&mut self) {
+        drop(self.server.stop(false));
+    }
+}
