@@ -108,16 +108,17 @@ impl ProvisionerSupervisor {
             me.recipient(),
             self.generation,
         ));
-        self.check_host(ctx);
+        self.check_host(true, ctx);
     }
 
     /// Probes the host before the pool takes runners: up when the probe passes; otherwise down
     /// with the cause (logged once per distinct cause) and probed again after `PROBE_INTERVAL`,
-    /// so a host fixed by the operator comes back without a restart.
-    fn check_host(&mut self, ctx: &mut Context<Self>) {
+    /// so a host fixed by the operator comes back without a restart. A new child's first probe
+    /// holds the mailbox (`blocking`), so runners sent meanwhile wait for its answer.
+    fn check_host(&mut self, blocking: bool, ctx: &mut Context<Self>) {
         let generation = self.generation;
         let probe = self.backend.probe();
-        ctx.spawn(probe.into_actor(self).map(move |result, act, ctx| {
+        let answer = probe.into_actor(self).map(move |result, act: &mut Self, ctx| {
             if act.generation != generation || act.child.is_none() {
                 return;
             }
@@ -147,12 +148,17 @@ impl ProvisionerSupervisor {
                     });
                     ctx.run_later(PROBE_INTERVAL, move |act, ctx| {
                         if act.generation == generation && act.child.is_some() {
-                            act.check_host(ctx);
+                            act.check_host(false, ctx);
                         }
                     });
                 }
             }
-        }));
+        });
+        if blocking {
+            ctx.wait(answer);
+        } else {
+            ctx.spawn(answer);
+        }
     }
 
     fn report(&self, name: &str, kind: RunnerEventKind) {
