@@ -520,10 +520,10 @@ fn pacing() {
         mono: t0,
         unix: 1_800_000_000,
     };
-    let metrics = Metrics::new();
     let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[runner]\nmax_concurrent = 2000\n[providers.local]\ncommand = \"/bin/true\"\nmax_concurrent = 2000\n";
     let cfg = Config::from_toml_str(text, None, &Environment::default()).unwrap();
-    let mut s = Scheduler::new(SchedulerSettings::from_config(&cfg), metrics, now);
+    let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
+    let mut s = Scheduler::new(SchedulerSettings::from_config(&cfg), backoff, Some(7), now);
     let _ = s.on_provider_status(ProviderKind::Local, true, None, now);
     let mut claims: Vec<tokio::time::Instant> = Vec::new();
     let mut wake = None;

@@ -14,10 +14,10 @@ use serde_json::json;
 
 use crate::{
     rate::{GetRateSnapshot, RateActor},
-    retry::{GetRetryQueue, RetryActor},
+    retry::{GetRetryTimer, RetryActor},
     scheduler::{
         SchedulerActor,
-        messages::{GetSchedulerState, SetCordon},
+        messages::{GetJob, GetJobs, GetStatus, SetCordon},
     },
     system::Handles,
 };
@@ -59,10 +59,10 @@ fn unavailable(what: &str) -> HttpResponse {
 }
 
 async fn status(admin: web::Data<Admin>) -> HttpResponse {
-    let Ok(state) = admin.scheduler.send(GetSchedulerState).await else {
+    let Ok(state) = admin.scheduler.send(GetStatus).await else {
         return unavailable("scheduler");
     };
-    let retry = admin.retry.send(GetRetryQueue).await.ok();
+    let timer = admin.retry.send(GetRetryTimer).await.ok();
     let rate = admin
         .rate
         .send(GetRateSnapshot {
@@ -77,51 +77,31 @@ async fn status(admin: web::Data<Admin>) -> HttpResponse {
         "capacity": { "max_concurrent": state.max_concurrent, "used": state.used },
         "providers": state.providers,
         "pending": state.pending,
-        "runners": state.runners.len(),
-        "retry_queue_depth": retry.as_ref().map_or(0, |r| r.depth),
+        "runners": state.runners,
+        "retry_queue_depth": state.retry_queue_depth,
+        "retry_timer": timer,
         "rate": rate,
         "stats": state.stats,
     }))
 }
 
 async fn jobs(admin: web::Data<Admin>) -> HttpResponse {
-    let Ok(state) = admin.scheduler.send(GetSchedulerState).await else {
-        return unavailable("scheduler");
-    };
-    let jobs: Vec<_> = state
-        .jobs
-        .into_iter()
-        .map(|mut j| {
-            j.timeline.clear();
-            j
-        })
-        .collect();
-    HttpResponse::Ok().json(json!({ "jobs": jobs, "runners": state.runners }))
+    match admin.scheduler.send(GetJobs).await {
+        Ok(jobs) => HttpResponse::Ok().json(jobs),
+        Err(_) => unavailable("scheduler"),
+    }
 }
 
 async fn job(admin: web::Data<Admin>, id: web::Path<String>) -> HttpResponse {
     let Ok(id) = id.parse::<u64>() else {
         return HttpResponse::BadRequest().json(json!({ "error": "a job id is a number" }));
     };
-    let Ok(state) = admin.scheduler.send(GetSchedulerState).await else {
-        return unavailable("scheduler");
-    };
-    let Some(job) = state.jobs.into_iter().find(|j| j.key.job_id == id) else {
-        return HttpResponse::NotFound()
-            .json(json!({ "error": format!("job {id} is not known to the scheduler") }));
-    };
-    let retry = admin
-        .retry
-        .send(GetRetryQueue)
-        .await
-        .ok()
-        .and_then(|q| q.items.into_iter().find(|i| i.key.job_id == id));
-    let runners: Vec<_> = state
-        .runners
-        .into_iter()
-        .filter(|r| r.intent.job_id == id || r.bound.as_ref().is_some_and(|b| b.job_id == id))
-        .collect();
-    HttpResponse::Ok().json(json!({ "job": job, "retry": retry, "runners": runners }))
+    match admin.scheduler.send(GetJob(id)).await {
+        Ok(Some(detail)) => HttpResponse::Ok().json(detail),
+        Ok(None) => HttpResponse::NotFound()
+            .json(json!({ "error": format!("job {id} is not known to the scheduler") })),
+        Err(_) => unavailable("scheduler"),
+    }
 }
 
 async fn set_cordon(admin: web::Data<Admin>, on: bool) -> HttpResponse {

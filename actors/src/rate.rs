@@ -1,13 +1,15 @@
 //! `RateActor`: the one keeper of GitHub rate-limit readings, one per credential.
 //!
-//! The GitHub client reports every answer's headers (`ObserveRate`); the retry ladder asks
-//! `GetRateSnapshot` before choosing when to try again. The pure [`RateTracker`] makes every
+//! The GitHub client reports every answer's headers (`ObserveRate`); each new reading is pushed,
+//! in order, to the subscribers of its credential (`SubscribeRate`: the scheduler, whose retry
+//! ladder snaps to the reset), so no reading is fetched on the side and none can overtake a
+//! decision. `GetRateSnapshot` answers status pages. The pure [`RateTracker`] makes every
 //! decision; the actor only forwards and mirrors the latest reading into the four gauges. An
 //! observation without `X-RateLimit-Remaining` changes no reading and no gauge.
 
 use std::{collections::HashMap, time::Duration};
 
-use actix::{Actor, Context, Handler, Message, MessageResult};
+use actix::{Actor, Context, Handler, Message, MessageResult, WeakRecipient};
 use serde::Serialize;
 
 use crate::{github::rate::RateHeaders, metrics::Metrics};
@@ -106,11 +108,33 @@ pub struct GetRateSnapshot {
     pub credential: String,
 }
 
+/// A new reading of one credential's budget, pushed to its subscribers.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RateReading {
+    /// The credential.
+    pub credential: String,
+    /// The reading.
+    pub reading: RateSnapshot,
+}
+
+/// Push every new reading of `credential` to `to` (held weakly: a subscriber that stopped is
+/// dropped).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SubscribeRate {
+    /// The credential (`GithubClient::rate_key`).
+    pub credential: String,
+    /// Where readings go.
+    pub to: WeakRecipient<RateReading>,
+}
+
 /// Actor shell over [`RateTracker`]; mirrors readings into the rate gauges.
 #[derive(Debug)]
 pub struct RateActor {
     tracker: RateTracker,
     metrics: Metrics,
+    subscribers: Vec<(String, WeakRecipient<RateReading>)>,
 }
 
 impl RateActor {
@@ -119,6 +143,7 @@ impl RateActor {
         RateActor {
             tracker: RateTracker::default(),
             metrics,
+            subscribers: Vec::new(),
         }
     }
 }
@@ -136,7 +161,8 @@ impl Handler<ObserveRate> for RateActor {
 
     fn handle(&mut self, msg: ObserveRate, _: &mut Context<Self>) {
         let is_reading = msg.headers.is_some_and(|h| h.core);
-        if let Some(r) = self.tracker.observe(&msg)
+        let changed = self.tracker.observe(&msg);
+        if let Some(r) = changed
             && is_reading
         {
             let set = |g: &prometheus::IntGauge, v: Option<u64>| {
@@ -149,6 +175,35 @@ impl Handler<ObserveRate> for RateActor {
             set(&self.metrics.rate_reset_seconds, r.reset);
             set(&self.metrics.rate_updated_seconds, Some(r.updated));
         }
+        if let Some(r) = changed {
+            self.subscribers.retain(|(credential, to)| {
+                let Some(to) = to.upgrade() else {
+                    return false;
+                };
+                if *credential == msg.credential {
+                    to.do_send(RateReading {
+                        credential: credential.clone(),
+                        reading: r,
+                    });
+                }
+                true
+            });
+        }
+    }
+}
+
+impl Handler<SubscribeRate> for RateActor {
+    type Result = ();
+
+    fn handle(&mut self, m: SubscribeRate, _: &mut Context<Self>) {
+        // The current reading first, so the subscriber starts from what is known.
+        if let Some(to) = m.to.upgrade() {
+            to.do_send(RateReading {
+                credential: m.credential.clone(),
+                reading: self.tracker.snapshot(&m.credential),
+            });
+        }
+        self.subscribers.push((m.credential, m.to));
     }
 }
 

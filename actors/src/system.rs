@@ -9,7 +9,8 @@
 //! 4. One `ProvisionerSupervisor` per enabled provider: removes leftovers, then runs its
 //!    provisioner under the provider's restart policy, reporting to (3).
 //! 5. The `SchedulerActor` and its `RetryActor`, wired to (2), (1) and (4).
-//! 6. The webhook intake, forwarding to (5).
+//! 6. The `WebhookActor` (delivery dedup, durable record of accepted jobs), forwarding to (5),
+//!    and the HTTP edge in front of it.
 
 use std::{collections::HashMap, rc::Rc};
 
@@ -33,7 +34,7 @@ use crate::{
         GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, SchedulerSettings, start_in,
     },
     store::Store,
-    webhook::WebhookIntake,
+    webhook::{WebhookActor, WebhookIntake},
 };
 
 /// Why an instance could not start.
@@ -71,7 +72,9 @@ pub struct Handles {
     pub github: Addr<GithubActor>,
     /// One supervisor per enabled provider.
     pub provisioners: HashMap<ProviderKind, Addr<ProvisionerSupervisor>>,
-    /// The webhook intake, to mount with `WebhookIntake::resource`.
+    /// The webhook actor (delivery dedup, the durable record of accepted jobs).
+    pub webhook: Addr<WebhookActor>,
+    /// The webhook intake's HTTP edge, to mount with `WebhookIntake::resource`.
     pub intake: web::Data<WebhookIntake>,
     /// This instance's metrics.
     pub metrics: Metrics,
@@ -168,7 +171,7 @@ pub fn start(
     let deps = SchedulerDeps {
         github: GithubHandle::of(&github),
         rate: Some(RateHandle {
-            get: rate.clone().recipient(),
+            subscribe: rate.clone().recipient(),
             credential,
         }),
         provisioners: handles,
@@ -186,15 +189,15 @@ pub fn start(
         options.seed,
     );
 
-    // 6. The webhook intake.
-    let intake = web::Data::new(
-        WebhookIntake::new(
-            config.webhook.secret.clone(),
-            scheduler.clone().recipient(),
-            metrics.clone(),
-        )?
-        .with_store(store),
-    );
+    // 6. The webhook intake: the actor that owns delivery dedup and the durable record of
+    //    accepted jobs, and the HTTP edge in front of it.
+    let webhook =
+        WebhookActor::new(scheduler.clone().recipient(), Some(store), metrics.clone()).start();
+    let intake = web::Data::new(WebhookIntake::new(
+        config.webhook.secret.clone(),
+        webhook.clone(),
+        metrics.clone(),
+    )?);
 
     Ok(Handles {
         scheduler,
@@ -202,6 +205,7 @@ pub fn start(
         rate,
         github,
         provisioners,
+        webhook,
         intake,
         metrics,
         credential: rate_key,

@@ -64,7 +64,7 @@ pub trait Backend: std::fmt::Debug + 'static {
 }
 
 /// Everything a provisioner needs to start one runner.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RunnerSpec {
     /// Runner name (unique; also the environment's name).
     pub name: String,

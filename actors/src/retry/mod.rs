@@ -5,6 +5,6 @@ mod actor;
 mod backoff;
 mod queue;
 
-pub use actor::{CancelRetry, GetRetryQueue, RetryActor, RetryQueueView, RetrySink, ScheduleRetry};
+pub use actor::{ArmRetryTimer, GetRetryTimer, RetryActor, RetryDue, RetryTimerView};
 pub use backoff::{Backoff, DelayReason, InvalidBackoff, RATE_READING_FRESH};
 pub use queue::{Failure, RetryItem, RetryQueue, RetryView, Scheduled};

@@ -1,6 +1,8 @@
 //! `SchedulerActor`: the actix shell over [`Scheduler`]. Each handler reads the clock once,
-//! asks the core, and carries out the effects it returns: claims and runner deletions go to the
-//! GitHub actor, runners to their provisioner, failures to the retry actor. Nothing here decides.
+//! asks the core, and carries out what it returns: claims and runner deletions go to the GitHub
+//! actor, runners to their provisioner, the ladder's earliest due time to its `RetryActor`
+//! (which this actor owns), durable changes to the store, observations to the log and the
+//! metrics. Nothing here decides.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -13,21 +15,23 @@ use tokio::time::Instant;
 use super::{
     core::{Effect, Scheduler, SchedulerSettings},
     messages::{
-        FlushDeferred, GetSchedulerState, JobEvent, RetryDecided, RetryDue, SetCordon, TeardownAll,
+        FlushDeferred, GetJob, GetJobs, GetRetryQueue, GetSchedulerState, GetStatus, JobEvent,
+        SetCordon, TeardownAll,
     },
+    observe,
 };
 use crate::{
     clock::Clock,
     config::ProviderKind,
     github::{
-        ErrorClass, GithubError,
+        GithubError,
         actor::{DeleteRunner, GenerateJitConfig, GetRunner, ListQueuedJobs, ListRunners},
     },
     job::JobAction,
     metrics::Metrics,
-    provision::{ProviderStatus, ProvisionerHandle, RunnerEvent, RunnerEventKind},
-    rate::GetRateSnapshot,
-    retry::{Backoff, CancelRetry, RetryActor, RetrySink, ScheduleRetry},
+    provision::{ProviderStatus, Provision, ProvisionerHandle, RunnerEvent, RunnerEventKind},
+    rate::{RateReading, SubscribeRate},
+    retry::{ArmRetryTimer, Backoff, RetryActor, RetryDue},
     store::{Snapshot, Store},
 };
 
@@ -74,22 +78,13 @@ impl GithubHandle {
     }
 }
 
-/// How the scheduler reads the rate budget of its credential.
+/// Where the scheduler subscribes to the rate readings of its credential.
 #[derive(Debug, Clone)]
 pub struct RateHandle {
     /// The rate actor.
-    pub get: Recipient<GetRateSnapshot>,
+    pub subscribe: Recipient<SubscribeRate>,
     /// The credential's key (`GithubClient::rate_key`).
     pub credential: String,
-}
-
-/// How the scheduler reaches the retry actor.
-#[derive(Debug, Clone)]
-pub struct RetryHandle {
-    /// Failures.
-    pub schedule: Recipient<ScheduleRetry>,
-    /// Resolutions.
-    pub cancel: Recipient<CancelRetry>,
 }
 
 /// Everything the scheduler talks to.
@@ -97,7 +92,7 @@ pub struct RetryHandle {
 pub struct SchedulerDeps {
     /// GitHub.
     pub github: GithubHandle,
-    /// The rate reading (optional: without it rate-limit failures climb the plain ladder).
+    /// The rate readings (optional: without them rate-limit failures climb the plain ladder).
     pub rate: Option<RateHandle>,
     /// Provisioners by provider.
     pub provisioners: HashMap<ProviderKind, ProvisionerHandle>,
@@ -112,7 +107,9 @@ pub struct SchedulerDeps {
 pub struct SchedulerActor {
     core: Scheduler,
     deps: SchedulerDeps,
-    retry: RetryHandle,
+    /// The ladder's timer; owned (held strongly) by this actor.
+    retry: actix::Addr<RetryActor>,
+    metrics: Metrics,
     clock: Clock,
     wake: Option<(SpawnHandle, Instant)>,
 }
@@ -148,29 +145,34 @@ pub fn start_in(
     seed: Option<u64>,
 ) -> (actix::Addr<SchedulerActor>, actix::Addr<RetryActor>) {
     let addr = ctx.address();
-    let sink = RetrySink {
-        due: addr.clone().recipient(),
-        decided: addr.clone().recipient(),
-    };
-    let mut retry = RetryActor::new(backoff, sink, metrics.clone(), clock, seed);
-    let mut core = Scheduler::new(settings, metrics, clock.tick());
-    let mut redo = Vec::new();
-    let mut deps = deps;
-    if let (Some(store), Some(snapshot)) = (&deps.store, deps.restore.take()) {
-        retry = retry.with_store(store.clone(), &snapshot.retries);
-        redo = core.restore(&snapshot, clock.tick());
+    let retry = RetryActor::new(addr.downgrade().recipient(), clock).start();
+    metrics
+        .concurrent_capacity
+        .set(i64::try_from(settings.max_concurrent).unwrap_or(i64::MAX));
+    for p in &settings.providers {
+        metrics.init_provider(p.kind.as_str());
     }
-    let retry = retry.start();
-    let actor = SchedulerActor {
+    let mut core = Scheduler::new(settings, backoff, seed, clock.tick());
+    let mut deps = deps;
+    let (redo, fx) = match deps.restore.take() {
+        Some(snapshot) if deps.store.is_some() => core.restore(&snapshot, clock.tick()),
+        _ => (Vec::new(), Vec::new()),
+    };
+    if let Some(rate) = &deps.rate {
+        rate.subscribe.do_send(SubscribeRate {
+            credential: rate.credential.clone(),
+            to: addr.downgrade().recipient(),
+        });
+    }
+    let mut actor = SchedulerActor {
         core,
         deps,
-        retry: RetryHandle {
-            schedule: retry.clone().recipient(),
-            cancel: retry.clone().recipient(),
-        },
+        retry: retry.clone(),
+        metrics,
         clock,
         wake: None,
     };
+    actor.carry_out_restored(fx);
     ctx.run(actor);
     // Jobs the previous run accepted but had nothing in flight for go through the normal path.
     for job in redo {
@@ -186,6 +188,16 @@ pub fn start_in(
 }
 
 impl SchedulerActor {
+    /// The restored ladder's timer, before the actor runs (no context needed for it).
+    fn carry_out_restored(&mut self, effects: Vec<Effect>) {
+        self.persist();
+        for e in effects {
+            if let Effect::ArmRetryTimer { at } = e {
+                self.retry.do_send(ArmRetryTimer { at });
+            }
+        }
+    }
+
     /// Carries out effects, including any that follow from a failed hand-over.
     fn run(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
         self.persist();
@@ -198,6 +210,11 @@ impl SchedulerActor {
                     request,
                 } => {
                     let claim = self.deps.github.claim.clone();
+                    let request = GenerateJitConfig {
+                        repo: request.repo,
+                        name_base: request.name_base,
+                        labels: request.labels,
+                    };
                     let fut = async move {
                         claim.send(request).await.unwrap_or_else(|e| {
                             Err(GithubError::Network {
@@ -213,10 +230,10 @@ impl SchedulerActor {
                         act.run(fx, ctx);
                     }));
                 }
-                Effect::Provision { provider, msg } => {
-                    let name = msg.0.name.clone();
+                Effect::Provision { provider, spec } => {
+                    let name = spec.name.clone();
                     let sent = match self.deps.provisioners.get(&provider) {
-                        Some(h) => deliver(&h.provision, msg),
+                        Some(h) => deliver(&h.provision, Provision(spec)),
                         None => false,
                     };
                     if !sent {
@@ -224,6 +241,7 @@ impl SchedulerActor {
                             error: format!("provider {provider} is not running"),
                         };
                         queue.extend(self.core.on_runner_event(&name, kind, self.clock.tick()));
+                        self.persist();
                     }
                 }
                 Effect::Teardown {
@@ -264,24 +282,7 @@ impl SchedulerActor {
                         }
                     });
                 }
-                Effect::ScheduleRetry { job, failure } => {
-                    let schedule = self.retry.schedule.clone();
-                    match (&self.deps.rate, failure.class) {
-                        (Some(rate), ErrorClass::RateLimit) => {
-                            let (get, credential) = (rate.get.clone(), rate.credential.clone());
-                            actix_rt::spawn(async move {
-                                let rate = get.send(GetRateSnapshot { credential }).await.ok();
-                                schedule.do_send(ScheduleRetry { job, failure, rate });
-                            });
-                        }
-                        _ => schedule.do_send(ScheduleRetry {
-                            job,
-                            failure,
-                            rate: None,
-                        }),
-                    }
-                }
-                Effect::CancelRetry { key } => self.retry.cancel.do_send(CancelRetry { key }),
+                Effect::ArmRetryTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
                 Effect::CheckIdle {
                     name,
                     runner_id,
@@ -311,12 +312,21 @@ impl SchedulerActor {
         }
     }
 
-    /// Hands the core's state changes to the store (in order; the store commits them in groups).
+    /// Hands the core's state changes to the store (in order; the store commits them in
+    /// groups), and its observations to the log and the metrics.
     fn persist(&mut self) {
         let ops = self.core.take_ops();
-        if let Some(store) = &self.deps.store {
+        if let Some(store) = &self.deps.store
+            && !ops.is_empty()
+        {
             store.send(ops);
         }
+        for o in self.core.take_observations() {
+            observe::record(o, &self.metrics);
+        }
+        self.metrics
+            .retry_queue_depth
+            .set(i64::try_from(self.core.ladder_depth()).unwrap_or(i64::MAX));
     }
 
     /// After a restart: registrations on GitHub with our prefix that no ledger runner names
@@ -473,20 +483,17 @@ impl Handler<JobEvent> for SchedulerActor {
 impl Handler<RetryDue> for SchedulerActor {
     type Result = ();
 
-    fn handle(&mut self, m: RetryDue, ctx: &mut Context<Self>) {
-        let fx = self.core.on_retry_due(m.job, m.attempts, self.clock.tick());
+    fn handle(&mut self, _: RetryDue, ctx: &mut Context<Self>) {
+        let fx = self.core.on_retry_timer(self.clock.tick());
         self.run(fx, ctx);
     }
 }
 
-impl Handler<RetryDecided> for SchedulerActor {
+impl Handler<RateReading> for SchedulerActor {
     type Result = ();
 
-    fn handle(&mut self, m: RetryDecided, ctx: &mut Context<Self>) {
-        let fx = self
-            .core
-            .on_retry_decided(&m.key, &m.outcome, self.clock.tick());
-        self.run(fx, ctx);
+    fn handle(&mut self, m: RateReading, _: &mut Context<Self>) {
+        self.core.on_rate_reading(m.reading);
     }
 }
 
@@ -558,5 +565,37 @@ impl Handler<GetSchedulerState> for SchedulerActor {
 
     fn handle(&mut self, _: GetSchedulerState, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.core.view(self.clock.tick()))
+    }
+}
+
+impl Handler<GetStatus> for SchedulerActor {
+    type Result = MessageResult<GetStatus>;
+
+    fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.status(self.clock.tick()))
+    }
+}
+
+impl Handler<GetJobs> for SchedulerActor {
+    type Result = MessageResult<GetJobs>;
+
+    fn handle(&mut self, _: GetJobs, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.jobs_view(self.clock.tick()))
+    }
+}
+
+impl Handler<GetJob> for SchedulerActor {
+    type Result = MessageResult<GetJob>;
+
+    fn handle(&mut self, m: GetJob, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.job_detail(m.0, self.clock.tick()))
+    }
+}
+
+impl Handler<GetRetryQueue> for SchedulerActor {
+    type Result = MessageResult<GetRetryQueue>;
+
+    fn handle(&mut self, _: GetRetryQueue, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.retry_queue(self.clock.tick()))
     }
 }

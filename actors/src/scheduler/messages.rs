@@ -30,26 +30,6 @@ pub struct JobEvent {
     pub source: EventSource,
 }
 
-/// A retry came due: dispatch the job again.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct RetryDue {
-    /// The job.
-    pub job: JobInfo,
-    /// Failures so far.
-    pub attempts: u32,
-}
-
-/// What the retry actor decided about a failure.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct RetryDecided {
-    /// The job.
-    pub key: crate::job::JobKey,
-    /// The decision.
-    pub outcome: crate::retry::Scheduled,
-}
-
 /// Stop claiming (`true`) or resume (`false`). Running jobs are untouched.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
@@ -65,7 +45,27 @@ pub struct TeardownAll;
 #[rtype(result = "()")]
 pub struct FlushDeferred;
 
-/// Ask for the scheduler's state.
+/// Ask for the scheduler's whole state (tests, embedding apps).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::SchedulerState")]
 pub struct GetSchedulerState;
+
+/// Ask for the status summary: capacity, providers, counts (no job list).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "super::core::StatusView")]
+pub struct GetStatus;
+
+/// Ask for every job (without timelines) and runner.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "super::core::JobsView")]
+pub struct GetJobs;
+
+/// Ask for one job by id, with its timeline.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Option<super::core::JobDetail>")]
+pub struct GetJob(pub u64);
+
+/// Ask for the retry ladder's items.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "super::core::RetryQueueView")]
+pub struct GetRetryQueue;

@@ -5,12 +5,11 @@ pub mod actor;
 mod bucket;
 pub mod core;
 pub mod messages;
+pub mod observe;
 
-pub use actor::{
-    GithubHandle, RateHandle, RetryHandle, SchedulerActor, SchedulerDeps, start, start_in,
-};
+pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start, start_in};
 pub use bucket::TokenBucket;
-pub use core::{Effect, Phase, Scheduler, SchedulerSettings, SchedulerState};
+pub use core::{ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState};
 pub use messages::JobEvent;
 
 #[cfg(test)]

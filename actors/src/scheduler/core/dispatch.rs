@@ -1,0 +1,278 @@
+//! Dispatch: routing a pending job to a covering provider with a free slot, claim pacing, and
+//! what a claim's answer leads to.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    pub(super) fn pick(&self, labels: &[String]) -> Pick {
+        let wanted = label_set(labels);
+        let mut best: Option<(usize, usize, bool)> = None; // (extra labels, index, free)
+        let mut covered = false;
+        for (i, offered) in self.provider_sets.iter().enumerate() {
+            if !wanted.iter().all(|w| offered.binary_search(w).is_ok()) {
+                continue;
+            }
+            covered = true;
+            let slot = &self.slots[i];
+            if !slot.up {
+                continue;
+            }
+            let extra = offered.len() - wanted.len();
+            let free = slot.used < self.settings.providers[i].max_concurrent;
+            let better = match best {
+                None => true,
+                Some((e, _, f)) => extra < e || (extra == e && free && !f),
+            };
+            if better {
+                best = Some((extra, i, free));
+            }
+        }
+        match best {
+            Some((_, i, true)) => Pick::Provider(i),
+            _ if covered => Pick::Wait,
+            _ => Pick::Uncovered,
+        }
+    }
+
+    /// Starts claims for pending jobs while slots and claim tokens allow.
+    pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let mut waiting = VecDeque::with_capacity(self.pending.len());
+        while let Some(key) = self.pending.pop_front() {
+            let Some(rec) = self.jobs.get(&key) else {
+                continue;
+            };
+            if rec.phase != Phase::Pending {
+                continue;
+            }
+            if self.draining {
+                self.abandon(
+                    &key,
+                    Phase::Seen,
+                    Note::Abandoned(Abandon::CordonedWhileWaiting),
+                    now,
+                    fx,
+                );
+                continue;
+            }
+            if rec.started_at.is_some() {
+                self.stats.satisfied_elsewhere += 1;
+                self.abandon(&key, Phase::Done, Note::RanElsewhere, now, fx);
+                continue;
+            }
+            if self.used_total >= self.settings.max_concurrent {
+                waiting.push_back(key);
+                break;
+            }
+            let labels = rec.info.labels.clone();
+            let i = match self.pick(&labels) {
+                Pick::Provider(i) => i,
+                Pick::Wait => {
+                    waiting.push_back(key);
+                    continue;
+                }
+                Pick::Uncovered => {
+                    self.abandon(
+                        &key,
+                        Phase::Unroutable,
+                        Note::Abandoned(Abandon::NoProviderAnyMore),
+                        now,
+                        fx,
+                    );
+                    continue;
+                }
+            };
+            if !self.bucket.try_take(now.mono) {
+                fx.push(Effect::WakeAt(self.bucket.next_token_at(now.mono)));
+                waiting.push_back(key);
+                break;
+            }
+            self.start_claim(key, i, now, fx);
+        }
+        waiting.extend(self.pending.drain(..));
+        self.pending = waiting;
+    }
+
+    /// Stops a job's dispatch with nothing in flight: `why` goes to its timeline and the log,
+    /// and it leaves the ladder.
+    pub(super) fn abandon(
+        &mut self,
+        key: &JobKey,
+        phase: Phase,
+        why: Note,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.set_phase(key, phase);
+        self.leave_ladder(key, fx);
+        self.observe(Observation::Abandoned {
+            job_id: key.job_id,
+            why: match &why {
+                Note::Abandoned(a) => a.to_string(),
+                other => other.to_string(),
+            },
+        });
+        self.note(key, now, why);
+    }
+
+    pub(super) fn start_claim(&mut self, key: JobKey, i: usize, now: Now, fx: &mut Vec<Effect>) {
+        let spec = &self.settings.providers[i];
+        let provider = spec.kind;
+        let request = ClaimRequest {
+            repo: self
+                .settings
+                .repo_level
+                .then(|| self.jobs[&key].info.repo.clone()),
+            name_base: format!("{}-{}", self.settings.name_prefix, provider.name_part()),
+            labels: spec.labels.clone(),
+        };
+        self.slots[i].used += 1;
+        self.used_total += 1;
+        self.stats.claims += 1;
+        self.set_phase(&key, Phase::Claiming { provider });
+        self.note(&key, now, Note::Claiming { provider });
+        self.observe(Observation::Claiming {
+            job_id: key.job_id,
+            provider,
+        });
+        fx.push(Effect::Claim {
+            key,
+            provider,
+            request,
+        });
+    }
+
+    /// Called by the shell when the claim pacing timer fires.
+    pub fn wake(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.run_deferred(now, false, &mut fx);
+        self.pump(now, &mut fx);
+        fx
+    }
+
+    /// The answer to a claim.
+    pub fn on_claim_result(
+        &mut self,
+        key: JobKey,
+        provider: ProviderKind,
+        result: Result<JitRunner, GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match result {
+            Ok(runner) => self.claimed(key, provider, runner, now, &mut fx),
+            Err(e) => {
+                self.release(provider);
+                self.stats.claim_failures += 1;
+                let class = e.class();
+                self.observe(Observation::ClaimFailed {
+                    job_id: key.job_id,
+                    provider,
+                    class,
+                    error: e.to_string(),
+                });
+                self.note(
+                    &key,
+                    now,
+                    Note::ClaimFailed {
+                        class,
+                        error: e.to_string(),
+                    },
+                );
+                let failure = Failure {
+                    class,
+                    retry_after: e.retry_after(),
+                    message: e.to_string(),
+                };
+                self.failed(&key, failure, now, &mut fx);
+            }
+        }
+        self.pump(now, &mut fx);
+        fx
+    }
+
+    pub(super) fn claimed(
+        &mut self,
+        key: JobKey,
+        provider: ProviderKind,
+        runner: JitRunner,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let repo = self.settings.repo_level.then(|| {
+            self.jobs
+                .get(&key)
+                .map(|r| r.info.repo.clone())
+                .unwrap_or_default()
+        });
+        let started = self.jobs.get(&key).and_then(|r| r.started_at).is_some();
+        if self.draining || started {
+            // The claim raced a cordon or the job starting elsewhere: the runner is not needed
+            // and has not connected yet, so delete it rather than start an environment.
+            self.release(provider);
+            let why = if self.draining {
+                Abandon::CordonedDuringClaim
+            } else {
+                Abandon::StartedDuringClaim
+            };
+            fx.push(Effect::DeleteRunner {
+                repo,
+                runner_id: runner.id,
+                name: runner.name.clone(),
+            });
+            let phase = if started { Phase::Done } else { Phase::Seen };
+            self.abandon(&key, phase, Note::Abandoned(why), now, fx);
+            return;
+        }
+        let spec = RunnerSpec {
+            name: runner.name.clone(),
+            runner_id: runner.id,
+            jit_config: runner.encoded_jit_config,
+            intent: key.clone(),
+            labels: self
+                .provider_index(provider)
+                .map(|i| self.settings.providers[i].labels.clone())
+                .unwrap_or_default(),
+        };
+        self.runners.insert(
+            runner.name.clone(),
+            RunnerRecord {
+                name: runner.name.clone(),
+                id: runner.id,
+                provider,
+                repo,
+                intent: key.clone(),
+                bound: None,
+                created_at: now.mono,
+                started_at: None,
+                created_unix: now.unix,
+            },
+        );
+        let row = Self::row(&self.runners[&runner.name]);
+        self.ops.push(Op::PutRunner(row));
+        self.observe(Observation::RunnerAdded { provider });
+        self.set_phase(
+            &key,
+            Phase::Active {
+                provider,
+                runner: runner.name.clone(),
+            },
+        );
+        self.leave_ladder(&key, fx);
+        self.note(
+            &key,
+            now,
+            Note::Claimed {
+                runner: runner.name.clone(),
+                runner_id: runner.id,
+                provider,
+            },
+        );
+        self.observe(Observation::Claimed {
+            job_id: key.job_id,
+            provider,
+            runner: runner.name.clone(),
+        });
+        fx.push(Effect::Provision { provider, spec });
+    }
+}

@@ -1,0 +1,257 @@
+//! Intake: `workflow_job` events through the dedup gate, label coverage, cordon and the zombie
+//! cap; observed starts and completions bind runners and trigger teardown.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    /// A `workflow_job` event (webhook or reconcile).
+    pub fn on_job_event(
+        &mut self,
+        action: JobAction,
+        job: JobInfo,
+        delivery: Option<&str>,
+        received: Instant,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match action {
+            JobAction::Queued => self.on_queued(job, delivery, received, now, &mut fx),
+            JobAction::InProgress | JobAction::Completed => {
+                self.on_started(action, job, delivery, now, &mut fx)
+            }
+            JobAction::Waiting => {
+                let key = job.key.clone();
+                self.note(&key, now, Note::AwaitingApproval);
+            }
+        }
+        fx
+    }
+
+    pub(super) fn on_queued(
+        &mut self,
+        job: JobInfo,
+        delivery: Option<&str>,
+        received: Instant,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.stats.queued_events += 1;
+        let key = job.key.clone();
+        // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
+        //    covers costs nothing when it is delivered again.
+        if let Some(rec) = self.jobs.get(&key) {
+            let in_flight = matches!(
+                rec.phase,
+                Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
+            );
+            let recently_seen = rec
+                .seen_at
+                .is_some_and(|at| now.mono.saturating_duration_since(at) < self.settings.seen_ttl);
+            if in_flight || recently_seen {
+                self.stats.duplicates += 1;
+                self.observe(Observation::Duplicate {
+                    job_id: key.job_id,
+                    delivery: delivery.map(str::to_string),
+                });
+                return;
+            }
+        }
+        let rec = self
+            .jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobRecord::new(job.clone(), Phase::Seen, received));
+        rec.info = job;
+        rec.seen_at = Some(now.mono);
+        let labels = rec.info.labels.clone();
+        self.note(
+            &key,
+            now,
+            Note::Queued {
+                delivery: delivery.map(str::to_string),
+            },
+        );
+
+        // 2. Label coverage.
+        if matches!(self.pick(&labels), Pick::Uncovered) {
+            self.set_phase(&key, Phase::Unroutable);
+            self.note(
+                &key,
+                now,
+                Note::Unroutable {
+                    labels: labels.clone(),
+                },
+            );
+            self.observe(Observation::Unroutable {
+                job_id: key.job_id,
+                delivery: delivery.map(str::to_string),
+                labels,
+            });
+            return;
+        }
+        // 3. Cordon: no zombie charge, seen kept, not pending.
+        if self.draining {
+            self.set_phase(&key, Phase::Seen);
+            self.note(&key, now, Note::CordonedNotAdmitted);
+            return;
+        }
+        // 4. Zombie cap.
+        let admissions = {
+            let rec = self.jobs.get_mut(&key).unwrap_or_else(|| unreachable!());
+            rec.admissions += 1;
+            rec.admissions
+        };
+        if admissions > self.settings.zombie_cap {
+            self.set_phase(&key, Phase::Seen);
+            self.note(&key, now, Note::ZombieCap { admissions });
+            if admissions == self.settings.zombie_cap + 1 {
+                self.observe(Observation::ZombieCap {
+                    job_id: key.job_id,
+                    admissions,
+                });
+            }
+            return;
+        }
+        // 5. Pending: wait for a slot and a claim token.
+        self.set_phase(&key, Phase::Pending);
+        self.pending.push_back(key.clone());
+        self.note(&key, now, Note::Admitted);
+        self.pump(now, fx);
+    }
+
+    pub(super) fn on_started(
+        &mut self,
+        action: JobAction,
+        job: JobInfo,
+        delivery: Option<&str>,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let key = job.key.clone();
+        let runner_name = job.runner_name.clone();
+        let rec = self
+            .jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobRecord::new(job.clone(), Phase::Done, now.mono));
+        if rec.started_at.is_none() {
+            rec.started_at = Some(now.mono);
+            self.ops.push(Op::JobStarted(key.clone(), now.unix));
+        }
+        let rec = self
+            .jobs
+            .get_mut(&key)
+            .unwrap_or_else(|| unreachable!("inserted above"));
+        rec.info.runner_name = job.runner_name.clone();
+        rec.info.runner_id = job.runner_id;
+        if job.conclusion.is_some() {
+            rec.info.conclusion = job.conclusion.clone();
+        }
+        match rec.phase {
+            Phase::Pending | Phase::Retrying | Phase::Seen | Phase::Unroutable => {
+                rec.phase = Phase::Done;
+            }
+            Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done => {}
+        }
+        self.leave_ladder(&key, fx);
+        self.note(
+            &key,
+            now,
+            Note::Observed {
+                action,
+                runner: runner_name.clone(),
+            },
+        );
+        self.observe(Observation::JobObserved {
+            job_id: key.job_id,
+            delivery: delivery.map(str::to_string),
+            runner: runner_name.clone(),
+            action,
+        });
+
+        // Bind the runner named in the event, if it is ours.
+        // A runner already gone that is named now did run a job: no registration to delete.
+        if let Some(gone) = runner_name
+            .as_ref()
+            .and_then(|n| self.recent_runners.get_mut(n))
+        {
+            gone.3 = true;
+        }
+        if let Some(name) = &runner_name
+            && let Some(runner) = self.runners.get_mut(name)
+        {
+            if runner.bound.is_none() {
+                runner.bound = Some(key.clone());
+                let row = Self::row(runner);
+                self.ops.push(Op::PutRunner(row));
+            }
+            if runner.intent != key {
+                let intent = runner.intent.clone();
+                self.observe(Observation::RunnerTookOther {
+                    job_id: key.job_id,
+                    runner: name.clone(),
+                    intended: intent.job_id,
+                });
+                self.note(
+                    &intent,
+                    now,
+                    Note::RunnerTookOther {
+                        runner: name.clone(),
+                        job_id: key.job_id,
+                    },
+                );
+            }
+        }
+        if action == JobAction::Completed {
+            self.on_completed(&key, runner_name.as_deref(), now, fx);
+            fx.extend(self.sweep(now));
+        }
+    }
+
+    pub(super) fn on_completed(
+        &mut self,
+        key: &JobKey,
+        runner_name: Option<&str>,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        // Teardown follows the runner named in the event, never the job a runner was made for.
+        let target = match runner_name {
+            Some(name) => self.runners.get(name).map(|r| r.name.clone()),
+            // Cancelled before any runner took it: the runner made for it may go, if it is
+            // not busy with another job.
+            None => self
+                .runners
+                .values()
+                .find(|r| &r.intent == key && r.bound.as_ref().is_none_or(|b| b == key))
+                .map(|r| r.name.clone()),
+        };
+        let conclusion = self
+            .jobs
+            .get(key)
+            .and_then(|r| r.info.conclusion.clone())
+            .unwrap_or_else(|| "unknown".into());
+        // Count the job if it ran on a runner of ours, live or just gone (a runner often exits
+        // before GitHub's `completed` delivery arrives).
+        let ran_on = runner_name.and_then(|n| {
+            self.runners
+                .get(n)
+                .map(|r| (r.provider, r.started_at))
+                .or_else(|| {
+                    self.recent_runners
+                        .get(n)
+                        .map(|(p, started, _, _)| (*p, *started))
+                })
+        });
+        if let Some((provider, started)) = ran_on {
+            self.observe(Observation::JobFinished {
+                provider,
+                conclusion: bounded_conclusion(&conclusion),
+                duration: started.map(|s| now.mono.saturating_duration_since(s)),
+            });
+        }
+        self.note(key, now, Note::Completed { conclusion });
+        if let Some(name) = target {
+            self.tear_down(key, name, "job completed", now, fx);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The claim retry ladder. The scheduler owns it: each failed claim's item (attempts, first
+//! failure, class, next attempt) lives in its [`RetryQueue`], and every delay is decided here
+//! with the rate reading the scheduler holds. The `RetryActor` is only the timer: it is handed
+//! the earliest due time ([`Effect::ArmRetryTimer`]) and says when it has come
+//! ([`Scheduler::on_retry_timer`]).
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    /// A claim or a provisioning attempt failed: onto the ladder, or give up.
+    pub(super) fn failed(
+        &mut self,
+        key: &JobKey,
+        failure: Failure,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return;
+        };
+        if rec.started_at.is_some() {
+            self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
+            return;
+        }
+        rec.claim_failures += 1;
+        rec.first_failure_class.get_or_insert(failure.class);
+        if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
+            let why = if self.draining {
+                Abandon::CordonedNoRetry
+            } else if !failure.class.is_retryable() {
+                Abandon::NotRetryable(failure.class)
+            } else {
+                Abandon::RetryDisabled
+            };
+            self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+            return;
+        }
+        let job = rec.info.clone();
+        let outcome = self.ladder.record_failure(
+            job,
+            &failure,
+            now.mono,
+            now.unix,
+            Some(&self.rate),
+            &mut self.rng,
+        );
+        match outcome {
+            Scheduled::Retry {
+                delay,
+                attempts,
+                reason,
+                class,
+                ..
+            } => {
+                self.set_phase(key, Phase::Retrying);
+                self.observe(Observation::RetryScheduled { class });
+                if let Some(row) = self.ladder.row(key, now.mono, now.unix) {
+                    self.ops.push(Op::PutRetry(row));
+                }
+                self.note(
+                    key,
+                    now,
+                    Note::RetryScheduled {
+                        attempt: attempts,
+                        due_unix: now.unix.saturating_add(delay.as_secs()),
+                        delay,
+                        reason,
+                        first_class: class,
+                    },
+                );
+            }
+            Scheduled::GaveUp {
+                attempts,
+                age,
+                class,
+            } => {
+                self.ops.push(Op::DeleteRetry(key.clone()));
+                self.observe(Observation::RetryGivenUp {
+                    job_id: key.job_id,
+                    attempts,
+                    class,
+                });
+                let why = Abandon::GaveUp {
+                    attempts,
+                    age_secs: age.as_secs(),
+                    class,
+                };
+                self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+            }
+            Scheduled::NotRetryable { class } => {
+                self.ops.push(Op::DeleteRetry(key.clone()));
+                let why = Abandon::NotRetryable(class);
+                self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+            }
+        }
+        self.rearm_retry_timer(fx);
+    }
+
+    /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).
+    pub(super) fn leave_ladder(&mut self, key: &JobKey, fx: &mut Vec<Effect>) {
+        if self.ladder.remove(key) {
+            self.ops.push(Op::DeleteRetry(key.clone()));
+            self.rearm_retry_timer(fx);
+        }
+    }
+
+    /// Hands the retry timer the earliest due time, when it changed.
+    pub(super) fn rearm_retry_timer(&mut self, fx: &mut Vec<Effect>) {
+        let next = self.ladder.next_due();
+        if next != self.retry_timer {
+            self.retry_timer = next;
+            fx.push(Effect::ArmRetryTimer { at: next });
+        }
+    }
+
+    /// The retry timer fired: every item due now goes back through dispatch. An item stays on
+    /// the ladder (in flight) until its attempt resolves, so a retry that fails again keeps its
+    /// attempts and first failure.
+    pub fn on_retry_timer(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.retry_timer = None;
+        for (job, attempts) in self.ladder.pop_due(now.mono) {
+            let key = job.key.clone();
+            let phase = self.jobs.get(&key).map(|r| r.phase.clone());
+            if phase != Some(Phase::Retrying) {
+                // Resolved while it waited (started elsewhere, completed): nothing to retry.
+                self.leave_ladder(&key, &mut fx);
+                continue;
+            }
+            if self.draining {
+                self.abandon(
+                    &key,
+                    Phase::Seen,
+                    Note::Abandoned(Abandon::CordonedRetryDropped),
+                    now,
+                    &mut fx,
+                );
+                continue;
+            }
+            self.set_phase(&key, Phase::Pending);
+            self.pending.push_back(key.clone());
+            self.note(&key, now, Note::RetryDue { attempt: attempts });
+        }
+        self.pump(now, &mut fx);
+        self.rearm_retry_timer(&mut fx);
+        fx
+    }
+
+    /// A fresh rate-limit reading of the credential the claims spend (pushed by the rate
+    /// actor): the ladder snaps rate-limited retries to its reset when it proves the budget
+    /// empty.
+    pub fn on_rate_reading(&mut self, reading: RateSnapshot) {
+        self.rate = reading;
+    }
+}

@@ -1,0 +1,245 @@
+//! The runner ledger: provisioner reports, forgetting runners, the stranded self-heal, deferred
+//! deletions, provider status and cordon.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    pub(super) fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
+        self.deferred.push((due, what));
+        fx.push(Effect::WakeAt(due));
+    }
+
+    /// Carries out deferred decisions that are due (all of them with `all`).
+    pub(super) fn run_deferred(&mut self, now: Now, all: bool, fx: &mut Vec<Effect>) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|(at, _)| all || *at <= now.mono);
+        self.deferred = later;
+        for (_, what) in due {
+            match what {
+                Deferred::Delete {
+                    repo,
+                    runner_id,
+                    name,
+                } => {
+                    let ran_a_job = self.recent_runners.get(&name).is_some_and(|r| r.3);
+                    if !ran_a_job {
+                        fx.push(Effect::DeleteRunner {
+                            repo,
+                            runner_id,
+                            name,
+                        });
+                    }
+                }
+            }
+        }
+        // One wake-up timer serves everything: ask for the next one still waiting.
+        if let Some(next) = self.deferred.iter().map(|(at, _)| *at).min() {
+            fx.push(Effect::WakeAt(next));
+        }
+    }
+
+    /// Deletes, now, every registration still waiting for a late delivery (end of a drain).
+    pub fn flush_deferred(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.run_deferred(now, true, &mut fx);
+        fx
+    }
+
+    /// A provisioner's report about a runner.
+    pub fn on_runner_event(&mut self, name: &str, kind: RunnerEventKind, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        // An event for a runner no longer in the ledger changes nothing.
+        let Some(runner) = self.runners.get_mut(name) else {
+            return fx;
+        };
+        let intent = runner.intent.clone();
+        match kind {
+            RunnerEventKind::Started => {
+                runner.started_at = Some(now.mono);
+                let startup = now.mono.saturating_duration_since(runner.created_at);
+                let queue_wait = self
+                    .jobs
+                    .get(&intent)
+                    .map(|rec| now.mono.saturating_duration_since(rec.received_at));
+                self.observe(Observation::RunnerStarted {
+                    startup,
+                    queue_wait,
+                });
+                self.stats.runners_started += 1;
+                self.note(
+                    &intent,
+                    now,
+                    Note::RunnerStarted {
+                        runner: name.to_string(),
+                        after: startup,
+                    },
+                );
+            }
+            RunnerEventKind::Exited { code, reason } => {
+                let runner = self.forget_runner(name, now);
+                self.note(
+                    &intent,
+                    now,
+                    Note::RunnerGone {
+                        runner: name.to_string(),
+                        reason,
+                        code,
+                    },
+                );
+                // A runner that exits by itself may well have run a job whose `in_progress` is
+                // still on its way: wait a little before deciding it never ran one (GitHub then
+                // still lists it, and it is deleted). Its own job, if never seen running, is
+                // dispatched again at once (a spare is reaped later; a job is never lost).
+                let delay = if reason == ExitReason::Exited {
+                    DELETE_DELAY
+                } else {
+                    Duration::ZERO
+                };
+                if let Some(r) = runner
+                    && r.bound.is_none()
+                {
+                    self.defer(
+                        now.mono + delay,
+                        Deferred::Delete {
+                            repo: r.repo,
+                            runner_id: r.id,
+                            name: r.name,
+                        },
+                        &mut fx,
+                    );
+                }
+                let why = if reason == ExitReason::ProvisionerDied {
+                    "its provisioner died before the job started"
+                } else {
+                    "its runner exited but the job was never observed running (stranded)"
+                };
+                self.heal_stranded(&intent, why, now, &mut fx);
+            }
+            RunnerEventKind::Failed { error } => {
+                let r = self.forget_runner(name, now);
+                if let Some(r) = r {
+                    fx.push(Effect::DeleteRunner {
+                        repo: r.repo,
+                        runner_id: r.id,
+                        name: r.name,
+                    });
+                }
+                self.observe(Observation::EnvironmentFailed {
+                    job_id: intent.job_id,
+                    runner: name.to_string(),
+                    error: error.clone(),
+                });
+                self.note(
+                    &intent,
+                    now,
+                    Note::EnvironmentFailed {
+                        runner: name.to_string(),
+                        error: error.clone(),
+                    },
+                );
+                let failure = Failure {
+                    class: ErrorClass::UnknownRetryable,
+                    retry_after: None,
+                    message: format!("provisioning failed: {error}"),
+                };
+                if matches!(self.jobs.get(&intent).map(|r| &r.phase), Some(Phase::Seen)) {
+                    self.failed(&intent, failure, now, &mut fx);
+                }
+            }
+        }
+        self.pump(now, &mut fx);
+        fx
+    }
+
+    /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
+    pub(super) fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
+        let r = self.runners.remove(name)?;
+        self.ops.push(Op::DeleteRunner(r.name.clone()));
+        self.release(r.provider);
+        self.observe(Observation::RunnerRemoved {
+            provider: r.provider,
+        });
+        self.recent_runners.insert(
+            r.name.clone(),
+            (r.provider, r.started_at, now.mono, r.bound.is_some()),
+        );
+        if let Some(rec) = self.jobs.get_mut(&r.intent)
+            && matches!(&rec.phase, Phase::Active { runner, .. } if runner == name)
+        {
+            rec.phase = if rec.started_at.is_some() {
+                Phase::Done
+            } else {
+                Phase::Seen
+            };
+        }
+        Some(r)
+    }
+
+    /// Stranded self-heal: runners are fungible, so the runner made for a job may have run a
+    /// sibling and exited, leaving its own job queued on GitHub, which never re-sends the
+    /// webhook. A job whose runner went while it was never observed running is dispatched again
+    /// at once, counted against the zombie cap.
+    pub(super) fn heal_stranded(
+        &mut self,
+        key: &JobKey,
+        why: &'static str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let cap = self.settings.zombie_cap;
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return;
+        };
+        if rec.started_at.is_some() || rec.phase != Phase::Seen || self.draining {
+            return;
+        }
+        rec.admissions += 1;
+        if rec.admissions > cap {
+            let dispatches = rec.admissions;
+            self.note(key, now, Note::StrandedCap { dispatches });
+            return;
+        }
+        rec.seen_at = Some(now.mono);
+        rec.phase = Phase::Pending;
+        self.pending.push_back(key.clone());
+        self.observe(Observation::Requeued {
+            job_id: key.job_id,
+            why,
+        });
+        self.note(key, now, Note::Requeued { why });
+        self.pump(now, fx);
+    }
+
+    /// A provider went down (with the cause) or came up.
+    pub fn on_provider_status(
+        &mut self,
+        provider: ProviderKind,
+        up: bool,
+        cause: Option<String>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.observe(Observation::ProviderStatus {
+            provider,
+            up,
+            cause: cause.clone(),
+        });
+        if let Some(i) = self.provider_index(provider) {
+            self.slots[i].up = up;
+            self.slots[i].down_cause = if up { None } else { cause };
+        }
+        self.pump(now, &mut fx);
+        fx
+    }
+
+    /// Cordon (stop claiming) or uncordon.
+    pub fn set_cordon(&mut self, cordoned: bool, now: Now) -> Vec<Effect> {
+        self.draining = cordoned;
+        self.observe(Observation::Cordon(cordoned));
+        let mut fx = Vec::new();
+        self.pump(now, &mut fx);
+        fx
+    }
+}

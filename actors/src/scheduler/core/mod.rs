@@ -1,0 +1,487 @@
+//! `Scheduler`: every scheduling decision, as a plain struct. No actix, no I/O, no clock: each
+//! method takes the time ([`Now`]) and returns the [`Effect`]s the actor shell must carry out.
+//!
+//! It owns the job table (dedup: pending / running / seen, observed `started`), the runner
+//! ledger, the slot counts, claim pacing, and cordon. Decisions follow the original's order for
+//! a queued job: dedup gate (running, pending, seen) before the label check; a job no provider
+//! covers is remembered as seen (so a re-delivery costs nothing) and never made pending; cordon
+//! before the zombie count; route and claim only when a slot and a claim token are free.
+//!
+//! It also owns the claim retry ladder (each failed job's item, and every delay, decided with
+//! the rate reading it is pushed). It holds no metrics and writes no logs: what operators count
+//! or read leaves as [`Observation`]s, durable changes as store [`Op`]s, and everything to do
+//! as plain-data [`Effect`]s; the actor shell carries all three out.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::Duration,
+};
+
+use rand::{SeedableRng, rngs::SmallRng};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::{bucket::TokenBucket, observe::Observation};
+use crate::{
+    clock::Now,
+    config::{Config, ProviderKind},
+    github::{ErrorClass, GithubError, JitRunner},
+    job::{JobAction, JobInfo, JobKey, label_set},
+    provision::{ExitReason, RunnerEventKind, RunnerSpec},
+    rate::RateSnapshot,
+    retry::{Backoff, Failure, RetryQueue, RetryView, Scheduled},
+    store::{Op, RunnerRow, Snapshot},
+};
+
+mod dispatch;
+mod intake;
+mod ladder;
+mod ledger;
+mod restore;
+mod sweep;
+pub mod timeline;
+mod view;
+
+use timeline::TIMELINE_CAP;
+pub use timeline::{Abandon, Note, TimelineEntry};
+pub use view::{
+    JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState, StatusView,
+};
+
+/// A job is remembered as seen this long; a re-delivery inside it is a duplicate.
+pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);
+/// How long an observed start is remembered when there is no job timeout.
+pub const STARTED_TTL_NO_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// Admissions after which a job GitHub keeps listing but never runs is left alone.
+pub const ZOMBIE_CAP: u32 = 5;
+/// How long a runner that exited by itself may wait for its job's `in_progress` before it is
+/// taken for one that never ran a job (and deleted on GitHub).
+pub const DELETE_DELAY: Duration = Duration::from_secs(10);
+
+/// The slice of config the scheduler decides with.
+#[derive(Debug, Clone)]
+pub struct SchedulerSettings {
+    /// Enabled providers, in tie-break order.
+    pub providers: Vec<ProviderSpec>,
+    /// `runner.max_concurrent`.
+    pub max_concurrent: usize,
+    /// `runner.name_prefix`.
+    pub name_prefix: String,
+    /// Repo-level runners (`github.repos` non-empty): claim in the job's repo.
+    pub repo_level: bool,
+    /// `runner.claim_retry.enabled`.
+    pub retry_enabled: bool,
+    /// `github.max_claims_per_minute`.
+    pub claims_per_minute: u32,
+    /// Seen TTL.
+    pub seen_ttl: Duration,
+    /// How long an observed start is remembered.
+    pub started_ttl: Duration,
+    /// Zombie cap.
+    pub zombie_cap: u32,
+    /// `runner.orphan_sweep`: `None` when disabled, else the grace.
+    pub orphan_grace: Option<Duration>,
+    /// `webhook.reconcile_interval`: `None` when disabled.
+    pub reconcile_interval: Option<Duration>,
+    /// `github.repos`.
+    pub repos: Vec<String>,
+}
+
+impl SchedulerSettings {
+    /// The settings a config implies.
+    pub fn from_config(c: &Config) -> Self {
+        let providers = c
+            .providers
+            .enabled()
+            .into_iter()
+            .map(|(kind, common)| ProviderSpec {
+                kind,
+                labels: common.labels.clone(),
+                max_concurrent: common.max_concurrent,
+            })
+            .collect();
+        SchedulerSettings {
+            providers,
+            max_concurrent: c.runner.max_concurrent,
+            name_prefix: c.runner.name_prefix.clone(),
+            repo_level: !c.github.repos.is_empty(),
+            retry_enabled: c.runner.claim_retry.enabled,
+            claims_per_minute: c.github.max_claims_per_minute,
+            seen_ttl: SEEN_TTL,
+            started_ttl: c
+                .runner
+                .job_timeout
+                .map_or(STARTED_TTL_NO_TIMEOUT, |t| t + SEEN_TTL),
+            zombie_cap: ZOMBIE_CAP,
+            orphan_grace: c
+                .runner
+                .orphan_sweep
+                .enabled
+                .then_some(c.runner.orphan_sweep.grace),
+            reconcile_interval: c.webhook.reconcile_interval,
+            repos: c.github.repos.clone(),
+        }
+    }
+}
+
+/// One enabled provider, as routing sees it.
+#[derive(Debug, Clone)]
+pub struct ProviderSpec {
+    /// Which provisioner.
+    pub kind: ProviderKind,
+    /// Labels its runners register with (as configured).
+    pub labels: Vec<String>,
+    /// Its slot count.
+    pub max_concurrent: usize,
+}
+
+/// A generate-jitconfig call, as plain data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The job's repo, for repo-level runners; `None` claims at the org.
+    pub repo: Option<String>,
+    /// Runner name without its random suffix (`<prefix>-<provider>`).
+    pub name_base: String,
+    /// Labels the runner registers with.
+    pub labels: Vec<String>,
+}
+
+/// What the actor shell must do after a decision. Plain data: the shell builds the messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Call generate-jitconfig; report back with `on_claim_result`.
+    Claim {
+        /// The job.
+        key: JobKey,
+        /// The provider the runner is for.
+        provider: ProviderKind,
+        /// The call.
+        request: ClaimRequest,
+    },
+    /// Hand a claimed runner to its provisioner.
+    Provision {
+        /// Which provisioner.
+        provider: ProviderKind,
+        /// The runner.
+        spec: RunnerSpec,
+    },
+    /// Ask a provisioner to stop a runner.
+    Teardown {
+        /// Which provisioner.
+        provider: ProviderKind,
+        /// Runner name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Delete a runner registration on GitHub (it never ran a job, so it will not go by itself).
+    DeleteRunner {
+        /// Repo for repo-level runners.
+        repo: Option<String>,
+        /// Runner id.
+        runner_id: u64,
+        /// Runner name, for logs.
+        name: String,
+    },
+    /// Arm the retry timer for the ladder's earliest due item (`None`: nothing waits); when
+    /// it fires, call `on_retry_timer`.
+    ArmRetryTimer {
+        /// Due time.
+        at: Option<Instant>,
+    },
+    /// Ask GitHub whether a runner is busy before reaping it (its `in_progress` may be late);
+    /// report back with `on_idle_checked`.
+    CheckIdle {
+        /// Runner name.
+        name: String,
+        /// Runner id.
+        runner_id: u64,
+        /// Repo for repo-level runners.
+        repo: Option<String>,
+        /// Why it would be reaped.
+        reason: &'static str,
+    },
+    /// Call `wake` at this time (the claim pacing has no token before then).
+    WakeAt(Instant),
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Phase {
+    /// Admitted before; nothing in flight (failed, abandoned, cordoned, zombie, torn down).
+    Seen,
+    /// No enabled provider's labels cover the job; remembered only to make re-deliveries free.
+    Unroutable,
+    /// Waiting for a slot or a claim token.
+    Pending,
+    /// generate-jitconfig in flight; a slot is held.
+    Claiming {
+        /// For this provider.
+        provider: ProviderKind,
+    },
+    /// On the retry ladder; no slot held.
+    Retrying,
+    /// A runner was claimed for it and its environment is starting or running.
+    Active {
+        /// The provider.
+        provider: ProviderKind,
+        /// The runner created for the job.
+        runner: String,
+    },
+    /// Observed in progress or completed (on any runner); nothing more to do.
+    Done,
+}
+
+/// What the scheduler knows about a job.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// Latest information.
+    pub info: JobInfo,
+    /// Where it stands.
+    pub phase: Phase,
+    /// Last admitted (the dedup TTL runs from here).
+    pub seen_at: Option<Instant>,
+    /// Observed `in_progress` or `completed` (any runner).
+    pub started_at: Option<Instant>,
+    /// When the first queued event for it arrived.
+    pub received_at: Instant,
+    /// Admissions so far (the zombie counter).
+    pub admissions: u32,
+    /// Claims (or environments) that failed for it so far: its history, kept after it leaves
+    /// the ladder. The ladder's own item (attempts, next attempt) lives in the ladder alone.
+    pub claim_failures: u32,
+    /// Class of its first failure.
+    pub first_failure_class: Option<ErrorClass>,
+    /// Every decision taken about it.
+    pub timeline: Vec<TimelineEntry>,
+}
+
+impl JobRecord {
+    fn new(info: JobInfo, phase: Phase, received_at: Instant) -> Self {
+        JobRecord {
+            info,
+            phase,
+            seen_at: None,
+            started_at: None,
+            received_at,
+            admissions: 0,
+            claim_failures: 0,
+            first_failure_class: None,
+            timeline: Vec::new(),
+        }
+    }
+}
+
+/// A runner of ours.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunnerRecord {
+    /// Name.
+    pub name: String,
+    /// GitHub id.
+    pub id: u64,
+    /// Provider.
+    pub provider: ProviderKind,
+    /// Repo for repo-level runners.
+    pub repo: Option<String>,
+    /// The job it was created for.
+    pub intent: JobKey,
+    /// The job GitHub gave it, once observed.
+    pub bound: Option<JobKey>,
+    /// Claimed at.
+    #[serde(skip)]
+    pub created_at: Instant,
+    /// Environment up at.
+    #[serde(skip)]
+    pub started_at: Option<Instant>,
+    /// Unix seconds of the claim.
+    pub created_unix: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Slots {
+    used: usize,
+    up: bool,
+    /// Why the provider is down, as its supervisor reported.
+    down_cause: Option<String>,
+}
+
+/// Outcome of routing one job.
+enum Pick {
+    /// No enabled provider covers the job.
+    Uncovered,
+    /// Covering providers exist but none is up with a free slot right now.
+    Wait,
+    /// This provider has a free slot.
+    Provider(usize),
+}
+
+/// The scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    settings: SchedulerSettings,
+    provider_sets: Vec<Vec<String>>,
+    jobs: HashMap<JobKey, JobRecord>,
+    runners: HashMap<String, RunnerRecord>,
+    pending: VecDeque<JobKey>,
+    slots: Vec<Slots>,
+    used_total: usize,
+    bucket: TokenBucket,
+    /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
+    /// after its runner exited, and must still be counted as ours.
+    recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant, bool)>,
+    draining: bool,
+    stats: Stats,
+    /// The claim retry ladder: the one owner of every failed job's retry state.
+    ladder: RetryQueue,
+    /// Jitter for the ladder (seeded in tests).
+    rng: SmallRng,
+    /// The latest rate-limit reading of the credential claims spend.
+    rate: RateSnapshot,
+    /// The due time the retry timer was last handed.
+    retry_timer: Option<Instant>,
+    /// What operators count or read, waiting for the shell.
+    observed: Vec<Observation>,
+    /// State changes waiting to be made durable.
+    ops: Vec<Op>,
+    /// Decisions waiting for a late delivery (see `DELETE_DELAY`, `HEAL_DELAY`).
+    deferred: Vec<(Instant, Deferred)>,
+}
+
+/// A decision taken later, once a late `in_progress` had its chance to arrive.
+#[derive(Debug, Clone)]
+enum Deferred {
+    /// Delete a runner registration unless the runner turns out to have run a job.
+    Delete {
+        repo: Option<String>,
+        runner_id: u64,
+        name: String,
+    },
+}
+
+/// Counters for status views and tests.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Stats {
+    /// Queued events received.
+    pub queued_events: u64,
+    /// Queued events dropped by the dedup gate.
+    pub duplicates: u64,
+    /// Claims sent.
+    pub claims: u64,
+    /// Claims that failed.
+    pub claim_failures: u64,
+    /// Runners that reported started.
+    pub runners_started: u64,
+    /// Dispatches abandoned because the job was observed running elsewhere.
+    pub satisfied_elsewhere: u64,
+}
+
+impl Scheduler {
+    /// A scheduler with no jobs, climbing `backoff` on failures; `seed` fixes the ladder's
+    /// jitter (tests), else it is random.
+    pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: Option<u64>, now: Now) -> Self {
+        let provider_sets = settings
+            .providers
+            .iter()
+            .map(|p| label_set(&p.labels))
+            .collect();
+        let slots = settings
+            .providers
+            .iter()
+            // Down until its supervisor reports the host check passed: no job is claimed for a
+            // pool that cannot run it.
+            .map(|_| Slots {
+                used: 0,
+                up: false,
+                down_cause: Some("starting: host check not done yet".into()),
+            })
+            .collect();
+        Scheduler {
+            bucket: TokenBucket::new(settings.claims_per_minute, now.mono),
+            settings,
+            provider_sets,
+            jobs: HashMap::new(),
+            runners: HashMap::new(),
+            pending: VecDeque::new(),
+            slots,
+            used_total: 0,
+            recent_runners: HashMap::new(),
+            draining: false,
+            stats: Stats::default(),
+            ladder: RetryQueue::new(backoff),
+            rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),
+            rate: RateSnapshot::default(),
+            retry_timer: None,
+            observed: Vec::new(),
+            ops: Vec::new(),
+            deferred: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, key: &JobKey, now: Now, note: Note) {
+        if let Some(rec) = self.jobs.get_mut(key) {
+            if rec.timeline.len() == TIMELINE_CAP {
+                rec.timeline.remove(1);
+            }
+            rec.timeline.push(TimelineEntry { at: now.unix, note });
+        }
+    }
+
+    fn observe(&mut self, o: Observation) {
+        self.observed.push(o);
+    }
+
+    /// What was observed since the last call (the shell logs and counts it).
+    pub fn take_observations(&mut self) -> Vec<Observation> {
+        std::mem::take(&mut self.observed)
+    }
+
+    fn provider_index(&self, kind: ProviderKind) -> Option<usize> {
+        self.settings.providers.iter().position(|p| p.kind == kind)
+    }
+
+    fn set_phase(&mut self, key: &JobKey, phase: Phase) {
+        if let Some(rec) = self.jobs.get_mut(key) {
+            rec.phase = phase;
+        }
+    }
+
+    fn release(&mut self, provider: ProviderKind) {
+        if let Some(i) = self.provider_index(provider) {
+            self.slots[i].used = self.slots[i].used.saturating_sub(1);
+        }
+        self.used_total = self.used_total.saturating_sub(1);
+    }
+
+    /// `runner.name_prefix`.
+    pub fn name_prefix(&self) -> &str {
+        &self.settings.name_prefix
+    }
+
+    /// Repos of repo-level runners (empty: org-level).
+    pub fn repos(&self) -> &[String] {
+        &self.settings.repos
+    }
+
+    /// How often to reconcile, if at all.
+    pub fn reconcile_interval(&self) -> Option<Duration> {
+        self.settings.reconcile_interval
+    }
+}
+
+/// GitHub's conclusions, so the metric label stays bounded.
+fn bounded_conclusion(c: &str) -> &'static str {
+    match c {
+        "success" => "success",
+        "failure" => "failure",
+        "cancelled" => "cancelled",
+        "skipped" => "skipped",
+        "timed_out" => "timed_out",
+        "neutral" => "neutral",
+        "action_required" => "action_required",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests;

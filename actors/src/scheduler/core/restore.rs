@@ -1,0 +1,126 @@
+//! Durability: the state changes handed to the store, and rebuilding state after a restart.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    /// State changes to make durable since the last call (the actor hands them to the store).
+    pub fn take_ops(&mut self) -> Vec<Op> {
+        std::mem::take(&mut self.ops)
+    }
+
+    pub(super) fn row(r: &RunnerRecord) -> RunnerRow {
+        RunnerRow {
+            name: r.name.clone(),
+            id: r.id,
+            provider: r.provider,
+            repo: r.repo.clone(),
+            intent: r.intent.clone(),
+            bound: r.bound.clone(),
+            created_unix: r.created_unix,
+        }
+    }
+
+    /// Rebuilds the state a previous run left in the store. Ledger runners hold their slots
+    /// (their provisioners adopt or clean them up and report back); jobs on the ladder wait
+    /// for it; jobs observed running stay satisfied. Returns the open jobs that had nothing in
+    /// flight (the caller dispatches them again through the normal path), and the effects of
+    /// the restored ladder (its timer).
+    pub fn restore(&mut self, snapshot: &Snapshot, now: Now) -> (Vec<JobInfo>, Vec<Effect>) {
+        let ago = |unix: u64| {
+            now.mono
+                .checked_sub(Duration::from_secs(now.unix.saturating_sub(unix)))
+                .unwrap_or(now.mono)
+        };
+        for row in &snapshot.jobs {
+            let mut rec = JobRecord::new(row.info.clone(), Phase::Seen, ago(row.received_unix));
+            rec.seen_at = Some(now.mono);
+            rec.started_at = row.started_unix.map(ago);
+            if rec.started_at.is_some() {
+                rec.phase = Phase::Done;
+            }
+            rec.timeline.push(TimelineEntry {
+                at: now.unix,
+                note: Note::Restored,
+            });
+            self.jobs.insert(row.info.key.clone(), rec);
+        }
+        for r in &snapshot.runners {
+            let Some(i) = self.provider_index(r.provider) else {
+                // The provider was disabled since: nothing will adopt it; forget it.
+                self.ops.push(Op::DeleteRunner(r.name.clone()));
+                continue;
+            };
+            self.slots[i].used += 1;
+            self.used_total += 1;
+            self.observe(Observation::RunnerAdded {
+                provider: r.provider,
+            });
+            self.runners.insert(
+                r.name.clone(),
+                RunnerRecord {
+                    name: r.name.clone(),
+                    id: r.id,
+                    provider: r.provider,
+                    repo: r.repo.clone(),
+                    intent: r.intent.clone(),
+                    bound: r.bound.clone(),
+                    created_at: ago(r.created_unix),
+                    started_at: Some(now.mono),
+                    created_unix: r.created_unix,
+                },
+            );
+            let rec = self.jobs.entry(r.intent.clone()).or_insert_with(|| {
+                JobRecord::new(
+                    JobInfo {
+                        key: r.intent.clone(),
+                        ..JobInfo::default()
+                    },
+                    Phase::Seen,
+                    now.mono,
+                )
+            });
+            if rec.started_at.is_none() {
+                rec.phase = Phase::Active {
+                    provider: r.provider,
+                    runner: r.name.clone(),
+                };
+            }
+        }
+        // The ladder comes back with its original times; an item whose job has moved on
+        // (started, or a runner in the ledger) leaves it.
+        self.ladder.restore(&snapshot.retries, now.mono, now.unix);
+        let mut fx = Vec::new();
+        for r in &snapshot.retries {
+            let rec = self
+                .jobs
+                .entry(r.job.key.clone())
+                .or_insert_with(|| JobRecord::new(r.job.clone(), Phase::Seen, now.mono));
+            if rec.started_at.is_none() && rec.phase == Phase::Seen {
+                rec.phase = Phase::Retrying;
+                rec.claim_failures = r.attempts;
+                rec.first_failure_class = Some(r.class);
+            } else {
+                self.leave_ladder(&r.job.key, &mut fx);
+            }
+        }
+        self.rearm_retry_timer(&mut fx);
+        let redo: Vec<JobInfo> = self
+            .jobs
+            .values_mut()
+            .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())
+            .map(|r| {
+                // Let the re-dispatch through the dedup gate.
+                r.seen_at = None;
+                r.info.clone()
+            })
+            .collect();
+        self.observe(Observation::Restored {
+            jobs: snapshot.jobs.len(),
+            runners: snapshot.runners.len(),
+            retries: snapshot.retries.len(),
+            redispatch: redo.len(),
+        });
+        (redo, fx)
+    }
+}

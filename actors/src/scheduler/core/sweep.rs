@@ -1,0 +1,213 @@
+//! The orphan sweep (spares, surplus, grace-expired orphans; each checked idle on GitHub first),
+//! the drain's teardown of every runner, and pruning of forgotten jobs.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    /// The orphan sweep. An unbound runner older than the grace is reaped (nobody wanted it).
+    /// A *spare* (an unbound runner whose own job ran elsewhere) covers one unit of uncovered
+    /// demand (a queued job its labels cover that no live runner was made for), newest spare
+    /// first; the surplus is reaped at once instead of waiting out the grace. Reaped runners are
+    /// deleted on GitHub when they report their exit (they never ran a job).
+    pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let Some(grace) = self.settings.orphan_grace else {
+            return fx;
+        };
+        // A job still needs a runner if it has not started and no runner made for it is still
+        // free to take it (its own runner may have been given a sibling).
+        let has_free_runner = |j: &JobRecord| match &j.phase {
+            Phase::Active { runner, .. } => {
+                self.runners.get(runner).is_some_and(|r| r.bound.is_none())
+            }
+            _ => false,
+        };
+        let mut demand: Vec<(JobKey, Vec<String>)> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                j.started_at.is_none()
+                    && j.admissions <= self.settings.zombie_cap
+                    && matches!(
+                        j.phase,
+                        Phase::Pending
+                            | Phase::Claiming { .. }
+                            | Phase::Retrying
+                            | Phase::Active { .. }
+                    )
+                    && !has_free_runner(j)
+            })
+            .map(|j| (j.info.key.clone(), label_set(&j.info.labels)))
+            .collect();
+        demand.sort();
+        let mut unbound: Vec<&RunnerRecord> = self
+            .runners
+            .values()
+            .filter(|r| r.bound.is_none())
+            .collect();
+        unbound.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+        let mut reap: Vec<(String, ProviderKind, JobKey, &'static str)> = Vec::new();
+        for r in unbound {
+            let intent_started = self
+                .jobs
+                .get(&r.intent)
+                .is_none_or(|j| j.started_at.is_some());
+            if intent_started {
+                let offered = self
+                    .provider_index(r.provider)
+                    .map(|i| self.provider_sets[i].clone())
+                    .unwrap_or_default();
+                let covers =
+                    |wanted: &Vec<String>| wanted.iter().all(|w| offered.binary_search(w).is_ok());
+                if let Some(pos) = demand.iter().position(|(_, wanted)| covers(wanted)) {
+                    demand.remove(pos);
+                    continue;
+                }
+                reap.push((
+                    r.name.clone(),
+                    r.provider,
+                    r.intent.clone(),
+                    "spare runner: its job ran elsewhere and no queued job needs it",
+                ));
+            } else if now.mono.saturating_duration_since(r.created_at) >= grace {
+                reap.push((
+                    r.name.clone(),
+                    r.provider,
+                    r.intent.clone(),
+                    "orphan: no job took it within the grace",
+                ));
+            }
+        }
+        for (name, _, _, why) in reap {
+            let r = &self.runners[&name];
+            fx.push(Effect::CheckIdle {
+                runner_id: r.id,
+                repo: r.repo.clone(),
+                name,
+                reason: why,
+            });
+        }
+        fx
+    }
+
+    /// GitHub's answer about a runner the sweep would reap: reap it only if it is still ours,
+    /// still unbound, and GitHub says it is not busy (or no longer knows it).
+    pub fn on_idle_checked(
+        &mut self,
+        name: &str,
+        busy: Result<bool, GithubError>,
+        reason: &'static str,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let Some(r) = self.runners.get(name).filter(|r| r.bound.is_none()) else {
+            return fx;
+        };
+        let (provider, intent) = (r.provider, r.intent.clone());
+        match busy {
+            Ok(false) => {
+                self.observe(Observation::Reaping {
+                    runner: name.to_string(),
+                    provider,
+                    reason,
+                });
+                self.note(
+                    &intent,
+                    now,
+                    Note::Reaped {
+                        runner: name.to_string(),
+                        reason,
+                    },
+                );
+                fx.push(Effect::Teardown {
+                    provider,
+                    name: name.to_string(),
+                    reason,
+                });
+            }
+            Ok(true) => self.observe(Observation::Keeping {
+                runner: name.to_string(),
+                why: "it looked idle but GitHub says it is busy".into(),
+            }),
+            Err(e) => self.observe(Observation::Keeping {
+                runner: name.to_string(),
+                why: format!("cannot check it ({}): {e}", e.class()),
+            }),
+        }
+        fx
+    }
+
+    /// Tears down every runner (the end of a drain). Runners that never ran a job are deleted
+    /// on GitHub when they report their exit.
+    pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let runners: Vec<(String, JobKey)> = self
+            .runners
+            .values()
+            .map(|r| (r.name.clone(), r.intent.clone()))
+            .collect();
+        for (name, intent) in runners {
+            self.tear_down(&intent, name, "shutdown timeout reached", now, &mut fx);
+        }
+        fx
+    }
+
+    /// Asks the provisioner of runner `name` (of ours) to stop it, noting why on `key`.
+    pub(super) fn tear_down(
+        &mut self,
+        key: &JobKey,
+        name: String,
+        reason: &'static str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(provider) = self.runners.get(&name).map(|r| r.provider) else {
+            return;
+        };
+        self.note(
+            key,
+            now,
+            Note::TearingDown {
+                runner: name.clone(),
+                reason,
+            },
+        );
+        fx.push(Effect::Teardown {
+            provider,
+            name,
+            reason,
+        });
+    }
+
+    /// Forgets jobs whose dedup and started windows have passed.
+    pub fn prune(&mut self, now: Now) {
+        let seen_ttl = self.settings.seen_ttl;
+        let started_ttl = self.settings.started_ttl;
+        let referenced: std::collections::HashSet<&JobKey> = self
+            .runners
+            .values()
+            .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
+            .collect();
+        let expired = |at: Option<Instant>, ttl: Duration| {
+            at.is_none_or(|t| now.mono.saturating_duration_since(t) >= ttl)
+        };
+        let gone: Vec<JobKey> = self
+            .jobs
+            .iter()
+            .filter(|(k, r)| {
+                matches!(r.phase, Phase::Seen | Phase::Unroutable | Phase::Done)
+                    && expired(r.seen_at, seen_ttl)
+                    && expired(r.started_at, started_ttl)
+                    && !referenced.contains(k)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            self.jobs.remove(&k);
+            self.ops.push(Op::DeleteJob(k.clone()));
+        }
+        self.recent_runners
+            .retain(|_, (_, _, gone, _)| now.mono.saturating_duration_since(*gone) < seen_ttl);
+    }
+}

@@ -1,0 +1,271 @@
+//! The pure core driven directly: hand-made times in, the exact effects out. No actix, no
+//! timers; the actor-level tests (`scheduler/tests/`) cover the wiring.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::{
+    config::{ClaimRetryConfig, Secret},
+    github::error::HttpFailure,
+};
+
+const UNIX0: u64 = 1_800_000_000;
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+fn settings() -> SchedulerSettings {
+    SchedulerSettings {
+        providers: vec![ProviderSpec {
+            kind: ProviderKind::Local,
+            labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
+            max_concurrent: 4,
+        }],
+        max_concurrent: 4,
+        name_prefix: "ephemer".into(),
+        repo_level: false,
+        retry_enabled: true,
+        claims_per_minute: 150,
+        seen_ttl: SEEN_TTL,
+        started_ttl: Duration::from_secs(7200),
+        zombie_cap: ZOMBIE_CAP,
+        orphan_grace: Some(Duration::from_secs(600)),
+        reconcile_interval: None,
+        repos: Vec::new(),
+    }
+}
+
+/// A scheduler whose one provider is up, at `t0`.
+fn core() -> (Scheduler, Instant) {
+    let t0 = Instant::now();
+    let backoff = Backoff::try_new(&ClaimRetryConfig {
+        schedule: vec![Duration::from_secs(30), Duration::from_secs(60)],
+        jitter: 0.0,
+        ..ClaimRetryConfig::default()
+    })
+    .unwrap();
+    let mut s = Scheduler::new(settings(), backoff, Some(1), at(t0, 0));
+    assert_eq!(
+        s.on_provider_status(ProviderKind::Local, true, None, at(t0, 0)),
+        vec![]
+    );
+    (s, t0)
+}
+
+fn at(t0: Instant, secs: u64) -> Now {
+    Now {
+        mono: t0 + Duration::from_secs(secs),
+        unix: UNIX0 + secs,
+    }
+}
+
+fn job(id: u64, labels: &[&str]) -> JobInfo {
+    JobInfo {
+        key: JobKey::new("acme", id),
+        repo: "app".into(),
+        run_id: 1,
+        run_attempt: 1,
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        ..JobInfo::default()
+    }
+}
+
+fn queued(s: &mut Scheduler, id: u64, labels: &[&str], now: Now) -> Vec<Effect> {
+    s.on_job_event(JobAction::Queued, job(id, labels), Some("d"), now.mono, now)
+}
+
+fn claim(id: u64) -> Effect {
+    Effect::Claim {
+        key: JobKey::new("acme", id),
+        provider: ProviderKind::Local,
+        request: ClaimRequest {
+            repo: None,
+            name_base: "ephemer-local".into(),
+            labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
+        },
+    }
+}
+
+fn bad_gateway() -> GithubError {
+    GithubError::Http(HttpFailure {
+        endpoint: "generate_jitconfig",
+        status: 502,
+        message: "bad gateway".into(),
+        documentation_url: None,
+        rate_remaining: None,
+        rate_reset: None,
+        retry_after: None,
+    })
+}
+
+fn phase(s: &Scheduler, id: u64) -> Phase {
+    s.job(&JobKey::new("acme", id)).unwrap().phase.clone()
+}
+
+#[test]
+fn a_queued_job_is_claimed_for_the_covering_provider() {
+    let (mut s, t0) = core();
+    assert_eq!(queued(&mut s, 1, LABELS, at(t0, 0)), vec![claim(1)]);
+    assert_eq!(
+        phase(&s, 1),
+        Phase::Claiming {
+            provider: ProviderKind::Local
+        }
+    );
+    assert!(s.take_observations().contains(&Observation::Claiming {
+        job_id: 1,
+        provider: ProviderKind::Local
+    }));
+}
+
+#[test]
+fn a_duplicate_costs_nothing() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, LABELS, at(t0, 0));
+    s.take_observations();
+    assert_eq!(queued(&mut s, 1, LABELS, at(t0, 1)), vec![]);
+    assert_eq!(
+        s.take_observations(),
+        vec![Observation::Duplicate {
+            job_id: 1,
+            delivery: Some("d".into())
+        }]
+    );
+    assert_eq!(s.stats().duplicates, 1);
+}
+
+#[test]
+fn a_job_no_provider_covers_is_not_claimed_and_its_redelivery_is_free() {
+    let (mut s, t0) = core();
+    assert_eq!(
+        queued(&mut s, 1, &["self-hosted", "gpu"], at(t0, 0)),
+        vec![]
+    );
+    assert_eq!(phase(&s, 1), Phase::Unroutable);
+    assert_eq!(
+        queued(&mut s, 1, &["self-hosted", "gpu"], at(t0, 5)),
+        vec![]
+    );
+    assert_eq!(
+        s.stats().duplicates,
+        1,
+        "the dedup gate before the label check"
+    );
+    let timeline = &s.job(&JobKey::new("acme", 1)).unwrap().timeline;
+    assert!(matches!(timeline[1].note, Note::Unroutable { .. }));
+}
+
+#[test]
+fn a_failed_claim_goes_on_the_ladder_and_arms_the_timer() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, LABELS, at(t0, 0));
+    let fx = s.on_claim_result(
+        JobKey::new("acme", 1),
+        ProviderKind::Local,
+        Err(bad_gateway()),
+        at(t0, 1),
+    );
+    assert_eq!(
+        fx,
+        vec![Effect::ArmRetryTimer {
+            at: Some(t0 + Duration::from_secs(31))
+        }]
+    );
+    assert_eq!(phase(&s, 1), Phase::Retrying);
+    assert_eq!(s.ladder_depth(), 1);
+    assert!(matches!(s.take_ops().last(), Some(Op::PutRetry(row)) if row.attempts == 1));
+}
+
+#[test]
+fn a_due_retry_claims_again_and_a_second_failure_keeps_the_first_failure() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, LABELS, at(t0, 0));
+    let key = JobKey::new("acme", 1);
+    s.on_claim_result(
+        key.clone(),
+        ProviderKind::Local,
+        Err(bad_gateway()),
+        at(t0, 0),
+    );
+    assert_eq!(
+        s.on_retry_timer(at(t0, 29)),
+        vec![Effect::ArmRetryTimer {
+            at: Some(t0 + Duration::from_secs(30))
+        }],
+        "an early fire is re-armed for the same item"
+    );
+    assert_eq!(s.on_retry_timer(at(t0, 30)), vec![claim(1)]);
+    let fx = s.on_claim_result(key, ProviderKind::Local, Err(bad_gateway()), at(t0, 31));
+    assert_eq!(
+        fx,
+        vec![Effect::ArmRetryTimer {
+            at: Some(t0 + Duration::from_secs(91))
+        }],
+        "the second rung, 60 s"
+    );
+    let view = s.retry_queue(at(t0, 31));
+    assert_eq!(view.items[0].attempts, 2);
+    assert_eq!(view.items[0].first_failure_secs_ago, 31.0);
+}
+
+#[test]
+fn in_progress_while_retrying_leaves_the_ladder_and_disarms_the_timer() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, LABELS, at(t0, 0));
+    s.on_claim_result(
+        JobKey::new("acme", 1),
+        ProviderKind::Local,
+        Err(bad_gateway()),
+        at(t0, 0),
+    );
+    let started = JobInfo {
+        runner_name: Some("someone-elses-runner".into()),
+        ..job(1, LABELS)
+    };
+    let fx = s.on_job_event(JobAction::InProgress, started, Some("d2"), t0, at(t0, 5));
+    assert_eq!(fx, vec![Effect::ArmRetryTimer { at: None }]);
+    assert_eq!(phase(&s, 1), Phase::Done);
+    assert_eq!(s.ladder_depth(), 0);
+    assert_eq!(s.on_retry_timer(at(t0, 60)), vec![], "no claim once it ran");
+}
+
+#[test]
+fn a_claimed_runner_is_handed_to_its_provisioner() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, LABELS, at(t0, 0));
+    let runner = JitRunner {
+        id: 7,
+        name: "ephemer-local-abc".into(),
+        encoded_jit_config: Secret::new("jit"),
+    };
+    let fx = s.on_claim_result(
+        JobKey::new("acme", 1),
+        ProviderKind::Local,
+        Ok(runner),
+        at(t0, 1),
+    );
+    assert_eq!(
+        fx,
+        vec![Effect::Provision {
+            provider: ProviderKind::Local,
+            spec: RunnerSpec {
+                name: "ephemer-local-abc".into(),
+                runner_id: 7,
+                jit_config: Secret::new("jit"),
+                intent: JobKey::new("acme", 1),
+                labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
+            },
+        }]
+    );
+}
+
+#[test]
+fn a_pool_that_is_down_claims_nothing_until_it_comes_up() {
+    let t0 = Instant::now();
+    let backoff = Backoff::try_new(&ClaimRetryConfig::default()).unwrap();
+    let mut s = Scheduler::new(settings(), backoff, Some(1), at(t0, 0));
+    assert_eq!(queued(&mut s, 1, LABELS, at(t0, 0)), vec![], "not up yet");
+    assert_eq!(phase(&s, 1), Phase::Pending);
+    let fx = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 1));
+    assert_eq!(fx, vec![claim(1)]);
+}

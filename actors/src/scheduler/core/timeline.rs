@@ -1,0 +1,310 @@
+//! A job's timeline: every decision taken about it, as data ([`Note`]), so tests match the
+//! decision and `jobs <id>` prints the sentence ([`std::fmt::Display`]).
+
+use std::{fmt, time::Duration};
+
+use serde::{Serialize, Serializer};
+
+use crate::{
+    config::ProviderKind, github::ErrorClass, job::JobAction, provision::ExitReason,
+    retry::DelayReason,
+};
+
+/// Timeline entries kept per job (the first, how it arrived, is always kept).
+pub const TIMELINE_CAP: usize = 64;
+
+/// One line of a job's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelineEntry {
+    /// Unix seconds.
+    pub at: u64,
+    /// What was decided and why.
+    #[serde(rename = "text", serialize_with = "as_text")]
+    pub note: Note,
+}
+
+fn as_text<S: Serializer>(note: &Note, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(note)
+}
+
+/// Why a job's dispatch stopped with nothing in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Abandon {
+    /// Cordoned while it waited for a slot.
+    CordonedWhileWaiting,
+    /// Cordoned while its claim was in flight.
+    CordonedDuringClaim,
+    /// Observed running elsewhere while its claim was in flight.
+    StartedDuringClaim,
+    /// Cordoned: a failure does not climb the ladder.
+    CordonedNoRetry,
+    /// Cordoned: a due retry is dropped.
+    CordonedRetryDropped,
+    /// The failure cannot be helped by retrying.
+    NotRetryable(ErrorClass),
+    /// `runner.claim_retry.enabled = false`.
+    RetryDisabled,
+    /// The first failure is older than `max_age`.
+    GaveUp {
+        /// Failures in all.
+        attempts: u32,
+        /// Seconds since the first failure.
+        age_secs: u64,
+        /// Class of the first failure.
+        class: ErrorClass,
+    },
+    /// No enabled provider covers its labels any more.
+    NoProviderAnyMore,
+}
+
+impl fmt::Display for Abandon {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Abandon::CordonedWhileWaiting => f.write_str("cordoned while waiting for a slot"),
+            Abandon::CordonedDuringClaim => f.write_str("cordoned during the claim"),
+            Abandon::StartedDuringClaim => f.write_str("started elsewhere during the claim"),
+            Abandon::CordonedNoRetry => f.write_str("cordoned: no retry"),
+            Abandon::CordonedRetryDropped => f.write_str("cordoned: retry dropped"),
+            Abandon::NotRetryable(class) => write!(f, "not retryable ({class})"),
+            Abandon::RetryDisabled => f.write_str("claim retry disabled"),
+            Abandon::GaveUp {
+                attempts,
+                age_secs,
+                class,
+            } => write!(
+                f,
+                "gave up after {attempts} attempts over {age_secs}s ({class})"
+            ),
+            Abandon::NoProviderAnyMore => f.write_str("no enabled provider covers it any more"),
+        }
+    }
+}
+
+/// A decision about a job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// A queued event passed the dedup gate.
+    Queued {
+        /// `X-GitHub-Delivery`, or `reconcile`.
+        delivery: Option<String>,
+    },
+    /// `waiting` for an environment approval.
+    AwaitingApproval,
+    /// No enabled provider covers the labels.
+    Unroutable {
+        /// The job's labels.
+        labels: Vec<String>,
+    },
+    /// Cordoned when it arrived.
+    CordonedNotAdmitted,
+    /// Admitted too often without running (the zombie cap).
+    ZombieCap {
+        /// Admissions so far.
+        admissions: u32,
+    },
+    /// Admitted; waiting for a slot and a claim token.
+    Admitted,
+    /// Routed to a provider; the claim is in flight.
+    Claiming {
+        /// The provider.
+        provider: ProviderKind,
+    },
+    /// The claim failed.
+    ClaimFailed {
+        /// Its class.
+        class: ErrorClass,
+        /// What GitHub (or the network) said.
+        error: String,
+    },
+    /// A runner was registered for it.
+    Claimed {
+        /// Runner name.
+        runner: String,
+        /// GitHub's runner id.
+        runner_id: u64,
+        /// Provider.
+        provider: ProviderKind,
+    },
+    /// Onto the ladder.
+    RetryScheduled {
+        /// Failures so far.
+        attempt: u32,
+        /// Unix seconds of the next attempt.
+        due_unix: u64,
+        /// Delay from now.
+        delay: Duration,
+        /// Why this delay.
+        reason: DelayReason,
+        /// Class of the first failure.
+        first_class: ErrorClass,
+    },
+    /// A retry came due.
+    RetryDue {
+        /// Failures so far.
+        attempt: u32,
+    },
+    /// Dispatch stopped.
+    Abandoned(Abandon),
+    /// Observed running on some runner before a claim was needed.
+    RanElsewhere,
+    /// `in_progress` or `completed` observed.
+    Observed {
+        /// Which.
+        action: JobAction,
+        /// On which runner.
+        runner: Option<String>,
+    },
+    /// The runner made for this job took another.
+    RunnerTookOther {
+        /// Runner name.
+        runner: String,
+        /// The job it took.
+        job_id: u64,
+    },
+    /// `completed`, with GitHub's conclusion.
+    Completed {
+        /// Conclusion.
+        conclusion: String,
+    },
+    /// Its runner is being torn down.
+    TearingDown {
+        /// Runner name.
+        runner: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Its runner's environment is up.
+    RunnerStarted {
+        /// Runner name.
+        runner: String,
+        /// Since the claim.
+        after: Duration,
+    },
+    /// Its runner is gone.
+    RunnerGone {
+        /// Runner name.
+        runner: String,
+        /// Why.
+        reason: ExitReason,
+        /// Exit code, if any.
+        code: Option<i32>,
+    },
+    /// Its runner's environment could not be made.
+    EnvironmentFailed {
+        /// Runner name.
+        runner: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// Stranded too often: left alone.
+    StrandedCap {
+        /// Dispatches so far.
+        dispatches: u32,
+    },
+    /// Dispatched again (stranded, or its provisioner died).
+    Requeued {
+        /// Why.
+        why: &'static str,
+    },
+    /// Its runner was reaped by the sweep.
+    Reaped {
+        /// Runner name.
+        runner: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Restored from the state store after a restart.
+    Restored,
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::Queued { delivery } => write!(
+                f,
+                "queued event received (delivery {})",
+                delivery.as_deref().unwrap_or("-")
+            ),
+            Note::AwaitingApproval => f.write_str("waiting for an environment approval"),
+            Note::Unroutable { labels } => {
+                write!(
+                    f,
+                    "no enabled provider covers labels {labels:?}; not claimed"
+                )
+            }
+            Note::CordonedNotAdmitted => f.write_str("cordoned: not admitted"),
+            Note::ZombieCap { admissions } => {
+                write!(f, "admitted {admissions} times without running: left alone")
+            }
+            Note::Admitted => f.write_str("admitted; waiting for a slot"),
+            Note::Claiming { provider } => write!(f, "routed to {provider}; claiming a runner"),
+            Note::ClaimFailed { class, error } => write!(f, "claim failed ({class}): {error}"),
+            Note::Claimed {
+                runner,
+                runner_id,
+                provider,
+            } => write!(f, "claimed runner {runner} (id {runner_id}) on {provider}"),
+            Note::RetryScheduled {
+                attempt,
+                due_unix,
+                delay,
+                reason,
+                first_class,
+            } => write!(
+                f,
+                "retry #{attempt} scheduled for {} (in {:.1}s; {}; first failure {first_class})",
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + Duration::from_secs(*due_unix)
+                ),
+                delay.as_secs_f64(),
+                describe(reason)
+            ),
+            Note::RetryDue { attempt } => write!(f, "retry #{attempt} due; waiting for a slot"),
+            Note::Abandoned(why) => write!(f, "dispatch abandoned: {why}"),
+            Note::RanElsewhere => {
+                f.write_str("dispatch abandoned: observed running elsewhere: nothing to claim")
+            }
+            Note::Observed { action, runner } => write!(
+                f,
+                "{} on {}",
+                action.as_str(),
+                runner.as_deref().unwrap_or("no runner")
+            ),
+            Note::RunnerTookOther { runner, job_id } => {
+                write!(f, "its runner {runner} took job {job_id} instead")
+            }
+            Note::Completed { conclusion } => write!(f, "completed ({conclusion})"),
+            Note::TearingDown { runner, reason } => {
+                write!(f, "tearing down runner {runner} ({reason})")
+            }
+            Note::RunnerStarted { runner, after } => write!(
+                f,
+                "runner {runner} started ({:.2}s after the claim)",
+                after.as_secs_f64()
+            ),
+            Note::RunnerGone {
+                runner,
+                reason,
+                code,
+            } => write!(f, "runner {runner} gone ({reason:?}, exit code {code:?})"),
+            Note::EnvironmentFailed { runner, error } => {
+                write!(f, "environment for {runner} failed: {error}")
+            }
+            Note::StrandedCap { dispatches } => write!(
+                f,
+                "stranded after {dispatches} dispatches: left alone (zombie cap)"
+            ),
+            Note::Requeued { why } => write!(f, "re-queued: {why}"),
+            Note::Reaped { runner, reason } => write!(f, "runner {runner} reaped: {reason}"),
+            Note::Restored => f.write_str("restored from the state store after a restart"),
+        }
+    }
+}
+
+fn describe(reason: &DelayReason) -> String {
+    match reason {
+        DelayReason::Ladder { rung } => format!("ladder rung {}", rung + 1),
+        DelayReason::RetryAfter => "Retry-After".into(),
+        DelayReason::RateReset { reset } => format!("rate budget empty until {reset}"),
+    }
+}

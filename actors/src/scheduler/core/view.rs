@@ -1,0 +1,282 @@
+//! Read-only views of the scheduler for the admin API and tests.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Scheduler {
+    /// True while cordoned.
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Runners alive.
+    pub fn runner_count(&self) -> usize {
+        self.runners.len()
+    }
+
+    /// Runners of ours, by name.
+    pub fn runners(&self) -> impl Iterator<Item = &RunnerRecord> {
+        self.runners.values()
+    }
+
+    /// A job's record.
+    pub fn job(&self, key: &JobKey) -> Option<&JobRecord> {
+        self.jobs.get(key)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Items waiting on the retry ladder.
+    pub fn ladder_depth(&self) -> usize {
+        self.ladder.len()
+    }
+
+    /// The ladder's items, for status pages.
+    pub fn retry_queue(&self, now: Now) -> RetryQueueView {
+        RetryQueueView {
+            depth: self.ladder.len(),
+            items: self.ladder.views(now.mono),
+        }
+    }
+
+    fn job_view(&self, r: &JobRecord, now: Now, timeline: bool) -> JobView {
+        let item = self.ladder.get(&r.info.key);
+        JobView {
+            key: r.info.key.clone(),
+            repo: r.info.repo.clone(),
+            labels: r.info.labels.clone(),
+            phase: r.phase.clone(),
+            pending: matches!(
+                r.phase,
+                Phase::Pending | Phase::Claiming { .. } | Phase::Retrying
+            ),
+            seen: r
+                .seen_at
+                .is_some_and(|t| now.mono.saturating_duration_since(t) < self.settings.seen_ttl),
+            started: r.started_at.is_some(),
+            admissions: r.admissions,
+            retry_attempts: item.map_or(r.claim_failures, |i| i.attempts),
+            error_class: item.map(|i| i.class).or(r.first_failure_class),
+            next_attempt_unix: item.and_then(|i| i.next_attempt).map(|at| {
+                now.unix
+                    .saturating_add(at.saturating_duration_since(now.mono).as_secs())
+            }),
+            runner_name: r.info.runner_name.clone(),
+            timeline: if timeline {
+                r.timeline.clone()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRecord> {
+        let mut runners: Vec<RunnerRecord> =
+            self.runners.values().filter(|r| keep(r)).cloned().collect();
+        runners.sort_by(|a, b| a.name.cmp(&b.name));
+        runners
+    }
+
+    /// The summary for `status`: no job list.
+    pub fn status(&self, _now: Now) -> StatusView {
+        StatusView {
+            draining: self.draining,
+            max_concurrent: self.settings.max_concurrent,
+            used: self.used_total,
+            providers: self.provider_views(),
+            pending: self.pending.len(),
+            runners: self.runners.len(),
+            retry_queue_depth: self.ladder.len(),
+            stats: self.stats,
+        }
+    }
+
+    fn provider_views(&self) -> Vec<ProviderView> {
+        self.settings
+            .providers
+            .iter()
+            .zip(&self.slots)
+            .map(|(p, s)| ProviderView {
+                provider: p.kind,
+                up: s.up,
+                down_cause: s.down_cause.clone(),
+                used: s.used,
+                max: p.max_concurrent,
+                labels: p.labels.clone(),
+            })
+            .collect()
+    }
+
+    /// Every job (without timelines) and runner, for `jobs`.
+    pub fn jobs_view(&self, now: Now) -> JobsView {
+        let mut jobs: Vec<JobView> = self
+            .jobs
+            .values()
+            .map(|r| self.job_view(r, now, false))
+            .collect();
+        jobs.sort_by(|a, b| a.key.cmp(&b.key));
+        JobsView {
+            jobs,
+            runners: self.sorted_runners(|_| true),
+        }
+    }
+
+    /// One job by id, with its timeline, its ladder item and the runners made for or bound
+    /// to it, for `jobs <id>`.
+    pub fn job_detail(&self, job_id: u64, now: Now) -> Option<JobDetail> {
+        let r = self.jobs.values().find(|r| r.info.key.job_id == job_id)?;
+        let key = &r.info.key;
+        Some(JobDetail {
+            job: self.job_view(r, now, true),
+            retry: self
+                .ladder
+                .views(now.mono)
+                .into_iter()
+                .find(|v| &v.key == key),
+            runners: self.sorted_runners(|x| &x.intent == key || x.bound.as_ref() == Some(key)),
+        })
+    }
+
+    /// Everything, for tests and embedding apps that want the whole picture.
+    pub fn view(&self, now: Now) -> SchedulerState {
+        let mut jobs: Vec<JobView> = self
+            .jobs
+            .values()
+            .map(|r| self.job_view(r, now, true))
+            .collect();
+        jobs.sort_by(|a, b| a.key.cmp(&b.key));
+        let runners = self.sorted_runners(|_| true);
+        SchedulerState {
+            draining: self.draining,
+            max_concurrent: self.settings.max_concurrent,
+            used: self.used_total,
+            providers: self.provider_views(),
+            pending: self.pending.len(),
+            stats: self.stats,
+            jobs,
+            runners,
+        }
+    }
+}
+
+/// A job, for status views.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    /// Identity.
+    pub key: JobKey,
+    /// Repo.
+    pub repo: String,
+    /// Labels.
+    pub labels: Vec<String>,
+    /// Where it stands.
+    pub phase: Phase,
+    /// In the original's terms: in `pending` (waiting, claiming or retrying).
+    pub pending: bool,
+    /// In the original's terms: in `seen` (admitted within the TTL).
+    pub seen: bool,
+    /// Observed in progress or completed.
+    pub started: bool,
+    /// Admissions (zombie counter).
+    pub admissions: u32,
+    /// Ladder failures.
+    pub retry_attempts: u32,
+    /// First failure's class.
+    pub error_class: Option<ErrorClass>,
+    /// Next retry, unix seconds.
+    pub next_attempt_unix: Option<u64>,
+    /// Runner GitHub gave it.
+    pub runner_name: Option<String>,
+    /// Decisions.
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// The summary for `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusView {
+    /// Cordoned.
+    pub draining: bool,
+    /// Global slots.
+    pub max_concurrent: usize,
+    /// Global slots in use.
+    pub used: usize,
+    /// Per provider.
+    pub providers: Vec<ProviderView>,
+    /// Jobs waiting for a slot.
+    pub pending: usize,
+    /// Runners alive.
+    pub runners: usize,
+    /// Items waiting on the retry ladder.
+    pub retry_queue_depth: usize,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// The ladder, for status pages.
+#[derive(Debug, Clone, Serialize)]
+pub struct RetryQueueView {
+    /// Items waiting for their next attempt.
+    pub depth: usize,
+    /// Every item, waiting or in flight.
+    pub items: Vec<RetryView>,
+}
+
+/// Every job and runner, for `jobs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobsView {
+    /// Jobs, without timelines.
+    pub jobs: Vec<JobView>,
+    /// Runners.
+    pub runners: Vec<RunnerRecord>,
+}
+
+/// One job in full, for `jobs <id>`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobDetail {
+    /// The job, with its timeline.
+    pub job: JobView,
+    /// Its ladder item, if on the ladder.
+    pub retry: Option<RetryView>,
+    /// Runners made for it or bound to it.
+    pub runners: Vec<RunnerRecord>,
+}
+
+/// A provider, for status views.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderView {
+    /// Which.
+    pub provider: ProviderKind,
+    /// Accepting runners.
+    pub up: bool,
+    /// Why it is not (its host check failed, it stopped, it is starting).
+    pub down_cause: Option<String>,
+    /// Slots in use.
+    pub used: usize,
+    /// Slots.
+    pub max: usize,
+    /// Labels.
+    pub labels: Vec<String>,
+}
+
+/// The scheduler's state, for `GetSchedulerState` and the admin API.
+#[derive(Debug, Clone, Serialize)]
+pub struct SchedulerState {
+    /// Cordoned.
+    pub draining: bool,
+    /// Global slots.
+    pub max_concurrent: usize,
+    /// Global slots in use.
+    pub used: usize,
+    /// Per provider.
+    pub providers: Vec<ProviderView>,
+    /// Jobs waiting for a slot.
+    pub pending: usize,
+    /// Counters.
+    pub stats: Stats,
+    /// Every job known.
+    pub jobs: Vec<JobView>,
+    /// Every runner of ours.
+    pub runners: Vec<RunnerRecord>,
+}

@@ -1,0 +1,331 @@
+//! What the scheduler core observed, as data ([`Observation`]), and the one place that turns
+//! each into its log line and its metrics ([`record`]), so a log and a metric for one event
+//! cannot drift. The core only pushes observations; the actor shell records them.
+
+use std::time::Duration;
+
+use crate::{config::ProviderKind, github::ErrorClass, job::JobAction, metrics::Metrics};
+
+/// Something the scheduler decided or saw that operators count or read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    /// A queued event dropped by the dedup gate.
+    Duplicate {
+        /// Job.
+        job_id: u64,
+        /// Delivery.
+        delivery: Option<String>,
+    },
+    /// No enabled provider covers the job.
+    Unroutable {
+        /// Job.
+        job_id: u64,
+        /// Delivery.
+        delivery: Option<String>,
+        /// Its labels.
+        labels: Vec<String>,
+    },
+    /// A job came back too often without running.
+    ZombieCap {
+        /// Job.
+        job_id: u64,
+        /// Admissions so far.
+        admissions: u32,
+    },
+    /// `in_progress` or `completed` seen.
+    JobObserved {
+        /// Job.
+        job_id: u64,
+        /// Delivery.
+        delivery: Option<String>,
+        /// Runner named in the event.
+        runner: Option<String>,
+        /// Which.
+        action: JobAction,
+    },
+    /// A runner ran another job than the one it was made for.
+    RunnerTookOther {
+        /// The job it ran.
+        job_id: u64,
+        /// Runner.
+        runner: String,
+        /// The job it was made for.
+        intended: u64,
+    },
+    /// A job ran to completion on a runner of ours.
+    JobFinished {
+        /// Provider.
+        provider: ProviderKind,
+        /// Bounded conclusion.
+        conclusion: &'static str,
+        /// How long its runner ran, when known.
+        duration: Option<Duration>,
+    },
+    /// A claim started.
+    Claiming {
+        /// Job.
+        job_id: u64,
+        /// Provider.
+        provider: ProviderKind,
+    },
+    /// A claim failed.
+    ClaimFailed {
+        /// Job.
+        job_id: u64,
+        /// Provider.
+        provider: ProviderKind,
+        /// Class.
+        class: ErrorClass,
+        /// What went wrong.
+        error: String,
+    },
+    /// A runner was registered and handed to its provisioner.
+    Claimed {
+        /// Job.
+        job_id: u64,
+        /// Provider.
+        provider: ProviderKind,
+        /// Runner.
+        runner: String,
+    },
+    /// A runner entered the ledger (claimed, or restored after a restart).
+    RunnerAdded {
+        /// Provider.
+        provider: ProviderKind,
+    },
+    /// A runner left the ledger.
+    RunnerRemoved {
+        /// Provider.
+        provider: ProviderKind,
+    },
+    /// A runner's environment is up.
+    RunnerStarted {
+        /// Claim to environment up.
+        startup: Duration,
+        /// Queued event to environment up, when the job is known.
+        queue_wait: Option<Duration>,
+    },
+    /// A runner's environment could not be made.
+    EnvironmentFailed {
+        /// The job it was made for.
+        job_id: u64,
+        /// Runner.
+        runner: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// A failed claim went onto the ladder.
+    RetryScheduled {
+        /// Class of its first failure.
+        class: ErrorClass,
+    },
+    /// The ladder gave up on a job.
+    RetryGivenUp {
+        /// Job.
+        job_id: u64,
+        /// Failures in all.
+        attempts: u32,
+        /// Class of the first failure.
+        class: ErrorClass,
+    },
+    /// A job's dispatch stopped with nothing in flight.
+    Abandoned {
+        /// Job.
+        job_id: u64,
+        /// Why.
+        why: String,
+    },
+    /// A job is dispatched again.
+    Requeued {
+        /// Job.
+        job_id: u64,
+        /// Why.
+        why: &'static str,
+    },
+    /// A provider went up or down.
+    ProviderStatus {
+        /// Provider.
+        provider: ProviderKind,
+        /// Up.
+        up: bool,
+        /// Why down.
+        cause: Option<String>,
+    },
+    /// Cordon changed.
+    Cordon(bool),
+    /// The sweep reaps a runner GitHub says is idle.
+    Reaping {
+        /// Runner.
+        runner: String,
+        /// Provider.
+        provider: ProviderKind,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The sweep keeps a runner GitHub says is busy, or could not ask about.
+    Keeping {
+        /// Runner.
+        runner: String,
+        /// Why.
+        why: String,
+    },
+    /// State rebuilt from the store.
+    Restored {
+        /// Open jobs.
+        jobs: usize,
+        /// Ledger runners.
+        runners: usize,
+        /// Ladder items.
+        retries: usize,
+        /// Jobs dispatched again.
+        redispatch: usize,
+    },
+}
+
+/// Logs `o` and updates its metrics.
+pub fn record(o: Observation, m: &Metrics) {
+    use Observation as O;
+    match o {
+        O::Duplicate { job_id, delivery } => {
+            tracing::debug!(
+                job_id,
+                delivery_id = delivery.as_deref(),
+                "duplicate queued event"
+            )
+        }
+        O::Unroutable {
+            job_id,
+            delivery,
+            labels,
+        } => {
+            tracing::info!(job_id, delivery_id = delivery.as_deref(), labels = ?labels, "no provider covers the job's labels")
+        }
+        O::ZombieCap { job_id, admissions } => tracing::warn!(
+            job_id,
+            admissions,
+            "job keeps coming back without running; zombie cap reached"
+        ),
+        O::JobObserved {
+            job_id,
+            delivery,
+            runner,
+            action,
+        } => tracing::info!(
+            job_id,
+            delivery_id = delivery.as_deref(),
+            runner = runner.as_deref().unwrap_or("no runner"),
+            action = action.as_str(),
+            "job observed"
+        ),
+        O::RunnerTookOther {
+            job_id,
+            runner,
+            intended,
+        } => {
+            tracing::info!(job_id, runner = %runner, intended, "runner picked up a different job than it was created for")
+        }
+        O::JobFinished {
+            provider,
+            conclusion,
+            duration,
+        } => {
+            m.jobs_total
+                .with_label_values(&[provider.as_str(), conclusion])
+                .inc();
+            if let Some(d) = duration {
+                m.job_duration.observe(d.as_secs_f64());
+            }
+        }
+        O::Claiming { job_id, provider } => {
+            tracing::info!(job_id, provider = provider.as_str(), "claiming a runner")
+        }
+        O::ClaimFailed {
+            job_id,
+            provider,
+            class,
+            error,
+        } => {
+            m.jit_registration_errors
+                .with_label_values(&[class.as_str()])
+                .inc();
+            tracing::warn!(job_id, provider = provider.as_str(), error_class = class.as_str(), error = %error, "claim failed");
+        }
+        O::Claimed {
+            job_id,
+            provider,
+            runner,
+        } => {
+            tracing::info!(job_id, provider = provider.as_str(), runner = %runner, "runner claimed; provisioning")
+        }
+        O::RunnerAdded { provider } => m.jobs_active.with_label_values(&[provider.as_str()]).inc(),
+        O::RunnerRemoved { provider } => {
+            m.jobs_active.with_label_values(&[provider.as_str()]).dec()
+        }
+        O::RunnerStarted {
+            startup,
+            queue_wait,
+        } => {
+            m.job_startup.observe(startup.as_secs_f64());
+            if let Some(w) = queue_wait {
+                m.job_queue_wait.observe(w.as_secs_f64());
+            }
+        }
+        O::EnvironmentFailed {
+            job_id,
+            runner,
+            error,
+        } => {
+            tracing::warn!(job_id, runner = %runner, error = %error, "runner environment failed to start")
+        }
+        O::RetryScheduled { class } => m.retry_attempts.with_label_values(&[class.as_str()]).inc(),
+        O::RetryGivenUp {
+            job_id,
+            attempts,
+            class,
+        } => {
+            m.retry_given_up.inc();
+            tracing::warn!(
+                job_id,
+                attempts,
+                error_class = class.as_str(),
+                "claim retries given up"
+            );
+        }
+        O::Abandoned { job_id, why } => {
+            tracing::info!(job_id, reason = %why, "dispatch abandoned")
+        }
+        O::Requeued { job_id, why } => {
+            tracing::info!(job_id, reason = why, "dispatching the job again")
+        }
+        O::ProviderStatus {
+            provider,
+            up,
+            cause,
+        } => tracing::info!(
+            provider = provider.as_str(),
+            up,
+            cause = cause.as_deref().unwrap_or(""),
+            "provider status"
+        ),
+        O::Cordon(on) => {
+            m.draining.set(i64::from(on));
+            tracing::info!(cordoned = on, "cordon changed");
+        }
+        O::Reaping {
+            runner,
+            provider,
+            reason,
+        } => {
+            tracing::info!(runner = %runner, provider = provider.as_str(), reason, "reaping runner")
+        }
+        O::Keeping { runner, why } => {
+            tracing::info!(runner = %runner, reason = %why, "keeping the runner")
+        }
+        O::Restored {
+            jobs,
+            runners,
+            retries,
+            redispatch,
+        } => tracing::info!(jobs, runners, retries, redispatch, "state restored"),
+    }
+}

@@ -1,0 +1,205 @@
+//! Dedup, routing, slots, cordon, pacing, and a dead provider's jobs.
+
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use super::*;
+
+#[actix_rt::test]
+async fn routing_picks_the_most_specific_covering_provider_then_a_free_one() {
+    let h = harness(Setup {
+        providers: vec![
+            (
+                ProviderKind::Local,
+                vec!["self-hosted", "linux", "x64", "big"],
+                1,
+            ),
+            (ProviderKind::Linux, vec!["self-hosted", "linux", "x64"], 1),
+            (
+                ProviderKind::NativeMacos,
+                vec!["self-hosted", "linux", "x64"],
+                1,
+            ),
+        ],
+        ..Setup::default()
+    })
+    .await;
+    for id in 1..=3 {
+        h.queued(id, &["Self-Hosted", "LINUX"]).await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    let bases: Vec<String> =
+        h.gh.lock()
+            .unwrap()
+            .claims
+            .iter()
+            .map(|(_, c)| c.name_base.clone())
+            .collect();
+    assert_eq!(
+        bases,
+        vec!["ephemer-linux", "ephemer-native-macos"],
+        "fewest extra labels first, then a free slot"
+    );
+    let st = h.state().await;
+    assert_eq!(st.pending, 1, "the third waits for a most-specific slot");
+    h.queued(4, &["big"]).await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(
+        h.gh.lock().unwrap().claims.last().unwrap().1.name_base,
+        "ephemer-local"
+    );
+}
+
+#[actix_rt::test]
+async fn slots_are_held_until_the_runner_goes_and_released_before_a_retry_wait() {
+    let h = harness(Setup {
+        max_concurrent: 1,
+        script: vec![Err(http(502, None, None))],
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    // Job 1 failed and waits 30 s on the ladder without its slot: job 2 got it.
+    assert_eq!(h.claims(), 2);
+    let st = h.state().await;
+    assert_eq!(st.used, 1);
+    h.run_for(Duration::from_secs(60)).await;
+    assert_eq!(h.claims(), 2, "job 1's retry waits for job 2's runner");
+    let runner = h.state().await.runners[0].name.clone();
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(runner),
+            conclusion: Some("success".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 3);
+    assert_eq!(
+        h.metrics
+            .jobs_total
+            .with_label_values(&["local", "success"])
+            .get(),
+        1
+    );
+}
+
+#[actix_rt::test]
+async fn a_parked_dispatch_claims_nothing_after_a_cordon() {
+    let h = harness(Setup {
+        max_concurrent: 1,
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 1);
+    h.sched.send(SetCordon(true)).await.unwrap();
+    let runner = h.state().await.runners[0].name.clone();
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(runner),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(60)).await;
+    assert_eq!(h.claims(), 1);
+    let st = h.state().await;
+    assert_eq!(
+        (st.used, st.pending),
+        (0, 0),
+        "slot released, nothing pending"
+    );
+    assert_eq!(h.metrics.draining.get(), 1);
+}
+
+#[actix_rt::test]
+async fn a_burst_is_paced_by_the_claim_budget() {
+    let h = harness(Setup {
+        max_concurrent: 1000,
+        claims_per_minute: 60,
+        providers: vec![(ProviderKind::Local, vec!["self-hosted", "linux"], 1000)],
+        ..Setup::default()
+    })
+    .await;
+    for id in 0..100 {
+        h.queued(id, LINUX).await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 6, "a tenth of the budget at once");
+    h.run_for(Duration::from_secs(60)).await;
+    let n = h.claims();
+    assert!((60..=66).contains(&n), "{n} claims after a minute");
+}
+
+/// A provider whose provisioner died and stays down: the unstarted job it held is re-queued and
+/// runs on the other covering provider; new jobs go there too. Nothing is lost.
+#[actix_rt::test]
+async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
+    let h = harness(Setup {
+        providers: vec![
+            (ProviderKind::Local, vec!["self-hosted", "linux"], 2),
+            (ProviderKind::Linux, vec!["self-hosted", "linux", "x64"], 2),
+        ],
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let runner = h.state().await.runners[0].clone();
+    assert_eq!(
+        runner.provider,
+        ProviderKind::Local,
+        "the most specific provider first"
+    );
+
+    h.sched
+        .send(crate::provision::ProviderStatus {
+            provider: ProviderKind::Local,
+            up: false,
+            cause: Some("restart policy is never".into()),
+        })
+        .await
+        .unwrap();
+    let died = RunnerEventKind::Exited {
+        code: None,
+        reason: ExitReason::ProvisionerDied,
+    };
+    h.sched
+        .send(RunnerEvent {
+            provider: ProviderKind::Local,
+            name: runner.name.clone(),
+            kind: died,
+        })
+        .await
+        .unwrap();
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+
+    let st = h.state().await;
+    let providers: Vec<_> = st
+        .runners
+        .iter()
+        .map(|r| (r.intent.job_id, r.provider))
+        .collect();
+    assert!(
+        providers.contains(&(1, ProviderKind::Linux)),
+        "{providers:?}"
+    );
+    assert!(
+        providers.contains(&(2, ProviderKind::Linux)),
+        "{providers:?}"
+    );
+    assert_eq!(
+        h.gh.lock().unwrap().deletes,
+        vec![runner.id],
+        "the dead runner's registration is deleted"
+    );
+}

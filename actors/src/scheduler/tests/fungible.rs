@@ -1,0 +1,349 @@
+//! Fungible runners: stranded jobs, swapped runners, spares, orphans, late `in_progress`.
+
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use super::*;
+
+fn runner_of(st: &SchedulerState, job_id: u64) -> String {
+    st.runners
+        .iter()
+        .find(|r| r.intent.job_id == job_id)
+        .map(|r| r.name.clone())
+        .expect("runner for job")
+}
+
+async fn exited(h: &Harness, name: &str) {
+    let kind = RunnerEventKind::Exited {
+        code: Some(0),
+        reason: ExitReason::Exited,
+    };
+    h.sched
+        .send(RunnerEvent {
+            provider: ProviderKind::Local,
+            name: name.into(),
+            kind,
+        })
+        .await
+        .unwrap();
+}
+
+/// Runner A (made for job 1) runs sibling job 2 and exits; job 1 never ran and its own runner
+/// crashed: job 1 is dispatched again at once.
+#[actix_rt::test]
+async fn a_stranded_job_is_dispatched_again_at_once() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
+    // Runner b (made for job 2) crashes at boot; runner a takes job 2, completes it, exits.
+    exited(&h, &b).await;
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            conclusion: Some("success".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    // Job 2's runner crashing re-dispatched job 2 once (it had not started yet then); job 1's
+    // runner a exiting after running job 2 re-dispatches job 1.
+    exited(&h, &a).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    assert!(
+        st.runners.iter().any(|r| r.intent.job_id == 1),
+        "job 1 has a new runner: {:?}",
+        st.runners
+    );
+    let timeline = st
+        .jobs
+        .iter()
+        .find(|j| j.key.job_id == 1)
+        .unwrap()
+        .timeline
+        .clone();
+    assert!(
+        timeline
+            .iter()
+            .any(|e| matches!(&e.note, Note::Requeued { why } if why.contains("stranded"))),
+        "{timeline:#?}"
+    );
+}
+
+/// Two same-label jobs whose runners swapped: no re-dispatch, and completing one job tears down
+/// only the runner that ran it, never the other job's live runner.
+#[actix_rt::test]
+async fn same_label_jobs_that_swap_runners_are_left_alone() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(b.clone()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(b.clone()),
+            conclusion: Some("success".into()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    assert_eq!(
+        st.runners
+            .iter()
+            .map(|r| r.name.clone())
+            .collect::<Vec<_>>(),
+        vec![a.clone()],
+        "only b (which ran job 1) went"
+    );
+    exited(&h, &a).await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 2, "no re-dispatch");
+}
+
+/// Spares: a runner whose own job ran elsewhere covers a queued job its labels cover (here the
+/// job whose runner went to a sibling); a spare nothing needs is reaped at the next sweep (after
+/// any `completed`) and deleted on GitHub.
+#[actix_rt::test]
+async fn spare_runners_cover_demand_and_the_surplus_is_reaped() {
+    let h = harness(Setup::default()).await;
+    for id in 1..=4 {
+        h.queued(id, LINUX).await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b, c, d) = (
+        runner_of(&st, 1),
+        runner_of(&st, 2),
+        runner_of(&st, 3),
+        runner_of(&st, 4),
+    );
+    // a takes job 2: b (made for job 2) is a spare, but job 1 still needs a runner.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    // Job 4 runs on a peer's runner: d is a spare nothing needs.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some("peer-runner".into()),
+            ..job(4, LINUX)
+        },
+    )
+    .await;
+    // A completed anywhere triggers the sweep.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(c.clone()),
+            ..job(3, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(c.clone()),
+            conclusion: Some("success".into()),
+            ..job(3, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let names: Vec<String> = st.runners.iter().map(|r| r.name.clone()).collect();
+    assert!(
+        names.contains(&a) && names.contains(&b),
+        "b covers job 1: {names:?}"
+    );
+    assert!(
+        !names.contains(&d),
+        "the surplus spare d is reaped: {names:?}"
+    );
+    assert!(!names.contains(&c), "c ran its job and went");
+    let d_id = h.gh.lock().unwrap().claims.len();
+    assert_eq!(d_id, 4, "no new claim");
+    assert_eq!(
+        h.gh.lock().unwrap().deletes.len(),
+        1,
+        "the reaped spare is deleted on GitHub"
+    );
+}
+
+/// A runner nobody takes is reaped after the grace and deleted on GitHub (its job, never seen
+/// running, is dispatched again, counting toward the zombie cap); a job cancelled before any
+/// runner took it has its runner torn down at once.
+#[actix_rt::test]
+async fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let first = runner_of(&h.state().await, 1);
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(
+        h.state().await.runners.len(),
+        1,
+        "the cancelled job's runner went at once"
+    );
+    assert_eq!(h.gh.lock().unwrap().deletes.len(), 1);
+    h.run_for(Duration::from_secs(630)).await;
+    let st = h.state().await;
+    assert!(
+        st.runners.iter().all(|r| r.name != first),
+        "the orphan went after the grace"
+    );
+    assert_eq!(
+        h.gh.lock().unwrap().deletes.len(),
+        2,
+        "and was deleted on GitHub"
+    );
+    let j1 = st.jobs.iter().find(|j| j.key.job_id == 1).unwrap();
+    assert_eq!(j1.admissions, 2, "job 1 dispatched again once");
+}
+
+/// A spare whose `in_progress` is late (GitHub says busy) is not reaped.
+#[actix_rt::test]
+async fn a_busy_spare_is_not_reaped() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let b = st
+        .runners
+        .iter()
+        .find(|r| r.intent.job_id == 2)
+        .unwrap()
+        .clone();
+    h.gh.lock().unwrap().busy.push(b.id);
+    // Job 2 ran on a peer: b is a spare with no demand, but GitHub says it is busy.
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some("peer".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some("peer".into()),
+            conclusion: Some("success".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert!(
+        h.state().await.runners.iter().any(|r| r.name == b.name),
+        "busy spare kept"
+    );
+    h.gh.lock().unwrap().busy.clear();
+    h.run_for(Duration::from_secs(31)).await;
+    assert!(
+        !h.state().await.runners.iter().any(|r| r.name == b.name),
+        "reaped once idle"
+    );
+}
+
+/// A runner that exits by itself before its `in_progress` arrives ran a job: GitHub removed
+/// it, so no deletion is spent on it. One that ran nothing is deleted once the wait is over.
+#[actix_rt::test]
+async fn late_in_progress_spares_a_needless_deletion() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let st = h.state().await;
+    let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
+    exited(&h, &a).await;
+    exited(&h, &b).await;
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            conclusion: Some("success".into()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    let id = |name: &str| st.runners.iter().find(|r| r.name == name).unwrap().id;
+    let (a_id, b_id) = (id(&a), id(&b));
+    h.run_for(Duration::from_secs(5)).await;
+    assert!(
+        !h.gh.lock().unwrap().deletes.contains(&b_id),
+        "nothing deleted before the wait is over"
+    );
+    h.run_for(Duration::from_secs(40)).await;
+    let deletes = h.gh.lock().unwrap().deletes.clone();
+    assert!(
+        deletes.contains(&b_id),
+        "the runner that ran nothing is deleted: {deletes:?}"
+    );
+    assert!(
+        !deletes.contains(&a_id),
+        "the runner that ran job 1 is not: {deletes:?}"
+    );
+    assert_eq!(
+        h.metrics
+            .jobs_total
+            .with_label_values(&["local", "success"])
+            .get(),
+        1
+    );
+}

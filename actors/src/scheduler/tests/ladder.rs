@@ -1,0 +1,260 @@
+//! The retry ladder through the real fire path: rungs, max_age, rate snaps, Retry-After, what
+//! stops retries.
+
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The seed's ladder bug, through the real fire path: 30s, 1m, 2m, 2m, then given up at
+/// max_age; the first failure's time is kept across fires.
+#[actix_rt::test]
+async fn ladder_climbs_through_the_fire_path_and_gives_up_at_max_age() {
+    let h = harness(Setup {
+        max_age: 300,
+        otherwise: Some(http(502, None, None)),
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(400)).await;
+    let offsets = h.claim_offsets();
+    assert_eq!(offsets, vec![0, 30, 90, 210, 330], "gaps 30s, 1m, 2m, 2m");
+    assert_eq!(h.metrics.retry_given_up.get(), 1);
+    assert_eq!(
+        h.metrics
+            .retry_attempts
+            .with_label_values(&["server_side"])
+            .get(),
+        4
+    );
+    assert_eq!(h.phase(1).await, Phase::Seen);
+    let (q, armed) = h.ladder().await;
+    assert_eq!((q.depth, q.items.len(), armed), (0, 0, 0));
+    let st = h.state().await;
+    let timeline: Vec<Note> = st.jobs[0].timeline.iter().map(|e| e.note.clone()).collect();
+    assert!(
+        timeline.iter().any(|n| matches!(
+            n,
+            Note::RetryScheduled { attempt: 4, delay, .. } if *delay == Duration::from_secs(120)
+        )),
+        "{timeline:#?}"
+    );
+    assert!(
+        timeline
+            .iter()
+            .any(|n| matches!(n, Note::Abandoned(Abandon::GaveUp { attempts: 5, .. }))),
+        "{timeline:#?}"
+    );
+    h.run_for(Duration::from_secs(3600)).await;
+    assert_eq!(h.claims(), 5, "nothing after giving up");
+}
+
+#[actix_rt::test]
+async fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
+    let h = harness(Setup {
+        script: vec![Err(http(502, None, None)), Err(http(503, None, None))],
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(45)).await;
+    let (q, _) = h.ladder().await;
+    assert_eq!(
+        (q.depth, q.items[0].attempts),
+        (1, 2),
+        "the failed retry is back on the ladder"
+    );
+    h.run_for(Duration::from_secs(600)).await;
+    assert_eq!(h.claim_offsets(), vec![0, 30, 90]);
+    assert!(matches!(h.phase(1).await, Phase::Active { .. }));
+    let (q, _) = h.ladder().await;
+    assert_eq!((q.depth, q.items.len()), (0, 0), "success drops the item");
+    assert_eq!(h.provisioned.lock().unwrap().len(), 1);
+}
+
+async fn seed_rate(h: &Harness, remaining: u64, reset_in: u64, age: u64) {
+    let now = h.clock.unix();
+    let headers = crate::github::rate::RateHeaders {
+        remaining: Some(remaining),
+        limit: Some(5000),
+        reset: Some(now + reset_in),
+        used: None,
+        core: true,
+    };
+    h.rate
+        .send(ObserveRate {
+            credential: "token".into(),
+            headers: Some(headers),
+            retry_after: None,
+            status: 403,
+            at_unix: now - age,
+        })
+        .await
+        .unwrap();
+}
+
+#[actix_rt::test]
+async fn an_empty_budget_snaps_the_retry_to_the_reset() {
+    let h = harness(Setup {
+        script: vec![Err(http(403, Some(0), None))],
+        ..Setup::default()
+    })
+    .await;
+    seed_rate(&h, 0, 90, 0).await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(200)).await;
+    let offsets = h.claim_offsets();
+    assert_eq!(offsets.len(), 2, "{offsets:?}");
+    assert!(
+        (95..115).contains(&offsets[1]),
+        "retry at reset + [5s, 25s): {offsets:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn a_stale_reading_falls_back_to_the_ladder() {
+    let h = harness(Setup {
+        script: vec![Err(http(403, Some(0), None))],
+        ..Setup::default()
+    })
+    .await;
+    seed_rate(&h, 0, 90, 600).await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(200)).await;
+    assert_eq!(h.claim_offsets(), vec![0, 30]);
+}
+
+#[actix_rt::test]
+async fn retry_after_wins() {
+    let h = harness(Setup {
+        script: vec![Err(http(429, Some(10), Some(7)))],
+        ..Setup::default()
+    })
+    .await;
+    seed_rate(&h, 0, 90, 0).await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(200)).await;
+    assert_eq!(h.claim_offsets(), vec![0, 7]);
+}
+
+#[actix_rt::test]
+async fn a_label_mismatched_job_delivered_ten_times_costs_nothing() {
+    let h = harness(Setup::default()).await;
+    for _ in 0..10 {
+        h.queued(9, &["self-hosted", "gpu"]).await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 0);
+    assert!(h.gh.lock().unwrap().deletes.is_empty());
+    let st = h.state().await;
+    let j = &st.jobs[0];
+    assert!(j.seen && !j.pending, "{j:?}");
+    assert_eq!(j.phase, Phase::Unroutable);
+    assert_eq!(st.stats.duplicates, 9);
+}
+
+#[actix_rt::test]
+async fn the_same_job_delivered_five_times_at_once_is_claimed_once() {
+    let h = harness(Setup::default()).await;
+    for _ in 0..5 {
+        h.sched
+            .try_send(event(JobAction::Queued, job(3, LINUX)))
+            .unwrap();
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), 1);
+    assert_eq!(h.provisioned.lock().unwrap().len(), 1);
+}
+
+#[actix_rt::test]
+async fn in_progress_or_completed_while_retrying_stops_the_retries() {
+    let h = harness(Setup {
+        otherwise: Some(http(502, None, None)),
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.claims(), 2);
+    h.send(
+        JobAction::InProgress,
+        JobInfo {
+            runner_name: Some("someone-else".into()),
+            ..job(1, LINUX)
+        },
+    )
+    .await;
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    h.run_for(Duration::from_secs(3600)).await;
+    assert_eq!(h.claims(), 2, "no claim after the job was seen elsewhere");
+    let (q, _) = h.ladder().await;
+    assert_eq!((q.depth, q.items.len()), (0, 0));
+    assert_eq!(h.phase(1).await, Phase::Done);
+    assert_eq!(h.phase(2).await, Phase::Done);
+}
+
+#[actix_rt::test]
+async fn not_found_and_validation_failures_are_not_retried() {
+    let h = harness(Setup {
+        script: vec![
+            Err(http(404, Some(10), None)),
+            Err(http(422, Some(10), None)),
+        ],
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(300)).await;
+    assert_eq!(h.claims(), 2);
+    let (q, _) = h.ladder().await;
+    assert_eq!(q.items.len(), 0);
+    assert_eq!(h.phase(1).await, Phase::Seen);
+    assert_eq!(h.phase(2).await, Phase::Seen);
+    assert_eq!(
+        h.metrics
+            .jit_registration_errors
+            .with_label_values(&["non_retryable"])
+            .get(),
+        2
+    );
+}
+
+/// 10,000 parked jobs hold exactly one armed timer, and all fire when due.
+#[actix_rt::test]
+async fn ten_thousand_parked_jobs_arm_one_timer() {
+    let h = harness(Setup {
+        max_concurrent: 20_000,
+        providers: vec![(ProviderKind::Local, vec!["self-hosted", "linux"], 20_000)],
+        claims_per_minute: 1_000_000,
+        otherwise: Some(http(502, None, None)),
+        ..Setup::default()
+    })
+    .await;
+    for id in 0..10_000u64 {
+        h.queued(id, LINUX).await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    let (q, armed) = h.ladder().await;
+    assert_eq!((q.depth, armed), (10_000, 1));
+    let timer = h.retry.send(GetRetryTimer).await.unwrap();
+    assert!(
+        timer
+            .next_due_in_secs
+            .is_some_and(|s| (28.0..=30.0).contains(&s)),
+        "{timer:?}"
+    );
+    assert_eq!(h.metrics.retry_queue_depth.get(), 10_000);
+    h.run_for(Duration::from_secs(30)).await;
+    assert_eq!(h.claims(), 20_000, "every parked job tried again once");
+}

@@ -1,0 +1,412 @@
+//! The scheduler and retry actors together, on paused time, with a fake GitHub and a fake
+//! provisioner behind the same `Recipient`s the real ones use: the wiring. Retries go through the
+//! real fire path: claim fails -> the scheduler's ladder -> ArmRetryTimer -> RetryActor timer ->
+//! RetryDue -> scheduler -> claim.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use actix::{Actor, Addr, Context, Handler, Message, Recipient, ResponseFuture};
+use tokio::time::Instant;
+
+use super::{
+    actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start},
+    core::{Abandon, Note, Phase, RetryQueueView, SchedulerSettings, SchedulerState},
+    messages::{EventSource, GetRetryQueue, GetSchedulerState, JobEvent, SetCordon},
+};
+use crate::{
+    clock::Clock,
+    config::{ClaimRetryConfig, ProviderKind, Secret},
+    github::{
+        GithubError, JitRunner,
+        actor::{DeleteRunner, GenerateJitConfig, GetRunner},
+        error::HttpFailure,
+    },
+    job::{JobAction, JobInfo, JobKey},
+    metrics::Metrics,
+    provision::{ExitReason, Provision, ProvisionerHandle, RunnerEvent, RunnerEventKind, Teardown},
+    rate::{ObserveRate, RateActor},
+    retry::{Backoff, GetRetryTimer, RetryActor},
+};
+
+const UNIX0: u64 = 1_800_000_000;
+
+// ----- fakes ---------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct GhLog {
+    claims: Vec<(Instant, GenerateJitConfig)>,
+    deletes: Vec<u64>,
+    busy: Vec<u64>,
+    script: VecDeque<Result<(), GithubError>>,
+    otherwise: Option<GithubError>,
+}
+
+struct FakeGithub {
+    log: Arc<Mutex<GhLog>>,
+    next_id: u64,
+}
+
+impl Actor for FakeGithub {
+    type Context = Context<Self>;
+}
+
+impl Handler<GenerateJitConfig> for FakeGithub {
+    type Result = ResponseFuture<Result<JitRunner, GithubError>>;
+    fn handle(&mut self, m: GenerateJitConfig, _: &mut Context<Self>) -> Self::Result {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut log = self.log.lock().unwrap();
+        log.claims.push((Instant::now(), m.clone()));
+        let outcome = log
+            .script
+            .pop_front()
+            .unwrap_or_else(|| match &log.otherwise {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            });
+        Box::pin(async move {
+            outcome.map(|()| JitRunner {
+                id,
+                name: format!("{}-{id}", m.name_base),
+                encoded_jit_config: Secret::new(format!("jit-{id}")),
+            })
+        })
+    }
+}
+
+impl Handler<GetRunner> for FakeGithub {
+    type Result = ResponseFuture<Result<Option<crate::github::RunnerInfo>, GithubError>>;
+    fn handle(&mut self, m: GetRunner, _: &mut Context<Self>) -> Self::Result {
+        let busy = self.log.lock().unwrap().busy.contains(&m.runner_id);
+        Box::pin(async move {
+            Ok(Some(crate::github::RunnerInfo {
+                id: m.runner_id,
+                name: String::new(),
+                status: "online".into(),
+                busy,
+            }))
+        })
+    }
+}
+
+impl Handler<crate::github::actor::ListQueuedJobs> for FakeGithub {
+    type Result = ResponseFuture<Result<Vec<JobInfo>, GithubError>>;
+    fn handle(
+        &mut self,
+        _: crate::github::actor::ListQueuedJobs,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+impl Handler<crate::github::actor::ListRunners> for FakeGithub {
+    type Result = ResponseFuture<Result<Vec<crate::github::RunnerInfo>, GithubError>>;
+    fn handle(
+        &mut self,
+        _: crate::github::actor::ListRunners,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+impl Handler<DeleteRunner> for FakeGithub {
+    type Result = ResponseFuture<Result<(), GithubError>>;
+    fn handle(&mut self, m: DeleteRunner, _: &mut Context<Self>) -> Self::Result {
+        self.log.lock().unwrap().deletes.push(m.runner_id);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Starts every runner at once and tears it down on request.
+struct FakeProvisioner {
+    provider: ProviderKind,
+    sink: Option<Recipient<RunnerEvent>>,
+    provisioned: Arc<Mutex<Vec<String>>>,
+}
+
+impl Actor for FakeProvisioner {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SetSink(Recipient<RunnerEvent>);
+
+impl Handler<SetSink> for FakeProvisioner {
+    type Result = ();
+    fn handle(&mut self, m: SetSink, _: &mut Context<Self>) {
+        self.sink = Some(m.0);
+    }
+}
+
+impl Handler<Provision> for FakeProvisioner {
+    type Result = ();
+    fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
+        self.provisioned.lock().unwrap().push(m.0.name.clone());
+        if let Some(s) = &self.sink {
+            s.do_send(RunnerEvent {
+                provider: self.provider,
+                name: m.0.name,
+                kind: RunnerEventKind::Started,
+            });
+        }
+    }
+}
+
+impl Handler<Teardown> for FakeProvisioner {
+    type Result = ();
+    fn handle(&mut self, m: Teardown, _: &mut Context<Self>) {
+        if let Some(s) = &self.sink {
+            let kind = RunnerEventKind::Exited {
+                code: Some(0),
+                reason: ExitReason::TornDown,
+            };
+            s.do_send(RunnerEvent {
+                provider: self.provider,
+                name: m.name,
+                kind,
+            });
+        }
+    }
+}
+
+// ----- harness -------------------------------------------------------------------------------
+
+pub(super) struct Harness {
+    sched: Addr<SchedulerActor>,
+    retry: Addr<RetryActor>,
+    rate: Addr<RateActor>,
+    gh: Arc<Mutex<GhLog>>,
+    provisioned: Arc<Mutex<Vec<String>>>,
+    metrics: Metrics,
+    clock: Clock,
+    t0: Instant,
+}
+
+struct Setup {
+    schedule: Vec<u64>,
+    max_age: u64,
+    providers: Vec<(ProviderKind, Vec<&'static str>, usize)>,
+    max_concurrent: usize,
+    claims_per_minute: u32,
+    script: Vec<Result<(), GithubError>>,
+    otherwise: Option<GithubError>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            schedule: vec![30, 60, 120],
+            max_age: 5400,
+            providers: vec![(ProviderKind::Local, vec!["self-hosted", "linux", "x64"], 4)],
+            max_concurrent: 4,
+            claims_per_minute: 150,
+            script: Vec::new(),
+            otherwise: None,
+        }
+    }
+}
+
+async fn harness(s: Setup) -> Harness {
+    tokio::time::pause();
+    let clock = Clock::virtual_from(UNIX0);
+    let metrics = Metrics::new();
+    let gh = Arc::new(Mutex::new(GhLog {
+        script: s.script.into(),
+        otherwise: s.otherwise,
+        ..GhLog::default()
+    }));
+    let github = FakeGithub {
+        log: gh.clone(),
+        next_id: 0,
+    }
+    .start();
+    let rate = RateActor::new(metrics.clone()).start();
+    let provisioned = Arc::new(Mutex::new(Vec::new()));
+    let mut provisioners = HashMap::new();
+    let mut fakes = Vec::new();
+    for (kind, _, _) in &s.providers {
+        let fake = FakeProvisioner {
+            provider: *kind,
+            sink: None,
+            provisioned: provisioned.clone(),
+        }
+        .start();
+        provisioners.insert(
+            *kind,
+            ProvisionerHandle {
+                provision: fake.clone().recipient(),
+                teardown: fake.clone().recipient(),
+            },
+        );
+        fakes.push(fake);
+    }
+    let settings = SchedulerSettings {
+        providers: s
+            .providers
+            .iter()
+            .map(|(kind, labels, max)| super::core::ProviderSpec {
+                kind: *kind,
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+                max_concurrent: *max,
+            })
+            .collect(),
+        max_concurrent: s.max_concurrent,
+        name_prefix: "ephemer".into(),
+        repo_level: false,
+        retry_enabled: true,
+        claims_per_minute: s.claims_per_minute,
+        seen_ttl: super::core::SEEN_TTL,
+        started_ttl: Duration::from_secs(7200),
+        zombie_cap: super::core::ZOMBIE_CAP,
+        orphan_grace: Some(Duration::from_secs(600)),
+        reconcile_interval: None,
+        repos: Vec::new(),
+    };
+    let backoff = Backoff::try_new(&ClaimRetryConfig {
+        schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
+        max_age: Duration::from_secs(s.max_age),
+        jitter: 0.0,
+        ..ClaimRetryConfig::default()
+    })
+    .unwrap();
+    let deps = SchedulerDeps {
+        github: GithubHandle::of(&github),
+        rate: Some(RateHandle {
+            subscribe: rate.clone().recipient(),
+            credential: "token".into(),
+        }),
+        provisioners,
+        store: None,
+        restore: None,
+    };
+    let (sched, retry) = start(settings, backoff, deps, metrics.clone(), clock, Some(42));
+    for fake in fakes {
+        fake.send(SetSink(sched.clone().recipient())).await.unwrap();
+    }
+    // Every fake pool passes its host check at once (a supervisor reports this in production).
+    for (kind, _, _) in &s.providers {
+        sched
+            .send(crate::provision::ProviderStatus {
+                provider: *kind,
+                up: true,
+                cause: None,
+            })
+            .await
+            .unwrap();
+    }
+    // Round-trip once so every actor has started before time moves.
+    sched.send(GetSchedulerState).await.unwrap();
+    retry.send(GetRetryTimer).await.unwrap();
+    Harness {
+        sched,
+        retry,
+        rate,
+        gh,
+        provisioned,
+        metrics,
+        clock,
+        t0: Instant::now(),
+    }
+}
+
+fn job(id: u64, labels: &[&str]) -> JobInfo {
+    JobInfo {
+        key: JobKey::new("acme", id),
+        repo: "app".into(),
+        run_id: 1,
+        run_attempt: 1,
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        runner_name: None,
+        runner_id: None,
+        conclusion: None,
+        installation_id: None,
+    }
+}
+
+fn event(action: JobAction, job: JobInfo) -> JobEvent {
+    JobEvent {
+        delivery_id: None,
+        action,
+        job,
+        received: Instant::now(),
+        source: EventSource::Webhook,
+    }
+}
+
+fn http(status: u16, remaining: Option<u64>, retry_after: Option<u64>) -> GithubError {
+    GithubError::Http(HttpFailure {
+        endpoint: "generate_jitconfig",
+        status,
+        message: "scripted".into(),
+        documentation_url: None,
+        rate_remaining: remaining,
+        rate_reset: None,
+        retry_after: retry_after.map(Duration::from_secs),
+    })
+}
+
+impl Harness {
+    async fn send(&self, action: JobAction, job: JobInfo) {
+        self.sched.send(event(action, job)).await.unwrap();
+    }
+
+    async fn queued(&self, id: u64, labels: &[&str]) {
+        self.send(JobAction::Queued, job(id, labels)).await;
+    }
+
+    /// Lets every ready message and timer due by `d` from now run.
+    async fn run_for(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        self.sched.send(GetSchedulerState).await.unwrap();
+    }
+
+    fn claim_offsets(&self) -> Vec<u64> {
+        self.gh
+            .lock()
+            .unwrap()
+            .claims
+            .iter()
+            .map(|(at, _)| at.duration_since(self.t0).as_secs())
+            .collect()
+    }
+
+    fn claims(&self) -> usize {
+        self.gh.lock().unwrap().claims.len()
+    }
+
+    /// The ladder (from the scheduler, its owner) and the number of armed timers.
+    async fn ladder(&self) -> (RetryQueueView, usize) {
+        let q = self.sched.send(GetRetryQueue).await.unwrap();
+        let t = self.retry.send(GetRetryTimer).await.unwrap();
+        (q, t.armed_timers)
+    }
+
+    async fn state(&self) -> SchedulerState {
+        self.sched.send(GetSchedulerState).await.unwrap()
+    }
+
+    async fn phase(&self, id: u64) -> Phase {
+        let st = self.state().await;
+        st.jobs
+            .into_iter()
+            .find(|j| j.key.job_id == id)
+            .map(|j| j.phase)
+            .expect("job known")
+    }
+}
+
+const LINUX: &[&str] = &["self-hosted", "linux"];
+
+mod dispatch;
+mod fungible;
+mod ladder;

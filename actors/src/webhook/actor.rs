@@ -1,0 +1,268 @@
+//! `WebhookActor`: the one owner of delivery-id dedup and of the durable record of accepted
+//! jobs. The HTTP edge ([`super::WebhookIntake`]) verifies and parses on the worker threads and
+//! asks this actor ([`Deliver`]); the actor answers with the [`Verdict`].
+//!
+//! A delivery is accepted in this order: not a replay (a delivery id committed within the
+//! window), then a `queued` job is written to the store and the commit awaited (beside the
+//! mailbox: the actor keeps handling other deliveries), then the event is handed to the
+//! scheduler with `try_send`. Only then is its delivery id remembered and 202 answered. Any
+//! other answer leaves nothing behind: a full scheduler mailbox undoes the store row before the
+//! 503, a failed commit remembers nothing. After [`Close`] every delivery is answered 503 and
+//! nothing is recorded (an embedded instance that was shut down must not swallow GitHub's only
+//! delivery of a job).
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    time::Duration,
+};
+
+use actix::{
+    Actor, ActorFutureExt, Context, Handler, Message, Recipient, ResponseActFuture, WrapFuture,
+    prelude::SendError,
+};
+use tokio::time::Instant;
+
+use super::Verdict;
+use crate::{
+    job::JobAction,
+    metrics::Metrics,
+    scheduler::messages::JobEvent,
+    store::{JobRow, Op, Store},
+};
+
+/// How long a delivery id is remembered.
+pub const DELIVERY_WINDOW: Duration = Duration::from_secs(60 * 60);
+/// At most this many delivery ids are remembered (oldest forgotten first).
+pub const DELIVERY_CAPACITY: usize = 65_536;
+/// The intake's mailbox; the edge waits for room rather than refusing.
+const MAILBOX: usize = 16_384;
+
+/// Remembers recent delivery ids, bounded in time and count. Pure: `now` is passed in.
+#[derive(Debug)]
+pub struct DeliveryDedup {
+    window: Duration,
+    capacity: usize,
+    seen: HashMap<String, Instant>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl DeliveryDedup {
+    /// Remembers ids for `window`, at most `capacity` of them.
+    pub fn new(window: Duration, capacity: usize) -> Self {
+        DeliveryDedup {
+            window,
+            capacity,
+            seen: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// True if `id` was recorded within the window.
+    pub fn contains(&mut self, id: &str, now: Instant) -> bool {
+        self.expire(now);
+        self.seen.contains_key(id)
+    }
+
+    /// Records `id`. Returns false if it was already there.
+    pub fn insert(&mut self, id: &str, now: Instant) -> bool {
+        self.expire(now);
+        if self.seen.contains_key(id) {
+            return false;
+        }
+        while self.seen.len() >= self.capacity {
+            match self.order.pop_front() {
+                Some((_, old)) => {
+                    self.seen.remove(&old);
+                }
+                None => break,
+            }
+        }
+        self.seen.insert(id.to_string(), now);
+        self.order.push_back((now, id.to_string()));
+        true
+    }
+
+    /// Ids remembered now.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            if now.saturating_duration_since(*at) < self.window {
+                break;
+            }
+            if let Some((at, id)) = self.order.pop_front()
+                && self.seen.get(&id) == Some(&at)
+            {
+                self.seen.remove(&id);
+            }
+        }
+    }
+}
+
+/// A verified, parsed `workflow_job` delivery to accept or refuse.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Verdict")]
+pub struct Deliver(pub JobEvent);
+
+/// Stop accepting: every later delivery is answered 503 and nothing more is recorded. The
+/// actor lets go of the scheduler and the store.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Close;
+
+/// Ask how many delivery ids are remembered (tests, status).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "usize")]
+pub struct RememberedDeliveries;
+
+/// The intake actor.
+#[derive(Debug)]
+pub struct WebhookActor {
+    /// `None` once closed.
+    scheduler: Option<Recipient<JobEvent>>,
+    store: Option<Store>,
+    metrics: Metrics,
+    deliveries: DeliveryDedup,
+    /// Delivery ids whose commit is in flight: a concurrent copy is answered 503, never 200,
+    /// since the first may still fail.
+    in_flight: HashSet<String>,
+}
+
+impl WebhookActor {
+    /// An intake handing jobs to `scheduler`, recording `queued` jobs in `store` first.
+    pub fn new(scheduler: Recipient<JobEvent>, store: Option<Store>, metrics: Metrics) -> Self {
+        WebhookActor {
+            scheduler: Some(scheduler),
+            store,
+            metrics,
+            deliveries: DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY),
+            in_flight: HashSet::new(),
+        }
+    }
+
+    /// The end of one delivery: hand it over, remember it, answer.
+    fn hand_over(&mut self, event: JobEvent, recorded: bool) -> ResponseActFuture<Self, Verdict> {
+        let action = event.action;
+        let delivery_id = event.delivery_id.clone();
+        let key = event.job.key.clone();
+        let sent = match &self.scheduler {
+            Some(scheduler) => scheduler.try_send(event).map_err(|e| match e {
+                SendError::Full(_) | SendError::Closed(_) => (),
+            }),
+            None => Err(()),
+        };
+        if sent.is_ok() {
+            if let Some(id) = &delivery_id {
+                self.in_flight.remove(id);
+                self.deliveries.insert(id, Instant::now());
+            }
+            self.metrics
+                .webhook_events
+                .with_label_values(&[action.as_str()])
+                .inc();
+            return Box::pin(actix::fut::ready(Verdict::Accepted));
+        }
+        // Refused: take the row back out before answering, so a 503 leaves nothing behind.
+        let undo = self
+            .store
+            .clone()
+            .filter(|_| recorded)
+            .map(|store| async move { store.write(vec![Op::DeleteJob(key)]).await });
+        Box::pin(
+            async move {
+                if let Some(undo) = undo
+                    && let Err(e) = undo.await
+                {
+                    tracing::error!(error = %e, "cannot undo the record of a refused delivery");
+                }
+            }
+            .into_actor(self)
+            .map(move |(), act, _| {
+                if let Some(id) = &delivery_id {
+                    act.in_flight.remove(id);
+                }
+                Verdict::Busy
+            }),
+        )
+    }
+}
+
+impl Actor for WebhookActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(MAILBOX);
+    }
+}
+
+impl Handler<Deliver> for WebhookActor {
+    type Result = ResponseActFuture<Self, Verdict>;
+
+    fn handle(&mut self, Deliver(event): Deliver, _: &mut Context<Self>) -> Self::Result {
+        if self.scheduler.is_none() {
+            return Box::pin(actix::fut::ready(Verdict::Busy));
+        }
+        if let Some(id) = &event.delivery_id {
+            if self.deliveries.contains(id, Instant::now()) {
+                return Box::pin(actix::fut::ready(Verdict::Replayed));
+            }
+            if !self.in_flight.insert(id.clone()) {
+                return Box::pin(actix::fut::ready(Verdict::Busy));
+            }
+        }
+        let record = match (&self.store, event.action) {
+            (Some(store), JobAction::Queued) => {
+                let store = store.clone();
+                let row = JobRow {
+                    info: event.job.clone(),
+                    received_unix: crate::clock::unix_now(),
+                    started_unix: None,
+                };
+                Some(async move { store.write(vec![Op::AddJob(row)]).await })
+            }
+            _ => None,
+        };
+        let Some(record) = record else {
+            return self.hand_over(event, false);
+        };
+        // The commit is awaited beside the mailbox; the actor goes on with other deliveries.
+        Box::pin(
+            record
+                .into_actor(self)
+                .then(move |written, act, _| match written {
+                    Ok(()) => act.hand_over(event, true),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot record the job durably; answering 503 so GitHub may redeliver");
+                        if let Some(id) = &event.delivery_id {
+                            act.in_flight.remove(id);
+                        }
+                        Box::pin(actix::fut::ready(Verdict::Busy))
+                    }
+                }),
+        )
+    }
+}
+
+impl Handler<Close> for WebhookActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, _: &mut Context<Self>) {
+        self.scheduler = None;
+        self.store = None;
+    }
+}
+
+impl Handler<RememberedDeliveries> for WebhookActor {
+    type Result = usize;
+
+    fn handle(&mut self, _: RememberedDeliveries, _: &mut Context<Self>) -> usize {
+        self.deliveries.len()
+    }
+}

@@ -1,0 +1,433 @@
+//! The intake through its one path (the HTTP resource and the `WebhookActor` behind it):
+//! every answer of the contract, replays, a full scheduler mailbox, the store, a closed
+//! intake, and fuzzed deliveries.
+use std::{
+    sync::{Arc, Mutex as StdMutex},
+    time::Duration,
+};
+
+use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message};
+use actix_web::{App, test as web_test};
+
+use super::*;
+use crate::{
+    github::signature::sign,
+    job::{JobAction, JobKey},
+    store::Store,
+};
+
+const SECRET: &str = "It's a Secret to Everybody";
+
+/// Records every event it is handed; `Stall` makes it stop reading its mailbox.
+struct Recorder {
+    seen: Arc<StdMutex<Vec<JobEvent>>>,
+    capacity: usize,
+}
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(self.capacity);
+    }
+}
+
+impl Handler<JobEvent> for Recorder {
+    type Result = ();
+    fn handle(&mut self, m: JobEvent, _: &mut Context<Self>) {
+        self.seen.lock().unwrap().push(m);
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Stall;
+
+impl Handler<Stall> for Recorder {
+    type Result = ();
+    fn handle(&mut self, _: Stall, ctx: &mut Context<Self>) {
+        ctx.wait(actix::fut::wrap_future(
+            futures_util::future::pending::<()>(),
+        ));
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Stop;
+
+impl Handler<Stop> for Recorder {
+    type Result = ();
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+fn recorder(capacity: usize) -> (actix::Addr<Recorder>, Arc<StdMutex<Vec<JobEvent>>>) {
+    let seen = Arc::new(StdMutex::new(Vec::new()));
+    let addr = Recorder {
+        seen: seen.clone(),
+        capacity,
+    }
+    .start();
+    (addr, seen)
+}
+
+fn queued_body(job_id: u64, action: &str) -> String {
+    format!(
+        r#"{{"action":"{action}","workflow_job":{{"id":{job_id},"run_id":5,"run_attempt":1,"labels":["self-hosted","linux"],"runner_id":null,"runner_name":null}},"repository":{{"name":"app","full_name":"acme/app","owner":{{"login":"acme"}}}}}}"#
+    )
+}
+
+fn delivery(event: &str, id: &str, body: &str, signature: Option<String>) -> web_test::TestRequest {
+    let mut r = web_test::TestRequest::post()
+        .uri("/webhook/github")
+        .insert_header(("X-GitHub-Event", event))
+        .insert_header(("X-GitHub-Delivery", id))
+        .insert_header(("Content-Type", "application/json"))
+        .set_payload(body.to_string());
+    if let Some(sig) = signature {
+        r = r.insert_header(("X-Hub-Signature-256", sig));
+    }
+    r
+}
+
+fn signed(event: &str, id: &str, body: &str) -> web_test::TestRequest {
+    delivery(
+        event,
+        id,
+        body,
+        Some(sign(SECRET.as_bytes(), body.as_bytes())),
+    )
+}
+
+macro_rules! app {
+    ($addr:expr) => {{ app!($addr, None) }};
+    ($addr:expr, $store:expr) => {{
+        let actor = WebhookActor::new($addr.clone().recipient(), $store, Metrics::new()).start();
+        let intake = web::Data::new(
+            WebhookIntake::new(Secret::new(SECRET), actor.clone(), Metrics::new()).unwrap(),
+        );
+        (
+            web_test::init_service(
+                App::new().service(WebhookIntake::resource(intake.clone(), "/webhook/github")),
+            )
+            .await,
+            actor,
+        )
+    }};
+}
+
+async fn remembered(actor: &actix::Addr<WebhookActor>) -> usize {
+    actor.send(RememberedDeliveries).await.unwrap()
+}
+
+#[actix_web::test]
+async fn every_http_answer_of_the_contract() {
+    let (addr, seen) = recorder(64);
+    let (app, actor) = app!(addr);
+    let status = |r: actix_web::dev::ServiceResponse| r.status().as_u16();
+
+    let body = queued_body(1, "queued");
+    assert_eq!(
+        status(
+            web_test::call_service(&app, signed("workflow_job", "d1", &body).to_request()).await
+        ),
+        202
+    );
+    assert_eq!(
+        status(
+            web_test::call_service(&app, signed("ping", "d2", r#"{"zen":"hi"}"#).to_request())
+                .await
+        ),
+        200
+    );
+    assert_eq!(
+        status(web_test::call_service(&app, signed("push", "d3", "{}").to_request()).await),
+        200
+    );
+    assert_eq!(
+        status(
+            web_test::call_service(
+                &app,
+                delivery("workflow_job", "d4", &body, None).to_request()
+            )
+            .await
+        ),
+        401
+    );
+    let bad = Some(sign(b"wrong secret", body.as_bytes()));
+    assert_eq!(
+        status(
+            web_test::call_service(
+                &app,
+                delivery("workflow_job", "d5", &body, bad).to_request()
+            )
+            .await
+        ),
+        401
+    );
+    let sha1 = Some("sha1=0123456789abcdef0123456789abcdef01234567".to_string());
+    assert_eq!(
+        status(
+            web_test::call_service(
+                &app,
+                delivery("workflow_job", "d6", &body, sha1).to_request()
+            )
+            .await
+        ),
+        401
+    );
+    assert_eq!(
+        status(
+            web_test::call_service(
+                &app,
+                signed("workflow_job", "d7", "{\"action\":").to_request()
+            )
+            .await
+        ),
+        400
+    );
+    assert_eq!(
+        status(
+            web_test::call_service(
+                &app,
+                signed("workflow_job", "d8", r#"{"action":"queued"}"#).to_request()
+            )
+            .await
+        ),
+        422
+    );
+    let unknown = queued_body(2, "requested");
+    assert_eq!(
+        status(
+            web_test::call_service(&app, signed("workflow_job", "d9", &unknown).to_request()).await
+        ),
+        202
+    );
+    let huge = "x".repeat(MAX_BODY + 1);
+    assert_eq!(
+        status(
+            web_test::call_service(&app, signed("workflow_job", "d10", &huge).to_request()).await
+        ),
+        413
+    );
+
+    addr.send(Stop).await.ok();
+    let events = seen.lock().unwrap().clone();
+    assert_eq!(events.len(), 1, "only the queued delivery is forwarded");
+    assert_eq!(events[0].action, JobAction::Queued);
+    assert_eq!(events[0].delivery_id.as_deref(), Some("d1"));
+    assert_eq!(
+        remembered(&actor).await,
+        1,
+        "refused deliveries leave no delivery id behind"
+    );
+}
+
+#[actix_web::test]
+async fn a_replayed_delivery_is_forwarded_once() {
+    let (addr, seen) = recorder(64);
+    let (app, _) = app!(addr);
+    let body = queued_body(7, "queued");
+    for _ in 0..3 {
+        let r = web_test::call_service(&app, signed("workflow_job", "same-id", &body).to_request())
+            .await;
+        assert!(r.status().is_success());
+    }
+    let other =
+        web_test::call_service(&app, signed("workflow_job", "other-id", &body).to_request()).await;
+    assert_eq!(
+        other.status(),
+        202,
+        "a new delivery id of the same job reaches the scheduler"
+    );
+    addr.send(Stop).await.ok();
+    let ids: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.delivery_id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["same-id", "other-id"]);
+}
+
+#[actix_web::test]
+async fn a_full_scheduler_mailbox_is_503_and_the_redelivery_gets_through() {
+    let (addr, seen) = recorder(1);
+    addr.send(Stall).await.unwrap();
+    let (app, actor) = app!(addr);
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        let body = queued_body(100 + i, "queued");
+        let r = web_test::call_service(
+            &app,
+            signed("workflow_job", &format!("s{i}"), &body).to_request(),
+        )
+        .await;
+        statuses.push(r.status().as_u16());
+    }
+    assert!(statuses.contains(&503), "{statuses:?}");
+    let refused = statuses.iter().filter(|s| **s == 503).count();
+    assert_eq!(
+        remembered(&actor).await,
+        4 - refused,
+        "a 503 leaves its delivery id unrecorded"
+    );
+    assert!(seen.lock().unwrap().is_empty());
+
+    // The same delivery id, redelivered once the scheduler has room, is accepted.
+    let (addr2, seen2) = recorder(64);
+    let (app2, _) = app!(addr2);
+    let body = queued_body(103, "queued");
+    let r = web_test::call_service(&app2, signed("workflow_job", "s3", &body).to_request()).await;
+    assert_eq!(r.status(), 202);
+    addr2.send(Stop).await.ok();
+    assert_eq!(seen2.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn an_empty_secret_is_refused() {
+    let sys = actix::System::new();
+    sys.block_on(async {
+        let (addr, _) = recorder(4);
+        let actor = WebhookActor::new(addr.recipient(), None, Metrics::new()).start();
+        let err = WebhookIntake::new(Secret::default(), actor, Metrics::new()).unwrap_err();
+        assert_eq!(err, IntakeError::NoSecret);
+    });
+}
+
+/// Random bodies with random signatures never panic, are always 401, and change nothing;
+/// random bodies *correctly* signed never panic either. Through the one intake path.
+#[actix_web::test]
+async fn fuzzed_deliveries_never_panic_or_change_state() {
+    use proptest::{
+        prelude::*,
+        strategy::ValueTree,
+        test_runner::{Config, TestRunner},
+    };
+
+    let (addr, seen) = recorder(100_000);
+    let (app, actor) = app!(addr);
+    let mut runner = TestRunner::new(Config::default());
+    let strategy = (
+        proptest::collection::vec(any::<u8>(), 0..512),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..80)),
+        any::<bool>(),
+    );
+    for _ in 0..2000 {
+        let (body, sig, prefixed) = strategy.new_tree(&mut runner).unwrap().current();
+        let mut sig = sig.unwrap_or_default();
+        if prefixed {
+            sig.splice(0..0, b"sha256=".iter().copied());
+        }
+        let mut req = web_test::TestRequest::post()
+            .uri("/webhook/github")
+            .insert_header(("X-GitHub-Event", "workflow_job"))
+            .set_payload(body);
+        if let Ok(v) = actix_web::http::header::HeaderValue::from_bytes(&sig) {
+            req = req.insert_header(("X-Hub-Signature-256", v));
+        }
+        let r = web_test::call_service(&app, req.to_request()).await;
+        assert_eq!(r.status(), 401);
+    }
+    assert_eq!(remembered(&actor).await, 0);
+    assert!(seen.lock().unwrap().is_empty());
+
+    let json_ish = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..256),
+        "[{}\\[\\]\":,a-z0-9 ]{0,200}".prop_map(String::into_bytes),
+        (0u64..5, "[a-z_]{0,12}").prop_map(|(id, action)| queued_body(id, &action).into_bytes()),
+    ];
+    for i in 0..2000 {
+        let body = json_ish.new_tree(&mut runner).unwrap().current();
+        let sig = sign(SECRET.as_bytes(), &body);
+        let req = web_test::TestRequest::post()
+            .uri("/webhook/github")
+            .insert_header(("X-GitHub-Event", "workflow_job"))
+            .insert_header(("X-GitHub-Delivery", format!("f{i}")))
+            .insert_header(("X-Hub-Signature-256", sig))
+            .set_payload(body);
+        let r = web_test::call_service(&app, req.to_request()).await;
+        assert!(
+            matches!(r.status().as_u16(), 200 | 202 | 400 | 422),
+            "{}",
+            r.status()
+        );
+    }
+    addr.send(Stop).await.ok();
+    for e in seen.lock().unwrap().iter() {
+        assert!(
+            e.job.key.job_id < 5,
+            "only well-formed payloads are forwarded"
+        );
+    }
+}
+
+/// With the store on, a delivery the full scheduler refuses (503) leaves no store row and no
+/// remembered delivery id; an accepted one leaves its row.
+#[actix_web::test]
+async fn a_503_leaves_no_store_row_and_no_delivery_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(dir.path()).unwrap();
+    let (addr, _) = recorder(1);
+    addr.send(Stall).await.unwrap();
+    let (app, actor) = app!(addr, Some(store.clone()));
+    let mut statuses = Vec::new();
+    for i in 0..3u64 {
+        let body = queued_body(200 + i, "queued");
+        let r = web_test::call_service(
+            &app,
+            signed("workflow_job", &format!("x{i}"), &body).to_request(),
+        )
+        .await;
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses[0], 202, "{statuses:?}");
+    assert!(statuses[1..].iter().all(|s| *s == 503), "{statuses:?}");
+    assert_eq!(remembered(&actor).await, 1);
+
+    // Close the intake and let go of the store, then read what it holds.
+    actor.send(Close).await.unwrap();
+    drop(store);
+    drop(app);
+    let snapshot = loop {
+        match Store::open(dir.path()) {
+            Ok((_, snapshot)) => break snapshot,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    let ids: Vec<u64> = snapshot.jobs.iter().map(|r| r.info.key.job_id).collect();
+    assert_eq!(ids, vec![200], "only the accepted job has a row");
+    let _ = JobKey::new("acme", 200);
+}
+
+/// A closed intake (an embedded instance shut down) answers 503 and records nothing.
+#[actix_web::test]
+async fn a_closed_intake_answers_503_and_records_nothing() {
+    let (addr, seen) = recorder(64);
+    let (app, actor) = app!(addr);
+    actor.send(Close).await.unwrap();
+    let body = queued_body(9, "queued");
+    let r = web_test::call_service(&app, signed("workflow_job", "c1", &body).to_request()).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(remembered(&actor).await, 0);
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[test]
+fn delivery_ids_expire_and_stay_bounded() {
+    let t0 = Instant::now();
+    let mut d = DeliveryDedup::new(Duration::from_secs(60), 3);
+    assert!(d.insert("a", t0));
+    assert!(!d.insert("a", t0 + Duration::from_secs(10)));
+    assert!(d.insert("b", t0));
+    assert!(d.insert("c", t0));
+    assert!(d.insert("d", t0), "capacity evicts the oldest");
+    assert_eq!(d.len(), 3);
+    assert!(!d.contains("a", t0));
+    assert!(
+        !d.contains("b", t0 + Duration::from_secs(61)),
+        "window passed"
+    );
+    assert!(d.is_empty());
+}
