@@ -161,7 +161,10 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
     } else {
         println!("rate budget   no reading yet");
     }
-    println!("\n{:<14} {:<4} {:<9} LABELS", "PROVIDER", "UP", "USED/MAX");
+    println!(
+        "\n{:<14} {:<24} {:<4} {:<9} LABELS",
+        "PROVIDER", "PROVISIONER", "UP", "USED/MAX"
+    );
     for p in v["providers"].as_array().into_iter().flatten() {
         let labels: Vec<String> = p["labels"]
             .as_array()
@@ -170,8 +173,9 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
             .map(s)
             .collect();
         println!(
-            "{:<14} {:<4} {:<9} {}",
+            "{:<14} {:<24} {:<4} {:<9} {}",
             s(&p["provider"]),
+            s(&p["provisioner"]),
             if p["up"].as_bool().unwrap_or(false) {
                 "yes"
             } else {

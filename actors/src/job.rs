@@ -90,51 +90,9 @@ pub struct JobInfo {
     pub installation_id: Option<u64>,
 }
 
-/// Lowercased, trimmed, sorted, de-duplicated labels: the unit runners are fungible over.
-pub fn label_set(labels: &[String]) -> Vec<String> {
-    let mut set: Vec<String> = labels
-        .iter()
-        .map(|l| l.trim().to_ascii_lowercase())
-        .filter(|l| !l.is_empty())
-        .collect();
-    set.sort();
-    set.dedup();
-    set
-}
-
-/// True when `offered` (a provider's labels) includes every label of `wanted` (a job's),
-/// case-insensitively.
-pub fn labels_cover(offered: &[String], wanted: &[String]) -> bool {
-    let offered = label_set(offered);
-    label_set(wanted)
-        .iter()
-        .all(|w| offered.binary_search(w).is_ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
-
-    #[test]
-    fn label_sets_ignore_case_order_and_repeats() {
-        assert_eq!(
-            label_set(&v(&["Linux", "self-hosted", "linux", " "])),
-            v(&["linux", "self-hosted"])
-        );
-        assert!(labels_cover(
-            &v(&["self-hosted", "linux", "x64"]),
-            &v(&["Self-Hosted", "LINUX"])
-        ));
-        assert!(!labels_cover(
-            &v(&["self-hosted", "linux"]),
-            &v(&["self-hosted", "gpu"])
-        ));
-        assert!(labels_cover(&v(&["self-hosted"]), &[]));
-    }
 
     #[test]
     fn actions_round_trip_and_unknown_is_none() {

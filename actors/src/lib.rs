@@ -21,4 +21,5 @@ pub mod retry;
 pub mod scheduler;
 pub mod store;
 pub mod system;
+pub mod vocab;
 pub mod webhook;

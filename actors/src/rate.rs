@@ -9,42 +9,9 @@
 
 use std::{collections::HashMap, time::Duration};
 
+pub use crate::vocab::RateSnapshot;
+use crate::{metrics::Metrics, vocab::RateHeaders};
 use actix::{Actor, Context, Handler, Message, MessageResult, WeakRecipient};
-use serde::Serialize;
-
-use crate::{github::rate::RateHeaders, metrics::Metrics};
-
-/// What GitHub's headers said about one credential's budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct RateSnapshot {
-    /// Requests left in the window.
-    pub remaining: Option<u64>,
-    /// The window's ceiling.
-    pub limit: Option<u64>,
-    /// Unix seconds at which the window resets.
-    pub reset: Option<u64>,
-    /// Requests used in the window.
-    pub used: Option<u64>,
-    /// Unix seconds of the last reading (0: never read).
-    pub updated: u64,
-    /// `Retry-After` of the latest answer that carried one.
-    pub retry_after: Option<Duration>,
-    /// Unix seconds at which that `Retry-After` was received.
-    pub retry_after_at: Option<u64>,
-}
-
-impl RateSnapshot {
-    /// True when the budget is provably empty: remaining 0, the reading younger than
-    /// `max_staleness`, and the reset still ahead. Then the reset time is returned.
-    pub fn exhausted_until(&self, now_unix: u64, max_staleness: Duration) -> Option<u64> {
-        let fresh =
-            self.updated != 0 && now_unix.saturating_sub(self.updated) < max_staleness.as_secs();
-        match (self.remaining, self.reset) {
-            (Some(0), Some(reset)) if fresh && reset > now_unix => Some(reset),
-            _ => None,
-        }
-    }
-}
 
 /// Readings per credential. Pure: the time of each observation is passed in.
 #[derive(Debug, Default)]

@@ -17,9 +17,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    config::ProviderKind,
-    github::ErrorClass,
     job::{JobInfo, JobKey},
+    vocab::{ErrorClass, ProviderKind},
 };
 
 const JOBS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("jobs");

@@ -6,13 +6,15 @@
 //! 1. `RateActor`: rate readings, per credential.
 //! 2. `GithubActor`: owns the GitHub client, reports every answer's rate headers to (1).
 //! 3. The scheduler's context, made first so provisioners can be given its address.
-//! 4. One `ProvisionerSupervisor` per enabled provider: removes leftovers, then runs its
-//!    provisioner under the provider's restart policy, reporting to (3).
+//! 4. One provisioner per enabled provider (`LocalProvisioner`, `LinuxProvisioner`,
+//!    `VmMacosProvisioner`, `NativeMacosProvisioner`): each a `ProvisionerSupervisor` that
+//!    removes leftovers, checks the host, then runs its provisioner under the provider's
+//!    restart policy, reporting to (3).
 //! 5. The `SchedulerActor` and its `RetryActor`, wired to (2), (1) and (4).
 //! 6. The `WebhookActor` (delivery dedup, durable record of accepted jobs), forwarding to (5),
 //!    and the HTTP edge in front of it.
 
-use std::{collections::HashMap, rc::Rc};
+use std::collections::HashMap;
 
 use actix::{Actor, Addr, AsyncContext, Context};
 use actix_web::web;
@@ -23,10 +25,11 @@ use crate::{
     github::{GithubClient, actor::GithubActor},
     metrics::Metrics,
     provision::{
-        Backend, Factory, ProvisionerActor, ProvisionerHandle, ProvisionerSupervisor,
-        container::{ContainerBackend, ContainerSettings},
-        process::{KILL_GRACE, ProcessBackend, ProcessSettings},
-        tart::{TartBackend, TartSettings},
+        LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, ProvisionerHandle,
+        ProvisionerSupervisor, VmMacosProvisioner,
+        container::ContainerSettings,
+        process::{KILL_GRACE, ProcessSettings},
+        tart::TartSettings,
     },
     rate::RateActor,
     retry::{Backoff, RetryActor},
@@ -97,7 +100,6 @@ pub fn start(
     options: StartOptions,
 ) -> Result<Handles, StartError> {
     let backoff = Backoff::try_new(&config.runner.claim_retry)?;
-    let backends = backends(config)?;
 
     // 0. The durable state a previous run left.
     let (store, snapshot) = Store::open(&config.state.dir)?;
@@ -117,55 +119,100 @@ pub fn start(
     let scheduler_ctx = Context::<SchedulerActor>::new();
     let scheduler = scheduler_ctx.address();
 
-    // 4. A supervised provisioner per enabled provider.
-    let mut provisioners = HashMap::new();
-    let mut handles = HashMap::new();
-    for backend in backends {
-        let kind = backend.kind();
-        let restart = match kind {
-            ProviderKind::Local => &config.providers.local.common.restart,
-            ProviderKind::Linux => &config.providers.linux.common.restart,
-            ProviderKind::VmMacos => &config.providers.vm_macos.common.restart,
-            ProviderKind::NativeMacos => &config.providers.native_macos.common.restart,
-        };
-        let job_timeout = config.runner.job_timeout;
-        let child_backend = backend.clone();
-        let factory: Factory = Box::new(move |events, stopped, generation| {
-            ProvisionerActor::new(
-                child_backend.clone(),
-                events,
-                stopped,
-                generation,
-                job_timeout,
-            )
-            .start()
-        });
-        let ledger: Vec<String> = snapshot
+    // 4. A supervised provisioner per enabled provider: LocalProvisioner, LinuxProvisioner,
+    //    VmMacosProvisioner, NativeMacosProvisioner.
+    let wiring = |kind: ProviderKind, restart: &crate::config::RestartConfig| PoolWiring {
+        restart: restart.clone(),
+        job_timeout: config.runner.job_timeout,
+        events: scheduler.clone().recipient(),
+        status: scheduler.clone().recipient(),
+        metrics: metrics.clone(),
+        clock,
+        adopt: snapshot
             .runners
             .iter()
             .filter(|r| r.provider == kind)
             .map(|r| r.name.clone())
-            .collect();
-        let supervisor = ProvisionerSupervisor::new(
-            backend,
-            factory,
-            restart.clone(),
-            scheduler.clone().recipient(),
-            scheduler.clone().recipient(),
-            metrics.clone(),
-            clock,
-        )
-        .with_adopted(ledger)
-        .start();
-        handles.insert(
+            .collect(),
+    };
+    let p = &config.providers;
+    let log_dir = config.state.dir.join("logs");
+    let prefix =
+        |kind: ProviderKind| format!("{}-{}-", config.runner.name_prefix, kind.name_part());
+    let mut provisioners = HashMap::new();
+    if p.local.common.enabled {
+        let kind = ProviderKind::Local;
+        let settings = ProcessSettings {
             kind,
-            ProvisionerHandle {
-                provision: supervisor.clone().recipient(),
-                teardown: supervisor.clone().recipient(),
-            },
-        );
-        provisioners.insert(kind, supervisor);
+            command: p.local.command.clone(),
+            args: p.local.args.clone(),
+            work_root: p.local.work_root.clone(),
+            log_dir: log_dir.clone(),
+            run_as: None,
+            name_prefix: prefix(kind),
+            grace: KILL_GRACE,
+        };
+        let pool = LocalProvisioner::start(settings, wiring(kind, &p.local.common.restart));
+        provisioners.insert(kind, pool);
     }
+    if p.linux.common.enabled {
+        let kind = ProviderKind::Linux;
+        let settings = ContainerSettings {
+            socket: p.linux.socket.clone(),
+            image: p.linux.image.clone(),
+            command: p.linux.command.clone(),
+            network: p.linux.network.clone(),
+            name_prefix: prefix(kind),
+            log_dir: log_dir.clone(),
+        };
+        let pool = LinuxProvisioner::start(settings, wiring(kind, &p.linux.common.restart))
+            .map_err(|detail| StartError::Provider {
+                provider: kind,
+                detail,
+            })?;
+        provisioners.insert(kind, pool);
+    }
+    if p.vm_macos.common.enabled {
+        let kind = ProviderKind::VmMacos;
+        let settings = TartSettings {
+            tart: p.vm_macos.tart_path.clone(),
+            ssh: p.vm_macos.ssh_path.clone(),
+            base_image: p.vm_macos.base_image.clone(),
+            ssh_user: p.vm_macos.ssh_user.clone(),
+            runner_command: p.vm_macos.runner_command.clone(),
+            boot_timeout: p.vm_macos.boot_timeout,
+            name_prefix: prefix(kind),
+            log_dir: log_dir.clone(),
+        };
+        let pool = VmMacosProvisioner::start(settings, wiring(kind, &p.vm_macos.common.restart));
+        provisioners.insert(kind, pool);
+    }
+    if p.native_macos.common.enabled {
+        let kind = ProviderKind::NativeMacos;
+        let settings = ProcessSettings {
+            kind,
+            command: p.native_macos.command.clone(),
+            args: p.native_macos.args.clone(),
+            work_root: p.native_macos.work_root.clone(),
+            log_dir,
+            run_as: p.native_macos.run_as.clone(),
+            name_prefix: prefix(kind),
+            grace: KILL_GRACE,
+        };
+        let restart = &p.native_macos.common.restart;
+        let pool = NativeMacosProvisioner::start(settings, wiring(kind, restart));
+        provisioners.insert(kind, pool);
+    }
+    let handles: HashMap<ProviderKind, ProvisionerHandle> = provisioners
+        .iter()
+        .map(|(kind, pool)| {
+            let handle = ProvisionerHandle {
+                provision: pool.clone().recipient(),
+                teardown: pool.clone().recipient(),
+            };
+            (*kind, handle)
+        })
+        .collect();
 
     // 5. The scheduler and its retry actor.
     let deps = SchedulerDeps {
@@ -210,67 +257,6 @@ pub fn start(
         metrics,
         credential: rate_key,
     })
-}
-
-/// The backend of every enabled provider.
-fn backends(config: &Config) -> Result<Vec<Rc<dyn Backend>>, StartError> {
-    let p = &config.providers;
-    let prefix =
-        |kind: ProviderKind| format!("{}-{}-", config.runner.name_prefix, kind.name_part());
-    let log_dir = config.state.dir.join("logs");
-    let mut out: Vec<Rc<dyn Backend>> = Vec::new();
-    if p.local.common.enabled {
-        out.push(Rc::new(ProcessBackend::new(ProcessSettings {
-            kind: ProviderKind::Local,
-            command: p.local.command.clone(),
-            args: p.local.args.clone(),
-            work_root: p.local.work_root.clone(),
-            log_dir: log_dir.clone(),
-            run_as: None,
-            name_prefix: prefix(ProviderKind::Local),
-            grace: KILL_GRACE,
-        })));
-    }
-    if p.linux.common.enabled {
-        let backend = ContainerBackend::new(ContainerSettings {
-            socket: p.linux.socket.clone(),
-            image: p.linux.image.clone(),
-            command: p.linux.command.clone(),
-            network: p.linux.network.clone(),
-            name_prefix: prefix(ProviderKind::Linux),
-            log_dir: log_dir.clone(),
-        })
-        .map_err(|detail| StartError::Provider {
-            provider: ProviderKind::Linux,
-            detail,
-        })?;
-        out.push(Rc::new(backend));
-    }
-    if p.vm_macos.common.enabled {
-        out.push(Rc::new(TartBackend::new(TartSettings {
-            tart: p.vm_macos.tart_path.clone(),
-            ssh: p.vm_macos.ssh_path.clone(),
-            base_image: p.vm_macos.base_image.clone(),
-            ssh_user: p.vm_macos.ssh_user.clone(),
-            runner_command: p.vm_macos.runner_command.clone(),
-            boot_timeout: p.vm_macos.boot_timeout,
-            name_prefix: prefix(ProviderKind::VmMacos),
-            log_dir: log_dir.clone(),
-        })));
-    }
-    if p.native_macos.common.enabled {
-        out.push(Rc::new(ProcessBackend::new(ProcessSettings {
-            kind: ProviderKind::NativeMacos,
-            command: p.native_macos.command.clone(),
-            args: p.native_macos.args.clone(),
-            work_root: p.native_macos.work_root.clone(),
-            log_dir,
-            run_as: p.native_macos.run_as.clone(),
-            name_prefix: prefix(ProviderKind::NativeMacos),
-            grace: KILL_GRACE,
-        })));
-    }
-    Ok(out)
 }
 
 /// Drains an instance: cordon (no new claims, no new retries; job events keep being handled),

@@ -97,3 +97,41 @@ max_concurrent = 2
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A local pool whose runner command does not exist is down with that cause: no job is claimed
+/// for it and no claim is spent retrying it.
+#[actix_rt::test]
+async fn a_local_pool_whose_command_is_missing_is_down_and_claims_nothing() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let providers = r#"
+[providers.local]
+command = "/nonexistent/actions-runner/run.sh"
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 2
+"#;
+    let daemon = Daemon::start(&standin, "", providers).await;
+    let pool_down = || async {
+        let v = ctl_json(&daemon, &["status"]).await;
+        let local = v["providers"][0].clone();
+        local["provisioner"] == "LocalProvisioner"
+            && local["up"] == false
+            && local["down_cause"]
+                .as_str()
+                .is_some_and(|c| c.contains("/nonexistent/actions-runner/run.sh"))
+    };
+    eventually_async(
+        "the local pool reported down",
+        Duration::from_secs(20),
+        pool_down,
+    )
+    .await;
+    standin.queue_jobs("app", &["self-hosted", "linux"], 2);
+    let waiting = || async {
+        let v = ctl_json(&daemon, &["jobs"]).await;
+        let jobs = v["jobs"].as_array().unwrap().clone();
+        jobs.len() == 2 && jobs.iter().all(|j| j["phase"]["state"] == "pending")
+    };
+    eventually_async("both jobs to wait", Duration::from_secs(20), waiting).await;
+    assert_eq!(standin.count("generate_jitconfig"), 0);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -20,6 +20,8 @@ use std::{
 
 pub use secret::Secret;
 
+pub use crate::vocab::ProviderKind;
+
 /// Default values, shared by validation, the example config and the docs.
 pub mod defaults {
     use std::time::Duration;
@@ -274,58 +276,6 @@ impl ProvidersConfig {
         .into_iter()
         .filter(|(_, c)| c.enabled)
         .collect()
-    }
-}
-
-/// Which provisioner a provider table configures.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// A runner process on this host.
-    Local,
-    /// A container per job on a Docker-compatible engine.
-    Linux,
-    /// A cloned macOS VM per job, driven by `tart`.
-    VmMacos,
-    /// A runner process directly on a macOS host.
-    NativeMacos,
-}
-
-impl ProviderKind {
-    /// All kinds, in routing tie-break order.
-    pub const ALL: [ProviderKind; 4] = [
-        ProviderKind::Local,
-        ProviderKind::Linux,
-        ProviderKind::VmMacos,
-        ProviderKind::NativeMacos,
-    ];
-
-    /// The name used in config keys, runner names, metrics labels and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Local => "local",
-            ProviderKind::Linux => "linux",
-            ProviderKind::VmMacos => "vm_macos",
-            ProviderKind::NativeMacos => "native_macos",
-        }
-    }
-
-    /// A runner-name-safe spelling (GitHub runner names allow `-` and `_`; we keep `-`).
-    pub fn name_part(self) -> &'static str {
-        match self {
-            ProviderKind::Local => "local",
-            ProviderKind::Linux => "linux",
-            ProviderKind::VmMacos => "vm-macos",
-            ProviderKind::NativeMacos => "native-macos",
-        }
-    }
-}
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

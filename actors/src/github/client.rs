@@ -568,12 +568,4 @@ fn has_next_page(headers: &HeaderMap) -> bool {
         .any(|v| v.split(',').any(|part| part.contains("rel=\"next\"")))
 }
 
-/// Eight lowercase alphanumerics for a runner name.
-pub fn random_suffix() -> String {
-    use rand::RngExt as _;
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..8)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
+pub use crate::vocab::random_suffix;

@@ -4,58 +4,9 @@
 //! `documentation_url`), never a formatted string, except for the one thing GitHub only says in
 //! words: that a 403/429 is a *secondary* rate limit.
 
-use std::{fmt, time::Duration};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-/// How a failure should be treated by the retry ladder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorClass {
-    /// Retrying cannot help (bad credentials, missing permission, not found, validation).
-    NonRetryable,
-    /// GitHub's primary or secondary rate limit; wait for the reset or `Retry-After`.
-    RateLimit,
-    /// GitHub answered 5xx.
-    ServerSide,
-    /// No answer: connect failure, timeout, reset connection.
-    Network,
-    /// Anything else; retried, because losing a job is worse than one more call.
-    UnknownRetryable,
-}
-
-impl ErrorClass {
-    /// All classes, in the order of CONTRACT.md.
-    pub const ALL: [ErrorClass; 5] = [
-        ErrorClass::NonRetryable,
-        ErrorClass::RateLimit,
-        ErrorClass::ServerSide,
-        ErrorClass::Network,
-        ErrorClass::UnknownRetryable,
-    ];
-
-    /// The spelling used in logs and the `class` metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorClass::NonRetryable => "non_retryable",
-            ErrorClass::RateLimit => "rate_limit",
-            ErrorClass::ServerSide => "server_side",
-            ErrorClass::Network => "network",
-            ErrorClass::UnknownRetryable => "unknown_retryable",
-        }
-    }
-
-    /// Whether the retry ladder takes a failure of this class.
-    pub fn is_retryable(self) -> bool {
-        self != ErrorClass::NonRetryable
-    }
-}
-
-impl fmt::Display for ErrorClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::vocab::ErrorClass;
 
 /// What a non-2xx answer said.
 #[derive(Debug, Clone, PartialEq, Eq)]

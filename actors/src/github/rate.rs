@@ -5,23 +5,8 @@
 
 use std::time::Duration;
 
+pub use crate::vocab::RateHeaders;
 use actix_web::http::header::HeaderMap;
-use serde::Serialize;
-
-/// One response's rate-limit headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct RateHeaders {
-    /// `X-RateLimit-Remaining`
-    pub remaining: Option<u64>,
-    /// `X-RateLimit-Limit`
-    pub limit: Option<u64>,
-    /// `X-RateLimit-Reset` (unix seconds)
-    pub reset: Option<u64>,
-    /// `X-RateLimit-Used`
-    pub used: Option<u64>,
-    /// `X-RateLimit-Resource` is kept as a flag for the `core` bucket vs others.
-    pub core: bool,
-}
 
 /// Parses the rate headers of one answer; `None` when `X-RateLimit-Remaining` is absent.
 /// Unparseable values are skipped one by one.

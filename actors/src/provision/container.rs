@@ -24,7 +24,7 @@ use bollard::{
 };
 use futures_util::StreamExt;
 
-use super::{Backend, LocalFuture, RunnerSpec, RunningRunner};
+use super::{Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner};
 use crate::config::ProviderKind;
 
 /// Label marking a container as ours, with our runner-name prefix as its value.
@@ -74,7 +74,7 @@ impl ContainerBackend {
         })
     }
 
-    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = spec.name.clone();
         let labels = HashMap::from([
             (PREFIX_LABEL.to_string(), self.s.name_prefix.clone()),
@@ -114,9 +114,9 @@ impl ContainerBackend {
             self.docker
                 .create_container(Some(options), body)
                 .await
-                .map_err(|e| format!("cannot create container {name}: {e}"))?;
+                .map_err(|e| self.engine_error(&e))?;
         } else {
-            created.map_err(|e| format!("cannot create container {name}: {e}"))?;
+            created.map_err(|e| self.engine_error(&e))?;
         }
         self.docker
             .start_container(
@@ -124,7 +124,7 @@ impl ContainerBackend {
                 None::<bollard::query_parameters::StartContainerOptions>,
             )
             .await
-            .map_err(|e| format!("cannot start container {name}: {e}"))?;
+            .map_err(|e| self.engine_error(&e))?;
         tracing::info!(runner = %name, image = %self.s.image, "runner container started");
         let docker = self.docker.clone();
         Ok(RunningRunner {
@@ -134,11 +134,11 @@ impl ContainerBackend {
 
     /// Creates and removes one container like a job's (with the init), so a host that cannot
     /// run any is found before a job is claimed for it.
-    async fn probe_engine(self) -> Result<(), String> {
+    async fn probe_engine(self) -> Result<(), ProvisionError> {
         let name = format!(
             "{}-probe-{}",
             self.s.name_prefix,
-            crate::github::client::random_suffix()
+            crate::vocab::random_suffix()
         );
         let body = ContainerCreateBody {
             image: Some(self.s.image.clone()),
@@ -163,9 +163,42 @@ impl ContainerBackend {
                 tracing::warn!(container = %name, error = %e, "cannot remove the probe container");
             }
         }
-        created
-            .map(|_| ())
-            .map_err(|e| probe_cause(&e, &self.s.socket, &self.s.image))
+        created.map(|_| ()).map_err(|e| self.engine_error(&e))
+    }
+
+    /// What an engine's answer means for the pool, in words an operator can act on: the
+    /// engine's own, and what to install or do about it.
+    fn engine_error(&self, e: &bollard::errors::Error) -> ProvisionError {
+        use bollard::errors::Error as E;
+        let (socket, image) = (&self.s.socket, &self.s.image);
+        match e {
+            E::DockerResponseServerError {
+                status_code,
+                message,
+            } => {
+                let lower = message.to_ascii_lowercase();
+                if lower.contains("container-init") || lower.contains("init binary") {
+                    // Podman: "container create: container-init binary not found on the host:
+                    // stat /usr/libexec/podman/catatonit: ..." (the init of `--init`, a
+                    // Recommends of Debian's podman that `--no-install-recommends` leaves out).
+                    ProvisionError::HostUnavailable(format!(
+                        "the container engine cannot run the container init (--init): {message}; \
+                         install catatonit for Podman (apt-get install catatonit) or tini/docker-init for Docker"
+                    ))
+                } else if *status_code == 404 && lower.contains("image") {
+                    ProvisionError::HostUnavailable(format!(
+                        "the runner image {image} is not on the engine: {message}; pull it first (podman pull {image})"
+                    ))
+                } else {
+                    ProvisionError::EnvironmentFailed(format!(
+                        "the container engine refused the runner's container ({status_code}): {message}"
+                    ))
+                }
+            }
+            other => ProvisionError::HostUnavailable(format!(
+                "cannot reach the container engine at {socket}: {other}; is podman system service (podman.socket) or dockerd running?"
+            )),
+        }
     }
 
     async fn stop_runner(self, name: String) {
@@ -252,40 +285,6 @@ impl ContainerBackend {
     }
 }
 
-/// What an operator needs to read when the probe create failed: the engine's own words, and
-/// what to install or do about it.
-fn probe_cause(e: &bollard::errors::Error, socket: &str, image: &str) -> String {
-    use bollard::errors::Error as E;
-    match e {
-        E::DockerResponseServerError {
-            status_code,
-            message,
-        } => {
-            let lower = message.to_ascii_lowercase();
-            if lower.contains("container-init") || lower.contains("init binary") {
-                // Podman: "container create: container-init binary not found on the host: stat
-                // /usr/libexec/podman/catatonit: ..." (the init of `--init`, a Recommends of
-                // Debian's podman package that `--no-install-recommends` leaves out).
-                format!(
-                    "the container engine cannot run the container init (--init): {message}; \
-                     install catatonit for Podman (apt-get install catatonit) or tini/docker-init for Docker"
-                )
-            } else if *status_code == 404 {
-                format!(
-                    "the runner image {image} is not on the engine: {message}; pull it first (podman pull {image})"
-                )
-            } else {
-                format!(
-                    "the container engine refused a container like a job's ({status_code}): {message}"
-                )
-            }
-        }
-        other => format!(
-            "cannot reach the container engine at {socket}: {other}; is podman system service (podman.socket) or dockerd running?"
-        ),
-    }
-}
-
 /// Resolves with the container's exit code when it stops.
 fn watch(docker: Docker, name: String) -> super::LocalFuture<Option<i32>> {
     Box::pin(async move {
@@ -308,7 +307,7 @@ impl Backend for ContainerBackend {
         ProviderKind::Linux
     }
 
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
         Box::pin(self.clone().start_runner(spec))
     }
 
@@ -324,7 +323,7 @@ impl Backend for ContainerBackend {
         Box::pin(self.clone().adopt_runner(name))
     }
 
-    fn probe(&self) -> LocalFuture<Result<(), String>> {
+    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
         Box::pin(self.clone().probe_engine())
     }
 }

@@ -6,6 +6,8 @@
 
 mod actor;
 pub mod container;
+mod error;
+mod named;
 pub mod process;
 mod supervisor;
 pub mod tart;
@@ -14,6 +16,10 @@ use std::{future::Future, pin::Pin};
 
 use actix::{Message, Recipient};
 pub use actor::{Adopt, ChildStopped, ProvisionerActor};
+pub use error::{ProvisionError, check_executable, spawn_error};
+pub use named::{
+    LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, VmMacosProvisioner,
+};
 pub use supervisor::{Factory, ProvisionerSupervisor};
 
 use crate::{
@@ -42,7 +48,7 @@ pub trait Backend: std::fmt::Debug + 'static {
     /// Which provider this is.
     fn kind(&self) -> ProviderKind;
     /// Creates the environment and starts the runner in it.
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>>;
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>>;
     /// Stops the runner and removes its environment. Idempotent; never fails (it logs).
     fn stop(&self, name: String) -> LocalFuture<()>;
     /// Removes environments of ours left from an earlier run (named or labelled with our
@@ -58,7 +64,7 @@ pub trait Backend: std::fmt::Debug + 'static {
     /// Checks that the host can make an environment at all (engine reachable, its init
     /// installed, the image present), before any job is claimed for this pool. `Err` carries
     /// the cause and what to install; the pool stays down and is probed again later.
-    fn probe(&self) -> LocalFuture<Result<(), String>> {
+    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -133,8 +139,8 @@ pub enum RunnerEventKind {
     },
     /// The environment could not be created; nothing is left of it.
     Failed {
-        /// What went wrong.
-        error: String,
+        /// What went wrong, and whether it is worth retrying.
+        error: ProvisionError,
     },
 }
 

@@ -22,7 +22,9 @@ use nix::{
 };
 use tokio::process::Command;
 
-use super::{Backend, LocalFuture, RunnerSpec, RunningRunner};
+use super::{
+    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable, spawn_error,
+};
 use crate::config::ProviderKind;
 
 /// How long a runner may take to exit after SIGTERM before SIGKILL.
@@ -110,9 +112,10 @@ impl ProcessBackend {
         Ok(cmd)
     }
 
-    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let dir = self.s.work_root.join(&spec.name);
-        let fail = |what: &str, e: std::io::Error| format!("{what}: {e}");
+        let fail =
+            |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
         let _ = tokio::fs::remove_dir_all(&dir).await;
         create_private_dir(&dir)
             .await
@@ -132,10 +135,10 @@ impl ProcessBackend {
         let mut child = self
             .command(&spec, &dir, log)
             .and_then(|mut c| c.spawn())
-            .map_err(|e| fail(&format!("cannot start {}", self.s.command.display()), e))?;
-        let pid = child
-            .id()
-            .ok_or("the runner exited before it could be tracked")?;
+            .map_err(|e| spawn_error(&format!("cannot start {}", self.s.command.display()), &e))?;
+        let pid = child.id().ok_or_else(|| {
+            ProvisionError::EnvironmentFailed("the runner exited before it could be tracked".into())
+        })?;
         tokio::fs::write(self.pid_file(&spec.name), pid.to_string())
             .await
             .map_err(|e| fail("cannot write the pid file", e))?;
@@ -143,6 +146,27 @@ impl ProcessBackend {
         Ok(RunningRunner {
             exited: Box::pin(async move { child.wait().await.ok().and_then(|s| s.code()) }),
         })
+    }
+
+    /// The host check: the runner command exists and is executable, the `run_as` user exists,
+    /// and the work root can be written.
+    async fn check_host(self) -> Result<(), ProvisionError> {
+        check_executable(&self.s.command, "runner command")?;
+        if let Some(user) = &self.s.run_as
+            && !matches!(nix::unistd::User::from_name(user), Ok(Some(_)))
+        {
+            return Err(ProvisionError::Misconfigured(format!(
+                "run_as user {user} does not exist"
+            )));
+        }
+        create_private_dir(&self.s.work_root.join(".run"))
+            .await
+            .map_err(|e| {
+                ProvisionError::HostUnavailable(format!(
+                    "cannot write the work root {}: {e}",
+                    self.s.work_root.display()
+                ))
+            })
     }
 
     async fn stop_runner(self, name: String) {
@@ -215,7 +239,7 @@ impl Backend for ProcessBackend {
         self.s.kind
     }
 
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
         Box::pin(self.clone().start_runner(spec))
     }
 
@@ -229,6 +253,10 @@ impl Backend for ProcessBackend {
 
     fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
         Box::pin(self.clone().adopt_runner(name))
+    }
+
+    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
+        Box::pin(self.clone().check_host())
     }
 
     fn startup_warning(&self) -> Option<String> {
@@ -246,12 +274,17 @@ async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await
 }
 
-fn give_to(dir: &Path, user: &str) -> Result<(), String> {
+fn give_to(dir: &Path, user: &str) -> Result<(), ProvisionError> {
     let u = nix::unistd::User::from_name(user)
-        .map_err(|e| format!("cannot look up run_as user {user}: {e}"))?
-        .ok_or_else(|| format!("run_as user {user} does not exist"))?;
-    nix::unistd::chown(dir, Some(u.uid), Some(u.gid))
-        .map_err(|e| format!("cannot hand {} to {user}: {e}", dir.display()))
+        .map_err(|e| {
+            ProvisionError::Misconfigured(format!("cannot look up run_as user {user}: {e}"))
+        })?
+        .ok_or_else(|| {
+            ProvisionError::Misconfigured(format!("run_as user {user} does not exist"))
+        })?;
+    nix::unistd::chown(dir, Some(u.uid), Some(u.gid)).map_err(|e| {
+        ProvisionError::HostUnavailable(format!("cannot hand {} to {user}: {e}", dir.display()))
+    })
 }
 
 /// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.

@@ -19,8 +19,8 @@ use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Recipie
 use tokio::time::Instant;
 
 use super::{
-    Backend, ChildStopped, ExitReason, ProviderStatus, Provision, ProvisionerActor, RunnerEvent,
-    RunnerEventKind, Teardown,
+    Backend, ChildStopped, ExitReason, ProviderStatus, Provision, ProvisionError, ProvisionerActor,
+    RunnerEvent, RunnerEventKind, Teardown,
 };
 use crate::{
     clock::Clock,
@@ -53,6 +53,8 @@ pub struct ProvisionerSupervisor {
     accepting: bool,
     /// Why the pool is down, as last reported.
     down_cause: Option<String>,
+    /// A host re-check is waiting to run.
+    recheck_armed: bool,
 }
 
 impl std::fmt::Debug for ProvisionerSupervisor {
@@ -91,6 +93,7 @@ impl ProvisionerSupervisor {
             adopt: Vec::new(),
             accepting: false,
             down_cause: None,
+            recheck_armed: false,
         }
     }
 
@@ -126,7 +129,7 @@ impl ProvisionerSupervisor {
             match result {
                 Ok(()) => {
                     if let Some(was) = act.down_cause.take() {
-                        tracing::info!(provider = provider.as_str(), previous_cause = %was, "host check passes again; the pool takes runners");
+                        tracing::info!(provider = provider.as_str(), provisioner = provider.provisioner_name(), previous_cause = %was, "host check passes again; the pool takes runners");
                     }
                     act.accepting = true;
                     act.status.do_send(ProviderStatus {
@@ -135,23 +138,7 @@ impl ProvisionerSupervisor {
                         cause: None,
                     });
                 }
-                Err(cause) => {
-                    if act.down_cause.as_deref() != Some(cause.as_str()) {
-                        tracing::error!(provider = provider.as_str(), %cause, retry_in = ?PROBE_INTERVAL, "host check failed: the pool is down and no job is claimed for it");
-                    }
-                    act.accepting = false;
-                    act.down_cause = Some(cause.clone());
-                    act.status.do_send(ProviderStatus {
-                        provider,
-                        up: false,
-                        cause: Some(cause),
-                    });
-                    ctx.run_later(PROBE_INTERVAL, move |act, ctx| {
-                        if act.generation == generation && act.child.is_some() {
-                            act.check_host(false, ctx);
-                        }
-                    });
-                }
+                Err(cause) => act.pool_down(cause.to_string(), ctx),
             }
         });
         if blocking {
@@ -159,6 +146,33 @@ impl ProvisionerSupervisor {
         } else {
             ctx.spawn(answer);
         }
+    }
+
+    /// The pool cannot take runners: say why (logged once per distinct cause), and check the
+    /// host again after `PROBE_INTERVAL`. A check already waiting is not doubled.
+    fn pool_down(&mut self, cause: String, ctx: &mut Context<Self>) {
+        let provider = self.backend.kind();
+        if self.down_cause.as_deref() != Some(cause.as_str()) {
+            tracing::error!(provider = provider.as_str(), provisioner = provider.provisioner_name(), %cause, retry_in = ?PROBE_INTERVAL, "host check failed: the pool is down and no job is claimed for it");
+        }
+        self.accepting = false;
+        self.down_cause = Some(cause.clone());
+        self.status.do_send(ProviderStatus {
+            provider,
+            up: false,
+            cause: Some(cause),
+        });
+        if self.recheck_armed {
+            return;
+        }
+        self.recheck_armed = true;
+        let generation = self.generation;
+        ctx.run_later(PROBE_INTERVAL, move |act, ctx| {
+            act.recheck_armed = false;
+            if act.generation == generation && act.child.is_some() {
+                act.check_host(false, ctx);
+            }
+        });
     }
 
     fn report(&self, name: &str, kind: RunnerEventKind) {
@@ -204,13 +218,17 @@ impl Actor for ProvisionerSupervisor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
         if let Some(warning) = self.backend.startup_warning() {
-            tracing::warn!(provider = self.backend.kind().as_str(), "{warning}");
+            tracing::warn!(
+                provider = self.backend.kind().as_str(),
+                provisioner = self.backend.kind().provisioner_name(),
+                "{warning}"
+            );
         }
         // Leftovers of an earlier run go before the first runner starts.
         let reap = self.backend.reap_leftovers(self.adopt.clone());
         ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
             if !removed.is_empty() {
-                tracing::info!(provider = act.backend.kind().as_str(), count = removed.len(), names = ?removed, "removed leftover runner environments");
+                tracing::info!(provider = act.backend.kind().as_str(), provisioner = act.backend.kind().provisioner_name(), count = removed.len(), names = ?removed, "removed leftover runner environments");
             }
             act.spawn_child(ctx);
             // Runners from the ledger: the new child watches them (or reports them lost).
@@ -236,10 +254,10 @@ impl Handler<Provision> for ProvisionerSupervisor {
             _ => self.report(
                 &name,
                 RunnerEventKind::Failed {
-                    error: match &self.down_cause {
+                    error: ProvisionError::HostUnavailable(match &self.down_cause {
                         Some(cause) => format!("provider {} is down: {cause}", self.backend.kind()),
                         None => format!("provider {} is down", self.backend.kind()),
-                    },
+                    }),
                 },
             ),
         }
@@ -273,12 +291,20 @@ impl Handler<Teardown> for ProvisionerSupervisor {
 impl Handler<RunnerEvent> for ProvisionerSupervisor {
     type Result = ();
 
-    fn handle(&mut self, m: RunnerEvent, _: &mut Context<Self>) {
+    fn handle(&mut self, m: RunnerEvent, ctx: &mut Context<Self>) {
         if matches!(
             m.kind,
             RunnerEventKind::Exited { .. } | RunnerEventKind::Failed { .. }
         ) {
             self.live.remove(&m.name);
+        }
+        // A failure of the whole pool (the engine gone, the command missing) takes it down
+        // before the scheduler hears of the runner, so the job is not handed to it again.
+        if let RunnerEventKind::Failed { error } = &m.kind
+            && error.takes_pool_down()
+            && self.accepting
+        {
+            self.pool_down(error.to_string(), ctx);
         }
         self.scheduler.do_send(m);
     }
@@ -296,6 +322,7 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
         let provider = self.backend.kind();
         tracing::error!(
             provider = provider.as_str(),
+            provisioner = provider.provisioner_name(),
             panicked = m.panicked,
             runners = self.live.len(),
             "provisioner stopped"
@@ -328,11 +355,11 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
                     .provisioner_restarts
                     .with_label_values(&[provider.as_str()])
                     .inc();
-                tracing::warn!(provider = provider.as_str(), backoff = ?self.restart.backoff, "restarting provisioner");
+                tracing::warn!(provider = provider.as_str(), provisioner = provider.provisioner_name(), backoff = ?self.restart.backoff, "restarting provisioner");
                 ctx.run_later(self.restart.backoff, |act, ctx| act.spawn_child(ctx));
             }
             Err(why) => {
-                tracing::error!(provider = provider.as_str(), reason = %why, "provisioner stays down; its jobs go to another covering provider or wait");
+                tracing::error!(provider = provider.as_str(), provisioner = provider.provisioner_name(), reason = %why, "provisioner stays down; its jobs go to another covering provider or wait");
             }
         }
     }

@@ -10,7 +10,9 @@ use std::{path::PathBuf, process::Stdio, rc::Rc, time::Duration};
 
 use tokio::{io::AsyncWriteExt, process::Command};
 
-use super::{Backend, LocalFuture, RunnerSpec, RunningRunner};
+use super::{
+    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable, spawn_error,
+};
 use crate::config::ProviderKind;
 
 /// Settings of the tart backend.
@@ -48,36 +50,39 @@ impl TartBackend {
         }
     }
 
-    async fn tart(&self, args: &[&str]) -> Result<String, String> {
+    async fn tart(&self, args: &[&str]) -> Result<String, ProvisionError> {
         let out = Command::new(&self.s.tart)
             .args(args)
             .stdin(Stdio::null())
             .output()
             .await
-            .map_err(|e| format!("cannot run {}: {e}", self.s.tart.display()))?;
+            .map_err(|e| spawn_error(&format!("cannot run {}", self.s.tart.display()), &e))?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         } else {
-            Err(format!(
+            Err(ProvisionError::EnvironmentFailed(format!(
                 "tart {} failed ({}): {}",
                 args.first().unwrap_or(&""),
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
-            ))
+            )))
         }
     }
 
-    fn log(&self, name: &str) -> Result<std::fs::File, String> {
+    fn log(&self, name: &str) -> Result<std::fs::File, ProvisionError> {
+        let host = |what: &str, e: std::io::Error| {
+            ProvisionError::HostUnavailable(format!("cannot {what}: {e}"))
+        };
         std::fs::create_dir_all(&self.s.log_dir)
-            .map_err(|e| format!("cannot create the log directory: {e}"))?;
+            .map_err(|e| host("create the log directory", e))?;
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.s.log_dir.join(format!("{name}.log")))
-            .map_err(|e| format!("cannot open the runner log: {e}"))
+            .map_err(|e| host("open the runner log", e))
     }
 
-    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = spec.name.clone();
         let result = self.boot_and_run(spec).await;
         if result.is_err() {
@@ -86,23 +91,29 @@ impl TartBackend {
         result
     }
 
-    async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, String> {
+    async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = &spec.name;
+        let failed = |what: &str| ProvisionError::EnvironmentFailed(what.to_string());
+        let dup = |log: &std::fs::File| {
+            log.try_clone().map_err(|e| {
+                ProvisionError::HostUnavailable(format!("cannot share the runner log: {e}"))
+            })
+        };
         self.tart(&["clone", &self.s.base_image, name]).await?;
         let log = self.log(name)?;
         let mut vm = Command::new(&self.s.tart)
             .args(["run", "--no-graphics", name])
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(dup(&log)?)
+            .stderr(dup(&log)?)
             .kill_on_drop(false)
             .spawn()
-            .map_err(|e| format!("cannot run the VM: {e}"))?;
+            .map_err(|e| spawn_error("cannot run the VM", &e))?;
         let wait = self.s.boot_timeout.as_secs().max(1).to_string();
         let ip = match self.tart(&["ip", "--wait", &wait, name]).await {
             Ok(ip) if !ip.is_empty() => ip,
-            Ok(_) => return Err("the VM did not report an address".into()),
-            Err(e) => return Err(format!("the VM did not boot: {e}")),
+            Ok(_) => return Err(failed("the VM did not report an address")),
+            Err(e) => return Err(failed(&format!("the VM did not boot: {e}"))),
         };
         // The JIT config goes on stdin; the remote shell reads it into the runner's environment.
         let remote = format!(
@@ -123,16 +134,16 @@ impl TartBackend {
             .arg(format!("{}@{ip}", self.s.ssh_user))
             .arg(remote)
             .stdin(Stdio::piped())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(dup(&log)?)
             .stderr(log)
             .kill_on_drop(false)
             .spawn()
-            .map_err(|e| format!("cannot run ssh: {e}"))?;
+            .map_err(|e| spawn_error("cannot run ssh", &e))?;
         if let Some(mut stdin) = ssh.stdin.take() {
             stdin
                 .write_all(spec.jit_config.expose().as_bytes())
                 .await
-                .map_err(|e| format!("cannot hand the JIT config over ssh: {e}"))?;
+                .map_err(|e| failed(&format!("cannot hand the JIT config over ssh: {e}")))?;
         }
         tracing::info!(runner = %name, %ip, "runner started in its VM");
         Ok(RunningRunner {
@@ -184,12 +195,20 @@ impl Backend for TartBackend {
         ProviderKind::VmMacos
     }
 
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
         Box::pin(self.clone().start_runner(spec))
     }
 
     fn stop(&self, name: String) -> LocalFuture<()> {
         Box::pin(self.clone().stop_runner(name))
+    }
+
+    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
+        let s = self.s.clone();
+        Box::pin(async move {
+            check_executable(&s.tart, "tart")?;
+            check_executable(&s.ssh, "ssh")
+        })
     }
 
     fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {

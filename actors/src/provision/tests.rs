@@ -33,7 +33,7 @@ impl Backend for Fake {
     fn kind(&self) -> ProviderKind {
         ProviderKind::Local
     }
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, String>> {
+    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
         assert!(
             !*self.0.explode.borrow(),
             "provisioner blew up (on purpose)"

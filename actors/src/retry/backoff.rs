@@ -10,7 +10,10 @@ use std::time::Duration;
 use rand::{Rng, RngExt as _};
 use serde::Serialize;
 
-use crate::{config::ClaimRetryConfig, github::ErrorClass, rate::RateSnapshot};
+use crate::{
+    config::ClaimRetryConfig,
+    vocab::{ErrorClass, RateSnapshot},
+};
 
 /// A rate reading older than this is not trusted to prove the budget empty.
 pub const RATE_READING_FRESH: Duration = Duration::from_secs(5 * 60);

@@ -19,10 +19,9 @@ use tokio::time::Instant;
 
 use super::backoff::{Backoff, DelayReason};
 use crate::{
-    github::ErrorClass,
     job::{JobInfo, JobKey},
-    rate::RateSnapshot,
     store::RetryRow,
+    vocab::{ErrorClass, RateSnapshot},
 };
 
 /// One failed claim, as the ladder needs it.

@@ -29,7 +29,9 @@ use crate::{
     },
     job::JobAction,
     metrics::Metrics,
-    provision::{ProviderStatus, Provision, ProvisionerHandle, RunnerEvent, RunnerEventKind},
+    provision::{
+        ProviderStatus, Provision, ProvisionError, ProvisionerHandle, RunnerEvent, RunnerEventKind,
+    },
     rate::{RateReading, SubscribeRate},
     retry::{ArmRetryTimer, Backoff, RetryActor, RetryDue},
     store::{Snapshot, Store},
@@ -238,7 +240,9 @@ impl SchedulerActor {
                     };
                     if !sent {
                         let kind = RunnerEventKind::Failed {
-                            error: format!("provider {provider} is not running"),
+                            error: ProvisionError::HostUnavailable(format!(
+                                "provider {provider} is not running"
+                            )),
                         };
                         queue.extend(self.core.on_runner_event(&name, kind, self.clock.tick()));
                         self.persist();

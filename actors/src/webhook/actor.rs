@@ -22,7 +22,7 @@ use actix::{
 };
 use tokio::time::Instant;
 
-use super::Verdict;
+use crate::github::signature::SignatureError;
 use crate::{
     job::JobAction,
     metrics::Metrics,
@@ -104,6 +104,27 @@ impl DeliveryDedup {
             }
         }
     }
+}
+
+/// What the intake decided about one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A `workflow_job` handed to the scheduler (202).
+    Accepted,
+    /// A `workflow_job` with an action the daemon does not act on (202, nothing forwarded).
+    IgnoredAction,
+    /// `ping` or another event (200).
+    OtherEvent,
+    /// A delivery id seen within the window (200, nothing forwarded).
+    Replayed,
+    /// Bad or missing signature (401).
+    Unauthorized(SignatureError),
+    /// Not JSON (400).
+    Malformed(String),
+    /// JSON of the wrong shape (422).
+    WrongShape(String),
+    /// The scheduler's mailbox is full or closed (503).
+    Busy,
 }
 
 /// A verified, parsed `workflow_job` delivery to accept or refuse.

@@ -16,14 +16,14 @@ use tokio::time::Instant;
 
 pub use actor::{
     Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, RememberedDeliveries,
-    WebhookActor,
+    Verdict, WebhookActor,
 };
 
 use crate::{
     config::Secret,
     github::{
         event::{PayloadError, parse_workflow_job},
-        signature::{SignatureError, verify},
+        signature::verify,
     },
     metrics::Metrics,
     scheduler::messages::{EventSource, JobEvent},
@@ -31,27 +31,6 @@ use crate::{
 
 /// GitHub caps payloads at 25 MB; actix-web's default limit is 256 KiB.
 pub const MAX_BODY: usize = 25 * 1024 * 1024;
-
-/// What the intake decided about one delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// A `workflow_job` handed to the scheduler (202).
-    Accepted,
-    /// A `workflow_job` with an action the daemon does not act on (202, nothing forwarded).
-    IgnoredAction,
-    /// `ping` or another event (200).
-    OtherEvent,
-    /// A delivery id seen within the window (200, nothing forwarded).
-    Replayed,
-    /// Bad or missing signature (401).
-    Unauthorized(SignatureError),
-    /// Not JSON (400).
-    Malformed(String),
-    /// JSON of the wrong shape (422).
-    WrongShape(String),
-    /// The scheduler's mailbox is full or closed (503).
-    Busy,
-}
 
 impl Verdict {
     fn into_response(self) -> HttpResponse {

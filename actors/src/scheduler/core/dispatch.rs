@@ -6,11 +6,11 @@ use super::*;
 
 impl Scheduler {
     pub(super) fn pick(&self, labels: &[String]) -> Pick {
-        let wanted = label_set(labels);
+        let wanted = LabelSet::new(labels);
         let mut best: Option<(usize, usize, bool)> = None; // (extra labels, index, free)
         let mut covered = false;
         for (i, offered) in self.provider_sets.iter().enumerate() {
-            if !wanted.iter().all(|w| offered.binary_search(w).is_ok()) {
+            if !offered.covers(&wanted) {
                 continue;
             }
             covered = true;
@@ -18,7 +18,7 @@ impl Scheduler {
             if !slot.up {
                 continue;
             }
-            let extra = offered.len() - wanted.len();
+            let extra = offered.extra_over(&wanted);
             let free = slot.used < self.settings.providers[i].max_concurrent;
             let better = match best {
                 None => true,

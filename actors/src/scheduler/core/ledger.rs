@@ -129,22 +129,34 @@ impl Scheduler {
                 self.observe(Observation::EnvironmentFailed {
                     job_id: intent.job_id,
                     runner: name.to_string(),
-                    error: error.clone(),
+                    error: error.to_string(),
                 });
                 self.note(
                     &intent,
                     now,
                     Note::EnvironmentFailed {
                         runner: name.to_string(),
-                        error: error.clone(),
+                        error: error.to_string(),
                     },
                 );
-                let failure = Failure {
-                    class: ErrorClass::UnknownRetryable,
-                    retry_after: None,
-                    message: format!("provisioning failed: {error}"),
-                };
-                if matches!(self.jobs.get(&intent).map(|r| &r.phase), Some(Phase::Seen)) {
+                let waiting = matches!(self.jobs.get(&intent).map(|r| &r.phase), Some(Phase::Seen));
+                if waiting && error.takes_pool_down() {
+                    // The pool itself cannot run jobs (its supervisor reported it down first):
+                    // the job waits for it or goes to another covering pool; no rung is spent.
+                    self.set_phase(&intent, Phase::Pending);
+                    self.pending.push_back(intent.clone());
+                    let why = "its pool cannot run jobs right now";
+                    self.observe(Observation::Requeued {
+                        job_id: intent.job_id,
+                        why,
+                    });
+                    self.note(&intent, now, Note::Requeued { why });
+                } else if waiting {
+                    let failure = Failure {
+                        class: error.class(),
+                        retry_after: None,
+                        message: format!("provisioning failed: {error}"),
+                    };
                     self.failed(&intent, failure, now, &mut fx);
                 }
             }

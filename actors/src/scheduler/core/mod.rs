@@ -26,11 +26,12 @@ use crate::{
     clock::Now,
     config::{Config, ProviderKind},
     github::{ErrorClass, GithubError, JitRunner},
-    job::{JobAction, JobInfo, JobKey, label_set},
+    job::{JobAction, JobInfo, JobKey},
     provision::{ExitReason, RunnerEventKind, RunnerSpec},
     rate::RateSnapshot,
     retry::{Backoff, Failure, RetryQueue, RetryView, Scheduled},
     store::{Op, RunnerRow, Snapshot},
+    vocab::LabelSet,
 };
 
 mod dispatch;
@@ -320,7 +321,7 @@ enum Pick {
 #[derive(Debug)]
 pub struct Scheduler {
     settings: SchedulerSettings,
-    provider_sets: Vec<Vec<String>>,
+    provider_sets: Vec<LabelSet>,
     jobs: HashMap<JobKey, JobRecord>,
     runners: HashMap<String, RunnerRecord>,
     pending: VecDeque<JobKey>,
@@ -383,7 +384,7 @@ impl Scheduler {
         let provider_sets = settings
             .providers
             .iter()
-            .map(|p| label_set(&p.labels))
+            .map(|p| LabelSet::new(&p.labels))
             .collect();
         let slots = settings
             .providers

@@ -23,7 +23,7 @@ impl Scheduler {
             }
             _ => false,
         };
-        let mut demand: Vec<(JobKey, Vec<String>)> = self
+        let mut demand: Vec<(JobKey, LabelSet)> = self
             .jobs
             .values()
             .filter(|j| {
@@ -38,7 +38,7 @@ impl Scheduler {
                     )
                     && !has_free_runner(j)
             })
-            .map(|j| (j.info.key.clone(), label_set(&j.info.labels)))
+            .map(|j| (j.info.key.clone(), LabelSet::new(&j.info.labels)))
             .collect();
         demand.sort();
         let mut unbound: Vec<&RunnerRecord> = self
@@ -58,9 +58,7 @@ impl Scheduler {
                     .provider_index(r.provider)
                     .map(|i| self.provider_sets[i].clone())
                     .unwrap_or_default();
-                let covers =
-                    |wanted: &Vec<String>| wanted.iter().all(|w| offered.binary_search(w).is_ok());
-                if let Some(pos) = demand.iter().position(|(_, wanted)| covers(wanted)) {
+                if let Some(pos) = demand.iter().position(|(_, wanted)| offered.covers(wanted)) {
                     demand.remove(pos);
                     continue;
                 }

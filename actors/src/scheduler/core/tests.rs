@@ -269,3 +269,72 @@ fn a_pool_that_is_down_claims_nothing_until_it_comes_up() {
     let fx = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 1));
     assert_eq!(fx, vec![claim(1)]);
 }
+
+/// A runner that was claimed and handed over, for the provisioning-failure tests.
+fn claimed(s: &mut Scheduler, t0: Instant) -> String {
+    queued(s, 1, LABELS, at(t0, 0));
+    let runner = JitRunner {
+        id: 7,
+        name: "ephemer-local-abc".into(),
+        encoded_jit_config: Secret::new("jit"),
+    };
+    s.on_claim_result(
+        JobKey::new("acme", 1),
+        ProviderKind::Local,
+        Ok(runner),
+        at(t0, 1),
+    );
+    "ephemer-local-abc".into()
+}
+
+#[test]
+fn an_environment_that_failed_once_climbs_the_ladder() {
+    let (mut s, t0) = core();
+    let name = claimed(&mut s, t0);
+    let error = crate::provision::ProvisionError::EnvironmentFailed("vm did not boot".into());
+    assert!(error.is_retryable());
+    let fx = s.on_runner_event(&name, RunnerEventKind::Failed { error }, at(t0, 2));
+    assert_eq!(
+        fx,
+        vec![
+            Effect::DeleteRunner {
+                repo: None,
+                runner_id: 7,
+                name: name.clone()
+            },
+            Effect::ArmRetryTimer {
+                at: Some(t0 + Duration::from_secs(32))
+            },
+        ]
+    );
+    assert_eq!(phase(&s, 1), Phase::Retrying);
+    assert_eq!(
+        s.retry_queue(at(t0, 2)).items[0].class,
+        ErrorClass::UnknownRetryable
+    );
+}
+
+#[test]
+fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
+    let (mut s, t0) = core();
+    let name = claimed(&mut s, t0);
+    // The supervisor reports the pool down before it relays the failure.
+    let cause = "the host cannot make runner environments: no engine";
+    let down = s.on_provider_status(ProviderKind::Local, false, Some(cause.into()), at(t0, 2));
+    assert_eq!(down, vec![]);
+    let error = crate::provision::ProvisionError::HostUnavailable("no engine".into());
+    assert!(!error.is_retryable());
+    let fx = s.on_runner_event(&name, RunnerEventKind::Failed { error }, at(t0, 2));
+    assert_eq!(
+        fx,
+        vec![Effect::DeleteRunner {
+            repo: None,
+            runner_id: 7,
+            name
+        }]
+    );
+    assert_eq!(phase(&s, 1), Phase::Pending, "waits for the pool");
+    assert_eq!(s.ladder_depth(), 0, "no rung spent");
+    let up = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 40));
+    assert_eq!(up, vec![claim(1)], "claimed again once the pool is back");
+}

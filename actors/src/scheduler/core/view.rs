@@ -101,6 +101,7 @@ impl Scheduler {
             .zip(&self.slots)
             .map(|(p, s)| ProviderView {
                 provider: p.kind,
+                provisioner: p.kind.provisioner_name(),
                 up: s.up,
                 down_cause: s.down_cause.clone(),
                 used: s.used,
@@ -248,6 +249,8 @@ pub struct JobDetail {
 pub struct ProviderView {
     /// Which.
     pub provider: ProviderKind,
+    /// The provisioner actor serving it (`LocalProvisioner`, `LinuxProvisioner`, ...).
+    pub provisioner: &'static str,
     /// Accepting runners.
     pub up: bool,
     /// Why it is not (its host check failed, it stopped, it is starting).

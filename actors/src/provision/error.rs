@@ -1,0 +1,80 @@
+//! `ProvisionError`: why a runner environment could not be made, and what that means for the
+//! job and the pool.
+
+use crate::vocab::ErrorClass;
+
+/// Why a provisioner could not make a runner's environment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProvisionError {
+    /// The host cannot make any environment right now: the engine is not answering, its init
+    /// or the image is missing, a directory cannot be written. The pool goes down until its
+    /// host check passes again; the job waits for it (or goes to another covering pool).
+    #[error("the host cannot make runner environments: {0}")]
+    HostUnavailable(String),
+    /// The pool's settings cannot work as they are (a runner command that does not exist or
+    /// is not executable, a `run_as` user that does not exist). Like `HostUnavailable`, the
+    /// pool goes down until its host check passes; retrying on it as it is would fail the same.
+    #[error("the pool's settings cannot work: {0}")]
+    Misconfigured(String),
+    /// This one environment failed to come up (a VM that did not boot, a start the engine
+    /// refused once): worth retrying with a new runner, on the claim retry ladder.
+    #[error("{0}")]
+    EnvironmentFailed(String),
+}
+
+impl ProvisionError {
+    /// Whether trying again on this pool, as it is, is worth it.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProvisionError::EnvironmentFailed(_))
+    }
+
+    /// Whether the pool as a whole cannot run jobs until its host check passes.
+    pub fn takes_pool_down(&self) -> bool {
+        !self.is_retryable()
+    }
+
+    /// The class for logs and the `class` label of the retry metrics.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ProvisionError::EnvironmentFailed(_) | ProvisionError::HostUnavailable(_) => {
+                ErrorClass::UnknownRetryable
+            }
+            ProvisionError::Misconfigured(_) => ErrorClass::NonRetryable,
+        }
+    }
+}
+
+/// Sorts an I/O error of starting a runner command: a command that is missing or not
+/// executable is the pool's settings; anything else is this one environment.
+pub fn spawn_error(what: &str, e: &std::io::Error) -> ProvisionError {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound | K::PermissionDenied => ProvisionError::Misconfigured(format!("{what}: {e}")),
+        _ => ProvisionError::EnvironmentFailed(format!("{what}: {e}")),
+    }
+}
+
+/// The host check of a program a pool runs: it exists (a bare name on `PATH`, as spawning it
+/// would find it) and is an executable file.
+pub fn check_executable(path: &std::path::Path, what: &str) -> Result<(), ProvisionError> {
+    use std::os::unix::fs::PermissionsExt;
+    let resolved = if path.components().count() == 1 && path.is_relative() {
+        std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .map(|d| d.join(path))
+            .find(|c| c.is_file())
+            .unwrap_or_else(|| path.to_path_buf())
+    } else {
+        path.to_path_buf()
+    };
+    let meta = std::fs::metadata(&resolved)
+        .map_err(|e| ProvisionError::Misconfigured(format!("{what} {}: {e}", path.display())))?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(ProvisionError::Misconfigured(format!(
+            "{what} {} is not an executable file",
+            path.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! The shared vocabulary every layer speaks, with no dependency on any of them: error classes,
+//! provider kinds, rate-limit readings, label sets. Everything above (config, GitHub, store,
+//! ladder, scheduler) imports it from here, so the module graph has no cycle.
+
+use std::{fmt, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+/// How a failure should be treated by the retry ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Retrying cannot help (bad credentials, missing permission, not found, validation).
+    NonRetryable,
+    /// GitHub's primary or secondary rate limit; wait for the reset or `Retry-After`.
+    RateLimit,
+    /// GitHub answered 5xx.
+    ServerSide,
+    /// No answer: connect failure, timeout, reset connection.
+    Network,
+    /// Anything else; retried, because losing a job is worse than one more call.
+    UnknownRetryable,
+}
+
+impl ErrorClass {
+    /// All classes, in the order of CONTRACT.md.
+    pub const ALL: [ErrorClass; 5] = [
+        ErrorClass::NonRetryable,
+        ErrorClass::RateLimit,
+        ErrorClass::ServerSide,
+        ErrorClass::Network,
+        ErrorClass::UnknownRetryable,
+    ];
+
+    /// The spelling used in logs and the `class` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::NonRetryable => "non_retryable",
+            ErrorClass::RateLimit => "rate_limit",
+            ErrorClass::ServerSide => "server_side",
+            ErrorClass::Network => "network",
+            ErrorClass::UnknownRetryable => "unknown_retryable",
+        }
+    }
+
+    /// Whether the retry ladder takes a failure of this class.
+    pub fn is_retryable(self) -> bool {
+        self != ErrorClass::NonRetryable
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which provisioner a provider table configures.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// A runner process on this host.
+    Local,
+    /// A container per job on a Docker-compatible engine.
+    Linux,
+    /// A cloned macOS VM per job, driven by `tart`.
+    VmMacos,
+    /// A runner process directly on a macOS host.
+    NativeMacos,
+}
+
+impl ProviderKind {
+    /// All kinds, in routing tie-break order.
+    pub const ALL: [ProviderKind; 4] = [
+        ProviderKind::Local,
+        ProviderKind::Linux,
+        ProviderKind::VmMacos,
+        ProviderKind::NativeMacos,
+    ];
+
+    /// The name used in config keys, runner names, metrics labels and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Linux => "linux",
+            ProviderKind::VmMacos => "vm_macos",
+            ProviderKind::NativeMacos => "native_macos",
+        }
+    }
+
+    /// The provisioner actor that serves this kind, as the design names it (logs, `status`).
+    pub fn provisioner_name(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "LocalProvisioner",
+            ProviderKind::Linux => "LinuxProvisioner",
+            ProviderKind::VmMacos => "VmMacosProvisioner",
+            ProviderKind::NativeMacos => "NativeMacosProvisioner",
+        }
+    }
+
+    /// A runner-name-safe spelling (GitHub runner names allow `-` and `_`; we keep `-`).
+    pub fn name_part(self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Linux => "linux",
+            ProviderKind::VmMacos => "vm-macos",
+            ProviderKind::NativeMacos => "native-macos",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One response's rate-limit headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct RateHeaders {
+    /// `X-RateLimit-Remaining`
+    pub remaining: Option<u64>,
+    /// `X-RateLimit-Limit`
+    pub limit: Option<u64>,
+    /// `X-RateLimit-Reset` (unix seconds)
+    pub reset: Option<u64>,
+    /// `X-RateLimit-Used`
+    pub used: Option<u64>,
+    /// `X-RateLimit-Resource` is kept as a flag for the `core` bucket vs others.
+    pub core: bool,
+}
+
+/// What GitHub's headers said about one credential's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct RateSnapshot {
+    /// Requests left in the window.
+    pub remaining: Option<u64>,
+    /// The window's ceiling.
+    pub limit: Option<u64>,
+    /// Unix seconds at which the window resets.
+    pub reset: Option<u64>,
+    /// Requests used in the window.
+    pub used: Option<u64>,
+    /// Unix seconds of the last reading (0: never read).
+    pub updated: u64,
+    /// `Retry-After` of the latest answer that carried one.
+    pub retry_after: Option<Duration>,
+    /// Unix seconds at which that `Retry-After` was received.
+    pub retry_after_at: Option<u64>,
+}
+
+impl RateSnapshot {
+    /// True when the budget is provably empty: remaining 0, the reading younger than
+    /// `max_staleness`, and the reset still ahead. Then the reset time is returned.
+    pub fn exhausted_until(&self, now_unix: u64, max_staleness: Duration) -> Option<u64> {
+        let fresh =
+            self.updated != 0 && now_unix.saturating_sub(self.updated) < max_staleness.as_secs();
+        match (self.remaining, self.reset) {
+            (Some(0), Some(reset)) if fresh && reset > now_unix => Some(reset),
+            _ => None,
+        }
+    }
+}
+
+/// A set of runner labels: lowercased, trimmed, without blanks or repeats, sorted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct LabelSet(Vec<String>);
+
+impl LabelSet {
+    /// The set of `labels` (case-insensitive, order and repeats ignored).
+    pub fn new(labels: &[String]) -> Self {
+        let mut set: Vec<String> = labels
+            .iter()
+            .map(|l| l.trim().to_ascii_lowercase())
+            .filter(|l| !l.is_empty())
+            .collect();
+        set.sort();
+        set.dedup();
+        LabelSet(set)
+    }
+
+    /// True when this set (a pool's labels) includes every label of `wanted` (a job's).
+    pub fn covers(&self, wanted: &LabelSet) -> bool {
+        wanted.0.iter().all(|w| self.0.binary_search(w).is_ok())
+    }
+
+    /// Labels this set has beyond `wanted` (routing prefers the fewest).
+    pub fn extra_over(&self, wanted: &LabelSet) -> usize {
+        self.0.len().saturating_sub(wanted.0.len())
+    }
+
+    /// The labels.
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// Eight lowercase alphanumerics for a runner name.
+pub fn random_suffix() -> String {
+    use rand::RngExt as _;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(s: &[&str]) -> LabelSet {
+        LabelSet::new(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn label_sets_ignore_case_order_and_repeats() {
+        assert_eq!(
+            set(&["Linux", "self-hosted", "linux", " "]).as_slice(),
+            ["linux", "self-hosted"]
+        );
+        let pool = set(&["self-hosted", "linux", "x64"]);
+        assert!(pool.covers(&set(&["Self-Hosted", "LINUX"])));
+        assert_eq!(pool.extra_over(&set(&["Self-Hosted", "LINUX"])), 1);
+        assert!(!set(&["self-hosted", "linux"]).covers(&set(&["self-hosted", "gpu"])));
+        assert!(set(&["self-hosted"]).covers(&set(&[])));
+    }
+}
