@@ -42,8 +42,10 @@ enum Command {
     Uncordon(crate::ctl::Target),
     /// Run everything offline: a stand-in GitHub, signed webhooks, the local provisioner and
     /// stand-in runners, with a live view and a summary (exit 0 when every job ran).
+    #[cfg(feature = "demo")]
     Demo(crate::demo::DemoArgs),
     /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG).
+    #[cfg(feature = "demo")]
     #[command(hide = true)]
     StandinRunner,
 }
@@ -59,11 +61,13 @@ struct ConfigArg {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        #[cfg(feature = "demo")]
         Command::StandinRunner => crate::standin::run(),
         Command::Status(t) => ctl_result(crate::ctl::status(&t)),
         Command::Jobs { id, target } => ctl_result(crate::ctl::jobs(&target, id)),
         Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t, true)),
         Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t, false)),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => {
             let level = ephemer_actors_core::config::LogConfig {
                 level: "error".into(),

@@ -4,9 +4,11 @@
 
 mod cli;
 mod ctl;
+#[cfg(feature = "demo")]
 mod demo;
 mod logging;
 mod serve;
+#[cfg(feature = "demo")]
 mod standin;
 
 fn main() -> std::process::ExitCode {
