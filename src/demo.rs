@@ -10,12 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use actix_web::web;
 use anyhow::Context;
 use ephemer_actors_core::{
     clock::Clock,
     config::{Config, Environment},
-    http::Health,
     metrics::Metrics,
     scheduler::{Phase, messages::GetSchedulerState},
     system::{self, StartOptions},
@@ -156,9 +154,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         Clock::real(),
         StartOptions { seed: Some(seed) },
     )?;
-    let health = web::Data::new(Health::default());
-    let listeners = crate::serve::listen(&config, &handles, health.clone())?;
-    health.set_ready();
+    let listeners = crate::serve::listen(&config, &handles)?;
+    handles.health.set_ready();
     let webhook_url = format!("http://{}{}", listeners.webhook, config.webhook.path);
     standin.send_webhooks_to(&webhook_url, &secret);
 
@@ -223,10 +220,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         println!();
     }
     let elapsed = started.elapsed();
-    let torn_down = system::drain(&handles, Duration::from_secs(20)).await;
+    let metrics = handles.metrics.clone();
+    let torn_down = handles.shutdown(Duration::from_secs(20)).await;
     let done = standin.jobs_in("completed");
     let ok = done == total && standin.runners().is_empty();
-    print_summary(&standin, &handles.metrics, total, elapsed, torn_down);
+    print_summary(&standin, &metrics, total, elapsed, torn_down);
 
     if args.keep {
         println!(

@@ -52,11 +52,8 @@ impl Listeners {
 }
 
 /// Binds the webhook and metrics listeners of an instance.
-pub fn listen(
-    config: &Config,
-    handles: &Handles,
-    health: web::Data<Health>,
-) -> anyhow::Result<Listeners> {
+pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
+    let health = handles.health.clone();
     let metrics = web::Data::new(handles.metrics.clone());
     let intake = handles.intake.clone();
     let path = config.webhook.path.clone();
@@ -122,16 +119,15 @@ pub fn listen(
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Metrics::new();
-    let health = web::Data::new(Health::default());
 
     std::fs::create_dir_all(&config.state.dir)
         .with_context(|| format!("cannot create state.dir {}", config.state.dir.display()))?;
 
     let handles = system::start(&config, metrics, Clock::real(), StartOptions::default())
         .context("cannot start the actors")?;
-    let listeners = listen(&config, &handles, health.clone())?;
+    let listeners = listen(&config, &handles)?;
 
-    health.set_ready();
+    handles.health.set_ready();
     tracing::info!(
         webhook = %listeners.webhook,
         admin = %listeners.admin,
@@ -143,8 +139,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let signal_name = wait_for_shutdown_signal().await?;
     tracing::info!(signal = signal_name, "shutdown signal received; draining");
-    health.set_draining(true);
-    let torn_down = system::drain(&handles, config.runner.shutdown_timeout).await;
+    let torn_down = handles.shutdown(config.runner.shutdown_timeout).await;
     listeners.stop().await;
     tracing::info!(torn_down, "stopped cleanly");
     Ok(())

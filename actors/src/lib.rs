@@ -14,6 +14,7 @@ pub mod config;
 pub mod github;
 pub mod http;
 pub mod job;
+pub mod lifecycle;
 pub mod metrics;
 pub mod provision;
 pub mod rate;

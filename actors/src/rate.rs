@@ -159,6 +159,8 @@ impl Handler<ObserveRate> for RateActor {
     }
 }
 
+crate::stop_on_request!(RateActor);
+
 impl Handler<SubscribeRate> for RateActor {
     type Result = ();
 

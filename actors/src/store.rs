@@ -128,10 +128,33 @@ struct Batch {
     done: Option<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
 }
 
-/// A handle on the writer thread. Cheap to clone; usable from any thread.
+/// A handle on the writer thread. Cheap to clone; usable from any thread. The store closes
+/// (its file lock is released) once every handle is dropped and the writer has applied what
+/// it was sent; [`StoreClosed`] says when.
 #[derive(Debug, Clone)]
 pub struct Store {
     tx: mpsc::Sender<Batch>,
+    closed: StoreClosed,
+}
+
+/// Tells when a store's writer has finished and its file is closed.
+#[derive(Debug, Clone, Default)]
+pub struct StoreClosed(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StoreClosed {
+    /// True once the writer has exited and the database file is closed.
+    pub fn is_closed(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (up to `timeout`) until the store is closed; true if it is.
+    pub async fn wait(&self, timeout: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.is_closed() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.is_closed()
+    }
 }
 
 fn key(k: &JobKey) -> String {
@@ -166,11 +189,16 @@ impl Store {
         let (db, mut snapshot) = db;
         snapshot.moved_aside = moved_aside;
         let (tx, rx) = mpsc::channel::<Batch>();
+        let closed = StoreClosed::default();
+        let flag = closed.clone();
         std::thread::Builder::new()
             .name("ephemer-store".into())
-            .spawn(move || writer(db, path, rx))
+            .spawn(move || {
+                writer(db, path, rx);
+                flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
             .map_err(|e| io(dir, e))?;
-        Ok((Store { tx }, snapshot))
+        Ok((Store { tx, closed }, snapshot))
     }
 
     /// Applies `ops` and waits until they are durable.
@@ -183,6 +211,11 @@ impl Store {
             })
             .map_err(|_| StoreError::Closed)?;
         wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Says when this store is closed (every handle dropped, the writer done).
+    pub fn closed(&self) -> StoreClosed {
+        self.closed.clone()
     }
 
     /// Applies `ops` in order with later writes, without waiting.

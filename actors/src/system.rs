@@ -23,6 +23,7 @@ use crate::{
     clock::Clock,
     config::{Config, ProviderKind},
     github::{GithubClient, actor::GithubActor},
+    http::Health,
     metrics::Metrics,
     provision::{
         LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, ProvisionerHandle,
@@ -36,13 +37,18 @@ use crate::{
     scheduler::{
         GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, SchedulerSettings, start_in,
     },
-    store::Store,
+    store::{Store, StoreClosed},
     webhook::{WebhookActor, WebhookIntake},
 };
 
 /// Why an instance could not start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartError {
+    /// The actors need a running actix `System` (`#[actix_web::main]`, `actix_rt::System`).
+    #[error(
+        "system::start must be called inside a running actix System (e.g. under #[actix_web::main])"
+    )]
+    NoSystem,
     /// The retry ladder is invalid (config validation normally catches this first).
     #[error("claim_retry: {0}")]
     Backoff(#[from] crate::retry::InvalidBackoff),
@@ -83,6 +89,42 @@ pub struct Handles {
     pub metrics: Metrics,
     /// The credential the rate readings are kept under.
     pub credential: String,
+    /// This instance's readiness (`/readyz`): set ready once its listeners are up; draining
+    /// from the start of a shutdown.
+    pub health: web::Data<Health>,
+    /// Says when the instance's state store is closed (after [`Handles::shutdown`]).
+    pub store_closed: StoreClosed,
+}
+
+impl Handles {
+    /// Shuts the instance down, leaving the host app running: `/readyz` answers 503; the
+    /// scheduler drains (cordon; job events are still taken so finished runners are torn
+    /// down; running jobs get up to `timeout`, then what remains is torn down); then the
+    /// intake closes (503, nothing recorded from then on), every actor and its timers stop,
+    /// parents before children, and the state store is closed, so the same `state.dir` can be
+    /// started again in this process. Returns how many runners had to be torn down.
+    pub async fn shutdown(self, timeout: std::time::Duration) -> usize {
+        use crate::{lifecycle::Stop, webhook::Close};
+        self.health.set_draining(true);
+        let torn_down = drain(&self, timeout).await;
+        let _ = self.webhook.send(Close).await;
+        // Parents first: each stops the children it owns (scheduler -> retry timer,
+        // supervisor -> provisioner).
+        let _ = self.webhook.send(Stop).await;
+        let _ = self.scheduler.send(Stop).await;
+        for pool in self.provisioners.values() {
+            let _ = pool.send(Stop).await;
+        }
+        let _ = self.github.send(Stop).await;
+        let _ = self.rate.send(Stop).await;
+        let store_closed = self.store_closed.clone();
+        drop(self);
+        if !store_closed.wait(std::time::Duration::from_secs(10)).await {
+            tracing::warn!("the state store is still open 10 s after the shutdown");
+        }
+        tracing::info!(torn_down, "instance stopped");
+        torn_down
+    }
 }
 
 /// Options that tests and the demo change; production uses the defaults.
@@ -99,10 +141,14 @@ pub fn start(
     clock: Clock,
     options: StartOptions,
 ) -> Result<Handles, StartError> {
+    if actix_rt::System::try_current().is_none() {
+        return Err(StartError::NoSystem);
+    }
     let backoff = Backoff::try_new(&config.runner.claim_retry)?;
 
     // 0. The durable state a previous run left.
     let (store, snapshot) = Store::open(&config.state.dir)?;
+    let store_closed = store.closed();
 
     // 1-2. Rate readings and the GitHub client.
     let rate = RateActor::new(metrics.clone()).start();
@@ -124,8 +170,8 @@ pub fn start(
     let wiring = |kind: ProviderKind, restart: &crate::config::RestartConfig| PoolWiring {
         restart: restart.clone(),
         job_timeout: config.runner.job_timeout,
-        events: scheduler.clone().recipient(),
-        status: scheduler.clone().recipient(),
+        events: scheduler.downgrade().recipient(),
+        status: scheduler.downgrade().recipient(),
         metrics: metrics.clone(),
         clock,
         adopt: snapshot
@@ -256,6 +302,8 @@ pub fn start(
         intake,
         metrics,
         credential: rate_key,
+        health: web::Data::new(Health::default()),
+        store_closed,
     })
 }
 
@@ -263,14 +311,14 @@ pub fn start(
 /// wait up to `timeout` for every runner to finish, then tear down and delete what remains.
 /// Returns how many runners had to be torn down.
 pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
-    use crate::scheduler::messages::{FlushDeferred, GetSchedulerState, SetCordon, TeardownAll};
+    use crate::scheduler::messages::{FlushDeferred, GetStatus, SetCordon, TeardownAll};
     const POLL: std::time::Duration = std::time::Duration::from_millis(200);
     let runners = || async {
         handles
             .scheduler
-            .send(GetSchedulerState)
+            .send(GetStatus)
             .await
-            .map(|s| s.runners.len())
+            .map(|s| s.runners)
             .unwrap_or(0)
     };
     let _ = handles.scheduler.send(SetCordon(true)).await;

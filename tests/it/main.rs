@@ -4,6 +4,7 @@ mod cli;
 mod docs;
 mod durable;
 mod e2e;
+mod embed;
 mod fungible;
 mod github;
 mod ops;

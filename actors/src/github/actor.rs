@@ -85,6 +85,8 @@ impl Actor for GithubActor {
     }
 }
 
+crate::stop_on_request!(GithubActor);
+
 impl Handler<GenerateJitConfig> for GithubActor {
     type Result = ResponseFuture<Result<JitRunner, GithubError>>;
 

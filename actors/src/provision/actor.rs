@@ -8,7 +8,7 @@
 use std::{collections::HashMap, rc::Rc, time::Duration};
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle, WeakRecipient,
     WrapFuture,
 };
 
@@ -42,8 +42,9 @@ struct Live {
 #[derive(Debug)]
 pub struct ProvisionerActor {
     backend: Rc<dyn Backend>,
-    events: Recipient<RunnerEvent>,
-    stopped_to: Recipient<ChildStopped>,
+    /// Weak: the supervisor owns this actor, not the other way round.
+    events: WeakRecipient<RunnerEvent>,
+    stopped_to: WeakRecipient<ChildStopped>,
     generation: u64,
     job_timeout: Option<Duration>,
     runners: HashMap<String, Live>,
@@ -53,8 +54,8 @@ impl ProvisionerActor {
     /// A provisioner reporting runner events to `events` and its own end to `stopped_to`.
     pub fn new(
         backend: Rc<dyn Backend>,
-        events: Recipient<RunnerEvent>,
-        stopped_to: Recipient<ChildStopped>,
+        events: WeakRecipient<RunnerEvent>,
+        stopped_to: WeakRecipient<ChildStopped>,
         generation: u64,
         job_timeout: Option<Duration>,
     ) -> Self {
@@ -69,7 +70,10 @@ impl ProvisionerActor {
     }
 
     fn report(&self, name: &str, kind: RunnerEventKind) {
-        self.events.do_send(RunnerEvent {
+        let Some(events) = self.events.upgrade() else {
+            return;
+        };
+        events.do_send(RunnerEvent {
             provider: self.backend.kind(),
             name: name.to_string(),
             kind,
@@ -111,12 +115,17 @@ impl Actor for ProvisionerActor {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         // Runs during a panic's unwinding too; only send, never panic here.
-        self.stopped_to.do_send(ChildStopped {
+        let Some(parent) = self.stopped_to.upgrade() else {
+            return;
+        };
+        parent.do_send(ChildStopped {
             generation: self.generation,
             panicked: std::thread::panicking(),
         });
     }
 }
+
+crate::stop_on_request!(ProvisionerActor);
 
 impl Handler<Provision> for ProvisionerActor {
     type Result = ();

@@ -7,7 +7,7 @@
 
 use std::{rc::Rc, time::Duration};
 
-use actix::{Actor, Addr, Recipient};
+use actix::{Actor, Addr, WeakRecipient};
 
 use super::{
     Backend, Factory, ProviderStatus, ProvisionerActor, ProvisionerSupervisor, RunnerEvent,
@@ -24,10 +24,10 @@ pub struct PoolWiring {
     pub restart: RestartConfig,
     /// `runner.job_timeout`.
     pub job_timeout: Option<Duration>,
-    /// Runner events go here (the scheduler).
-    pub events: Recipient<RunnerEvent>,
-    /// Up/down reports go here (the scheduler).
-    pub status: Recipient<ProviderStatus>,
+    /// Runner events go here (the scheduler, held weakly: it owns the pool).
+    pub events: WeakRecipient<RunnerEvent>,
+    /// Up/down reports go here (the scheduler, held weakly).
+    pub status: WeakRecipient<ProviderStatus>,
     /// Metrics (restarts).
     pub metrics: Metrics,
     /// The clock (restart budget).

@@ -15,7 +15,10 @@ use std::{
     time::Duration,
 };
 
-use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Recipient, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, WeakRecipient,
+    WrapFuture,
+};
 use tokio::time::Instant;
 
 use super::{
@@ -32,8 +35,20 @@ use crate::{
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Builds one incarnation of the provisioner: (events to, stopped to, generation) -> child.
-pub type Factory =
-    Box<dyn Fn(Recipient<RunnerEvent>, Recipient<ChildStopped>, u64) -> Addr<ProvisionerActor>>;
+pub type Factory = Box<
+    dyn Fn(WeakRecipient<RunnerEvent>, WeakRecipient<ChildStopped>, u64) -> Addr<ProvisionerActor>,
+>;
+
+/// Sends `m` to `to` if it is still alive.
+fn tell<M>(to: &WeakRecipient<M>, m: M)
+where
+    M: actix::Message + Send,
+    M::Result: Send,
+{
+    if let Some(to) = to.upgrade() {
+        to.do_send(m);
+    }
+}
 
 /// The parent of one provider's provisioner.
 pub struct ProvisionerSupervisor {
@@ -44,8 +59,9 @@ pub struct ProvisionerSupervisor {
     generation: u64,
     live: HashSet<String>,
     restarts: VecDeque<Instant>,
-    scheduler: Recipient<RunnerEvent>,
-    status: Recipient<ProviderStatus>,
+    /// Weak: the scheduler owns the provisioners, not the other way round.
+    scheduler: WeakRecipient<RunnerEvent>,
+    status: WeakRecipient<ProviderStatus>,
     metrics: Metrics,
     clock: Clock,
     adopt: Vec<String>,
@@ -73,8 +89,8 @@ impl ProvisionerSupervisor {
         backend: Rc<dyn Backend>,
         factory: Factory,
         restart: RestartConfig,
-        scheduler: Recipient<RunnerEvent>,
-        status: Recipient<ProviderStatus>,
+        scheduler: WeakRecipient<RunnerEvent>,
+        status: WeakRecipient<ProviderStatus>,
         metrics: Metrics,
         clock: Clock,
     ) -> Self {
@@ -107,8 +123,8 @@ impl ProvisionerSupervisor {
         self.generation += 1;
         let me = ctx.address();
         self.child = Some((self.factory)(
-            me.clone().recipient(),
-            me.recipient(),
+            me.downgrade().recipient(),
+            me.downgrade().recipient(),
             self.generation,
         ));
         self.check_host(true, ctx);
@@ -132,7 +148,7 @@ impl ProvisionerSupervisor {
                         tracing::info!(provider = provider.as_str(), provisioner = provider.provisioner_name(), previous_cause = %was, "host check passes again; the pool takes runners");
                     }
                     act.accepting = true;
-                    act.status.do_send(ProviderStatus {
+                    tell(&act.status, ProviderStatus {
                         provider,
                         up: true,
                         cause: None,
@@ -157,11 +173,14 @@ impl ProvisionerSupervisor {
         }
         self.accepting = false;
         self.down_cause = Some(cause.clone());
-        self.status.do_send(ProviderStatus {
-            provider,
-            up: false,
-            cause: Some(cause),
-        });
+        tell(
+            &self.status,
+            ProviderStatus {
+                provider,
+                up: false,
+                cause: Some(cause),
+            },
+        );
         if self.recheck_armed {
             return;
         }
@@ -176,11 +195,14 @@ impl ProvisionerSupervisor {
     }
 
     fn report(&self, name: &str, kind: RunnerEventKind) {
-        self.scheduler.do_send(RunnerEvent {
-            provider: self.backend.kind(),
-            name: name.to_string(),
-            kind,
-        });
+        tell(
+            &self.scheduler,
+            RunnerEvent {
+                provider: self.backend.kind(),
+                name: name.to_string(),
+                kind,
+            },
+        );
     }
 
     /// Whether the policy and the budget allow another restart now.
@@ -238,6 +260,19 @@ impl Actor for ProvisionerSupervisor {
                 child.do_send(super::Adopt { names: adopt });
             }
         }));
+    }
+}
+
+impl Handler<crate::lifecycle::Stop> for ProvisionerSupervisor {
+    type Result = ();
+
+    /// Stops the provisioner it owns, then itself; no restart follows.
+    fn handle(&mut self, _: crate::lifecycle::Stop, ctx: &mut Context<Self>) {
+        if let Some(child) = self.child.take() {
+            child.do_send(crate::lifecycle::Stop);
+        }
+        self.accepting = false;
+        ctx.stop();
     }
 }
 
@@ -306,7 +341,7 @@ impl Handler<RunnerEvent> for ProvisionerSupervisor {
         {
             self.pool_down(error.to_string(), ctx);
         }
-        self.scheduler.do_send(m);
+        tell(&self.scheduler, m);
     }
 }
 
@@ -341,14 +376,17 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
             }));
         }
         let restart = self.may_restart(m.panicked);
-        self.status.do_send(ProviderStatus {
-            provider,
-            up: false,
-            cause: Some(match &restart {
-                Ok(()) => "provisioner stopped; restarting".into(),
-                Err(why) => format!("provisioner stopped and stays down: {why}"),
-            }),
-        });
+        tell(
+            &self.status,
+            ProviderStatus {
+                provider,
+                up: false,
+                cause: Some(match &restart {
+                    Ok(()) => "provisioner stopped; restarting".into(),
+                    Err(why) => format!("provisioner stopped and stays down: {why}"),
+                }),
+            },
+        );
         match restart {
             Ok(()) => {
                 self.metrics

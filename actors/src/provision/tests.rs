@@ -104,6 +104,8 @@ async fn supervised(
     tokio::time::pause();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let recorder = Recorder(seen.clone()).start();
+    // The supervisor holds its parent weakly: keep the recorder alive for the whole test.
+    std::mem::forget(recorder.clone());
     let fake = Fake(Rc::new(FakeBackend::default()));
     let backend: Rc<dyn Backend> = Rc::new(fake.clone());
     let child_backend = backend.clone();
@@ -121,8 +123,8 @@ async fn supervised(
         backend,
         factory,
         restart,
-        recorder.clone().recipient(),
-        recorder.recipient(),
+        recorder.downgrade().recipient(),
+        recorder.downgrade().recipient(),
         metrics.clone(),
         Clock::real(),
     )

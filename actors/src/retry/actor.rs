@@ -69,6 +69,8 @@ impl Actor for RetryActor {
     }
 }
 
+crate::stop_on_request!(RetryActor);
+
 impl Handler<ArmRetryTimer> for RetryActor {
     type Result = ();
 

@@ -470,7 +470,15 @@ impl Actor for SchedulerActor {
             act.run(fx, ctx);
         });
     }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        // The retry timer is this actor's child: it goes with it. Pending store writes were
+        // handed over already; dropping this actor drops its store handle.
+        self.retry.do_send(crate::lifecycle::Stop);
+    }
 }
+
+crate::stop_on_request!(SchedulerActor);
 
 impl Handler<JobEvent> for SchedulerActor {
     type Result = ();

@@ -271,6 +271,8 @@ impl Handler<Deliver> for WebhookActor {
     }
 }
 
+crate::stop_on_request!(WebhookActor);
+
 impl Handler<Close> for WebhookActor {
     type Result = ();
 

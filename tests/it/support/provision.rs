@@ -78,6 +78,8 @@ pub fn supervise(
 ) -> (Addr<ProvisionerSupervisor>, Events) {
     let events = Events::default();
     let recorder = Recorder(events.clone()).start();
+    // The supervisor holds its parent weakly: keep the recorder alive for the whole test.
+    std::mem::forget(recorder.clone());
     let child_backend = backend.clone();
     let factory: Factory = Box::new(move |ev, stopped, generation| {
         ProvisionerActor::new(child_backend.clone(), ev, stopped, generation, job_timeout).start()
@@ -86,8 +88,8 @@ pub fn supervise(
         backend,
         factory,
         RestartConfig::default(),
-        recorder.clone().recipient(),
-        recorder.recipient(),
+        recorder.downgrade().recipient(),
+        recorder.downgrade().recipient(),
         Metrics::new(),
         Clock::real(),
     )

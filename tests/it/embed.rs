@@ -1,0 +1,206 @@
+//! The embedding example (`examples/embed.rs`, included here as it is) in a host app: an
+//! instance runs a job, shuts down while the host keeps serving (no actor left running, no
+//! GitHub call afterwards, a delivery answered 503), and a second instance on the same state
+//! dir in the same process runs a job.
+
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+use ephemer_actors_core::{
+    config::{Config, Environment},
+    system::Handles,
+};
+use github_standin::{RunnerBehavior, Standin, StandinConfig};
+
+use crate::support::{daemon::free_port, http_get, provision::eventually};
+
+#[allow(dead_code)]
+#[path = "../../examples/embed.rs"]
+mod example;
+
+const SECRET: &str = "embed-secret";
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+fn config(standin: &Standin, state: &std::path::Path, prefix: &str) -> Config {
+    let text = format!(
+        r#"
+[github]
+api_url = "{api}"
+owner = "acme"
+repos = ["app"]
+token = "ghp_standin_token"
+
+[webhook]
+listen = "127.0.0.1:0"
+secret = "{SECRET}"
+reconcile_interval = "1s"
+
+[state]
+dir = "{state}"
+
+[runner]
+name_prefix = "{prefix}"
+
+[providers.local]
+command = "{bin}"
+args = ["standin-runner"]
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 2
+"#,
+        api = standin.url(),
+        state = state.display(),
+        bin = env!("CARGO_BIN_EXE_ephemer-actors"),
+    );
+    Config::from_toml_str(&text, None, &Environment::default()).unwrap()
+}
+
+/// Serves the host app (its own `/hello`, the instance under `scope`) on a free port.
+fn host(handles: &Handles, scope: &'static str) -> (String, actix_web::dev::ServerHandle) {
+    let port = free_port();
+    let instance = handles.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .route("/hello", web::get().to(example::hello))
+            .configure(|cfg| example::mount(cfg, scope, &instance, "/webhook/github"))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", port))
+    .unwrap()
+    .run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (format!("127.0.0.1:{port}"), handle)
+}
+
+/// An actor's name and whether it is still running (asked through a weak address).
+type Watched = (&'static str, Box<dyn Fn() -> bool>);
+
+/// The actors still running.
+fn alive(weak: &[Watched]) -> Vec<&'static str> {
+    weak.iter()
+        .filter(|(_, connected)| connected())
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// Every actor of the instance, held weakly.
+fn watch(handles: &Handles) -> Vec<Watched> {
+    fn w<A: actix::Actor>(name: &'static str, a: &actix::Addr<A>) -> Watched {
+        let weak = a.downgrade();
+        (
+            name,
+            Box::new(move || weak.upgrade().is_some_and(|a| a.connected())),
+        )
+    }
+    let mut v = vec![
+        w("SchedulerActor", &handles.scheduler),
+        w("RetryActor", &handles.retry),
+        w("RateActor", &handles.rate),
+        w("GithubActor", &handles.github),
+        w("WebhookActor", &handles.webhook),
+    ];
+    for pool in handles.provisioners.values() {
+        v.push(w("LocalProvisioner", pool));
+    }
+    v
+}
+
+#[actix_rt::test]
+async fn an_embedded_instance_runs_a_job_shuts_down_and_starts_again_on_the_same_state() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 100,
+        ..RunnerBehavior::default()
+    });
+    let state = tempfile::tempdir().unwrap();
+    let prefix = format!("emb{}", free_port());
+    let config = config(&standin, state.path(), &prefix);
+
+    let handles = example::start_instance(&config).unwrap();
+    let (addr, server) = host(&handles, "/ci");
+    standin.send_webhooks_to(&format!("http://{addr}/ci/webhook/github"), SECRET);
+    assert_eq!(http_get(&addr, "/ci/readyz").await.map(|r| r.0), Some(200));
+    standin.queue_jobs("app", LABELS, 1);
+    eventually("the job to complete", Duration::from_secs(30), || {
+        standin.jobs_in("completed") == 1
+    })
+    .await;
+
+    let actors = watch(&handles);
+    assert_eq!(alive(&actors).len(), actors.len());
+    handles.shutdown(Duration::from_secs(20)).await;
+    assert!(
+        alive(&actors).is_empty(),
+        "alive after shutdown: {:?}",
+        alive(&actors)
+    );
+    assert_eq!(
+        http_get(&addr, "/hello").await.map(|r| r.0),
+        Some(200),
+        "the host keeps serving"
+    );
+    assert_eq!(http_get(&addr, "/ci/readyz").await.map(|r| r.0), Some(503));
+
+    // No GitHub call after the shutdown, though the reconcile ran every second before it.
+    let calls = standin.calls().len();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        standin.calls().len(),
+        calls,
+        "GitHub calls after the shutdown"
+    );
+
+    // A queued delivery to the stopped instance is refused, so GitHub keeps it.
+    standin.queue_jobs("app", LABELS, 1);
+    eventually(
+        "the delivery to be answered",
+        Duration::from_secs(10),
+        || {
+            standin
+                .deliveries()
+                .iter()
+                .any(|d| d.action == "queued" && d.status != 0 && d.status != 202)
+        },
+    )
+    .await;
+    let refused: Vec<u16> = standin
+        .deliveries()
+        .iter()
+        .filter(|d| d.action == "queued")
+        .map(|d| d.status)
+        .collect();
+    assert_eq!(refused, vec![202, 503]);
+    assert_eq!(standin.calls().len(), calls);
+    server.stop(true).await;
+
+    // A second instance on the same state dir, in the same process: the store was closed.
+    // Its start-up reconcile finds the job the stopped instance refused, and runs it.
+    let again = example::start_instance(&config).expect("the same state dir starts again");
+    let (addr, server) = host(&again, "/ci");
+    standin.send_webhooks_to(&format!("http://{addr}/ci/webhook/github"), SECRET);
+    eventually(
+        "the second job to complete",
+        Duration::from_secs(30),
+        || standin.jobs_in("completed") == 2,
+    )
+    .await;
+    again.shutdown(Duration::from_secs(20)).await;
+    server.stop(true).await;
+    assert!(standin.runners().is_empty(), "{:?}", standin.runners());
+}
+
+/// Outside an actix System, `start` says so instead of panicking, and creates nothing.
+#[test]
+fn start_outside_an_actix_system_is_an_error() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("state");
+    let text = format!(
+        "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[state]\ndir = \"{}\"\n[providers.local]\ncommand = \"/bin/true\"\n",
+        dir.display()
+    );
+    let config = Config::from_toml_str(&text, None, &Environment::default()).unwrap();
+    let err = example::start_instance(&config).unwrap_err();
+    assert_eq!(err, ephemer_actors_core::system::StartError::NoSystem);
+    assert!(!dir.exists(), "nothing created");
+}
