@@ -1,16 +1,16 @@
-//! `status`, `jobs`, `cordon`, `uncordon`: ask a running daemon through its admin API and print
-//! a table for people, or the JSON with `--json`. The admin address comes from the config
+//! `status`, `jobs`, `cordon`, `uncordon`: ask a running daemon through its admin API (awc, the
+//! API's own answer types) and print a table for people, or the JSON with `--json`. The admin address comes from the config
 //! (`admin.listen`, read without demanding the secrets) or `--admin`.
 
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
-    path::PathBuf,
-    time::Duration,
-};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use anyhow::{Context, bail};
-use serde_json::Value;
+use actix_web::http::Method;
+use anyhow::{Context, anyhow, bail};
+use ephemer_actors_core::{
+    admin::{CordonAnswer, ErrorAnswer, JobAnswer, JobsAnswer, StatusAnswer},
+    scheduler::Phase,
+};
+use serde::de::DeserializeOwned;
 
 /// Where to find the daemon.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,201 +53,158 @@ impl Target {
     }
 }
 
-fn request(addr: SocketAddr, method: &str, path: &str) -> anyhow::Result<(u16, Value)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| {
-        format!("no daemon answers on {addr} (is `ephemer-actors serve` running? see admin.listen)")
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    Ok((status, json))
-}
-
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || after.len() < n {
-            break;
+/// One admin API call through awc, its answer read as the API's own type.
+fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::Result<T> {
+    let addr = t.addr()?;
+    let url = format!("http://{addr}{path}");
+    actix_rt::System::new().block_on(async move {
+        let client = awc::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .finish();
+        let mut answer = client.request(method, &url).send().await.map_err(|e| {
+            anyhow!(
+                "no daemon answers on {addr} ({e}); is `ephemer-actors serve` running? see admin.listen"
+            )
+        })?;
+        let body = answer
+            .body()
+            .limit(64 * 1024 * 1024)
+            .await
+            .with_context(|| format!("reading the answer of {path}"))?;
+        if !answer.status().is_success() {
+            let why = serde_json::from_slice::<ErrorAnswer>(&body)
+                .map(|e| e.error)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+            bail!("{path} answered {}: {why}", answer.status().as_u16());
         }
-        out.push_str(&after[..n]);
-        rest = after[n..].trim_start_matches("\r\n");
-    }
-    out
+        serde_json::from_slice(&body).with_context(|| format!("{path} answered an unexpected body"))
+    })
 }
 
-fn get(t: &Target, method: &str, path: &str) -> anyhow::Result<Value> {
-    let (status, json) = request(t.addr()?, method, path)?;
-    if !(200..300).contains(&status) {
-        bail!(
-            "{} answered {status}: {}",
-            path,
-            json.get("error")
-                .and_then(Value::as_str)
-                .unwrap_or(&json.to_string())
-        );
-    }
-    Ok(json)
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
 fn when(unix: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(unix)).to_string()
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(x) => x.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// `status`
 pub fn status(t: &Target) -> anyhow::Result<()> {
-    let v = get(t, "GET", "/api/v1/status")?;
+    let v: StatusAnswer = call(t, Method::GET, "/api/v1/status")?;
     if t.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return print_json(&v);
     }
-    let up = v["uptime_seconds"].as_u64().unwrap_or(0);
     println!(
         "ephemer-actors {}  up {}  cordoned: {}",
-        s(&v["version"]),
-        humantime::format_duration(Duration::from_secs(up)),
-        if v["draining"].as_bool().unwrap_or(false) {
-            "yes"
-        } else {
-            "no"
-        }
+        v.version,
+        humantime::format_duration(Duration::from_secs(v.uptime_seconds)),
+        if v.draining { "yes" } else { "no" }
     );
     println!(
         "capacity      {}/{} runners, {} pending, retry queue {}",
-        s(&v["capacity"]["used"]),
-        s(&v["capacity"]["max_concurrent"]),
-        s(&v["pending"]),
-        s(&v["retry_queue_depth"])
+        v.capacity.used, v.capacity.max_concurrent, v.pending, v.retry_queue_depth
     );
-    let rate = &v["rate"];
-    if rate["updated"].as_u64().unwrap_or(0) > 0 {
-        println!(
+    match v.rate.filter(|r| r.updated > 0) {
+        Some(rate) => println!(
             "rate budget   {}/{} left, resets {} (read {})",
-            s(&rate["remaining"]),
-            s(&rate["limit"]),
-            rate["reset"].as_u64().map_or("-".into(), when),
-            when(rate["updated"].as_u64().unwrap_or(0))
-        );
-    } else {
-        println!("rate budget   no reading yet");
+            or_dash(rate.remaining),
+            or_dash(rate.limit),
+            rate.reset.map_or("-".into(), when),
+            when(rate.updated)
+        ),
+        None => println!("rate budget   no reading yet"),
     }
     println!(
         "\n{:<14} {:<24} {:<4} {:<9} LABELS",
         "PROVIDER", "PROVISIONER", "UP", "USED/MAX"
     );
-    for p in v["providers"].as_array().into_iter().flatten() {
-        let labels: Vec<String> = p["labels"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(s)
-            .collect();
+    for p in &v.providers {
         println!(
             "{:<14} {:<24} {:<4} {:<9} {}",
-            s(&p["provider"]),
-            s(&p["provisioner"]),
-            if p["up"].as_bool().unwrap_or(false) {
-                "yes"
-            } else {
-                "no"
-            },
-            format!("{}/{}", s(&p["used"]), s(&p["max"])),
-            labels.join(",")
+            p.provider,
+            p.provisioner,
+            if p.up { "yes" } else { "no" },
+            format!("{}/{}", p.used, p.max),
+            p.labels.join(",")
         );
-        if let Some(cause) = p["down_cause"].as_str() {
+        if let Some(cause) = &p.down_cause {
             println!("  down: {cause}");
         }
     }
     Ok(())
 }
 
+fn phase_provider(p: &Phase) -> String {
+    match p {
+        Phase::Claiming { provider } | Phase::Active { provider, .. } => provider.to_string(),
+        _ => "-".into(),
+    }
+}
+
+fn phase_name(p: &Phase) -> String {
+    serde_json::to_value(p)
+        .ok()
+        .and_then(|v| v["state"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// `jobs` and `jobs <id>`
 pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
     let Some(id) = id else {
-        let v = get(t, "GET", "/api/v1/jobs")?;
+        let v: JobsAnswer = call(t, Method::GET, "/api/v1/jobs")?;
         if t.json {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-            return Ok(());
+            return print_json(&v);
         }
         println!(
             "{:<12} {:<16} {:<11} {:<9} {:<8} {:<18} NEXT ATTEMPT",
             "JOB", "REPO", "STATE", "PROVIDER", "RETRIES", "CLASS"
         );
-        for j in v["jobs"].as_array().into_iter().flatten() {
+        for j in &v.jobs {
             println!(
                 "{:<12} {:<16} {:<11} {:<9} {:<8} {:<18} {}",
-                s(&j["key"]["job_id"]),
-                s(&j["repo"]),
-                s(&j["phase"]["state"]),
-                s(&j["phase"]["provider"]),
-                s(&j["retry_attempts"]),
-                s(&j["error_class"]),
-                j["next_attempt_unix"].as_u64().map_or("-".into(), when)
+                j.key.job_id,
+                j.repo,
+                phase_name(&j.phase),
+                phase_provider(&j.phase),
+                j.retry_attempts,
+                or_dash(j.error_class),
+                j.next_attempt_unix.map_or("-".into(), when)
             );
         }
         return Ok(());
     };
-    let v = get(t, "GET", &format!("/api/v1/jobs/{id}"))?;
+    let v: JobAnswer = call(t, Method::GET, &format!("/api/v1/jobs/{id}"))?;
     if t.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return print_json(&v);
     }
-    let j = &v["job"];
+    let j = &v.job;
     println!(
         "job {} in {}/{}  labels {}",
         id,
-        s(&j["key"]["owner"]),
-        s(&j["repo"]),
-        s(&j["labels"])
+        j.key.owner,
+        j.repo,
+        j.labels.join(",")
     );
     println!(
         "state {}  provider {}  runner {}  retries {}  first failure class {}",
-        s(&j["phase"]["state"]),
-        s(&j["phase"]["provider"]),
-        s(&j["runner_name"]),
-        s(&j["retry_attempts"]),
-        s(&j["error_class"])
+        phase_name(&j.phase),
+        phase_provider(&j.phase),
+        or_dash(j.runner_name.as_deref()),
+        j.retry_attempts,
+        or_dash(j.error_class)
     );
-    if let Some(next) = j["next_attempt_unix"].as_u64() {
+    if let Some(next) = j.next_attempt_unix {
         println!("next attempt {}", when(next));
     }
     println!("\ntimeline:");
-    for n in j["timeline"].as_array().into_iter().flatten() {
-        println!(
-            "  {}  {}",
-            when(n["at"].as_u64().unwrap_or(0)),
-            s(&n["text"])
-        );
+    for n in &j.timeline {
+        println!("  {}  {}", when(n.at), n.text);
     }
     Ok(())
 }
@@ -259,10 +216,11 @@ pub fn cordon(t: &Target, on: bool) -> anyhow::Result<()> {
     } else {
         "/api/v1/uncordon"
     };
-    let v = get(t, "POST", path)?;
+    let v: CordonAnswer = call(t, Method::POST, path)?;
     if t.json {
-        println!("{v}");
-    } else if on {
+        return print_json(&v);
+    }
+    if v.cordoned {
         println!("cordoned: no new claims and no new retries; running jobs continue");
     } else {
         println!("uncordoned: claiming again");

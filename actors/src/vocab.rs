@@ -133,7 +133,7 @@ pub struct RateHeaders {
 }
 
 /// What GitHub's headers said about one credential's budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RateSnapshot {
     /// Requests left in the window.
     pub remaining: Option<u64>,

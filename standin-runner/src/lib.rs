@@ -8,11 +8,7 @@
 //! (`POST /_runner/complete`) and exits 0. It has no dependencies beyond std, serde_json and
 //! base64, so it can be linked statically and run in a busybox container.
 
-use std::{
-    io::{Read, Write},
-    net::TcpStream,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use base64::{Engine, engine::general_purpose::STANDARD as B64};
 use serde_json::Value;
@@ -63,27 +59,31 @@ pub fn decode_jit(encoded: &str) -> Result<Identity, String> {
     })
 }
 
-/// One HTTP/1.1 POST with a JSON body; returns (status, body).
+/// One POST with a JSON body through awc (the client the daemon uses); returns (status, body).
 fn post(server: &str, path: &str, token: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(server)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {server}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let url = format!("http://{server}{path}");
+    let body = body.to_string();
+    let token = token.to_string();
+    actix_rt::System::new().block_on(async move {
+        let mut answer = awc::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .finish()
+            .post(&url)
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .insert_header(("Content-Type", "application/json"))
+            .send_body(body)
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let bytes = answer
+            .body()
+            .limit(16 * 1024 * 1024)
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok((
+            answer.status().as_u16(),
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
+    })
 }
 
 // This is a separate process, not an actix arbiter: blocking sleeps are what it should do.

@@ -107,7 +107,7 @@ async fn version_and_help() {
 
 /// `serve` with config/minimal.toml as written: healthz answers 200, and SIGTERM ends the
 /// process with exit 0 within 2 s. The minimal config listens on its default 0.0.0.0:8080.
-#[tokio::test]
+#[actix_rt::test]
 async fn serve_minimal_answers_healthz_and_exits_0_on_sigterm() {
     let mut cmd = daemon();
     cmd.args(["serve", "--config"])

@@ -96,7 +96,17 @@ async fn each_job_delivered_three_times_is_claimed_once() {
         .filter(|d| d.action == "queued")
         .collect();
     assert_eq!(queued.len(), 24, "three deliveries per job");
-    assert_eq!(standin.count("generate_jitconfig"), 8);
+    // One claim per job: a duplicate or replayed delivery never claims. Under load a runner
+    // can exit before its job's in_progress arrives; the stranded self-heal then dispatches
+    // that job again by design (fungible runners; the log says so for each one), which costs
+    // a claim unless the in_progress lands first.
+    let logs = daemon.logs();
+    let heals = logs.matches("dispatching the job again").count();
+    let claims = standin.count("generate_jitconfig");
+    assert!(
+        (8..=8 + heals).contains(&claims),
+        "{claims} claims with {heals} heals: claims beyond one per job are heals only:\n{logs}"
+    );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

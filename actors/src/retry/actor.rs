@@ -33,7 +33,7 @@ pub struct RetryDue;
 pub struct GetRetryTimer;
 
 /// What the timer holds.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
 pub struct RetryTimerView {
     /// Timers armed right now (0 or 1, whatever the ladder's depth).
     pub armed_timers: usize,

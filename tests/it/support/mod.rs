@@ -11,11 +11,7 @@ use std::{
     time::Duration,
 };
 
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-    process::{Child, Command},
-};
+use tokio::process::{Child, Command};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -53,20 +49,20 @@ pub async fn output(mut cmd: Command) -> (i32, String, String) {
     )
 }
 
-/// A minimal HTTP/1.1 GET against a local listener: (status, body). `None` if it is not up.
+/// `GET path` on a local listener through awc: (status, body). `None` if it is not up.
 pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    stream.read_to_end(&mut buf).await.ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
+    let mut answer = awc::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .finish()
+        .get(format!("http://{addr}{path}"))
+        .send()
+        .await
+        .ok()?;
+    let body = answer.body().limit(64 * 1024 * 1024).await.ok()?;
+    Some((
+        answer.status().as_u16(),
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
 }
 
 /// Polls `GET path` until it answers or `within` passes.

@@ -207,7 +207,7 @@ pub enum Effect {
 }
 
 /// Where a job stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Phase {
     /// Admitted before; nothing in flight (failed, abandoned, cordoned, zombie, torn down).
@@ -361,7 +361,7 @@ enum Deferred {
 }
 
 /// Counters for status views and tests.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct Stats {
     /// Queued events received.
     pub queued_events: u64,

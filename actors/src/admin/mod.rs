@@ -4,13 +4,18 @@
 //! rate reading), `GET /api/v1/jobs` (every job the scheduler knows), `GET /api/v1/jobs/{id}`
 //! (one job with its timeline: every decision taken about it, so "why is my job still queued?"
 //! has an answer), `POST /api/v1/cordon` and `/uncordon`. Read-only but for cordon; it holds
-//! no state of its own.
+//! no state of its own. Its answers are the types of [`api`], which the CLI reads back.
 
 use std::time::Instant;
 
+pub mod api;
+
 use actix::Addr;
 use actix_web::{HttpResponse, web};
-use serde_json::json;
+pub use api::{
+    Capacity, CordonAnswer, ErrorAnswer, JobAnswer, JobLine, JobsAnswer, ProviderLine, RetryLine,
+    RunnerLine, StatusAnswer, TimelineLine,
+};
 
 use crate::{
     rate::{GetRateSnapshot, RateActor},
@@ -55,14 +60,16 @@ impl Admin {
 }
 
 fn unavailable(what: &str) -> HttpResponse {
-    HttpResponse::ServiceUnavailable().json(json!({ "error": format!("{what} is not running") }))
+    HttpResponse::ServiceUnavailable().json(ErrorAnswer {
+        error: format!("{what} is not running"),
+    })
 }
 
 async fn status(admin: web::Data<Admin>) -> HttpResponse {
     let Ok(state) = admin.scheduler.send(GetStatus).await else {
         return unavailable("scheduler");
     };
-    let timer = admin.retry.send(GetRetryTimer).await.ok();
+    let retry_timer = admin.retry.send(GetRetryTimer).await.ok();
     let rate = admin
         .rate
         .send(GetRateSnapshot {
@@ -70,43 +77,52 @@ async fn status(admin: web::Data<Admin>) -> HttpResponse {
         })
         .await
         .ok();
-    HttpResponse::Ok().json(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_seconds": admin.started.elapsed().as_secs(),
-        "draining": state.draining,
-        "capacity": { "max_concurrent": state.max_concurrent, "used": state.used },
-        "providers": state.providers,
-        "pending": state.pending,
-        "runners": state.runners,
-        "retry_queue_depth": state.retry_queue_depth,
-        "retry_timer": timer,
-        "rate": rate,
-        "stats": state.stats,
-    }))
+    HttpResponse::Ok().json(StatusAnswer {
+        version: env!("CARGO_PKG_VERSION").into(),
+        uptime_seconds: admin.started.elapsed().as_secs(),
+        draining: state.draining,
+        capacity: Capacity {
+            max_concurrent: state.max_concurrent,
+            used: state.used,
+        },
+        providers: state.providers.into_iter().map(Into::into).collect(),
+        pending: state.pending,
+        runners: state.runners,
+        retry_queue_depth: state.retry_queue_depth,
+        retry_timer,
+        rate,
+        stats: state.stats,
+    })
 }
 
 async fn jobs(admin: web::Data<Admin>) -> HttpResponse {
     match admin.scheduler.send(GetJobs).await {
-        Ok(jobs) => HttpResponse::Ok().json(jobs),
+        Ok(v) => HttpResponse::Ok().json(JobsAnswer {
+            jobs: v.jobs.into_iter().map(Into::into).collect(),
+            runners: v.runners.into_iter().map(Into::into).collect(),
+        }),
         Err(_) => unavailable("scheduler"),
     }
 }
 
 async fn job(admin: web::Data<Admin>, id: web::Path<String>) -> HttpResponse {
     let Ok(id) = id.parse::<u64>() else {
-        return HttpResponse::BadRequest().json(json!({ "error": "a job id is a number" }));
+        return HttpResponse::BadRequest().json(ErrorAnswer {
+            error: "a job id is a number".into(),
+        });
     };
     match admin.scheduler.send(GetJob(id)).await {
-        Ok(Some(detail)) => HttpResponse::Ok().json(detail),
-        Ok(None) => HttpResponse::NotFound()
-            .json(json!({ "error": format!("job {id} is not known to the scheduler") })),
+        Ok(Some(detail)) => HttpResponse::Ok().json(JobAnswer::from(detail)),
+        Ok(None) => HttpResponse::NotFound().json(ErrorAnswer {
+            error: format!("job {id} is not known to the scheduler"),
+        }),
         Err(_) => unavailable("scheduler"),
     }
 }
 
 async fn set_cordon(admin: web::Data<Admin>, on: bool) -> HttpResponse {
     match admin.scheduler.send(SetCordon(on)).await {
-        Ok(()) => HttpResponse::Ok().json(json!({ "cordoned": on })),
+        Ok(()) => HttpResponse::Ok().json(CordonAnswer { cordoned: on }),
         Err(_) => unavailable("scheduler"),
     }
 }
