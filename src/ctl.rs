@@ -100,15 +100,16 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
     if t.json {
         return print_json(&v);
     }
+    let st = &v.scheduler;
     println!(
         "ephemer-actors {}  up {}  cordoned: {}",
         v.version,
         humantime::format_duration(Duration::from_secs(v.uptime_seconds)),
-        if v.draining { "yes" } else { "no" }
+        if st.draining { "yes" } else { "no" }
     );
     println!(
         "capacity      {}/{} runners, {} pending, retry queue {}",
-        v.capacity.used, v.capacity.max_concurrent, v.pending, v.retry_queue_depth
+        st.capacity.used, st.capacity.max_concurrent, st.pending, st.retry_queue_depth
     );
     match v.rate.filter(|r| r.updated > 0) {
         Some(rate) => println!(
@@ -124,7 +125,7 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
         "\n{:<14} {:<24} {:<4} {:<9} LABELS",
         "PROVIDER", "PROVISIONER", "UP", "USED/MAX"
     );
-    for p in &v.providers {
+    for p in &st.providers {
         println!(
             "{:<14} {:<24} {:<4} {:<9} {}",
             p.provider,
@@ -204,7 +205,7 @@ pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
     }
     println!("\ntimeline:");
     for n in &j.timeline {
-        println!("  {}  {}", when(n.at), n.text);
+        println!("  {}  {}", when(n.at), n.note);
     }
     Ok(())
 }

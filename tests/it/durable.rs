@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use github_standin::{RunnerBehavior, Standin, StandinConfig};
-
 use crate::support::{
     daemon::{Daemon, local_provider},
     podman::{IMAGE, Podman},
@@ -15,11 +13,7 @@ use crate::support::{
 /// all 5 run after the reset, each claimed once.
 #[actix_rt::test]
 async fn parked_retries_survive_kill_9() {
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 100,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(100);
     let extra =
         "[runner.claim_retry]\nschedule = [\"30s\"]\nrate_reset_jitter = [\"1s\", \"2s\"]\n";
     let daemon = Daemon::start(&standin, extra, &local_provider(5)).await;
@@ -66,11 +60,7 @@ async fn running_runners_are_adopted_after_kill_9() {
     let Some(podman) = Podman::start().await else {
         return;
     };
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 4000,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(4000);
     let providers = format!(
         r#"
 [providers.local]

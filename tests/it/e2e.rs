@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use github_standin::{DeliveryFaults, RunnerBehavior, Standin, StandinConfig};
+use github_standin::{DeliveryFaults, Standin};
 
 use crate::support::{
     daemon::{Daemon, local_provider},
@@ -13,15 +13,6 @@ use crate::support::{
 };
 
 const LABELS: &[&str] = &["self-hosted", "linux"];
-
-fn standin(job_ms: u64) -> Standin {
-    let s = Standin::start(StandinConfig::default()).unwrap();
-    s.set_behavior(RunnerBehavior {
-        job_ms,
-        ..RunnerBehavior::default()
-    });
-    s
-}
 
 async fn no_runner_left(standin: &Standin, daemon: &Daemon) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -38,7 +29,7 @@ async fn no_runner_left(standin: &Standin, daemon: &Daemon) {
 
 #[actix_rt::test]
 async fn twenty_jobs_twenty_claims_nothing_left() {
-    let standin = standin(200);
+    let standin = crate::support::standin(200);
     let daemon = Daemon::start(&standin, "", &local_provider(6)).await;
     standin.queue_jobs("app", LABELS, 20);
     daemon
@@ -78,7 +69,7 @@ async fn twenty_jobs_twenty_claims_nothing_left() {
 
 #[actix_rt::test]
 async fn each_job_delivered_three_times_is_claimed_once() {
-    let standin = standin(200);
+    let standin = crate::support::standin(200);
     standin.set_delivery_faults(DeliveryFaults {
         extra_copies: 1,
         replays: 1,
@@ -112,7 +103,7 @@ async fn each_job_delivered_three_times_is_claimed_once() {
 
 #[actix_rt::test]
 async fn a_transient_502_heals_through_the_ladder() {
-    let standin = standin(100);
+    let standin = crate::support::standin(100);
     let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\", \"4s\"]\njitter = 0.0\n";
     let daemon = Daemon::start(&standin, ladder, &local_provider(2)).await;
     standin.fail_status("generate_jitconfig", 502, 2);
@@ -147,7 +138,7 @@ async fn a_transient_502_heals_through_the_ladder() {
 
 #[actix_rt::test]
 async fn a_rate_limit_window_is_waited_out_until_the_reset() {
-    let standin = standin(100);
+    let standin = crate::support::standin(100);
     let extra = "[runner.claim_retry]\nschedule = [\"1s\"]\nrate_reset_jitter = [\"1s\", \"2s\"]\n";
     let daemon = Daemon::start(&standin, extra, &local_provider(2)).await;
     let reset = standin.exhaust_for(Duration::from_secs(4));
@@ -176,7 +167,7 @@ async fn a_rate_limit_window_is_waited_out_until_the_reset() {
 
 #[actix_rt::test]
 async fn sigterm_with_a_running_job_drains_it_and_exits_0() {
-    let standin = standin(3000);
+    let standin = crate::support::standin(3000);
     let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
     standin.queue_jobs("app", LABELS, 1);
     eventually("the job to start", Duration::from_secs(20), || {
@@ -198,7 +189,7 @@ async fn jobs_run_in_podman_containers_through_the_daemon() {
     let Some(podman) = Podman::start().await else {
         return;
     };
-    let standin = standin(200);
+    let standin = crate::support::standin(200);
     let providers = format!(
         r#"
 [providers.linux]

@@ -10,7 +10,7 @@ use ephemer_actors_core::{
     config::{Config, Environment},
     system::Handles,
 };
-use github_standin::{RunnerBehavior, Standin, StandinConfig};
+use github_standin::Standin;
 
 use crate::support::{daemon::free_port, http_get, provision::eventually};
 
@@ -108,11 +108,7 @@ fn watch(handles: &Handles) -> Vec<Watched> {
 
 #[actix_rt::test]
 async fn an_embedded_instance_runs_a_job_shuts_down_and_starts_again_on_the_same_state() {
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 100,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(100);
     let state = tempfile::tempdir().unwrap();
     let prefix = format!("emb{}", free_port());
     let config = config(&standin, state.path(), &prefix);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use github_standin::{RunnerBehavior, Standin, StandinConfig};
+use github_standin::{Standin, StandinConfig};
 
 use crate::support::{
     daemon as cli_daemon,
@@ -22,11 +22,7 @@ async fn ctl(d: &Daemon, args: &[&str]) -> (i32, String, String) {
 /// times chosen.
 #[actix_rt::test]
 async fn the_timeline_of_a_job_retried_twice() {
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 100,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(100);
     let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\"]\njitter = 0.0\n";
     let daemon = Daemon::start(&standin, ladder, &local_provider(2)).await;
     standin.fail_status("generate_jitconfig", 502, 2);
@@ -101,11 +97,7 @@ async fn status_and_cordon_through_the_cli() {
 /// After a run, `/metrics` holds every metric of the contract with sane values.
 #[actix_rt::test]
 async fn every_contract_metric_after_a_run() {
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 100,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(100);
     let daemon = Daemon::start(&standin, "", &local_provider(4)).await;
     standin.fail_status("generate_jitconfig", 502, 1);
     standin.queue_jobs("app", &["self-hosted", "linux"], 6);

@@ -12,7 +12,6 @@ use ephemer_actors_core::{
         tart::{TartBackend, TartSettings},
     },
 };
-use github_standin::{RunnerBehavior, Standin, StandinConfig};
 
 use crate::support::{
     podman::{IMAGE, Podman},
@@ -42,11 +41,7 @@ fn is_exit(k: &RunnerEventKind) -> bool {
 /// environment and never in its command line; its directory is gone afterwards.
 #[actix_rt::test]
 async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 500,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(500);
     let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
     let runner = claim(&standin, "ephemer-local", LABELS).await;
     let tmp = tempfile::tempdir().unwrap();
@@ -446,11 +441,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
         .await
         .expect("create a leftover container");
 
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    standin.set_behavior(RunnerBehavior {
-        job_ms: 300,
-        ..RunnerBehavior::default()
-    });
+    let standin = crate::support::standin(300);
     let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
     let runner = claim(&standin, "ptest-linux", LABELS).await;
     let backend = ContainerBackend::new(ContainerSettings {

@@ -12,10 +12,7 @@ pub mod api;
 
 use actix::Addr;
 use actix_web::{HttpResponse, web};
-pub use api::{
-    Capacity, CordonAnswer, ErrorAnswer, JobAnswer, JobLine, JobsAnswer, ProviderLine, RetryLine,
-    RunnerLine, StatusAnswer, TimelineLine,
-};
+pub use api::{CordonAnswer, ErrorAnswer, JobAnswer, JobsAnswer, StatusAnswer};
 
 use crate::{
     rate::{GetRateSnapshot, RateActor},
@@ -80,27 +77,15 @@ async fn status(admin: web::Data<Admin>) -> HttpResponse {
     HttpResponse::Ok().json(StatusAnswer {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: admin.started.elapsed().as_secs(),
-        draining: state.draining,
-        capacity: Capacity {
-            max_concurrent: state.max_concurrent,
-            used: state.used,
-        },
-        providers: state.providers.into_iter().map(Into::into).collect(),
-        pending: state.pending,
-        runners: state.runners,
-        retry_queue_depth: state.retry_queue_depth,
+        scheduler: state,
         retry_timer,
         rate,
-        stats: state.stats,
     })
 }
 
 async fn jobs(admin: web::Data<Admin>) -> HttpResponse {
     match admin.scheduler.send(GetJobs).await {
-        Ok(v) => HttpResponse::Ok().json(JobsAnswer {
-            jobs: v.jobs.into_iter().map(Into::into).collect(),
-            runners: v.runners.into_iter().map(Into::into).collect(),
-        }),
+        Ok(jobs) => HttpResponse::Ok().json(jobs),
         Err(_) => unavailable("scheduler"),
     }
 }
@@ -112,7 +97,7 @@ async fn job(admin: web::Data<Admin>, id: web::Path<String>) -> HttpResponse {
         });
     };
     match admin.scheduler.send(GetJob(id)).await {
-        Ok(Some(detail)) => HttpResponse::Ok().json(JobAnswer::from(detail)),
+        Ok(Some(detail)) => HttpResponse::Ok().json(detail),
         Ok(None) => HttpResponse::NotFound().json(ErrorAnswer {
             error: format!("job {id} is not known to the scheduler"),
         }),

@@ -36,7 +36,7 @@ pub enum InvalidBackoff {
 }
 
 /// Why a retry was scheduled when it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DelayReason {
     /// The ladder's rung (0-based).

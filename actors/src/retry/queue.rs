@@ -98,7 +98,7 @@ pub struct RetryQueue {
 }
 
 /// A point-in-time view of one item, for status pages.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RetryView {
     /// Job.
     pub key: JobKey,

@@ -13,6 +13,16 @@ use std::{
 
 use tokio::process::{Child, Command};
 
+/// A stand-in GitHub whose runners take `job_ms` per job.
+pub fn standin(job_ms: u64) -> github_standin::Standin {
+    let s = github_standin::Standin::start(github_standin::StandinConfig::default()).unwrap();
+    s.set_behavior(github_standin::RunnerBehavior {
+        job_ms,
+        ..github_standin::RunnerBehavior::default()
+    });
+    s
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -46,7 +46,8 @@ mod view;
 use timeline::TIMELINE_CAP;
 pub use timeline::{Abandon, Note, TimelineEntry};
 pub use view::{
-    JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState, StatusView,
+    Capacity, JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState,
+    StatusView,
 };
 
 /// A job is remembered as seen this long; a re-delivery inside it is a duplicate.

@@ -3,7 +3,7 @@
 
 use std::{fmt, time::Duration};
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{
     config::ProviderKind, github::ErrorClass, job::JobAction, provision::ExitReason,
@@ -13,7 +13,8 @@ use crate::{
 /// Timeline entries kept per job (the first, how it arrived, is always kept).
 pub const TIMELINE_CAP: usize = 64;
 
-/// One line of a job's timeline.
+/// One line of a job's timeline. On the wire it is `{at, text}`; read back (by the CLI) its
+/// note is [`Note::Recorded`], the sentence.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimelineEntry {
     /// Unix seconds.
@@ -25,6 +26,21 @@ pub struct TimelineEntry {
 
 fn as_text<S: Serializer>(note: &Note, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(note)
+}
+
+impl<'de> Deserialize<'de> for TimelineEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            at: u64,
+            text: String,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(TimelineEntry {
+            at: w.at,
+            note: Note::Recorded(w.text),
+        })
+    }
 }
 
 /// Why a job's dispatch stopped with nothing in flight.
@@ -215,6 +231,8 @@ pub enum Note {
     },
     /// Restored from the state store after a restart.
     Restored,
+    /// A decision read back as its sentence (from the admin API).
+    Recorded(String),
 }
 
 impl fmt::Display for Note {
@@ -297,6 +315,7 @@ impl fmt::Display for Note {
             Note::Requeued { why } => write!(f, "re-queued: {why}"),
             Note::Reaped { runner, reason } => write!(f, "runner {runner} reaped: {reason}"),
             Note::Restored => f.write_str("restored from the state store after a restart"),
+            Note::Recorded(text) => f.write_str(text),
         }
     }
 }

@@ -73,9 +73,13 @@ impl Scheduler {
         }
     }
 
-    fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRecord> {
-        let mut runners: Vec<RunnerRecord> =
-            self.runners.values().filter(|r| keep(r)).cloned().collect();
+    fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRow> {
+        let mut runners: Vec<RunnerRow> = self
+            .runners
+            .values()
+            .filter(|r| keep(r))
+            .map(Self::row)
+            .collect();
         runners.sort_by(|a, b| a.name.cmp(&b.name));
         runners
     }
@@ -84,8 +88,10 @@ impl Scheduler {
     pub fn status(&self, _now: Now) -> StatusView {
         StatusView {
             draining: self.draining,
-            max_concurrent: self.settings.max_concurrent,
-            used: self.used_total,
+            capacity: Capacity {
+                max_concurrent: self.settings.max_concurrent,
+                used: self.used_total,
+            },
             providers: self.provider_views(),
             pending: self.pending.len(),
             runners: self.runners.len(),
@@ -101,7 +107,7 @@ impl Scheduler {
             .zip(&self.slots)
             .map(|(p, s)| ProviderView {
                 provider: p.kind,
-                provisioner: p.kind.provisioner_name(),
+                provisioner: p.kind.provisioner_name().to_string(),
                 up: s.up,
                 down_cause: s.down_cause.clone(),
                 used: s.used,
@@ -149,22 +155,16 @@ impl Scheduler {
             .map(|r| self.job_view(r, now, true))
             .collect();
         jobs.sort_by(|a, b| a.key.cmp(&b.key));
-        let runners = self.sorted_runners(|_| true);
         SchedulerState {
-            draining: self.draining,
-            max_concurrent: self.settings.max_concurrent,
-            used: self.used_total,
-            providers: self.provider_views(),
-            pending: self.pending.len(),
-            stats: self.stats,
+            status: self.status(now),
             jobs,
-            runners,
+            runners: self.sorted_runners(|_| true),
         }
     }
 }
 
 /// A job, for status views.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct JobView {
     /// Identity.
     pub key: JobKey,
@@ -194,15 +194,22 @@ pub struct JobView {
     pub timeline: Vec<TimelineEntry>,
 }
 
+/// Global slots.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
+pub struct Capacity {
+    /// `runner.max_concurrent`.
+    pub max_concurrent: usize,
+    /// In use.
+    pub used: usize,
+}
+
 /// The summary for `status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StatusView {
     /// Cordoned.
     pub draining: bool,
     /// Global slots.
-    pub max_concurrent: usize,
-    /// Global slots in use.
-    pub used: usize,
+    pub capacity: Capacity,
     /// Per provider.
     pub providers: Vec<ProviderView>,
     /// Jobs waiting for a slot.
@@ -216,7 +223,7 @@ pub struct StatusView {
 }
 
 /// The ladder, for status pages.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RetryQueueView {
     /// Items waiting for their next attempt.
     pub depth: usize,
@@ -225,32 +232,32 @@ pub struct RetryQueueView {
 }
 
 /// Every job and runner, for `jobs`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct JobsView {
     /// Jobs, without timelines.
     pub jobs: Vec<JobView>,
     /// Runners.
-    pub runners: Vec<RunnerRecord>,
+    pub runners: Vec<RunnerRow>,
 }
 
 /// One job in full, for `jobs <id>`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct JobDetail {
     /// The job, with its timeline.
     pub job: JobView,
     /// Its ladder item, if on the ladder.
     pub retry: Option<RetryView>,
     /// Runners made for it or bound to it.
-    pub runners: Vec<RunnerRecord>,
+    pub runners: Vec<RunnerRow>,
 }
 
 /// A provider, for status views.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProviderView {
     /// Which.
     pub provider: ProviderKind,
     /// The provisioner actor serving it (`LocalProvisioner`, `LinuxProvisioner`, ...).
-    pub provisioner: &'static str,
+    pub provisioner: String,
     /// Accepting runners.
     pub up: bool,
     /// Why it is not (its host check failed, it stopped, it is starting).
@@ -263,23 +270,14 @@ pub struct ProviderView {
     pub labels: Vec<String>,
 }
 
-/// The scheduler's state, for `GetSchedulerState` and the admin API.
-#[derive(Debug, Clone, Serialize)]
+/// The scheduler's whole state, for `GetSchedulerState`: tests and embedding apps.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SchedulerState {
-    /// Cordoned.
-    pub draining: bool,
-    /// Global slots.
-    pub max_concurrent: usize,
-    /// Global slots in use.
-    pub used: usize,
-    /// Per provider.
-    pub providers: Vec<ProviderView>,
-    /// Jobs waiting for a slot.
-    pub pending: usize,
-    /// Counters.
-    pub stats: Stats,
-    /// Every job known.
+    /// The summary.
+    #[serde(flatten)]
+    pub status: StatusView,
+    /// Every job known, with its timeline.
     pub jobs: Vec<JobView>,
     /// Every runner of ours.
-    pub runners: Vec<RunnerRecord>,
+    pub runners: Vec<RunnerRow>,
 }

@@ -41,7 +41,10 @@ async fn routing_picks_the_most_specific_covering_provider_then_a_free_one() {
         "fewest extra labels first, then a free slot"
     );
     let st = h.state().await;
-    assert_eq!(st.pending, 1, "the third waits for a most-specific slot");
+    assert_eq!(
+        st.status.pending, 1,
+        "the third waits for a most-specific slot"
+    );
     h.queued(4, &["big"]).await;
     h.run_for(Duration::from_secs(1)).await;
     assert_eq!(
@@ -64,7 +67,7 @@ async fn slots_are_held_until_the_runner_goes_and_released_before_a_retry_wait()
     // Job 1 failed and waits 30 s on the ladder without its slot: job 2 got it.
     assert_eq!(h.claims(), 2);
     let st = h.state().await;
-    assert_eq!(st.used, 1);
+    assert_eq!(st.status.capacity.used, 1);
     h.run_for(Duration::from_secs(60)).await;
     assert_eq!(h.claims(), 2, "job 1's retry waits for job 2's runner");
     let runner = h.state().await.runners[0].name.clone();
@@ -113,7 +116,7 @@ async fn a_parked_dispatch_claims_nothing_after_a_cordon() {
     assert_eq!(h.claims(), 1);
     let st = h.state().await;
     assert_eq!(
-        (st.used, st.pending),
+        (st.status.capacity.used, st.status.pending),
         (0, 0),
         "slot released, nothing pending"
     );

@@ -151,7 +151,7 @@ async fn a_label_mismatched_job_delivered_ten_times_costs_nothing() {
     let j = &st.jobs[0];
     assert!(j.seen && !j.pending, "{j:?}");
     assert_eq!(j.phase, Phase::Unroutable);
-    assert_eq!(st.stats.duplicates, 9);
+    assert_eq!(st.status.stats.duplicates, 9);
 }
 
 #[actix_rt::test]
