@@ -147,6 +147,16 @@ impl Standin {
         self.state().calls.clone()
     }
 
+    /// Every call to one endpoint so far.
+    pub fn calls_to(&self, endpoint: &str) -> Vec<Call> {
+        self.state()
+            .calls
+            .iter()
+            .filter(|c| c.endpoint == endpoint)
+            .cloned()
+            .collect()
+    }
+
     /// Calls to one endpoint so far.
     pub fn count(&self, endpoint: &str) -> usize {
         self.state().count(endpoint)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use github_standin::{DeliveryFaults, Standin};
 
 use crate::support::{
-    daemon::{Daemon, local_provider},
+    daemon::{Daemon, linux_provider, local_provider},
     podman::{IMAGE, Podman},
     provision::eventually,
 };
@@ -111,11 +111,7 @@ async fn a_transient_502_heals_through_the_ladder() {
     daemon
         .wait_completed(&standin, 1, Duration::from_secs(30))
         .await;
-    let claims: Vec<_> = standin
-        .calls()
-        .into_iter()
-        .filter(|c| c.endpoint == "generate_jitconfig")
-        .collect();
+    let claims: Vec<_> = standin.calls_to("generate_jitconfig");
     assert_eq!(
         claims.iter().map(|c| c.status).collect::<Vec<_>>(),
         vec![502, 502, 201]
@@ -146,11 +142,7 @@ async fn a_rate_limit_window_is_waited_out_until_the_reset() {
     daemon
         .wait_completed(&standin, 2, Duration::from_secs(40))
         .await;
-    let claims: Vec<_> = standin
-        .calls()
-        .into_iter()
-        .filter(|c| c.endpoint == "generate_jitconfig")
-        .collect();
+    let claims: Vec<_> = standin.calls_to("generate_jitconfig");
     let ok: Vec<_> = claims.iter().filter(|c| c.status == 201).collect();
     assert_eq!(ok.len(), 2);
     for c in &ok {
@@ -190,17 +182,11 @@ async fn jobs_run_in_podman_containers_through_the_daemon() {
         return;
     };
     let standin = crate::support::standin(200);
-    let providers = format!(
-        r#"
-[providers.linux]
-socket = "{socket}"
-image = "{IMAGE}"
-command = ["/usr/local/bin/ephemer-actors", "standin-runner"]
-network = "host"
-labels = ["self-hosted", "linux", "x64"]
-max_concurrent = 3
-"#,
-        socket = podman.socket
+    let providers = linux_provider(
+        &podman.socket,
+        IMAGE,
+        3,
+        "command = [\"/usr/local/bin/ephemer-actors\", \"standin-runner\"]\nnetwork = \"host\"",
     );
     let daemon = Daemon::start(&standin, "", &providers).await;
     standin.queue_jobs("app", LABELS, 4);

@@ -12,45 +12,22 @@ use ephemer_actors_core::{
 };
 use github_standin::Standin;
 
-use crate::support::{daemon::free_port, http_get, provision::eventually};
+use crate::support::{
+    daemon::{SECRET, config as daemon_config, free_port, local_provider},
+    http_get,
+    provision::eventually,
+};
 
 #[allow(dead_code)]
 #[path = "../../examples/embed.rs"]
 mod example;
 
-const SECRET: &str = "embed-secret";
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
-fn config(standin: &Standin, state: &std::path::Path, prefix: &str) -> Config {
-    let text = format!(
-        r#"
-[github]
-api_url = "{api}"
-owner = "acme"
-repos = ["app"]
-token = "ghp_standin_token"
-
-[webhook]
-listen = "127.0.0.1:0"
-secret = "{SECRET}"
-reconcile_interval = "1s"
-
-[state]
-dir = "{state}"
-
-[runner]
-name_prefix = "{prefix}"
-
-[providers.local]
-command = "{bin}"
-args = ["standin-runner"]
-labels = ["self-hosted", "linux", "x64"]
-max_concurrent = 2
-"#,
-        api = standin.url(),
-        state = state.display(),
-        bin = env!("CARGO_BIN_EXE_ephemer-actors"),
-    );
+/// An instance against `standin`, reconciling every second, with a local pool.
+fn config(standin: &Standin, state: &std::path::Path) -> Config {
+    let port = free_port();
+    let text = daemon_config(standin, port, state, "1s", "", &local_provider(2));
     Config::from_toml_str(&text, None, &Environment::default()).unwrap()
 }
 
@@ -110,8 +87,7 @@ fn watch(handles: &Handles) -> Vec<Watched> {
 async fn an_embedded_instance_runs_a_job_shuts_down_and_starts_again_on_the_same_state() {
     let standin = crate::support::standin(100);
     let state = tempfile::tempdir().unwrap();
-    let prefix = format!("emb{}", free_port());
-    let config = config(&standin, state.path(), &prefix);
+    let config = config(&standin, state.path());
 
     let handles = example::start_instance(&config).unwrap();
     let (addr, server) = host(&handles, "/ci");

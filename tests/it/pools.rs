@@ -6,7 +6,11 @@ use std::time::Duration;
 use github_standin::{Standin, StandinConfig};
 
 use crate::support::{
-    daemon as cli_daemon, daemon::Daemon, engine::StubEngine, output, provision::eventually_async,
+    daemon as cli_daemon,
+    daemon::{Daemon, linux_provider},
+    engine::StubEngine,
+    output,
+    provision::eventually_async,
 };
 
 async fn ctl_json(d: &Daemon, args: &[&str]) -> serde_json::Value {
@@ -24,16 +28,7 @@ async fn ctl_json(d: &Daemon, args: &[&str]) -> serde_json::Value {
 async fn a_container_pool_whose_engine_lacks_the_init_is_down_and_claims_nothing() {
     let engine = StubEngine::start_without_init();
     let standin = Standin::start(StandinConfig::default()).unwrap();
-    let providers = format!(
-        r#"
-[providers.linux]
-socket = "{socket}"
-image = "localhost/runner:test"
-labels = ["self-hosted", "linux", "x64"]
-max_concurrent = 2
-"#,
-        socket = engine.socket
-    );
+    let providers = linux_provider(&engine.socket, "localhost/runner:test", 2, "");
     let daemon = Daemon::start(&standin, "", &providers).await;
 
     let pool_down = || async {

@@ -185,20 +185,29 @@ impl Handler<Adopt> for ProvisionerActor {
                 },
             );
             let adopt = self.backend.adopt(name.clone());
-            ctx.spawn(adopt.into_actor(self).map(move |found, act, ctx| match found {
-                Some(running) => {
-                    let n = name.clone();
-                    ctx.spawn(running.exited.into_actor(act).map(move |code, act, ctx| act.on_exit(n, code, ctx)));
-                }
-                None => {
-                    act.runners.remove(&name);
-                    let cleanup = act.backend.stop(name.clone());
-                    ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
+            ctx.spawn(
+                adopt
+                    .into_actor(self)
+                    .map(move |found, act, ctx| match found {
+                        Some(running) => {
+                            let n = name.clone();
+                            ctx.spawn(
+                                running
+                                    .exited
+                                    .into_actor(act)
+                                    .map(move |code, act, ctx| act.on_exit(n, code, ctx)),
+                            );
+                        }
+                        None => {
+                            act.runners.remove(&name);
+                            let cleanup = act.backend.stop(name.clone());
+                            ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
                         tracing::info!(runner = %name, "runner from before the restart is gone");
-                        act.report(&name, RunnerEventKind::Exited { code: None, reason: ExitReason::Lost });
+                        act.report(&name, RunnerEventKind::gone(ExitReason::Lost));
                     }));
-                }
-            }));
+                        }
+                    }),
+            );
         }
     }
 }
@@ -216,13 +225,7 @@ impl Handler<Teardown> for ProvisionerActor {
         let name = m.name;
         let cleanup = self.backend.stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
-            act.report(
-                &name,
-                RunnerEventKind::Exited {
-                    code: None,
-                    reason: ExitReason::TornDown,
-                },
-            );
+            act.report(&name, RunnerEventKind::gone(ExitReason::TornDown));
         }));
     }
 }

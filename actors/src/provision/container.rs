@@ -76,30 +76,16 @@ impl ContainerBackend {
 
     async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = spec.name.clone();
-        let labels = HashMap::from([
-            (PREFIX_LABEL.to_string(), self.s.name_prefix.clone()),
-            (RUNNER_LABEL.to_string(), name.clone()),
-        ]);
-        let body = ContainerCreateBody {
-            image: Some(self.s.image.clone()),
-            cmd: (!self.s.command.is_empty()).then(|| self.s.command.clone()),
-            env: Some(vec![
-                format!(
-                    "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
-                    spec.jit_config.expose()
-                ),
-                "RUNNER_ALLOW_RUNASROOT=1".into(),
-                "RUNNER_MANUALLY_TRAP_SIG=1".into(),
-            ]),
-            labels: Some(labels),
-            host_config: Some(HostConfig {
-                init: Some(true),
-                privileged: Some(false),
-                network_mode: self.s.network.clone(),
-                ..HostConfig::default()
-            }),
-            ..ContainerCreateBody::default()
-        };
+        let env = vec![
+            format!(
+                "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
+                spec.jit_config.expose()
+            ),
+            "RUNNER_ALLOW_RUNASROOT=1".into(),
+            "RUNNER_MANUALLY_TRAP_SIG=1".into(),
+        ];
+        let cmd = (!self.s.command.is_empty()).then(|| self.s.command.clone());
+        let body = self.body(&name, cmd, Some(env));
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
         let created = self
             .docker
@@ -132,20 +118,20 @@ impl ContainerBackend {
         })
     }
 
-    /// Creates and removes one container like a job's (with the init), so a host that cannot
-    /// run any is found before a job is claimed for it.
-    async fn probe_engine(self) -> Result<(), ProvisionError> {
-        let name = format!(
-            "{}-probe-{}",
-            self.s.name_prefix,
-            crate::vocab::random_suffix()
-        );
-        let body = ContainerCreateBody {
+    /// A container like every runner's: our labels, the init, never privileged.
+    fn body(
+        &self,
+        name: &str,
+        cmd: Option<Vec<String>>,
+        env: Option<Vec<String>>,
+    ) -> ContainerCreateBody {
+        ContainerCreateBody {
             image: Some(self.s.image.clone()),
-            cmd: Some(vec!["true".into()]),
+            cmd,
+            env,
             labels: Some(HashMap::from([
                 (PREFIX_LABEL.to_string(), self.s.name_prefix.clone()),
-                (RUNNER_LABEL.to_string(), name.clone()),
+                (RUNNER_LABEL.to_string(), name.to_string()),
             ])),
             host_config: Some(HostConfig {
                 init: Some(true),
@@ -154,7 +140,18 @@ impl ContainerBackend {
                 ..HostConfig::default()
             }),
             ..ContainerCreateBody::default()
-        };
+        }
+    }
+
+    /// Creates and removes one container like a job's (with the init), so a host that cannot
+    /// run any is found before a job is claimed for it.
+    async fn probe_engine(self) -> Result<(), ProvisionError> {
+        let name = format!(
+            "{}-probe-{}",
+            self.s.name_prefix,
+            crate::vocab::random_suffix()
+        );
+        let body = self.body(&name, Some(vec!["true".into()]), None);
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
         let created = self.docker.create_container(Some(options), body).await;
         if created.is_ok() {

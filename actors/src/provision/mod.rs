@@ -144,6 +144,13 @@ pub enum RunnerEventKind {
     },
 }
 
+impl RunnerEventKind {
+    /// Gone without an exit code of its own (torn down, lost, its provisioner died).
+    pub fn gone(reason: ExitReason) -> Self {
+        RunnerEventKind::Exited { code: None, reason }
+    }
+}
+
 /// A provisioner's report about one runner.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]

@@ -310,13 +310,7 @@ impl Handler<Teardown> for ProvisionerSupervisor {
                 let cleanup = self.backend.stop(name.clone());
                 ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
                     act.live.remove(&name);
-                    act.report(
-                        &name,
-                        RunnerEventKind::Exited {
-                            code: None,
-                            reason: ExitReason::TornDown,
-                        },
-                    );
+                    act.report(&name, RunnerEventKind::gone(ExitReason::TornDown));
                 }));
             }
         }
@@ -366,13 +360,7 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
         for name in std::mem::take(&mut self.live) {
             let cleanup = self.backend.stop(name.clone());
             ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
-                act.report(
-                    &name,
-                    RunnerEventKind::Exited {
-                        code: None,
-                        reason: ExitReason::ProvisionerDied,
-                    },
-                );
+                act.report(&name, RunnerEventKind::gone(ExitReason::ProvisionerDied));
             }));
         }
         let restart = self.may_restart(m.panicked);

@@ -116,27 +116,8 @@ pub struct SchedulerActor {
     wake: Option<(SpawnHandle, Instant)>,
 }
 
-/// Starts a scheduler and its retry actor, wired to each other. `seed` fixes retry jitter.
-pub fn start(
-    settings: SchedulerSettings,
-    backoff: Backoff,
-    deps: SchedulerDeps,
-    metrics: Metrics,
-    clock: Clock,
-    seed: Option<u64>,
-) -> (actix::Addr<SchedulerActor>, actix::Addr<RetryActor>) {
-    start_in(
-        Context::new(),
-        settings,
-        backoff,
-        deps,
-        metrics,
-        clock,
-        seed,
-    )
-}
-
-/// Like [`start`], in a context made beforehand (so others could be given its address first).
+/// Starts a scheduler and its retry actor, wired to each other, in a context made beforehand
+/// (so others can be given its address first). `seed` fixes the ladder's jitter.
 pub fn start_in(
     ctx: Context<SchedulerActor>,
     settings: SchedulerSettings,
@@ -572,42 +553,24 @@ impl Handler<TeardownAll> for SchedulerActor {
     }
 }
 
-impl Handler<GetSchedulerState> for SchedulerActor {
-    type Result = MessageResult<GetSchedulerState>;
+/// The read-only queries: each answers from the core at the current time.
+macro_rules! queries {
+    ($($msg:ident => |$core:ident, $m:ident, $now:ident| $answer:expr;)+) => {$(
+        impl Handler<$msg> for SchedulerActor {
+            type Result = MessageResult<$msg>;
 
-    fn handle(&mut self, _: GetSchedulerState, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.view(self.clock.tick()))
-    }
+            fn handle(&mut self, $m: $msg, _: &mut Context<Self>) -> Self::Result {
+                let ($core, $now) = (&self.core, self.clock.tick());
+                MessageResult($answer)
+            }
+        }
+    )+};
 }
 
-impl Handler<GetStatus> for SchedulerActor {
-    type Result = MessageResult<GetStatus>;
-
-    fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.status(self.clock.tick()))
-    }
-}
-
-impl Handler<GetJobs> for SchedulerActor {
-    type Result = MessageResult<GetJobs>;
-
-    fn handle(&mut self, _: GetJobs, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.jobs_view(self.clock.tick()))
-    }
-}
-
-impl Handler<GetJob> for SchedulerActor {
-    type Result = MessageResult<GetJob>;
-
-    fn handle(&mut self, m: GetJob, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.job_detail(m.0, self.clock.tick()))
-    }
-}
-
-impl Handler<GetRetryQueue> for SchedulerActor {
-    type Result = MessageResult<GetRetryQueue>;
-
-    fn handle(&mut self, _: GetRetryQueue, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.core.retry_queue(self.clock.tick()))
-    }
+queries! {
+    GetSchedulerState => |core, _m, now| core.view(now);
+    GetStatus => |core, _m, now| core.status(now);
+    GetJobs => |core, _m, now| core.jobs_view(now);
+    GetJob => |core, m, now| core.job_detail(m.0, now);
+    GetRetryQueue => |core, _m, now| core.retry_queue(now);
 }

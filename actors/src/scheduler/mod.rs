@@ -7,10 +7,12 @@ pub mod core;
 pub mod messages;
 pub mod observe;
 
-pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start, start_in};
+pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in};
 pub use bucket::TokenBucket;
 pub use core::{ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState};
 pub use messages::JobEvent;
 
+#[cfg(test)]
+mod fixtures;
 #[cfg(test)]
 mod tests;

@@ -94,6 +94,20 @@ max_concurrent = {max_concurrent}
     )
 }
 
+/// A container pool on the engine at `socket`, running `image` (`extra`: more keys).
+pub fn linux_provider(socket: &str, image: &str, max_concurrent: usize, extra: &str) -> String {
+    format!(
+        r#"
+[providers.linux]
+socket = "{socket}"
+image = "{image}"
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = {max_concurrent}
+{extra}
+"#
+    )
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Child,

@@ -237,18 +237,20 @@ impl Scheduler {
         self.runners.insert(
             runner.name.clone(),
             RunnerRecord {
-                name: runner.name.clone(),
-                id: runner.id,
-                provider,
-                repo,
-                intent: key.clone(),
-                bound: None,
+                row: RunnerRow {
+                    name: runner.name.clone(),
+                    id: runner.id,
+                    provider,
+                    repo,
+                    intent: key.clone(),
+                    bound: None,
+                    created_unix: now.unix,
+                },
                 created_at: now.mono,
                 started_at: None,
-                created_unix: now.unix,
             },
         );
-        let row = Self::row(&self.runners[&runner.name]);
+        let row = self.runners[&runner.name].row.clone();
         self.ops.push(Op::PutRunner(row));
         self.observe(Observation::RunnerAdded { provider });
         self.set_phase(

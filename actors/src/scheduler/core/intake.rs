@@ -181,7 +181,7 @@ impl Scheduler {
         {
             if runner.bound.is_none() {
                 runner.bound = Some(key.clone());
-                let row = Self::row(runner);
+                let row = runner.row.clone();
                 self.ops.push(Op::PutRunner(row));
             }
             if runner.intent != key {

@@ -103,9 +103,9 @@ impl Scheduler {
                     self.defer(
                         now.mono + delay,
                         Deferred::Delete {
-                            repo: r.repo,
-                            runner_id: r.id,
-                            name: r.name,
+                            repo: r.row.repo,
+                            runner_id: r.row.id,
+                            name: r.row.name,
                         },
                         &mut fx,
                     );
@@ -121,9 +121,9 @@ impl Scheduler {
                 let r = self.forget_runner(name, now);
                 if let Some(r) = r {
                     fx.push(Effect::DeleteRunner {
-                        repo: r.repo,
-                        runner_id: r.id,
-                        name: r.name,
+                        repo: r.row.repo,
+                        runner_id: r.row.id,
+                        name: r.row.name,
                     });
                 }
                 self.observe(Observation::EnvironmentFailed {

@@ -275,29 +275,30 @@ impl JobRecord {
     }
 }
 
-/// A runner of ours.
-#[derive(Debug, Clone, Serialize)]
+/// A runner of ours: what the ledger keeps (its [`RunnerRow`], read through `Deref`), and
+/// when it was claimed and came up.
+#[derive(Debug, Clone)]
 pub struct RunnerRecord {
-    /// Name.
-    pub name: String,
-    /// GitHub id.
-    pub id: u64,
-    /// Provider.
-    pub provider: ProviderKind,
-    /// Repo for repo-level runners.
-    pub repo: Option<String>,
-    /// The job it was created for.
-    pub intent: JobKey,
-    /// The job GitHub gave it, once observed.
-    pub bound: Option<JobKey>,
+    /// The durable part.
+    pub row: RunnerRow,
     /// Claimed at.
-    #[serde(skip)]
     pub created_at: Instant,
     /// Environment up at.
-    #[serde(skip)]
     pub started_at: Option<Instant>,
-    /// Unix seconds of the claim.
-    pub created_unix: u64,
+}
+
+impl std::ops::Deref for RunnerRecord {
+    type Target = RunnerRow;
+
+    fn deref(&self) -> &RunnerRow {
+        &self.row
+    }
+}
+
+impl std::ops::DerefMut for RunnerRecord {
+    fn deref_mut(&mut self) -> &mut RunnerRow {
+        &mut self.row
+    }
 }
 
 #[derive(Debug, Default, Clone)]

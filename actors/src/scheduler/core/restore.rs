@@ -9,18 +9,6 @@ impl Scheduler {
         std::mem::take(&mut self.ops)
     }
 
-    pub(super) fn row(r: &RunnerRecord) -> RunnerRow {
-        RunnerRow {
-            name: r.name.clone(),
-            id: r.id,
-            provider: r.provider,
-            repo: r.repo.clone(),
-            intent: r.intent.clone(),
-            bound: r.bound.clone(),
-            created_unix: r.created_unix,
-        }
-    }
-
     /// Rebuilds the state a previous run left in the store. Ledger runners hold their slots
     /// (their provisioners adopt or clean them up and report back); jobs on the ladder wait
     /// for it; jobs observed running stay satisfied. Returns the open jobs that had nothing in
@@ -59,15 +47,9 @@ impl Scheduler {
             self.runners.insert(
                 r.name.clone(),
                 RunnerRecord {
-                    name: r.name.clone(),
-                    id: r.id,
-                    provider: r.provider,
-                    repo: r.repo.clone(),
-                    intent: r.intent.clone(),
-                    bound: r.bound.clone(),
+                    row: r.clone(),
                     created_at: ago(r.created_unix),
                     started_at: Some(now.mono),
-                    created_unix: r.created_unix,
                 },
             );
             let rec = self.jobs.entry(r.intent.clone()).or_insert_with(|| {

@@ -9,6 +9,7 @@ use super::*;
 use crate::{
     config::{ClaimRetryConfig, Secret},
     github::error::HttpFailure,
+    scheduler::fixtures::job,
 };
 
 const UNIX0: u64 = 1_800_000_000;
@@ -56,17 +57,6 @@ fn at(t0: Instant, secs: u64) -> Now {
     Now {
         mono: t0 + Duration::from_secs(secs),
         unix: UNIX0 + secs,
-    }
-}
-
-fn job(id: u64, labels: &[&str]) -> JobInfo {
-    JobInfo {
-        key: JobKey::new("acme", id),
-        repo: "app".into(),
-        run_id: 1,
-        run_attempt: 1,
-        labels: labels.iter().map(|l| l.to_string()).collect(),
-        ..JobInfo::default()
     }
 }
 

@@ -73,12 +73,22 @@ impl Scheduler {
         }
     }
 
+    fn job_views(&self, now: Now, timelines: bool) -> Vec<JobView> {
+        let mut jobs: Vec<JobView> = self
+            .jobs
+            .values()
+            .map(|r| self.job_view(r, now, timelines))
+            .collect();
+        jobs.sort_by(|a, b| a.key.cmp(&b.key));
+        jobs
+    }
+
     fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRow> {
         let mut runners: Vec<RunnerRow> = self
             .runners
             .values()
             .filter(|r| keep(r))
-            .map(Self::row)
+            .map(|r| r.row.clone())
             .collect();
         runners.sort_by(|a, b| a.name.cmp(&b.name));
         runners
@@ -119,14 +129,8 @@ impl Scheduler {
 
     /// Every job (without timelines) and runner, for `jobs`.
     pub fn jobs_view(&self, now: Now) -> JobsView {
-        let mut jobs: Vec<JobView> = self
-            .jobs
-            .values()
-            .map(|r| self.job_view(r, now, false))
-            .collect();
-        jobs.sort_by(|a, b| a.key.cmp(&b.key));
         JobsView {
-            jobs,
+            jobs: self.job_views(now, false),
             runners: self.sorted_runners(|_| true),
         }
     }
@@ -149,15 +153,9 @@ impl Scheduler {
 
     /// Everything, for tests and embedding apps that want the whole picture.
     pub fn view(&self, now: Now) -> SchedulerState {
-        let mut jobs: Vec<JobView> = self
-            .jobs
-            .values()
-            .map(|r| self.job_view(r, now, true))
-            .collect();
-        jobs.sort_by(|a, b| a.key.cmp(&b.key));
         SchedulerState {
             status: self.status(now),
-            jobs,
+            jobs: self.job_views(now, true),
             runners: self.sorted_runners(|_| true),
         }
     }

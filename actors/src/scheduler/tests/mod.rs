@@ -13,7 +13,7 @@ use actix::{Actor, Addr, Context, Handler, Message, Recipient, ResponseFuture};
 use tokio::time::Instant;
 
 use super::{
-    actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start},
+    actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in},
     core::{Abandon, Note, Phase, RetryQueueView, SchedulerSettings, SchedulerState},
     messages::{EventSource, GetRetryQueue, GetSchedulerState, JobEvent, SetCordon},
 };
@@ -25,7 +25,7 @@ use crate::{
         actor::{DeleteRunner, GenerateJitConfig, GetRunner},
         error::HttpFailure,
     },
-    job::{JobAction, JobInfo, JobKey},
+    job::{JobAction, JobInfo},
     metrics::Metrics,
     provision::{ExitReason, Provision, ProvisionerHandle, RunnerEvent, RunnerEventKind, Teardown},
     rate::{ObserveRate, RateActor},
@@ -286,7 +286,15 @@ async fn harness(s: Setup) -> Harness {
         store: None,
         restore: None,
     };
-    let (sched, retry) = start(settings, backoff, deps, metrics.clone(), clock, Some(42));
+    let (sched, retry) = start_in(
+        Context::new(),
+        settings,
+        backoff,
+        deps,
+        metrics.clone(),
+        clock,
+        Some(42),
+    );
     for fake in fakes {
         fake.send(SetSink(sched.clone().recipient())).await.unwrap();
     }
@@ -316,19 +324,7 @@ async fn harness(s: Setup) -> Harness {
     }
 }
 
-fn job(id: u64, labels: &[&str]) -> JobInfo {
-    JobInfo {
-        key: JobKey::new("acme", id),
-        repo: "app".into(),
-        run_id: 1,
-        run_attempt: 1,
-        labels: labels.iter().map(|l| l.to_string()).collect(),
-        runner_name: None,
-        runner_id: None,
-        conclusion: None,
-        installation_id: None,
-    }
-}
+use super::fixtures::job;
 
 fn event(action: JobAction, job: JobInfo) -> JobEvent {
     JobEvent {
