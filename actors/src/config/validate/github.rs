@@ -1,0 +1,216 @@
+//! `[github]` and `[webhook]`: API URL, owner and repos, PAT or App credentials, the webhook
+//! listener and its secret.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn build_github(
+    raw: crate::config::raw::RawGithub,
+    base_dir: Option<&Path>,
+    env: &Environment,
+    p: &mut Problems,
+) -> GithubConfig {
+    let api_url = raw.api_url.unwrap_or_else(|| defaults::API_URL.into());
+    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
+        p.push(
+            "github.api_url",
+            format!("{api_url:?} must start with https:// (or http://)"),
+        );
+    }
+    let owner = match raw.owner {
+        Some(o) if !o.trim().is_empty() => o,
+        _ => {
+            p.push(
+                "github.owner",
+                "required: the org or user that owns the repos",
+            );
+            String::new()
+        }
+    };
+    let repos = raw.repos.unwrap_or_default();
+    for (i, r) in repos.iter().enumerate() {
+        if r.trim().is_empty() || r.contains('/') {
+            p.push(
+                format!("github.repos[{i}]"),
+                format!("{r:?} must be a bare repository name owned by github.owner"),
+            );
+        }
+    }
+    let runner_group_id = match raw.runner_group_id {
+        None => defaults::RUNNER_GROUP_ID,
+        Some(n) if n >= 1 => n as u64,
+        Some(n) => {
+            p.push(
+                "github.runner_group_id",
+                format!("must be at least 1, got {n}"),
+            );
+            defaults::RUNNER_GROUP_ID
+        }
+    };
+    let max_claims_per_minute = match raw.max_claims_per_minute {
+        None => defaults::MAX_CLAIMS_PER_MINUTE,
+        Some(n) if (1..=10_000).contains(&n) => n as u32,
+        Some(n) => {
+            p.push(
+                "github.max_claims_per_minute",
+                format!("must be between 1 and 10000, got {n}"),
+            );
+            defaults::MAX_CLAIMS_PER_MINUTE
+        }
+    };
+    let auth = build_auth(
+        &raw.token,
+        raw.app_id,
+        raw.installation_id,
+        raw.private_key_path,
+        base_dir,
+        env,
+        p,
+    );
+    GithubConfig {
+        api_url: api_url.trim_end_matches('/').to_string(),
+        owner,
+        repos,
+        auth,
+        runner_group_id,
+        max_claims_per_minute,
+    }
+}
+
+fn build_auth(
+    token: &Option<String>,
+    app_id: Option<i64>,
+    installation_id: Option<i64>,
+    private_key_path: Option<String>,
+    base_dir: Option<&Path>,
+    env: &Environment,
+    p: &mut Problems,
+) -> GithubAuth {
+    let token = token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(Secret::new)
+        .or_else(|| env.github_token.clone());
+    let app_configured = app_id.is_some()
+        || installation_id.is_some()
+        || private_key_path.is_some()
+        || (env.app_private_key.is_some() && token.is_none());
+    if !app_configured {
+        return match token {
+            Some(t) => GithubAuth::Token(t),
+            None => {
+                p.push(
+                    "github.token",
+                    "no GitHub credentials: set github.token (or GITHUB_TOKEN), or github.app_id, \
+                     github.installation_id and github.private_key_path (or EPHEMER_APP_PRIVATE_KEY)",
+                );
+                GithubAuth::Token(Secret::default())
+            }
+        };
+    }
+    let mut id = |key: &str, v: Option<i64>| match v {
+        Some(n) if n >= 1 => n as u64,
+        Some(n) => {
+            p.push(key, format!("must be a positive integer, got {n}"));
+            0
+        }
+        None => {
+            p.push(key, "required when GitHub App auth is configured");
+            0
+        }
+    };
+    let app_id = id("github.app_id", app_id);
+    let installation_id = id("github.installation_id", installation_id);
+    let private_key = match (private_key_path, &env.app_private_key) {
+        (Some(path), _) => {
+            let path = resolve(base_dir, &path);
+            match std::fs::read_to_string(&path) {
+                Ok(pem) => check_pem("github.private_key_path", Secret::new(pem), p),
+                Err(e) => {
+                    p.push(
+                        "github.private_key_path",
+                        format!("cannot read private key {}: {e}", path.display()),
+                    );
+                    Secret::default()
+                }
+            }
+        }
+        (None, Some(pem)) => check_pem("EPHEMER_APP_PRIVATE_KEY", pem.clone(), p),
+        (None, None) => {
+            p.push(
+                "github.private_key_path",
+                "required when GitHub App auth is configured (or set EPHEMER_APP_PRIVATE_KEY)",
+            );
+            Secret::default()
+        }
+    };
+    GithubAuth::App(AppAuth {
+        app_id,
+        installation_id,
+        private_key,
+    })
+}
+
+/// Checks that a key parses as an RSA private key (PKCS#1 or PKCS#8 PEM) without quoting it.
+fn check_pem(key: &str, pem: Secret, p: &mut Problems) -> Secret {
+    if jsonwebtoken::EncodingKey::from_rsa_pem(pem.expose().as_bytes()).is_err() {
+        p.push(key, "not an RSA private key in PEM form (PKCS#1 or PKCS#8)");
+    }
+    pem
+}
+
+fn resolve(base_dir: Option<&Path>, path: &str) -> PathBuf {
+    let path = Path::new(path);
+    match base_dir {
+        Some(base) if path.is_relative() => base.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+pub(super) fn build_webhook(
+    raw: crate::config::raw::RawWebhook,
+    env: &Environment,
+    p: &mut Problems,
+) -> WebhookConfig {
+    let listen = socket_addr(
+        "webhook.listen",
+        raw.listen.as_deref().unwrap_or(defaults::WEBHOOK_LISTEN),
+        p,
+    );
+    let path = raw.path.unwrap_or_else(|| defaults::WEBHOOK_PATH.into());
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        p.push(
+            "webhook.path",
+            format!("{path:?} must be a URL path starting with /"),
+        );
+    }
+    if matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics") {
+        p.push(
+            "webhook.path",
+            format!("{path:?} collides with a built-in endpoint"),
+        );
+    }
+    let secret = raw
+        .secret
+        .filter(|s| !s.is_empty())
+        .map(Secret::new)
+        .or_else(|| env.webhook_secret.clone())
+        .unwrap_or_else(|| {
+            p.push(
+                "webhook.secret",
+                "required: the daemon refuses unsigned webhooks (set it or EPHEMER_WEBHOOK_SECRET)",
+            );
+            Secret::default()
+        });
+    WebhookConfig {
+        listen,
+        path,
+        secret,
+        reconcile_interval: optional_duration(
+            "webhook.reconcile_interval",
+            raw.reconcile_interval,
+            defaults::RECONCILE_INTERVAL,
+            p,
+        ),
+    }
+}

@@ -1,0 +1,244 @@
+//! Stage two of config loading: raw values in, a typed [`Config`] or every problem out.
+//!
+//! Each check pushes onto one [`Problems`] list and carries on with a placeholder value, so a
+//! single run reports all problems with their key paths. Defaults are applied here and only
+//! here. No problem message ever quotes a secret.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use super::{
+    AdminConfig, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors, Environment,
+    GithubAuth, GithubConfig, LinuxConfig, LocalConfig, LogConfig, LogFormat, MetricsConfig,
+    NativeMacosConfig, OrphanSweepConfig, ProviderCommon, ProviderKind, ProvidersConfig,
+    RestartConfig, RestartPolicy, RunnerConfig, Secret, StateConfig, VmMacosConfig, WebhookConfig,
+    defaults,
+    raw::{RawConfig, RawRestart},
+};
+
+mod github;
+mod providers;
+mod runner;
+#[cfg(test)]
+mod tests;
+
+use github::{build_github, build_webhook};
+use providers::build_providers;
+use runner::{build_log, build_runner, build_state};
+
+/// Collects problems as validation walks the raw config.
+#[derive(Debug, Default)]
+struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    fn push(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.0.push(ConfigError {
+            key: key.into(),
+            reason: reason.into(),
+        });
+    }
+}
+
+pub(super) fn load(
+    text: &str,
+    base_dir: Option<&Path>,
+    env: &Environment,
+) -> Result<Config, ConfigErrors> {
+    let mut problems = Problems::default();
+    let raw = parse(text, &mut problems);
+    let config = raw.map(|raw| build(raw, base_dir, env, &mut problems));
+    match config {
+        Some(config) if problems.0.is_empty() => Ok(config),
+        _ => Err(ConfigErrors(problems.0)),
+    }
+}
+
+/// Stage one: serde into [`RawConfig`], recording every unknown key.
+fn parse(text: &str, problems: &mut Problems) -> Option<RawConfig> {
+    let de = match toml::Deserializer::parse(text) {
+        Ok(de) => de,
+        Err(e) => {
+            problems.push(
+                "<file>",
+                format!("not valid TOML{}: {}", at_line(text, &e), e.message()),
+            );
+            return None;
+        }
+    };
+    let mut unknown = Vec::new();
+    let mut record = |path: serde_ignored::Path<'_>| unknown.push(key_path(&path));
+    let ignoring = serde_ignored::Deserializer::new(de, &mut record);
+    let result: Result<RawConfig, _> = serde_path_to_error::deserialize(ignoring);
+    for key in unknown {
+        problems.push(key, "unknown key");
+    }
+    match result {
+        Ok(raw) => Some(raw),
+        Err(e) => {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            problems.push(key, format!("{}{}", inner.message(), at_line(text, &inner)));
+            None
+        }
+    }
+}
+
+fn at_line(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => format!(
+            " (line {})",
+            text[..span.start.min(text.len())].lines().count().max(1)
+        ),
+        None => String::new(),
+    }
+}
+
+/// `serde_ignored`'s own `Display` shows `?` for options; operators want plain dotted keys.
+fn key_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path as P;
+    match path {
+        P::Root => String::new(),
+        P::Seq { parent, index } => format!("{}[{index}]", key_path(parent)),
+        P::Map { parent, key } => {
+            let parent = key_path(parent);
+            if parent.is_empty() {
+                key.clone()
+            } else {
+                format!("{parent}.{key}")
+            }
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            key_path(parent)
+        }
+    }
+}
+
+/// Parses a duration such as `"30s"`, `"1m"`, `"90m"`, `"2h"` or `"0s"`.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty duration (use e.g. \"30s\", \"1m\", \"2h\")".into());
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("bad duration {s:?}: {e} (use e.g. \"30s\", \"1m\", \"2h\")"))
+}
+
+fn duration(key: &str, raw: Option<String>, default: Duration, p: &mut Problems) -> Duration {
+    match raw {
+        None => default,
+        Some(s) => parse_duration(&s).unwrap_or_else(|reason| {
+            p.push(key, reason);
+            default
+        }),
+    }
+}
+
+/// A duration where `"0s"` means "off".
+fn optional_duration(
+    key: &str,
+    raw: Option<String>,
+    default: Duration,
+    p: &mut Problems,
+) -> Option<Duration> {
+    Some(duration(key, raw, default, p)).filter(|d| !d.is_zero())
+}
+
+fn positive_duration(
+    key: &str,
+    raw: Option<String>,
+    default: Duration,
+    p: &mut Problems,
+) -> Duration {
+    let d = duration(key, raw, default, p);
+    if d.is_zero() {
+        p.push(key, "must be greater than zero");
+        return default;
+    }
+    d
+}
+
+fn socket_addr(key: &str, raw: &str, p: &mut Problems) -> SocketAddr {
+    raw.parse().unwrap_or_else(|_| {
+        p.push(
+            key,
+            format!("{raw:?} is not an address of the form IP:PORT (e.g. \"127.0.0.1:9090\")"),
+        );
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    })
+}
+
+fn count(key: &str, raw: Option<i64>, default: usize, min: i64, p: &mut Problems) -> usize {
+    match raw {
+        None => default,
+        Some(n) if n < min => {
+            p.push(key, format!("must be at least {min}, got {n}"));
+            default
+        }
+        Some(n) => usize::try_from(n).unwrap_or(default),
+    }
+}
+
+fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) -> String {
+    let v = raw.unwrap_or_else(|| default.to_string());
+    if v.trim().is_empty() {
+        p.push(key, "must not be empty");
+    }
+    v
+}
+
+fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
+    let state = build_state(raw.state.dir, p);
+    let providers = build_providers(raw.providers, &state.dir, p);
+    let config = Config {
+        github: build_github(raw.github, base_dir, env, p),
+        webhook: build_webhook(raw.webhook, env, p),
+        runner: build_runner(raw.runner, p),
+        metrics: MetricsConfig {
+            listen: raw
+                .metrics
+                .listen
+                .map(|l| socket_addr("metrics.listen", &l, p)),
+        },
+        admin: AdminConfig {
+            listen: socket_addr(
+                "admin.listen",
+                raw.admin
+                    .listen
+                    .as_deref()
+                    .unwrap_or(defaults::ADMIN_LISTEN),
+                p,
+            ),
+        },
+        log: build_log(raw.log, p),
+        state,
+        providers,
+    };
+    check_listeners(&config, p);
+    config
+}
+
+/// Two listeners on one address would fail at bind time with a less helpful message.
+fn check_listeners(c: &Config, p: &mut Problems) {
+    let webhook = c.webhook.listen;
+    let clash = |a: SocketAddr| a.port() != 0 && a == webhook;
+    if c.metrics.listen.is_some_and(clash) {
+        p.push(
+            "metrics.listen",
+            "same address as webhook.listen (omit metrics.listen to share it)",
+        );
+    }
+    if clash(c.admin.listen)
+        || (c.metrics.listen == Some(c.admin.listen) && c.admin.listen.port() != 0)
+    {
+        p.push(
+            "admin.listen",
+            "must differ from webhook.listen and metrics.listen",
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! `[providers.*]`: the keys every pool takes, its restart policy, and each kind's own keys.
+
+#[allow(unused_imports)]
+use super::*;
+
+struct CommonDefaults {
+    enabled: bool,
+    labels: &'static [&'static str],
+    max_concurrent: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_common(
+    kind: ProviderKind,
+    enabled: Option<bool>,
+    labels: Option<Vec<String>>,
+    max_concurrent: Option<i64>,
+    restart: Option<RawRestart>,
+    d: CommonDefaults,
+    present: bool,
+    p: &mut Problems,
+) -> ProviderCommon {
+    let key = format!("providers.{kind}");
+    // A table that is written down is meant to be used: `enabled` defaults to true there.
+    let enabled = enabled.unwrap_or(if present { true } else { d.enabled });
+    let labels = labels.unwrap_or_else(|| d.labels.iter().map(|s| s.to_string()).collect());
+    if enabled {
+        if labels.is_empty() {
+            p.push(
+                format!("{key}.labels"),
+                "an enabled provider needs at least one label",
+            );
+        }
+        for (i, l) in labels.iter().enumerate() {
+            if l.trim().is_empty() {
+                p.push(format!("{key}.labels[{i}]"), "a label must not be empty");
+            }
+        }
+    }
+    let max_concurrent = count(
+        &format!("{key}.max_concurrent"),
+        max_concurrent,
+        d.max_concurrent,
+        1,
+        p,
+    );
+    ProviderCommon {
+        enabled,
+        labels,
+        max_concurrent,
+        restart: build_restart(&format!("{key}.restart"), restart, p),
+    }
+}
+
+fn build_restart(key: &str, raw: Option<RawRestart>, p: &mut Problems) -> RestartConfig {
+    let d = RestartConfig::default();
+    let Some(raw) = raw else { return d };
+    let policy = match raw.policy.as_deref() {
+        None | Some("permanent") => RestartPolicy::Permanent,
+        Some("transient") => RestartPolicy::Transient,
+        Some("never") => RestartPolicy::Never,
+        Some(other) => {
+            p.push(
+                format!("{key}.policy"),
+                format!("{other:?} must be \"permanent\", \"transient\" or \"never\""),
+            );
+            d.policy
+        }
+    };
+    let max_restarts = match raw.max_restarts {
+        None => d.max_restarts,
+        Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
+        Some(n) => {
+            p.push(
+                format!("{key}.max_restarts"),
+                format!("must be 0 or more, got {n}"),
+            );
+            d.max_restarts
+        }
+    };
+    RestartConfig {
+        policy,
+        max_restarts,
+        within: positive_duration(&format!("{key}.within"), raw.within, d.within, p),
+        backoff: duration(&format!("{key}.backoff"), raw.backoff, d.backoff, p),
+    }
+}
+
+fn absolute_or_default(
+    key: &str,
+    raw: Option<String>,
+    default: PathBuf,
+    p: &mut Problems,
+) -> PathBuf {
+    match raw.filter(|s| !s.is_empty()) {
+        None => default,
+        Some(s) => {
+            let path = PathBuf::from(s);
+            if !path.is_absolute() {
+                p.push(key, format!("{} must be an absolute path", path.display()));
+            }
+            path
+        }
+    }
+}
+
+pub(super) fn build_providers(
+    raw: crate::config::raw::RawProviders,
+    state_dir: &Path,
+    p: &mut Problems,
+) -> ProvidersConfig {
+    let local_present = raw.local.is_some();
+    let l = raw.local.unwrap_or_default();
+    let local_common = build_common(
+        ProviderKind::Local,
+        l.enabled,
+        l.labels,
+        l.max_concurrent,
+        l.restart,
+        CommonDefaults {
+            enabled: false,
+            labels: &["self-hosted", "linux", "x64"],
+            max_concurrent: 2,
+        },
+        local_present,
+        p,
+    );
+    let local = LocalConfig {
+        command: PathBuf::from(if local_common.enabled {
+            non_empty("providers.local.command", l.command, "", p)
+        } else {
+            l.command.unwrap_or_default()
+        }),
+        args: l.args.unwrap_or_default(),
+        work_root: absolute_or_default(
+            "providers.local.work_root",
+            l.work_root,
+            state_dir.join("work"),
+            p,
+        ),
+        common: local_common,
+    };
+
+    let linux_present = raw.linux.is_some();
+    let x = raw.linux.unwrap_or_default();
+    let linux_common = build_common(
+        ProviderKind::Linux,
+        x.enabled,
+        x.labels,
+        x.max_concurrent,
+        x.restart,
+        CommonDefaults {
+            enabled: false,
+            labels: &["self-hosted", "linux", "x64"],
+            max_concurrent: 4,
+        },
+        linux_present,
+        p,
+    );
+    let socket = x.socket.unwrap_or_else(|| defaults::LINUX_SOCKET.into());
+    if linux_common.enabled && !valid_socket(&socket) {
+        p.push(
+            "providers.linux.socket",
+            format!("{socket:?} must be unix:///path/to.sock, tcp://host:port or http://host:port"),
+        );
+    }
+    let linux = LinuxConfig {
+        socket,
+        image: if linux_common.enabled {
+            non_empty("providers.linux.image", x.image, defaults::LINUX_IMAGE, p)
+        } else {
+            x.image.unwrap_or_else(|| defaults::LINUX_IMAGE.into())
+        },
+        command: x
+            .command
+            .unwrap_or_else(|| vec![defaults::LINUX_COMMAND.to_string()]),
+        network: x.network.filter(|n| !n.is_empty()),
+        common: linux_common,
+    };
+
+    let vm_present = raw.vm_macos.is_some();
+    let v = raw.vm_macos.unwrap_or_default();
+    let vm_common = build_common(
+        ProviderKind::VmMacos,
+        v.enabled,
+        v.labels,
+        v.max_concurrent,
+        v.restart,
+        CommonDefaults {
+            enabled: false,
+            labels: &["self-hosted", "macos", "arm64"],
+            max_concurrent: defaults::MACOS_MAX_VMS,
+        },
+        vm_present,
+        p,
+    );
+    if vm_common.enabled && vm_common.max_concurrent > defaults::MACOS_MAX_VMS {
+        p.push(
+            "providers.vm_macos.max_concurrent",
+            format!(
+                "{} exceeds {}: Apple's licence and Virtualization.framework allow two macOS guests per host",
+                vm_common.max_concurrent,
+                defaults::MACOS_MAX_VMS
+            ),
+        );
+    }
+    let vm_macos = VmMacosConfig {
+        base_image: non_empty(
+            "providers.vm_macos.base_image",
+            v.base_image,
+            defaults::MACOS_BASE_IMAGE,
+            p,
+        ),
+        ssh_user: non_empty("providers.vm_macos.ssh_user", v.ssh_user, "admin", p),
+        runner_command: non_empty(
+            "providers.vm_macos.runner_command",
+            v.runner_command,
+            "~/actions-runner/run.sh",
+            p,
+        ),
+        tart_path: PathBuf::from(v.tart_path.unwrap_or_else(|| "tart".into())),
+        ssh_path: PathBuf::from(v.ssh_path.unwrap_or_else(|| "ssh".into())),
+        boot_timeout: positive_duration(
+            "providers.vm_macos.boot_timeout",
+            v.boot_timeout,
+            defaults::MACOS_BOOT_TIMEOUT,
+            p,
+        ),
+        common: vm_common,
+    };
+
+    let native_present = raw.native_macos.is_some();
+    let n = raw.native_macos.unwrap_or_default();
+    let native_common = build_common(
+        ProviderKind::NativeMacos,
+        n.enabled,
+        n.labels,
+        n.max_concurrent,
+        n.restart,
+        CommonDefaults {
+            enabled: false,
+            labels: &["self-hosted", "macos", "arm64", "native"],
+            max_concurrent: 1,
+        },
+        native_present,
+        p,
+    );
+    let native_macos = NativeMacosConfig {
+        command: PathBuf::from(if native_common.enabled {
+            non_empty("providers.native_macos.command", n.command, "", p)
+        } else {
+            n.command.unwrap_or_default()
+        }),
+        args: n.args.unwrap_or_default(),
+        work_root: absolute_or_default(
+            "providers.native_macos.work_root",
+            n.work_root,
+            state_dir.join("native-work"),
+            p,
+        ),
+        run_as: n.run_as.filter(|u| !u.is_empty()),
+        common: native_common,
+    };
+
+    let providers = ProvidersConfig {
+        local,
+        linux,
+        vm_macos,
+        native_macos,
+    };
+    if providers.enabled().is_empty() {
+        p.push(
+            "providers",
+            "no provider is enabled: enable at least one of providers.local, providers.linux, \
+             providers.vm_macos, providers.native_macos",
+        );
+    }
+    providers
+}
+
+fn valid_socket(s: &str) -> bool {
+    if let Some(path) = s.strip_prefix("unix://") {
+        return path.starts_with('/');
+    }
+    ["tcp://", "http://"]
+        .iter()
+        .filter_map(|scheme| s.strip_prefix(scheme))
+        .any(|rest| !rest.is_empty())
+}

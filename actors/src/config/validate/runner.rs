@@ -1,0 +1,176 @@
+//! `[runner]` (with its claim retry ladder and orphan sweep), `[state]` and `[log]`.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems) -> RunnerConfig {
+    let name_prefix = raw
+        .name_prefix
+        .unwrap_or_else(|| defaults::NAME_PREFIX.into());
+    let prefix_ok = !name_prefix.is_empty()
+        && name_prefix.len() <= 32
+        && name_prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !prefix_ok {
+        p.push(
+            "runner.name_prefix",
+            format!("{name_prefix:?} must be 1-32 characters of letters, digits, - and _"),
+        );
+    }
+    RunnerConfig {
+        max_concurrent: count(
+            "runner.max_concurrent",
+            raw.max_concurrent,
+            defaults::MAX_CONCURRENT,
+            1,
+            p,
+        ),
+        job_timeout: optional_duration(
+            "runner.job_timeout",
+            raw.job_timeout,
+            defaults::JOB_TIMEOUT,
+            p,
+        ),
+        shutdown_timeout: duration(
+            "runner.shutdown_timeout",
+            raw.shutdown_timeout,
+            defaults::SHUTDOWN_TIMEOUT,
+            p,
+        ),
+        name_prefix,
+        claim_retry: build_claim_retry(raw.claim_retry, p),
+        orphan_sweep: OrphanSweepConfig {
+            enabled: raw.orphan_sweep.enabled.unwrap_or(true),
+            grace: positive_duration(
+                "runner.orphan_sweep.grace",
+                raw.orphan_sweep.grace,
+                defaults::ORPHAN_GRACE,
+                p,
+            ),
+        },
+    }
+}
+
+fn build_claim_retry(raw: crate::config::raw::RawClaimRetry, p: &mut Problems) -> ClaimRetryConfig {
+    let defaults = ClaimRetryConfig::default();
+    const KEY: &str = "runner.claim_retry";
+    let schedule = match raw.schedule {
+        None => defaults.schedule.clone(),
+        Some(rungs) if rungs.is_empty() => {
+            p.push(format!("{KEY}.schedule"), "must list at least one delay");
+            defaults.schedule.clone()
+        }
+        Some(rungs) => {
+            let mut out = Vec::with_capacity(rungs.len());
+            for (i, rung) in rungs.iter().enumerate() {
+                let key = format!("{KEY}.schedule[{i}]");
+                match parse_duration(rung) {
+                    Ok(d) if d.is_zero() => p.push(key, "a retry delay must be greater than zero"),
+                    Ok(d) => {
+                        if let Some(prev) = out.last().copied().filter(|prev| d < *prev) {
+                            p.push(
+                                key,
+                                format!(
+                                    "{rung:?} is shorter than the rung before it ({}); the ladder must not decrease",
+                                    humantime::format_duration(prev)
+                                ),
+                            );
+                        }
+                        out.push(d);
+                    }
+                    Err(reason) => p.push(key, reason),
+                }
+            }
+            out
+        }
+    };
+    let jitter = match raw.jitter {
+        None => defaults.jitter,
+        Some(j) if (0.0..=1.0).contains(&j) => j,
+        Some(j) => {
+            p.push(
+                format!("{KEY}.jitter"),
+                format!("must be within [0, 1], got {j}"),
+            );
+            defaults.jitter
+        }
+    };
+    let rate_reset_jitter = match raw.rate_reset_jitter {
+        None => defaults.rate_reset_jitter,
+        Some(pair) if pair.len() != 2 => {
+            p.push(
+                format!("{KEY}.rate_reset_jitter"),
+                format!("must be two durations [lo, hi], got {} entries", pair.len()),
+            );
+            defaults.rate_reset_jitter
+        }
+        Some(pair) => {
+            let lo = duration(
+                &format!("{KEY}.rate_reset_jitter[0]"),
+                Some(pair[0].clone()),
+                defaults.rate_reset_jitter.0,
+                p,
+            );
+            let hi = duration(
+                &format!("{KEY}.rate_reset_jitter[1]"),
+                Some(pair[1].clone()),
+                defaults.rate_reset_jitter.1,
+                p,
+            );
+            if lo >= hi {
+                p.push(
+                    format!("{KEY}.rate_reset_jitter"),
+                    format!("lo ({}) must be below hi ({})", pair[0], pair[1]),
+                );
+            }
+            (lo, hi)
+        }
+    };
+    ClaimRetryConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        schedule,
+        max_age: positive_duration(&format!("{KEY}.max_age"), raw.max_age, defaults.max_age, p),
+        jitter,
+        rate_reset_jitter,
+    }
+}
+
+pub(super) fn build_state(dir: Option<String>, p: &mut Problems) -> StateConfig {
+    let dir = PathBuf::from(dir.unwrap_or_else(|| defaults::STATE_DIR.into()));
+    if !dir.is_absolute() {
+        p.push(
+            "state.dir",
+            format!("{} must be an absolute path", dir.display()),
+        );
+    }
+    StateConfig { dir }
+}
+
+pub(super) fn build_log(raw: crate::config::raw::RawLog, p: &mut Problems) -> LogConfig {
+    let level = raw
+        .level
+        .unwrap_or_else(|| "info".into())
+        .to_ascii_lowercase();
+    if !matches!(
+        level.as_str(),
+        "trace" | "debug" | "info" | "warn" | "error"
+    ) {
+        p.push(
+            "log.level",
+            format!("{level:?} must be one of trace, debug, info, warn, error"),
+        );
+    }
+    let format = match raw.format.as_deref() {
+        None | Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => {
+            p.push(
+                "log.format",
+                format!("{other:?} must be \"text\" or \"json\""),
+            );
+            LogFormat::Text
+        }
+    };
+    LogConfig { level, format }
+}

@@ -1,0 +1,278 @@
+//! Config validation: every problem with its key path, defaults, secrets never quoted.
+
+use super::*;
+
+fn env() -> Environment {
+    Environment::default()
+}
+
+const MINIMAL: &str = r#"
+    [github]
+    owner = "acme"
+    token = "ghp_filetoken"
+    [webhook]
+    secret = "hooksecret"
+    [providers.local]
+    command = "/opt/actions-runner/run.sh"
+"#;
+
+fn problems(text: &str) -> Vec<ConfigError> {
+    match Config::from_toml_str(text, None, &env()) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.0,
+    }
+}
+
+fn keys(text: &str) -> Vec<String> {
+    problems(text).into_iter().map(|e| e.key).collect()
+}
+
+#[test]
+fn minimal_config_gets_the_contract_defaults() {
+    let c = Config::from_toml_str(MINIMAL, None, &env()).unwrap();
+    assert_eq!(c.github.api_url, "https://api.github.com");
+    assert_eq!(c.github.max_claims_per_minute, 150);
+    assert_eq!(c.webhook.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.webhook.path, "/webhook/github");
+    assert_eq!(
+        c.webhook.reconcile_interval,
+        Some(Duration::from_secs(1800))
+    );
+    assert_eq!(c.runner.max_concurrent, 4);
+    assert_eq!(c.runner.job_timeout, Some(Duration::from_secs(7200)));
+    assert_eq!(c.runner.claim_retry, ClaimRetryConfig::default());
+    assert_eq!(c.runner.claim_retry.schedule.len(), 5);
+    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9091");
+    assert_eq!(c.metrics.listen, None);
+    assert!(c.providers.local.common.enabled);
+    assert!(!c.providers.linux.common.enabled);
+    assert_eq!(
+        c.providers.local.work_root,
+        PathBuf::from("/var/lib/ephemer-actors/work")
+    );
+    assert_eq!(c.providers.local.common.restart, RestartConfig::default());
+}
+
+#[test]
+fn unknown_key_bad_duration_and_missing_owner_are_reported_together() {
+    let text = r#"
+        [github]
+        token = "t"
+        colour = "blue"
+        [webhook]
+        secret = "s"
+        reconcile_interval = "soon"
+        [providers.local]
+        command = "/bin/true"
+        [providers.local.restart]
+        policy = "never"
+        extra = 1
+    "#;
+    let keys = keys(text);
+    assert!(keys.contains(&"github.colour".to_string()), "{keys:?}");
+    assert!(
+        keys.contains(&"providers.local.restart.extra".to_string()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"webhook.reconcile_interval".to_string()),
+        "{keys:?}"
+    );
+    assert!(keys.contains(&"github.owner".to_string()), "{keys:?}");
+}
+
+#[test]
+fn ladder_jitter_and_reset_window_are_checked() {
+    let text = format!(
+        "{MINIMAL}\n[runner.claim_retry]\nschedule = [\"1m\", \"30s\", \"0s\", \"x\"]\njitter = 1.5\nrate_reset_jitter = [\"25s\", \"5s\"]\n"
+    );
+    let keys = keys(&text);
+    for k in [
+        "runner.claim_retry.schedule[1]",
+        "runner.claim_retry.schedule[2]",
+        "runner.claim_retry.schedule[3]",
+        "runner.claim_retry.jitter",
+        "runner.claim_retry.rate_reset_jitter",
+    ] {
+        assert!(keys.contains(&k.to_string()), "missing {k} in {keys:?}");
+    }
+    let empty = format!("{MINIMAL}\n[runner.claim_retry]\nschedule = []\n");
+    assert_eq!(keys_of(&empty), vec!["runner.claim_retry.schedule"]);
+}
+
+fn keys_of(text: &str) -> Vec<String> {
+    keys(text)
+}
+
+#[test]
+fn equal_rungs_and_zero_jitter_are_fine() {
+    let text = format!(
+        "{MINIMAL}\n[runner.claim_retry]\nschedule = [\"1s\", \"1s\", \"2s\"]\njitter = 0.0\n"
+    );
+    let c = Config::from_toml_str(&text, None, &env()).unwrap();
+    assert_eq!(c.runner.claim_retry.jitter, 0.0);
+    assert_eq!(c.runner.claim_retry.schedule[2], Duration::from_secs(2));
+}
+
+#[test]
+fn addresses_providers_and_state_dir_are_checked() {
+    let text = r#"
+        [github]
+        owner = "acme"
+        token = "t"
+        [webhook]
+        secret = "s"
+        listen = "everywhere"
+        [metrics]
+        listen = "127.0.0.1"
+        [state]
+        dir = "relative/dir"
+        [providers.local]
+        enabled = false
+        [providers.linux]
+        enabled = true
+        labels = []
+        max_concurrent = 0
+        socket = "/run/podman.sock"
+        [providers.vm_macos]
+        max_concurrent = 3
+    "#;
+    let keys = keys(text);
+    for k in [
+        "webhook.listen",
+        "metrics.listen",
+        "state.dir",
+        "providers.linux.labels",
+        "providers.linux.max_concurrent",
+        "providers.linux.socket",
+        "providers.vm_macos.max_concurrent",
+    ] {
+        assert!(keys.contains(&k.to_string()), "missing {k} in {keys:?}");
+    }
+    let none = r#"
+        [github]
+        owner = "acme"
+        token = "t"
+        [webhook]
+        secret = "s"
+    "#;
+    assert_eq!(keys_of(none), vec!["providers"]);
+}
+
+#[test]
+fn secrets_may_come_from_the_environment() {
+    let text = r#"
+        [github]
+        owner = "acme"
+        [providers.local]
+        command = "/bin/true"
+    "#;
+    assert_eq!(keys(text), vec!["github.token", "webhook.secret"]);
+    let env = Environment {
+        github_token: Some(Secret::new("from-env")),
+        webhook_secret: Some(Secret::new("hook-env")),
+        app_private_key: None,
+    };
+    let c = Config::from_toml_str(text, None, &env).unwrap();
+    assert!(matches!(&c.github.auth, GithubAuth::Token(t) if t.expose() == "from-env"));
+    assert_eq!(c.webhook.secret.expose(), "hook-env");
+}
+
+#[test]
+fn half_configured_app_auth_names_each_missing_key() {
+    let text = r#"
+        [github]
+        owner = "acme"
+        app_id = 12
+        [webhook]
+        secret = "s"
+        [providers.local]
+        command = "/bin/true"
+    "#;
+    assert_eq!(
+        keys(text),
+        vec!["github.installation_id", "github.private_key_path"]
+    );
+    let unreadable = r#"
+        [github]
+        owner = "acme"
+        app_id = 12
+        installation_id = 34
+        private_key_path = "/nonexistent/app.pem"
+        [webhook]
+        secret = "s"
+        [providers.local]
+        command = "/bin/true"
+    "#;
+    assert_eq!(keys(unreadable), vec!["github.private_key_path"]);
+}
+
+#[test]
+fn no_problem_message_quotes_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("bad.pem");
+    std::fs::write(
+        &pem,
+        "-----BEGIN RSA PRIVATE KEY-----\nTOPSECRETKEYDATA\n-----END RSA PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let text = format!(
+        r#"
+        [github]
+        owner = "acme"
+        token = "ghp_TOPSECRETTOKEN"
+        app_id = 1
+        installation_id = 2
+        private_key_path = "{}"
+        [webhook]
+        secret = "TOPSECRETHOOK"
+        reconcile_interval = "nope"
+        [providers.local]
+        command = "/bin/true"
+        "#,
+        pem.display()
+    );
+    let err = Config::from_toml_str(&text, None, &env()).unwrap_err();
+    assert!(!err.0.is_empty());
+    let shown = format!("{err}\n{err:?}");
+    assert!(!shown.contains("TOPSECRET"), "{shown}");
+}
+
+#[test]
+fn debug_of_a_whole_config_shows_no_secret() {
+    let env = Environment {
+        github_token: None,
+        webhook_secret: None,
+        app_private_key: None,
+    };
+    let text = MINIMAL
+        .replace("ghp_filetoken", "ghp_TOPSECRETTOKEN")
+        .replace("hooksecret", "TOPSECRETHOOK");
+    let c = Config::from_toml_str(&text, None, &env).unwrap();
+    let shown = format!("{c:?} {c:#?}");
+    assert!(shown.contains("Secret(***)"));
+    assert!(!shown.contains("TOPSECRET"), "{shown}");
+}
+
+#[test]
+fn a_type_error_names_its_key() {
+    let text = format!("{MINIMAL}\n[runner]\nmax_concurrent = \"four\"\n");
+    assert_eq!(keys(&text), vec!["runner.max_concurrent"]);
+    let broken = "[github\nowner = 1";
+    assert_eq!(keys(broken), vec!["<file>"]);
+}
+
+#[test]
+fn durations_accept_the_contract_spellings() {
+    for (s, secs) in [
+        ("30s", 30),
+        ("1m", 60),
+        ("90m", 5400),
+        ("2h", 7200),
+        ("0s", 0),
+    ] {
+        assert_eq!(parse_duration(s).unwrap(), Duration::from_secs(secs));
+    }
+    assert!(parse_duration("10").is_err());
+    assert!(parse_duration("-1s").is_err());
+}
