@@ -76,3 +76,115 @@ fn the_readme_embedding_section_is_the_example() {
         "README.md's embedding block differs from examples/embed.rs"
     );
 }
+
+/// The top-level modules of `actors/src` (each file or folder under it) and the ones each
+/// names through `crate::` outside its tests.
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let root = repo_root().join("actors/src");
+    let mut graph = std::collections::BTreeMap::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(&root).unwrap();
+            let top = rel
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_string_lossy();
+            let top = top.trim_end_matches(".rs").to_string();
+            let is_test = rel.components().any(|c| c.as_os_str() == "tests")
+                || rel.file_name().is_some_and(|f| f == "tests.rs");
+            if top == "lib" || is_test || path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let deps: &mut std::collections::BTreeSet<String> =
+                graph.entry(top.clone()).or_default();
+            // `crate::name` and the names inside `crate::{...}`.
+            let mut rest = text;
+            while let Some(i) = rest.find("crate::") {
+                rest = &rest[i + "crate::".len()..];
+                let names: Vec<String> = if let Some(group) = rest.strip_prefix('{') {
+                    let end = group.find("};").unwrap_or(group.len());
+                    let mut depth = 0;
+                    let mut out = Vec::new();
+                    let mut word = String::new();
+                    for c in group[..end].chars() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' => depth -= 1,
+                            c if depth == 0 && (c.is_ascii_alphanumeric() || c == '_') => {
+                                word.push(c);
+                                continue;
+                            }
+                            _ => {}
+                        }
+                        // A word ends: at the top of the group it may be a module
+                        // (names that are not are dropped below); deeper, it is not.
+                        if depth == 0 && !word.is_empty() {
+                            out.push(std::mem::take(&mut word));
+                        } else {
+                            word.clear();
+                        }
+                    }
+                    if !word.is_empty() {
+                        out.push(word);
+                    }
+                    out
+                } else {
+                    let word: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    vec![word]
+                };
+                deps.extend(names.into_iter().filter(|n| *n != top));
+            }
+        }
+    }
+    let modules: std::collections::BTreeSet<String> = graph.keys().cloned().collect();
+    for deps in graph.values_mut() {
+        deps.retain(|d| modules.contains(d));
+    }
+    graph
+}
+
+/// The import graph between the top-level modules of `actors/src` has no cycle
+/// (ARCHITECTURE.md shows it).
+#[test]
+fn the_library_module_graph_has_no_cycle() {
+    let graph = module_graph();
+    assert!(graph.contains_key("scheduler") && graph.contains_key("vocab"));
+    assert!(graph["vocab"].is_empty(), "vocab depends on nothing");
+    // Depth-first search for a back edge.
+    fn visit<'a>(
+        node: &'a str,
+        graph: &'a std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut std::collections::BTreeSet<&'a str>,
+    ) {
+        if done.contains(node) {
+            return;
+        }
+        if let Some(i) = path.iter().position(|n| *n == node) {
+            panic!("import cycle: {} -> {node}", path[i..].join(" -> "));
+        }
+        path.push(node);
+        for dep in &graph[node] {
+            visit(dep, graph, path, done);
+        }
+        path.pop();
+        done.insert(node);
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for node in graph.keys() {
+        visit(node, &graph, &mut Vec::new(), &mut done);
+    }
+}
