@@ -177,6 +177,17 @@ impl Standin {
         self.state().webhook = Some(WebhookTarget {
             url: url.to_string(),
             secret: secret.to_string(),
+            form: false,
+        });
+    }
+
+    /// Like [`Standin::send_webhooks_to`], form-encoded (`payload=<url-encoded JSON>`), as a
+    /// hook created with content type `form` delivers.
+    pub fn send_form_webhooks_to(&self, url: &str, secret: &str) {
+        self.state().webhook = Some(WebhookTarget {
+            url: url.to_string(),
+            secret: secret.to_string(),
+            form: true,
         });
     }
 

@@ -163,6 +163,11 @@ pub struct WebhookTarget {
     pub url: String,
     /// The shared secret.
     pub secret: String,
+    /// Send `application/x-www-form-urlencoded` (`payload=<JSON>`) instead of JSON: a hook's
+    /// content type may be either, and the REST API creates hooks with `form` by default
+    /// (GitHub docs, "Creating webhooks": content type; "Validating webhook deliveries": the
+    /// signature is the HMAC of the raw body, whatever its type).
+    pub form: bool,
 }
 
 /// Scripted misbehaviour of webhook deliveries.

@@ -43,6 +43,13 @@ pub(crate) async fn sender(
             )
         };
         let Some(target) = target else { continue };
+        let (content_type, body) = if target.form {
+            let form =
+                serde_urlencoded::to_string([("payload", body.as_str())]).unwrap_or_default();
+            ("application/x-www-form-urlencoded", form)
+        } else {
+            ("application/json", body)
+        };
         let signature = sign(target.secret.as_bytes(), body.as_bytes());
         let mut ids = vec![delivery_id()];
         ids.extend(std::iter::repeat_n(ids[0].clone(), replays));
@@ -53,7 +60,7 @@ pub(crate) async fn sender(
                 .insert_header(("X-GitHub-Event", "workflow_job"))
                 .insert_header(("X-GitHub-Delivery", id.as_str()))
                 .insert_header(("X-Hub-Signature-256", signature.as_str()))
-                .insert_header(("Content-Type", "application/json"))
+                .insert_header(("Content-Type", content_type))
                 .insert_header(("User-Agent", "GitHub-Hookshot/standin"))
                 .send_body(body.clone())
                 .await

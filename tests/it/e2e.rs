@@ -200,3 +200,31 @@ async fn jobs_run_in_podman_containers_through_the_daemon() {
     let names = podman.container_names().await;
     assert!(!names.contains(&ours), "containers left: {names}");
 }
+
+/// A hook created with content type `form` delivers `payload=<JSON>`: its jobs run like any.
+#[actix_rt::test]
+async fn form_encoded_deliveries_run_their_jobs() {
+    let standin = crate::support::standin(100);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    standin.send_form_webhooks_to(
+        &format!("http://{}/webhook/github", daemon.addr),
+        crate::support::daemon::SECRET,
+    );
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(30))
+        .await;
+    assert!(
+        standin
+            .deliveries()
+            .iter()
+            .filter(|d| d.action == "queued")
+            .all(|d| d.status == 202)
+    );
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        2,
+        "no reconcile needed"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -2,7 +2,8 @@
 //! actix-web resource a host app can mount.
 //!
 //! Order for every delivery: body size (413 over `webhook.max_body`), signature over the raw
-//! body (constant time, fail closed), event type, JSON shape; all on the worker thread. Then the
+//! body (constant time, fail closed), event type, then the JSON (for a form delivery, the
+//! `payload` field's) and its shape; all on the worker thread. Then the
 //! actor decides: replay check, durable record of a `queued` job, hand-over to the scheduler
 //! with `try_send` (503 when its mailbox is full). The edge never provisions, never calls GitHub
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
@@ -126,7 +127,16 @@ impl WebhookIntake {
         if header("x-github-event") != Some(b"workflow_job".as_slice()) {
             return Err(Verdict::OtherEvent);
         }
-        let delivery = match parse_workflow_job(body) {
+        // A hook's content type is `json` or `form` (`payload=<url-encoded JSON>`); the
+        // signature covers the raw body either way, so decode only after verifying it.
+        let form;
+        let json = if is_form(header("content-type")) {
+            form = form_payload(body)?;
+            form.as_bytes()
+        } else {
+            body
+        };
+        let delivery = match parse_workflow_job(json) {
             Ok(d) => d,
             Err(PayloadError::Malformed(e)) => return Err(Verdict::Malformed(e)),
             Err(PayloadError::WrongShape(e)) => return Err(Verdict::WrongShape(e)),
@@ -150,6 +160,28 @@ impl WebhookIntake {
             source: EventSource::Webhook,
         })
     }
+}
+
+/// True for `application/x-www-form-urlencoded` (any parameters, any case).
+fn is_form(content_type: Option<&[u8]>) -> bool {
+    content_type
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+}
+
+/// The JSON in a form delivery's `payload` field.
+fn form_payload(body: &[u8]) -> Result<String, Verdict> {
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+        .map_err(|e| Verdict::Malformed(format!("form delivery: {e}")))?;
+    fields
+        .into_iter()
+        .find(|(k, _)| k == "payload")
+        .map(|(_, v)| v)
+        .ok_or_else(|| Verdict::Malformed("form delivery without a payload field".into()))
 }
 
 async fn receive(
