@@ -228,3 +228,42 @@ async fn form_encoded_deliveries_run_their_jobs() {
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A GitHub App whose installation-token exchange fails once with a 502: the claim climbs one
+/// rung of the ladder and runs, instead of being dropped as non-retryable until a reconcile.
+#[actix_rt::test]
+async fn a_failed_app_token_exchange_delays_a_claim_by_one_rung() {
+    let fixtures = crate::support::repo_root().join("tests/fixtures");
+    let public = std::fs::read_to_string(fixtures.join("app-key.pub.pem")).unwrap();
+    // Tokens that live 4 minutes are inside the refresh margin: every call exchanges anew.
+    let standin = Standin::start(github_standin::StandinConfig {
+        app_public_key: Some(public),
+        installation_token_ttl: Duration::from_secs(240),
+        ..github_standin::StandinConfig::default()
+    })
+    .unwrap();
+    let github = format!(
+        "app_id = 4242\ninstallation_id = 77\nprivate_key_path = \"{}\"\n",
+        fixtures.join("app-key.pem").display()
+    );
+    let ladder = "[runner.claim_retry]\nschedule = [\"1s\"]\njitter = 0.0\n";
+    let daemon = Daemon::start_with_github(&standin, &github, ladder, &local_provider(2)).await;
+    standin.fail_status("access_tokens", 502, 1);
+    standin.queue_jobs("app", LABELS, 1);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
+    let exchanges = standin.calls_to("access_tokens");
+    let failed = exchanges.iter().position(|c| c.status == 502).unwrap();
+    let next = &exchanges[failed + 1];
+    let gap = (next.at_ms - exchanges[failed].at_ms) as f64 / 1000.0;
+    assert!((0.8..3.0).contains(&gap), "retried after {gap} s");
+    assert_eq!(standin.calls_to("generate_jitconfig").len(), 1);
+    assert!(
+        daemon
+            .metrics()
+            .await
+            .contains("ephemerd_claim_retry_attempts_total{class=\"server_side\"} 1")
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

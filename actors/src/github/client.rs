@@ -438,13 +438,8 @@ impl GithubClient {
                         false,
                     )
                     .await
-                    .map_err(|e| GithubError::Auth(format!("token exchange failed: {e}")))?;
-                if answer.status != StatusCode::CREATED {
-                    return Err(GithubError::Auth(format!(
-                        "access_tokens answered {}",
-                        answer.status.as_u16()
-                    )));
-                }
+                    .and_then(|answer| check("access_tokens", answer))
+                    .map_err(|e| GithubError::TokenExchange(Box::new(e)))?;
                 parse_access_token(&answer.body)
             })
             .await

@@ -74,9 +74,14 @@ pub enum GithubError {
         /// How many names were tried.
         attempts: u32,
     },
-    /// Credentials could not be produced (bad App key, token exchange refused).
+    /// Credentials could not be produced locally (a bad App key, a JWT that cannot be signed,
+    /// an unreadable token answer).
     #[error("github auth: {0}")]
     Auth(String),
+    /// Minting the App installation token failed; it fails the way the inner call did (a
+    /// network blip or a 5xx is retried, a 401/404 is not).
+    #[error("github app token exchange failed: {0}")]
+    TokenExchange(Box<GithubError>),
 }
 
 impl GithubError {
@@ -100,8 +105,8 @@ impl GithubError {
             GithubError::Decode { .. } | GithubError::NameConflict { .. } => {
                 ErrorClass::UnknownRetryable
             }
-            GithubError::Auth(detail) if detail.contains("answered 5") => ErrorClass::ServerSide,
             GithubError::Auth(_) => ErrorClass::NonRetryable,
+            GithubError::TokenExchange(inner) => inner.class(),
         }
     }
 
@@ -109,6 +114,7 @@ impl GithubError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             GithubError::Http(f) => f.retry_after,
+            GithubError::TokenExchange(inner) => inner.retry_after(),
             _ => None,
         }
     }
@@ -188,7 +194,25 @@ mod tests {
             ),
             (GithubError::NameConflict { attempts: 3 }, UnknownRetryable),
             (GithubError::Auth("private key rejected".into()), NonRetryable),
-            (GithubError::Auth("access_tokens answered 502".into()), ServerSide),
+            (
+                GithubError::TokenExchange(Box::new(http(502, "Bad Gateway", None))),
+                ServerSide,
+            ),
+            (
+                GithubError::TokenExchange(Box::new(http(429, "slow down", None))),
+                RateLimit,
+            ),
+            (
+                GithubError::TokenExchange(Box::new(GithubError::Network {
+                    endpoint: "access_tokens",
+                    detail: "connection reset".into(),
+                })),
+                Network,
+            ),
+            (
+                GithubError::TokenExchange(Box::new(http(401, "Bad credentials", None))),
+                NonRetryable,
+            ),
         ];
         for (err, class) in rows {
             assert_eq!(err.class(), class, "{err}");

@@ -31,6 +31,19 @@ pub fn config(
     extra: &str,
     providers: &str,
 ) -> String {
+    config_with_github(standin, port, state, reconcile, "", extra, providers)
+}
+
+/// Like [`config`], with more keys in `[github]` (App credentials, say).
+pub fn config_with_github(
+    standin: &Standin,
+    port: u16,
+    state: &std::path::Path,
+    reconcile: &str,
+    github: &str,
+    extra: &str,
+    providers: &str,
+) -> String {
     format!(
         r#"
 [github]
@@ -38,6 +51,7 @@ api_url = "{api}"
 owner = "acme"
 repos = ["app"]
 token = "{TOKEN}"
+{github}
 
 [webhook]
 listen = "127.0.0.1:{port}"
@@ -133,16 +147,37 @@ impl Daemon {
         extra: &str,
         providers: &str,
     ) -> Daemon {
+        Self::start_full(standin, reconcile, "", extra, providers).await
+    }
+
+    /// Like `start`, with more keys in `[github]`.
+    pub async fn start_with_github(
+        standin: &Standin,
+        github: &str,
+        extra: &str,
+        providers: &str,
+    ) -> Daemon {
+        Self::start_full(standin, "0s", github, extra, providers).await
+    }
+
+    async fn start_full(
+        standin: &Standin,
+        reconcile: &str,
+        github: &str,
+        extra: &str,
+        providers: &str,
+    ) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let cfg = dir.path().join("ephemer.toml");
         std::fs::write(
             &cfg,
-            config(
+            config_with_github(
                 standin,
                 port,
                 &dir.path().join("state"),
                 reconcile,
+                github,
                 extra,
                 providers,
             ),
