@@ -21,6 +21,9 @@ pub const ERROR_CLASSES: [&str; 5] = [
     "unknown_retryable",
 ];
 
+/// Why a job was ignored, the `reason` of `ephemerd_webhook_ignored_total`.
+pub const IGNORE_REASONS: [&str; 3] = ["owner", "repo", "installation"];
+
 /// The `workflow_job` actions counted in `ephemerd_github_webhook_events_total`.
 pub const WEBHOOK_ACTIONS: [&str; 5] = ["queued", "in_progress", "completed", "waiting", "other"];
 
@@ -64,6 +67,9 @@ pub struct Metrics {
     pub api_requests: IntCounterVec,
     /// `ephemerd_github_webhook_events_total{action}`
     pub webhook_events: IntCounterVec,
+    /// `ephemerd_webhook_ignored_total{reason}`: jobs outside the configured owner, repos or
+    /// installation, accepted and left alone.
+    pub webhook_ignored: IntCounterVec,
     /// `ephemerd_github_jit_registration_errors_total{class}`
     pub jit_registration_errors: IntCounterVec,
     /// `ephemerd_jobs_total{provider,conclusion}`
@@ -168,6 +174,11 @@ impl Metrics {
                 "workflow_job webhook deliveries accepted, by action.",
                 &["action"],
             ),
+            webhook_ignored: counter_vec(
+                "ephemerd_webhook_ignored_total",
+                "workflow_job events outside the configured owner, repos or installation, by reason.",
+                &["reason"],
+            ),
             jit_registration_errors: counter_vec(
                 "ephemerd_github_jit_registration_errors_total",
                 "Failed generate-jitconfig claims, by error class.",
@@ -232,6 +243,9 @@ impl Metrics {
         }
         for action in WEBHOOK_ACTIONS {
             m.webhook_events.with_label_values(&[action]);
+        }
+        for reason in IGNORE_REASONS {
+            m.webhook_ignored.with_label_values(&[reason]);
         }
         m
     }

@@ -567,7 +567,10 @@ fn random(n: usize) -> String {
 }
 
 /// The stand-in runner's side: `acquire` hands out the oldest queued job the runner's labels
-/// cover (whichever job that is), `complete` finishes it and removes the ephemeral runner.
+/// cover (whichever job that is) within the runner's scope: a repo-level runner (registered
+/// through `/repos/{owner}/{repo}/actions/runners/...`) only takes that repo's jobs, as on
+/// GitHub ("Adding self-hosted runners": a repository runner is dedicated to that repository).
+/// `complete` finishes the job and removes the ephemeral runner.
 fn runner_protocol(
     s: &mut State,
     req: &HttpRequest,
@@ -605,10 +608,16 @@ fn runner_protocol(
                 .iter()
                 .map(|l| l.to_ascii_lowercase())
                 .collect();
+            let scope = s.runners[&runner_id].repo.clone();
             let pick = s
                 .jobs
                 .values()
                 .filter(|j| j.status == "queued")
+                .filter(|j| {
+                    scope
+                        .as_ref()
+                        .is_none_or(|repo| repo.eq_ignore_ascii_case(&j.repo))
+                })
                 .filter(|j| {
                     j.labels
                         .iter()

@@ -248,6 +248,13 @@ async fn a_failed_app_token_exchange_delays_a_claim_by_one_rung() {
     );
     let ladder = "[runner.claim_retry]\nschedule = [\"1s\"]\njitter = 0.0\n";
     let daemon = Daemon::start_with_github(&standin, &github, ladder, &local_provider(2)).await;
+    // The start-up cleanup lists runners (with an exchange of its own) first: fail the claim's.
+    eventually(
+        "the start-up runner listing",
+        Duration::from_secs(10),
+        || standin.count("list_runners") >= 1,
+    )
+    .await;
     standin.fail_status("access_tokens", 502, 1);
     standin.queue_jobs("app", LABELS, 1);
     daemon
@@ -264,6 +271,43 @@ async fn a_failed_app_token_exchange_delays_a_claim_by_one_rung() {
             .metrics()
             .await
             .contains("ephemerd_claim_retry_attempts_total{class=\"server_side\"} 1")
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// An org webhook also delivers jobs of repos this daemon does not serve (a public repo taking
+/// fork PRs, say): with `repos = ["app"]` they are answered 202, cost no API call, are counted
+/// by reason, and `jobs ID` says why; the served repo's job runs.
+#[actix_rt::test]
+async fn jobs_outside_the_configured_repos_cost_nothing() {
+    let standin = crate::support::standin(100);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let foreign = standin.queue_jobs("fork-prs", LABELS, 2);
+    standin.queue_jobs("app", LABELS, 1);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_webhook_ignored_total{reason=\"repo\"} 2"),
+        "{metrics}"
+    );
+    assert_eq!(standin.count("generate_jitconfig"), 1);
+    assert!(
+        standin
+            .deliveries()
+            .iter()
+            .filter(|d| foreign.contains(&d.job_id))
+            .all(|d| d.status == 202)
+    );
+    let mut cmd = crate::support::daemon();
+    cmd.args(["jobs", &foreign[0].to_string(), "--config"])
+        .arg(&daemon.config);
+    let (code, out, err) = crate::support::output(cmd).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("state ignored") && out.contains("outside this daemon's repo"),
+        "{out}"
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

@@ -94,6 +94,20 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
             Category::Data => PayloadError::WrongShape(e.to_string()),
         }
     })?;
+    // Names from the payload go into URLs (and runner names); refuse what GitHub would not
+    // allow before they reach one.
+    if !valid_repo_name(&payload.repository.name) {
+        return Err(PayloadError::WrongShape(format!(
+            "repository name {:?} has characters GitHub does not allow",
+            payload.repository.name
+        )));
+    }
+    if !valid_login(&payload.repository.owner.login) {
+        return Err(PayloadError::WrongShape(format!(
+            "owner login {:?} has characters GitHub does not allow",
+            payload.repository.owner.login
+        )));
+    }
     let runner_name = payload.workflow_job.runner_name.filter(|n| !n.is_empty());
     Ok(WorkflowJobDelivery {
         action: JobAction::parse(&payload.action),
@@ -109,6 +123,28 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
             installation_id: payload.installation.map(|i| i.id),
         },
     })
+}
+
+/// A repository name GitHub allows: ASCII letters, digits, `.`, `-`, `_`; at most 100; not `.`
+/// or `..`.
+pub fn valid_repo_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
+/// An account login GitHub allows: ASCII letters, digits, `-` (and `_` for enterprise managed
+/// users); at most 100.
+pub fn valid_login(login: &str) -> bool {
+    !login.is_empty()
+        && login.len() <= 100
+        && login
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
 }
 
 /// Builds a realistic `workflow_job` body (used by the stand-in GitHub and tests).
@@ -153,6 +189,28 @@ mod tests {
       "repository": {"name": "hello", "full_name": "Acme/hello", "owner": {"login": "Acme"}},
       "installation": {"id": 42}
     }"#;
+
+    /// A repository or owner name GitHub would not allow never gets past the parser (it would
+    /// otherwise reach a URL): 422.
+    #[test]
+    fn names_github_does_not_allow_are_the_wrong_shape() {
+        for repo in ["..", ".", "a/b", "../../etc", "a b", "", "ä"] {
+            let body = QUEUED.replace("\"name\": \"hello\"", &format!("\"name\": {repo:?}"));
+            assert!(
+                matches!(
+                    parse_workflow_job(body.as_bytes()),
+                    Err(PayloadError::WrongShape(_))
+                ),
+                "{repo:?}"
+            );
+        }
+        let body = QUEUED.replace("\"login\": \"Acme\"", "\"login\": \"ac/me\"");
+        assert!(matches!(
+            parse_workflow_job(body.as_bytes()),
+            Err(PayloadError::WrongShape(_))
+        ));
+        assert!(valid_repo_name("my.repo-name_2") && valid_login("octo-cat_emu"));
+    }
 
     #[test]
     fn parses_a_queued_delivery() {

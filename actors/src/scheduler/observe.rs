@@ -9,6 +9,13 @@ use crate::{config::ProviderKind, github::ErrorClass, job::JobAction, metrics::M
 /// Something the scheduler decided or saw that operators count or read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {
+    /// A job outside the configured owner, repos or installation.
+    Ignored {
+        /// Job.
+        job_id: u64,
+        /// `owner`, `repo` or `installation`.
+        reason: &'static str,
+    },
     /// A queued event dropped by the dedup gate.
     Duplicate {
         /// Job.
@@ -186,6 +193,14 @@ pub enum Observation {
 pub fn record(o: Observation, m: &Metrics) {
     use Observation as O;
     match o {
+        O::Ignored { job_id, reason } => {
+            m.webhook_ignored.with_label_values(&[reason]).inc();
+            tracing::info!(
+                job_id,
+                reason,
+                "job outside this daemon's scope: ignored, no API call"
+            );
+        }
         O::Duplicate { job_id, delivery } => {
             tracing::debug!(
                 job_id,

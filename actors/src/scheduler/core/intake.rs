@@ -15,6 +15,10 @@ impl Scheduler {
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
+        if let Some(reason) = self.out_of_scope(&job) {
+            self.ignore(action, job, reason, received, now);
+            return fx;
+        }
         match action {
             JobAction::Queued => self.on_queued(job, delivery, received, now, &mut fx),
             JobAction::InProgress | JobAction::Completed => {
@@ -26,6 +30,51 @@ impl Scheduler {
             }
         }
         fx
+    }
+
+    /// Why `job` is none of this daemon's business, if it is not: another owner
+    /// (case-insensitive), a repo outside `github.repos` (when set), another App installation.
+    pub(super) fn out_of_scope(&self, job: &JobInfo) -> Option<&'static str> {
+        let s = &self.settings;
+        if !job.key.owner.eq_ignore_ascii_case(&s.owner) {
+            return Some("owner");
+        }
+        if !s.repos.is_empty() && !s.repos.iter().any(|r| r.eq_ignore_ascii_case(&job.repo)) {
+            return Some("repo");
+        }
+        if let (Some(ours), Some(theirs)) = (s.installation_id, job.installation_id)
+            && ours != theirs
+        {
+            return Some("installation");
+        }
+        None
+    }
+
+    /// Leaves an out-of-scope job alone: no claim, no call; a queued one is remembered (so
+    /// `jobs ID` says why) and counted.
+    pub(super) fn ignore(
+        &mut self,
+        action: JobAction,
+        job: JobInfo,
+        reason: &'static str,
+        received: Instant,
+        now: Now,
+    ) {
+        self.observe(Observation::Ignored {
+            job_id: job.key.job_id,
+            reason,
+        });
+        if action != JobAction::Queued {
+            return;
+        }
+        let key = job.key.clone();
+        let rec = self
+            .jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobRecord::new(job, Phase::Ignored, received));
+        rec.seen_at = Some(now.mono);
+        rec.phase = Phase::Ignored;
+        self.note(&key, now, Note::OutOfScope { reason });
     }
 
     pub(super) fn on_queued(
@@ -147,7 +196,7 @@ impl Scheduler {
             rec.info.conclusion = job.conclusion.clone();
         }
         match rec.phase {
-            Phase::Pending | Phase::Retrying | Phase::Seen | Phase::Unroutable => {
+            Phase::Pending | Phase::Retrying | Phase::Seen | Phase::Unroutable | Phase::Ignored => {
                 rec.phase = Phase::Done;
             }
             Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done => {}
@@ -176,8 +225,11 @@ impl Scheduler {
         {
             gone.3 = true;
         }
+        // Ours only if the name *and* the id match (a name alone could be another's).
+        let runner_id = job.runner_id;
         if let Some(name) = &runner_name
             && let Some(runner) = self.runners.get_mut(name)
+            && runner_id.is_none_or(|id| id == runner.id)
         {
             if runner.bound.is_none() {
                 runner.bound = Some(key.clone());
@@ -202,7 +254,7 @@ impl Scheduler {
             }
         }
         if action == JobAction::Completed {
-            self.on_completed(&key, runner_name.as_deref(), now, fx);
+            self.on_completed(&key, runner_name.as_deref(), runner_id, now, fx);
             fx.extend(self.sweep(now));
         }
     }
@@ -211,12 +263,18 @@ impl Scheduler {
         &mut self,
         key: &JobKey,
         runner_name: Option<&str>,
+        runner_id: Option<u64>,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        // Teardown follows the runner named in the event, never the job a runner was made for.
+        // Teardown follows the runner named in the event (name and id), never the job a
+        // runner was made for.
         let target = match runner_name {
-            Some(name) => self.runners.get(name).map(|r| r.name.clone()),
+            Some(name) => self
+                .runners
+                .get(name)
+                .filter(|r| runner_id.is_none_or(|id| id == r.id))
+                .map(|r| r.name.clone()),
             // Cancelled before any runner took it: the runner made for it may go, if it is
             // not busy with another job.
             None => self

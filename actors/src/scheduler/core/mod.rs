@@ -87,6 +87,10 @@ pub struct SchedulerSettings {
     pub reconcile_interval: Option<Duration>,
     /// `github.repos`.
     pub repos: Vec<String>,
+    /// `github.owner`: jobs of any other owner are ignored.
+    pub owner: String,
+    /// The App installation (with App auth): jobs delivered for another are ignored.
+    pub installation_id: Option<u64>,
 }
 
 impl SchedulerSettings {
@@ -122,6 +126,11 @@ impl SchedulerSettings {
                 .then_some(c.runner.orphan_sweep.grace),
             reconcile_interval: c.webhook.reconcile_interval,
             repos: c.github.repos.clone(),
+            owner: c.github.owner.clone(),
+            installation_id: match &c.github.auth {
+                crate::config::GithubAuth::App(app) => Some(app.installation_id),
+                crate::config::GithubAuth::Token(_) => None,
+            },
         }
     }
 }
@@ -215,6 +224,8 @@ pub enum Phase {
     Seen,
     /// No enabled provider's labels cover the job; remembered only to make re-deliveries free.
     Unroutable,
+    /// Outside the configured owner, repos or installation: accepted and left alone.
+    Ignored,
     /// Waiting for a slot or a claim token.
     Pending,
     /// generate-jitconfig in flight; a slot is held.

@@ -194,8 +194,10 @@ impl Scheduler {
             .jobs
             .iter()
             .filter(|(k, r)| {
-                matches!(r.phase, Phase::Seen | Phase::Unroutable | Phase::Done)
-                    && expired(r.seen_at, seen_ttl)
+                matches!(
+                    r.phase,
+                    Phase::Seen | Phase::Unroutable | Phase::Ignored | Phase::Done
+                ) && expired(r.seen_at, seen_ttl)
                     && expired(r.started_at, started_ttl)
                     && !referenced.contains(k)
             })

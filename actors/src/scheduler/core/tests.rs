@@ -33,6 +33,8 @@ fn settings() -> SchedulerSettings {
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
         repos: Vec::new(),
+        owner: "acme".into(),
+        installation_id: Some(77),
     }
 }
 
@@ -327,4 +329,89 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
     assert_eq!(s.ladder_depth(), 0, "no rung spent");
     let up = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 40));
     assert_eq!(up, vec![claim(1)], "claimed again once the pool is back");
+}
+
+/// Jobs of another owner, of a repo outside `github.repos`, or delivered for another App
+/// installation cost nothing: no effect, remembered as ignored with the reason, counted.
+#[test]
+fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
+    let t0 = Instant::now();
+    let backoff = Backoff::try_new(&ClaimRetryConfig::default()).unwrap();
+    let settings = SchedulerSettings {
+        repos: vec!["app".into()],
+        repo_level: true,
+        ..settings()
+    };
+    let mut s = Scheduler::new(settings, backoff, Some(1), at(t0, 0));
+    s.on_provider_status(ProviderKind::Local, true, None, at(t0, 0));
+    s.take_observations();
+    let other_owner = JobInfo {
+        key: JobKey::new("evil", 1),
+        ..job(1, LABELS)
+    };
+    let other_repo = JobInfo {
+        repo: "fork-prs".into(),
+        ..job(2, LABELS)
+    };
+    let other_installation = JobInfo {
+        installation_id: Some(99),
+        ..job(3, LABELS)
+    };
+    for (j, reason) in [
+        (other_owner, "owner"),
+        (other_repo, "repo"),
+        (other_installation, "installation"),
+    ] {
+        let id = j.key.job_id;
+        let key = j.key.clone();
+        let fx = s.on_job_event(JobAction::Queued, j, Some("d"), t0, at(t0, 1));
+        assert_eq!(fx, vec![], "{reason}");
+        assert_eq!(s.job(&key).unwrap().phase, Phase::Ignored);
+        assert_eq!(
+            s.take_observations(),
+            vec![Observation::Ignored { job_id: id, reason }]
+        );
+    }
+    // The owner compares case-insensitively; the configured installation is in scope.
+    let ours = JobInfo {
+        key: JobKey::new("ACME", 4),
+        installation_id: Some(77),
+        ..job(4, LABELS)
+    };
+    let fx = s.on_job_event(JobAction::Queued, ours, Some("d"), t0, at(t0, 1));
+    assert!(matches!(fx.as_slice(), [Effect::Claim { .. }]), "{fx:?}");
+}
+
+/// An event binds (and a completion tears down) a runner of ours only when its name *and* id
+/// match: another's runner of the same name is not ours.
+#[test]
+fn runners_are_matched_by_name_and_id() {
+    let (mut s, t0) = core();
+    let name = claimed(&mut s, t0);
+    let impostor = JobInfo {
+        runner_name: Some(name.clone()),
+        runner_id: Some(8),
+        conclusion: Some("success".into()),
+        ..job(1, LABELS)
+    };
+    let fx = s.on_job_event(JobAction::Completed, impostor, Some("d"), t0, at(t0, 3));
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Teardown { .. })),
+        "{fx:?}"
+    );
+    let ours = JobInfo {
+        runner_name: Some(name.clone()),
+        runner_id: Some(7),
+        conclusion: Some("success".into()),
+        ..job(1, LABELS)
+    };
+    let fx = s.on_job_event(JobAction::Completed, ours, Some("d"), t0, at(t0, 4));
+    assert!(
+        fx.contains(&Effect::Teardown {
+            provider: ProviderKind::Local,
+            name,
+            reason: "job completed"
+        }),
+        "{fx:?}"
+    );
 }

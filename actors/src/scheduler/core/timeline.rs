@@ -111,6 +111,11 @@ pub enum Note {
         /// The job's labels.
         labels: Vec<String>,
     },
+    /// Outside the configured owner, repos or installation.
+    OutOfScope {
+        /// `owner`, `repo` or `installation`.
+        reason: &'static str,
+    },
     /// Cordoned when it arrived.
     CordonedNotAdmitted,
     /// Admitted too often without running (the zombie cap).
@@ -250,6 +255,10 @@ impl fmt::Display for Note {
                     "no enabled provider covers labels {labels:?}; not claimed"
                 )
             }
+            Note::OutOfScope { reason } => write!(
+                f,
+                "outside this daemon's {reason} (github.owner, github.repos, the App installation): ignored, no API call"
+            ),
             Note::CordonedNotAdmitted => f.write_str("cordoned: not admitted"),
             Note::ZombieCap { admissions } => {
                 write!(f, "admitted {admissions} times without running: left alone")

@@ -268,6 +268,8 @@ async fn harness(s: Setup) -> Harness {
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
         repos: Vec::new(),
+        owner: "acme".into(),
+        installation_id: None,
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
