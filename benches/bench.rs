@@ -396,6 +396,7 @@ fn retry_scale() {
     let failure = Failure {
         class: ErrorClass::ServerSide,
         retry_after: None,
+        bucket: None,
         message: "502".into(),
     };
     for n in [1_000u64, 10_000, 100_000] {

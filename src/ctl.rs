@@ -111,15 +111,19 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
         "capacity      {}/{} runners, {} pending, retry queue {}",
         st.capacity.used, st.capacity.max_concurrent, st.pending, st.retry_queue_depth
     );
-    match v.rate.filter(|r| r.updated > 0) {
-        Some(rate) => println!(
-            "rate budget   {}/{} left, resets {} (read {})",
+    let read: Vec<_> = v.rates.iter().filter(|(_, r)| r.updated > 0).collect();
+    if read.is_empty() {
+        println!("rate budget   no reading yet");
+    }
+    for (bucket, rate) in read {
+        println!(
+            "rate budget   {}: {}/{} left, resets {} (read {})",
+            bucket.as_str(),
             or_dash(rate.remaining),
             or_dash(rate.limit),
             rate.reset.map_or("-".into(), when),
             when(rate.updated)
-        ),
-        None => println!("rate budget   no reading yet"),
+        );
     }
     println!(
         "\n{:<14} {:<24} {:<4} {:<9} LABELS",

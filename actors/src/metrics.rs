@@ -56,13 +56,13 @@ pub struct Metrics {
     registry: Registry,
     started: Instant,
     /// `ephemerd_github_api_rate_remaining`: requests left in the window, per the last reading.
-    pub rate_remaining: IntGauge,
+    pub rate_remaining: IntGaugeVec,
     /// `ephemerd_github_api_rate_limit`: the window's ceiling.
-    pub rate_limit: IntGauge,
+    pub rate_limit: IntGaugeVec,
     /// `ephemerd_github_api_rate_reset_seconds`: unix time the window resets.
-    pub rate_reset_seconds: IntGauge,
+    pub rate_reset_seconds: IntGaugeVec,
     /// `ephemerd_github_api_rate_updated_seconds`: unix time of the last reading.
-    pub rate_updated_seconds: IntGauge,
+    pub rate_updated_seconds: IntGaugeVec,
     /// `ephemerd_github_api_requests_total{endpoint,code}`
     pub api_requests: IntCounterVec,
     /// `ephemerd_github_webhook_events_total{action}`
@@ -120,6 +120,12 @@ impl Metrics {
             must(registry.register(Box::new(g.clone())));
             g
         };
+        // The rate gauges carry the bucket GitHub named (`X-RateLimit-Resource`).
+        let bucket_gauge = |name: &str, help: &str| {
+            let g = must(IntGaugeVec::new(Opts::new(name, help), &["resource"]));
+            must(registry.register(Box::new(g.clone())));
+            g
+        };
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
             let c = must(IntCounterVec::new(Opts::new(name, help), labels));
             must(registry.register(Box::new(c.clone())));
@@ -148,19 +154,19 @@ impl Metrics {
 
         let m = Metrics {
             started: Instant::now(),
-            rate_remaining: gauge(
+            rate_remaining: bucket_gauge(
                 "ephemerd_github_api_rate_remaining",
-                "GitHub API requests left in the current window (last reading).",
+                "GitHub API requests left in the current window of each bucket (last reading).",
             ),
-            rate_limit: gauge(
+            rate_limit: bucket_gauge(
                 "ephemerd_github_api_rate_limit",
                 "GitHub API requests allowed per window.",
             ),
-            rate_reset_seconds: gauge(
+            rate_reset_seconds: bucket_gauge(
                 "ephemerd_github_api_rate_reset_seconds",
                 "Unix time at which the GitHub API window resets.",
             ),
-            rate_updated_seconds: gauge(
+            rate_updated_seconds: bucket_gauge(
                 "ephemerd_github_api_rate_updated_seconds",
                 "Unix time of the last rate-limit reading; compare with time() for staleness.",
             ),
@@ -243,6 +249,19 @@ impl Metrics {
         }
         for action in WEBHOOK_ACTIONS {
             m.webhook_events.with_label_values(&[action]);
+        }
+        for bucket in [
+            crate::vocab::RateBucket::Core,
+            crate::vocab::RateBucket::ActionsRunnerRegistration,
+        ] {
+            for g in [
+                &m.rate_remaining,
+                &m.rate_limit,
+                &m.rate_reset_seconds,
+                &m.rate_updated_seconds,
+            ] {
+                g.with_label_values(&[bucket.as_str()]);
+            }
         }
         for reason in IGNORE_REASONS {
             m.webhook_ignored.with_label_values(&[reason]);

@@ -1,4 +1,6 @@
-//! `RateActor`: the one keeper of GitHub rate-limit readings, one per credential.
+//! `RateActor`: the one keeper of GitHub rate-limit readings, one per credential and bucket
+//! (`X-RateLimit-Resource`: `core`, `actions_runner_registration`, ...), each with the
+//! no-clobber rule.
 //!
 //! The GitHub client reports every answer's headers (`ObserveRate`); each new reading is pushed,
 //! in order, to the subscribers of its credential (`SubscribeRate`: the scheduler, whose retry
@@ -10,13 +12,16 @@
 use std::{collections::HashMap, time::Duration};
 
 pub use crate::vocab::RateSnapshot;
-use crate::{metrics::Metrics, vocab::RateHeaders};
+use crate::{
+    metrics::Metrics,
+    vocab::{RateBucket, RateHeaders},
+};
 use actix::{Actor, Context, Handler, Message, MessageResult, WeakRecipient};
 
-/// Readings per credential. Pure: the time of each observation is passed in.
+/// Readings per credential and bucket. Pure: the time of each observation is passed in.
 #[derive(Debug, Default)]
 pub struct RateTracker {
-    readings: HashMap<String, RateSnapshot>,
+    readings: HashMap<(String, RateBucket), RateSnapshot>,
 }
 
 impl RateTracker {
@@ -26,8 +31,11 @@ impl RateTracker {
         if o.headers.is_none() && o.retry_after.is_none() {
             return None;
         }
-        let r = self.readings.entry(o.credential.clone()).or_default();
-        if let Some(h) = o.headers.filter(|h| h.core) {
+        let r = self
+            .readings
+            .entry((o.credential.clone(), o.bucket))
+            .or_default();
+        if let Some(h) = o.headers {
             // `X-RateLimit-Remaining` was present (else `headers` would be `None`): this is a
             // reading, even if some values did not parse.
             if h.remaining.is_some() {
@@ -45,9 +53,24 @@ impl RateTracker {
         Some(*r)
     }
 
-    /// The reading for `credential` (all empty if never observed).
-    pub fn snapshot(&self, credential: &str) -> RateSnapshot {
-        self.readings.get(credential).copied().unwrap_or_default()
+    /// The reading of one bucket of `credential` (all empty if never observed).
+    pub fn snapshot(&self, credential: &str, bucket: RateBucket) -> RateSnapshot {
+        self.readings
+            .get(&(credential.to_string(), bucket))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every bucket of `credential` read so far.
+    pub fn snapshots(&self, credential: &str) -> Vec<(RateBucket, RateSnapshot)> {
+        let mut v: Vec<(RateBucket, RateSnapshot)> = self
+            .readings
+            .iter()
+            .filter(|((c, _), _)| c == credential)
+            .map(|((_, b), r)| (*b, *r))
+            .collect();
+        v.sort_by_key(|(b, _)| *b);
+        v
     }
 }
 
@@ -57,6 +80,8 @@ impl RateTracker {
 pub struct ObserveRate {
     /// Which credential's budget this is.
     pub credential: String,
+    /// Which of its buckets.
+    pub bucket: RateBucket,
     /// The `X-RateLimit-*` headers; `None` when `X-RateLimit-Remaining` was absent.
     pub headers: Option<RateHeaders>,
     /// `Retry-After`, if sent.
@@ -67,20 +92,22 @@ pub struct ObserveRate {
     pub at_unix: u64,
 }
 
-/// Asks for a credential's latest reading.
+/// Asks for the latest reading of every bucket of a credential.
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "RateSnapshot")]
+#[rtype(result = "Vec<(RateBucket, RateSnapshot)>")]
 pub struct GetRateSnapshot {
     /// The credential (`GithubClient::rate_key`).
     pub credential: String,
 }
 
-/// A new reading of one credential's budget, pushed to its subscribers.
+/// A new reading of one bucket of a credential's budget, pushed to its subscribers.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RateReading {
     /// The credential.
     pub credential: String,
+    /// The bucket.
+    pub bucket: RateBucket,
     /// The reading.
     pub reading: RateSnapshot,
 }
@@ -127,14 +154,16 @@ impl Handler<ObserveRate> for RateActor {
     type Result = ();
 
     fn handle(&mut self, msg: ObserveRate, _: &mut Context<Self>) {
-        let is_reading = msg.headers.is_some_and(|h| h.core);
+        let is_reading = msg.headers.is_some();
         let changed = self.tracker.observe(&msg);
         if let Some(r) = changed
             && is_reading
         {
-            let set = |g: &prometheus::IntGauge, v: Option<u64>| {
+            let bucket = msg.bucket.as_str();
+            let set = |g: &prometheus::IntGaugeVec, v: Option<u64>| {
                 if let Some(v) = v {
-                    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+                    g.with_label_values(&[bucket])
+                        .set(i64::try_from(v).unwrap_or(i64::MAX));
                 }
             };
             set(&self.metrics.rate_remaining, r.remaining);
@@ -150,6 +179,7 @@ impl Handler<ObserveRate> for RateActor {
                 if *credential == msg.credential {
                     to.do_send(RateReading {
                         credential: credential.clone(),
+                        bucket: msg.bucket,
                         reading: r,
                     });
                 }
@@ -165,12 +195,15 @@ impl Handler<SubscribeRate> for RateActor {
     type Result = ();
 
     fn handle(&mut self, m: SubscribeRate, _: &mut Context<Self>) {
-        // The current reading first, so the subscriber starts from what is known.
+        // The current readings first, so the subscriber starts from what is known.
         if let Some(to) = m.to.upgrade() {
-            to.do_send(RateReading {
-                credential: m.credential.clone(),
-                reading: self.tracker.snapshot(&m.credential),
-            });
+            for (bucket, reading) in self.tracker.snapshots(&m.credential) {
+                to.do_send(RateReading {
+                    credential: m.credential.clone(),
+                    bucket,
+                    reading,
+                });
+            }
         }
         self.subscribers.push((m.credential, m.to));
     }
@@ -180,7 +213,7 @@ impl Handler<GetRateSnapshot> for RateActor {
     type Result = MessageResult<GetRateSnapshot>;
 
     fn handle(&mut self, msg: GetRateSnapshot, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.tracker.snapshot(&msg.credential))
+        MessageResult(self.tracker.snapshots(&msg.credential))
     }
 }
 
@@ -191,12 +224,13 @@ mod tests {
     fn obs(remaining: Option<u64>, reset: u64, at: u64) -> ObserveRate {
         ObserveRate {
             credential: "token".into(),
+            bucket: RateBucket::Core,
             headers: Some(RateHeaders {
                 remaining,
                 limit: Some(5000),
                 reset: Some(reset),
                 used: None,
-                core: true,
+                resource: RateBucket::Core,
             }),
             retry_after: None,
             status: 200,
@@ -208,14 +242,29 @@ mod tests {
     fn missing_headers_change_nothing() {
         let mut t = RateTracker::default();
         t.observe(&obs(Some(10), 2000, 1000));
-        let before = t.snapshot("token");
+        let before = t.snapshot("token", RateBucket::Core);
         let none = ObserveRate {
             headers: None,
             ..obs(None, 0, 1500)
         };
         assert_eq!(t.observe(&none), None);
-        assert_eq!(t.snapshot("token"), before);
+        assert_eq!(t.snapshot("token", RateBucket::Core), before);
         assert_eq!(before.updated, 1000);
+    }
+
+    /// The registration bucket is its own reading: a claim's answer never moves `core`.
+    #[test]
+    fn readings_are_kept_per_bucket() {
+        let mut t = RateTracker::default();
+        t.observe(&obs(Some(4000), 2000, 1000));
+        t.observe(&ObserveRate {
+            bucket: RateBucket::ActionsRunnerRegistration,
+            ..obs(Some(0), 3000, 1001)
+        });
+        assert_eq!(t.snapshot("token", RateBucket::Core).remaining, Some(4000));
+        let reg = t.snapshot("token", RateBucket::ActionsRunnerRegistration);
+        assert_eq!((reg.remaining, reg.reset), (Some(0), Some(3000)));
+        assert_eq!(t.snapshots("token").len(), 2);
     }
 
     #[test]
@@ -226,9 +275,15 @@ mod tests {
             credential: "app-installation-9".into(),
             ..obs(Some(0), 3000, 1001)
         });
-        assert_eq!(t.snapshot("token").remaining, Some(10));
-        assert_eq!(t.snapshot("app-installation-9").remaining, Some(0));
-        assert_eq!(t.snapshot("other"), RateSnapshot::default());
+        assert_eq!(t.snapshot("token", RateBucket::Core).remaining, Some(10));
+        assert_eq!(
+            t.snapshot("app-installation-9", RateBucket::Core).remaining,
+            Some(0)
+        );
+        assert_eq!(
+            t.snapshot("other", RateBucket::Core),
+            RateSnapshot::default()
+        );
     }
 
     #[test]
@@ -236,7 +291,7 @@ mod tests {
         let five_min = Duration::from_secs(300);
         let mut t = RateTracker::default();
         t.observe(&obs(Some(0), 1090, 1000));
-        let s = t.snapshot("token");
+        let s = t.snapshot("token", RateBucket::Core);
         assert_eq!(s.exhausted_until(1000, five_min), Some(1090));
         assert_eq!(
             s.exhausted_until(1000 + 600, five_min),
@@ -245,6 +300,10 @@ mod tests {
         );
         assert_eq!(s.exhausted_until(1095, five_min), None, "reset passed");
         t.observe(&obs(Some(3), 1090, 1001));
-        assert_eq!(t.snapshot("token").exhausted_until(1001, five_min), None);
+        assert_eq!(
+            t.snapshot("token", RateBucket::Core)
+                .exhausted_until(1001, five_min),
+            None
+        );
     }
 }

@@ -117,6 +117,50 @@ impl fmt::Display for ProviderKind {
     }
 }
 
+/// A GitHub rate-limit bucket, as `X-RateLimit-Resource` names it: `core` for most REST
+/// calls, `actions_runner_registration` for registering self-hosted runners (the JIT and
+/// registration-token endpoints); each has its own limit, remaining and reset.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum RateBucket {
+    /// `core` (also what an answer without `X-RateLimit-Resource` spends).
+    #[default]
+    Core,
+    /// `actions_runner_registration`.
+    ActionsRunnerRegistration,
+    /// Any other bucket GitHub names (`search`, `graphql`, ...).
+    Other,
+}
+
+impl RateBucket {
+    /// Every bucket, in the order the gauges list them.
+    pub const ALL: [RateBucket; 3] = [
+        RateBucket::Core,
+        RateBucket::ActionsRunnerRegistration,
+        RateBucket::Other,
+    ];
+
+    /// The bucket `X-RateLimit-Resource: name` spends.
+    pub fn parse(name: &str) -> Self {
+        match name.trim() {
+            "" | "core" => RateBucket::Core,
+            "actions_runner_registration" => RateBucket::ActionsRunnerRegistration,
+            _ => RateBucket::Other,
+        }
+    }
+
+    /// The `resource` label of the rate gauges.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateBucket::Core => "core",
+            RateBucket::ActionsRunnerRegistration => "actions_runner_registration",
+            RateBucket::Other => "other",
+        }
+    }
+}
+
 /// One response's rate-limit headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct RateHeaders {
@@ -128,8 +172,8 @@ pub struct RateHeaders {
     pub reset: Option<u64>,
     /// `X-RateLimit-Used`
     pub used: Option<u64>,
-    /// `X-RateLimit-Resource` is kept as a flag for the `core` bucket vs others.
-    pub core: bool,
+    /// `X-RateLimit-Resource`: the bucket this answer spent.
+    pub resource: RateBucket,
 }
 
 /// What GitHub's headers said about one credential's budget.

@@ -1,6 +1,6 @@
 //! A GitHub stand-in: a real HTTP server on `127.0.0.1:0` that answers the REST calls the
 //! daemon makes (JIT runners, runners, runs, jobs, App tokens, repos) with realistic bodies and
-//! `X-RateLimit-*` headers, spends a settable rate budget, plays scripted faults (status N for
+//! `X-RateLimit-*` headers, spends settable rate budgets (per bucket: `core`, `actions_runner_registration`), plays scripted faults (status N for
 //! the next k calls, a dropped connection, an exhausted budget until a time), and records every
 //! call. Tests, benchmarks and the demo share it. It never touches the network beyond loopback.
 
@@ -84,6 +84,12 @@ impl Standin {
             runners: Default::default(),
             jobs: Default::default(),
             budget: Budget {
+                limit: config.rate_limit,
+                remaining: config.rate_limit,
+                reset: now + config.rate_window.as_secs(),
+                window: config.rate_window,
+            },
+            registration: Budget {
                 limit: config.rate_limit,
                 remaining: config.rate_limit,
                 reset: now + config.rate_window.as_secs(),
@@ -269,21 +275,34 @@ impl Standin {
             .collect()
     }
 
-    /// Sets the budget: `remaining` of `limit`, resetting at `reset` (unix seconds).
+    /// Sets every bucket's budget: `remaining` of `limit`, resetting at `reset` (unix seconds).
     pub fn set_budget(&self, remaining: u64, limit: u64, reset: u64) {
         let mut s = self.state();
-        s.budget.remaining = remaining;
-        s.budget.limit = limit;
-        s.budget.reset = reset;
+        for bucket in ["core", "actions_runner_registration"] {
+            let b = s.budget_mut(bucket);
+            b.remaining = remaining;
+            b.limit = limit;
+            b.reset = reset;
+        }
     }
 
-    /// Empties the budget until `for_` from now; every rated call answers 403 until then.
+    /// Empties every bucket until `for_` from now; every rated call answers 403 until then.
     /// Returns the reset time (unix seconds).
     pub fn exhaust_for(&self, for_: Duration) -> u64 {
+        let reset = self.exhaust_bucket_for("core", for_);
+        self.exhaust_bucket_for("actions_runner_registration", for_);
+        reset
+    }
+
+    /// Empties one bucket (`core` or `actions_runner_registration`) until `for_` from now;
+    /// calls spending it answer 403 until then, the other bucket is untouched. Returns the
+    /// reset time (unix seconds).
+    pub fn exhaust_bucket_for(&self, bucket: &str, for_: Duration) -> u64 {
         let mut s = self.state();
         let reset = unix_now() + for_.as_secs().max(1);
-        s.budget.remaining = 0;
-        s.budget.reset = reset;
+        let b = s.budget_mut(bucket);
+        b.remaining = 0;
+        b.reset = reset;
         reset
     }
 

@@ -125,9 +125,9 @@ fn error(status: u16, message: &str) -> (u16, HttpResponse) {
     (status, HttpResponse::build(code).json(body))
 }
 
-fn with_rate(mut r: HttpResponse, s: &State) -> HttpResponse {
+fn with_rate(mut r: HttpResponse, s: &mut State, bucket: &'static str) -> HttpResponse {
     let h = r.headers_mut();
-    let b = &s.budget;
+    let b = s.budget_mut(bucket);
     let pairs = [
         ("x-ratelimit-limit", b.limit.to_string()),
         ("x-ratelimit-remaining", b.remaining.to_string()),
@@ -136,7 +136,7 @@ fn with_rate(mut r: HttpResponse, s: &State) -> HttpResponse {
             "x-ratelimit-used",
             (b.limit.saturating_sub(b.remaining)).to_string(),
         ),
-        ("x-ratelimit-resource", "core".to_string()),
+        ("x-ratelimit-resource", bucket.to_string()),
     ];
     for (k, v) in pairs {
         if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&v) {
@@ -157,6 +157,8 @@ fn answer(
     now: u64,
 ) -> (u16, HttpResponse) {
     s.budget.roll(now);
+    s.registration.roll(now);
+    let bucket = crate::state::bucket_of(endpoint);
     if let Some(fault) = s.take_fault(endpoint) {
         return match fault {
             Fault::Drop => {
@@ -182,8 +184,9 @@ fn answer(
                         .insert(actix_web::http::header::RETRY_AFTER, v);
                 }
                 if rate_headers {
-                    s.budget.remaining = s.budget.remaining.saturating_sub(1);
-                    r = with_rate(r, s);
+                    let b = s.budget_mut(bucket);
+                    b.remaining = b.remaining.saturating_sub(1);
+                    r = with_rate(r, s, bucket);
                 }
                 (status, r)
             }
@@ -201,21 +204,24 @@ fn answer(
         return error(401, "Bad credentials");
     }
     if endpoint == "rate_limit" {
-        let b = &s.budget;
-        let core = json!({ "limit": b.limit, "remaining": b.remaining, "reset": b.reset, "used": b.limit - b.remaining });
+        let shape = |b: &crate::state::Budget| json!({ "limit": b.limit, "remaining": b.remaining, "reset": b.reset, "used": b.limit - b.remaining });
+        let (core, registration) = (shape(&s.budget), shape(&s.registration));
         return (
             200,
-            HttpResponse::Ok().json(json!({ "resources": { "core": core }, "rate": core })),
+            HttpResponse::Ok().json(json!({
+                "resources": { "core": core, "actions_runner_registration": registration },
+                "rate": core,
+            })),
         );
     }
-    if s.budget.remaining == 0 {
+    if s.budget_mut(bucket).remaining == 0 {
         let (status, r) = error(403, "API rate limit exceeded for installation.");
-        return (status, with_rate(r, s));
+        return (status, with_rate(r, s, bucket));
     }
-    s.budget.remaining -= 1;
+    s.budget_mut(bucket).remaining -= 1;
     let installation = s.installation_tokens.contains_key(token);
     let (status, r) = route(s, req, endpoint, segs, body, installation);
-    (status, with_rate(r, s))
+    (status, with_rate(r, s, bucket))
 }
 
 fn route(

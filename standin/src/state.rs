@@ -132,6 +132,28 @@ impl Budget {
     }
 }
 
+/// The rate-limit bucket an endpoint spends, as GitHub names it in `X-RateLimit-Resource`:
+/// registering a self-hosted runner (a JIT config, a registration token) spends
+/// `actions_runner_registration`, everything else `core` (GitHub docs, "Rate limits for the
+/// REST API" and `GET /rate_limit`'s `resources`).
+pub fn bucket_of(endpoint: &str) -> &'static str {
+    match endpoint {
+        "generate_jitconfig" | "registration_token" => "actions_runner_registration",
+        _ => "core",
+    }
+}
+
+impl State {
+    /// The budget of a bucket.
+    pub fn budget_mut(&mut self, bucket: &str) -> &mut Budget {
+        if bucket == "actions_runner_registration" {
+            &mut self.registration
+        } else {
+            &mut self.budget
+        }
+    }
+}
+
 /// How stand-in runners behave when they take a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerBehavior {
@@ -227,8 +249,10 @@ pub struct State {
     pub runners: BTreeMap<u64, Runner>,
     /// Jobs by id.
     pub jobs: BTreeMap<u64, Job>,
-    /// Rate budget.
+    /// Rate budget of the `core` bucket.
     pub budget: Budget,
+    /// Rate budget of the `actions_runner_registration` bucket.
+    pub registration: Budget,
     /// Faults per endpoint, consumed in order.
     pub faults: BTreeMap<String, VecDeque<Fault>>,
     /// Every call.

@@ -311,3 +311,52 @@ async fn jobs_outside_the_configured_repos_cost_nothing() {
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// GitHub keeps the runner-registration budget apart from `core`: with only
+/// `actions_runner_registration` spent until its reset, no claim succeeds before the reset and
+/// the jobs run after it, while `core` calls (the reconcile's listings) go on answering 200.
+/// The gauges show both buckets.
+#[actix_rt::test]
+async fn an_empty_registration_bucket_is_waited_out_while_core_calls_go_on() {
+    let standin = crate::support::standin(100);
+    let extra = "[runner.claim_retry]\nschedule = [\"1s\"]\nrate_reset_jitter = [\"1s\", \"2s\"]\n";
+    let daemon = Daemon::start_reconciling(&standin, "1s", extra, &local_provider(2)).await;
+    let reset = standin.exhaust_bucket_for("actions_runner_registration", Duration::from_secs(4));
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(40))
+        .await;
+    let claims = standin.calls_to("generate_jitconfig");
+    let ok: Vec<_> = claims.iter().filter(|c| c.status == 201).collect();
+    assert!(ok.len() >= 2, "{claims:?}");
+    // One refused claim per job: the 403 proved the bucket empty, so each retry snapped to its
+    // reset instead of climbing the ladder into it.
+    let refused = claims.iter().filter(|c| c.status == 403).count();
+    assert_eq!(refused, 2, "{claims:?}");
+    for c in &ok {
+        assert!(
+            c.at_ms / 1000 >= u128::from(reset),
+            "claimed before the reset: {c:?}"
+        );
+    }
+    let during: Vec<u16> = standin
+        .calls()
+        .into_iter()
+        .filter(|c| c.endpoint.starts_with("list_") && c.at_ms / 1000 < u128::from(reset))
+        .map(|c| c.status)
+        .collect();
+    assert!(
+        !during.is_empty() && during.iter().all(|s| *s == 200),
+        "core calls during the window: {during:?}"
+    );
+    let metrics = daemon.metrics().await;
+    for bucket in ["core", "actions_runner_registration"] {
+        assert!(
+            metrics.contains(&format!(
+                "ephemerd_github_api_rate_limit{{resource=\"{bucket}\"}} 5000"
+            )),
+            "{metrics}"
+        );
+    }
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -9,6 +9,7 @@ use ephemer_actors_core::{
     github::{ErrorClass, GithubClient, GithubError},
     metrics::Metrics,
     rate::{GetRateSnapshot, RateActor},
+    vocab::RateBucket,
 };
 use github_standin::{Fault, Standin, StandinConfig};
 
@@ -145,17 +146,25 @@ async fn a_taken_name_is_retried_with_a_fresh_one_up_to_three_times() {
     assert_eq!(s.standin.count("generate_jitconfig"), 6);
 }
 
+/// The claim's bucket: a JIT config spends `actions_runner_registration`.
+const REGISTRATION: RateBucket = RateBucket::ActionsRunnerRegistration;
+
 async fn snapshot(s: &Setup) -> ephemer_actors_core::rate::RateSnapshot {
     let credential = s.client.rate_key();
-    s.rate.send(GetRateSnapshot { credential }).await.unwrap()
+    let all = s.rate.send(GetRateSnapshot { credential }).await.unwrap();
+    all.into_iter()
+        .find(|(b, _)| *b == REGISTRATION)
+        .map(|(_, r)| r)
+        .unwrap_or_default()
 }
 
 async fn gauges(m: &Metrics) -> [i64; 4] {
+    let bucket = [REGISTRATION.as_str()];
     [
-        m.rate_remaining.get(),
-        m.rate_limit.get(),
-        m.rate_reset_seconds.get(),
-        m.rate_updated_seconds.get(),
+        m.rate_remaining.with_label_values(&bucket).get(),
+        m.rate_limit.with_label_values(&bucket).get(),
+        m.rate_reset_seconds.with_label_values(&bucket).get(),
+        m.rate_updated_seconds.with_label_values(&bucket).get(),
     ]
 }
 

@@ -121,13 +121,18 @@ async fn every_contract_metric_after_a_run() {
     for name in ephemer_actors_core::metrics::CONTRACT_METRICS {
         assert!(m.contains(&format!("# TYPE {name} ")), "{name} missing");
     }
-    assert_eq!(value("ephemerd_github_api_rate_limit"), 5000.0);
-    assert!(value("ephemerd_github_api_rate_remaining") > 4900.0);
-    assert!(value("ephemerd_github_api_rate_updated_seconds") > 1.7e9);
-    assert!(
-        value("ephemerd_github_api_rate_reset_seconds")
-            > value("ephemerd_github_api_rate_updated_seconds")
-    );
+    // The claims spend actions_runner_registration, the start-up listing core: each bucket
+    // has its reading, under its resource label.
+    for bucket in ["actions_runner_registration", "core"] {
+        let series = |name: &str| format!("{name}{{resource=\"{bucket}\"}}");
+        assert_eq!(value(&series("ephemerd_github_api_rate_limit")), 5000.0);
+        assert!(value(&series("ephemerd_github_api_rate_remaining")) > 4900.0);
+        assert!(value(&series("ephemerd_github_api_rate_updated_seconds")) > 1.7e9);
+        assert!(
+            value(&series("ephemerd_github_api_rate_reset_seconds"))
+                > value(&series("ephemerd_github_api_rate_updated_seconds"))
+        );
+    }
     // One claim per job, and at most a few more when runners swap jobs under load (a job whose
     // runner ran a sibling is dispatched again; the spare is then reaped).
     let claims =

@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 pub use crate::scheduler::core::{
     Capacity, JobDetail as JobAnswer, JobView, JobsView as JobsAnswer, ProviderView, StatusView,
 };
-use crate::{retry::RetryTimerView, vocab::RateSnapshot};
+use crate::{
+    retry::RetryTimerView,
+    vocab::{RateBucket, RateSnapshot},
+};
 
 /// `GET /api/v1/status`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -21,8 +24,8 @@ pub struct StatusAnswer {
     pub scheduler: StatusView,
     /// The ladder's one timer.
     pub retry_timer: Option<RetryTimerView>,
-    /// The latest rate-limit reading of the credential.
-    pub rate: Option<RateSnapshot>,
+    /// The latest rate-limit reading of each bucket of the credential.
+    pub rates: std::collections::BTreeMap<RateBucket, RateSnapshot>,
 }
 
 /// `POST /api/v1/cordon`, `/uncordon`

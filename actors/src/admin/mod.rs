@@ -67,19 +67,20 @@ async fn status(admin: web::Data<Admin>) -> HttpResponse {
         return unavailable("scheduler");
     };
     let retry_timer = admin.retry.send(GetRetryTimer).await.ok();
-    let rate = admin
+    let rates = admin
         .rate
         .send(GetRateSnapshot {
             credential: admin.credential.clone(),
         })
         .await
-        .ok();
+        .map(|v| v.into_iter().collect())
+        .unwrap_or_default();
     HttpResponse::Ok().json(StatusAnswer {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: admin.started.elapsed().as_secs(),
         scheduler: state,
         retry_timer,
-        rate,
+        rates,
     })
 }
 

@@ -512,6 +512,8 @@ impl GithubClient {
         }
         let observation = ObserveRate {
             credential: self.rate_key(),
+            // Which bucket: the answer says so; a bare `Retry-After` is core's.
+            bucket: reading.map_or(crate::vocab::RateBucket::Core, |r| r.resource),
             headers: reading,
             retry_after,
             status: status.as_u16(),
@@ -544,6 +546,7 @@ fn check(endpoint: &'static str, answer: Answer) -> Result<Answer, GithubError> 
         message,
         documentation_url,
         rate_remaining: rate.and_then(|r| r.remaining),
+        rate_bucket: rate.map(|r| r.resource),
         rate_reset: rate.and_then(|r| r.reset),
         retry_after: parse_retry_after(&answer.headers),
     }))

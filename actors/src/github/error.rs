@@ -21,6 +21,8 @@ pub struct HttpFailure {
     pub documentation_url: Option<String>,
     /// `X-RateLimit-Remaining` of this answer.
     pub rate_remaining: Option<u64>,
+    /// `X-RateLimit-Resource` of this answer: the bucket it spent.
+    pub rate_bucket: Option<crate::vocab::RateBucket>,
     /// `X-RateLimit-Reset` of this answer (unix seconds).
     pub rate_reset: Option<u64>,
     /// `Retry-After` of this answer.
@@ -119,6 +121,15 @@ impl GithubError {
         }
     }
 
+    /// The rate-limit bucket the failed answer spent, when it said.
+    pub fn rate_bucket(&self) -> Option<crate::vocab::RateBucket> {
+        match self {
+            GithubError::Http(f) => f.rate_bucket,
+            GithubError::TokenExchange(inner) => inner.rate_bucket(),
+            _ => None,
+        }
+    }
+
     /// The HTTP status, when GitHub answered.
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -139,6 +150,7 @@ mod tests {
             message: message.into(),
             documentation_url: None,
             rate_remaining: remaining,
+            rate_bucket: None,
             rate_reset: None,
             retry_after: None,
         })

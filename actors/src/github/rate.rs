@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-pub use crate::vocab::RateHeaders;
+pub use crate::vocab::{RateBucket, RateHeaders};
 use actix_web::http::header::HeaderMap;
 
 /// Parses the rate headers of one answer; `None` when `X-RateLimit-Remaining` is absent.
@@ -24,7 +24,7 @@ pub fn parse_rate_headers(headers: &HeaderMap) -> Option<RateHeaders> {
         limit: num("x-ratelimit-limit"),
         reset: num("x-ratelimit-reset"),
         used: num("x-ratelimit-used"),
-        core: get("x-ratelimit-resource").is_none_or(|r| r == "core"),
+        resource: get("x-ratelimit-resource").map_or(RateBucket::Core, RateBucket::parse),
     })
 }
 
@@ -65,7 +65,13 @@ mod tests {
         assert_eq!(r.limit, Some(5000));
         assert_eq!(r.reset, Some(1_764_470_000));
         assert_eq!(r.used, Some(10));
-        assert!(r.core);
+        assert_eq!(r.resource, RateBucket::Core);
+        let r = parse_rate_headers(&headers(&[
+            ("x-ratelimit-remaining", "14"),
+            ("x-ratelimit-resource", "actions_runner_registration"),
+        ]))
+        .unwrap();
+        assert_eq!(r.resource, RateBucket::ActionsRunnerRegistration);
     }
 
     #[test]

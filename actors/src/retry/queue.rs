@@ -31,6 +31,8 @@ pub struct Failure {
     pub class: ErrorClass,
     /// `Retry-After` of the failed answer.
     pub retry_after: Option<Duration>,
+    /// The rate-limit bucket the failed call spent (its reading decides a rate snap).
+    pub bucket: Option<crate::vocab::RateBucket>,
     /// What went wrong, for the timeline (never a secret).
     pub message: String,
 }
@@ -371,6 +373,7 @@ mod tests {
         Failure {
             class,
             retry_after: None,
+            bucket: None,
             message: "boom".into(),
         }
     }

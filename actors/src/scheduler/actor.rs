@@ -486,7 +486,7 @@ impl Handler<RateReading> for SchedulerActor {
     type Result = ();
 
     fn handle(&mut self, m: RateReading, _: &mut Context<Self>) {
-        self.core.on_rate_reading(m.reading);
+        self.core.on_rate_reading(m.bucket, m.reading);
     }
 }
 

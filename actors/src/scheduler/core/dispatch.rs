@@ -182,6 +182,7 @@ impl Scheduler {
                 let failure = Failure {
                     class,
                     retry_after: e.retry_after(),
+                    bucket: e.rate_bucket(),
                     message: e.to_string(),
                 };
                 self.failed(&key, failure, now, &mut fx);

@@ -37,12 +37,18 @@ impl Scheduler {
             return;
         }
         let job = rec.info.clone();
+        // The rate snap reads the bucket the failing call spent; a claim's is
+        // actions_runner_registration when the answer did not say.
+        let bucket = failure
+            .bucket
+            .unwrap_or(RateBucket::ActionsRunnerRegistration);
+        let reading = self.rates.get(&bucket).copied();
         let outcome = self.ladder.record_failure(
             job,
             &failure,
             now.mono,
             now.unix,
-            Some(&self.rate),
+            reading.as_ref(),
             &mut self.rng,
         );
         match outcome {
@@ -147,10 +153,10 @@ impl Scheduler {
         fx
     }
 
-    /// A fresh rate-limit reading of the credential the claims spend (pushed by the rate
-    /// actor): the ladder snaps rate-limited retries to its reset when it proves the budget
-    /// empty.
-    pub fn on_rate_reading(&mut self, reading: RateSnapshot) {
-        self.rate = reading;
+    /// A fresh rate-limit reading of one bucket of the credential the claims spend (pushed by
+    /// the rate actor): the ladder snaps a rate-limited retry to the reset of the bucket its
+    /// failing call spent, when the reading proves that bucket empty.
+    pub fn on_rate_reading(&mut self, bucket: RateBucket, reading: RateSnapshot) {
+        self.rates.insert(bucket, reading);
     }
 }

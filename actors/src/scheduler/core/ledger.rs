@@ -155,6 +155,7 @@ impl Scheduler {
                     let failure = Failure {
                         class: error.class(),
                         retry_after: None,
+                        bucket: None,
                         message: format!("provisioning failed: {error}"),
                     };
                     self.failed(&intent, failure, now, &mut fx);

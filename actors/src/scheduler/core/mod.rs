@@ -31,7 +31,7 @@ use crate::{
     rate::RateSnapshot,
     retry::{Backoff, Failure, RetryQueue, RetryView, Scheduled},
     store::{Op, RunnerRow, Snapshot},
-    vocab::LabelSet,
+    vocab::{LabelSet, RateBucket},
 };
 
 mod dispatch;
@@ -350,8 +350,8 @@ pub struct Scheduler {
     ladder: RetryQueue,
     /// Jitter for the ladder (seeded in tests).
     rng: SmallRng,
-    /// The latest rate-limit reading of the credential claims spend.
-    rate: RateSnapshot,
+    /// The latest rate-limit reading of each bucket of the credential claims spend.
+    rates: HashMap<RateBucket, RateSnapshot>,
     /// The due time the retry timer was last handed.
     retry_timer: Option<Instant>,
     /// What operators count or read, waiting for the shell.
@@ -424,7 +424,7 @@ impl Scheduler {
             stats: Stats::default(),
             ladder: RetryQueue::new(backoff),
             rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),
-            rate: RateSnapshot::default(),
+            rates: HashMap::new(),
             retry_timer: None,
             observed: Vec::new(),
             ops: Vec::new(),

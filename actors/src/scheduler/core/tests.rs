@@ -85,6 +85,7 @@ fn bad_gateway() -> GithubError {
         message: "bad gateway".into(),
         documentation_url: None,
         rate_remaining: None,
+        rate_bucket: None,
         rate_reset: None,
         retry_after: None,
     })

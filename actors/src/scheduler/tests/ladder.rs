@@ -80,11 +80,12 @@ async fn seed_rate(h: &Harness, remaining: u64, reset_in: u64, age: u64) {
         limit: Some(5000),
         reset: Some(now + reset_in),
         used: None,
-        core: true,
+        resource: crate::vocab::RateBucket::ActionsRunnerRegistration,
     };
     h.rate
         .send(ObserveRate {
             credential: "token".into(),
+            bucket: crate::vocab::RateBucket::ActionsRunnerRegistration,
             headers: Some(headers),
             retry_after: None,
             status: 403,

@@ -345,6 +345,8 @@ fn http(status: u16, remaining: Option<u64>, retry_after: Option<u64>) -> Github
         message: "scripted".into(),
         documentation_url: None,
         rate_remaining: remaining,
+        // A claim's answer with rate headers names the registration bucket.
+        rate_bucket: remaining.map(|_| crate::vocab::RateBucket::ActionsRunnerRegistration),
         rate_reset: None,
         retry_after: retry_after.map(Duration::from_secs),
     })
