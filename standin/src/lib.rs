@@ -242,6 +242,35 @@ impl Standin {
         ids
     }
 
+    /// Delivers a signed `queued` webhook for a job of another account, repo or App
+    /// installation (an org hook or an org-wide App sees those too). The stand-in keeps no such
+    /// job, so no runner of ours could take it. Returns its id.
+    pub fn deliver_foreign_job(
+        &self,
+        owner: &str,
+        repo: &str,
+        installation_id: Option<u64>,
+        labels: &[&str],
+    ) -> u64 {
+        let mut s = self.state();
+        let id = s.next_job_id;
+        s.next_job_id += 1;
+        let info = ephemer_actors_core::job::JobInfo {
+            key: ephemer_actors_core::job::JobKey::new(owner, id),
+            repo: repo.to_string(),
+            run_id: id,
+            run_attempt: 1,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            installation_id,
+            ..Default::default()
+        };
+        let body = ephemer_actors_core::github::event::render_workflow_job("queued", &info);
+        if let Some(outbox) = &s.outbox {
+            let _ = outbox.send(("queued".to_string(), id, body));
+        }
+        id
+    }
+
     /// Adds queued jobs without sending any webhook (a delivery that never arrived).
     pub fn add_jobs(&self, repo: &str, labels: &[&str], count: usize) -> Vec<u64> {
         let mut s = self.state();

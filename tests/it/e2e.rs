@@ -272,26 +272,44 @@ async fn a_failed_app_token_exchange_delays_a_claim_by_one_rung() {
             .await
             .contains("ephemerd_claim_retry_attempts_total{class=\"server_side\"} 1")
     );
+    // A job delivered for another installation of the App (installed org-wide elsewhere) is
+    // none of ours: ignored, no claim.
+    standin.deliver_foreign_job("acme", "app", Some(999), LABELS);
+    let ignored = "ephemerd_webhook_ignored_total{reason=\"installation\"} 1";
+    crate::support::provision::eventually_async(
+        "the other installation's job ignored",
+        Duration::from_secs(10),
+        || async { daemon.metrics().await.contains(ignored) },
+    )
+    .await;
+    assert_eq!(standin.calls_to("generate_jitconfig").len(), 1);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
 /// An org webhook also delivers jobs of repos this daemon does not serve (a public repo taking
-/// fork PRs, say): with `repos = ["app"]` they are answered 202, cost no API call, are counted
-/// by reason, and `jobs ID` says why; the served repo's job runs.
+/// fork PRs, say), and of other accounts: with `repos = ["app"]` they are answered 202, cost no
+/// API call, are counted by reason, and `jobs ID` says why; the served repo's job runs. (The
+/// daemon here uses a token, so a delivery's installation id is not checked; the core tests
+/// cover the installation with App auth.)
 #[actix_rt::test]
 async fn jobs_outside_the_configured_repos_cost_nothing() {
     let standin = crate::support::standin(100);
     let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
-    let foreign = standin.queue_jobs("fork-prs", LABELS, 2);
+    let mut foreign = standin.queue_jobs("fork-prs", LABELS, 2);
+    foreign.push(standin.deliver_foreign_job("someone-else", "app", None, LABELS));
     standin.queue_jobs("app", LABELS, 1);
     daemon
         .wait_completed(&standin, 1, Duration::from_secs(30))
         .await;
     let metrics = daemon.metrics().await;
-    assert!(
-        metrics.contains("ephemerd_webhook_ignored_total{reason=\"repo\"} 2"),
-        "{metrics}"
-    );
+    for (reason, n) in [("repo", 2), ("owner", 1)] {
+        assert!(
+            metrics.contains(&format!(
+                "ephemerd_webhook_ignored_total{{reason=\"{reason}\"}} {n}"
+            )),
+            "{metrics}"
+        );
+    }
     assert_eq!(standin.count("generate_jitconfig"), 1);
     assert!(
         standin
