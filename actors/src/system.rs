@@ -311,7 +311,9 @@ pub fn start(
 /// wait up to `timeout` for every runner to finish, then tear down and delete what remains.
 /// Returns how many runners had to be torn down.
 pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
-    use crate::scheduler::messages::{FlushDeferred, GetStatus, SetCordon, TeardownAll};
+    use crate::scheduler::messages::{
+        CallsInFlight, FlushDeferred, GetStatus, SetCordon, TeardownAll,
+    };
     const POLL: std::time::Duration = std::time::Duration::from_millis(200);
     let runners = || async {
         handles
@@ -321,8 +323,18 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
             .map(|s| s.runners)
             .unwrap_or(0)
     };
+    // Claims, deletions and busy checks already sent get their answers before the actors
+    // stop: a claim answered after it would leave a registration nobody runs.
+    let calls = || async { handles.scheduler.send(CallsInFlight).await.unwrap_or(0) };
+    let settle = || async {
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while calls().await > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
     let _ = handles.scheduler.send(SetCordon(true)).await;
     let deadline = tokio::time::Instant::now() + timeout;
+    settle().await;
     let mut left = runners().await;
     tracing::info!(runners = left, timeout = ?timeout, "draining: waiting for running jobs");
     while left > 0 && tokio::time::Instant::now() < deadline {
@@ -331,6 +343,7 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
     }
     if left == 0 {
         let _ = handles.scheduler.send(FlushDeferred).await;
+        settle().await;
         return 0;
     }
     tracing::warn!(
@@ -344,5 +357,6 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
         tokio::time::sleep(POLL).await;
     }
     let _ = handles.scheduler.send(FlushDeferred).await;
+    settle().await;
     left
 }

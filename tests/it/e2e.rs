@@ -36,22 +36,21 @@ async fn twenty_jobs_twenty_claims_nothing_left() {
         .wait_completed(&standin, 20, Duration::from_secs(90))
         .await;
     no_runner_left(&standin, &daemon).await;
-    assert_eq!(
-        standin.count("generate_jitconfig"),
-        20,
-        "exactly one claim per job"
-    );
+    let (_, heals) = daemon.assert_claims_per_job(&standin, 20);
     // The one call that is not per job: the start-up listing of registrations no ledger names.
+    // When no runner raced its job (no heal), that is the whole bill.
     let calls: Vec<_> = standin
         .calls()
         .into_iter()
         .filter(|c| c.endpoint != "list_runners")
         .collect();
-    assert_eq!(
-        calls.len(),
-        20,
-        "one API call per job on the happy path: {calls:?}"
-    );
+    if heals == 0 {
+        assert_eq!(
+            calls.len(),
+            20,
+            "one API call per job on the happy path: {calls:?}"
+        );
+    }
     assert_eq!(standin.count("list_runners"), 1);
     let metrics = daemon.metrics().await;
     assert!(
@@ -87,17 +86,8 @@ async fn each_job_delivered_three_times_is_claimed_once() {
         .filter(|d| d.action == "queued")
         .collect();
     assert_eq!(queued.len(), 24, "three deliveries per job");
-    // One claim per job: a duplicate or replayed delivery never claims. Under load a runner
-    // can exit before its job's in_progress arrives; the stranded self-heal then dispatches
-    // that job again by design (fungible runners; the log says so for each one), which costs
-    // a claim unless the in_progress lands first.
-    let logs = daemon.logs();
-    let heals = logs.matches("dispatching the job again").count();
-    let claims = standin.count("generate_jitconfig");
-    assert!(
-        (8..=8 + heals).contains(&claims),
-        "{claims} claims with {heals} heals: claims beyond one per job are heals only:\n{logs}"
-    );
+    // One claim per job: a duplicate or replayed delivery never claims (a heal may).
+    daemon.assert_claims_per_job(&standin, 8);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
@@ -194,7 +184,7 @@ async fn jobs_run_in_podman_containers_through_the_daemon() {
         .wait_completed(&standin, 4, Duration::from_secs(120))
         .await;
     no_runner_left(&standin, &daemon).await;
-    assert_eq!(standin.count("generate_jitconfig"), 4);
+    daemon.assert_claims_per_job(&standin, 4);
     let ours = format!("{}-linux-", daemon.prefix());
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
     let names = podman.container_names().await;
@@ -221,11 +211,7 @@ async fn form_encoded_deliveries_run_their_jobs() {
             .filter(|d| d.action == "queued")
             .all(|d| d.status == 202)
     );
-    assert_eq!(
-        standin.count("generate_jitconfig"),
-        2,
-        "no reconcile needed"
-    );
+    daemon.assert_claims_per_job(&standin, 2);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

@@ -114,6 +114,8 @@ pub struct SchedulerActor {
     metrics: Metrics,
     clock: Clock,
     wake: Option<(SpawnHandle, Instant)>,
+    /// GitHub calls started and not answered yet (a drain waits for them).
+    calls_in_flight: usize,
 }
 
 /// Starts a scheduler and its retry actor, wired to each other, in a context made beforehand
@@ -154,6 +156,7 @@ pub fn start_in(
         metrics,
         clock,
         wake: None,
+        calls_in_flight: 0,
     };
     actor.carry_out_restored(fx);
     ctx.run(actor);
@@ -206,7 +209,9 @@ impl SchedulerActor {
                             })
                         })
                     };
+                    self.calls_in_flight += 1;
                     ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+                        act.calls_in_flight -= 1;
                         let fx = act
                             .core
                             .on_claim_result(key, provider, result, act.clock.tick());
@@ -253,7 +258,8 @@ impl SchedulerActor {
                     name,
                 } => {
                     let delete = self.deps.github.delete.clone();
-                    actix_rt::spawn(async move {
+                    self.calls_in_flight += 1;
+                    let call = async move {
                         match delete.send(DeleteRunner { repo, runner_id }).await {
                             Ok(Ok(())) => {
                                 tracing::info!(runner = %name, "runner deleted on GitHub")
@@ -265,7 +271,11 @@ impl SchedulerActor {
                                 tracing::warn!(runner = %name, error = %e, "github actor unavailable")
                             }
                         }
-                    });
+                    };
+                    ctx.spawn(
+                        call.into_actor(self)
+                            .map(|(), act, _| act.calls_in_flight -= 1),
+                    );
                 }
                 Effect::ArmRetryTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
                 Effect::CheckIdle {
@@ -285,7 +295,9 @@ impl SchedulerActor {
                             }),
                         }
                     };
+                    self.calls_in_flight += 1;
                     ctx.spawn(fut.into_actor(self).map(move |busy, act, ctx| {
+                        act.calls_in_flight -= 1;
                         let fx = act
                             .core
                             .on_idle_checked(&name, busy, reason, act.clock.tick());
@@ -460,6 +472,14 @@ impl Actor for SchedulerActor {
 }
 
 crate::stop_on_request!(SchedulerActor);
+
+impl Handler<super::messages::CallsInFlight> for SchedulerActor {
+    type Result = usize;
+
+    fn handle(&mut self, _: super::messages::CallsInFlight, _: &mut Context<Self>) -> usize {
+        self.calls_in_flight
+    }
+}
 
 impl Handler<JobEvent> for SchedulerActor {
     type Result = ();

@@ -69,3 +69,9 @@ pub struct GetJob(pub u64);
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::RetryQueueView")]
 pub struct GetRetryQueue;
+
+/// Ask how many GitHub calls the scheduler started that have not been answered (claims,
+/// deletions, busy checks): a drain waits for them, so no answer is dropped with the actors.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "usize")]
+pub struct CallsInFlight;

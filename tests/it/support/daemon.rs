@@ -269,6 +269,20 @@ impl Daemon {
         (status.code(), self.logs())
     }
 
+    /// Asserts one claim per job, plus at most one per stranded-job heal the log shows: under
+    /// load a runner can exit before its job's `in_progress` arrives, and the self-heal then
+    /// dispatches that job again by design (fungible runners). Returns (claims, heals).
+    pub fn assert_claims_per_job(&self, standin: &Standin, jobs: usize) -> (usize, usize) {
+        let logs = self.logs();
+        let heals = logs.matches("dispatching the job again").count();
+        let claims = standin.count("generate_jitconfig");
+        assert!(
+            (jobs..=jobs + heals).contains(&claims),
+            "{claims} claims for {jobs} jobs with {heals} heals: beyond one per job, only heals may claim:\n{logs}"
+        );
+        (claims, heals)
+    }
+
     /// `/metrics` text.
     pub async fn metrics(&self) -> String {
         super::http_get(&self.addr, "/metrics")
