@@ -304,10 +304,7 @@ async fn jobs_outside_the_configured_repos_cost_nothing() {
             .filter(|d| foreign.contains(&d.job_id))
             .all(|d| d.status == 202)
     );
-    let mut cmd = crate::support::daemon();
-    cmd.args(["jobs", &foreign[0].to_string(), "--config"])
-        .arg(&daemon.config);
-    let (code, out, err) = crate::support::output(cmd).await;
+    let (code, out, err) = daemon.ctl(&["jobs", &foreign[0].to_string()]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("state ignored") && out.contains("outside this daemon's repo"),

@@ -6,16 +6,12 @@ use std::time::Duration;
 use github_standin::{Standin, StandinConfig};
 
 use crate::support::{
-    daemon as cli_daemon,
     daemon::{Daemon, local_provider},
-    output,
     provision::eventually,
 };
 
 async fn ctl(d: &Daemon, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = cli_daemon();
-    cmd.args(args).arg("--config").arg(&d.config);
-    output(cmd).await
+    d.ctl(args).await
 }
 
 /// `jobs <id>` on a job that was retried twice shows both failures, their classes and the

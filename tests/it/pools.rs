@@ -6,17 +6,14 @@ use std::time::Duration;
 use github_standin::{Standin, StandinConfig};
 
 use crate::support::{
-    daemon as cli_daemon,
     daemon::{Daemon, linux_provider},
     engine::StubEngine,
-    output,
     provision::eventually_async,
 };
 
 async fn ctl_json(d: &Daemon, args: &[&str]) -> serde_json::Value {
-    let mut cmd = cli_daemon();
-    cmd.args(args).arg("--json").arg("--config").arg(&d.config);
-    let (code, out, err) = output(cmd).await;
+    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let (code, out, err) = d.ctl(&args).await;
     assert_eq!(code, 0, "{err}");
     serde_json::from_str(&out).unwrap()
 }
@@ -83,9 +80,7 @@ async fn a_container_pool_whose_engine_lacks_the_init_is_down_and_claims_nothing
         logs.contains("host check failed") && logs.contains("catatonit"),
         "the log names the cause:\n{logs}"
     );
-    let mut cmd = cli_daemon();
-    cmd.arg("status").arg("--config").arg(&daemon.config);
-    let (_, table, _) = output(cmd).await;
+    let (_, table, _) = daemon.ctl(&["status"]).await;
     assert!(
         table.contains("down: ") && table.contains("catatonit"),
         "{table}"

@@ -283,6 +283,13 @@ impl Daemon {
         (claims, heals)
     }
 
+    /// Runs `ephemer-actors ARGS --config <its config>` against it: (exit code, stdout, stderr).
+    pub async fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = super::daemon();
+        cmd.args(args).arg("--config").arg(&self.config);
+        super::output(cmd).await
+    }
+
     /// `/metrics` text.
     pub async fn metrics(&self) -> String {
         super::http_get(&self.addr, "/metrics")

@@ -389,23 +389,19 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
 fn runners_are_matched_by_name_and_id() {
     let (mut s, t0) = core();
     let name = claimed(&mut s, t0);
-    let impostor = JobInfo {
+    let completed_on = |runner_id: u64| JobInfo {
         runner_name: Some(name.clone()),
-        runner_id: Some(8),
+        runner_id: Some(runner_id),
         conclusion: Some("success".into()),
         ..job(1, LABELS)
     };
+    let impostor = completed_on(8);
     let fx = s.on_job_event(JobAction::Completed, impostor, Some("d"), t0, at(t0, 3));
     assert!(
         !fx.iter().any(|e| matches!(e, Effect::Teardown { .. })),
         "{fx:?}"
     );
-    let ours = JobInfo {
-        runner_name: Some(name.clone()),
-        runner_id: Some(7),
-        conclusion: Some("success".into()),
-        ..job(1, LABELS)
-    };
+    let ours = completed_on(7);
     let fx = s.on_job_event(JobAction::Completed, ours, Some("d"), t0, at(t0, 4));
     assert!(
         fx.contains(&Effect::Teardown {
