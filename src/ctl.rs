@@ -152,13 +152,6 @@ fn phase_provider(p: &Phase) -> String {
     }
 }
 
-fn phase_name(p: &Phase) -> String {
-    serde_json::to_value(p)
-        .ok()
-        .and_then(|v| v["state"].as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 /// `jobs` and `jobs <id>`
 pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
     let Some(id) = id else {
@@ -175,7 +168,7 @@ pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
                 "{:<12} {:<16} {:<11} {:<9} {:<8} {:<18} {}",
                 j.key.job_id,
                 j.repo,
-                phase_name(&j.phase),
+                j.phase.name(),
                 phase_provider(&j.phase),
                 j.retry_attempts,
                 or_dash(j.error_class),
@@ -198,7 +191,7 @@ pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
     );
     println!(
         "state {}  provider {}  runner {}  retries {}  first failure class {}",
-        phase_name(&j.phase),
+        j.phase.name(),
         phase_provider(&j.phase),
         or_dash(j.runner_name.as_deref()),
         j.retry_attempts,

@@ -265,9 +265,7 @@ impl Standin {
             ..Default::default()
         };
         let body = ephemer_actors_core::github::event::render_workflow_job("queued", &info);
-        if let Some(outbox) = &s.outbox {
-            let _ = outbox.send(("queued".to_string(), id, body));
-        }
+        s.post("queued", id, body);
         id
     }
 

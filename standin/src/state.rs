@@ -323,16 +323,18 @@ impl State {
             self.held.insert(job_id, body);
             return;
         }
-        let send = |s: &Self, action: &str, body: String| {
-            if let Some(outbox) = &s.outbox {
-                let _ = outbox.send((action.to_string(), job_id, body));
-            }
-        };
-        send(self, action, body);
+        self.post(action, job_id, body);
         if action == "completed"
             && let Some(held) = self.held.remove(&job_id)
         {
-            send(self, "in_progress", held);
+            self.post("in_progress", job_id, held);
+        }
+    }
+
+    /// Hands a rendered delivery to the webhook sender.
+    pub fn post(&self, action: &str, job_id: u64, body: String) {
+        if let Some(outbox) = &self.outbox {
+            let _ = outbox.send((action.to_string(), job_id, body));
         }
     }
 

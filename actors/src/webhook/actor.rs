@@ -18,7 +18,6 @@ use std::{
 
 use actix::{
     Actor, ActorFutureExt, Context, Handler, Message, Recipient, ResponseActFuture, WrapFuture,
-    prelude::SendError,
 };
 use tokio::time::Instant;
 
@@ -173,13 +172,12 @@ impl WebhookActor {
         let action = event.action;
         let delivery_id = event.delivery_id.clone();
         let key = event.job.key.clone();
-        let sent = match &self.scheduler {
-            Some(scheduler) => scheduler.try_send(event).map_err(|e| match e {
-                SendError::Full(_) | SendError::Closed(_) => (),
-            }),
-            None => Err(()),
-        };
-        if sent.is_ok() {
+        // A full or closed scheduler mailbox, or a closed intake: refused.
+        let sent = self
+            .scheduler
+            .as_ref()
+            .is_some_and(|scheduler| scheduler.try_send(event).is_ok());
+        if sent {
             if let Some(id) = &delivery_id {
                 self.in_flight.remove(id);
                 self.deliveries.insert(id, Instant::now());

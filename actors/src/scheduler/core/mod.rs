@@ -246,6 +246,22 @@ pub enum Phase {
     Done,
 }
 
+impl Phase {
+    /// The state's name, as its `state` tag on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Seen => "seen",
+            Phase::Unroutable => "unroutable",
+            Phase::Ignored => "ignored",
+            Phase::Pending => "pending",
+            Phase::Claiming { .. } => "claiming",
+            Phase::Retrying => "retrying",
+            Phase::Active { .. } => "active",
+            Phase::Done => "done",
+        }
+    }
+}
+
 /// What the scheduler knows about a job.
 #[derive(Debug, Clone)]
 pub struct JobRecord {
