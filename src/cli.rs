@@ -44,10 +44,15 @@ enum Command {
     /// stand-in runners, with a live view and a summary (exit 0 when every job ran).
     #[cfg(feature = "demo")]
     Demo(crate::demo::DemoArgs),
-    /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG).
+    /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG; `--root DIR`
+    /// names its install root, default the current directory).
     #[cfg(feature = "demo")]
     #[command(hide = true)]
-    StandinRunner,
+    StandinRunner {
+        /// Everything after the command, as a real `run.sh` passes it on.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -62,7 +67,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         #[cfg(feature = "demo")]
-        Command::StandinRunner => crate::standin::run(),
+        Command::StandinRunner { args } => crate::standin::run(args),
         Command::Status(t) => ctl_result(crate::ctl::status(&t)),
         Command::Jobs { id, target } => ctl_result(crate::ctl::jobs(&target, id)),
         Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t, true)),

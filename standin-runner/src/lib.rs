@@ -5,10 +5,24 @@
 //! stand-in GitHub for a job (`POST /_runner/acquire`) until it gets one. The stand-in hands it
 //! the oldest queued job whose labels it covers: not necessarily the one it was created for,
 //! exactly as GitHub does. It "runs" the job for the time the stand-in says, reports completion
-//! (`POST /_runner/complete`) and exits 0. It has no dependencies beyond std, serde_json and
-//! base64, so it can be linked statically and run in a busybox container.
+//! (`POST /_runner/complete`) and exits 0. It has few dependencies, so it can be linked
+//! statically and run in a busybox container.
+//!
+//! Like the real runner it keeps its state in its **install root**, not its working directory:
+//! it writes every file of its JIT config there at start (the real listener does so with
+//! `File.WriteAllBytes`, truncating an existing file in place: actions/runner
+//! `src/Runner.Listener/Runner.cs`) and works under `<root>/_work`. Its root is `--root DIR`,
+//! which the `run.sh` of a stand-in install ([`write_install`]) passes as the directory the
+//! script itself is in, as the real `run.sh` resolves it (`src/Misc/layoutroot/run.sh`); without
+//! it, the current directory. At the end of a job it checks that the identity in its root is
+//! still its own and that `_work` holds only its job: if not, another runner shared its root,
+//! and it fails the job (exits non-zero without reporting completion), as a real runner whose
+//! credentials were overwritten would.
 
-use std::time::{Duration, Instant};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use base64::{Engine, engine::general_purpose::STANDARD as B64};
 use serde_json::Value;
@@ -29,16 +43,32 @@ pub struct Identity {
     pub token: String,
 }
 
+fn b64(s: &str) -> Result<Vec<u8>, String> {
+    B64.decode(s.trim()).map_err(|e| format!("bad base64: {e}"))
+}
+
+/// The files of a JIT config: file name and content.
+pub fn jit_files(encoded: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let files: serde_json::Map<String, Value> =
+        serde_json::from_slice(&b64(encoded)?).map_err(|e| format!("bad JIT JSON: {e}"))?;
+    files
+        .into_iter()
+        .map(|(name, v)| {
+            let raw = v.as_str().ok_or(format!("{name} is not a string"))?;
+            Ok((name, b64(raw)?))
+        })
+        .collect()
+}
+
 /// Decodes a JIT config as the stand-in GitHub mints it.
 pub fn decode_jit(encoded: &str) -> Result<Identity, String> {
-    let b64 = |s: &str| B64.decode(s.trim()).map_err(|e| format!("bad base64: {e}"));
-    let files: Value =
-        serde_json::from_slice(&b64(encoded)?).map_err(|e| format!("bad JIT JSON: {e}"))?;
+    let files = jit_files(encoded)?;
     let file = |key: &str| -> Result<Value, String> {
-        let raw = files[key]
-            .as_str()
+        let (_, raw) = files
+            .iter()
+            .find(|(name, _)| name == key)
             .ok_or(format!("JIT config lacks {key}"))?;
-        serde_json::from_slice(&b64(raw)?).map_err(|e| format!("bad {key}: {e}"))
+        serde_json::from_slice(raw).map_err(|e| format!("bad {key}: {e}"))
     };
     let runner = file(".runner")?;
     let credentials = file(".credentials")?;
@@ -92,8 +122,71 @@ fn pause(d: Duration) {
     std::thread::sleep(d);
 }
 
-/// Runs the stand-in runner; returns the process exit code.
+/// The install root from the command line (`--root DIR`), else the current directory.
+pub fn root_from_args(args: impl IntoIterator<Item = String>) -> PathBuf {
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        if a == "--root"
+            && let Some(dir) = args.next()
+        {
+            return PathBuf::from(dir);
+        }
+        if let Some(dir) = a.strip_prefix("--root=") {
+            return PathBuf::from(dir);
+        }
+    }
+    PathBuf::from(".")
+}
+
+/// Runs the stand-in runner with the root named on the command line; returns the exit code.
 pub fn run() -> i32 {
+    run_in(&root_from_args(std::env::args().skip(1)))
+}
+
+/// Writes the JIT config's files into `root`, as the real listener does.
+fn write_identity(root: &Path, encoded: &str) -> Result<(), String> {
+    for (name, content) in jit_files(encoded)? {
+        let path = root.join(&name);
+        std::fs::write(&path, content)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Whether `root` still holds this runner's identity and `_work` only `job_dir`.
+fn check_root(root: &Path, me: &Identity, job_dir: &str) -> Result<(), String> {
+    let read =
+        |name: &str| std::fs::read(root.join(name)).map_err(|e| format!("cannot read {name}: {e}"));
+    let runner: Value = serde_json::from_slice(&read(".runner")?).map_err(|e| e.to_string())?;
+    let credentials: Value =
+        serde_json::from_slice(&read(".credentials")?).map_err(|e| e.to_string())?;
+    if runner["AgentName"].as_str() != Some(me.name.as_str())
+        || credentials["Data"]["token"].as_str() != Some(me.token.as_str())
+    {
+        return Err(format!(
+            "the identity in {} is no longer mine (now {})",
+            root.display(),
+            runner["AgentName"]
+        ));
+    }
+    let work = root.join("_work");
+    let others: Vec<String> = std::fs::read_dir(&work)
+        .map_err(|e| format!("cannot read {}: {e}", work.display()))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != job_dir)
+        .collect();
+    if !others.is_empty() {
+        return Err(format!(
+            "{} holds other jobs' work: {others:?}",
+            work.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the stand-in runner with its install root at `root`; returns the process exit code.
+pub fn run_in(root: &Path) -> i32 {
     let Ok(encoded) = std::env::var("ACTIONS_RUNNER_INPUT_JITCONFIG") else {
         eprintln!("standin-runner: ACTIONS_RUNNER_INPUT_JITCONFIG is not set");
         return 2;
@@ -105,7 +198,24 @@ pub fn run() -> i32 {
             return 2;
         }
     };
-    println!("standin-runner {} connecting to {}", me.name, me.server);
+    if let Err(e) = write_identity(root, &encoded) {
+        eprintln!("standin-runner {}: {e}", me.name);
+        return 2;
+    }
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    // Who it runs as, where /proc says (Linux); the tests of `run_as` read it.
+    let uid = std::fs::metadata("/proc/self").map_or_else(
+        |_| "?".to_string(),
+        |m| std::os::unix::fs::MetadataExt::uid(&m).to_string(),
+    );
+    println!(
+        "standin-runner {} connecting to {} (root {}, HOME {}, TMPDIR {}) as uid {uid}",
+        me.name,
+        me.server,
+        root.display(),
+        var("HOME"),
+        var("TMPDIR")
+    );
     let hello = format!(
         "{{\"name\":\"{}\",\"pid\":{}}}",
         me.name,
@@ -161,7 +271,23 @@ pub fn run() -> i32 {
         "standin-runner {}: running job {job_id} for {ms} ms",
         me.name
     );
+    let job_dir = format!("job-{job_id}");
+    let work = root.join("_work").join(&job_dir);
+    if let Err(e) = std::fs::create_dir_all(&work)
+        .and_then(|()| std::fs::write(work.join("step.log"), format!("{}\n", me.name)))
+    {
+        eprintln!(
+            "standin-runner {}: cannot write {}: {e}",
+            me.name,
+            work.display()
+        );
+        return 1;
+    }
     pause(Duration::from_millis(ms));
+    if let Err(e) = check_root(root, &me, &job_dir) {
+        eprintln!("standin-runner {}: failing job {job_id}: {e}", me.name);
+        return 4;
+    }
     let done = format!("{{\"job_id\":{job_id},\"conclusion\":\"success\"}}");
     match post(&me.server, "/_runner/complete", &me.token, &done) {
         Ok((200, _)) => {
@@ -176,4 +302,45 @@ pub fn run() -> i32 {
             1
         }
     }
+}
+
+/// Lays out a stand-in actions/runner install at `dir`, shaped like a real one after its first
+/// run: `run.sh` (which finds its root from its own path and rewrites `run-helper.sh` from the
+/// template with `cp -f`, as the real one does), `run-helper.sh.template` and `run-helper.sh`
+/// (which starts `program` with `args` and `--root <root>`), `bin/`, `externals/`, `.env`,
+/// `.path`, and a `.runner` left from an earlier configuration.
+pub fn write_install(dir: &Path, program: &Path, args: &[&str]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let quoted: Vec<String> = std::iter::once(program.display().to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let find_root = "DIR=\"$(cd -P \"$(dirname \"$0\")\" && pwd)\"\n";
+    let run = format!(
+        "#!/bin/sh\n# The stand-in's run.sh: its root is the directory it is in.\n{find_root}\
+         cp -f \"$DIR/run-helper.sh.template\" \"$DIR/run-helper.sh\"\n\
+         exec \"$DIR/run-helper.sh\" \"$@\"\n"
+    );
+    let helper = format!(
+        "#!/bin/sh\n{find_root}exec {} --root \"$DIR\" \"$@\"\n",
+        quoted.join(" ")
+    );
+    let files: [(&str, &str, u32); 9] = [
+        ("run.sh", &run, 0o755),
+        ("run-helper.sh.template", &helper, 0o755),
+        ("run-helper.sh", &helper, 0o755),
+        ("config.sh", "#!/bin/sh\necho configured\n", 0o755),
+        ("bin/Runner.Listener", "stand-in listener\n", 0o755),
+        ("bin/Runner.Worker", "stand-in worker\n", 0o755),
+        ("externals/node20/bin/node", "stand-in node\n", 0o755),
+        (".env", "LANG=C.UTF-8\n", 0o644),
+        (".runner", "{\"AgentName\":\"configured-before\"}\n", 0o644),
+    ];
+    for (name, text, mode) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
+        std::fs::write(&path, text)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    std::fs::write(dir.join(".path"), "/usr/local/bin:/usr/bin:/bin\n")
 }
