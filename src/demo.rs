@@ -43,8 +43,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     actix_rt::System::new().block_on(demo(args))
 }
 
+/// The demo's config; the local pool runs a stand-in actions/runner install laid out under
+/// `state` (its `run.sh` starts this executable's hidden `standin-runner`), one copy per job.
 fn config(standin: &Standin, state: &std::path::Path, secret: &str) -> anyhow::Result<Config> {
     let exe = std::env::current_exe().context("cannot find this executable")?;
+    let runner_dir = state.join("actions-runner");
+    standin_runner::write_install(&runner_dir, &exe, &["standin-runner"])
+        .with_context(|| format!("cannot lay out {}", runner_dir.display()))?;
     let text = format!(
         r#"
 [github]
@@ -74,14 +79,13 @@ dir = "{state}"
 listen = "127.0.0.1:0"
 
 [providers.local]
-command = "{exe}"
-args = ["standin-runner"]
+runner_dir = "{runner_dir}"
 labels = ["self-hosted", "linux", "x64", "gpu"]
 max_concurrent = 8
 "#,
         api = standin.url(),
         state = state.display(),
-        exe = exe.display(),
+        runner_dir = runner_dir.display(),
     );
     Config::from_toml_str(&text, None, &Environment::default()).map_err(|e| anyhow::anyhow!("{e}"))
 }

@@ -190,11 +190,11 @@ pub fn start(
         let kind = ProviderKind::Local;
         let settings = ProcessSettings {
             kind,
-            command: p.local.command.clone(),
+            program: p.local.program.clone(),
             args: p.local.args.clone(),
             work_root: p.local.work_root.clone(),
             log_dir: log_dir.clone(),
-            run_as: None,
+            run_as: p.local.run_as.clone(),
             name_prefix: prefix(kind),
             grace: KILL_GRACE,
         };
@@ -237,7 +237,7 @@ pub fn start(
         let kind = ProviderKind::NativeMacos;
         let settings = ProcessSettings {
             kind,
-            command: p.native_macos.command.clone(),
+            program: p.native_macos.program.clone(),
             args: p.native_macos.args.clone(),
             work_root: p.native_macos.work_root.clone(),
             log_dir,

@@ -40,10 +40,7 @@ async fn parked_retries_survive_kill_9() {
         ok.iter().all(|c| c.at_ms / 1000 >= u128::from(reset)),
         "claimed only after the reset"
     );
-    eventually("no runner left", Duration::from_secs(20), || {
-        standin.runners().is_empty()
-    })
-    .await;
+    daemon.wait_no_runner_left(&standin).await;
     assert!(
         daemon.logs().contains("state restored"),
         "{}",
@@ -106,10 +103,7 @@ max_concurrent = 2
     daemon
         .wait_completed(&standin, 5, Duration::from_secs(60))
         .await;
-    eventually("no runner registered", Duration::from_secs(30), || {
-        standin.runners().is_empty()
-    })
-    .await;
+    daemon.wait_no_runner_left(&standin).await;
     eventually("no runner process", Duration::from_secs(30), || {
         local_pids.iter().all(|p| !alive(*p))
     })

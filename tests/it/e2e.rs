@@ -14,19 +14,6 @@ use crate::support::{
 
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
-async fn no_runner_left(standin: &Standin, daemon: &Daemon) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !standin.runners().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "runners left: {:?}\n{}",
-            standin.runners(),
-            daemon.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[actix_rt::test]
 async fn twenty_jobs_twenty_claims_nothing_left() {
     let standin = crate::support::standin(200);
@@ -35,7 +22,7 @@ async fn twenty_jobs_twenty_claims_nothing_left() {
     daemon
         .wait_completed(&standin, 20, Duration::from_secs(90))
         .await;
-    no_runner_left(&standin, &daemon).await;
+    daemon.wait_no_runner_left(&standin).await;
     let (_, heals) = daemon.assert_claims_per_job(&standin, 20);
     // The one call that is not per job: the start-up listing of registrations no ledger names.
     // When no runner raced its job (no heal), that is the whole bill.
@@ -79,7 +66,7 @@ async fn each_job_delivered_three_times_is_claimed_once() {
     daemon
         .wait_completed(&standin, 8, Duration::from_secs(60))
         .await;
-    no_runner_left(&standin, &daemon).await;
+    daemon.wait_no_runner_left(&standin).await;
     let queued: Vec<_> = standin
         .deliveries()
         .into_iter()
@@ -183,7 +170,7 @@ async fn jobs_run_in_podman_containers_through_the_daemon() {
     daemon
         .wait_completed(&standin, 4, Duration::from_secs(120))
         .await;
-    no_runner_left(&standin, &daemon).await;
+    daemon.wait_no_runner_left(&standin).await;
     daemon.assert_claims_per_job(&standin, 4);
     let ours = format!("{}-linux-", daemon.prefix());
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));

@@ -27,10 +27,7 @@ async fn a_runner_crashing_at_boot_strands_nothing() {
     daemon
         .wait_completed(&standin, 2, Duration::from_secs(60))
         .await;
-    eventually("no runner left", Duration::from_secs(20), || {
-        standin.runners().is_empty()
-    })
-    .await;
+    daemon.wait_no_runner_left(&standin).await;
     // One extra claim for the stranded job; a second one only when the surviving runner's own
     // job had not been reported running yet when it exited (the surplus is then reaped).
     let claims = standin.count("generate_jitconfig");

@@ -7,6 +7,7 @@ mod e2e;
 mod embed;
 mod fungible;
 mod github;
+mod install;
 mod ops;
 mod pools;
 mod provision;

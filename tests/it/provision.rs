@@ -4,7 +4,7 @@
 use std::{path::Path, rc::Rc, time::Duration};
 
 use ephemer_actors_core::{
-    config::ProviderKind,
+    config::{ProviderKind, RunnerProgram},
     provision::{
         Backend, ExitReason, Provision, RunnerEventKind, Teardown,
         container::{ContainerBackend, ContainerSettings, PREFIX_LABEL},
@@ -23,7 +23,7 @@ const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> Rc<dyn Backend> {
     Rc::new(ProcessBackend::new(ProcessSettings {
         kind: ProviderKind::Local,
-        command: command.to_path_buf(),
+        program: RunnerProgram::Command(command.to_path_buf()),
         args: args.iter().map(|a| a.to_string()).collect(),
         work_root: work.join("work"),
         log_dir: work.join("logs"),

@@ -338,18 +338,43 @@ impl Default for RestartConfig {
     }
 }
 
-/// `[providers.local]`
+/// What a process pool runs for each job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerProgram {
+    /// `runner_dir`: an actions/runner install. Each job runs `run.sh` from its own private
+    /// copy of it, because the runner writes its identity and `_work` beside its own binaries.
+    Install(PathBuf),
+    /// `command`: an executable that keeps no state beside itself, run in the job's directory.
+    Command(PathBuf),
+}
+
+impl RunnerProgram {
+    /// The file that is started: `run.sh` of the install, or the command.
+    pub fn executable(&self) -> PathBuf {
+        match self {
+            RunnerProgram::Install(dir) => dir.join("run.sh"),
+            RunnerProgram::Command(path) => path.clone(),
+        }
+    }
+}
+
+/// `[providers.local]` and `[providers.native_macos]`: the runner as a process on this host.
 #[derive(Debug, Clone)]
-pub struct LocalConfig {
+pub struct ProcessPoolConfig {
     /// Shared provider keys.
     pub common: ProviderCommon,
-    /// The runner executable (`run.sh`).
-    pub command: PathBuf,
+    /// `runner_dir` or `command` (exactly one is set).
+    pub program: RunnerProgram,
     /// Arguments passed to it (never the JIT config).
     pub args: Vec<String>,
     /// Parent of the per-job directories.
     pub work_root: PathBuf,
+    /// Run the runner as this user (via `sudo -u`), if set.
+    pub run_as: Option<String>,
 }
+
+/// `[providers.local]`
+pub type LocalConfig = ProcessPoolConfig;
 
 /// `[providers.linux]`
 #[derive(Debug, Clone)]
@@ -386,19 +411,7 @@ pub struct VmMacosConfig {
 }
 
 /// `[providers.native_macos]`
-#[derive(Debug, Clone)]
-pub struct NativeMacosConfig {
-    /// Shared provider keys.
-    pub common: ProviderCommon,
-    /// The runner executable (`run.sh`).
-    pub command: PathBuf,
-    /// Arguments passed to it (never the JIT config).
-    pub args: Vec<String>,
-    /// Parent of the per-job directories.
-    pub work_root: PathBuf,
-    /// Run the runner as this user (via `sudo -u`), if set.
-    pub run_as: Option<String>,
-}
+pub type NativeMacosConfig = ProcessPoolConfig;
 
 /// Secret values the environment may supply instead of the file.
 #[derive(Debug, Clone, Default)]

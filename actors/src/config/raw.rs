@@ -100,10 +100,10 @@ pub(crate) struct RawLog {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct RawProviders {
-    pub local: Option<RawLocal>,
+    pub local: Option<RawProcess>,
     pub linux: Option<RawLinux>,
     pub vm_macos: Option<RawVmMacos>,
-    pub native_macos: Option<RawNativeMacos>,
+    pub native_macos: Option<RawProcess>,
 }
 
 /// The keys every provider table shares.
@@ -116,16 +116,19 @@ pub(crate) struct RawRestart {
     pub backoff: Option<String>,
 }
 
+/// `[providers.local]` and `[providers.native_macos]`: the runner as a process on this host.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(crate) struct RawLocal {
+pub(crate) struct RawProcess {
     pub enabled: Option<bool>,
     pub labels: Option<Vec<String>>,
     pub max_concurrent: Option<i64>,
     pub restart: Option<RawRestart>,
+    pub runner_dir: Option<String>,
     pub command: Option<String>,
     pub args: Option<Vec<String>>,
     pub work_root: Option<String>,
+    pub run_as: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -154,17 +157,4 @@ pub(crate) struct RawVmMacos {
     pub tart_path: Option<String>,
     pub ssh_path: Option<String>,
     pub boot_timeout: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct RawNativeMacos {
-    pub enabled: Option<bool>,
-    pub labels: Option<Vec<String>>,
-    pub max_concurrent: Option<i64>,
-    pub restart: Option<RawRestart>,
-    pub command: Option<String>,
-    pub args: Option<Vec<String>>,
-    pub work_root: Option<String>,
-    pub run_as: Option<String>,
 }

@@ -7,6 +7,7 @@
 mod actor;
 pub mod container;
 mod error;
+pub mod install;
 mod named;
 pub mod process;
 mod supervisor;

@@ -1,7 +1,10 @@
 //! `ProcessBackend`: the runner as a process on this host (the `local` and `native_macos`
 //! providers).
 //!
-//! Each runner gets a fresh directory `<work_root>/<name>` (mode 0700), its own process group
+//! Each runner gets a fresh directory `<work_root>/<name>` (mode 0700): with `runner_dir`, a
+//! private copy of the actions/runner install it runs `run.sh` from (see [`super::install`]);
+//! with `command`, an empty directory the command runs in. Inside it are the runner's own
+//! `HOME` (`_home`) and `TMPDIR` (`_tmp`). It also gets its own process group
 //! (so teardown, `job_timeout` and leftover reaping kill the whole tree: SIGTERM, then SIGKILL
 //! after a grace), and a log file `<log_dir>/<name>.log` for its stdout and stderr. The JIT
 //! config travels only in `ACTIONS_RUNNER_INPUT_JITCONFIG`; the environment is otherwise cleared
@@ -10,6 +13,7 @@
 //! for any later incarnation of the provisioner, or of the daemon.
 
 use std::{
+    cell::Cell,
     path::{Path, PathBuf},
     process::Stdio,
     rc::Rc,
@@ -23,24 +27,27 @@ use nix::{
 use tokio::process::Command;
 
 use super::{
-    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable, spawn_error,
+    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable,
+    install::{check_install, copy_install, make_dir, same_filesystem},
+    spawn_error,
 };
-use crate::config::ProviderKind;
+use crate::config::{ProviderKind, RunnerProgram};
 
 /// How long a runner may take to exit after SIGTERM before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
 /// Runner logs older than this are removed at start-up.
 const LOG_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Variables a runner inherits from the daemon; everything else is dropped.
-const INHERITED_ENV: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+/// Variables a runner inherits from the daemon; everything else is dropped. `HOME` and `TMPDIR`
+/// are the runner's own, inside its directory.
+const INHERITED_ENV: [&str; 5] = ["PATH", "USER", "LANG", "LC_ALL", "TZ"];
 
 /// Settings of a process backend.
 #[derive(Debug, Clone)]
 pub struct ProcessSettings {
     /// `local` or `native_macos`.
     pub kind: ProviderKind,
-    /// The runner executable.
-    pub command: PathBuf,
+    /// `runner_dir` (an install copied per job) or `command`.
+    pub program: RunnerProgram,
     /// Its arguments.
     pub args: Vec<String>,
     /// Parent of the per-job directories.
@@ -59,6 +66,8 @@ pub struct ProcessSettings {
 #[derive(Debug, Clone)]
 pub struct ProcessBackend {
     s: Rc<ProcessSettings>,
+    /// Whether the log already said that the install is copied, not linked.
+    said_copied: Rc<Cell<bool>>,
 }
 
 impl ProcessBackend {
@@ -66,6 +75,7 @@ impl ProcessBackend {
     pub fn new(settings: ProcessSettings) -> Self {
         ProcessBackend {
             s: Rc::new(settings),
+            said_copied: Rc::default(),
         }
     }
 
@@ -80,16 +90,25 @@ impl ProcessBackend {
         log: std::fs::File,
     ) -> std::io::Result<Command> {
         let s = &self.s;
+        let program = match &s.program {
+            RunnerProgram::Install(_) => dir.join("run.sh"),
+            RunnerProgram::Command(command) => command.clone(),
+        };
+        let (home, tmp) = (dir.join("_home"), dir.join("_tmp"));
         let mut cmd = match &s.run_as {
             Some(user) => {
+                // sudo resets HOME to the user's own; `env` sets the job's after it.
                 let mut c = Command::new("sudo");
-                c.args(["-n", "-H", "-u", user])
+                c.args(["-n", "-u", user])
                     .arg("--preserve-env=ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG")
                     .arg("--")
-                    .arg(&s.command);
+                    .arg("env")
+                    .arg(env_assignment("HOME", &home))
+                    .arg(env_assignment("TMPDIR", &tmp))
+                    .arg(&program);
                 c
             }
-            None => Command::new(&s.command),
+            None => Command::new(&program),
         };
         cmd.args(&s.args)
             .current_dir(dir)
@@ -99,6 +118,8 @@ impl ProcessBackend {
                     .iter()
                     .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
             )
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
             .env("ACTIONS_RUNNER_INPUT_JITCONFIG", spec.jit_config.expose())
             .env("RUNNER_MANUALLY_TRAP_SIG", "1")
             .stdin(Stdio::null())
@@ -112,30 +133,69 @@ impl ProcessBackend {
         Ok(cmd)
     }
 
+    /// Makes the runner's directory: a copy of the install, or an empty directory for a
+    /// command; with its own `HOME` and `TMPDIR` either way.
+    async fn prepare_dir(&self, dir: &Path) -> Result<(), ProvisionError> {
+        let owner = match &self.s.run_as {
+            Some(user) => {
+                let u = user_named(user)?;
+                Some((u.uid, u.gid))
+            }
+            None => None,
+        };
+        let _ = tokio::fs::remove_dir_all(dir).await;
+        let made = match &self.s.program {
+            RunnerProgram::Install(install) => {
+                let (install, dest) = (install.clone(), dir.to_path_buf());
+                tokio::task::spawn_blocking(move || copy_install(&install, &dest, owner))
+                    .await
+                    .map_err(std::io::Error::other)
+                    .and_then(|r| r)
+                    .map(|report| {
+                        if report.copied > 0 && !self.said_copied.replace(true) {
+                            tracing::warn!(
+                                provider = self.s.kind.as_str(),
+                                copied = report.copied,
+                                linked = report.linked,
+                                "files of runner_dir were copied, not hard-linked, into a job's \
+                                 directory: put work_root on the install's filesystem (and let \
+                                 the daemon link the install's files) so a job's copy costs no bytes"
+                            );
+                        }
+                    })
+            }
+            RunnerProgram::Command(_) => make_job_dir(dir, owner),
+        };
+        made.map_err(|e| {
+            let _ = std::fs::remove_dir_all(dir);
+            ProvisionError::HostUnavailable(format!(
+                "cannot prepare the runner directory {}: {e}",
+                dir.display()
+            ))
+        })
+    }
+
     async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let dir = self.s.work_root.join(&spec.name);
         let fail =
             |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
-        let _ = tokio::fs::remove_dir_all(&dir).await;
-        create_private_dir(&dir)
-            .await
-            .map_err(|e| fail(&format!("cannot create {}", dir.display()), e))?;
         create_private_dir(&self.s.work_root.join(".run"))
             .await
             .map_err(|e| fail("cannot create the pid directory", e))?;
         tokio::fs::create_dir_all(&self.s.log_dir)
             .await
             .map_err(|e| fail("cannot create the log directory", e))?;
-        if let Some(user) = &self.s.run_as {
-            give_to(&dir, user)?;
-        }
+        self.prepare_dir(&dir).await?;
         let log_path = self.s.log_dir.join(format!("{}.log", spec.name));
         let log = std::fs::File::create(&log_path)
             .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
         let mut child = self
             .command(&spec, &dir, log)
             .and_then(|mut c| c.spawn())
-            .map_err(|e| spawn_error(&format!("cannot start {}", self.s.command.display()), &e))?;
+            .map_err(|e| {
+                let program = self.s.program.executable();
+                spawn_error(&format!("cannot start {}", program.display()), &e)
+            })?;
         let pid = child.id().ok_or_else(|| {
             ProvisionError::EnvironmentFailed("the runner exited before it could be tracked".into())
         })?;
@@ -148,16 +208,17 @@ impl ProcessBackend {
         })
     }
 
-    /// The host check: the runner command exists and is executable, the `run_as` user exists,
-    /// and the work root can be written.
+    /// The host check: the runner install has an executable `run.sh` (or the command is an
+    /// executable), the `run_as` user exists, and the work root can be written.
     async fn check_host(self) -> Result<(), ProvisionError> {
-        check_executable(&self.s.command, "runner command")?;
-        if let Some(user) = &self.s.run_as
-            && !matches!(nix::unistd::User::from_name(user), Ok(Some(_)))
-        {
-            return Err(ProvisionError::Misconfigured(format!(
-                "run_as user {user} does not exist"
-            )));
+        match &self.s.program {
+            RunnerProgram::Install(dir) => {
+                check_install(dir).map_err(ProvisionError::Misconfigured)?
+            }
+            RunnerProgram::Command(command) => check_executable(command, "runner command")?,
+        }
+        if let Some(user) = &self.s.run_as {
+            user_named(user)?;
         }
         create_private_dir(&self.s.work_root.join(".run"))
             .await
@@ -166,7 +227,19 @@ impl ProcessBackend {
                     "cannot write the work root {}: {e}",
                     self.s.work_root.display()
                 ))
-            })
+            })?;
+        if let RunnerProgram::Install(dir) = &self.s.program
+            && !same_filesystem(dir, &self.s.work_root).unwrap_or(true)
+        {
+            tracing::warn!(
+                provider = self.s.kind.as_str(),
+                runner_dir = %dir.display(),
+                work_root = %self.s.work_root.display(),
+                "runner_dir and work_root are on different filesystems: each job's copy of the \
+                 install is a full copy instead of hard links"
+            );
+        }
+        Ok(())
     }
 
     async fn stop_runner(self, name: String) {
@@ -274,17 +347,30 @@ async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await
 }
 
-fn give_to(dir: &Path, user: &str) -> Result<(), ProvisionError> {
-    let u = nix::unistd::User::from_name(user)
+fn user_named(user: &str) -> Result<nix::unistd::User, ProvisionError> {
+    nix::unistd::User::from_name(user)
         .map_err(|e| {
             ProvisionError::Misconfigured(format!("cannot look up run_as user {user}: {e}"))
         })?
-        .ok_or_else(|| {
-            ProvisionError::Misconfigured(format!("run_as user {user} does not exist"))
-        })?;
-    nix::unistd::chown(dir, Some(u.uid), Some(u.gid)).map_err(|e| {
-        ProvisionError::HostUnavailable(format!("cannot hand {} to {user}: {e}", dir.display()))
-    })
+        .ok_or_else(|| ProvisionError::Misconfigured(format!("run_as user {user} does not exist")))
+}
+
+/// The directory of a `command` runner: empty but for its own `HOME` and `TMPDIR`.
+fn make_job_dir(
+    dir: &Path,
+    owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>,
+) -> std::io::Result<()> {
+    for d in [dir.to_path_buf(), dir.join("_home"), dir.join("_tmp")] {
+        make_dir(&d, 0o700, owner)?;
+    }
+    Ok(())
+}
+
+/// `NAME=value` for `env`.
+fn env_assignment(name: &str, value: &Path) -> std::ffi::OsString {
+    let mut a = std::ffi::OsString::from(format!("{name}="));
+    a.push(value);
+    a
 }
 
 /// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.

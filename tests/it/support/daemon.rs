@@ -249,9 +249,28 @@ impl Daemon {
         }
     }
 
+    /// Waits until the stand-in holds no runner registration, failing with the daemon's log.
+    pub async fn wait_no_runner_left(&self, standin: &Standin) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !standin.runners().is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "runners left: {:?}\n{}",
+                standin.runners(),
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Its runner-name prefix.
     pub fn prefix(&self) -> String {
         prefix(self.addr.rsplit(':').next().unwrap().parse().unwrap())
+    }
+
+    /// Its `state.dir`.
+    pub fn state_dir(&self) -> PathBuf {
+        self._dir.path().join("state")
     }
 
     /// What the daemon logged so far.

@@ -105,3 +105,21 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&path, text).expect("write test file");
     path
 }
+
+/// Says loudly that a test cannot run here and skips it, or fails it where every tool is
+/// required (`EPHEMER_REQUIRE_ENGINES`, which `.ci/run` sets after installing them).
+pub fn skip(what: &str, why: &str) {
+    if std::env::var_os("EPHEMER_REQUIRE_ENGINES").is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!("EPHEMER_REQUIRE_ENGINES is set, but the {what} test cannot run: {why}");
+    }
+    eprintln!("\n!!!!!!!!\n!!! SKIPPING {what} test: {why}\n!!!!!!!!\n");
+}
+
+/// `tool` on `PATH`.
+pub fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.exists())
+}

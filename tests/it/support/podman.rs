@@ -14,6 +14,8 @@ use std::{
 
 use tokio::process::{Child, Command};
 
+use super::which;
+
 /// The image the container tests run.
 pub const IMAGE: &str = "localhost/ephemer-standin-runner:test";
 
@@ -39,7 +41,7 @@ impl Podman {
     pub async fn start() -> Option<Podman> {
         for tool in ["podman", "runc", "tar", "ldd"] {
             if which(tool).is_none() {
-                skip(&format!(
+                container_skip(&format!(
                     "`{tool}` is not installed (bash .ci/run installs podman, runc and catatonit)"
                 ));
                 return None;
@@ -66,7 +68,7 @@ impl Podman {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !podman.answers().await {
             if tokio::time::Instant::now() > deadline {
-                skip(&format!(
+                container_skip(&format!(
                     "podman system service did not answer on {}",
                     podman.socket
                 ));
@@ -174,22 +176,6 @@ impl Drop for Podman {
     }
 }
 
-/// Says loudly that a container test skips, or fails it where engines are required (CI).
-fn skip(why: &str) {
-    if std::env::var_os("EPHEMER_REQUIRE_ENGINES").is_some_and(|v| !v.is_empty() && v != "0") {
-        panic!("EPHEMER_REQUIRE_ENGINES is set, but the container engine cannot run: {why}");
-    }
-    eprintln!("\n!!!!!!!!\n!!! SKIPPING container test: {why}\n!!!!!!!!\n");
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.exists())
-}
-
 /// The shared libraries (and the loader) `binary` needs, as absolute host paths.
 async fn shared_libs(binary: &Path) -> Vec<PathBuf> {
     let out = Command::new("ldd").arg(binary).output().await.unwrap();
@@ -199,4 +185,8 @@ async fn shared_libs(binary: &Path) -> Vec<PathBuf> {
         .map(PathBuf::from)
         .filter(|p| p.exists())
         .collect()
+}
+
+fn container_skip(why: &str) {
+    super::skip("container", why);
 }

@@ -12,11 +12,10 @@ use std::{
 
 use super::{
     AdminConfig, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors, Environment,
-    GithubAuth, GithubConfig, LinuxConfig, LocalConfig, LogConfig, LogFormat, MetricsConfig,
-    NativeMacosConfig, OrphanSweepConfig, ProviderCommon, ProviderKind, ProvidersConfig,
-    RestartConfig, RestartPolicy, RunnerConfig, Secret, StateConfig, VmMacosConfig, WebhookConfig,
-    defaults,
-    raw::{RawConfig, RawRestart},
+    GithubAuth, GithubConfig, LinuxConfig, LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig,
+    ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig, RestartConfig, RestartPolicy,
+    RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig, WebhookConfig, defaults,
+    raw::{RawConfig, RawProcess, RawRestart},
 };
 
 mod github;

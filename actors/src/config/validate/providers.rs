@@ -109,37 +109,17 @@ pub(super) fn build_providers(
     state_dir: &Path,
     p: &mut Problems,
 ) -> ProvidersConfig {
-    let local_present = raw.local.is_some();
-    let l = raw.local.unwrap_or_default();
-    let local_common = build_common(
+    let local = build_process(
         ProviderKind::Local,
-        l.enabled,
-        l.labels,
-        l.max_concurrent,
-        l.restart,
+        raw.local,
         CommonDefaults {
             enabled: false,
             labels: &["self-hosted", "linux", "x64"],
             max_concurrent: 2,
         },
-        local_present,
+        state_dir.join("work"),
         p,
     );
-    let local = LocalConfig {
-        command: PathBuf::from(if local_common.enabled {
-            non_empty("providers.local.command", l.command, "", p)
-        } else {
-            l.command.unwrap_or_default()
-        }),
-        args: l.args.unwrap_or_default(),
-        work_root: absolute_or_default(
-            "providers.local.work_root",
-            l.work_root,
-            state_dir.join("work"),
-            p,
-        ),
-        common: local_common,
-    };
 
     let linux_present = raw.linux.is_some();
     let x = raw.linux.unwrap_or_default();
@@ -229,38 +209,17 @@ pub(super) fn build_providers(
         common: vm_common,
     };
 
-    let native_present = raw.native_macos.is_some();
-    let n = raw.native_macos.unwrap_or_default();
-    let native_common = build_common(
+    let native_macos = build_process(
         ProviderKind::NativeMacos,
-        n.enabled,
-        n.labels,
-        n.max_concurrent,
-        n.restart,
+        raw.native_macos,
         CommonDefaults {
             enabled: false,
             labels: &["self-hosted", "macos", "arm64", "native"],
             max_concurrent: 1,
         },
-        native_present,
+        state_dir.join("native-work"),
         p,
     );
-    let native_macos = NativeMacosConfig {
-        command: PathBuf::from(if native_common.enabled {
-            non_empty("providers.native_macos.command", n.command, "", p)
-        } else {
-            n.command.unwrap_or_default()
-        }),
-        args: n.args.unwrap_or_default(),
-        work_root: absolute_or_default(
-            "providers.native_macos.work_root",
-            n.work_root,
-            state_dir.join("native-work"),
-            p,
-        ),
-        run_as: n.run_as.filter(|u| !u.is_empty()),
-        common: native_common,
-    };
 
     let providers = ProvidersConfig {
         local,
@@ -276,6 +235,85 @@ pub(super) fn build_providers(
         );
     }
     providers
+}
+
+/// A process pool (`local`, `native_macos`): exactly one of `runner_dir` and `command`.
+fn build_process(
+    kind: ProviderKind,
+    raw: Option<RawProcess>,
+    d: CommonDefaults,
+    default_work_root: PathBuf,
+    p: &mut Problems,
+) -> ProcessPoolConfig {
+    let present = raw.is_some();
+    let r = raw.unwrap_or_default();
+    let common = build_common(
+        kind,
+        r.enabled,
+        r.labels,
+        r.max_concurrent,
+        r.restart,
+        d,
+        present,
+        p,
+    );
+    let key = |k: &str| format!("providers.{kind}.{k}");
+    let work_root = absolute_or_default(&key("work_root"), r.work_root, default_work_root, p);
+    let runner_dir = r.runner_dir.filter(|s| !s.trim().is_empty());
+    let command = r.command.filter(|s| !s.trim().is_empty());
+    let program = match (runner_dir, command) {
+        (Some(dir), None) => {
+            let dir = PathBuf::from(dir);
+            if common.enabled {
+                if !dir.is_absolute() {
+                    p.push(
+                        key("runner_dir"),
+                        format!("{} must be an absolute path", dir.display()),
+                    );
+                } else if work_root.starts_with(&dir) {
+                    p.push(
+                        key("work_root"),
+                        format!(
+                            "{} is inside runner_dir {}: each job's copy of the install would \
+                             copy the copies",
+                            work_root.display(),
+                            dir.display()
+                        ),
+                    );
+                }
+            }
+            RunnerProgram::Install(dir)
+        }
+        (None, Some(command)) => RunnerProgram::Command(PathBuf::from(command)),
+        (Some(dir), Some(_)) => {
+            if common.enabled {
+                p.push(
+                    key("runner_dir"),
+                    "set runner_dir or command, not both: runner_dir is an actions/runner \
+                     install (each job runs run.sh from its own copy), command an executable \
+                     that keeps no state beside itself",
+                );
+            }
+            RunnerProgram::Install(PathBuf::from(dir))
+        }
+        (None, None) => {
+            if common.enabled {
+                p.push(
+                    key("runner_dir"),
+                    "an enabled process provider needs runner_dir (an actions/runner install) \
+                     or command (an executable that keeps no state beside itself)",
+                );
+            }
+            RunnerProgram::Command(PathBuf::new())
+        }
+    };
+    ProcessPoolConfig {
+        program,
+        args: r.args.unwrap_or_default(),
+        work_root,
+        run_as: r.run_as.filter(|u| !u.trim().is_empty()),
+        common,
+    }
 }
 
 fn valid_socket(s: &str) -> bool {

@@ -13,7 +13,7 @@ const MINIMAL: &str = r#"
     [webhook]
     secret = "hooksecret"
     [providers.local]
-    command = "/opt/actions-runner/run.sh"
+    runner_dir = "/opt/actions-runner"
 "#;
 
 fn problems(text: &str) -> Vec<ConfigError> {
@@ -51,6 +51,58 @@ fn minimal_config_gets_the_contract_defaults() {
         PathBuf::from("/var/lib/ephemer-actors/work")
     );
     assert_eq!(c.providers.local.common.restart, RestartConfig::default());
+    assert_eq!(
+        c.providers.local.program,
+        RunnerProgram::Install(PathBuf::from("/opt/actions-runner"))
+    );
+}
+
+/// A process pool runs an actions/runner install (`runner_dir`) or a stateless `command`:
+/// exactly one, and the work root must not be inside the install it copies.
+#[test]
+fn a_process_pool_takes_exactly_one_of_runner_dir_and_command() {
+    let with = |keys: &str| {
+        format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [providers.local]\n{keys}\n[providers.native_macos]\n{keys}\n"
+        )
+    };
+    let both = problems(&with(
+        "runner_dir = \"/opt/r\"\ncommand = \"/opt/r/run.sh\"",
+    ));
+    let neither = problems(&with("labels = [\"x\"]"));
+    for (errs, says) in [(&both, "not both"), (&neither, "needs runner_dir")] {
+        for kind in ["local", "native_macos"] {
+            let key = format!("providers.{kind}.runner_dir");
+            assert!(
+                errs.iter().any(|e| e.key == key && e.reason.contains(says)),
+                "{key}: {errs:?}"
+            );
+        }
+    }
+    let inside = keys(&with(
+        "runner_dir = \"/opt/r\"\nwork_root = \"/opt/r/work\"",
+    ));
+    assert!(
+        inside.contains(&"providers.local.work_root".into()),
+        "{inside:?}"
+    );
+    let relative = keys(&with("runner_dir = \"opt/r\""));
+    assert!(
+        relative.contains(&"providers.local.runner_dir".into()),
+        "{relative:?}"
+    );
+    let c = Config::from_toml_str(
+        &with("command = \"/usr/bin/runner\"\nrun_as = \"ci\""),
+        None,
+        &env(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.providers.local.program,
+        RunnerProgram::Command(PathBuf::from("/usr/bin/runner"))
+    );
+    assert_eq!(c.providers.local.run_as.as_deref(), Some("ci"));
 }
 
 #[test]

@@ -1,0 +1,225 @@
+//! One private copy of an actions/runner install per job (`runner_dir`).
+//!
+//! The actions runner keeps its state beside its own binaries, not in its working directory:
+//! - its root is the parent of the directory its entry assembly is in (actions/runner
+//!   `src/Runner.Common/HostContext.cs`, `GetDirectory(WellKnownDirectory.Root)`), and `_diag`
+//!   and the default `_work` are resolved from that root;
+//! - with a JIT config it writes each of the config's files (`.runner`, `.credentials`,
+//!   `.credentials_rsaparams`) into the root with `File.WriteAllBytes`, which truncates and
+//!   rewrites an existing file in place (`src/Runner.Listener/Runner.cs`, `GetJitConfig`);
+//! - `run.sh` finds the root from its own path (`cd -P "$(dirname "$SOURCE")"`) and rewrites
+//!   `run-helper.sh` from its template with `cp -f` on every start (`src/Misc/layoutroot/run.sh`).
+//!
+//! So two jobs started from one install overwrite each other's identity and share `_work`. Each
+//! job therefore runs from its own copy: fresh directories (owned by `run_as`, so the runner can
+//! write its root), whose files are hard links to the install's files. A link costs no bytes and
+//! no time worth measuring; the files the runner writes in place (above) are left out, so the
+//! runner creates its own and the install is never written. Where a link cannot be made (the
+//! work root on another filesystem, or a kernel that refuses to link a file the daemon does not
+//! own) the file is copied, which the kernel serves as a reflink where the filesystem has them
+//! (`copy_file_range`), and the caller is told so it can say so once.
+
+use std::{
+    fs,
+    io::{self, ErrorKind},
+    os::unix::fs::{DirBuilderExt, PermissionsExt},
+    path::Path,
+};
+
+use nix::unistd::{Gid, Uid};
+
+/// Files and directories at the install's root that the runner writes (see the module docs):
+/// never linked, so the runner creates its own in the copy.
+pub const RUNNER_WRITES: [&str; 16] = [
+    ".runner",
+    ".runner_migrated",
+    ".credentials",
+    ".credentials_migrated",
+    ".credentials_rsaparams",
+    ".credential_store",
+    ".credential_store.keychain",
+    ".service",
+    ".certificates",
+    ".options",
+    ".setup_info",
+    ".telemetry",
+    "run-helper.sh",
+    "run-helper.cmd",
+    "_work",
+    "_diag",
+];
+
+/// Per-job directories made fresh in every copy: the runner's work and diagnostics, and the
+/// job's own `HOME` and `TMPDIR`.
+pub const FRESH_DIRS: [&str; 4] = ["_work", "_diag", "_home", "_tmp"];
+
+/// How a copy was made.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CopyReport {
+    /// Files shared with the install by a hard link.
+    pub linked: usize,
+    /// Files that had to be copied (another filesystem, or a link refused).
+    pub copied: usize,
+}
+
+/// Makes `dest` (which must not exist) a private copy of the install at `src`; its directories
+/// belong to `owner` when set. On error the partial copy is left for the caller to remove.
+pub fn copy_install(src: &Path, dest: &Path, owner: Option<(Uid, Gid)>) -> io::Result<CopyReport> {
+    let mut report = CopyReport::default();
+    make_dir(dest, 0o700, owner)?;
+    copy_tree(src, dest, true, owner, &mut report)?;
+    for name in FRESH_DIRS {
+        make_dir(&dest.join(name), 0o700, owner)?;
+    }
+    Ok(report)
+}
+
+fn copy_tree(
+    src: &Path,
+    dest: &Path,
+    root: bool,
+    owner: Option<(Uid, Gid)>,
+    report: &mut CopyReport,
+) -> io::Result<()> {
+    for entry in fs::read_dir(src)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if root && name.to_str().is_some_and(|n| RUNNER_WRITES.contains(&n)) {
+            continue;
+        }
+        let (from, to) = (entry.path(), dest.join(&name));
+        let meta = fs::symlink_metadata(&from)?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            // Owner-writable at least, so the runner (as `owner`) may add files, as it may in
+            // its own install.
+            make_dir(&to, meta.permissions().mode() & 0o7777 | 0o700, owner)?;
+            copy_tree(&from, &to, false, owner, report)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
+        } else if kind.is_file() {
+            match fs::hard_link(&from, &to) {
+                Ok(()) => report.linked += 1,
+                Err(e) if link_refused(&e) => {
+                    fs::copy(&from, &to)?;
+                    report.copied += 1;
+                }
+                Err(e) => return Err(with_path(e, &to)),
+            }
+        }
+        // Sockets, fifos and devices are no part of an install: left out.
+    }
+    Ok(())
+}
+
+/// A link that cannot be made here but a copy can: another filesystem (`EXDEV`), or
+/// `fs.protected_hardlinks` refusing a file the daemon does not own (`EPERM`).
+fn link_refused(e: &io::Error) -> bool {
+    e.kind() == ErrorKind::CrossesDevices || e.raw_os_error() == Some(nix::libc::EPERM)
+}
+
+/// Creates `dir` with exactly `mode`, belonging to `owner` when set.
+pub fn make_dir(dir: &Path, mode: u32, owner: Option<(Uid, Gid)>) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .mode(mode)
+        .create(dir)
+        .map_err(|e| with_path(e, dir))?;
+    // The umask may have narrowed the mode; set it exactly.
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| with_path(e, dir))?;
+    if let Some((uid, gid)) = owner {
+        nix::unistd::chown(dir, Some(uid), Some(gid))
+            .map_err(|e| with_path(io::Error::from(e), dir))?;
+    }
+    Ok(())
+}
+
+fn with_path(e: io::Error, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// The host check of an install: `run.sh` is an executable file at its root.
+pub fn check_install(dir: &Path) -> Result<(), String> {
+    let meta = fs::metadata(dir).map_err(|e| format!("runner_dir {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("runner_dir {} is not a directory", dir.display()));
+    }
+    let run = dir.join("run.sh");
+    match fs::metadata(&run) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err(format!("{} is not an executable file", run.display())),
+        Err(e) => Err(format!(
+            "runner_dir {} is not an actions/runner install: {}: {e}",
+            dir.display(),
+            run.display()
+        )),
+    }
+}
+
+/// Whether two paths are on the same filesystem (so the copy can use hard links).
+pub fn same_filesystem(a: &Path, b: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(fs::metadata(a)?.dev() == fs::metadata(b)?.dev())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    fn install(root: &Path) {
+        fs::create_dir_all(root.join("bin/sub")).unwrap();
+        fs::write(root.join("run.sh"), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(root.join("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(root.join("bin/Runner.Listener"), "listener").unwrap();
+        fs::write(root.join("bin/sub/lib.so"), "lib").unwrap();
+        fs::write(root.join(".env"), "LANG=C\n").unwrap();
+        fs::write(root.join(".runner"), "old identity").unwrap();
+        fs::write(root.join("run-helper.sh"), "helper").unwrap();
+        fs::create_dir_all(root.join("_work/old")).unwrap();
+        std::os::unix::fs::symlink("bin", root.join("current")).unwrap();
+    }
+
+    #[test]
+    fn the_copy_links_the_install_and_leaves_out_what_the_runner_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, dest) = (tmp.path().join("install"), tmp.path().join("job"));
+        install(&src);
+        let report = copy_install(&src, &dest, None).unwrap();
+        assert_eq!(
+            report,
+            CopyReport {
+                linked: 4,
+                copied: 0
+            }
+        );
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        assert_eq!(
+            ino(&src.join("bin/sub/lib.so")),
+            ino(&dest.join("bin/sub/lib.so"))
+        );
+        assert_eq!(ino(&src.join(".env")), ino(&dest.join(".env")));
+        for written in [".runner", "run-helper.sh", "_work/old"] {
+            assert!(!dest.join(written).exists(), "{written} was carried over");
+        }
+        for fresh in FRESH_DIRS {
+            let meta = fs::metadata(dest.join(fresh)).unwrap();
+            assert!(meta.is_dir());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        }
+        assert_eq!(
+            fs::read_link(dest.join("current")).unwrap(),
+            Path::new("bin")
+        );
+        assert!(fs::read_dir(dest.join("_work")).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn an_install_without_run_sh_is_named_as_such() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = check_install(tmp.path()).unwrap_err();
+        assert!(err.contains("not an actions/runner install"), "{err}");
+        install(&tmp.path().join("i"));
+        check_install(&tmp.path().join("i")).unwrap();
+    }
+}
