@@ -141,6 +141,12 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
         if let Some(cause) = &p.down_cause {
             println!("  down: {cause}");
         }
+        if let Some(last) = &p.last_environment_failure {
+            println!(
+                "  environments failed: {} (latest: {last})",
+                p.environment_failures
+            );
+        }
     }
     Ok(())
 }

@@ -70,6 +70,9 @@ pub struct Metrics {
     /// `ephemerd_webhook_ignored_total{reason}`: jobs outside the configured owner, repos or
     /// installation, accepted and left alone.
     pub webhook_ignored: IntCounterVec,
+    /// `ephemerd_environment_failures_total{provider}`: runner environments that failed to come
+    /// up (the pool is up, but its environments keep failing: an image or install that is broken).
+    pub environment_failures: IntCounterVec,
     /// `ephemerd_github_jit_registration_errors_total{class}`
     pub jit_registration_errors: IntCounterVec,
     /// `ephemerd_jobs_total{provider,conclusion}`
@@ -185,6 +188,11 @@ impl Metrics {
                 "workflow_job events outside the configured owner, repos or installation, by reason.",
                 &["reason"],
             ),
+            environment_failures: counter_vec(
+                "ephemerd_environment_failures_total",
+                "Runner environments that failed to come up or exited before their job started, by provider.",
+                &["provider"],
+            ),
             jit_registration_errors: counter_vec(
                 "ephemerd_github_jit_registration_errors_total",
                 "Failed generate-jitconfig claims, by error class.",
@@ -273,6 +281,7 @@ impl Metrics {
     /// first job.
     pub fn init_provider(&self, provider: &str) {
         self.jobs_active.with_label_values(&[provider]);
+        self.environment_failures.with_label_values(&[provider]);
         self.provisioner_restarts.with_label_values(&[provider]);
         self.jobs_total.with_label_values(&[provider, "success"]);
     }

@@ -37,12 +37,12 @@ async fn the_timeline_of_a_job_retried_twice() {
     assert_eq!(failures, 2, "{out}");
     assert!(
         out.contains("retry #1 scheduled for")
-            && out.contains("(in 1.0s; ladder rung 1; first failure server_side)"),
+            && out.contains("(in 1.0s; ladder rung 1; server_side)"),
         "{out}"
     );
     assert!(
         out.contains("retry #2 scheduled for")
-            && out.contains("(in 2.0s; ladder rung 2; first failure server_side)"),
+            && out.contains("(in 2.0s; ladder rung 2; server_side)"),
         "{out}"
     );
     assert!(out.contains("claimed runner"), "{out}");

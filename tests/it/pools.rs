@@ -125,3 +125,56 @@ max_concurrent = 2
     assert_eq!(standin.count("generate_jitconfig"), 0);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A pool that is up but whose every environment fails to start (the image's command is
+/// missing): the job's claims follow the ladder with one item and stop at `max_age`; each
+/// attempt's registration is deleted, and the pool shows the failures.
+#[actix_rt::test]
+async fn a_pool_whose_environments_always_fail_stops_claiming_at_max_age() {
+    let engine = StubEngine::start_failing_starts();
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\", \"4s\"]\njitter = 0.0\nmax_age = \"6s\"\n";
+    let providers = linux_provider(&engine.socket, "localhost/runner:test", 2, "");
+    let daemon = Daemon::start(&standin, ladder, &providers).await;
+    let up = || async { ctl_json(&daemon, &["status"]).await["providers"][0]["up"] == true };
+    eventually_async("the pool up", Duration::from_secs(20), up).await;
+    standin.queue_jobs("app", &["self-hosted", "linux"], 1);
+    let given_up = || async {
+        daemon
+            .metrics()
+            .await
+            .contains("ephemerd_claim_retry_given_up_total 1")
+    };
+    eventually_async("the job given up", Duration::from_secs(30), given_up).await;
+    let claims = standin.count("generate_jitconfig");
+    assert!(
+        (2..=6).contains(&claims),
+        "{claims} claims:\n{}",
+        daemon.logs()
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        claims,
+        "quiet after giving up"
+    );
+    daemon.wait_no_runner_left(&standin).await;
+    let v = ctl_json(&daemon, &["status"]).await;
+    let linux = &v["providers"][0];
+    assert_eq!(linux["up"], true, "{v}");
+    assert_eq!(linux["environment_failures"], claims as u64, "{v}");
+    assert!(
+        linux["last_environment_failure"]
+            .as_str()
+            .is_some_and(|e| e.contains("not found")),
+        "{v}"
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "ephemerd_environment_failures_total{{provider=\"linux\"}} {claims}"
+        )),
+        "{metrics}"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -186,6 +186,12 @@ impl ContainerBackend {
                     ProvisionError::HostUnavailable(format!(
                         "the runner image {image} is not on the engine: {message}; pull it first (podman pull {image})"
                     ))
+                } else if *status_code == 400 {
+                    // The Engine API's "bad parameter": the spec itself is invalid, and would be
+                    // refused again.
+                    ProvisionError::Rejected(format!(
+                        "the container engine rejected the runner's container spec (400): {message}"
+                    ))
                 } else {
                     ProvisionError::EnvironmentFailed(format!(
                         "the container engine refused the runner's container ({status_code}): {message}"

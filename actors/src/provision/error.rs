@@ -20,6 +20,11 @@ pub enum ProvisionError {
     /// refused once): worth retrying with a new runner, on the claim retry ladder.
     #[error("{0}")]
     EnvironmentFailed(String),
+    /// The engine refused this runner's environment as invalid (a container spec it rejects
+    /// with 400): trying again would be refused the same, so the job's attempts end at once.
+    /// The pool stays up; other jobs may be fine.
+    #[error("the runner's environment was refused as invalid: {0}")]
+    Rejected(String),
 }
 
 impl ProvisionError {
@@ -30,7 +35,10 @@ impl ProvisionError {
 
     /// Whether the pool as a whole cannot run jobs until its host check passes.
     pub fn takes_pool_down(&self) -> bool {
-        !self.is_retryable()
+        matches!(
+            self,
+            ProvisionError::HostUnavailable(_) | ProvisionError::Misconfigured(_)
+        )
     }
 
     /// The class for logs and the `class` label of the retry metrics.
@@ -39,7 +47,9 @@ impl ProvisionError {
             ProvisionError::EnvironmentFailed(_) | ProvisionError::HostUnavailable(_) => {
                 ErrorClass::UnknownRetryable
             }
-            ProvisionError::Misconfigured(_) => ErrorClass::NonRetryable,
+            ProvisionError::Misconfigured(_) | ProvisionError::Rejected(_) => {
+                ErrorClass::NonRetryable
+            }
         }
     }
 }

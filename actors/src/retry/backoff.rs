@@ -1,9 +1,12 @@
 //! `Backoff`: the claim retry ladder as pure arithmetic.
 //!
 //! Rung `attempt - 1` of the schedule (the last rung repeats), moved by up to ±`jitter` of
-//! itself. A `Retry-After` on the failed answer wins. A rate-limit failure while the budget is
-//! provably empty (remaining 0 in a reading under five minutes old, reset ahead) waits for the
-//! reset plus a uniform pick in `rate_reset_jitter`, so daemons sharing a token do not stampede.
+//! itself. Each failure's own class decides: a rate-limit failure while its bucket is provably
+//! empty (remaining 0 in a reading under five minutes old, reset ahead) waits for the reset plus
+//! a uniform pick in `rate_reset_jitter`, so daemons sharing a token do not stampede. A
+//! `Retry-After` on the failed answer is a floor, with the ladder's jitter added on top; a
+//! server-side failure never waits less than its rung, whatever `Retry-After` says. Numbers from
+//! the network are capped before any arithmetic, so no answer can overflow a time.
 
 use std::time::Duration;
 
@@ -93,7 +96,7 @@ impl Backoff {
     /// The delay before retry number `attempt` (1 = after the first failure).
     pub fn ladder(&self, attempt: u32, rng: &mut impl Rng) -> (Duration, DelayReason) {
         let rung = (attempt.max(1) as usize - 1).min(self.schedule.len() - 1);
-        let base = self.schedule[rung];
+        let base = self.rung(attempt);
         let delay = if self.jitter == 0.0 {
             base
         } else {
@@ -104,8 +107,21 @@ impl Backoff {
         (delay, DelayReason::Ladder { rung })
     }
 
-    /// The delay before retry number `attempt`, given the failure's class and `Retry-After`,
-    /// and the latest rate reading.
+    /// The longest any wait can usefully be: past `max_age` plus the last rung a job is given
+    /// up anyway. Untrusted inputs (`Retry-After`, a rate reset) are capped to this first.
+    pub fn longest_wait(&self) -> Duration {
+        let last = self.schedule.last().copied().unwrap_or_default();
+        self.max_age.saturating_add(last)
+    }
+
+    /// The un-jittered rung for retry number `attempt`.
+    pub fn rung(&self, attempt: u32) -> Duration {
+        let rung = (attempt.max(1) as usize - 1).min(self.schedule.len() - 1);
+        self.schedule[rung]
+    }
+
+    /// The delay before retry number `attempt`, given this failure's class and `Retry-After`,
+    /// and the latest reading of the bucket its call spent.
     pub fn delay(
         &self,
         attempt: u32,
@@ -115,18 +131,45 @@ impl Backoff {
         now_unix: u64,
         rng: &mut impl Rng,
     ) -> (Duration, DelayReason) {
-        if let Some(after) = retry_after {
-            return (after, DelayReason::RetryAfter);
+        let cap = self.longest_wait();
+        let rung = self.ladder(attempt, rng);
+        let snap = (class == ErrorClass::RateLimit)
+            .then(|| rate.and_then(|r| r.exhausted_until(now_unix, RATE_READING_FRESH)))
+            .flatten()
+            .map(|reset| {
+                let (lo, hi) = self.reset_jitter;
+                let pick =
+                    Duration::from_secs_f64(rng.random_range(lo.as_secs_f64()..hi.as_secs_f64()));
+                let until = Duration::from_secs(reset.saturating_sub(now_unix)).min(cap);
+                (until.saturating_add(pick), DelayReason::RateReset { reset })
+            });
+        let after = retry_after.map(|after| {
+            let after = after.min(cap);
+            let spread = after.as_secs_f64() * self.jitter * rng.random_range(0.0..=1.0);
+            let jittered = after.saturating_add(Duration::from_secs_f64(spread));
+            // Any other failure keeps the ladder's spacing (`Retry-After: 0` on a 503 is no
+            // reason to hammer); a rate limit waits at least a second.
+            match class {
+                ErrorClass::RateLimit => (
+                    jittered.max(Duration::from_secs(1)),
+                    DelayReason::RetryAfter,
+                ),
+                _ if jittered < rung.0 => rung,
+                _ => (jittered, DelayReason::RetryAfter),
+            }
+        });
+        match (snap, after) {
+            (Some(s), Some(a)) => {
+                if a.0 > s.0 {
+                    a
+                } else {
+                    s
+                }
+            }
+            (Some(s), None) => s,
+            (None, Some(a)) => a,
+            (None, None) => rung,
         }
-        if class == ErrorClass::RateLimit
-            && let Some(reset) = rate.and_then(|r| r.exhausted_until(now_unix, RATE_READING_FRESH))
-        {
-            let (lo, hi) = self.reset_jitter;
-            let pick = rng.random_range(lo.as_secs_f64()..hi.as_secs_f64());
-            let wait = Duration::from_secs(reset - now_unix) + Duration::from_secs_f64(pick);
-            return (wait, DelayReason::RateReset { reset });
-        }
-        self.ladder(attempt, rng)
     }
 }
 
@@ -190,12 +233,16 @@ mod tests {
         let (d, why) = b.delay(
             1,
             ErrorClass::RateLimit,
-            Some(Duration::from_secs(7)),
+            Some(Duration::from_secs(700)),
             Some(&empty),
             now,
             &mut rng,
         );
-        assert_eq!((d, why), (Duration::from_secs(7), DelayReason::RetryAfter));
+        assert_eq!(why, DelayReason::RetryAfter, "the longer wait wins");
+        assert!(
+            d >= Duration::from_secs(700) && d <= Duration::from_secs(840),
+            "{d:?}"
+        );
         let (_, why) = b.delay(1, ErrorClass::ServerSide, None, Some(&empty), now, &mut rng);
         assert!(
             matches!(why, DelayReason::Ladder { .. }),

@@ -24,6 +24,10 @@ use crate::{
     vocab::{ErrorClass, RateSnapshot},
 };
 
+/// No retry waits longer than this, whatever the config or an answer says: a bound that keeps
+/// every time sum far from overflowing.
+pub const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// One failed claim, as the ladder needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -48,7 +52,7 @@ pub struct RetryItem {
     pub first_failure: Instant,
     /// When the next attempt is due; `None` while an attempt is in flight.
     pub next_attempt: Option<Instant>,
-    /// Class of the first failure, kept across attempts.
+    /// Class of the latest failure (each failure's own class decides its delay).
     pub class: ErrorClass,
     /// The latest failure's message.
     pub last_error: String,
@@ -70,7 +74,7 @@ pub enum Scheduled {
         attempts: u32,
         /// Why this delay.
         reason: DelayReason,
-        /// Class of the first failure.
+        /// This failure's class.
         class: ErrorClass,
     },
     /// The first failure is older than `max_age`: dropped.
@@ -79,7 +83,7 @@ pub enum Scheduled {
         attempts: u32,
         /// Age of the first failure.
         age: Duration,
-        /// Class of the first failure.
+        /// The last failure's class.
         class: ErrorClass,
     },
     /// The failure cannot be helped by retrying: dropped.
@@ -106,7 +110,7 @@ pub struct RetryView {
     pub key: JobKey,
     /// Failures so far.
     pub attempts: u32,
-    /// Class of the first failure.
+    /// Class of the latest failure.
     pub class: ErrorClass,
     /// Seconds until the next attempt (`None` while in flight).
     pub next_attempt_in_secs: Option<f64>,
@@ -159,10 +163,12 @@ impl RetryQueue {
         });
         item.attempts += 1;
         item.job = job;
+        item.class = failure.class;
         item.last_error = failure.message.clone();
-        let (attempts, class) = (item.attempts, item.class);
-        let age = now.saturating_duration_since(item.first_failure);
-        if age > self.backoff.max_age() {
+        let (attempts, class, first_failure) = (item.attempts, item.class, item.first_failure);
+        let age = now.saturating_duration_since(first_failure);
+        let max_age = self.backoff.max_age();
+        if age > max_age {
             self.remove(&key);
             return Scheduled::GaveUp {
                 attempts,
@@ -170,11 +176,14 @@ impl RetryQueue {
                 class,
             };
         }
-        // The first failure's class decides the rate snap: a rate-limited job whose retry then
-        // hits a 502 still waits for the reset once the reading proves the budget empty.
+        // This failure's class and its bucket's reading decide (a 502 after a rate limit climbs
+        // the plain ladder; a rate limit after a 502 snaps to the reset). The attempt after it
+        // never lands past `first_failure + max_age` by more than one rung.
         let (delay, reason) =
             self.backoff
                 .delay(attempts, class, failure.retry_after, rate, now_unix, rng);
+        let latest = (max_age - age).saturating_add(self.backoff.rung(attempts));
+        let delay = delay.min(latest).min(MAX_WAIT);
         let at = now + delay;
         self.seq += 1;
         let seq = self.seq;
@@ -198,6 +207,16 @@ impl RetryQueue {
         }
     }
 
+    /// Keeps `key`'s item (its attempts and first failure) but takes it off the timer: its job
+    /// has an attempt in flight (a claimed runner), which either starts the job or fails again.
+    pub fn hold(&mut self, key: &JobKey) {
+        if let Some(item) = self.items.get_mut(key)
+            && item.next_attempt.take().is_some()
+        {
+            self.waiting -= 1;
+        }
+    }
+
     /// Puts back the ladder a previous run left, with its original times.
     pub fn restore(&mut self, rows: &[RetryRow], now: Instant, now_unix: u64) {
         for r in rows {
@@ -206,7 +225,8 @@ impl RetryQueue {
                     now_unix.saturating_sub(r.first_failure_unix),
                 ))
                 .unwrap_or(now);
-            let at = now + Duration::from_secs(r.next_attempt_unix.saturating_sub(now_unix));
+            let wait = Duration::from_secs(r.next_attempt_unix.saturating_sub(now_unix));
+            let at = now + wait.min(MAX_WAIT);
             self.seq += 1;
             self.items.insert(
                 r.job.key.clone(),
@@ -231,7 +251,7 @@ impl RetryQueue {
         let i = self.items.get(key)?;
         let unix = |t: Instant| {
             if t >= now {
-                now_unix + t.duration_since(now).as_secs()
+                now_unix.saturating_add(t.duration_since(now).as_secs())
             } else {
                 now_unix.saturating_sub(now.duration_since(t).as_secs())
             }
@@ -452,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn non_retryable_is_not_enqueued_and_the_first_class_is_kept() {
+    fn non_retryable_is_not_enqueued_and_each_failure_keeps_its_own_class() {
         let mut q = queue(&[30], 5400);
         let mut rng = SmallRng::seed_from_u64(0);
         let now = Instant::now();
@@ -483,10 +503,12 @@ mod tests {
         assert!(matches!(
             out,
             Scheduled::Retry {
-                class: ErrorClass::RateLimit,
+                class: ErrorClass::ServerSide,
+                attempts: 2,
                 ..
             }
         ));
+        assert_eq!(q.get(&job(2).key).unwrap().class, ErrorClass::ServerSide);
     }
 
     #[test]
@@ -507,5 +529,62 @@ mod tests {
         assert_eq!(q.next_due(), Some(now + Duration::from_secs(35)));
         assert_eq!(q.pop_due(now + Duration::from_secs(31)).len(), 0);
         assert_eq!(q.len(), 1);
+    }
+
+    proptest::proptest! {
+        /// Whatever the answers say (any class, any `Retry-After`, any reset, jitter), nothing
+        /// panics and no attempt is parked past `first_failure + max_age` by more than a rung.
+        #[test]
+        fn no_answer_parks_a_job_past_max_age_by_more_than_a_rung(
+            steps in proptest::collection::vec(
+                (0usize..4, proptest::option::of(proptest::num::u64::ANY), proptest::num::u64::ANY, 0u64..900),
+                1..16,
+            ),
+            jitter in 0.0f64..=1.0,
+        ) {
+            let backoff = Backoff::try_new(&ClaimRetryConfig { jitter, ..ClaimRetryConfig::default() }).unwrap();
+            let mut q = RetryQueue::new(backoff.clone());
+            let mut rng = SmallRng::seed_from_u64(1);
+            let classes = [
+                ErrorClass::RateLimit,
+                ErrorClass::ServerSide,
+                ErrorClass::Network,
+                ErrorClass::UnknownRetryable,
+            ];
+            let (t0, unix0) = (Instant::now(), 1_800_000_000u64);
+            let mut now = t0;
+            for (class, after, reset, late) in steps {
+                let now_unix = unix0 + now.duration_since(t0).as_secs();
+                let reading = RateSnapshot {
+                    remaining: Some(0),
+                    reset: Some(reset),
+                    updated: now_unix,
+                    ..RateSnapshot::default()
+                };
+                let failure = Failure {
+                    class: classes[class],
+                    retry_after: after.map(Duration::from_secs),
+                    bucket: None,
+                    message: "x".into(),
+                };
+                match q.record_failure(job(1), &failure, now, now_unix, Some(&reading), &mut rng) {
+                    Scheduled::Retry { at, attempts, .. } => {
+                        let first = q.get(&job(1).key).unwrap().first_failure;
+                        proptest::prop_assert!(
+                            at <= first + backoff.max_age() + backoff.rung(attempts),
+                            "attempt {attempts} parked {:?} after the first failure",
+                            at.duration_since(first)
+                        );
+                        now = at + Duration::from_secs(late);
+                        q.pop_due(now);
+                    }
+                    Scheduled::GaveUp { age, .. } => {
+                        proptest::prop_assert!(age > backoff.max_age());
+                        break;
+                    }
+                    Scheduled::NotRetryable { .. } => proptest::prop_assert!(false),
+                }
+            }
+        }
     }
 }

@@ -116,6 +116,8 @@ pub enum Observation {
     EnvironmentFailed {
         /// The job it was made for.
         job_id: u64,
+        /// Its pool.
+        provider: ProviderKind,
         /// Runner.
         runner: String,
         /// What went wrong.
@@ -287,10 +289,14 @@ pub fn record(o: Observation, m: &Metrics) {
         }
         O::EnvironmentFailed {
             job_id,
+            provider,
             runner,
             error,
         } => {
-            tracing::warn!(job_id, runner = %runner, error = %error, "runner environment failed to start")
+            m.environment_failures
+                .with_label_values(&[provider.as_str()])
+                .inc();
+            tracing::warn!(job_id, provider = provider.as_str(), runner = %runner, error = %error, "runner environment failed")
         }
         O::RetryScheduled { class } => m.retry_attempts.with_label_values(&[class.as_str()]).inc(),
         O::RetryGivenUp {

@@ -261,7 +261,8 @@ impl Scheduler {
                 runner: runner.name.clone(),
             },
         );
-        self.leave_ladder(&key, fx);
+        // A job on the ladder keeps its item (attempts, first failure) until it is seen
+        // running: if this runner's environment fails, the same item climbs.
         self.note(
             &key,
             now,

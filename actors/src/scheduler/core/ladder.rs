@@ -8,7 +8,9 @@
 use super::*;
 
 impl Scheduler {
-    /// A claim or a provisioning attempt failed: onto the ladder, or give up.
+    /// An attempt for the job failed (its claim, its environment, or its runner before the job
+    /// started): onto the ladder, or give up. Every path finds the job's one item, so attempts
+    /// and the first failure carry over until the job starts or `max_age` gives up.
     pub(super) fn failed(
         &mut self,
         key: &JobKey,
@@ -25,10 +27,18 @@ impl Scheduler {
         }
         rec.claim_failures += 1;
         rec.first_failure_class.get_or_insert(failure.class);
+        let attempts = rec.claim_failures;
         if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
             let why = if self.draining {
                 Abandon::CordonedNoRetry
             } else if !failure.class.is_retryable() {
+                // Retrying cannot help (a claim GitHub refuses, an environment the engine
+                // rejects as invalid): the job's attempts end here, counted as given up.
+                self.observe(Observation::RetryGivenUp {
+                    job_id: key.job_id,
+                    attempts,
+                    class: failure.class,
+                });
                 Abandon::NotRetryable(failure.class)
             } else {
                 Abandon::RetryDisabled
@@ -72,7 +82,7 @@ impl Scheduler {
                         due_unix: now.unix.saturating_add(delay.as_secs()),
                         delay,
                         reason,
-                        first_class: class,
+                        class,
                     },
                 );
             }
@@ -95,9 +105,7 @@ impl Scheduler {
                 self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
             }
             Scheduled::NotRetryable { class } => {
-                self.ops.push(Op::DeleteRetry(key.clone()));
-                let why = Abandon::NotRetryable(class);
-                self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+                unreachable!("a {class} failure was given up before the ladder")
             }
         }
         self.rearm_retry_timer(fx);

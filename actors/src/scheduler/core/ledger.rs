@@ -97,48 +97,58 @@ impl Scheduler {
                 } else {
                     Duration::ZERO
                 };
-                if let Some(r) = runner
-                    && r.bound.is_none()
-                {
-                    self.defer(
-                        now.mono + delay,
-                        Deferred::Delete {
-                            repo: r.row.repo,
-                            runner_id: r.row.id,
-                            name: r.row.name,
-                        },
-                        &mut fx,
-                    );
+                if let Some(r) = runner.as_ref().filter(|r| r.bound.is_none()) {
+                    let delete = Deferred::Delete {
+                        repo: r.row.repo.clone(),
+                        runner_id: r.row.id,
+                        name: r.row.name.clone(),
+                    };
+                    self.defer(now.mono + delay, delete, &mut fx);
                 }
-                let why = if reason == ExitReason::ProvisionerDied {
-                    "its provisioner died before the job started"
+                // A runner that exited with an error before it was seen with any job never came
+                // up: its environment failed, and the job climbs its ladder item. One that ran
+                // (or may have run) a sibling's job left its own stranded: dispatched again now.
+                let crashed = reason == ExitReason::Exited
+                    && code.is_some_and(|c| c != 0)
+                    && runner.as_ref().is_some_and(|r| r.bound.is_none());
+                let waiting = self
+                    .jobs
+                    .get(&intent)
+                    .is_some_and(|r| r.phase == Phase::Seen && r.started_at.is_none());
+                if let Some(r) = runner.as_ref().filter(|_| crashed && waiting) {
+                    let error = format!(
+                        "the runner exited with code {} before its job started",
+                        code.unwrap_or_default()
+                    );
+                    self.environment_failed(r.provider, &intent, name, error.clone(), now);
+                    let failure = Failure {
+                        class: ErrorClass::UnknownRetryable,
+                        retry_after: None,
+                        bucket: None,
+                        message: error,
+                    };
+                    self.failed(&intent, failure, now, &mut fx);
                 } else {
-                    "its runner exited but the job was never observed running (stranded)"
-                };
-                self.heal_stranded(&intent, why, now, &mut fx);
+                    let why = if reason == ExitReason::ProvisionerDied {
+                        "its provisioner died before the job started"
+                    } else {
+                        "its runner exited but the job was never observed running (stranded)"
+                    };
+                    self.heal_stranded(&intent, why, now, &mut fx);
+                }
             }
             RunnerEventKind::Failed { error } => {
                 let r = self.forget_runner(name, now);
-                if let Some(r) = r {
+                if let Some(r) = &r {
                     fx.push(Effect::DeleteRunner {
-                        repo: r.row.repo,
+                        repo: r.row.repo.clone(),
                         runner_id: r.row.id,
-                        name: r.row.name,
+                        name: r.row.name.clone(),
                     });
                 }
-                self.observe(Observation::EnvironmentFailed {
-                    job_id: intent.job_id,
-                    runner: name.to_string(),
-                    error: error.to_string(),
-                });
-                self.note(
-                    &intent,
-                    now,
-                    Note::EnvironmentFailed {
-                        runner: name.to_string(),
-                        error: error.to_string(),
-                    },
-                );
+                if let Some(r) = &r {
+                    self.environment_failed(r.provider, &intent, name, error.to_string(), now);
+                }
                 let waiting = matches!(self.jobs.get(&intent).map(|r| &r.phase), Some(Phase::Seen));
                 if waiting && error.takes_pool_down() {
                     // The pool itself cannot run jobs (its supervisor reported it down first):
@@ -164,6 +174,36 @@ impl Scheduler {
         }
         self.pump(now, &mut fx);
         fx
+    }
+
+    /// Counts an environment of `provider` that failed (for `status` and the metric) and notes
+    /// it on the job's timeline.
+    fn environment_failed(
+        &mut self,
+        provider: ProviderKind,
+        job: &JobKey,
+        runner: &str,
+        error: String,
+        now: Now,
+    ) {
+        if let Some(i) = self.provider_index(provider) {
+            self.slots[i].env_failures += 1;
+            self.slots[i].last_env_failure = Some(error.clone());
+        }
+        self.observe(Observation::EnvironmentFailed {
+            job_id: job.job_id,
+            provider,
+            runner: runner.to_string(),
+            error: error.clone(),
+        });
+        self.note(
+            job,
+            now,
+            Note::EnvironmentFailed {
+                runner: runner.to_string(),
+                error,
+            },
+        );
     }
 
     /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
@@ -212,6 +252,7 @@ impl Scheduler {
         if rec.admissions > cap {
             let dispatches = rec.admissions;
             self.note(key, now, Note::StrandedCap { dispatches });
+            self.leave_ladder(key, fx);
             return;
         }
         rec.seen_at = Some(now.mono);

@@ -334,6 +334,10 @@ struct Slots {
     up: bool,
     /// Why the provider is down, as its supervisor reported.
     down_cause: Option<String>,
+    /// Environments of this pool that failed to come up, or exited before their job started.
+    env_failures: u64,
+    /// The latest such failure.
+    last_env_failure: Option<String>,
 }
 
 /// Outcome of routing one job.
@@ -421,9 +425,9 @@ impl Scheduler {
             // Down until its supervisor reports the host check passed: no job is claimed for a
             // pool that cannot run it.
             .map(|_| Slots {
-                used: 0,
                 up: false,
                 down_cause: Some("starting: host check not done yet".into()),
+                ..Slots::default()
             })
             .collect();
         Scheduler {

@@ -156,8 +156,8 @@ pub enum Note {
         delay: Duration,
         /// Why this delay.
         reason: DelayReason,
-        /// Class of the first failure.
-        first_class: ErrorClass,
+        /// This failure's class.
+        class: ErrorClass,
     },
     /// A retry came due.
     RetryDue {
@@ -276,13 +276,11 @@ impl fmt::Display for Note {
                 due_unix,
                 delay,
                 reason,
-                first_class,
+                class,
             } => write!(
                 f,
-                "retry #{attempt} scheduled for {} (in {:.1}s; {}; first failure {first_class})",
-                humantime::format_rfc3339_seconds(
-                    std::time::UNIX_EPOCH + Duration::from_secs(*due_unix)
-                ),
+                "retry #{attempt} scheduled for {} (in {:.1}s; {}; {class})",
+                rfc3339(*due_unix),
                 delay.as_secs_f64(),
                 describe(reason)
             ),
@@ -335,4 +333,15 @@ fn describe(reason: &DelayReason) -> String {
         DelayReason::RetryAfter => "Retry-After".into(),
         DelayReason::RateReset { reset } => format!("rate budget empty until {reset}"),
     }
+}
+
+/// Unix seconds as RFC 3339, or the number itself where no calendar date fits.
+fn rfc3339(unix: u64) -> String {
+    std::time::UNIX_EPOCH
+        .checked_add(Duration::from_secs(unix))
+        .filter(|t| *t < std::time::UNIX_EPOCH + Duration::from_secs(253_402_300_799))
+        .map_or_else(
+            || format!("unix {unix}"),
+            |t| humantime::format_rfc3339_seconds(t).to_string(),
+        )
 }

@@ -123,6 +123,8 @@ impl Scheduler {
                 used: s.used,
                 max: p.max_concurrent,
                 labels: p.labels.clone(),
+                environment_failures: s.env_failures,
+                last_environment_failure: s.last_env_failure.clone(),
             })
             .collect()
     }
@@ -266,6 +268,13 @@ pub struct ProviderView {
     pub max: usize,
     /// Labels.
     pub labels: Vec<String>,
+    /// Environments that failed to come up (or exited before their job started) since start:
+    /// a pool that is up but whose environments keep failing shows it here.
+    #[serde(default)]
+    pub environment_failures: u64,
+    /// The latest such failure.
+    #[serde(default)]
+    pub last_environment_failure: Option<String>,
 }
 
 /// The scheduler's whole state, for `GetSchedulerState`: tests and embedding apps.

@@ -69,43 +69,26 @@ async fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
     assert_eq!(h.claim_offsets(), vec![0, 30, 90]);
     assert!(matches!(h.phase(1).await, Phase::Active { .. }));
     let (q, _) = h.ladder().await;
-    assert_eq!((q.depth, q.items.len()), (0, 0), "success drops the item");
+    assert_eq!(
+        (q.depth, q.items.len(), q.items[0].attempts),
+        (0, 1, 2),
+        "a claimed runner holds the item (in flight) until the job is seen running"
+    );
     assert_eq!(h.provisioned.lock().unwrap().len(), 1);
-}
-
-async fn seed_rate(h: &Harness, remaining: u64, reset_in: u64, age: u64) {
-    let now = h.clock.unix();
-    let headers = crate::github::rate::RateHeaders {
-        remaining: Some(remaining),
-        limit: Some(5000),
-        reset: Some(now + reset_in),
-        used: None,
-        resource: crate::vocab::RateBucket::ActionsRunnerRegistration,
-    };
-    h.rate
-        .send(ObserveRate {
-            credential: "token".into(),
-            bucket: crate::vocab::RateBucket::ActionsRunnerRegistration,
-            headers: Some(headers),
-            retry_after: None,
-            status: 403,
-            at_unix: now - age,
-        })
-        .await
-        .unwrap();
+    h.send(JobAction::InProgress, job(1, LINUX)).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let (q, armed) = h.ladder().await;
+    assert_eq!(
+        (q.depth, q.items.len(), armed),
+        (0, 0, 0),
+        "a started job drops it"
+    );
 }
 
 #[actix_rt::test]
 async fn an_empty_budget_snaps_the_retry_to_the_reset() {
-    let h = harness(Setup {
-        script: vec![Err(http(403, Some(0), None))],
-        ..Setup::default()
-    })
-    .await;
-    seed_rate(&h, 0, 90, 0).await;
-    h.queued(1, LINUX).await;
-    h.run_for(Duration::from_secs(200)).await;
-    let offsets = h.claim_offsets();
+    let offsets =
+        claim_offsets_for(vec![Err(http(403, Some(0), None))], Some((0, 90, 0)), 200).await;
     assert_eq!(offsets.len(), 2, "{offsets:?}");
     assert!(
         (95..115).contains(&offsets[1]),
@@ -115,28 +98,30 @@ async fn an_empty_budget_snaps_the_retry_to_the_reset() {
 
 #[actix_rt::test]
 async fn a_stale_reading_falls_back_to_the_ladder() {
-    let h = harness(Setup {
-        script: vec![Err(http(403, Some(0), None))],
-        ..Setup::default()
-    })
-    .await;
-    seed_rate(&h, 0, 90, 600).await;
-    h.queued(1, LINUX).await;
-    h.run_for(Duration::from_secs(200)).await;
-    assert_eq!(h.claim_offsets(), vec![0, 30]);
+    let offsets = claim_offsets_for(vec![Err(http(403, Some(0), None))], Some((0, 90, 600)), 200);
+    assert_eq!(offsets.await, vec![0, 30]);
+}
+
+/// `Retry-After` is a floor: alone it is obeyed, but it never sends a claim into a budget the
+/// reading proves empty.
+#[actix_rt::test]
+async fn retry_after_is_obeyed() {
+    let offsets = claim_offsets_for(vec![Err(http(429, Some(10), Some(7)))], None, 200);
+    assert_eq!(offsets.await, vec![0, 7]);
 }
 
 #[actix_rt::test]
-async fn retry_after_wins() {
-    let h = harness(Setup {
-        script: vec![Err(http(429, Some(10), Some(7)))],
-        ..Setup::default()
-    })
+async fn retry_after_never_spends_a_budget_the_reading_proves_empty() {
+    let offsets = claim_offsets_for(
+        vec![Err(http(429, Some(0), Some(7)))],
+        Some((0, 90, 0)),
+        200,
+    )
     .await;
-    seed_rate(&h, 0, 90, 0).await;
-    h.queued(1, LINUX).await;
-    h.run_for(Duration::from_secs(200)).await;
-    assert_eq!(h.claim_offsets(), vec![0, 7]);
+    assert!(
+        offsets.len() == 2 && (95..115).contains(&offsets[1]),
+        "retry at reset + [5s, 25s), not after 7 s: {offsets:?}"
+    );
 }
 
 #[actix_rt::test]

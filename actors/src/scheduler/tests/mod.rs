@@ -27,7 +27,10 @@ use crate::{
     },
     job::{JobAction, JobInfo},
     metrics::Metrics,
-    provision::{ExitReason, Provision, ProvisionerHandle, RunnerEvent, RunnerEventKind, Teardown},
+    provision::{
+        ExitReason, Provision, ProvisionError, ProvisionerHandle, RunnerEvent, RunnerEventKind,
+        Teardown,
+    },
     rate::{ObserveRate, RateActor},
     retry::{Backoff, GetRetryTimer, RetryActor},
 };
@@ -123,11 +126,12 @@ impl Handler<DeleteRunner> for FakeGithub {
     }
 }
 
-/// Starts every runner at once and tears it down on request.
+/// Starts every runner at once (or fails every one with `fail`) and tears it down on request.
 struct FakeProvisioner {
     provider: ProviderKind,
     sink: Option<Recipient<RunnerEvent>>,
     provisioned: Arc<Mutex<Vec<String>>>,
+    fail: Option<ProvisionError>,
 }
 
 impl Actor for FakeProvisioner {
@@ -149,11 +153,17 @@ impl Handler<Provision> for FakeProvisioner {
     type Result = ();
     fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
         self.provisioned.lock().unwrap().push(m.0.name.clone());
+        let kind = match &self.fail {
+            Some(error) => RunnerEventKind::Failed {
+                error: error.clone(),
+            },
+            None => RunnerEventKind::Started,
+        };
         if let Some(s) = &self.sink {
             s.do_send(RunnerEvent {
                 provider: self.provider,
                 name: m.0.name,
-                kind: RunnerEventKind::Started,
+                kind,
             });
         }
     }
@@ -197,6 +207,10 @@ struct Setup {
     claims_per_minute: u32,
     script: Vec<Result<(), GithubError>>,
     otherwise: Option<GithubError>,
+    /// Every environment fails to start with this.
+    provision_error: Option<ProvisionError>,
+    /// `runner.claim_retry.enabled`.
+    retry_enabled: bool,
 }
 
 impl Default for Setup {
@@ -209,6 +223,8 @@ impl Default for Setup {
             claims_per_minute: 150,
             script: Vec::new(),
             otherwise: None,
+            provision_error: None,
+            retry_enabled: true,
         }
     }
 }
@@ -236,6 +252,7 @@ async fn harness(s: Setup) -> Harness {
             provider: *kind,
             sink: None,
             provisioned: provisioned.clone(),
+            fail: s.provision_error.clone(),
         }
         .start();
         provisioners.insert(
@@ -260,7 +277,7 @@ async fn harness(s: Setup) -> Harness {
         max_concurrent: s.max_concurrent,
         name_prefix: "ephemer".into(),
         repo_level: false,
-        retry_enabled: true,
+        retry_enabled: s.retry_enabled,
         claims_per_minute: s.claims_per_minute,
         seen_ttl: super::core::SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
@@ -391,6 +408,30 @@ impl Harness {
         (q, t.armed_timers)
     }
 
+    /// A reading of the registration bucket: `remaining`, reset `reset_in` s from now, taken
+    /// `age` s ago.
+    async fn seed_rate(&self, remaining: u64, reset_in: u64, age: u64) {
+        let now = self.clock.unix();
+        let headers = crate::github::rate::RateHeaders {
+            remaining: Some(remaining),
+            limit: Some(5000),
+            reset: Some(now.saturating_add(reset_in)),
+            used: None,
+            resource: crate::vocab::RateBucket::ActionsRunnerRegistration,
+        };
+        self.rate
+            .send(ObserveRate {
+                credential: "token".into(),
+                bucket: crate::vocab::RateBucket::ActionsRunnerRegistration,
+                headers: Some(headers),
+                retry_after: None,
+                status: 403,
+                at_unix: now - age,
+            })
+            .await
+            .unwrap();
+    }
+
     async fn state(&self) -> SchedulerState {
         self.sched.send(GetSchedulerState).await.unwrap()
     }
@@ -407,6 +448,27 @@ impl Harness {
 
 const LINUX: &[&str] = &["self-hosted", "linux"];
 
+/// The claim times (s) of one job whose claims answer `script`, with a registration-bucket
+/// reading (remaining, reset in, age) seeded first, over `secs` of virtual time.
+async fn claim_offsets_for(
+    script: Vec<Result<(), GithubError>>,
+    reading: Option<(u64, u64, u64)>,
+    secs: u64,
+) -> Vec<u64> {
+    let h = harness(Setup {
+        script,
+        ..Setup::default()
+    })
+    .await;
+    if let Some((remaining, reset_in, age)) = reading {
+        h.seed_rate(remaining, reset_in, age).await;
+    }
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(secs)).await;
+    h.claim_offsets()
+}
+
 mod dispatch;
 mod fungible;
 mod ladder;
+mod paths;
