@@ -317,10 +317,11 @@ async fn an_empty_registration_bucket_is_waited_out_while_core_calls_go_on() {
     let claims = standin.calls_to("generate_jitconfig");
     let ok: Vec<_> = claims.iter().filter(|c| c.status == 201).collect();
     assert!(ok.len() >= 2, "{claims:?}");
-    // One refused claim per job: the 403 proved the bucket empty, so each retry snapped to its
-    // reset instead of climbing the ladder into it.
+    // At most one refused claim per job (two only when both were sent before the first answer):
+    // the 403 proved the bucket empty, so every later claim waited for its reset instead of
+    // climbing the ladder into it.
     let refused = claims.iter().filter(|c| c.status == 403).count();
-    assert_eq!(refused, 2, "{claims:?}");
+    assert!((1..=2).contains(&refused), "{claims:?}");
     for c in &ok {
         assert!(
             c.at_ms / 1000 >= u128::from(reset),

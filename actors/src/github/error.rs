@@ -121,6 +121,34 @@ impl GithubError {
         }
     }
 
+    /// How long every claim of this credential should hold back after this answer, when it is
+    /// a secondary rate limit (a 403/429 that says so, or that carries `Retry-After`): its
+    /// `Retry-After`, else a minute, as GitHub's docs ask ("wait at least one minute"), capped
+    /// at an hour whatever the header says.
+    pub fn secondary_limit_wait(&self) -> Option<Duration> {
+        match self {
+            GithubError::Http(f)
+                if f.is_secondary_rate_limit()
+                    || (matches!(f.status, 403 | 429) && f.retry_after.is_some()) =>
+            {
+                let wait = f.retry_after.unwrap_or(Duration::from_secs(60));
+                Some(wait.min(Duration::from_secs(3600)))
+            }
+            GithubError::TokenExchange(inner) => inner.secondary_limit_wait(),
+            _ => None,
+        }
+    }
+
+    /// The reading the failed answer itself carried: the bucket it spent, its remaining and
+    /// its reset (unix seconds).
+    pub fn rate_reading(&self) -> Option<(crate::vocab::RateBucket, u64, u64)> {
+        match self {
+            GithubError::Http(f) => Some((f.rate_bucket?, f.rate_remaining?, f.rate_reset?)),
+            GithubError::TokenExchange(inner) => inner.rate_reading(),
+            _ => None,
+        }
+    }
+
     /// The rate-limit bucket the failed answer spent, when it said.
     pub fn rate_bucket(&self) -> Option<crate::vocab::RateBucket> {
         match self {

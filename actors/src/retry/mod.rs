@@ -7,4 +7,4 @@ mod queue;
 
 pub use actor::{ArmRetryTimer, GetRetryTimer, RetryActor, RetryDue, RetryTimerView};
 pub use backoff::{Backoff, DelayReason, InvalidBackoff, RATE_READING_FRESH};
-pub use queue::{Failure, RetryItem, RetryQueue, RetryView, Scheduled};
+pub use queue::{Failure, MAX_WAIT, RetryItem, RetryQueue, RetryView, Scheduled};

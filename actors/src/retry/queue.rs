@@ -531,6 +531,43 @@ mod tests {
         assert_eq!(q.len(), 1);
     }
 
+    /// A rate limit, then a 502 while a reading proves the budget empty: the 502 takes the
+    /// next plain rung (its own class decides), not the reset.
+    #[test]
+    fn a_502_after_a_rate_limit_takes_the_next_rung() {
+        let mut q = queue(&[30, 60, 120], 5400);
+        let mut rng = SmallRng::seed_from_u64(0);
+        let (now, unix) = (Instant::now(), 1_800_000_000);
+        q.record_failure(
+            job(1),
+            &fail(ErrorClass::RateLimit),
+            now,
+            unix,
+            None,
+            &mut rng,
+        );
+        let later = now + Duration::from_secs(30);
+        q.pop_due(later);
+        let empty = RateSnapshot {
+            remaining: Some(0),
+            reset: Some(unix + 3600),
+            updated: unix + 30,
+            ..RateSnapshot::default()
+        };
+        let out = q.record_failure(
+            job(1),
+            &fail(ErrorClass::ServerSide),
+            later,
+            unix + 30,
+            Some(&empty),
+            &mut rng,
+        );
+        assert!(
+            matches!(out, Scheduled::Retry { delay, attempts: 2, .. } if delay == Duration::from_secs(60)),
+            "{out:?}"
+        );
+    }
+
     proptest::proptest! {
         /// Whatever the answers say (any class, any `Retry-After`, any reset, jitter), nothing
         /// panics and no attempt is parked past `first_failure + max_age` by more than a rung.

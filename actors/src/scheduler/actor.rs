@@ -137,7 +137,7 @@ pub fn start_in(
     for p in &settings.providers {
         metrics.init_provider(p.kind.as_str());
     }
-    let mut core = Scheduler::new(settings, backoff, seed, clock.tick());
+    let mut core = Scheduler::new(settings, backoff, seed);
     let mut deps = deps;
     let (redo, fx) = match deps.restore.take() {
         Some(snapshot) if deps.store.is_some() => core.restore(&snapshot, clock.tick()),

@@ -2,15 +2,15 @@
 //! [`actor`] carries decisions out, [`messages`] is what it receives.
 
 pub mod actor;
-mod bucket;
 pub mod core;
 pub mod messages;
 pub mod observe;
+mod pacing;
 
 pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in};
-pub use bucket::TokenBucket;
 pub use core::{ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState};
 pub use messages::JobEvent;
+pub use pacing::ClaimPacer;
 
 #[cfg(test)]
 mod fixtures;

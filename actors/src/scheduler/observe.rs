@@ -144,6 +144,13 @@ pub enum Observation {
         /// Why.
         why: String,
     },
+    /// Every claim is held back until `until_unix`.
+    ClaimsPaused {
+        /// Unix seconds.
+        until_unix: u64,
+        /// Why.
+        why: &'static str,
+    },
     /// A job is dispatched again.
     Requeued {
         /// Job.
@@ -314,6 +321,9 @@ pub fn record(o: Observation, m: &Metrics) {
         }
         O::Abandoned { job_id, why } => {
             tracing::info!(job_id, reason = %why, "dispatch abandoned")
+        }
+        O::ClaimsPaused { until_unix, why } => {
+            tracing::warn!(until_unix, reason = why, "claims paused")
         }
         O::Requeued { job_id, why } => {
             tracing::info!(job_id, reason = why, "dispatching the job again")

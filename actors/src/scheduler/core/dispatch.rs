@@ -82,8 +82,9 @@ impl Scheduler {
                     continue;
                 }
             };
-            if !self.bucket.try_take(now.mono) {
-                fx.push(Effect::WakeAt(self.bucket.next_token_at(now.mono)));
+            self.hold_claims_while_budget_empty(now);
+            if !self.pacer.try_take(now.mono) {
+                fx.push(Effect::WakeAt(self.pacer.next_slot_at(now.mono)));
                 waiting.push_back(key);
                 break;
             }
@@ -91,6 +92,37 @@ impl Scheduler {
         }
         waiting.extend(self.pending.drain(..));
         self.pending = waiting;
+    }
+
+    /// A registration budget a fresh reading proves empty is not spent: every claim waits for
+    /// its reset (a second past it, as readings count whole seconds).
+    fn hold_claims_while_budget_empty(&mut self, now: Now) {
+        let bucket = RateBucket::ActionsRunnerRegistration;
+        let Some(reset) = self
+            .rates
+            .get(&bucket)
+            .and_then(|r| r.exhausted_until(now.unix, RATE_READING_FRESH))
+        else {
+            return;
+        };
+        let wait = Duration::from_secs(reset.saturating_sub(now.unix).saturating_add(1));
+        self.pause_claims(
+            wait.min(MAX_WAIT),
+            "the registration budget is empty until its reset",
+            now,
+        );
+    }
+
+    /// Holds every claim back for `wait` (a pause already longer stays).
+    pub(super) fn pause_claims(&mut self, wait: Duration, why: &'static str, now: Now) {
+        let until = now.mono + wait;
+        if self.pacer.paused(now.mono).is_none_or(|p| p < until) {
+            self.pacer.pause_until(until);
+            self.observe(Observation::ClaimsPaused {
+                until_unix: now.unix.saturating_add(wait.as_secs()),
+                why,
+            });
+        }
     }
 
     /// Stops a job's dispatch with nothing in flight: `why` goes to its timeline and the log,
@@ -164,6 +196,18 @@ impl Scheduler {
             Err(e) => {
                 self.release(provider);
                 self.stats.claim_failures += 1;
+                if let Some((bucket, remaining, reset)) = e.rate_reading() {
+                    // The failed answer's own reading decides its retry, whether or not the rate
+                    // actor's copy of it has arrived yet.
+                    let reading = self.rates.entry(bucket).or_default();
+                    reading.remaining = Some(remaining);
+                    reading.reset = Some(reset);
+                    reading.updated = now.unix;
+                }
+                if let Some(wait) = e.secondary_limit_wait() {
+                    // A secondary limit is the credential's, not this job's: every claim waits.
+                    self.pause_claims(wait, "GitHub answered a secondary rate limit", now);
+                }
                 let class = e.class();
                 self.observe(Observation::ClaimFailed {
                     job_id: key.job_id,

@@ -21,7 +21,7 @@ use rand::{SeedableRng, rngs::SmallRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{bucket::TokenBucket, observe::Observation};
+use super::{observe::Observation, pacing::ClaimPacer};
 use crate::{
     clock::Now,
     config::{Config, ProviderKind},
@@ -29,7 +29,7 @@ use crate::{
     job::{JobAction, JobInfo, JobKey},
     provision::{ExitReason, RunnerEventKind, RunnerSpec},
     rate::RateSnapshot,
-    retry::{Backoff, Failure, RetryQueue, RetryView, Scheduled},
+    retry::{Backoff, Failure, MAX_WAIT, RATE_READING_FRESH, RetryQueue, RetryView, Scheduled},
     store::{Op, RunnerRow, Snapshot},
     vocab::{LabelSet, RateBucket},
 };
@@ -360,7 +360,8 @@ pub struct Scheduler {
     pending: VecDeque<JobKey>,
     slots: Vec<Slots>,
     used_total: usize,
-    bucket: TokenBucket,
+    /// Claim pacing: the sliding window, and pauses while the credential is limited.
+    pacer: ClaimPacer,
     /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
     /// after its runner exited, and must still be counted as ours.
     recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant, bool)>,
@@ -413,7 +414,7 @@ pub struct Stats {
 impl Scheduler {
     /// A scheduler with no jobs, climbing `backoff` on failures; `seed` fixes the ladder's
     /// jitter (tests), else it is random.
-    pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: Option<u64>, now: Now) -> Self {
+    pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: Option<u64>) -> Self {
         let provider_sets = settings
             .providers
             .iter()
@@ -431,7 +432,7 @@ impl Scheduler {
             })
             .collect();
         Scheduler {
-            bucket: TokenBucket::new(settings.claims_per_minute, now.mono),
+            pacer: ClaimPacer::new(settings.claims_per_minute),
             settings,
             provider_sets,
             jobs: HashMap::new(),

@@ -47,7 +47,7 @@ fn core() -> (Scheduler, Instant) {
         ..ClaimRetryConfig::default()
     })
     .unwrap();
-    let mut s = Scheduler::new(settings(), backoff, Some(1), at(t0, 0));
+    let mut s = Scheduler::new(settings(), backoff, Some(1));
     assert_eq!(
         s.on_provider_status(ProviderKind::Local, true, None, at(t0, 0)),
         vec![]
@@ -256,7 +256,7 @@ fn a_claimed_runner_is_handed_to_its_provisioner() {
 fn a_pool_that_is_down_claims_nothing_until_it_comes_up() {
     let t0 = Instant::now();
     let backoff = Backoff::try_new(&ClaimRetryConfig::default()).unwrap();
-    let mut s = Scheduler::new(settings(), backoff, Some(1), at(t0, 0));
+    let mut s = Scheduler::new(settings(), backoff, Some(1));
     assert_eq!(queued(&mut s, 1, LABELS, at(t0, 0)), vec![], "not up yet");
     assert_eq!(phase(&s, 1), Phase::Pending);
     let fx = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 1));
@@ -343,7 +343,7 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
         repo_level: true,
         ..settings()
     };
-    let mut s = Scheduler::new(settings, backoff, Some(1), at(t0, 0));
+    let mut s = Scheduler::new(settings, backoff, Some(1));
     s.on_provider_status(ProviderKind::Local, true, None, at(t0, 0));
     s.take_observations();
     let other_owner = JobInfo {

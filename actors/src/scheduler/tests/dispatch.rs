@@ -126,20 +126,20 @@ async fn a_parked_dispatch_claims_nothing_after_a_cordon() {
 #[actix_rt::test]
 async fn a_burst_is_paced_by_the_claim_budget() {
     let h = harness(Setup {
-        max_concurrent: 1000,
         claims_per_minute: 60,
-        providers: vec![(ProviderKind::Local, vec!["self-hosted", "linux"], 1000)],
-        ..Setup::default()
+        ..Setup::wide(1000)
     })
     .await;
-    for id in 0..100 {
-        h.queued(id, LINUX).await;
-    }
-    h.run_for(Duration::from_secs(1)).await;
-    assert_eq!(h.claims(), 6, "a tenth of the budget at once");
-    h.run_for(Duration::from_secs(60)).await;
-    let n = h.claims();
-    assert!((60..=66).contains(&n), "{n} claims after a minute");
+    h.queued_many(0..100).await;
+    assert_eq!(h.claims(), 60, "the whole minute's budget at once");
+    h.run_for(Duration::from_secs(58)).await;
+    assert_eq!(h.claims(), 60, "nothing more inside the window");
+    h.run_for(Duration::from_secs(2)).await;
+    assert_eq!(
+        h.claims(),
+        100,
+        "the rest as the first claims leave the window"
+    );
 }
 
 /// A provider whose provisioner died and stays down: the unstarted job it held is re-queued and
@@ -205,4 +205,50 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
         vec![runner.id],
         "the dead runner's registration is deleted"
     );
+}
+
+/// Under the default budget (150 a minute) a burst of 100 is claimed at once, and a burst of
+/// 1,000 never puts more than 150 claims in any 60 s window.
+#[actix_rt::test]
+async fn claims_follow_a_sliding_window_of_the_budget() {
+    let h = harness(Setup::wide(2000)).await;
+    h.queued_many(0..100).await;
+    assert_eq!(h.claims(), 100, "the burst at once");
+    h.queued_many(100..1100).await;
+    h.run_for(Duration::from_secs(500)).await;
+    assert_eq!(h.claims(), 1100);
+    let at: Vec<Instant> =
+        h.gh.lock()
+            .unwrap()
+            .claims
+            .iter()
+            .map(|(t, _)| *t)
+            .collect();
+    for (i, start) in at.iter().enumerate() {
+        let in_window = at[i..]
+            .iter()
+            .take_while(|t| **t < *start + Duration::from_secs(60))
+            .count();
+        assert!(in_window <= 150, "{in_window} claims in one minute");
+    }
+}
+
+/// A secondary-limit answer is the credential's: every queued claim waits for its
+/// `Retry-After`, not only the job that got it.
+#[actix_rt::test]
+async fn a_secondary_limit_pauses_every_claim() {
+    let h = harness(Setup {
+        script: vec![Err(http(429, Some(40), Some(30)))],
+        ..Setup::default()
+    })
+    .await;
+    h.queued(1, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    for id in 2..5 {
+        h.queued(id, LINUX).await;
+    }
+    h.run_for(Duration::from_secs(20)).await;
+    assert_eq!(h.claims(), 1, "held back by the pause");
+    h.run_for(Duration::from_secs(20)).await;
+    assert_eq!(h.claim_offsets(), vec![0, 30, 30, 30, 30]);
 }

@@ -87,13 +87,20 @@ async fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
 
 #[actix_rt::test]
 async fn an_empty_budget_snaps_the_retry_to_the_reset() {
-    let offsets =
-        claim_offsets_for(vec![Err(http(403, Some(0), None))], Some((0, 90, 0)), 200).await;
+    let offsets = claim_offsets_for(vec![Err(limited(403, 90))], None, 200).await;
     assert_eq!(offsets.len(), 2, "{offsets:?}");
     assert!(
         (95..115).contains(&offsets[1]),
         "retry at reset + [5s, 25s): {offsets:?}"
     );
+}
+
+/// A budget a fresh reading proves empty is not spent: a job queued meanwhile waits for the
+/// reset before its first claim.
+#[actix_rt::test]
+async fn no_claim_is_sent_into_a_budget_the_reading_proves_empty() {
+    let offsets = claim_offsets_for(Vec::new(), Some((0, 90, 0)), 200).await;
+    assert_eq!(offsets, vec![91]);
 }
 
 #[actix_rt::test]

@@ -213,6 +213,17 @@ struct Setup {
     retry_enabled: bool,
 }
 
+impl Setup {
+    /// One pool and the daemon with `slots` slots each: pacing, not slots, bounds the claims.
+    fn wide(slots: usize) -> Setup {
+        Setup {
+            max_concurrent: slots,
+            providers: vec![(ProviderKind::Local, vec!["self-hosted", "linux"], slots)],
+            ..Setup::default()
+        }
+    }
+}
+
 impl Default for Setup {
     fn default() -> Self {
         Setup {
@@ -369,6 +380,16 @@ fn http(status: u16, remaining: Option<u64>, retry_after: Option<u64>) -> Github
     })
 }
 
+/// A rate-limited claim answer that carries its reading: the registration bucket is empty
+/// until `reset_at` seconds after the harness started.
+fn limited(status: u16, reset_at: u64) -> GithubError {
+    let mut e = http(status, Some(0), None);
+    if let GithubError::Http(f) = &mut e {
+        f.rate_reset = Some(UNIX0 + reset_at);
+    }
+    e
+}
+
 impl Harness {
     async fn send(&self, action: JobAction, job: JobInfo) {
         self.sched.send(event(action, job)).await.unwrap();
@@ -376,6 +397,14 @@ impl Harness {
 
     async fn queued(&self, id: u64, labels: &[&str]) {
         self.send(JobAction::Queued, job(id, labels)).await;
+    }
+
+    /// Queues jobs `ids` (one second of virtual time to let their claims go out).
+    async fn queued_many(&self, ids: std::ops::Range<u64>) {
+        for id in ids {
+            self.queued(id, LINUX).await;
+        }
+        self.run_for(Duration::from_secs(1)).await;
     }
 
     /// Lets every ready message and timer due by `d` from now run.
