@@ -136,8 +136,7 @@ async fn a_pool_whose_environments_always_fail_stops_claiming_at_max_age() {
     let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\", \"4s\"]\njitter = 0.0\nmax_age = \"6s\"\n";
     let providers = linux_provider(&engine.socket, "localhost/runner:test", 2, "");
     let daemon = Daemon::start(&standin, ladder, &providers).await;
-    let up = || async { ctl_json(&daemon, &["status"]).await["providers"][0]["up"] == true };
-    eventually_async("the pool up", Duration::from_secs(20), up).await;
+    wait_pool_up(&daemon).await;
     standin.queue_jobs("app", &["self-hosted", "linux"], 1);
     let given_up = || async {
         daemon
@@ -146,18 +145,7 @@ async fn a_pool_whose_environments_always_fail_stops_claiming_at_max_age() {
             .contains("ephemerd_claim_retry_given_up_total 1")
     };
     eventually_async("the job given up", Duration::from_secs(30), given_up).await;
-    let claims = standin.count("generate_jitconfig");
-    assert!(
-        (2..=6).contains(&claims),
-        "{claims} claims:\n{}",
-        daemon.logs()
-    );
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(
-        standin.count("generate_jitconfig"),
-        claims,
-        "quiet after giving up"
-    );
+    let claims = few_claims_then_quiet(&standin, &daemon, 2).await;
     daemon.wait_no_runner_left(&standin).await;
     let v = ctl_json(&daemon, &["status"]).await;
     let linux = &v["providers"][0];
@@ -177,4 +165,51 @@ async fn a_pool_whose_environments_always_fail_stops_claiming_at_max_age() {
         "{metrics}"
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// A local runner whose executable is removed after start-up: the first claim's environment
+/// cannot start, the pool goes down with the cause, and nothing loops: a handful of claims at
+/// most, each registration deleted, then quiet.
+#[actix_rt::test]
+async fn a_runner_executable_removed_after_start_up_costs_a_few_claims_then_nothing() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let runner = crate::support::write_file(dir.path(), "run.sh", "#!/bin/sh\nexit 0\n");
+    std::fs::set_permissions(&runner, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\", \"4s\"]\nmax_age = \"6s\"\n";
+    let providers = format!(
+        "[providers.local]\ncommand = \"{}\"\nlabels = [\"self-hosted\", \"linux\"]\n",
+        runner.display()
+    );
+    let daemon = Daemon::start(&standin, ladder, &providers).await;
+    wait_pool_up(&daemon).await;
+    std::fs::remove_file(&runner).unwrap();
+    standin.queue_jobs("app", &["self-hosted", "linux"], 1);
+    let claims = few_claims_then_quiet(&standin, &daemon, 1).await;
+    assert!(claims <= 4, "the pool went down after its first failure");
+    daemon.wait_no_runner_left(&standin).await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// Waits until the claims stop, then checks there were between `min` and 6 of them and that no
+/// more come: the job's attempts ended.
+async fn few_claims_then_quiet(standin: &Standin, daemon: &Daemon, min: usize) -> usize {
+    let settled = || async {
+        let before = standin.count("generate_jitconfig");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        before > 0 && standin.count("generate_jitconfig") == before
+    };
+    eventually_async("the claims to stop", Duration::from_secs(40), settled).await;
+    let claims = standin.count("generate_jitconfig");
+    assert!(
+        (min..=6).contains(&claims),
+        "{claims} claims:\n{}",
+        daemon.logs()
+    );
+    claims
+}
+
+async fn wait_pool_up(daemon: &Daemon) {
+    let up = || async { ctl_json(daemon, &["status"]).await["providers"][0]["up"] == true };
+    eventually_async("the pool up", Duration::from_secs(20), up).await;
 }
