@@ -27,29 +27,58 @@ pub struct Target {
 }
 
 impl Target {
+    /// The config file as a plain table (secrets are not needed); empty without `--config`.
+    fn table(&self) -> anyhow::Result<toml::Table> {
+        let Some(path) = &self.config else {
+            return Ok(toml::Table::new());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        // The parser's own message quotes the offending line, which may hold a token: say only
+        // where and what.
+        toml::from_str(&text).map_err(|e| {
+            let line = e.span().map_or(0, |s| {
+                text[..s.start.min(text.len())].matches('\n').count() + 1
+            });
+            anyhow!(
+                "{} is not valid TOML (line {line}): {}",
+                path.display(),
+                e.message()
+            )
+        })
+    }
+
+    fn key<'t>(table: &'t toml::Table, section: &str, key: &str) -> Option<&'t str> {
+        table.get(section)?.get(key)?.as_str()
+    }
+
     fn addr(&self) -> anyhow::Result<SocketAddr> {
         if let Some(a) = self.admin {
             return Ok(a);
         }
+        let table = self.table()?;
         let default = ephemer_actors_core::config::defaults::ADMIN_LISTEN;
-        let listen = match &self.config {
-            None => default.to_string(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                let table: toml::Table = toml::from_str(&text)
-                    .with_context(|| format!("{} is not valid TOML", path.display()))?;
-                table
-                    .get("admin")
-                    .and_then(|a| a.get("listen"))
-                    .and_then(|l| l.as_str())
-                    .unwrap_or(default)
-                    .to_string()
-            }
-        };
+        let listen = Self::key(&table, "admin", "listen").unwrap_or(default);
         listen
             .parse()
             .with_context(|| format!("admin.listen {listen:?} is not IP:PORT"))
+    }
+
+    /// The admin token: `EPHEMER_ADMIN_TOKEN`, else `<state.dir>/admin.token` (readable by the
+    /// daemon's user and root only); `None` when neither can be read (reads may still work).
+    fn token(&self) -> Option<String> {
+        use ephemer_actors_core::admin::access::{TOKEN_ENV, TOKEN_FILE};
+        if let Some(t) = std::env::var(TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+        {
+            return Some(t.trim().to_string());
+        }
+        let table = self.table().ok()?;
+        let dir = Self::key(&table, "state", "dir")
+            .unwrap_or(ephemer_actors_core::config::defaults::STATE_DIR);
+        let token = std::fs::read_to_string(std::path::Path::new(dir).join(TOKEN_FILE)).ok()?;
+        Some(token.trim().to_string()).filter(|t| !t.is_empty())
     }
 }
 
@@ -57,11 +86,24 @@ impl Target {
 fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::Result<T> {
     let addr = t.addr()?;
     let url = format!("http://{addr}{path}");
+    let token = t.token();
     actix_rt::System::new().block_on(async move {
         let client = awc::Client::builder()
             .timeout(Duration::from_secs(10))
             .finish();
-        let mut answer = client.request(method, &url).send().await.map_err(|e| {
+        let mut request = client.request(method.clone(), &url);
+        if let Some(token) = &token {
+            request = request.insert_header(("Authorization", format!("Bearer {token}")));
+        }
+        let sent = if method == Method::POST {
+            request
+                .insert_header(("Content-Type", "application/json"))
+                .send_body("{}")
+                .await
+        } else {
+            request.send().await
+        };
+        let mut answer = sent.map_err(|e| {
             anyhow!(
                 "no daemon answers on {addr} ({e}); is `ephemer-actors serve` running? see admin.listen"
             )

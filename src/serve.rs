@@ -15,7 +15,7 @@ use std::time::Duration;
 use actix_web::{App, HttpServer, dev::ServerHandle, web};
 use anyhow::Context;
 use ephemer_actors_core::{
-    admin::Admin,
+    admin::{self, Admin, access::Access},
     clock::Clock,
     config::Config,
     http::{Health, configure_metrics},
@@ -79,7 +79,14 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
     };
     let webhook_addr = webhook.addrs()[0];
     let mut servers = vec![webhook.run()];
-    let admin = web::Data::new(Admin::new(handles));
+    let token = admin::access::load_or_create(&config.state.dir).with_context(|| {
+        format!(
+            "cannot read or create the admin token in {}",
+            config.state.dir.display()
+        )
+    })?;
+    let admin = web::Data::new(Admin::new(handles).with_access(Access::new(token)));
+    let access = admin.access().clone();
     let admin_server = HttpServer::new(move || {
         App::new()
             .app_data(admin.clone())
@@ -91,6 +98,7 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
     .bind(config.admin.listen)
     .with_context(|| format!("cannot bind admin.listen {}", config.admin.listen))?;
     let admin_addr = admin_server.addrs()[0];
+    access.listening_on(admin_addr);
     servers.push(admin_server.run());
     if let Some(listen) = config.metrics.listen {
         let server = HttpServer::new(move || {

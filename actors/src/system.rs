@@ -312,7 +312,7 @@ pub fn start(
 /// Returns how many runners had to be torn down.
 pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
     use crate::scheduler::messages::{
-        CallsInFlight, FlushDeferred, GetStatus, SetCordon, TeardownAll,
+        BeginShutdown, CallsInFlight, FlushDeferred, GetStatus, TeardownAll,
     };
     const POLL: std::time::Duration = std::time::Duration::from_millis(200);
     let runners = || async {
@@ -332,7 +332,7 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     };
-    let _ = handles.scheduler.send(SetCordon(true)).await;
+    let _ = handles.scheduler.send(BeginShutdown).await;
     let deadline = tokio::time::Instant::now() + timeout;
     settle().await;
     let mut left = runners().await;

@@ -54,6 +54,7 @@ reconcile_interval = "half an hour"
 
 [providers.local]
 command = "/bin/true"
+allow_root = true
 "#,
     );
     let mut cmd = daemon();
@@ -69,6 +70,40 @@ command = "/bin/true"
     }
     assert!(stderr.contains("3 problems"), "{stderr}");
     assert!(!stderr.contains("NEVER_PRINT") && !stdout.contains("NEVER_PRINT"));
+}
+
+/// As root, a process pool without `run_as` would run every job as root, with the daemon's
+/// credential in reach: check-config refuses it (exit 2) unless `allow_root = true` says so.
+#[tokio::test]
+async fn a_process_pool_as_root_needs_run_as_or_allow_root() {
+    if !nix::unistd::geteuid().is_root() {
+        support::skip("run-as-root", "the tests do not run as root here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = |extra: &str| {
+        format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [providers.local]\ncommand = \"/bin/true\"\n{extra}\n"
+        )
+    };
+    for (extra, want) in [
+        ("", 2),
+        ("allow_root = true", 0),
+        ("run_as = \"nobody\"", 0),
+    ] {
+        let path = support::write_file(dir.path(), "c.toml", &config(extra));
+        let mut cmd = daemon();
+        cmd.args(["check-config", "--config"]).arg(&path);
+        let (code, _, stderr) = output(cmd).await;
+        assert_eq!(code, want, "{extra}: {stderr}");
+        if want == 2 {
+            assert!(
+                stderr.contains("providers.local.run_as") && stderr.contains("allow_root"),
+                "{stderr}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -63,6 +63,7 @@ async fn running_runners_are_adopted_after_kill_9() {
 [providers.local]
 command = "{bin}"
 args = ["standin-runner"]
+allow_root = true
 labels = ["self-hosted", "linux", "x64", "local"]
 max_concurrent = 3
 

@@ -117,7 +117,7 @@ max_concurrent = 4
 async fn four_concurrent_jobs_from_one_install_each_keep_their_own_identity() {
     let tmp = tempfile::tempdir().unwrap();
     let me = std::fs::metadata("/proc/self").unwrap().uid();
-    four_jobs_from_one_install(tmp.path(), "", me).await;
+    four_jobs_from_one_install(tmp.path(), "allow_root = true", me).await;
 }
 
 /// With `run_as`, the copy's directories belong to that user, who can write its root but not

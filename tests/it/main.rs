@@ -1,5 +1,6 @@
 //! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners.
 
+mod admin;
 mod cli;
 mod docs;
 mod durable;

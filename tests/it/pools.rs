@@ -96,6 +96,7 @@ async fn a_local_pool_whose_command_is_missing_is_down_and_claims_nothing() {
     let providers = r#"
 [providers.local]
 command = "/nonexistent/actions-runner/run.sh"
+allow_root = true
 labels = ["self-hosted", "linux", "x64"]
 max_concurrent = 2
 "#;
@@ -178,7 +179,7 @@ async fn a_runner_executable_removed_after_start_up_costs_a_few_claims_then_noth
     std::fs::set_permissions(&runner, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let ladder = "[runner.claim_retry]\nschedule = [\"1s\", \"2s\", \"4s\"]\nmax_age = \"6s\"\n";
     let providers = format!(
-        "[providers.local]\ncommand = \"{}\"\nlabels = [\"self-hosted\", \"linux\"]\n",
+        "[providers.local]\ncommand = \"{}\"\nallow_root = true\nlabels = [\"self-hosted\", \"linux\"]\n",
         runner.display()
     );
     let daemon = Daemon::start(&standin, ladder, &providers).await;

@@ -1,5 +1,7 @@
 //! The admin API (`admin.listen`, loopback by default): what an operator asks a running daemon.
 //!
+//! [`access`] says who may call it: changes need the admin token, reads are open on loopback.
+//!
 //! `GET /api/v1/status` (version, uptime, draining, capacity per provider, retry queue depth, the
 //! rate reading), `GET /api/v1/jobs` (every job the scheduler knows), `GET /api/v1/jobs/{id}`
 //! (one job with its timeline: every decision taken about it, so "why is my job still queued?"
@@ -8,10 +10,12 @@
 
 use std::time::Instant;
 
+pub mod access;
 pub mod api;
 
+use access::{Access, Want};
 use actix::Addr;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 pub use api::{CordonAnswer, ErrorAnswer, JobAnswer, JobsAnswer, StatusAnswer};
 
 use crate::{
@@ -19,7 +23,7 @@ use crate::{
     retry::{GetRetryTimer, RetryActor},
     scheduler::{
         SchedulerActor,
-        messages::{GetJob, GetJobs, GetStatus, SetCordon},
+        messages::{GetJob, GetJobs, GetStatus, SetCordon, ShuttingDown},
     },
     system::Handles,
 };
@@ -32,10 +36,12 @@ pub struct Admin {
     rate: Addr<RateActor>,
     credential: String,
     started: Instant,
+    access: Access,
 }
 
 impl Admin {
-    /// The admin API of one instance.
+    /// The admin API of one instance, with a fresh random token (see [`Admin::token`]) and
+    /// reads open: for an app that embeds the routes under its own listener and rules.
     pub fn new(handles: &Handles) -> Self {
         Admin {
             scheduler: handles.scheduler.clone(),
@@ -43,7 +49,24 @@ impl Admin {
             rate: handles.rate.clone(),
             credential: handles.credential.clone(),
             started: Instant::now(),
+            access: Access::new(access::new_token()),
         }
+    }
+
+    /// The same API under these access rules (the daemon's token and listener).
+    pub fn with_access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// Its access rules (to tell them the listener once it is bound).
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// The token a mutating call must carry.
+    pub fn token(&self) -> &crate::config::Secret {
+        self.access.token()
     }
 
     /// Adds the `/api/v1` routes to an app or scope (with `web::Data<Admin>` registered).
@@ -62,7 +85,10 @@ fn unavailable(what: &str) -> HttpResponse {
     })
 }
 
-async fn status(admin: web::Data<Admin>) -> HttpResponse {
+async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
+    if let Err(refused) = admin.access.check(&req, Want::Read) {
+        return refused.answer();
+    }
     let Ok(state) = admin.scheduler.send(GetStatus).await else {
         return unavailable("scheduler");
     };
@@ -84,14 +110,20 @@ async fn status(admin: web::Data<Admin>) -> HttpResponse {
     })
 }
 
-async fn jobs(admin: web::Data<Admin>) -> HttpResponse {
+async fn jobs(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
+    if let Err(refused) = admin.access.check(&req, Want::Read) {
+        return refused.answer();
+    }
     match admin.scheduler.send(GetJobs).await {
         Ok(jobs) => HttpResponse::Ok().json(jobs),
         Err(_) => unavailable("scheduler"),
     }
 }
 
-async fn job(admin: web::Data<Admin>, id: web::Path<String>) -> HttpResponse {
+async fn job(admin: web::Data<Admin>, id: web::Path<String>, req: HttpRequest) -> HttpResponse {
+    if let Err(refused) = admin.access.check(&req, Want::Read) {
+        return refused.answer();
+    }
     let Ok(id) = id.parse::<u64>() else {
         return HttpResponse::BadRequest().json(ErrorAnswer {
             error: "a job id is a number".into(),
@@ -106,17 +138,23 @@ async fn job(admin: web::Data<Admin>, id: web::Path<String>) -> HttpResponse {
     }
 }
 
-async fn set_cordon(admin: web::Data<Admin>, on: bool) -> HttpResponse {
+async fn set_cordon(admin: web::Data<Admin>, req: HttpRequest, on: bool) -> HttpResponse {
+    if let Err(refused) = admin.access.check(&req, Want::Change) {
+        return refused.answer();
+    }
     match admin.scheduler.send(SetCordon(on)).await {
-        Ok(()) => HttpResponse::Ok().json(CordonAnswer { cordoned: on }),
+        Ok(Ok(())) => HttpResponse::Ok().json(CordonAnswer { cordoned: on }),
+        Ok(Err(ShuttingDown)) => HttpResponse::Conflict().json(ErrorAnswer {
+            error: ShuttingDown.to_string(),
+        }),
         Err(_) => unavailable("scheduler"),
     }
 }
 
-async fn cordon(admin: web::Data<Admin>) -> HttpResponse {
-    set_cordon(admin, true).await
+async fn cordon(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
+    set_cordon(admin, req, true).await
 }
 
-async fn uncordon(admin: web::Data<Admin>) -> HttpResponse {
-    set_cordon(admin, false).await
+async fn uncordon(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
+    set_cordon(admin, req, false).await
 }

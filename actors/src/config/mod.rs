@@ -371,6 +371,8 @@ pub struct ProcessPoolConfig {
     pub work_root: PathBuf,
     /// Run the runner as this user (via `sudo -u`), if set.
     pub run_as: Option<String>,
+    /// Run it as root (the daemon's user) without `run_as`: an explicit choice.
+    pub allow_root: bool,
 }
 
 /// `[providers.local]`
@@ -422,6 +424,8 @@ pub struct Environment {
     pub webhook_secret: Option<Secret>,
     /// `EPHEMER_APP_PRIVATE_KEY` (PEM text)
     pub app_private_key: Option<Secret>,
+    /// The daemon runs as root: a process pool then needs `run_as` or `allow_root`.
+    pub as_root: bool,
 }
 
 impl Environment {
@@ -437,6 +441,7 @@ impl Environment {
             github_token: var("GITHUB_TOKEN"),
             webhook_secret: var("EPHEMER_WEBHOOK_SECRET"),
             app_private_key: var("EPHEMER_APP_PRIVATE_KEY"),
+            as_root: nix::unistd::geteuid().is_root(),
         }
     }
 }

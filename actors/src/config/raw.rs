@@ -129,6 +129,7 @@ pub(crate) struct RawProcess {
     pub args: Option<Vec<String>>,
     pub work_root: Option<String>,
     pub run_as: Option<String>,
+    pub allow_root: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use super::{
     core::{Effect, Scheduler, SchedulerSettings},
     messages::{
-        FlushDeferred, GetJob, GetJobs, GetRetryQueue, GetSchedulerState, GetStatus, JobEvent,
-        SetCordon, TeardownAll,
+        BeginShutdown, FlushDeferred, GetJob, GetJobs, GetRetryQueue, GetSchedulerState, GetStatus,
+        JobEvent, SetCordon, ShuttingDown, TeardownAll,
     },
     observe,
 };
@@ -533,10 +533,20 @@ impl Handler<ProviderStatus> for SchedulerActor {
 }
 
 impl Handler<SetCordon> for SchedulerActor {
+    type Result = Result<(), ShuttingDown>;
+
+    fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) -> Self::Result {
+        let fx = self.core.set_cordon(m.0, self.clock.tick())?;
+        self.run(fx, ctx);
+        Ok(())
+    }
+}
+
+impl Handler<BeginShutdown> for SchedulerActor {
     type Result = ();
 
-    fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) {
-        let fx = self.core.set_cordon(m.0, self.clock.tick());
+    fn handle(&mut self, _: BeginShutdown, ctx: &mut Context<Self>) {
+        let fx = self.core.begin_shutdown(self.clock.tick());
         self.run(fx, ctx);
     }
 }

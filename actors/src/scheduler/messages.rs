@@ -30,10 +30,21 @@ pub struct JobEvent {
     pub source: EventSource,
 }
 
-/// Stop claiming (`true`) or resume (`false`). Running jobs are untouched.
+/// Stop claiming (`true`) or resume (`false`). Running jobs are untouched. Resuming is refused
+/// while the daemon shuts down.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<(), ShuttingDown>")]
+pub struct SetCordon(pub bool);
+
+/// The shutdown drain: stop claiming for good (no `SetCordon(false)` can resume it).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
-pub struct SetCordon(pub bool);
+pub struct BeginShutdown;
+
+/// A cordon cannot be lifted: the daemon is draining to shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the daemon is draining to shut down; it cannot be uncordoned")]
+pub struct ShuttingDown;
 
 /// Tear down every runner now (a drain's deadline passed).
 #[derive(Debug, Clone, Copy, Message)]

@@ -103,6 +103,8 @@ command = "{bin}"
 args = ["standin-runner"]
 labels = ["self-hosted", "linux", "x64"]
 max_concurrent = {max_concurrent}
+# The stand-in runner runs as whoever runs the tests (root in CI).
+allow_root = true
 "#,
         bin = env!("CARGO_BIN_EXE_ephemer-actors")
     )
@@ -266,6 +268,18 @@ impl Daemon {
     /// Its runner-name prefix.
     pub fn prefix(&self) -> String {
         prefix(self.addr.rsplit(':').next().unwrap().parse().unwrap())
+    }
+
+    /// Its admin listener's `IP:PORT`.
+    pub fn admin_addr(&self) -> String {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        table["admin"]["listen"].as_str().unwrap().to_string()
+    }
+
+    /// SIGTERM, without waiting: the drain begins.
+    pub fn begin_drain(&self) {
+        sigterm(&self.child);
     }
 
     /// Its `state.dir`.

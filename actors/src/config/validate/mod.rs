@@ -193,7 +193,7 @@ fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) ->
 
 fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
     let state = build_state(raw.state.dir, p);
-    let providers = build_providers(raw.providers, &state.dir, p);
+    let providers = build_providers(raw.providers, &state.dir, env.as_root, p);
     let config = Config {
         github: build_github(raw.github, base_dir, env, p),
         webhook: build_webhook(raw.webhook, env, p),

@@ -107,6 +107,7 @@ fn absolute_or_default(
 pub(super) fn build_providers(
     raw: crate::config::raw::RawProviders,
     state_dir: &Path,
+    as_root: bool,
     p: &mut Problems,
 ) -> ProvidersConfig {
     let local = build_process(
@@ -118,6 +119,7 @@ pub(super) fn build_providers(
             max_concurrent: 2,
         },
         state_dir.join("work"),
+        as_root,
         p,
     );
 
@@ -218,6 +220,7 @@ pub(super) fn build_providers(
             max_concurrent: 1,
         },
         state_dir.join("native-work"),
+        as_root,
         p,
     );
 
@@ -243,6 +246,7 @@ fn build_process(
     raw: Option<RawProcess>,
     d: CommonDefaults,
     default_work_root: PathBuf,
+    as_root: bool,
     p: &mut Problems,
 ) -> ProcessPoolConfig {
     let present = raw.is_some();
@@ -307,11 +311,25 @@ fn build_process(
             RunnerProgram::Command(PathBuf::new())
         }
     };
+    let run_as = r.run_as.filter(|u| !u.trim().is_empty());
+    let allow_root = r.allow_root.unwrap_or(false);
+    if common.enabled && as_root && run_as.is_none() && !allow_root {
+        // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
+        // (actions/runner src/Misc/layoutroot/run-helper.sh.template); a job as root could read the daemon's
+        // token, config and store.
+        p.push(
+            key("run_as"),
+            "the daemon runs as root, so its runners would too, with the daemon's GitHub \
+             credential and state in reach of every job: set run_as to a dedicated user, or \
+             allow_root = true to accept that",
+        );
+    }
     ProcessPoolConfig {
         program,
         args: r.args.unwrap_or_default(),
         work_root,
-        run_as: r.run_as.filter(|u| !u.trim().is_empty()),
+        run_as,
+        allow_root,
         common,
     }
 }

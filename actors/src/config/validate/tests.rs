@@ -223,7 +223,7 @@ fn secrets_may_come_from_the_environment() {
     let env = Environment {
         github_token: Some(Secret::new("from-env")),
         webhook_secret: Some(Secret::new("hook-env")),
-        app_private_key: None,
+        ..Environment::default()
     };
     let c = Config::from_toml_str(text, None, &env).unwrap();
     assert!(matches!(&c.github.auth, GithubAuth::Token(t) if t.expose() == "from-env"));
@@ -292,11 +292,7 @@ fn no_problem_message_quotes_a_secret() {
 
 #[test]
 fn debug_of_a_whole_config_shows_no_secret() {
-    let env = Environment {
-        github_token: None,
-        webhook_secret: None,
-        app_private_key: None,
-    };
+    let env = Environment::default();
     let text = MINIMAL
         .replace("ghp_filetoken", "ghp_TOPSECRETTOKEN")
         .replace("hooksecret", "TOPSECRETHOOK");

@@ -288,12 +288,21 @@ impl Scheduler {
         fx
     }
 
-    /// Cordon (stop claiming) or uncordon.
-    pub fn set_cordon(&mut self, cordoned: bool, now: Now) -> Vec<Effect> {
+    /// Cordon (stop claiming) or uncordon; uncordoning is refused during the shutdown drain.
+    pub fn set_cordon(&mut self, cordoned: bool, now: Now) -> Result<Vec<Effect>, ShuttingDown> {
+        if !cordoned && self.shutting_down {
+            return Err(ShuttingDown);
+        }
         self.draining = cordoned;
         self.observe(Observation::Cordon(cordoned));
         let mut fx = Vec::new();
         self.pump(now, &mut fx);
-        fx
+        Ok(fx)
+    }
+
+    /// The shutdown drain: cordoned for good.
+    pub fn begin_shutdown(&mut self, now: Now) -> Vec<Effect> {
+        self.shutting_down = true;
+        self.set_cordon(true, now).unwrap_or_default()
     }
 }

@@ -30,6 +30,7 @@ use crate::{
     provision::{ExitReason, RunnerEventKind, RunnerSpec},
     rate::RateSnapshot,
     retry::{Backoff, Failure, MAX_WAIT, RATE_READING_FRESH, RetryQueue, RetryView, Scheduled},
+    scheduler::messages::ShuttingDown,
     store::{Op, RunnerRow, Snapshot},
     vocab::{LabelSet, RateBucket},
 };
@@ -366,6 +367,8 @@ pub struct Scheduler {
     /// after its runner exited, and must still be counted as ours.
     recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant, bool)>,
     draining: bool,
+    /// The shutdown drain has begun: the cordon can no longer be lifted.
+    shutting_down: bool,
     stats: Stats,
     /// The claim retry ladder: the one owner of every failed job's retry state.
     ladder: RetryQueue,
@@ -442,6 +445,7 @@ impl Scheduler {
             used_total: 0,
             recent_runners: HashMap::new(),
             draining: false,
+            shutting_down: false,
             stats: Stats::default(),
             ladder: RetryQueue::new(backoff),
             rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),

@@ -102,7 +102,7 @@ async fn a_parked_dispatch_claims_nothing_after_a_cordon() {
     h.queued(2, LINUX).await;
     h.run_for(Duration::from_secs(1)).await;
     assert_eq!(h.claims(), 1);
-    h.sched.send(SetCordon(true)).await.unwrap();
+    h.sched.send(SetCordon(true)).await.unwrap().unwrap();
     let runner = h.state().await.runners[0].name.clone();
     h.send(
         JobAction::Completed,
