@@ -27,6 +27,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 /// How long the HTTP listeners wait for in-flight requests when stopping.
 const HTTP_SHUTDOWN: Duration = Duration::from_secs(2);
+/// Connections one webhook worker holds open at most (GitHub opens few; a flood is refused).
+const WEBHOOK_MAX_CONNECTIONS: usize = 1024;
 
 /// Runs the daemon on a fresh actix `System` until a shutdown signal.
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -74,6 +76,10 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
         })
         .disable_signals()
         .shutdown_timeout(HTTP_SHUTDOWN.as_secs())
+        // Bounds on what one peer can hold open: connections per worker, and the time a
+        // request's headers may take (its body has the intake's own timeout).
+        .max_connections(WEBHOOK_MAX_CONNECTIONS)
+        .client_request_timeout(std::time::Duration::from_secs(5))
         .bind(config.webhook.listen)
         .with_context(|| format!("cannot bind webhook.listen {}", config.webhook.listen))?
     };

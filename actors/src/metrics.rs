@@ -231,7 +231,7 @@ impl Metrics {
             ),
             retry_attempts: counter_vec(
                 "ephemerd_claim_retry_attempts_total",
-                "Claim retries scheduled, by the class of the first failure.",
+                "Claim retries scheduled, by the class of the failure that caused each.",
                 &["class"],
             ),
             retry_given_up,

@@ -286,11 +286,14 @@ pub fn start(
     //    accepted jobs, and the HTTP edge in front of it.
     let webhook =
         WebhookActor::new(scheduler.clone().recipient(), Some(store), metrics.clone()).start();
-    let intake = web::Data::new(WebhookIntake::new(
-        config.webhook.secret.clone(),
-        webhook.clone(),
-        metrics.clone(),
-    )?);
+    let intake = web::Data::new(
+        WebhookIntake::new(
+            config.webhook.secret.clone(),
+            webhook.clone(),
+            metrics.clone(),
+        )?
+        .with_max_body(config.webhook.max_body),
+    );
 
     Ok(Handles {
         scheduler,

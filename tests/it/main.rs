@@ -9,6 +9,7 @@ mod embed;
 mod fungible;
 mod github;
 mod install;
+mod intake;
 mod ops;
 mod pools;
 mod provision;

@@ -36,6 +36,8 @@ pub mod defaults {
     pub const WEBHOOK_LISTEN: &str = "0.0.0.0:8080";
     /// `webhook.path`
     pub const WEBHOOK_PATH: &str = "/webhook/github";
+    /// `webhook.max_body`: `workflow_job` payloads are a few KB.
+    pub const WEBHOOK_MAX_BODY: usize = 1024 * 1024;
     /// `webhook.reconcile_interval`
     pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(30 * 60);
     /// `runner.max_concurrent`
@@ -156,6 +158,8 @@ pub struct WebhookConfig {
     pub secret: Secret,
     /// Backstop poll for lost deliveries; `None` when disabled with `"0s"`.
     pub reconcile_interval: Option<Duration>,
+    /// Deliveries larger than this many bytes are answered 413 (`webhook.max_body`).
+    pub max_body: usize,
 }
 
 /// `[runner]`

@@ -42,6 +42,7 @@ pub(crate) struct RawWebhook {
     pub path: Option<String>,
     pub secret: Option<String>,
     pub reconcile_interval: Option<String>,
+    pub max_body: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

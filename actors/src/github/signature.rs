@@ -22,11 +22,9 @@ pub enum SignatureError {
     NoSecret,
 }
 
-/// Checks `header` (the value of `X-Hub-Signature-256`) against `body` under `secret`.
-pub fn verify(secret: &[u8], body: &[u8], header: Option<&[u8]>) -> Result<(), SignatureError> {
-    if secret.is_empty() {
-        return Err(SignatureError::NoSecret);
-    }
+/// The digest a well-formed `X-Hub-Signature-256` (`sha256=` and 64 hex digits) carries: what
+/// can be checked before reading a body.
+pub fn well_formed(header: Option<&[u8]>) -> Result<[u8; 32], SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let hex_part = header
         .strip_prefix(b"sha256=")
@@ -36,6 +34,15 @@ pub fn verify(secret: &[u8], body: &[u8], header: Option<&[u8]>) -> Result<(), S
     }
     let mut expected = [0u8; 32];
     hex::decode_to_slice(hex_part, &mut expected).map_err(|_| SignatureError::Malformed)?;
+    Ok(expected)
+}
+
+/// Checks `header` (the value of `X-Hub-Signature-256`) against `body` under `secret`.
+pub fn verify(secret: &[u8], body: &[u8], header: Option<&[u8]>) -> Result<(), SignatureError> {
+    if secret.is_empty() {
+        return Err(SignatureError::NoSecret);
+    }
+    let expected = well_formed(header)?;
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| SignatureError::NoSecret)?;
     mac.update(body);
     mac.verify_slice(&expected)

@@ -124,6 +124,10 @@ pub enum Verdict {
     WrongShape(String),
     /// The scheduler's mailbox is full or closed (503).
     Busy,
+    /// The body is over `webhook.max_body` (413).
+    TooLarge(usize),
+    /// The body did not arrive in time (408).
+    SlowBody,
 }
 
 /// A verified, parsed `workflow_job` delivery to accept or refuse.

@@ -1,9 +1,13 @@
 //! Webhook intake: the HTTP edge of the design's `WebhookActor` ([`actor::WebhookActor`]), an
 //! actix-web resource a host app can mount.
 //!
-//! Order for every delivery: body size (413 over `webhook.max_body`), signature over the raw
-//! body (constant time, fail closed), event type, then the JSON (for a form delivery, the
-//! `payload` field's) and its shape; all on the worker thread. Then the
+//! Order for every delivery: before any of the body is read, a well-formed
+//! `X-Hub-Signature-256` (401 without one: an unsigned 25 MB body costs nothing), the event
+//! (anything but `workflow_job` and `ping` is answered 200 unread), a sane delivery id, and the
+//! declared length (413 over `webhook.max_body`); then the body, within the limit and
+//! [`BODY_TIMEOUT`]; then the signature over the raw body (constant time, fail closed), the
+//! JSON (for a form delivery, the `payload` field's) and its shape and bounds; all on the worker
+//! thread. Then the
 //! actor decides: replay check, durable record of a `queued` job, hand-over to the scheduler
 //! with `try_send` (503 when its mailbox is full). The edge never provisions, never calls GitHub
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
@@ -24,14 +28,22 @@ use crate::{
     config::Secret,
     github::{
         event::{PayloadError, parse_workflow_job},
-        signature::verify,
+        signature::{verify, well_formed},
     },
     metrics::Metrics,
     scheduler::messages::{EventSource, JobEvent},
 };
 
-/// GitHub caps payloads at 25 MB; actix-web's default limit is 256 KiB.
-pub const MAX_BODY: usize = 25 * 1024 * 1024;
+/// The default body limit (`webhook.max_body`): `workflow_job` payloads are a few KB.
+pub const MAX_BODY: usize = crate::config::defaults::WEBHOOK_MAX_BODY;
+/// How long a delivery's body may take to arrive once its headers have.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// A delivery id GitHub sends is a GUID: at most this long, of `[A-Za-z0-9-]`.
+pub const MAX_DELIVERY_ID: usize = 64;
+/// At most this many labels on a job, each at most [`MAX_LABEL`] bytes, are accepted.
+pub const MAX_LABELS: usize = 64;
+/// See [`MAX_LABELS`].
+pub const MAX_LABEL: usize = 256;
 
 impl Verdict {
     fn into_response(self) -> HttpResponse {
@@ -51,6 +63,10 @@ impl Verdict {
             Verdict::Busy => HttpResponse::ServiceUnavailable()
                 .insert_header(("Retry-After", "5"))
                 .json(json!({ "error": "scheduler busy, redeliver later" })),
+            Verdict::TooLarge(limit) => HttpResponse::PayloadTooLarge()
+                .json(json!({ "error": format!("body over webhook.max_body ({limit} bytes)") })),
+            Verdict::SlowBody => HttpResponse::RequestTimeout()
+                .json(json!({ "error": "the body did not arrive in time" })),
         }
     }
 }
@@ -105,13 +121,38 @@ impl WebhookIntake {
         &self.actor
     }
 
-    /// The `POST path` resource, with the body limit on this route only.
+    /// The `POST path` resource.
     pub fn resource(intake: web::Data<WebhookIntake>, path: &str) -> Resource {
-        let limit = intake.max_body;
         web::resource(path)
             .app_data(intake)
-            .app_data(web::PayloadConfig::new(limit))
             .route(web::post().to(receive))
+    }
+
+    /// What the headers alone decide, before any of the body is read.
+    fn before_body(&self, req: &HttpRequest) -> Option<Verdict> {
+        let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
+        if let Err(e) = well_formed(header("x-hub-signature-256")) {
+            return Some(Verdict::Unauthorized(e));
+        }
+        let event = header("x-github-event");
+        if event != Some(b"workflow_job".as_slice()) && event != Some(b"ping".as_slice()) {
+            return Some(Verdict::OtherEvent);
+        }
+        if let Some(id) = header("x-github-delivery")
+            && (id.len() > MAX_DELIVERY_ID
+                || !id.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-'))
+        {
+            return Some(Verdict::Malformed(format!(
+                "X-GitHub-Delivery must be at most {MAX_DELIVERY_ID} letters, digits or dashes"
+            )));
+        }
+        let declared = header("content-length")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        if declared.is_some_and(|n| n > self.max_body) {
+            return Some(Verdict::TooLarge(self.max_body));
+        }
+        None
     }
 
     /// Everything the worker thread checks: signature, event, shape.
@@ -141,6 +182,12 @@ impl WebhookIntake {
             Err(PayloadError::Malformed(e)) => return Err(Verdict::Malformed(e)),
             Err(PayloadError::WrongShape(e)) => return Err(Verdict::WrongShape(e)),
         };
+        let labels = &delivery.job.labels;
+        if labels.len() > MAX_LABELS || labels.iter().any(|l| l.len() > MAX_LABEL) {
+            return Err(Verdict::WrongShape(format!(
+                "a job has at most {MAX_LABELS} labels of at most {MAX_LABEL} bytes"
+            )));
+        }
         let Some(action) = delivery.action else {
             self.metrics
                 .webhook_events
@@ -184,12 +231,38 @@ fn form_payload(body: &[u8]) -> Result<String, Verdict> {
         .ok_or_else(|| Verdict::Malformed("form delivery without a payload field".into()))
 }
 
+/// The body, up to `limit` bytes and within [`BODY_TIMEOUT`].
+async fn read_body(payload: &mut web::Payload, limit: usize) -> Result<web::Bytes, Verdict> {
+    use futures_util::StreamExt as _;
+    let read = async {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| Verdict::Malformed(format!("reading the body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(Verdict::TooLarge(limit));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    };
+    tokio::time::timeout(BODY_TIMEOUT, read)
+        .await
+        .unwrap_or(Err(Verdict::SlowBody))
+}
+
 async fn receive(
     req: HttpRequest,
-    body: web::Bytes,
+    mut payload: web::Payload,
     intake: web::Data<WebhookIntake>,
 ) -> HttpResponse {
-    let verdict = match intake.check(&req, &body, Instant::now()) {
+    let checked = match intake.before_body(&req) {
+        Some(verdict) => Err(verdict),
+        None => match read_body(&mut payload, intake.max_body).await {
+            Ok(body) => intake.check(&req, &body, Instant::now()),
+            Err(verdict) => Err(verdict),
+        },
+    };
+    let verdict = match checked {
         Err(verdict) => verdict,
         // A stopped actor (an instance shut down) is a 503, never a 202.
         Ok(event) => intake

@@ -470,3 +470,48 @@ async fn form_encoded_deliveries_are_verified_then_decoded() {
     assert_eq!(events[0].job.key.job_id, 21);
     assert_eq!(remembered(&actor).await, 1);
 }
+
+/// What a payload may carry is bounded: a delivery id is a GUID-like token, a job has at most
+/// 64 labels of at most 256 bytes, and a body over the limit is refused even when its length is
+/// not declared up front. Each refusal changes nothing.
+#[actix_web::test]
+async fn oversized_ids_labels_and_bodies_are_refused_and_change_nothing() {
+    let (addr, seen) = recorder(64);
+    let (app, actor) = app!(addr);
+    let call = |req: web_test::TestRequest| {
+        let app = &app;
+        async move {
+            web_test::call_service(app, req.to_request())
+                .await
+                .status()
+                .as_u16()
+        }
+    };
+    let body = queued_body(1, "queued");
+    let long_id = "a".repeat(1024);
+    assert_eq!(call(signed("workflow_job", &long_id, &body)).await, 400);
+    assert_eq!(call(signed("workflow_job", "d/../x", &body)).await, 400);
+    let labels: Vec<String> = (0..70).map(|i| format!("\"l{i}\"")).collect();
+    let many = body.replace(
+        r#"["self-hosted","linux"]"#,
+        &format!("[{}]", labels.join(",")),
+    );
+    assert_eq!(call(signed("workflow_job", "d2", &many)).await, 422);
+    let long_label = body.replace("\"linux\"", &format!("\"{}\"", "x".repeat(300)));
+    assert_eq!(call(signed("workflow_job", "d3", &long_label)).await, 422);
+    // An event the daemon does not handle is answered unread, signed or not.
+    assert_eq!(
+        call(delivery(
+            "push",
+            "d4",
+            "{}",
+            Some(format!("sha256={}", "0".repeat(64)))
+        ))
+        .await,
+        200
+    );
+    assert_eq!(call(delivery("push", "d5", "{}", None)).await, 401);
+    addr.send(Stop).await.ok();
+    assert!(seen.lock().unwrap().is_empty());
+    assert_eq!(remembered(&actor).await, 0);
+}

@@ -44,6 +44,8 @@ pub fn config_with_github(
     extra: &str,
     providers: &str,
 ) -> String {
+    // Keys of a `[webhook]` table in `extra` join the one written here.
+    let (webhook, extra) = split_table(extra, "[webhook]");
     format!(
         r#"
 [github]
@@ -57,6 +59,7 @@ token = "{TOKEN}"
 listen = "127.0.0.1:{port}"
 secret = "{SECRET}"
 reconcile_interval = "{reconcile}"
+{webhook}
 
 [state]
 dir = "{state}"
@@ -86,6 +89,21 @@ level = "debug"
         ),
         admin = free_port(),
     )
+}
+
+/// The keys of table `header` in `toml` (up to the next table), and `toml` without that table.
+fn split_table(toml: &str, header: &str) -> (String, String) {
+    let (mut inside, mut keys, mut rest) = (false, Vec::new(), Vec::new());
+    for line in toml.lines() {
+        if line.trim_start().starts_with('[') {
+            inside = line.trim() == header;
+            if inside {
+                continue;
+            }
+        }
+        if inside { &mut keys } else { &mut rest }.push(line);
+    }
+    (keys.join("\n"), rest.join("\n"))
 }
 
 /// The runner-name prefix of the daemon on `port`: unique per test daemon, so daemons running

@@ -202,7 +202,32 @@ pub(super) fn build_webhook(
             );
             Secret::default()
         });
+    let max_body = match raw.max_body.as_deref() {
+        None => defaults::WEBHOOK_MAX_BODY,
+        Some(text) => {
+            match parse_size(text) {
+                Some(n) if (1024..=25 * 1024 * 1024).contains(&n) => n,
+                Some(_) => {
+                    p.push(
+                    "webhook.max_body",
+                    format!("{text:?} must be between 1KiB and 25MiB (GitHub caps payloads at 25 MB)"),
+                );
+                    defaults::WEBHOOK_MAX_BODY
+                }
+                None => {
+                    p.push(
+                        "webhook.max_body",
+                        format!(
+                            "{text:?} is not a size: a number of bytes, or with KiB, MiB, KB or MB"
+                        ),
+                    );
+                    defaults::WEBHOOK_MAX_BODY
+                }
+            }
+        }
+    };
     WebhookConfig {
+        max_body,
         listen,
         path,
         secret,
@@ -213,4 +238,21 @@ pub(super) fn build_webhook(
             p,
         ),
     }
+}
+
+/// `"1MiB"`, `"512KiB"`, `"2MB"`, `"4096"`: bytes.
+fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: usize = number.parse().ok()?;
+    let unit = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1024,
+        "MiB" => 1024 * 1024,
+        "KB" | "kB" => 1000,
+        "MB" => 1000 * 1000,
+        _ => return None,
+    };
+    n.checked_mul(unit)
 }
