@@ -132,6 +132,9 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    for warning in ephemer_actors_core::harden::harden_process() {
+        tracing::warn!("{warning}");
+    }
     let metrics = Metrics::new();
 
     std::fs::create_dir_all(&config.state.dir)

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod github;
+pub mod harden;
 pub mod http;
 pub mod job;
 pub mod lifecycle;

@@ -247,6 +247,10 @@ impl From<StoreError> for Open {
 }
 
 fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
+    // Mode 0600 from its creation: the store holds every job and runner of the org.
+    if !path.exists() {
+        crate::harden::private_file(path, true).map_err(|e| Open::Unreadable(io(path, e)))?;
+    }
     let db = match Database::create(path) {
         Ok(db) => db,
         Err(

@@ -13,4 +13,5 @@ mod intake;
 mod ops;
 mod pools;
 mod provision;
+mod security;
 mod support;

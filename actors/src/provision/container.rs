@@ -236,7 +236,9 @@ impl ContainerBackend {
             return;
         }
         let _ = std::fs::create_dir_all(&self.s.log_dir);
-        if let Ok(mut f) = std::fs::File::create(self.s.log_dir.join(format!("{name}.log"))) {
+        if let Ok(mut f) =
+            crate::harden::private_file(&self.s.log_dir.join(format!("{name}.log")), false)
+        {
             let _ = f.write_all(&out);
         }
     }

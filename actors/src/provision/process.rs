@@ -187,7 +187,7 @@ impl ProcessBackend {
             .map_err(|e| fail("cannot create the log directory", e))?;
         self.prepare_dir(&dir).await?;
         let log_path = self.s.log_dir.join(format!("{}.log", spec.name));
-        let log = std::fs::File::create(&log_path)
+        let log = crate::harden::private_file(&log_path, false)
             .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
         let mut child = self
             .command(&spec, &dir, log)

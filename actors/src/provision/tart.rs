@@ -75,10 +75,7 @@ impl TartBackend {
         };
         std::fs::create_dir_all(&self.s.log_dir)
             .map_err(|e| host("create the log directory", e))?;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.s.log_dir.join(format!("{name}.log")))
+        crate::harden::private_file(&self.s.log_dir.join(format!("{name}.log")), true)
             .map_err(|e| host("open the runner log", e))
     }
 
