@@ -33,6 +33,7 @@ pub(crate) struct RawGithub {
     pub private_key_path: Option<String>,
     pub runner_group_id: Option<i64>,
     pub max_claims_per_minute: Option<i64>,
+    pub allow_insecure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -144,6 +145,7 @@ pub(crate) struct RawLinux {
     pub image: Option<String>,
     pub command: Option<Vec<String>>,
     pub network: Option<String>,
+    pub allow_insecure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -17,6 +17,19 @@ pub(super) fn build_github(
             format!("{api_url:?} must start with https:// (or http://)"),
         );
     }
+    if !raw.allow_insecure.unwrap_or(false)
+        && let Some(rest) = api_url.strip_prefix("http://")
+        && !loopback(rest)
+    {
+        p.push(
+            "github.api_url",
+            format!(
+                "{api_url:?} is plain http to another host: every claim's JIT config (a runner's \
+                 credential) and the token would cross the network in clear; use https://, or \
+                 set github.allow_insecure = true"
+            ),
+        );
+    }
     let owner = match raw.owner {
         Some(o) if !o.trim().is_empty() => o,
         _ => {

@@ -241,3 +241,16 @@ fn check_listeners(c: &Config, p: &mut Problems) {
         );
     }
 }
+
+/// Whether the host of `authority[/path]` (after the scheme) is this machine.
+fn loopback(authority: &str) -> bool {
+    let authority = authority.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}

@@ -146,6 +146,20 @@ pub(super) fn build_providers(
             format!("{socket:?} must be unix:///path/to.sock, tcp://host:port or http://host:port"),
         );
     }
+    let remote = ["tcp://", "http://"]
+        .iter()
+        .filter_map(|scheme| socket.strip_prefix(scheme))
+        .any(|rest| !loopback(rest));
+    if linux_common.enabled && remote && !x.allow_insecure.unwrap_or(false) {
+        p.push(
+            "providers.linux.socket",
+            format!(
+                "{socket:?} is the engine API in clear on the network: each container's JIT \
+                 config would cross it unencrypted; use a unix socket (or an ssh tunnel to one), \
+                 or set providers.linux.allow_insecure = true"
+            ),
+        );
+    }
     let linux = LinuxConfig {
         socket,
         image: if linux_common.enabled {

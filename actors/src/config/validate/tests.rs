@@ -324,3 +324,31 @@ fn durations_accept_the_contract_spellings() {
     assert!(parse_duration("10").is_err());
     assert!(parse_duration("-1s").is_err());
 }
+
+/// A JIT config is a runner's credential: plain http or an engine socket on the network is
+/// refused unless `allow_insecure` says so; loopback is fine.
+#[test]
+fn clear_text_to_another_host_needs_allow_insecure() {
+    let with = |github: &str, linux: &str| {
+        keys(&format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n{github}\n[webhook]\nsecret = \"s\"\n\
+             [providers.linux]\n{linux}\n"
+        ))
+    };
+    let remote = with(
+        "api_url = \"http://ghes.example.com/api/v3\"",
+        "socket = \"tcp://10.0.0.5:2375\"",
+    );
+    assert!(remote.contains(&"github.api_url".into()), "{remote:?}");
+    assert!(remote.contains(&"providers.linux.socket".into()), "{remote:?}");
+    let allowed = with(
+        "api_url = \"http://ghes.example.com/api/v3\"\nallow_insecure = true",
+        "socket = \"tcp://10.0.0.5:2375\"\nallow_insecure = true",
+    );
+    assert!(allowed.is_empty(), "{allowed:?}");
+    let local = with(
+        "api_url = \"http://127.0.0.1:8080\"",
+        "socket = \"http://[::1]:2375\"",
+    );
+    assert!(local.is_empty(), "{local:?}");
+}
