@@ -516,3 +516,37 @@ async fn linux_container_runs_a_job_and_is_removed() {
         "no container of ours left: {names:?}"
     );
 }
+
+/// A pid file that names a live process of another incarnation (here: a reused pid, the start
+/// time does not match) is neither adopted nor signalled.
+#[actix_rt::test]
+async fn a_stale_pid_file_never_signals_an_unrelated_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = process_backend(
+        tmp.path(),
+        Path::new("/bin/true"),
+        &[],
+        Duration::from_secs(1),
+    );
+    // Leading a group of its own, as a runner would: killpg on its pid would reach it.
+    let mut bystander = tokio::process::Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = bystander.id().unwrap();
+    let run = tmp.path().join("work/.run");
+    std::fs::create_dir_all(&run).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let name = "ephemer-local-stale";
+    std::fs::write(
+        run.join(format!("{name}.pid")),
+        format!("{pid} 1 {}", boot.trim()),
+    )
+    .unwrap();
+    assert!(backend.adopt(name.into()).await.is_none(), "not adopted");
+    backend.stop(name.into()).await;
+    assert!(alive(pid as i32), "the unrelated process was signalled");
+    let _ = bystander.kill().await;
+}

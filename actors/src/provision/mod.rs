@@ -10,6 +10,7 @@ mod error;
 pub mod install;
 mod named;
 pub mod process;
+mod procgroup;
 mod supervisor;
 pub mod tart;
 

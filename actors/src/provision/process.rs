@@ -9,8 +9,9 @@
 //! after a grace), and a log file `<log_dir>/<name>.log` for its stdout and stderr. The JIT
 //! config travels only in `ACTIONS_RUNNER_INPUT_JITCONFIG`; the environment is otherwise cleared
 //! down to a few harmless variables, so none of the daemon's own secrets reach the job. The
-//! process group id is kept in `<work_root>/.run/<name>.pid`, which makes `stop` work by name
-//! for any later incarnation of the provisioner, or of the daemon.
+//! process group id is kept in `<work_root>/.run/<name>.pid` with the leader's start time and
+//! the boot id ([`super::procgroup`]), which makes `stop` work by name for any later incarnation
+//! of the provisioner, or of the daemon, and never on a process that merely reused the pid.
 
 use std::{
     cell::Cell,
@@ -20,15 +21,12 @@ use std::{
     time::Duration,
 };
 
-use nix::{
-    sys::signal::{Signal, killpg},
-    unistd::Pid,
-};
 use tokio::process::Command;
 
 use super::{
     Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable,
     install::{check_install, copy_install, make_dir, same_filesystem},
+    procgroup::{self, group_alive, kill_group},
     spawn_error,
 };
 use crate::config::{ProviderKind, RunnerProgram};
@@ -199,7 +197,7 @@ impl ProcessBackend {
         let pid = child.id().ok_or_else(|| {
             ProvisionError::EnvironmentFailed("the runner exited before it could be tracked".into())
         })?;
-        tokio::fs::write(self.pid_file(&spec.name), pid.to_string())
+        tokio::fs::write(self.pid_file(&spec.name), procgroup::record(pid))
             .await
             .map_err(|e| fail("cannot write the pid file", e))?;
         tracing::info!(provider = self.s.kind.as_str(), runner = %spec.name, pid, dir = %dir.display(), "runner process started");
@@ -244,12 +242,8 @@ impl ProcessBackend {
 
     async fn stop_runner(self, name: String) {
         let pid_file = self.pid_file(&name);
-        if let Some(pgid) = tokio::fs::read_to_string(&pid_file)
-            .await
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            kill_group(Pid::from_raw(pgid), self.s.grace).await;
+        if let Some(pgid) = procgroup::read(&pid_file).await {
+            kill_group(pgid, self.s.grace).await;
         }
         let _ = tokio::fs::remove_file(&pid_file).await;
         let dir = self.s.work_root.join(&name);
@@ -261,13 +255,7 @@ impl ProcessBackend {
     }
 
     async fn adopt_runner(self, name: String) -> Option<RunningRunner> {
-        let pgid = tokio::fs::read_to_string(self.pid_file(&name))
-            .await
-            .ok()?
-            .trim()
-            .parse::<i32>()
-            .ok()?;
-        let pgid = Pid::from_raw(pgid);
+        let pgid = procgroup::read(&self.pid_file(&name)).await?;
         if !group_alive(pgid) {
             return None;
         }
@@ -371,64 +359,6 @@ fn env_assignment(name: &str, value: &Path) -> std::ffi::OsString {
     let mut a = std::ffi::OsString::from(format!("{name}="));
     a.push(value);
     a
-}
-
-/// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.
-pub async fn kill_group(pgid: Pid, grace: Duration) {
-    if pgid.as_raw() <= 1 || !group_alive(pgid) {
-        return;
-    }
-    let _ = killpg(pgid, Signal::SIGTERM);
-    let alive = || group_alive(pgid);
-    let deadline = tokio::time::Instant::now() + grace;
-    while alive() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if alive() {
-        tracing::warn!(
-            pgid = pgid.as_raw(),
-            "runner ignored SIGTERM; sending SIGKILL"
-        );
-        let _ = killpg(pgid, Signal::SIGKILL);
-        for _ in 0..100 {
-            if !alive() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// Whether any process of the group is alive. On Linux zombies do not count (a runner orphaned
-/// by a daemon killed with `kill -9` may never be reaped by whatever adopted it).
-pub fn group_alive(pgid: Pid) -> bool {
-    if killpg(pgid, None).is_err() {
-        return false;
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return true;
-        };
-        for entry in entries.flatten() {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // pid (comm) state ppid pgrp ...: comm may hold spaces, so split after the last ')'.
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            let mut fields = rest.split_whitespace();
-            let state = fields.next();
-            let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-            if pgrp == Some(pgid.as_raw()) && state != Some("Z") && state != Some("X") {
-                return true;
-            }
-        }
-        false
-    }
-    #[cfg(not(target_os = "linux"))]
-    true
 }
 
 async fn prune_logs(dir: &Path) {

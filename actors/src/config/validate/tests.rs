@@ -340,7 +340,10 @@ fn clear_text_to_another_host_needs_allow_insecure() {
         "socket = \"tcp://10.0.0.5:2375\"",
     );
     assert!(remote.contains(&"github.api_url".into()), "{remote:?}");
-    assert!(remote.contains(&"providers.linux.socket".into()), "{remote:?}");
+    assert!(
+        remote.contains(&"providers.linux.socket".into()),
+        "{remote:?}"
+    );
     let allowed = with(
         "api_url = \"http://ghes.example.com/api/v3\"\nallow_insecure = true",
         "socket = \"tcp://10.0.0.5:2375\"\nallow_insecure = true",

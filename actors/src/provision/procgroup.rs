@@ -1,0 +1,154 @@
+//! A runner's process group, named in a pid file that identifies one incarnation of it.
+//!
+//! A bare pid in a file outlives what it named: after a reboot (or enough forks) the number
+//! belongs to an unrelated process, and signalling it would kill that. So a pid file holds the
+//! group leader's pid, its start time (`/proc/<pid>/stat` field 22, clock ticks since boot) and
+//! the boot id (`/proc/sys/kernel/random/boot_id`); a group is signalled or adopted only when
+//! the live process with that pid has the same start time in the same boot. (Where there is no
+//! `/proc`, as on macOS, only the pid is kept and checked.)
+
+use std::{path::Path, time::Duration};
+
+use nix::{
+    sys::signal::{Signal, killpg},
+    unistd::Pid,
+};
+
+/// The pid file's text for the group led by `pid`.
+pub fn record(pid: u32) -> String {
+    match (start_time(pid as i32), boot_id()) {
+        (Some(start), Some(boot)) => format!("{pid} {start} {boot}\n"),
+        _ => format!("{pid}\n"),
+    }
+}
+
+/// The group named by the pid file at `path`, if that very process still leads it.
+pub async fn read(path: &Path) -> Option<Pid> {
+    let text = tokio::fs::read_to_string(path).await.ok()?;
+    let mut fields = text.split_whitespace();
+    let pid: i32 = fields.next()?.parse().ok()?;
+    if pid <= 1 {
+        return None;
+    }
+    let (start, boot) = (fields.next(), fields.next());
+    let same = match (start, boot, start_time(pid), boot_id()) {
+        (Some(start), Some(boot), Some(now_start), Some(now_boot)) => {
+            start.parse::<u64>().ok() == Some(now_start) && boot == now_boot
+        }
+        // This host has /proc, the file has no identity: it is not ours to trust.
+        (None, _, _, Some(_)) => false,
+        // No such process any more (or no /proc at all): the pid alone.
+        (Some(_), Some(_), None, Some(_)) => false,
+        _ => true,
+    };
+    if !same {
+        tracing::warn!(
+            pid_file = %path.display(),
+            pid,
+            "the pid file names a process that is not the runner it was written for (another \
+             boot, or a reused pid): not signalled, not adopted"
+        );
+        return None;
+    }
+    Some(Pid::from_raw(pid))
+}
+
+/// Start time of `pid` in clock ticks since boot.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ...: comm may hold spaces, so split after the last ')'; starttime is
+    // field 22, the 20th after comm.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.
+pub async fn kill_group(pgid: Pid, grace: Duration) {
+    if pgid.as_raw() <= 1 || !group_alive(pgid) {
+        return;
+    }
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let alive = || group_alive(pgid);
+    let deadline = tokio::time::Instant::now() + grace;
+    while alive() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if alive() {
+        tracing::warn!(
+            pgid = pgid.as_raw(),
+            "runner ignored SIGTERM; sending SIGKILL"
+        );
+        let _ = killpg(pgid, Signal::SIGKILL);
+        for _ in 0..100 {
+            if !alive() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Whether any process of the group is alive. On Linux zombies do not count (a runner orphaned
+/// by a daemon killed with `kill -9` may never be reaped by whatever adopted it).
+pub fn group_alive(pgid: Pid) -> bool {
+    if killpg(pgid, None).is_err() {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return true;
+        };
+        for entry in entries.flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid pgrp ...: comm may hold spaces, so split after the last ')'.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+            if pgrp == Some(pgid.as_raw()) && state != Some("Z") && state != Some("X") {
+                return true;
+            }
+        }
+        false
+    }
+    #[cfg(not(target_os = "linux"))]
+    true
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A pid file whose pid is alive but started at another time (a reused pid, another boot)
+    /// names nothing: not signalled, not adopted.
+    #[tokio::test]
+    async fn a_pid_file_of_another_incarnation_names_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.pid");
+        let me = std::process::id();
+        tokio::fs::write(&path, record(me)).await.unwrap();
+        assert_eq!(read(&path).await, Some(Pid::from_raw(me as i32)));
+        let (start, boot) = (start_time(me as i32).unwrap(), boot_id().unwrap());
+        tokio::fs::write(&path, format!("{me} {} {boot}\n", start + 1))
+            .await
+            .unwrap();
+        assert_eq!(read(&path).await, None, "another start time");
+        tokio::fs::write(&path, format!("{me} {start} 00000000-0000\n"))
+            .await
+            .unwrap();
+        assert_eq!(read(&path).await, None, "another boot");
+        tokio::fs::write(&path, format!("{me}\n")).await.unwrap();
+        assert_eq!(read(&path).await, None, "no identity at all");
+    }
+}
