@@ -197,22 +197,40 @@ async fn job_timeout_kills_a_hanging_runner_and_its_tree() {
     assert!(!tmp.path().join("work").join(&runner.name).exists());
 }
 
+/// A tree script's runner under a supervisor with a 500 ms grace, started: (supervisor, events,
+/// leader pid, child pid).
+async fn started_tree(
+    dir: &Path,
+    script: &Path,
+    name: &str,
+) -> (
+    actix::Addr<ephemer_actors_core::provision::ProvisionerSupervisor>,
+    crate::support::provision::Events,
+    i32,
+    i32,
+) {
+    let (sup, events) = supervise(
+        process_backend(dir, script, &[], Duration::from_millis(500)),
+        None,
+    );
+    sup.send(Provision(spec(&fake_runner(name), 1)))
+        .await
+        .unwrap();
+    eventually("the runner to start", Duration::from_secs(10), || {
+        tree_started(dir)
+    })
+    .await;
+    let (leader, child) = pids(dir);
+    (sup, events, leader, child)
+}
+
 /// Teardown of a runner that ignores SIGTERM: SIGKILL after the grace, tree gone.
 #[actix_rt::test]
 async fn teardown_kills_a_tree_that_ignores_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
     let script = tree_script(tmp.path(), true);
-    let (sup, events) = supervise(
-        process_backend(tmp.path(), &script, &[], Duration::from_millis(500)),
-        None,
-    );
     let runner = fake_runner("ephemer-local-stubborn");
-    sup.send(Provision(spec(&runner, 1))).await.unwrap();
-    eventually("the runner to start", Duration::from_secs(10), || {
-        tree_started(tmp.path())
-    })
-    .await;
-    let (leader, child) = pids(tmp.path());
+    let (sup, events, leader, child) = started_tree(tmp.path(), &script, &runner.name).await;
     sup.send(Teardown {
         name: runner.name.clone(),
         reason: "test",
@@ -236,6 +254,54 @@ async fn teardown_kills_a_tree_that_ignores_sigterm() {
         !alive(leader) && !alive(child),
         "SIGKILL after the grace took the whole tree"
     );
+}
+
+/// A job that double-forks into a new session (as a daemonizing tool does) has left the
+/// runner's process group; teardown still kills it: it cannot leave the runner's cgroup.
+#[actix_rt::test]
+async fn teardown_kills_a_process_that_left_the_group_with_setsid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("runner.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsetsid sleep 1001 &\necho $! > {d}/child.pid\necho $$ > {d}/leader.pid\nwait\nsleep 1000\n",
+            d = tmp.path().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runner = fake_runner("ephemer-local-escapee");
+    let (sup, events, leader, escapee) = started_tree(tmp.path(), &script, &runner.name).await;
+    eventually(
+        "the escapee in a session of its own",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_to_string(format!("/proc/{escapee}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.to_string();
+                    rest.split_whitespace().nth(2)?.parse::<i32>().ok()
+                })
+                .is_some_and(|pgrp| pgrp != leader)
+        },
+    )
+    .await;
+    sup.send(Teardown {
+        name: runner.name.clone(),
+        reason: "test",
+    })
+    .await
+    .unwrap();
+    events
+        .wait_for(&runner.name, Duration::from_secs(20), is_exit)
+        .await;
+    eventually("the escapee gone", Duration::from_secs(10), || {
+        !alive(escapee)
+    })
+    .await;
+    assert!(!alive(leader));
 }
 
 /// A leftover runner directory and process group from an earlier run are removed at start-up.

@@ -5,6 +5,7 @@
 //! given, reports when it started and when it exited, and tears it down on request.
 
 mod actor;
+mod cgroup;
 pub mod container;
 mod error;
 pub mod install;

@@ -14,7 +14,8 @@
 //! of the provisioner, or of the daemon, and never on a process that merely reused the pid.
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
+    ffi::OsString,
     path::{Path, PathBuf},
     process::Stdio,
     rc::Rc,
@@ -24,7 +25,9 @@ use std::{
 use tokio::process::Command;
 
 use super::{
-    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable,
+    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner,
+    cgroup::CgroupRoot,
+    check_executable,
     install::{check_install, copy_install, make_dir, same_filesystem},
     procgroup::{self, group_alive, kill_group},
     spawn_error,
@@ -38,6 +41,10 @@ const LOG_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Variables a runner inherits from the daemon; everything else is dropped. `HOME` and `TMPDIR`
 /// are the runner's own, inside its directory.
 const INHERITED_ENV: [&str; 5] = ["PATH", "USER", "LANG", "LC_ALL", "TZ"];
+
+/// `sh -c` script that moves itself into the cgroup whose `cgroup.procs` is `$1`, then execs
+/// the rest of its arguments.
+const CGROUP_ENTER: &str = r#"echo $$ > "$1" 2>/dev/null; shift; exec "$@""#;
 
 /// Settings of a process backend.
 #[derive(Debug, Clone)]
@@ -66,15 +73,33 @@ pub struct ProcessBackend {
     s: Rc<ProcessSettings>,
     /// Whether the log already said that the install is copied, not linked.
     said_copied: Rc<Cell<bool>>,
+    /// Where runner cgroups go, when this host lets the daemon make them.
+    cgroups: Rc<Option<CgroupRoot>>,
+    /// Why there are none (said once by the host check).
+    no_cgroups: Rc<RefCell<Option<String>>>,
 }
 
 impl ProcessBackend {
     /// A backend with these settings.
     pub fn new(settings: ProcessSettings) -> Self {
+        #[cfg(target_os = "linux")]
+        let cgroups = CgroupRoot::detect();
+        #[cfg(not(target_os = "linux"))]
+        let cgroups: Result<CgroupRoot, String> = Err("this OS has no cgroups".into());
+        let (cgroups, why) = match cgroups {
+            Ok(root) => (Some(root), None),
+            Err(why) => (None, Some(why)),
+        };
         ProcessBackend {
             s: Rc::new(settings),
             said_copied: Rc::default(),
+            cgroups: Rc::new(cgroups),
+            no_cgroups: Rc::new(RefCell::new(why)),
         }
+    }
+
+    fn cgroup(&self, name: &str) -> Option<super::cgroup::RunnerCgroup> {
+        (*self.cgroups).as_ref().map(|c| c.runner(name))
     }
 
     fn pid_file(&self, name: &str) -> PathBuf {
@@ -93,22 +118,34 @@ impl ProcessBackend {
             RunnerProgram::Command(command) => command.clone(),
         };
         let (home, tmp) = (dir.join("_home"), dir.join("_tmp"));
-        let mut cmd = match &s.run_as {
-            Some(user) => {
-                // sudo resets HOME to the user's own; `env` sets the job's after it.
-                let mut c = Command::new("sudo");
-                c.args(["-n", "-u", user])
-                    .arg("--preserve-env=ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG")
-                    .arg("--")
-                    .arg("env")
-                    .arg(env_assignment("HOME", &home))
-                    .arg(env_assignment("TMPDIR", &tmp))
-                    .arg(&program);
-                c
-            }
-            None => Command::new(&program),
-        };
-        cmd.args(&s.args)
+        let mut argv: Vec<OsString> = Vec::new();
+        if let Some(cgroup) = self.cgroup(&spec.name) {
+            // Enter the runner's cgroup, then become the runner (same pid, same group). A
+            // cgroup that cannot be entered leaves the process-group kill alone to work.
+            argv.extend(["sh", "-c", CGROUP_ENTER, "sh"].map(OsString::from));
+            argv.push(cgroup.procs().into_os_string());
+        }
+        if let Some(user) = &s.run_as {
+            // sudo resets HOME to the user's own; `env` sets the job's after it.
+            argv.extend(
+                [
+                    "sudo",
+                    "-n",
+                    "-u",
+                    user,
+                    "--preserve-env=ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG",
+                    "--",
+                    "env",
+                ]
+                .map(OsString::from),
+            );
+            argv.push(env_assignment("HOME", &home));
+            argv.push(env_assignment("TMPDIR", &tmp));
+        }
+        argv.push(program.into_os_string());
+        argv.extend(s.args.iter().map(OsString::from));
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .current_dir(dir)
             .env_clear()
             .envs(
@@ -184,6 +221,11 @@ impl ProcessBackend {
             .await
             .map_err(|e| fail("cannot create the log directory", e))?;
         self.prepare_dir(&dir).await?;
+        if let Some(cgroup) = self.cgroup(&spec.name)
+            && let Err(e) = cgroup.create()
+        {
+            tracing::warn!(runner = %spec.name, error = %e, "cannot make the runner's cgroup; teardown kills its process group only");
+        }
         let log_path = self.s.log_dir.join(format!("{}.log", spec.name));
         let log = crate::harden::private_file(&log_path, false)
             .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
@@ -226,6 +268,14 @@ impl ProcessBackend {
                     self.s.work_root.display()
                 ))
             })?;
+        let no_cgroups = self.no_cgroups.borrow_mut().take();
+        if let Some(why) = no_cgroups {
+            tracing::warn!(
+                provider = self.s.kind.as_str(),
+                "no cgroup for runners ({why}): teardown kills each runner's process group, which \
+                 a job that double-forks into a new session (setsid) can leave"
+            );
+        }
         if let RunnerProgram::Install(dir) = &self.s.program
             && !same_filesystem(dir, &self.s.work_root).unwrap_or(true)
         {
@@ -244,6 +294,10 @@ impl ProcessBackend {
         let pid_file = self.pid_file(&name);
         if let Some(pgid) = procgroup::read(&pid_file).await {
             kill_group(pgid, self.s.grace).await;
+        }
+        // Whatever left the group (a double fork into a new session) is still in the cgroup.
+        if let Some(cgroup) = self.cgroup(&name) {
+            cgroup.kill_and_remove().await;
         }
         let _ = tokio::fs::remove_file(&pid_file).await;
         let dir = self.s.work_root.join(&name);

@@ -1,0 +1,182 @@
+//! A cgroup per process runner, so teardown reaches every process a job started.
+//!
+//! A process group is not enough: a job that double-forks into a new session (`setsid`, as a
+//! daemonizing tool does) leaves the group, and killing the group misses it. A cgroup cannot be
+//! left by its own processes: everything the runner forks stays in it, and teardown kills the
+//! whole cgroup (`cgroup.kill` on cgroup v2, else every pid in `cgroup.procs`, until empty).
+//!
+//! Where: under the daemon's own cgroup in the v2 hierarchy when there is one (a hybrid host
+//! mounts it at `/sys/fs/cgroup/unified`), else in the v1 `pids` hierarchy, in a directory
+//! `ephemer-runners/<runner-name>`, so any later incarnation finds it by name. Where no cgroup
+//! can be made (no permission, no cgroupfs, macOS) the process-group kill stays and the log says
+//! so once. The runner enters its cgroup before it runs anything: it is started through
+//! `sh -c 'echo $$ > …/cgroup.procs && exec "$@"'`.
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+/// The directory all runner cgroups live in, under the daemon's own cgroup.
+const PARENT: &str = "ephemer-runners";
+
+/// Where runner cgroups are made on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupRoot {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl CgroupRoot {
+    /// This host's place for runner cgroups, if it has one the daemon may write.
+    pub fn detect() -> Result<CgroupRoot, String> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        let candidates = find_mount(&mounts, "cgroup2", None)
+            .zip(own_path(&own, "0", ""))
+            .map(|(m, p)| (m, p, true))
+            .into_iter()
+            .chain(
+                find_mount(&mounts, "cgroup", Some("pids"))
+                    .zip(own_path(&own, "", "pids"))
+                    .map(|(m, p)| (m, p, false)),
+            );
+        let mut why = String::from("no cgroup2 or v1 pids hierarchy is mounted");
+        for (mount, own, v2) in candidates {
+            let dir = mount.join(own.trim_start_matches('/')).join(PARENT);
+            match std::fs::create_dir_all(&dir) {
+                Ok(()) => return Ok(CgroupRoot { dir, v2 }),
+                Err(e) => why = format!("cannot create {}: {e}", dir.display()),
+            }
+        }
+        Err(why)
+    }
+
+    /// The cgroup of runner `name` (it may not exist yet).
+    pub fn runner(&self, name: &str) -> RunnerCgroup {
+        RunnerCgroup {
+            dir: self.dir.join(name),
+            v2: self.v2,
+        }
+    }
+}
+
+/// One runner's cgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl RunnerCgroup {
+    /// Makes it (empty).
+    pub fn create(&self) -> io::Result<()> {
+        match std::fs::create_dir(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        }
+    }
+
+    /// The file a process writes its pid to in order to enter.
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Kills every process in it until none is left (or 5 s passed), then removes it.
+    pub async fn kill_and_remove(&self) {
+        if !self.dir.exists() {
+            return;
+        }
+        let kill_file = self.dir.join("cgroup.kill");
+        for _ in 0..100 {
+            let pids = members(&self.procs());
+            if pids.is_empty() {
+                break;
+            }
+            if self.v2 && kill_file.exists() {
+                let _ = std::fs::write(&kill_file, "1");
+            } else {
+                for pid in pids {
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Err(e) = std::fs::remove_dir(&self.dir)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(cgroup = %self.dir.display(), error = %e, "cannot remove a runner's cgroup");
+        }
+    }
+}
+
+fn members(procs: &Path) -> Vec<Pid> {
+    std::fs::read_to_string(procs)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .map(Pid::from_raw)
+        .collect()
+}
+
+/// The mount point of a filesystem of `fstype` (with `option` among its super options).
+fn find_mount(mountinfo: &str, fstype: &str, option: Option<&str>) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut r = right.split_whitespace();
+        let (fs, _source, options) = (r.next()?, r.next()?, r.next().unwrap_or(""));
+        let wanted = fs == fstype && option.is_none_or(|o| options.split(',').any(|x| x == o));
+        let point = left.split_whitespace().nth(4)?;
+        wanted.then(|| PathBuf::from(point))
+    })
+}
+
+/// This process's path in the hierarchy with id `id` (v2: "0") or controller `controller`.
+fn own_path(cgroup: &str, id: &str, controller: &str) -> Option<String> {
+    cgroup.lines().find_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let (hid, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let matches = if controller.is_empty() {
+            hid == id && controllers.is_empty()
+        } else {
+            controllers.split(',').any(|c| c == controller)
+        };
+        matches.then(|| path.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_hierarchies_of_a_hybrid_host() {
+        let mounts = "39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
+                      41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            find_mount(mounts, "cgroup2", None),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            find_mount(mounts, "cgroup", Some("pids")),
+            Some(PathBuf::from("/sys/fs/cgroup/pids"))
+        );
+        let own = "8:pids:/system.slice/ephemer.service\n0::/system.slice/ephemer.service\n";
+        assert_eq!(
+            own_path(own, "0", "").as_deref(),
+            Some("/system.slice/ephemer.service")
+        );
+        assert_eq!(
+            own_path(own, "", "pids").as_deref(),
+            Some("/system.slice/ephemer.service")
+        );
+    }
+}
