@@ -208,6 +208,8 @@ pub fn start(
             image: p.linux.image.clone(),
             command: p.linux.command.clone(),
             network: p.linux.network.clone(),
+            limits: p.linux.limits.clone(),
+            log_cap: crate::provision::container::LOG_CAP,
             name_prefix: prefix(kind),
             log_dir: log_dir.clone(),
         };

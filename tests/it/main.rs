@@ -2,6 +2,7 @@
 
 mod admin;
 mod cli;
+mod container;
 mod docs;
 mod durable;
 mod e2e;

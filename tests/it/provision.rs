@@ -1,4 +1,4 @@
-//! The real provisioners: a local process, a Podman container, and a tart VM (with stand-in
+//! The real provisioners: a local process and a tart VM (with stand-in
 //! `tart` and `ssh` executables), each against the stand-in GitHub and its stand-in runner.
 
 use std::{path::Path, rc::Rc, time::Duration};
@@ -7,18 +7,14 @@ use ephemer_actors_core::{
     config::{ProviderKind, RunnerProgram},
     provision::{
         Backend, ExitReason, Provision, RunnerEventKind, Teardown,
-        container::{ContainerBackend, ContainerSettings, PREFIX_LABEL},
         process::{ProcessBackend, ProcessSettings},
         tart::{TartBackend, TartSettings},
     },
 };
 
-use crate::support::{
-    podman::{IMAGE, Podman},
-    provision::{alive, claim, eventually, spec, supervise},
-};
+use crate::support::provision::{alive, claim, eventually, spec, supervise, wait_clean_exit};
 
-const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+pub(crate) const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 
 fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> Rc<dyn Backend> {
     Rc::new(ProcessBackend::new(ProcessSettings {
@@ -33,7 +29,7 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
     }))
 }
 
-fn is_exit(k: &RunnerEventKind) -> bool {
+pub(crate) fn is_exit(k: &RunnerEventKind) -> bool {
     matches!(k, RunnerEventKind::Exited { .. })
 }
 
@@ -88,16 +84,7 @@ async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
         "a fresh per-job directory"
     );
 
-    let exit = events
-        .wait_for(&runner.name, Duration::from_secs(30), is_exit)
-        .await;
-    assert_eq!(
-        exit,
-        RunnerEventKind::Exited {
-            code: Some(0),
-            reason: ExitReason::Exited
-        }
-    );
+    wait_clean_exit(&events, &runner.name, Duration::from_secs(30)).await;
     assert!(
         !tmp.path().join("work").join(&runner.name).exists(),
         "the directory is removed"
@@ -155,7 +142,7 @@ fn pids(dir: &Path) -> (i32, i32) {
     (read("leader.pid"), read("child.pid"))
 }
 
-fn fake_runner(name: &str) -> ephemer_actors_core::github::JitRunner {
+pub(crate) fn fake_runner(name: &str) -> ephemer_actors_core::github::JitRunner {
     ephemer_actors_core::github::JitRunner {
         id: 1,
         name: name.into(),
@@ -393,16 +380,7 @@ async fn vm_lifecycle_for_one_job() {
     let (sup, events) = supervise(Rc::new(tart_fixture(tmp.path(), true, "[]")), None);
     let runner = fake_runner("ephemer-vm-macos-abc12345");
     sup.send(Provision(spec(&runner, 1))).await.unwrap();
-    let exit = events
-        .wait_for(&runner.name, Duration::from_secs(20), is_exit)
-        .await;
-    assert_eq!(
-        exit,
-        RunnerEventKind::Exited {
-            code: Some(0),
-            reason: ExitReason::Exited
-        }
-    );
+    wait_clean_exit(&events, &runner.name, Duration::from_secs(20)).await;
     let c = calls(tmp.path());
     let n = &runner.name;
     assert_eq!(c[0], "tart list --format json");
@@ -482,106 +460,6 @@ async fn leftover_vms_are_removed_at_start_up() {
 }
 
 // ----- podman --------------------------------------------------------------------------------
-
-/// A job runs end to end in a Podman container; the container is gone afterwards and the JIT
-/// config was only in its environment. A leftover container labelled ours is removed at start.
-#[actix_rt::test]
-async fn linux_container_runs_a_job_and_is_removed() {
-    let Some(podman) = Podman::start().await else {
-        return;
-    };
-    let docker =
-        bollard::Docker::connect_with_unix(&podman.socket, 60, bollard::API_DEFAULT_VERSION)
-            .unwrap();
-    let leftover = bollard::models::ContainerCreateBody {
-        image: Some(IMAGE.into()),
-        cmd: Some(vec!["/bin/sleep".into(), "1000".into()]),
-        labels: Some([(PREFIX_LABEL.to_string(), "ptest-linux-".to_string())].into()),
-        ..Default::default()
-    };
-    let name = bollard::query_parameters::CreateContainerOptionsBuilder::new()
-        .name("ptest-linux-leftover")
-        .build();
-    docker
-        .create_container(Some(name), leftover)
-        .await
-        .expect("create a leftover container");
-
-    let standin = crate::support::standin(300);
-    let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
-    let runner = claim(&standin, "ptest-linux", LABELS).await;
-    let backend = ContainerBackend::new(ContainerSettings {
-        socket: podman.socket.clone(),
-        image: IMAGE.into(),
-        command: vec![
-            "/usr/local/bin/ephemer-actors".into(),
-            "standin-runner".into(),
-        ],
-        network: Some("host".into()),
-        name_prefix: "ptest-linux-".into(),
-        log_dir: podman.dir().join("logs"),
-    })
-    .unwrap();
-    let (sup, events) = supervise(Rc::new(backend), None);
-    sup.send(Provision(spec(&runner, job))).await.unwrap();
-    events
-        .wait_for(&runner.name, Duration::from_secs(60), |k| {
-            *k == RunnerEventKind::Started
-        })
-        .await;
-    let inspect = docker
-        .inspect_container(
-            &runner.name,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .expect("inspect the runner container");
-    let config = inspect.config.unwrap();
-    let jit = runner.encoded_jit_config.expose();
-    assert!(
-        !format!("{:?} {:?}", config.cmd, config.entrypoint).contains(jit),
-        "not on argv"
-    );
-    assert!(
-        config
-            .env
-            .unwrap_or_default()
-            .iter()
-            .any(|e| e.contains(jit)),
-        "in the environment"
-    );
-    let host = inspect.host_config.unwrap();
-    assert_eq!(host.privileged, Some(false));
-    assert_eq!(host.init, Some(true));
-
-    let exit = events
-        .wait_for(&runner.name, Duration::from_secs(60), is_exit)
-        .await;
-    assert_eq!(
-        exit,
-        RunnerEventKind::Exited {
-            code: Some(0),
-            reason: ExitReason::Exited
-        }
-    );
-    assert_eq!(standin.jobs_in("completed"), 1);
-    let left = docker
-        .list_containers(Some(
-            bollard::query_parameters::ListContainersOptionsBuilder::new()
-                .all(true)
-                .build(),
-        ))
-        .await
-        .unwrap();
-    let names: Vec<String> = left
-        .iter()
-        .flat_map(|c| c.names.clone().unwrap_or_default())
-        .collect();
-    assert!(
-        !names.iter().any(|n| n.contains("ptest-linux")),
-        "no container of ours left: {names:?}"
-    );
-}
 
 /// A pid file that names a live process of another incarnation (here: a reused pid, the start
 /// time does not match) is neither adopted nor signalled.

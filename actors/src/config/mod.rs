@@ -36,6 +36,20 @@ pub mod defaults {
     pub const WEBHOOK_LISTEN: &str = "0.0.0.0:8080";
     /// `webhook.path`
     pub const WEBHOOK_PATH: &str = "/webhook/github";
+    /// `providers.linux.memory`.
+    pub const CONTAINER_MEMORY: u64 = 4 * 1024 * 1024 * 1024;
+    /// `providers.linux.pids_limit`.
+    pub const CONTAINER_PIDS: i64 = 4096;
+    /// `providers.linux.cap_add`: what an image that starts as root needs to set itself up and
+    /// drop to its runner user (chown its files, switch user, signal its children).
+    pub const CONTAINER_CAPS: [&str; 6] = [
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "SETGID",
+        "SETUID",
+        "KILL",
+    ];
     /// `webhook.max_body`: `workflow_job` payloads are a few KB.
     pub const WEBHOOK_MAX_BODY: usize = 1024 * 1024;
     /// `webhook.reconcile_interval`
@@ -395,6 +409,40 @@ pub struct LinuxConfig {
     pub command: Vec<String>,
     /// Container network mode (`bridge`, `host`, `none` or a named network); `None` = engine default.
     pub network: Option<String>,
+    /// What each container may use and do.
+    pub limits: ContainerLimits,
+}
+
+/// What one runner container may use and do (`providers.linux.memory`, `pids_limit`, `cpus`,
+/// `read_only_root`); every container also runs with no new privileges and only the
+/// capabilities in `cap_add`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerLimits {
+    /// Memory (and memory + swap) in bytes.
+    pub memory: u64,
+    /// Processes at most.
+    pub pids_limit: i64,
+    /// CPUs (fractional); `None`: no limit.
+    pub cpus: Option<f64>,
+    /// A read-only root filesystem (the image must allow it).
+    pub read_only_root: bool,
+    /// Capabilities kept (all others dropped).
+    pub cap_add: Vec<String>,
+}
+
+impl Default for ContainerLimits {
+    fn default() -> Self {
+        ContainerLimits {
+            memory: defaults::CONTAINER_MEMORY,
+            pids_limit: defaults::CONTAINER_PIDS,
+            cpus: None,
+            read_only_root: false,
+            cap_add: defaults::CONTAINER_CAPS
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+        }
+    }
 }
 
 /// `[providers.vm_macos]`

@@ -146,6 +146,11 @@ pub(crate) struct RawLinux {
     pub command: Option<Vec<String>>,
     pub network: Option<String>,
     pub allow_insecure: Option<bool>,
+    pub memory: Option<String>,
+    pub pids_limit: Option<i64>,
+    pub cpus: Option<f64>,
+    pub read_only_root: Option<bool>,
+    pub cap_add: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -49,7 +49,15 @@ pub struct ContainerSettings {
     pub name_prefix: String,
     /// Where container logs are saved.
     pub log_dir: PathBuf,
+    /// What each container may use and do.
+    pub limits: crate::config::ContainerLimits,
+    /// A container's saved log stops at this many bytes ([`LOG_CAP`] unless a test says).
+    pub log_cap: u64,
 }
+
+/// A container's saved log stops at this many bytes (a job that floods stdout cannot fill the
+/// disk, and the log is streamed to the file, never held whole in memory).
+pub const LOG_CAP: u64 = 16 * 1024 * 1024;
 
 /// Runs runners in containers.
 #[derive(Debug, Clone)]
@@ -133,13 +141,29 @@ impl ContainerBackend {
                 (PREFIX_LABEL.to_string(), self.s.name_prefix.clone()),
                 (RUNNER_LABEL.to_string(), name.to_string()),
             ])),
-            host_config: Some(HostConfig {
-                init: Some(true),
-                privileged: Some(false),
-                network_mode: self.s.network.clone(),
-                ..HostConfig::default()
-            }),
+            host_config: Some(self.host_config()),
             ..ContainerCreateBody::default()
+        }
+    }
+
+    /// The limits every runner container runs under: memory (swap included), processes, CPUs,
+    /// no new privileges, only the capabilities kept, and a read-only root if asked.
+    fn host_config(&self) -> HostConfig {
+        let l = &self.s.limits;
+        let memory = i64::try_from(l.memory).unwrap_or(i64::MAX);
+        HostConfig {
+            init: Some(true),
+            privileged: Some(false),
+            network_mode: self.s.network.clone(),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(l.pids_limit),
+            nano_cpus: l.cpus.map(|c| (c * 1e9) as i64),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(l.cap_add.clone()),
+            readonly_rootfs: Some(l.read_only_root),
+            ..HostConfig::default()
         }
     }
 
@@ -225,21 +249,32 @@ impl ContainerBackend {
         }
     }
 
+    /// Streams the container's output to its log file, up to its cap.
     async fn save_logs(&self, name: &str) {
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
         let mut logs = self.docker.logs(name, Some(options));
-        let mut out = Vec::new();
+        let mut file = None;
+        let mut written = 0u64;
         while let Some(Ok(chunk)) = logs.next().await {
-            out.extend_from_slice(&chunk.into_bytes());
-        }
-        if out.is_empty() {
-            return;
-        }
-        let _ = std::fs::create_dir_all(&self.s.log_dir);
-        if let Ok(mut f) =
-            crate::harden::private_file(&self.s.log_dir.join(format!("{name}.log")), false)
-        {
-            let _ = f.write_all(&out);
+            let bytes = chunk.into_bytes();
+            if file.is_none() {
+                let _ = std::fs::create_dir_all(&self.s.log_dir);
+                let path = self.s.log_dir.join(format!("{name}.log"));
+                match crate::harden::private_file(&path, false) {
+                    Ok(f) => file = Some(f),
+                    Err(_) => return,
+                }
+            }
+            let Some(f) = file.as_mut() else { return };
+            let cap = self.s.log_cap;
+            let room = cap.saturating_sub(written);
+            let take = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            let _ = f.write_all(&bytes[..take]);
+            written += take as u64;
+            if written >= cap {
+                let _ = writeln!(f, "\n[ephemer-actors: log truncated at {cap} bytes]");
+                return;
+            }
         }
     }
 

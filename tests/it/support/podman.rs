@@ -116,7 +116,7 @@ impl Podman {
             .find(|p| p.exists());
         if let Some(bb) = busybox {
             std::fs::copy(bb, root.join("bin/busybox")).unwrap();
-            for applet in ["sh", "sleep", "cat", "ls"] {
+            for applet in ["sh", "sleep", "cat", "ls", "head", "tail", "yes", "echo"] {
                 let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
             }
         }

@@ -14,8 +14,8 @@ use ephemer_actors_core::{
     job::JobKey,
     metrics::Metrics,
     provision::{
-        Backend, Factory, ProviderStatus, ProvisionerActor, ProvisionerSupervisor, RunnerEvent,
-        RunnerEventKind, RunnerSpec,
+        Backend, ExitReason, Factory, ProviderStatus, ProvisionerActor, ProvisionerSupervisor,
+        RunnerEvent, RunnerEventKind, RunnerSpec,
     },
 };
 use github_standin::Standin;
@@ -162,4 +162,20 @@ pub fn alive(pid: i32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
+}
+
+/// Waits for runner `name` to exit by itself with code 0.
+pub async fn wait_clean_exit(events: &Events, name: &str, within: Duration) {
+    let exit = events
+        .wait_for(name, within, |k| {
+            matches!(k, RunnerEventKind::Exited { .. })
+        })
+        .await;
+    assert_eq!(
+        exit,
+        RunnerEventKind::Exited {
+            code: Some(0),
+            reason: ExitReason::Exited
+        }
+    );
 }

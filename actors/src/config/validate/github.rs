@@ -252,20 +252,3 @@ pub(super) fn build_webhook(
         ),
     }
 }
-
-/// `"1MiB"`, `"512KiB"`, `"2MB"`, `"4096"`: bytes.
-fn parse_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: usize = number.parse().ok()?;
-    let unit = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1024,
-        "MiB" => 1024 * 1024,
-        "KB" | "kB" => 1000,
-        "MB" => 1000 * 1000,
-        _ => return None,
-    };
-    n.checked_mul(unit)
-}

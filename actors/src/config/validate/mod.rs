@@ -11,11 +11,12 @@ use std::{
 };
 
 use super::{
-    AdminConfig, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors, Environment,
-    GithubAuth, GithubConfig, LinuxConfig, LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig,
-    ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig, RestartConfig, RestartPolicy,
-    RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig, WebhookConfig, defaults,
-    raw::{RawConfig, RawProcess, RawRestart},
+    AdminConfig, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors, ContainerLimits,
+    Environment, GithubAuth, GithubConfig, LinuxConfig, LogConfig, LogFormat, MetricsConfig,
+    OrphanSweepConfig, ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig,
+    RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig,
+    WebhookConfig, defaults,
+    raw::{RawConfig, RawLinux, RawProcess, RawRestart},
 };
 
 mod github;
@@ -253,4 +254,23 @@ fn loopback(authority: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `"1MiB"`, `"512KiB"`, `"2MB"`, `"4096"`: bytes.
+fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: usize = number.parse().ok()?;
+    let unit = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1024,
+        "MiB" => 1024 * 1024,
+        "KB" | "kB" => 1000,
+        "MB" => 1000 * 1000,
+        "GiB" => 1024 * 1024 * 1024,
+        "GB" => 1000 * 1000 * 1000,
+        _ => return None,
+    };
+    n.checked_mul(unit)
 }

@@ -125,6 +125,7 @@ pub(super) fn build_providers(
 
     let linux_present = raw.linux.is_some();
     let x = raw.linux.unwrap_or_default();
+    let limits = container_limits(&x, p);
     let linux_common = build_common(
         ProviderKind::Linux,
         x.enabled,
@@ -161,6 +162,7 @@ pub(super) fn build_providers(
         );
     }
     let linux = LinuxConfig {
+        limits,
         socket,
         image: if linux_common.enabled {
             non_empty("providers.linux.image", x.image, defaults::LINUX_IMAGE, p)
@@ -345,6 +347,61 @@ fn build_process(
         run_as,
         allow_root,
         common,
+    }
+}
+
+fn container_limits(x: &RawLinux, p: &mut Problems) -> ContainerLimits {
+    let d = ContainerLimits::default();
+    let memory = match x.memory.as_deref() {
+        None => d.memory,
+        Some(text) => match parse_size(text) {
+            Some(n) if n >= 64 * 1024 * 1024 => n as u64,
+            _ => {
+                p.push(
+                    "providers.linux.memory",
+                    format!("{text:?} must be a size of at least 64MiB, like \"4GiB\""),
+                );
+                d.memory
+            }
+        },
+    };
+    let pids_limit = match x.pids_limit {
+        None => d.pids_limit,
+        Some(n) if n >= 16 => n,
+        Some(n) => {
+            p.push(
+                "providers.linux.pids_limit",
+                format!("{n} is below 16: a runner needs more"),
+            );
+            d.pids_limit
+        }
+    };
+    let cpus = match x.cpus {
+        None => None,
+        Some(c) if c > 0.0 && c <= 1024.0 => Some(c),
+        Some(c) => {
+            p.push(
+                "providers.linux.cpus",
+                format!("{c} must be above 0 (and at most 1024)"),
+            );
+            None
+        }
+    };
+    let cap_add = x.cap_add.clone().unwrap_or(d.cap_add);
+    for (i, cap) in cap_add.iter().enumerate() {
+        if cap.is_empty() || !cap.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+            p.push(
+                format!("providers.linux.cap_add[{i}]"),
+                format!("{cap:?} is not a capability name like \"CHOWN\""),
+            );
+        }
+    }
+    ContainerLimits {
+        memory,
+        pids_limit,
+        cpus,
+        read_only_root: x.read_only_root.unwrap_or(false),
+        cap_add,
     }
 }
 

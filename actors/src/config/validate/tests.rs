@@ -355,3 +355,38 @@ fn clear_text_to_another_host_needs_allow_insecure() {
     );
     assert!(local.is_empty(), "{local:?}");
 }
+
+#[test]
+fn container_limits_have_defaults_and_bounds() {
+    let with = |linux: &str| {
+        format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [providers.linux]\n{linux}\n"
+        )
+    };
+    let c = Config::from_toml_str(&with(""), None, &env()).unwrap();
+    assert_eq!(c.providers.linux.limits, ContainerLimits::default());
+    let c = Config::from_toml_str(
+        &with("memory = \"512MiB\"\npids_limit = 256\ncpus = 1.5\nread_only_root = true"),
+        None,
+        &env(),
+    )
+    .unwrap();
+    let l = &c.providers.linux.limits;
+    assert_eq!(
+        (l.memory, l.pids_limit, l.cpus),
+        (512 << 20, 256, Some(1.5))
+    );
+    assert!(l.read_only_root);
+    let bad = keys(&with(
+        "memory = \"1MiB\"\npids_limit = 2\ncpus = 0.0\ncap_add = [\"sys admin\"]",
+    ));
+    for k in [
+        "providers.linux.memory",
+        "providers.linux.pids_limit",
+        "providers.linux.cpus",
+        "providers.linux.cap_add[0]",
+    ] {
+        assert!(bad.contains(&k.to_string()), "{k}: {bad:?}");
+    }
+}

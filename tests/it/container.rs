@@ -1,0 +1,211 @@
+//! The container pool against a real engine: a private Podman service (`support/podman.rs`),
+//! a job end to end in a container, and the limits every runner container runs under.
+
+use std::{rc::Rc, time::Duration};
+
+use ephemer_actors_core::{
+    config::ContainerLimits,
+    provision::{
+        Provision, RunnerEventKind,
+        container::{ContainerBackend, ContainerSettings, PREFIX_LABEL},
+    },
+};
+
+use crate::{
+    provision::{LABELS, fake_runner, is_exit},
+    support::{
+        podman::{IMAGE, Podman},
+        provision::{claim, eventually, spec, supervise, wait_clean_exit},
+    },
+};
+
+/// A job runs end to end in a Podman container; the container is gone afterwards and the JIT
+/// config was only in its environment. A leftover container labelled ours is removed at start.
+#[actix_rt::test]
+async fn linux_container_runs_a_job_and_is_removed() {
+    let Some(podman) = Podman::start().await else {
+        return;
+    };
+    let docker =
+        bollard::Docker::connect_with_unix(&podman.socket, 60, bollard::API_DEFAULT_VERSION)
+            .unwrap();
+    let leftover = bollard::models::ContainerCreateBody {
+        image: Some(IMAGE.into()),
+        cmd: Some(vec!["/bin/sleep".into(), "1000".into()]),
+        labels: Some([(PREFIX_LABEL.to_string(), "ptest-linux-".to_string())].into()),
+        ..Default::default()
+    };
+    let name = bollard::query_parameters::CreateContainerOptionsBuilder::new()
+        .name("ptest-linux-leftover")
+        .build();
+    docker
+        .create_container(Some(name), leftover)
+        .await
+        .expect("create a leftover container");
+
+    let standin = crate::support::standin(300);
+    let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
+    let runner = claim(&standin, "ptest-linux", LABELS).await;
+    let backend = ContainerBackend::new(ContainerSettings {
+        socket: podman.socket.clone(),
+        image: IMAGE.into(),
+        command: vec![
+            "/usr/local/bin/ephemer-actors".into(),
+            "standin-runner".into(),
+        ],
+        network: Some("host".into()),
+        name_prefix: "ptest-linux-".into(),
+        log_dir: podman.dir().join("logs"),
+        limits: ContainerLimits::default(),
+        log_cap: ephemer_actors_core::provision::container::LOG_CAP,
+    })
+    .unwrap();
+    let (sup, events) = supervise(Rc::new(backend), None);
+    sup.send(Provision(spec(&runner, job))).await.unwrap();
+    events
+        .wait_for(&runner.name, Duration::from_secs(60), |k| {
+            *k == RunnerEventKind::Started
+        })
+        .await;
+    let inspect = docker
+        .inspect_container(
+            &runner.name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("inspect the runner container");
+    let config = inspect.config.unwrap();
+    let jit = runner.encoded_jit_config.expose();
+    assert!(
+        !format!("{:?} {:?}", config.cmd, config.entrypoint).contains(jit),
+        "not on argv"
+    );
+    assert!(
+        config
+            .env
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e.contains(jit)),
+        "in the environment"
+    );
+    let host = inspect.host_config.unwrap();
+    assert_eq!(host.privileged, Some(false));
+    assert_eq!(host.init, Some(true));
+    assert_eq!(host.memory, Some(4 * 1024 * 1024 * 1024));
+    assert_eq!(host.pids_limit, Some(4096));
+    assert!(
+        host.security_opt
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.contains("no-new-privileges")),
+        "no new privileges"
+    );
+    let caps = host.cap_drop.unwrap_or_default();
+    assert!(!caps.is_empty(), "capabilities dropped: {caps:?}");
+
+    wait_clean_exit(&events, &runner.name, Duration::from_secs(60)).await;
+    assert_eq!(standin.jobs_in("completed"), 1);
+    let left = docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::new()
+                .all(true)
+                .build(),
+        ))
+        .await
+        .unwrap();
+    let names: Vec<String> = left
+        .iter()
+        .flat_map(|c| c.names.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.contains("ptest-linux")),
+        "no container of ours left: {names:?}"
+    );
+}
+
+/// The log cap of the limit tests (small, so the flood is quick).
+const FLOOD_CAP: u64 = 1024 * 1024;
+
+/// A container that runs `script` (busybox `sh -c`) under `limits`, started and run to its end:
+/// its exit and the saved log.
+async fn container_run(
+    podman: &Podman,
+    name: &str,
+    script: &str,
+    limits: ContainerLimits,
+) -> (RunnerEventKind, std::path::PathBuf) {
+    let backend = ContainerBackend::new(ContainerSettings {
+        socket: podman.socket.clone(),
+        image: IMAGE.into(),
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        network: Some("none".into()),
+        name_prefix: "plim-linux-".into(),
+        log_dir: podman.dir().join("logs"),
+        limits,
+        log_cap: FLOOD_CAP,
+    })
+    .unwrap();
+    let (sup, events) = supervise(Rc::new(backend), None);
+    sup.send(Provision(spec(&fake_runner(name), 1)))
+        .await
+        .unwrap();
+    let exit = events
+        .wait_for(name, Duration::from_secs(120), is_exit)
+        .await;
+    let log = podman.dir().join("logs").join(format!("{name}.log"));
+    eventually("the log saved", Duration::from_secs(30), || log.exists()).await;
+    (exit, log)
+}
+
+/// A job that eats memory is OOM-killed inside its container's limit; the daemon is untouched.
+#[actix_rt::test]
+async fn a_memory_hog_is_killed_inside_its_containers_limit() {
+    let Some(podman) = Podman::start().await else {
+        return;
+    };
+    let limits = ContainerLimits {
+        memory: 64 * 1024 * 1024,
+        ..ContainerLimits::default()
+    };
+    let script = "echo hogging; yes | tail -c 500000000 > /dev/null; echo survived";
+    // (Without a limit `tail` would hold 500 MB and `yes` never end: the run would time out.)
+    let (exit, log) = container_run(&podman, "plim-linux-hog", script, limits).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("hogging"), "{text}");
+    assert!(
+        matches!(exit, RunnerEventKind::Exited { .. }),
+        "the runner ended: {exit:?}"
+    );
+    let pressure_killed = !text.contains("survived") || text.contains("Killed");
+    assert!(
+        pressure_killed,
+        "the hog was not stopped by the limit: {text}"
+    );
+}
+
+/// A job that floods stdout leaves a log capped at the cap (LOG_CAP in the daemon), streamed to
+/// disk.
+#[actix_rt::test]
+async fn a_flood_of_output_leaves_a_capped_log() {
+    let Some(podman) = Podman::start().await else {
+        return;
+    };
+    // Long lines: the engine's log driver stores a line at a time.
+    let script = "head -c 4194304 /dev/zero; echo; echo done";
+    let (_, log) = container_run(
+        &podman,
+        "plim-linux-flood",
+        script,
+        ContainerLimits::default(),
+    )
+    .await;
+    let cap = FLOOD_CAP;
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert!(size <= cap + 100, "{size} bytes");
+    assert!(
+        size >= cap,
+        "{size} bytes: the log holds the output up to the cap"
+    );
+    let tail = std::fs::read(&log).unwrap();
+    assert!(String::from_utf8_lossy(&tail[tail.len() - 80..]).contains("log truncated"));
+}
