@@ -8,6 +8,7 @@ use actix_web::http::Method;
 use anyhow::{Context, anyhow, bail};
 use ephemer_actors_core::{
     admin::{CordonAnswer, ErrorAnswer, JobAnswer, JobsAnswer, StatusAnswer},
+    config::AdminListen,
     scheduler::Phase,
 };
 use serde::de::DeserializeOwned;
@@ -18,9 +19,10 @@ pub struct Target {
     /// Config file whose `admin.listen` names the daemon (secrets are not needed).
     #[arg(long, short = 'c', env = "EPHEMER_CONFIG", value_name = "PATH")]
     config: Option<PathBuf>,
-    /// The admin address itself, e.g. 127.0.0.1:9091 (wins over --config).
+    /// The admin address itself, e.g. 127.0.0.1:9091 or unix:/run/ephemer/admin.sock (wins
+    /// over --config).
     #[arg(long, value_name = "ADDR")]
-    admin: Option<SocketAddr>,
+    admin: Option<String>,
     /// Print the JSON the daemon answered.
     #[arg(long)]
     json: bool,
@@ -52,16 +54,14 @@ impl Target {
         table.get(section)?.get(key)?.as_str()
     }
 
-    fn addr(&self) -> anyhow::Result<SocketAddr> {
-        if let Some(a) = self.admin {
-            return Ok(a);
-        }
+    fn addr(&self) -> anyhow::Result<AdminListen> {
         let table = self.table()?;
         let default = ephemer_actors_core::config::defaults::ADMIN_LISTEN;
-        let listen = Self::key(&table, "admin", "listen").unwrap_or(default);
-        listen
-            .parse()
-            .with_context(|| format!("admin.listen {listen:?} is not IP:PORT"))
+        let listen = match &self.admin {
+            Some(a) => a.as_str(),
+            None => Self::key(&table, "admin", "listen").unwrap_or(default),
+        };
+        AdminListen::parse(listen).map_err(|e| anyhow!("admin.listen: {e}"))
     }
 
     /// The admin token: `EPHEMER_ADMIN_TOKEN`, else `<state.dir>/admin.token` (readable by the
@@ -82,17 +82,42 @@ impl Target {
     }
 }
 
-/// One admin API call through awc, its answer read as the API's own type.
+/// One admin API call, its answer read as the API's own type.
 fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::Result<T> {
-    let addr = t.addr()?;
-    let url = format!("http://{addr}{path}");
+    let listen = t.addr()?;
     let token = t.token();
+    let (status, body) = match &listen {
+        AdminListen::Tcp(addr) => call_tcp(*addr, &method, path, token.as_deref()),
+        AdminListen::Unix(socket) => call_unix(socket, &method, path, token.as_deref()),
+    }
+    .map_err(|e| {
+        anyhow!(
+            "no daemon answers on {listen} ({e:#}); is `ephemer-actors serve` running? see admin.listen"
+        )
+    })?;
+    if !(200..300).contains(&status) {
+        let why = serde_json::from_slice::<ErrorAnswer>(&body)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+        bail!("{path} answered {status}: {why}");
+    }
+    serde_json::from_slice(&body).with_context(|| format!("{path} answered an unexpected body"))
+}
+
+/// Through awc: (status, body).
+fn call_tcp(
+    addr: SocketAddr,
+    method: &Method,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, Vec<u8>)> {
+    let url = format!("http://{addr}{path}");
     actix_rt::System::new().block_on(async move {
         let client = awc::Client::builder()
             .timeout(Duration::from_secs(10))
             .finish();
         let mut request = client.request(method.clone(), &url);
-        if let Some(token) = &token {
+        if let Some(token) = token {
             request = request.insert_header(("Authorization", format!("Bearer {token}")));
         }
         let sent = if method == Method::POST {
@@ -103,24 +128,73 @@ fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::
         } else {
             request.send().await
         };
-        let mut answer = sent.map_err(|e| {
-            anyhow!(
-                "no daemon answers on {addr} ({e}); is `ephemer-actors serve` running? see admin.listen"
-            )
-        })?;
+        let mut answer = sent.map_err(|e| anyhow!("{e}"))?;
         let body = answer
             .body()
             .limit(64 * 1024 * 1024)
             .await
             .with_context(|| format!("reading the answer of {path}"))?;
-        if !answer.status().is_success() {
-            let why = serde_json::from_slice::<ErrorAnswer>(&body)
-                .map(|e| e.error)
-                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-            bail!("{path} answered {}: {why}", answer.status().as_u16());
-        }
-        serde_json::from_slice(&body).with_context(|| format!("{path} answered an unexpected body"))
+        Ok((answer.status().as_u16(), body.to_vec()))
     })
+}
+
+/// HTTP/1.1 over the admin unix socket (one request, `Connection: close`): (status, body).
+fn call_unix(
+    socket: &std::path::Path,
+    method: &Method,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let body = if method == Method::POST { "{}" } else { "" };
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow!("an answer without headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| anyhow!("an answer without a status"))?;
+    let mut rest = raw[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        rest = dechunk(&rest)?;
+    }
+    Ok((status, rest))
+}
+
+/// A chunked body, joined.
+fn dechunk(mut data: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| anyhow!("a broken chunked body"))?;
+        let size_text = String::from_utf8_lossy(&data[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)?;
+        data = &data[line_end + 2..];
+        if size == 0 || data.len() < size {
+            return Ok(out);
+        }
+        out.extend_from_slice(&data[..size]);
+        data = data.get(size + 2..).unwrap_or_default();
+    }
 }
 
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {

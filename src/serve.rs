@@ -17,7 +17,7 @@ use anyhow::Context;
 use ephemer_actors_core::{
     admin::{self, Admin, access::Access},
     clock::Clock,
-    config::Config,
+    config::{AdminListen, Config},
     http::{Health, configure_metrics},
     metrics::Metrics,
     system::{self, Handles, StartOptions},
@@ -40,7 +40,7 @@ pub struct Listeners {
     /// Where the webhook listener is bound (useful when configured with port 0).
     pub webhook: std::net::SocketAddr,
     /// Where the admin API is bound.
-    pub admin: std::net::SocketAddr,
+    pub admin: AdminListen,
     handles: Vec<ServerHandle>,
 }
 
@@ -100,11 +100,26 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
     })
     .workers(1)
     .disable_signals()
-    .shutdown_timeout(HTTP_SHUTDOWN.as_secs())
-    .bind(config.admin.listen)
-    .with_context(|| format!("cannot bind admin.listen {}", config.admin.listen))?;
-    let admin_addr = admin_server.addrs()[0];
-    access.listening_on(admin_addr);
+    .shutdown_timeout(HTTP_SHUTDOWN.as_secs());
+    let bind_error = || format!("cannot bind admin.listen {}", config.admin.listen);
+    let (admin_server, admin_addr) = match &config.admin.listen {
+        AdminListen::Tcp(addr) => {
+            let server = admin_server.bind(addr).with_context(bind_error)?;
+            let bound = server.addrs()[0];
+            access.listening_on(bound);
+            (server, AdminListen::Tcp(bound))
+        }
+        AdminListen::Unix(path) => {
+            // A socket left by an earlier run would refuse the bind.
+            let _ = std::fs::remove_file(path);
+            let server = admin_server.bind_uds(path).with_context(bind_error)?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("cannot make {} private", path.display()))?;
+            access.listening_on_socket();
+            (server, AdminListen::Unix(path.clone()))
+        }
+    };
     servers.push(admin_server.run());
     if let Some(listen) = config.metrics.listen {
         let server = HttpServer::new(move || {

@@ -105,3 +105,35 @@ async fn the_shutdown_drain_cannot_be_uncordoned() {
         "the drain let the job finish"
     );
 }
+
+/// `admin.listen = "unix:PATH"`: the socket is private to the daemon's user, and the CLI works
+/// through it unchanged (reads, and changes with the token it finds itself).
+#[actix_rt::test]
+async fn the_admin_api_on_a_unix_socket() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("admin.sock");
+    let extra = format!("[admin]\nlisten = \"unix:{}\"\n", socket.display());
+    let daemon = Daemon::start(&standin, &extra, &local_provider(1)).await;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket is private");
+    let (code, out, err) = daemon.ctl(&["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["draining"],
+        false
+    );
+    assert_eq!(daemon.ctl(&["cordon"]).await.0, 0);
+    let (_, out, _) = daemon.ctl(&["status", "--json"]).await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["draining"],
+        true
+    );
+    // Without the token, a change is refused on the socket too.
+    let (code, _, err) = daemon
+        .ctl_with_env(&["uncordon"], &[("EPHEMER_ADMIN_TOKEN", "wrong")])
+        .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("401"), "{err}");
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -40,7 +40,8 @@ pub struct Access {
 
 #[derive(Debug)]
 struct Listener {
-    /// The `Host` values it answers to.
+    /// The `Host` values it answers to (empty: any, for a unix socket, which no browser can
+    /// reach).
     hosts: Vec<String>,
     /// Reads need the token too (a listener that is not loopback).
     reads_need_token: bool,
@@ -98,11 +99,20 @@ impl Access {
         });
     }
 
+    /// The API listens on a unix socket: its file mode (0600) guards reads; changes still need
+    /// the token; any `Host`.
+    pub fn listening_on_socket(&self) {
+        let _ = self.listener.set(Listener {
+            hosts: Vec::new(),
+            reads_need_token: false,
+        });
+    }
+
     /// `Ok` when `req` may do `want`; else the answer to send.
     pub fn check(&self, req: &HttpRequest, want: Want) -> Result<(), Refused> {
         let refuse = |status, error| Err(Refused { status, error });
         let listener = self.listener.get();
-        if let Some(hosts) = listener.map(|l| &l.hosts) {
+        if let Some(hosts) = listener.map(|l| &l.hosts).filter(|h| !h.is_empty()) {
             let host = req
                 .headers()
                 .get(header::HOST)

@@ -246,8 +246,48 @@ pub struct MetricsConfig {
 /// `[admin]`
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
-    /// Address of the admin API (loopback by default).
-    pub listen: SocketAddr,
+    /// Where the admin API listens (loopback by default).
+    pub listen: AdminListen,
+}
+
+/// Where the admin API listens: an address, or a unix socket (`unix:PATH`, mode 0600).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminListen {
+    /// `IP:PORT`.
+    Tcp(SocketAddr),
+    /// `unix:PATH`.
+    Unix(PathBuf),
+}
+
+impl AdminListen {
+    /// The address, when it is one.
+    pub fn tcp(&self) -> Option<SocketAddr> {
+        match self {
+            AdminListen::Tcp(a) => Some(*a),
+            AdminListen::Unix(_) => None,
+        }
+    }
+
+    /// `IP:PORT` or `unix:PATH`, as written in the config.
+    pub fn parse(text: &str) -> Result<AdminListen, String> {
+        match text.strip_prefix("unix:") {
+            Some(path) if Path::new(path).is_absolute() => Ok(AdminListen::Unix(path.into())),
+            Some(path) => Err(format!("{path:?} must be an absolute path")),
+            None => text
+                .parse()
+                .map(AdminListen::Tcp)
+                .map_err(|_| format!("{text:?} must be IP:PORT or unix:/absolute/path")),
+        }
+    }
+}
+
+impl fmt::Display for AdminListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdminListen::Tcp(a) => write!(f, "{a}"),
+            AdminListen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
 }
 
 /// `[log]`

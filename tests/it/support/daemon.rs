@@ -46,6 +46,12 @@ pub fn config_with_github(
 ) -> String {
     // Keys of a `[webhook]` table in `extra` join the one written here.
     let (webhook, extra) = split_table(extra, "[webhook]");
+    let (admin, extra) = split_table(&extra, "[admin]");
+    let admin = if admin.trim().is_empty() {
+        format!("listen = \"127.0.0.1:{}\"", free_port())
+    } else {
+        admin
+    };
     format!(
         r#"
 [github]
@@ -65,7 +71,7 @@ reconcile_interval = "{reconcile}"
 dir = "{state}"
 
 [admin]
-listen = "127.0.0.1:{admin}"
+{admin}
 
 [log]
 level = "debug"
@@ -87,7 +93,6 @@ level = "debug"
             "[runner]\n",
             &format!("[runner]\nname_prefix = \"{}\"\n", prefix(port))
         ),
-        admin = free_port(),
     )
 }
 
@@ -336,8 +341,14 @@ impl Daemon {
 
     /// Runs `ephemer-actors ARGS --config <its config>` against it: (exit code, stdout, stderr).
     pub async fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        self.ctl_with_env(args, &[]).await
+    }
+
+    /// Like [`Daemon::ctl`], with these environment variables.
+    pub async fn ctl_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         let mut cmd = super::daemon();
         cmd.args(args).arg("--config").arg(&self.config);
+        cmd.envs(env.iter().copied());
         super::output(cmd).await
     }
 

@@ -11,11 +11,11 @@ use std::{
 };
 
 use super::{
-    AdminConfig, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors, ContainerLimits,
-    Environment, GithubAuth, GithubConfig, LinuxConfig, LogConfig, LogFormat, MetricsConfig,
-    OrphanSweepConfig, ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig,
-    RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig,
-    WebhookConfig, defaults,
+    AdminConfig, AdminListen, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors,
+    ContainerLimits, Environment, GithubAuth, GithubConfig, LinuxConfig, LogConfig, LogFormat,
+    MetricsConfig, OrphanSweepConfig, ProcessPoolConfig, ProviderCommon, ProviderKind,
+    ProvidersConfig, RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret,
+    StateConfig, VmMacosConfig, WebhookConfig, defaults,
     raw::{RawConfig, RawLinux, RawProcess, RawRestart},
 };
 
@@ -206,14 +206,16 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
                 .map(|l| socket_addr("metrics.listen", &l, p)),
         },
         admin: AdminConfig {
-            listen: socket_addr(
-                "admin.listen",
+            listen: AdminListen::parse(
                 raw.admin
                     .listen
                     .as_deref()
                     .unwrap_or(defaults::ADMIN_LISTEN),
-                p,
-            ),
+            )
+            .unwrap_or_else(|e| {
+                p.push("admin.listen", e);
+                AdminListen::Tcp(SocketAddr::from(([127, 0, 0, 1], 9091)))
+            }),
         },
         log: build_log(raw.log, p),
         state,
@@ -233,8 +235,8 @@ fn check_listeners(c: &Config, p: &mut Problems) {
             "same address as webhook.listen (omit metrics.listen to share it)",
         );
     }
-    if clash(c.admin.listen)
-        || (c.metrics.listen == Some(c.admin.listen) && c.admin.listen.port() != 0)
+    if let Some(admin) = c.admin.listen.tcp()
+        && (clash(admin) || (c.metrics.listen == Some(admin) && admin.port() != 0))
     {
         p.push(
             "admin.listen",
