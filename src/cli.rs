@@ -93,6 +93,9 @@ pub fn run() -> ExitCode {
         }
         Command::CheckConfig(arg) => match load(&arg.config) {
             Ok(config) => {
+                for warning in config.warnings() {
+                    eprintln!("warning: {warning}");
+                }
                 let providers: Vec<_> = config
                     .providers
                     .enabled()

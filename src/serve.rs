@@ -147,7 +147,10 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    for warning in ephemer_actors_core::harden::harden_process() {
+    for warning in ephemer_actors_core::harden::harden_process()
+        .into_iter()
+        .chain(config.warnings())
+    {
         tracing::warn!("{warning}");
     }
     let metrics = Metrics::new();

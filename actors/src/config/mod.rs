@@ -281,6 +281,22 @@ impl AdminListen {
     }
 }
 
+impl Config {
+    /// What is valid but worth a second look: check-config prints these, serve logs them.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if let Some(addr) = self.admin.listen.tcp()
+            && !addr.ip().is_loopback()
+        {
+            w.push(format!(
+                "admin.listen {addr} is reachable from other hosts: every call needs the admin \
+                 token there, but keep it on loopback or a unix: socket unless you need it"
+            ));
+        }
+        w
+    }
+}
+
 impl fmt::Display for AdminListen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

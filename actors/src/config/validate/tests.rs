@@ -390,3 +390,26 @@ fn container_limits_have_defaults_and_bounds() {
         assert!(bad.contains(&k.to_string()), "{k}: {bad:?}");
     }
 }
+
+#[test]
+fn an_admin_listener_off_loopback_is_valid_but_warned_about() {
+    let text = format!("{MINIMAL}\n[admin]\nlisten = \"0.0.0.0:9091\"\n");
+    let c = Config::from_toml_str(&text, None, &env()).unwrap();
+    assert!(
+        c.warnings().iter().any(|w| w.contains("admin.listen")),
+        "{:?}",
+        c.warnings()
+    );
+    let c = Config::from_toml_str(MINIMAL, None, &env()).unwrap();
+    assert!(c.warnings().is_empty());
+    let unix = format!("{MINIMAL}\n[admin]\nlisten = \"unix:/run/e/admin.sock\"\n");
+    let c = Config::from_toml_str(&unix, None, &env()).unwrap();
+    assert_eq!(
+        c.admin.listen,
+        AdminListen::Unix("/run/e/admin.sock".into())
+    );
+    assert!(
+        keys(&format!("{MINIMAL}\n[admin]\nlisten = \"unix:rel.sock\"\n"))
+            .contains(&"admin.listen".into())
+    );
+}
