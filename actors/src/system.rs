@@ -231,6 +231,7 @@ pub fn start(
             boot_timeout: p.vm_macos.boot_timeout,
             name_prefix: prefix(kind),
             log_dir: log_dir.clone(),
+            known_hosts: config.state.dir.join("tart-known-hosts"),
         };
         let pool = VmMacosProvisioner::start(settings, wiring(kind, &p.vm_macos.common.restart));
         provisioners.insert(kind, pool);

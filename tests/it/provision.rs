@@ -343,7 +343,10 @@ esac
     let ssh = format!(
         "#!/bin/bash\necho \"ssh $*\" >> {d}/calls.log\ncat > {d}/ssh-stdin\nsleep 0.2\nexit 0\n"
     );
-    for (name, text) in [("tart", tart), ("ssh", ssh)] {
+    let keyscan = format!(
+        "#!/bin/bash\necho \"ssh-keyscan $*\" >> {d}/calls.log\necho '# 127.0.0.1:22 SSH-2.0'\necho \"${{@: -1}} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEKEY\"\n"
+    );
+    for (name, text) in [("tart", tart), ("ssh", ssh), ("ssh-keyscan", keyscan)] {
         std::fs::write(dir.join(name), text).unwrap();
         std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -356,6 +359,7 @@ esac
         boot_timeout: Duration::from_secs(120),
         name_prefix: "ephemer-vm-macos-".into(),
         log_dir: dir.join("logs"),
+        known_hosts: dir.join("known_hosts"),
     })
 }
 
@@ -390,13 +394,39 @@ async fn vm_lifecycle_for_one_job() {
     );
     let run = position(&c, &format!("tart run --no-graphics {n}"));
     let ip = position(&c, &format!("tart ip --wait 120 {n}"));
-    let ssh = position(&c, "ssh -o StrictHostKeyChecking=no");
+    let keyscan = position(&c, "ssh-keyscan -T 10 127.0.0.1");
+    let ssh = position(&c, "ssh -o StrictHostKeyChecking=yes");
     let stop = position(&c, &format!("tart stop --timeout 30 {n}"));
     let delete = position(&c, &format!("tart delete {n}"));
     assert!(
-        clone < run && clone < ip && ip < ssh && ssh < stop && stop < delete,
+        clone < run && clone < ip && ip < keyscan && keyscan < ssh && ssh < stop && stop < delete,
         "{c:#?}"
     );
+    // The host key is pinned: learned once, then required.
+    let known = tmp.path().join("known_hosts");
+    assert!(
+        c[ssh].contains(&format!("UserKnownHostsFile={}", known.display()))
+            && c[ssh].contains("HostKeyAlias=ephemer-ghcr.io-cirruslabs-macos-base-latest"),
+        "{}",
+        c[ssh]
+    );
+    let pinned = std::fs::read_to_string(&known).unwrap();
+    assert_eq!(
+        pinned.trim(),
+        "ephemer-ghcr.io-cirruslabs-macos-base-latest ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEKEY"
+    );
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&known).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // The next VM of the image is held to the pinned key: no second scan.
+    let second = fake_runner("ephemer-vm-macos-def67890");
+    sup.send(Provision(spec(&second, 2))).await.unwrap();
+    wait_clean_exit(&events, &second.name, Duration::from_secs(20)).await;
+    let scans = calls(tmp.path())
+        .iter()
+        .filter(|l| l.starts_with("ssh-keyscan"))
+        .count();
+    assert_eq!(scans, 1);
     assert!(c[ssh].contains("admin@127.0.0.1"), "{}", c[ssh]);
     assert!(
         !c[ssh].contains("jit"),

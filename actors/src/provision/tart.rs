@@ -34,6 +34,8 @@ pub struct TartSettings {
     pub name_prefix: String,
     /// Where `tart run` and ssh output go.
     pub log_dir: PathBuf,
+    /// The pinned host keys of the base images (`state.dir/tart-known-hosts`).
+    pub known_hosts: PathBuf,
 }
 
 /// Runs runners in tart VMs.
@@ -112,22 +114,21 @@ impl TartBackend {
             Ok(_) => return Err(failed("the VM did not report an address")),
             Err(e) => return Err(failed(&format!("the VM did not boot: {e}"))),
         };
+        let alias = self.pin_host_key(&ip).await?;
         // The JIT config goes on stdin; the remote shell reads it into the runner's environment.
         let remote = format!(
             "c=$(cat) && ACTIONS_RUNNER_INPUT_JITCONFIG=\"$c\" RUNNER_MANUALLY_TRAP_SIG=1 exec {}",
             self.s.runner_command
         );
         let mut ssh = Command::new(&self.s.ssh)
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ServerAliveInterval=15",
-            ])
+            .args(["-o", "StrictHostKeyChecking=yes", "-o"])
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                self.s.known_hosts.display()
+            ))
+            .arg("-o")
+            .arg(format!("HostKeyAlias={alias}"))
+            .args(["-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"])
             .arg(format!("{}@{ip}", self.s.ssh_user))
             .arg(remote)
             .stdin(Stdio::piped())
@@ -151,6 +152,48 @@ impl TartBackend {
                 }
             }),
         })
+    }
+
+    /// The host key every clone of the base image carries (clones share the image's disk, so
+    /// its keys): learned from the first VM booted from it (`ssh-keyscan`, once, on tart's
+    /// host-only network), kept in `known_hosts` under an alias named after the image, and
+    /// required of every later VM, so the JIT config never crosses an ssh connection to a host
+    /// whose key was not checked. Returns the alias.
+    async fn pin_host_key(&self, ip: &str) -> Result<String, ProvisionError> {
+        let alias = host_alias(&self.s.base_image);
+        let known = std::fs::read_to_string(&self.s.known_hosts).unwrap_or_default();
+        if known.lines().any(|l| l.starts_with(&format!("{alias} "))) {
+            return Ok(alias);
+        }
+        let out = Command::new(keyscan_path(&self.s.ssh))
+            .args(["-T", "10", ip])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| spawn_error("cannot run ssh-keyscan", &e))?;
+        let keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .filter_map(|l| l.split_once(' ').map(|(_, key)| format!("{alias} {key}")))
+            .collect();
+        if keys.is_empty() {
+            return Err(ProvisionError::EnvironmentFailed(format!(
+                "cannot learn the host key of the VM at {ip} (ssh-keyscan found none)"
+            )));
+        }
+        let mut file = crate::harden::private_file(&self.s.known_hosts, true).map_err(|e| {
+            ProvisionError::HostUnavailable(format!(
+                "cannot write {}: {e}",
+                self.s.known_hosts.display()
+            ))
+        })?;
+        for key in &keys {
+            std::io::Write::write_all(&mut file, format!("{key}\n").as_bytes()).map_err(|e| {
+                ProvisionError::HostUnavailable(format!("cannot pin the host key: {e}"))
+            })?;
+        }
+        tracing::info!(image = %self.s.base_image, alias = %alias, "pinned the base image's ssh host key");
+        Ok(alias)
     }
 
     async fn stop_runner(self, name: String) {
@@ -204,7 +247,8 @@ impl Backend for TartBackend {
         let s = self.s.clone();
         Box::pin(async move {
             check_executable(&s.tart, "tart")?;
-            check_executable(&s.ssh, "ssh")
+            check_executable(&s.ssh, "ssh")?;
+            check_executable(&keyscan_path(&s.ssh), "ssh-keyscan")
         })
     }
 
@@ -218,4 +262,29 @@ impl Backend for TartBackend {
     fn adopt(&self, _name: String) -> LocalFuture<Option<RunningRunner>> {
         Box::pin(async { None })
     }
+}
+
+/// `ssh-keyscan` beside the configured `ssh` (on `PATH` when `ssh` is a bare name).
+fn keyscan_path(ssh: &std::path::Path) -> PathBuf {
+    if ssh.components().count() == 1 {
+        PathBuf::from("ssh-keyscan")
+    } else {
+        ssh.with_file_name("ssh-keyscan")
+    }
+}
+
+/// The known-hosts name of a base image's VMs: `ephemer-` and the image with every character
+/// outside `[A-Za-z0-9.-]` as `-`.
+fn host_alias(image: &str) -> String {
+    let clean: String = image
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("ephemer-{clean}")
 }
