@@ -5,7 +5,8 @@
 //! `Authorization: Bearer <token>`; reads stay open on a loopback listener (on any other listener
 //! every call needs the token). Requests whose `Host` is not the listener's own address are
 //! refused (421), so a web page cannot reach the API through DNS rebinding, and a mutating call
-//! needs a JSON content type, which a browser form cannot send.
+//! may not carry a content type a browser form can send (`application/x-www-form-urlencoded`,
+//! `multipart/form-data`, `text/plain`): JSON, or no body at all.
 //!
 //! The daemon's token is `EPHEMER_ADMIN_TOKEN`, else `state.dir/admin.token` (created at first
 //! start, mode 0600 from its creation), which `ephemer-actors cordon` reads.
@@ -126,15 +127,25 @@ impl Access {
             }
         }
         if want == Want::Change {
-            let json = req
+            let content_type = req
                 .headers()
                 .get(header::CONTENT_TYPE)
                 .and_then(|c| c.to_str().ok())
-                .is_some_and(|c| c.trim().starts_with("application/json"));
-            if !json {
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let form = [
+                "application/x-www-form-urlencoded",
+                "multipart/form-data",
+                "text/plain",
+            ]
+            .iter()
+            .any(|t| content_type.trim_start().starts_with(t));
+            if form {
                 return refuse(
                     actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "a change needs Content-Type: application/json".into(),
+                    "a change is sent as JSON (Content-Type: application/json) or without a body, \
+                     never as a form"
+                        .into(),
                 );
             }
         }
@@ -225,6 +236,14 @@ mod tests {
         };
         let ok = base().insert_header((header::AUTHORIZATION, "Bearer s3cret"));
         assert_eq!(status(a.check(&ok.to_http_request(), Want::Change)), 200);
+        let bare = TestRequest::post()
+            .insert_header((header::HOST, "127.0.0.1:9091"))
+            .insert_header((header::AUTHORIZATION, "Bearer s3cret"));
+        assert_eq!(
+            status(a.check(&bare.to_http_request(), Want::Change)),
+            200,
+            "no body is fine"
+        );
         assert_eq!(
             status(a.check(&base().to_http_request(), Want::Change)),
             401
