@@ -207,7 +207,7 @@ fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 fn when(unix: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(unix)).to_string()
+    ephemer_actors_core::clock::rfc3339(unix)
 }
 
 /// `status`

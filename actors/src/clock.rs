@@ -5,7 +5,7 @@
 //! [`Clock::virtual_from`] derives unix seconds from the paused monotonic clock, so a rate reset
 //! "in 90 s" and a timer "in 90 s" move together.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -71,4 +71,15 @@ pub struct Now {
     pub mono: Instant,
     /// Unix seconds.
     pub unix: u64,
+}
+
+/// Unix seconds as RFC 3339, or the number itself where no calendar date fits.
+pub fn rfc3339(unix: u64) -> String {
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(unix))
+        .filter(|t| *t < UNIX_EPOCH + Duration::from_secs(253_402_300_799))
+        .map_or_else(
+            || format!("unix {unix}"),
+            |t| humantime::format_rfc3339_seconds(t).to_string(),
+        )
 }

@@ -280,7 +280,7 @@ impl fmt::Display for Note {
             } => write!(
                 f,
                 "retry #{attempt} scheduled for {} (in {:.1}s; {}; {class})",
-                rfc3339(*due_unix),
+                crate::clock::rfc3339(*due_unix),
                 delay.as_secs_f64(),
                 describe(reason)
             ),
@@ -333,15 +333,4 @@ fn describe(reason: &DelayReason) -> String {
         DelayReason::RetryAfter => "Retry-After".into(),
         DelayReason::RateReset { reset } => format!("rate budget empty until {reset}"),
     }
-}
-
-/// Unix seconds as RFC 3339, or the number itself where no calendar date fits.
-fn rfc3339(unix: u64) -> String {
-    std::time::UNIX_EPOCH
-        .checked_add(Duration::from_secs(unix))
-        .filter(|t| *t < std::time::UNIX_EPOCH + Duration::from_secs(253_402_300_799))
-        .map_or_else(
-            || format!("unix {unix}"),
-            |t| humantime::format_rfc3339_seconds(t).to_string(),
-        )
 }
