@@ -31,16 +31,14 @@ pub async fn read(path: &Path) -> Option<Pid> {
         return None;
     }
     let (start, boot) = (fields.next(), fields.next());
-    let same = match (start, boot, start_time(pid), boot_id()) {
-        (Some(start), Some(boot), Some(now_start), Some(now_boot)) => {
-            start.parse::<u64>().ok() == Some(now_start) && boot == now_boot
-        }
-        // This host has /proc, the file has no identity: it is not ours to trust.
-        (None, _, _, Some(_)) => false,
-        // No such process any more (or no /proc at all): the pid alone.
-        (Some(_), Some(_), None, Some(_)) => false,
-        _ => true,
+    // Without /proc (macOS) there is no identity to check: the pid alone.
+    let Some(now_boot) = boot_id() else {
+        return Some(Pid::from_raw(pid));
     };
+    // The process is gone: nothing to signal or adopt, and nothing to warn about.
+    let now_start = start_time(pid)?;
+    let same = boot == Some(now_boot.as_str())
+        && start.and_then(|s| s.parse::<u64>().ok()) == Some(now_start);
     if !same {
         tracing::warn!(
             pid_file = %path.display(),
