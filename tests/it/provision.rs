@@ -23,7 +23,7 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
         args: args.iter().map(|a| a.to_string()).collect(),
         work_root: work.join("work"),
         log_dir: work.join("logs"),
-        run_as: None,
+        run_as: Vec::new(),
         name_prefix: "ephemer-local-".into(),
         grace,
     }))

@@ -2,9 +2,13 @@
 //! non-dumpable (a process of the same user cannot read its environment or memory), and its
 //! store and admin token are private to it from their creation.
 
-use std::{os::unix::fs::PermissionsExt, time::Duration};
+use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
 
-use crate::support::{self, daemon::free_port, wait_for_http};
+use crate::support::{
+    self,
+    daemon::{Daemon, free_port},
+    wait_for_http,
+};
 
 /// `cat PATH` as `uid`: (exit code, stderr).
 async fn read_as(uid: u32, gid: u32, path: &str) -> (i32, String) {
@@ -91,4 +95,119 @@ async fn a_process_of_the_daemons_own_user_cannot_read_its_environment() {
     support::sigterm(&child);
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     assert_eq!(status.unwrap().unwrap().code(), Some(0));
+}
+
+/// Users made for the probe below (system users without a home or a login shell).
+const PROBE_USERS: [&str; 2] = ["ephemer-probe1", "ephemer-probe2"];
+
+/// The "runner" of the probe test: a job's code. It tries to read what a job must not reach
+/// (the daemon's environment, its config, store and admin token, and the environment of a
+/// concurrent sibling runner, which holds that sibling's JIT config), writes what happened to
+/// `<results>/<user>`, and meanwhile runs the stand-in runner so the job completes. Reading its
+/// own runner's environment is the control: the same `cat` succeeds where access is allowed.
+fn probe_script(results: &Path, config: &Path, state: &Path) -> String {
+    format!(
+        r#"#!/bin/sh
+R='{results}'
+out="$R/$(id -un)"
+try() {{ if cat "$2" >/dev/null 2>&1; then echo "read $1" >> "$out"; else echo "denied $1" >> "$out"; fi; }}
+try daemon-environ "/proc/$(cat "$R/daemon.pid")/environ"
+try config '{config}'
+try store '{state}/ephemer-actors.redb'
+try admin-token '{state}/admin.token'
+'{bin}' standin-runner &
+runner=$!
+try own-environ "/proc/$runner/environ"
+i=0
+while [ $i -lt 200 ]; do
+  for d in /proc/[0-9]*; do
+    [ "${{d#/proc/}}" = "$runner" ] && continue
+    case "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" in
+      *" standin-runner "*) try sibling-environ "$d/environ"; wait $runner; exit $? ;;
+    esac
+  done
+  i=$((i + 1)); sleep 0.05
+done
+echo "no sibling" >> "$out"
+wait $runner
+"#,
+        results = results.display(),
+        config = config.display(),
+        state = state.display(),
+        bin = env!("CARGO_BIN_EXE_ephemer-actors"),
+    )
+}
+
+/// A job run as `run_as` (one user per concurrent runner) is denied the daemon's environment,
+/// its config, store and admin token, and its sibling's environment; its own runner's is not.
+#[actix_rt::test]
+async fn a_job_cannot_reach_the_daemons_secrets_or_its_siblings_environment() {
+    if !nix::unistd::geteuid().is_root() || support::which("sudo").is_none() {
+        support::skip(
+            "security",
+            "the probe needs root and sudo (bash .ci/run installs it)",
+        );
+        return;
+    }
+    for user in PROBE_USERS {
+        if nix::unistd::User::from_name(user).unwrap().is_none() {
+            let made = std::process::Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    user,
+                ])
+                .status();
+            assert!(made.is_ok_and(|s| s.success()), "useradd {user}");
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    open(tmp.path(), 0o755).unwrap();
+    let results = tmp.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    open(&results, 0o1777).unwrap();
+    let probe = tmp.path().join("probe.sh");
+
+    let standin = support::standin(3000);
+    let providers = format!(
+        "[providers.local]\ncommand = \"{}\"\nwork_root = \"{}\"\nlabels = [\"self-hosted\", \"linux\"]\n\
+         max_concurrent = 2\nrun_as = [\"{}\", \"{}\"]\n",
+        probe.display(),
+        tmp.path().join("work").display(),
+        PROBE_USERS[0],
+        PROBE_USERS[1],
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+    // As the docs tell the operator: the config is the daemon's alone; the directories on the
+    // way to the state are not what keeps a job out.
+    let state = daemon.state_dir();
+    open(&daemon.config, 0o600).unwrap();
+    open(state.parent().unwrap(), 0o755).unwrap();
+    open(&state, 0o755).unwrap();
+    std::fs::write(&probe, probe_script(&results, &daemon.config, &state)).unwrap();
+    open(&probe, 0o755).unwrap();
+    std::fs::write(results.join("daemon.pid"), daemon.pid().to_string()).unwrap();
+
+    standin.queue_jobs("app", &["self-hosted", "linux"], 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(60))
+        .await;
+    for user in PROBE_USERS {
+        let seen = std::fs::read_to_string(results.join(user))
+            .unwrap_or_else(|e| panic!("no result from {user} ({e}):\n{}", daemon.logs()));
+        let expected = [
+            "denied daemon-environ",
+            "denied config",
+            "denied store",
+            "denied admin-token",
+            "read own-environ",
+            "denied sibling-environ",
+        ];
+        assert_eq!(seen.lines().collect::<Vec<_>>(), expected, "{user}");
+    }
+    daemon.wait_no_runner_left(&standin).await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

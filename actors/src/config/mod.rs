@@ -293,6 +293,19 @@ impl Config {
                  token there, but keep it on loopback or a unix: socket unless you need it"
             ));
         }
+        for (key, pool) in [
+            ("providers.local", &self.providers.local),
+            ("providers.native_macos", &self.providers.native_macos),
+        ] {
+            if pool.common.enabled && pool.run_as.len() == 1 && pool.common.max_concurrent > 1 {
+                w.push(format!(
+                    "{key}.run_as: the {} concurrent runners share the user {}, so a job can read \
+                     a sibling's environment (its JIT config) and take its job; list one user \
+                     per runner in run_as where that matters",
+                    pool.common.max_concurrent, pool.run_as[0]
+                ));
+            }
+        }
         w
     }
 }
@@ -443,8 +456,10 @@ pub struct ProcessPoolConfig {
     pub args: Vec<String>,
     /// Parent of the per-job directories.
     pub work_root: PathBuf,
-    /// Run the runner as this user (via `sudo -u`), if set.
-    pub run_as: Option<String>,
+    /// Run each runner as one of these users (via `sudo -u`); empty: as the daemon's user.
+    /// With several, concurrent runners never share one (a job cannot read a sibling's
+    /// environment, which holds its JIT config).
+    pub run_as: Vec<String>,
     /// Run it as root (the daemon's user) without `run_as`: an explicit choice.
     pub allow_root: bool,
 }

@@ -130,8 +130,16 @@ pub(crate) struct RawProcess {
     pub command: Option<String>,
     pub args: Option<Vec<String>>,
     pub work_root: Option<String>,
-    pub run_as: Option<String>,
+    pub run_as: Option<RawUsers>,
     pub allow_root: Option<bool>,
+}
+
+/// `run_as`: one user, or one per concurrent runner.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawUsers {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Default, Deserialize)]

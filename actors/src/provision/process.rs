@@ -15,6 +15,7 @@
 
 use std::{
     cell::{Cell, RefCell},
+    collections::HashSet,
     ffi::OsString,
     path::{Path, PathBuf},
     process::Stdio,
@@ -59,8 +60,9 @@ pub struct ProcessSettings {
     pub work_root: PathBuf,
     /// Where runner logs go.
     pub log_dir: PathBuf,
-    /// Run as this user (`sudo -n -u`).
-    pub run_as: Option<String>,
+    /// Run as one of these users (`sudo -n -u`), one per concurrent runner when there are
+    /// several; empty: as the daemon's user.
+    pub run_as: Vec<String>,
     /// Runner names of this provider start with this (`<name_prefix>-<provider>-`).
     pub name_prefix: String,
     /// SIGTERM to SIGKILL.
@@ -77,6 +79,8 @@ pub struct ProcessBackend {
     cgroups: Rc<Option<CgroupRoot>>,
     /// Why there are none (said once by the host check).
     no_cgroups: Rc<RefCell<Option<String>>>,
+    /// `run_as` users taken by runners whose directories are still being made.
+    reserved: Rc<RefCell<HashSet<String>>>,
 }
 
 impl ProcessBackend {
@@ -95,7 +99,44 @@ impl ProcessBackend {
             said_copied: Rc::default(),
             cgroups: Rc::new(cgroups),
             no_cgroups: Rc::new(RefCell::new(why)),
+            reserved: Rc::default(),
         }
+    }
+
+    /// The user a new runner runs as. With one `run_as` user every runner is it; with several,
+    /// one that no live runner has: a runner's directory belongs to its user until teardown
+    /// removes it, so the owners of the directories in the work root (and the reservations of
+    /// runners still making theirs) are the users taken, whichever incarnation started them.
+    fn take_user(&self) -> Result<Option<String>, ProvisionError> {
+        let users = &self.s.run_as;
+        if users.len() <= 1 {
+            return Ok(users.first().cloned());
+        }
+        let mut taken: HashSet<u32> = HashSet::new();
+        if let Ok(entries) = std::fs::read_dir(&self.s.work_root) {
+            for entry in entries.flatten() {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&self.s.name_prefix)
+                    && let Ok(meta) = entry.metadata()
+                {
+                    taken.insert(std::os::unix::fs::MetadataExt::uid(&meta));
+                }
+            }
+        }
+        let mut reserved = self.reserved.borrow_mut();
+        for user in users {
+            if reserved.contains(user) || taken.contains(&user_named(user)?.uid.as_raw()) {
+                continue;
+            }
+            reserved.insert(user.clone());
+            return Ok(Some(user.clone()));
+        }
+        Err(ProvisionError::HostUnavailable(format!(
+            "each of the {} run_as users already runs a job",
+            users.len()
+        )))
     }
 
     fn cgroup(&self, name: &str) -> Option<super::cgroup::RunnerCgroup> {
@@ -110,6 +151,7 @@ impl ProcessBackend {
         &self,
         spec: &RunnerSpec,
         dir: &Path,
+        user: Option<&str>,
         log: std::fs::File,
     ) -> std::io::Result<Command> {
         let s = &self.s;
@@ -125,7 +167,7 @@ impl ProcessBackend {
             argv.extend(["sh", "-c", CGROUP_ENTER, "sh"].map(OsString::from));
             argv.push(cgroup.procs().into_os_string());
         }
-        if let Some(user) = &s.run_as {
+        if let Some(user) = user {
             // sudo resets HOME to the user's own; `env` sets the job's after it.
             argv.extend(
                 [
@@ -162,7 +204,7 @@ impl ProcessBackend {
             .stderr(log)
             .process_group(0)
             .kill_on_drop(false);
-        if s.run_as.is_none() && nix::unistd::geteuid().is_root() {
+        if user.is_none() && nix::unistd::geteuid().is_root() {
             cmd.env("RUNNER_ALLOW_RUNASROOT", "1");
         }
         Ok(cmd)
@@ -170,8 +212,8 @@ impl ProcessBackend {
 
     /// Makes the runner's directory: a copy of the install, or an empty directory for a
     /// command; with its own `HOME` and `TMPDIR` either way.
-    async fn prepare_dir(&self, dir: &Path) -> Result<(), ProvisionError> {
-        let owner = match &self.s.run_as {
+    async fn prepare_dir(&self, dir: &Path, user: Option<&str>) -> Result<(), ProvisionError> {
+        let owner = match user {
             Some(user) => {
                 let u = user_named(user)?;
                 Some((u.uid, u.gid))
@@ -220,7 +262,13 @@ impl ProcessBackend {
         tokio::fs::create_dir_all(&self.s.log_dir)
             .await
             .map_err(|e| fail("cannot create the log directory", e))?;
-        self.prepare_dir(&dir).await?;
+        let user = self.take_user()?;
+        let prepared = self.prepare_dir(&dir, user.as_deref()).await;
+        if let Some(user) = &user {
+            // From here the directory's owner says the user is taken (until teardown).
+            self.reserved.borrow_mut().remove(user);
+        }
+        prepared?;
         if let Some(cgroup) = self.cgroup(&spec.name)
             && let Err(e) = cgroup.create()
         {
@@ -230,7 +278,7 @@ impl ProcessBackend {
         let log = crate::harden::private_file(&log_path, false)
             .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
         let mut child = self
-            .command(&spec, &dir, log)
+            .command(&spec, &dir, user.as_deref(), log)
             .and_then(|mut c| c.spawn())
             .map_err(|e| {
                 let program = self.s.program.executable();
@@ -257,7 +305,7 @@ impl ProcessBackend {
             }
             RunnerProgram::Command(command) => check_executable(command, "runner command")?,
         }
-        if let Some(user) = &self.s.run_as {
+        for user in &self.s.run_as {
             user_named(user)?;
         }
         create_private_dir(&self.s.work_root.join(".run"))

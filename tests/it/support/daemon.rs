@@ -305,6 +305,11 @@ impl Daemon {
         sigterm(&self.child);
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the daemon is running")
+    }
+
     /// Its `state.dir`.
     pub fn state_dir(&self) -> PathBuf {
         self._dir.path().join("state")

@@ -16,7 +16,7 @@ use super::{
     MetricsConfig, OrphanSweepConfig, ProcessPoolConfig, ProviderCommon, ProviderKind,
     ProvidersConfig, RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret,
     StateConfig, VmMacosConfig, WebhookConfig, defaults,
-    raw::{RawConfig, RawLinux, RawProcess, RawRestart},
+    raw::{RawConfig, RawLinux, RawProcess, RawRestart, RawUsers},
 };
 
 mod github;

@@ -327,9 +327,37 @@ fn build_process(
             RunnerProgram::Command(PathBuf::new())
         }
     };
-    let run_as = r.run_as.filter(|u| !u.trim().is_empty());
+    let run_as: Vec<String> = match r.run_as {
+        None => Vec::new(),
+        Some(RawUsers::One(user)) => vec![user],
+        Some(RawUsers::Many(users)) => users,
+    }
+    .into_iter()
+    .filter(|u| !u.trim().is_empty())
+    .collect();
+    if common.enabled {
+        if let Some(dup) = run_as
+            .iter()
+            .enumerate()
+            .find_map(|(i, u)| run_as[..i].contains(u).then_some(u))
+        {
+            p.push(key("run_as"), format!("lists the user {dup} twice"));
+        }
+        if run_as.len() > 1 && run_as.len() < common.max_concurrent {
+            p.push(
+                key("run_as"),
+                format!(
+                    "lists {} users for max_concurrent = {}: each concurrent runner needs its \
+                     own user (list at least {}, or one user that all runners share)",
+                    run_as.len(),
+                    common.max_concurrent,
+                    common.max_concurrent
+                ),
+            );
+        }
+    }
     let allow_root = r.allow_root.unwrap_or(false);
-    if common.enabled && as_root && run_as.is_none() && !allow_root {
+    if common.enabled && as_root && run_as.is_empty() && !allow_root {
         // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
         // (actions/runner src/Misc/layoutroot/run-helper.sh.template); a job as root could read the daemon's
         // token, config and store.

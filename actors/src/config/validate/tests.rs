@@ -102,7 +102,47 @@ fn a_process_pool_takes_exactly_one_of_runner_dir_and_command() {
         c.providers.local.program,
         RunnerProgram::Command(PathBuf::from("/usr/bin/runner"))
     );
-    assert_eq!(c.providers.local.run_as.as_deref(), Some("ci"));
+    assert_eq!(c.providers.local.run_as, ["ci"]);
+}
+
+/// `run_as` is one user, or one per concurrent runner so that siblings cannot read each
+/// other's environment; one user shared by concurrent runners is allowed but warned about.
+#[test]
+fn run_as_lists_one_user_per_concurrent_runner() {
+    let with = |keys: &str| {
+        format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [providers.local]\ncommand = \"/usr/bin/runner\"\n{keys}\n"
+        )
+    };
+    let c = Config::from_toml_str(
+        &with("max_concurrent = 2\nrun_as = [\"ci1\", \"ci2\", \"ci3\"]"),
+        None,
+        &env(),
+    )
+    .unwrap();
+    assert_eq!(c.providers.local.run_as, ["ci1", "ci2", "ci3"]);
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    for bad in [
+        "max_concurrent = 3\nrun_as = [\"ci1\", \"ci2\"]",
+        "max_concurrent = 2\nrun_as = [\"ci1\", \"ci1\"]",
+    ] {
+        let keys = keys(&with(bad));
+        assert!(
+            keys.contains(&"providers.local.run_as".to_string()),
+            "{bad}: {keys:?}"
+        );
+    }
+    let shared =
+        Config::from_toml_str(&with("max_concurrent = 2\nrun_as = \"ci\""), None, &env()).unwrap();
+    assert!(
+        shared
+            .warnings()
+            .iter()
+            .any(|w| w.contains("providers.local.run_as")),
+        "{:?}",
+        shared.warnings()
+    );
 }
 
 #[test]
