@@ -209,3 +209,75 @@ async fn a_flood_of_output_leaves_a_capped_log() {
     let tail = std::fs::read(&log).unwrap();
     assert!(String::from_utf8_lossy(&tail[tail.len() - 80..]).contains("log truncated"));
 }
+
+/// Largest resident set of `pid` seen while `until` runs, in bytes, and what `until` gave.
+async fn peak_rss_while<T>(pid: u32, until: impl std::future::Future<Output = T>) -> (u64, T) {
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    let mut peak = rss();
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            out = &mut until => return (peak.max(rss()), out),
+            () = tokio::time::sleep(Duration::from_millis(100)) => peak = peak.max(rss()),
+        }
+    }
+}
+
+/// A job that writes 1 GiB to stdout, run by the daemon: its saved log stops at the cap and the
+/// daemon's memory stays small throughout (the output is streamed, never held).
+#[actix_rt::test]
+async fn a_job_writing_a_gigabyte_leaves_a_capped_log_and_a_small_daemon() {
+    let Some(podman) = Podman::start().await else {
+        return;
+    };
+    let standin = crate::support::standin(100);
+    let flood =
+        "head -c 1073741824 /dev/zero; echo; exec /usr/local/bin/ephemer-actors standin-runner";
+    let providers = crate::support::daemon::linux_provider(
+        &podman.socket,
+        IMAGE,
+        1,
+        &format!("command = [\"/bin/sh\", \"-c\", \"{flood}\"]\nnetwork = \"host\""),
+    );
+    let daemon = crate::support::daemon::Daemon::start(&standin, "", &providers).await;
+    let logs = daemon.state_dir().join("logs");
+    let started = std::time::Instant::now();
+    standin.queue_jobs("app", crate::provision::LABELS, 1);
+    let saved = || -> Option<(u64, bool)> {
+        let entry = std::fs::read_dir(&logs).ok()?.flatten().next()?;
+        let text = std::fs::read(entry.path()).ok()?;
+        let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(100)..]).into_owned();
+        Some((text.len() as u64, tail.contains("log truncated")))
+    };
+    let run = async {
+        daemon
+            .wait_completed(&standin, 1, Duration::from_secs(600))
+            .await;
+        eventually("the log saved to its cap", Duration::from_secs(600), || {
+            saved().is_some_and(|(_, truncated)| truncated)
+        })
+        .await;
+    };
+    let (peak, ()) = peak_rss_while(daemon.pid(), run).await;
+    let (size, _) = saved().unwrap();
+    let cap = ephemer_actors_core::provision::container::LOG_CAP;
+    eprintln!(
+        "1 GiB flood: saved log {size} bytes, daemon peak RSS {} KiB, {:?}",
+        peak / 1024,
+        started.elapsed()
+    );
+    assert!(size <= cap + 100, "the saved log is {size} bytes");
+    assert!(
+        peak < 50 * 1024 * 1024,
+        "the daemon's RSS reached {peak} bytes"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(60)).await.0, Some(0));
+}
