@@ -73,6 +73,9 @@ pub struct Metrics {
     /// `ephemerd_environment_failures_total{provider}`: runner environments that failed to come
     /// up (the pool is up, but its environments keep failing: an image or install that is broken).
     pub environment_failures: IntCounterVec,
+    /// `ephemerd_orphan_sweep_checks_total{result}`: the sweep's busy checks on GitHub before a
+    /// reap (`idle`, `busy`, `error`), each one GET.
+    pub sweep_checks: IntCounterVec,
     /// `ephemerd_github_jit_registration_errors_total{class}`
     pub jit_registration_errors: IntCounterVec,
     /// `ephemerd_jobs_total{provider,conclusion}`
@@ -193,6 +196,11 @@ impl Metrics {
                 "Runner environments that failed to come up or exited before their job started, by provider.",
                 &["provider"],
             ),
+            sweep_checks: counter_vec(
+                "ephemerd_orphan_sweep_checks_total",
+                "Busy checks the orphan sweep asked GitHub before reaping an unbound runner, by result.",
+                &["result"],
+            ),
             jit_registration_errors: counter_vec(
                 "ephemerd_github_jit_registration_errors_total",
                 "Failed generate-jitconfig claims, by error class.",
@@ -273,6 +281,9 @@ impl Metrics {
         }
         for reason in IGNORE_REASONS {
             m.webhook_ignored.with_label_values(&[reason]);
+        }
+        for result in ["idle", "busy", "error"] {
+            m.sweep_checks.with_label_values(&[result]);
         }
         m
     }

@@ -178,6 +178,11 @@ pub enum Observation {
         /// Why.
         reason: &'static str,
     },
+    /// GitHub answered the sweep's busy check: `idle`, `busy` or `error`.
+    SweepChecked {
+        /// The answer.
+        result: &'static str,
+    },
     /// The sweep keeps a runner GitHub says is busy, or could not ask about.
     Keeping {
         /// Runner.
@@ -349,6 +354,7 @@ pub fn record(o: Observation, m: &Metrics) {
         } => {
             tracing::info!(runner = %runner, provider = provider.as_str(), reason, "reaping runner")
         }
+        O::SweepChecked { result } => m.sweep_checks.with_label_values(&[result]).inc(),
         O::Keeping { runner, why } => {
             tracing::info!(runner = %runner, reason = %why, "keeping the runner")
         }

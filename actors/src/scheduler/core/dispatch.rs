@@ -293,6 +293,9 @@ impl Scheduler {
                 },
                 created_at: now.mono,
                 started_at: None,
+                idle_checked_at: None,
+                idle_check_pending: false,
+                seen_busy: false,
             },
         );
         let row = self.runners[&runner.name].row.clone();

@@ -313,6 +313,14 @@ pub struct RunnerRecord {
     pub created_at: Instant,
     /// Environment up at.
     pub started_at: Option<Instant>,
+    /// When the sweep last asked GitHub whether it is busy (at most once a minute, and never
+    /// while an answer is outstanding).
+    pub idle_checked_at: Option<Instant>,
+    /// The sweep's question is outstanding.
+    pub idle_check_pending: bool,
+    /// GitHub said it is busy (with a job whose `in_progress` never reached us): the sweep
+    /// leaves it alone; its job's `completed`, or its own exit, ends it.
+    pub seen_busy: bool,
 }
 
 impl std::ops::Deref for RunnerRecord {

@@ -50,6 +50,9 @@ impl Scheduler {
                     row: r.clone(),
                     created_at: ago(r.created_unix),
                     started_at: Some(now.mono),
+                    idle_checked_at: None,
+                    idle_check_pending: false,
+                    seen_busy: false,
                 },
             );
             let rec = self.jobs.entry(r.intent.clone()).or_insert_with(|| {

@@ -4,6 +4,9 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// The sweep asks GitHub about one runner at most this often.
+pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
+
 impl Scheduler {
     /// The orphan sweep. An unbound runner older than the grace is reaped (nobody wanted it).
     /// A *spare* (an unbound runner whose own job ran elsewhere) covers one unit of uncovered
@@ -44,7 +47,7 @@ impl Scheduler {
         let mut unbound: Vec<&RunnerRecord> = self
             .runners
             .values()
-            .filter(|r| r.bound.is_none())
+            .filter(|r| r.bound.is_none() && !r.seen_busy)
             .collect();
         unbound.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
         let mut reap: Vec<(String, ProviderKind, JobKey, &'static str)> = Vec::new();
@@ -78,7 +81,19 @@ impl Scheduler {
             }
         }
         for (name, _, _, why) in reap {
-            let r = &self.runners[&name];
+            let Some(r) = self.runners.get_mut(&name) else {
+                continue;
+            };
+            // The sweep runs on every `completed` in the org: without this, one runner whose
+            // `in_progress` was lost would cost a GET per completed job.
+            let recently = r
+                .idle_checked_at
+                .is_some_and(|t| now.mono.saturating_duration_since(t) < IDLE_CHECK_EVERY);
+            if r.idle_check_pending || recently {
+                continue;
+            }
+            r.idle_checked_at = Some(now.mono);
+            r.idle_check_pending = true;
             fx.push(Effect::CheckIdle {
                 runner_id: r.id,
                 repo: r.repo.clone(),
@@ -99,9 +114,21 @@ impl Scheduler {
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
-        let Some(r) = self.runners.get(name).filter(|r| r.bound.is_none()) else {
+        self.observe(Observation::SweepChecked {
+            result: match &busy {
+                Ok(false) => "idle",
+                Ok(true) => "busy",
+                Err(_) => "error",
+            },
+        });
+        let Some(r) = self.runners.get_mut(name) else {
             return fx;
         };
+        r.idle_check_pending = false;
+        if r.bound.is_some() {
+            return fx;
+        }
+        r.seen_busy = matches!(busy, Ok(true));
         let (provider, intent) = (r.provider, r.intent.clone());
         match busy {
             Ok(false) => {

@@ -412,3 +412,56 @@ fn runners_are_matched_by_name_and_id() {
         "{fx:?}"
     );
 }
+
+/// The sweep runs on every `completed` in the org. One unbound runner (its `in_progress` lost)
+/// past the grace is asked about once; GitHub says busy, and 100 more `completed` events for
+/// other jobs ask nothing more. Without an answer the question is not repeated within a minute.
+#[test]
+fn one_busy_unbound_runner_costs_one_check_not_one_per_completed_job() {
+    let checks = |fx: &[Effect]| {
+        fx.iter()
+            .filter(|e| matches!(e, Effect::CheckIdle { .. }))
+            .count()
+    };
+    let completed = |s: &mut Scheduler, id: u64, now: Now| {
+        s.on_job_event(
+            JobAction::Completed,
+            job(id, LABELS),
+            Some("d"),
+            now.mono,
+            now,
+        )
+    };
+    let (mut s, t0) = core();
+    let name = claimed(&mut s, t0);
+    s.on_runner_event(&name, RunnerEventKind::Started, at(t0, 2));
+    let past_grace = 700;
+    let mut asked = checks(&completed(&mut s, 1000, at(t0, past_grace)));
+    assert_eq!(asked, 1, "the orphan is checked before it is reaped");
+    // Answers may take a while: the question is not asked twice meanwhile, nor within a minute.
+    for (i, id) in (1001..1050).enumerate() {
+        asked += checks(&completed(&mut s, id, at(t0, past_grace + i as u64 / 10)));
+    }
+    assert_eq!(asked, 1);
+    let fx = s.on_idle_checked(&name, Ok(true), "orphan", at(t0, past_grace + 5));
+    assert_eq!(fx, vec![], "a busy runner is kept");
+    for (i, id) in (1050..1150).enumerate() {
+        asked += checks(&completed(&mut s, id, at(t0, past_grace + 10 + i as u64)));
+    }
+    assert_eq!(
+        asked, 1,
+        "a runner GitHub says is busy is not asked about again"
+    );
+
+    // An unanswered question (an error) is asked again, but at most once a minute.
+    let (mut s, t0) = core();
+    let name = claimed(&mut s, t0);
+    s.on_runner_event(&name, RunnerEventKind::Started, at(t0, 2));
+    let mut asked = checks(&completed(&mut s, 1000, at(t0, past_grace)));
+    s.on_idle_checked(&name, Err(bad_gateway()), "orphan", at(t0, past_grace + 1));
+    for (i, id) in (1001..1101).enumerate() {
+        asked += checks(&completed(&mut s, id, at(t0, past_grace + 2 + i as u64)));
+    }
+    // 100 events over 100 s: the first check, then one after the minute has passed.
+    assert_eq!(asked, 2);
+}

@@ -44,6 +44,8 @@ struct GhLog {
     claims: Vec<(Instant, GenerateJitConfig)>,
     deletes: Vec<u64>,
     busy: Vec<u64>,
+    /// Busy checks asked (`GetRunner`).
+    gets: usize,
     script: VecDeque<Result<(), GithubError>>,
     otherwise: Option<GithubError>,
 }
@@ -84,7 +86,11 @@ impl Handler<GenerateJitConfig> for FakeGithub {
 impl Handler<GetRunner> for FakeGithub {
     type Result = ResponseFuture<Result<Option<crate::github::RunnerInfo>, GithubError>>;
     fn handle(&mut self, m: GetRunner, _: &mut Context<Self>) -> Self::Result {
-        let busy = self.log.lock().unwrap().busy.contains(&m.runner_id);
+        let busy = {
+            let mut log = self.log.lock().unwrap();
+            log.gets += 1;
+            log.busy.contains(&m.runner_id)
+        };
         Box::pin(async move {
             Ok(Some(crate::github::RunnerInfo {
                 id: m.runner_id,
