@@ -168,6 +168,43 @@ fn io(path: &Path, e: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// The file in `state.dir` that holds this install's id.
+pub const INSTALL_ID_FILE: &str = "install-id";
+
+/// This install's id: six characters of `[a-z0-9]`, generated at the first start and kept in
+/// `dir/install-id`. Runner names carry it, so hosts that share a `name_prefix` (the default)
+/// in one org never take each other's registrations or environments for leftovers of their own.
+pub fn install_id(dir: &Path) -> Result<String, StoreError> {
+    let path = dir.join(INSTALL_ID_FILE);
+    let valid = |s: &str| {
+        s.len() == 6
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) if valid(text.trim()) => return Ok(text.trim().to_string()),
+        Ok(text) => {
+            return Err(io(
+                &path,
+                std::io::Error::other(format!(
+                    "holds {:?}, not an install id (six of a-z0-9); restore it or remove the file \
+                     (runners the old id named are then not cleaned up)",
+                    text.trim()
+                )),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&path, e)),
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let id: String = crate::vocab::random_suffix().chars().take(6).collect();
+    let tmp = dir.join(format!("{INSTALL_ID_FILE}.new"));
+    std::fs::write(&tmp, format!("{id}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| io(&path, e))?;
+    Ok(id)
+}
+
 impl Store {
     /// Opens (or creates) the store in `dir`, loads it, and starts the writer thread.
     pub fn open(dir: &Path) -> Result<(Store, Snapshot), StoreError> {

@@ -148,6 +148,7 @@ pub fn start(
 
     // 0. The durable state a previous run left.
     let (store, snapshot) = Store::open(&config.state.dir)?;
+    let install_id = crate::store::install_id(&config.state.dir)?;
     let store_closed = store.closed();
 
     // 1-2. Rate readings and the GitHub client.
@@ -183,8 +184,11 @@ pub fn start(
     };
     let p = &config.providers;
     let log_dir = config.state.dir.join("logs");
-    let prefix =
-        |kind: ProviderKind| format!("{}-{}-", config.runner.name_prefix, kind.name_part());
+    let prefix = |kind: ProviderKind| {
+        let base =
+            crate::scheduler::core::runner_prefix(&config.runner.name_prefix, kind, &install_id);
+        format!("{base}-")
+    };
     let mut provisioners = HashMap::new();
     if p.local.common.enabled {
         let kind = ProviderKind::Local;
@@ -274,7 +278,8 @@ pub fn start(
         store: Some(store.clone()),
         restore: Some(snapshot),
     };
-    let settings = SchedulerSettings::from_config(config);
+    let mut settings = SchedulerSettings::from_config(config);
+    settings.install_id = install_id.clone();
     let (scheduler, retry) = start_in(
         scheduler_ctx,
         settings,

@@ -45,7 +45,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
 
     let standin = crate::support::standin(300);
     let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
-    let runner = claim(&standin, "ptest-linux", LABELS).await;
+    let runner = claim(&standin, "ptest-linux-", LABELS).await;
     let backend = ContainerBackend::new(ContainerSettings {
         socket: podman.socket.clone(),
         image: IMAGE.into(),
@@ -105,20 +105,31 @@ async fn linux_container_runs_a_job_and_is_removed() {
 
     wait_clean_exit(&events, &runner.name, Duration::from_secs(60)).await;
     assert_eq!(standin.jobs_in("completed"), 1);
-    let left = docker
-        .list_containers(Some(
-            bollard::query_parameters::ListContainersOptionsBuilder::new()
-                .all(true)
-                .build(),
-        ))
-        .await
-        .unwrap();
+    // Other tests share the engine's storage: a container they remove while this lists can
+    // fail the listing ("container not known"); ask again.
+    let mut attempts = 0;
+    let left = loop {
+        let listed = docker
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .build(),
+            ))
+            .await;
+        attempts += 1;
+        match listed {
+            Ok(list) => break list,
+            Err(e) if attempts < 10 => eprintln!("listing containers: {e}; again"),
+            Err(e) => panic!("cannot list containers: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     let names: Vec<String> = left
         .iter()
         .flat_map(|c| c.names.clone().unwrap_or_default())
         .collect();
     assert!(
-        !names.iter().any(|n| n.contains("ptest-linux")),
+        !names.iter().any(|n| n.contains("ptest-linux-")),
         "no container of ours left: {names:?}"
     );
 }

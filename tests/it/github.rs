@@ -74,7 +74,7 @@ async fn a_claim_is_one_call_with_the_contract_headers() {
     let s = setup();
     let runner = s
         .client
-        .generate_jitconfig(Some("app"), "ephemer-local", &labels())
+        .generate_jitconfig(Some("app"), "ephemer-local-", &labels())
         .await
         .unwrap();
     assert!(runner.name.starts_with("ephemer-local-"), "{}", runner.name);
@@ -112,7 +112,7 @@ async fn a_claim_is_one_call_with_the_contract_headers() {
         Metrics::new(),
         None,
     );
-    org.generate_jitconfig(None, "ephemer-linux", &labels())
+    org.generate_jitconfig(None, "ephemer-linux-", &labels())
         .await
         .unwrap();
     assert_eq!(
@@ -127,7 +127,7 @@ async fn a_taken_name_is_retried_with_a_fresh_one_up_to_three_times() {
     let s = setup();
     s.standin.fail_status("generate_jitconfig", 409, 2);
     s.client
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap();
     assert_eq!(s.standin.count("generate_jitconfig"), 3);
@@ -138,7 +138,7 @@ async fn a_taken_name_is_retried_with_a_fresh_one_up_to_three_times() {
     s.standin.fail_status("generate_jitconfig", 409, 3);
     let err = s
         .client
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap_err();
     assert_eq!(err, GithubError::NameConflict { attempts: 3 });
@@ -174,7 +174,7 @@ async fn rate_gauges_follow_every_answer_with_headers_and_only_those() {
     let reset = github_standin::unix_now() + 1800;
     s.standin.set_budget(4321, 5000, reset);
     s.client
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap();
     let snap = snapshot(&s).await;
@@ -187,7 +187,7 @@ async fn rate_gauges_follow_every_answer_with_headers_and_only_those() {
     s.standin.fail_status("generate_jitconfig", 429, 1);
     let err = s
         .client
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap_err();
     assert_eq!(err.class(), ErrorClass::RateLimit);
@@ -206,7 +206,7 @@ async fn rate_gauges_follow_every_answer_with_headers_and_only_those() {
     s.standin.fail_next("generate_jitconfig", 1, fault);
     let err = s
         .client
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap_err();
     assert_eq!(err.class(), ErrorClass::ServerSide);
@@ -230,7 +230,7 @@ async fn rate_gauges_follow_every_answer_with_headers_and_only_those() {
 async fn error_classes_from_real_answers() {
     let s = setup();
     let wanted = labels();
-    let claim = || s.client.generate_jitconfig(None, "ephemer-local", &wanted);
+    let claim = || s.client.generate_jitconfig(None, "ephemer-local-", &wanted);
     for (status, class) in [
         (500, ErrorClass::ServerSide),
         (502, ErrorClass::ServerSide),
@@ -276,7 +276,7 @@ async fn error_classes_from_real_answers() {
     };
     let dead = GithubClient::new(&nowhere, Metrics::new(), None);
     let err = dead
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap_err();
     assert_eq!(err.class(), ErrorClass::Network, "{err}");
@@ -287,7 +287,7 @@ async fn error_classes_from_real_answers() {
         None,
     );
     let err = bad_token
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap_err();
     assert_eq!(
@@ -374,7 +374,7 @@ async fn listings_follow_every_page() {
     let s = setup();
     for _ in 0..230 {
         s.client
-            .generate_jitconfig(Some("app"), "ephemer-local", &labels())
+            .generate_jitconfig(Some("app"), "ephemer-local-", &labels())
             .await
             .unwrap();
     }
@@ -415,7 +415,7 @@ async fn deleting_a_runner_is_idempotent() {
     let s = setup();
     let r = s
         .client
-        .generate_jitconfig(None, "ephemer-local", &labels())
+        .generate_jitconfig(None, "ephemer-local-", &labels())
         .await
         .unwrap();
     s.client.delete_runner(None, r.id).await.unwrap();

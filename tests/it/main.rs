@@ -14,5 +14,6 @@ mod intake;
 mod ops;
 mod pools;
 mod provision;
+mod reliability;
 mod security;
 mod support;

@@ -39,7 +39,7 @@ pub(crate) fn is_exit(k: &RunnerEventKind) -> bool {
 async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
     let standin = crate::support::standin(500);
     let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
-    let runner = claim(&standin, "ephemer-local", LABELS).await;
+    let runner = claim(&standin, "ephemer-local-", LABELS).await;
     let tmp = tempfile::tempdir().unwrap();
     let daemon = Path::new(env!("CARGO_BIN_EXE_ephemer-actors"));
     let (sup, events) = supervise(

@@ -222,7 +222,8 @@ impl GithubClient {
         }
     }
 
-    /// Registers a JIT runner named `<name_base>-<random>` with `labels`. A 409 (name taken)
+    /// Registers a JIT runner named `<name_base><random>` with `labels` (`name_base` ends with
+    /// `-` or with a tag the random part continues). A 409 (name taken)
     /// is retried with a fresh name, up to [`NAME_ATTEMPTS`] names.
     pub async fn generate_jitconfig(
         &self,
@@ -232,7 +233,7 @@ impl GithubClient {
     ) -> Result<JitRunner, GithubError> {
         let path = format!("{}/generate-jitconfig", self.runners_base(repo));
         for _ in 0..NAME_ATTEMPTS {
-            let name = format!("{name_base}-{}", random_suffix());
+            let name = format!("{name_base}{}", random_suffix());
             let body = json!({
                 "name": name,
                 "runner_group_id": self.inner.runner_group_id,

@@ -43,6 +43,8 @@ pub const SCHEDULER_MAILBOX: usize = 16_384;
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often forgotten jobs are pruned.
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+/// Seconds the start-up cleanup waits for a moment without a claim in flight.
+const CLEANUP_WAITS: u32 = 60;
 
 /// How the scheduler reaches GitHub.
 #[derive(Debug, Clone)]
@@ -116,6 +118,8 @@ pub struct SchedulerActor {
     wake: Option<(SpawnHandle, Instant)>,
     /// GitHub calls started and not answered yet (a drain waits for them).
     calls_in_flight: usize,
+    /// Of those, claims (whose runners are not in the ledger until answered).
+    claims_in_flight: usize,
 }
 
 /// Starts a scheduler and its retry actor, wired to each other, in a context made beforehand
@@ -157,6 +161,7 @@ pub fn start_in(
         clock,
         wake: None,
         calls_in_flight: 0,
+        claims_in_flight: 0,
     };
     actor.carry_out_restored(fx);
     ctx.run(actor);
@@ -210,8 +215,10 @@ impl SchedulerActor {
                         })
                     };
                     self.calls_in_flight += 1;
+                    self.claims_in_flight += 1;
                     ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
                         act.calls_in_flight -= 1;
+                        act.claims_in_flight -= 1;
                         let fx = act
                             .core
                             .on_claim_result(key, provider, result, act.clock.tick());
@@ -326,23 +333,22 @@ impl SchedulerActor {
             .set(i64::try_from(self.core.ladder_depth()).unwrap_or(i64::MAX));
     }
 
-    /// After a restart: registrations on GitHub with our prefix that no ledger runner names
-    /// belong to environments that are gone; delete those that are not busy.
+    /// After a restart: registrations on GitHub of this install (its id in their names) that
+    /// no ledger runner names belong to environments that are gone; delete those that are not
+    /// busy. Another host's runners carry another id and are never touched. The ledger is
+    /// checked again when the list is back, with no claim of ours in flight (a claim answered
+    /// meanwhile is in the ledger by then; one still in flight could be in the list and not
+    /// yet in the ledger, so the check waits for it).
     fn delete_unledgered_runners(&mut self, ctx: &mut Context<Self>) {
-        let (list, delete) = (
-            self.deps.github.list_runners.clone(),
-            self.deps.github.delete.clone(),
-        );
+        let list = self.deps.github.list_runners.clone();
         let prefix = format!("{}-", self.core.name_prefix());
         let repos: Vec<Option<String>> = match self.core.repos() {
             [] => vec![None],
             repos => repos.iter().cloned().map(Some).collect(),
         };
-        let known: std::collections::HashSet<String> =
-            self.core.runners().map(|r| r.name.clone()).collect();
         ctx.spawn(
             async move {
-                let mut deleted = 0;
+                let mut found = Vec::new();
                 for repo in repos {
                     let listed = list
                         .send(ListRunners {
@@ -350,29 +356,71 @@ impl SchedulerActor {
                             name_prefix: prefix.clone(),
                         })
                         .await;
-                    let Ok(Ok(runners)) = listed else {
-                        tracing::warn!(?repo, "cannot list runners to clean up after a restart");
-                        continue;
-                    };
-                    for r in runners
-                        .into_iter()
-                        .filter(|r| !r.busy && !known.contains(&r.name))
-                    {
-                        if let Ok(Ok(())) = delete
-                            .send(DeleteRunner {
-                                repo: repo.clone(),
-                                runner_id: r.id,
-                            })
-                            .await
-                        {
-                            deleted += 1;
+                    match listed {
+                        Ok(Ok(runners)) => found.extend(
+                            runners
+                                .into_iter()
+                                .filter(|r| !r.busy)
+                                .map(|r| (repo.clone(), r.id, r.name)),
+                        ),
+                        _ => {
+                            tracing::warn!(?repo, "cannot list runners to clean up after a restart")
                         }
+                    }
+                }
+                found
+            }
+            .into_actor(self)
+            .map(|found, act, ctx| {
+                let found = found
+                    .into_iter()
+                    .filter(|(_, _, n)| act.core.is_ours(n))
+                    .collect();
+                act.delete_unledgered(found, CLEANUP_WAITS, ctx);
+            }),
+        );
+    }
+
+    /// Deletes the listed registrations the ledger does not name, once no claim is in flight
+    /// (asked again every second, `waits` more times, else left for the next start).
+    fn delete_unledgered(
+        &mut self,
+        found: Vec<(Option<String>, u64, String)>,
+        waits: u32,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.claims_in_flight > 0 {
+            if waits == 0 {
+                tracing::info!("claims kept going; left leftover registrations for the next start");
+                return;
+            }
+            ctx.run_later(std::time::Duration::from_secs(1), move |act, ctx| {
+                act.delete_unledgered(found, waits - 1, ctx);
+            });
+            return;
+        }
+        let known: std::collections::HashSet<String> =
+            self.core.runners().map(|r| r.name.clone()).collect();
+        let delete = self.deps.github.delete.clone();
+        let gone: Vec<_> = found
+            .into_iter()
+            .filter(|(_, _, n)| !known.contains(n))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        ctx.spawn(
+            async move {
+                let mut deleted = 0;
+                for (repo, runner_id, _) in gone {
+                    if let Ok(Ok(())) = delete.send(DeleteRunner { repo, runner_id }).await {
+                        deleted += 1;
                     }
                 }
                 if deleted > 0 {
                     tracing::info!(
                         deleted,
-                        "deleted runner registrations that no ledger runner names"
+                        "deleted this install's runner registrations that no ledger runner names"
                     );
                 }
             }

@@ -89,10 +89,15 @@ level = "debug"
         } else {
             format!("[runner]\nname_prefix = \"{}\"", prefix(port))
         },
-        extra = extra.replace(
-            "[runner]\n",
-            &format!("[runner]\nname_prefix = \"{}\"\n", prefix(port))
-        ),
+        // A test that sets its own name_prefix (the default, say) keeps it.
+        extra = if extra.contains("name_prefix") {
+            extra.clone()
+        } else {
+            extra.replace(
+                "[runner]\n",
+                &format!("[runner]\nname_prefix = \"{}\"\n", prefix(port)),
+            )
+        },
     )
 }
 

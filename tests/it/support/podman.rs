@@ -55,6 +55,9 @@ impl Podman {
         let service = Command::new("podman")
             .args(["system", "service", "--time=0", &socket])
             .env("CONTAINERS_CONF", &conf)
+            // conmon writes an `oom` marker into its working directory when a container is
+            // OOM-killed: keep it in the temp dir, not the checkout.
+            .current_dir(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)

@@ -155,7 +155,7 @@ impl Scheduler {
                 .settings
                 .repo_level
                 .then(|| self.jobs[&key].info.repo.clone()),
-            name_base: format!("{}-{}", self.settings.name_prefix, provider.name_part()),
+            name_base: self.settings.runner_prefix(provider),
             labels: spec.labels.clone(),
         };
         self.slots[i].used += 1;

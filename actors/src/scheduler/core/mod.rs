@@ -61,6 +61,13 @@ pub const ZOMBIE_CAP: u32 = 5;
 /// taken for one that never ran a job (and deleted on GitHub).
 pub const DELETE_DELAY: Duration = Duration::from_secs(10);
 
+/// What this install's runner names of `provider` start with: `<name_prefix>-<provider>-`
+/// and the install id, which the random part continues (the names keep the contract's shape
+/// `<prefix>-<provider>-<short random>`).
+pub fn runner_prefix(name_prefix: &str, provider: ProviderKind, install_id: &str) -> String {
+    format!("{name_prefix}-{}-{install_id}", provider.name_part())
+}
+
 /// The slice of config the scheduler decides with.
 #[derive(Debug, Clone)]
 pub struct SchedulerSettings {
@@ -70,6 +77,8 @@ pub struct SchedulerSettings {
     pub max_concurrent: usize,
     /// `runner.name_prefix`.
     pub name_prefix: String,
+    /// This install's id ([`crate::store::install_id`]); empty where there is none (tests).
+    pub install_id: String,
     /// Repo-level runners (`github.repos` non-empty): claim in the job's repo.
     pub repo_level: bool,
     /// `runner.claim_retry.enabled`.
@@ -95,6 +104,12 @@ pub struct SchedulerSettings {
 }
 
 impl SchedulerSettings {
+    /// What the names of this install's runners of `provider` start with (a random part
+    /// follows): `<name_prefix>-<provider>-<install_id>`.
+    pub fn runner_prefix(&self, provider: ProviderKind) -> String {
+        runner_prefix(&self.name_prefix, provider, &self.install_id)
+    }
+
     /// The settings a config implies.
     pub fn from_config(c: &Config) -> Self {
         let providers = c
@@ -111,6 +126,7 @@ impl SchedulerSettings {
             providers,
             max_concurrent: c.runner.max_concurrent,
             name_prefix: c.runner.name_prefix.clone(),
+            install_id: String::new(),
             repo_level: !c.github.repos.is_empty(),
             retry_enabled: c.runner.claim_retry.enabled,
             claims_per_minute: c.github.max_claims_per_minute,
@@ -152,7 +168,7 @@ pub struct ProviderSpec {
 pub struct ClaimRequest {
     /// The job's repo, for repo-level runners; `None` claims at the org.
     pub repo: Option<String>,
-    /// Runner name without its random suffix (`<prefix>-<provider>`).
+    /// Runner name without its random part (`<prefix>-<provider>-<install id>`).
     pub name_base: String,
     /// Labels the runner registers with.
     pub labels: Vec<String>,
@@ -503,6 +519,13 @@ impl Scheduler {
     /// `runner.name_prefix`.
     pub fn name_prefix(&self) -> &str {
         &self.settings.name_prefix
+    }
+
+    /// Whether a runner name is one of this install's (of any provider).
+    pub fn is_ours(&self, name: &str) -> bool {
+        ProviderKind::ALL
+            .iter()
+            .any(|&p| name.starts_with(&self.settings.runner_prefix(p)))
     }
 
     /// Repos of repo-level runners (empty: org-level).

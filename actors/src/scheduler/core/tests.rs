@@ -24,6 +24,7 @@ fn settings() -> SchedulerSettings {
         }],
         max_concurrent: 4,
         name_prefix: "ephemer".into(),
+        install_id: String::new(),
         repo_level: false,
         retry_enabled: true,
         claims_per_minute: 150,
@@ -72,7 +73,7 @@ fn claim(id: u64) -> Effect {
         provider: ProviderKind::Local,
         request: ClaimRequest {
             repo: None,
-            name_base: "ephemer-local".into(),
+            name_base: "ephemer-local-".into(),
             labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
         },
     }

@@ -37,7 +37,7 @@ async fn routing_picks_the_most_specific_covering_provider_then_a_free_one() {
             .collect();
     assert_eq!(
         bases,
-        vec!["ephemer-linux", "ephemer-native-macos"],
+        vec!["ephemer-linux-", "ephemer-native-macos-"],
         "fewest extra labels first, then a free slot"
     );
     let st = h.state().await;
@@ -49,7 +49,7 @@ async fn routing_picks_the_most_specific_covering_provider_then_a_free_one() {
     h.run_for(Duration::from_secs(1)).await;
     assert_eq!(
         h.gh.lock().unwrap().claims.last().unwrap().1.name_base,
-        "ephemer-local"
+        "ephemer-local-"
     );
 }
 

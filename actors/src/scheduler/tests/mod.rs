@@ -76,7 +76,7 @@ impl Handler<GenerateJitConfig> for FakeGithub {
         Box::pin(async move {
             outcome.map(|()| JitRunner {
                 id,
-                name: format!("{}-{id}", m.name_base),
+                name: format!("{}{id}", m.name_base),
                 encoded_jit_config: Secret::new(format!("jit-{id}")),
             })
         })
@@ -293,6 +293,7 @@ async fn harness(s: Setup) -> Harness {
             .collect(),
         max_concurrent: s.max_concurrent,
         name_prefix: "ephemer".into(),
+        install_id: String::new(),
         repo_level: false,
         retry_enabled: s.retry_enabled,
         claims_per_minute: s.claims_per_minute,
