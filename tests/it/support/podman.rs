@@ -107,8 +107,36 @@ impl Podman {
         c
     }
 
-    /// busybox-static + the daemon binary and the shared libraries it links.
+    /// busybox-static + the daemon binary and the shared libraries it links. Imported once
+    /// per build of the binary (a label says which), and the images it replaces are pruned:
+    /// every test starts a service, and an import per test filled the disk.
     async fn build_image(&self) {
+        let daemon = PathBuf::from(env!("CARGO_BIN_EXE_ephemer-actors"));
+        let meta = std::fs::metadata(&daemon).unwrap();
+        let build = format!(
+            "{}-{}",
+            meta.len(),
+            meta.modified()
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let current = self
+            .cli()
+            .args([
+                "image",
+                "inspect",
+                "--format",
+                "{{index .Labels \"ephemer.build\"}}",
+                IMAGE,
+            ])
+            .output()
+            .await
+            .unwrap();
+        if String::from_utf8_lossy(&current.stdout).trim() == build {
+            return;
+        }
         let root = self.dir.path().join("rootfs");
         std::fs::create_dir_all(root.join("bin")).unwrap();
         std::fs::create_dir_all(root.join("usr/local/bin")).unwrap();
@@ -123,7 +151,6 @@ impl Podman {
                 let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
             }
         }
-        let daemon = PathBuf::from(env!("CARGO_BIN_EXE_ephemer-actors"));
         std::fs::copy(&daemon, root.join("usr/local/bin/ephemer-actors")).unwrap();
         for lib in shared_libs(&daemon).await {
             let target = root.join(lib.strip_prefix("/").unwrap());
@@ -144,6 +171,8 @@ impl Podman {
         let out = self
             .cli()
             .arg("import")
+            .arg("--change")
+            .arg(format!("LABEL=ephemer.build={build}"))
             .arg(&tar)
             .arg(IMAGE)
             .output()
@@ -154,6 +183,14 @@ impl Podman {
             "podman import: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The image this one replaced, unless a container still uses it.
+        let _ = self
+            .cli()
+            .args(["image", "prune", "-f"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
     }
 
     /// Names of every container the service holds.
