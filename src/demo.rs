@@ -158,7 +158,10 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         &config,
         Metrics::new(),
         Clock::real(),
-        StartOptions { seed: Some(seed) },
+        StartOptions {
+            seed: Some(seed),
+            ..StartOptions::default()
+        },
     )?;
     let listeners = crate::serve::listen(&config, &handles)?;
     handles.health.set_ready();

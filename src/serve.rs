@@ -172,12 +172,34 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "ephemer-actors serving"
     );
 
-    let signal_name = wait_for_shutdown_signal().await?;
+    let signal_name = tokio::select! {
+        signal = wait_for_shutdown_signal() => signal?,
+        actor = dead_core_actor(&handles) => {
+            // Never a daemon that answers 503 forever while its service manager thinks it
+            // runs: exit, and let the restart pick the state up from the store (runners
+            // still running are adopted).
+            tracing::error!(actor, "a core actor died; exiting 1 so the service manager starts the daemon again from its durable state");
+            std::process::exit(1);
+        }
+    };
     tracing::info!(signal = signal_name, "shutdown signal received; draining");
     let torn_down = handles.shutdown(config.runner.shutdown_timeout).await;
     listeners.stop().await;
     tracing::info!(torn_down, "stopped cleanly");
     Ok(())
+}
+
+/// How often `serve` looks for a dead core actor.
+const WATCHDOG_EVERY: Duration = Duration::from_millis(250);
+
+/// Resolves with the name of the first core actor found dead.
+async fn dead_core_actor(handles: &Handles) -> &'static str {
+    loop {
+        if let Some(name) = handles.dead_core_actor() {
+            return name;
+        }
+        tokio::time::sleep(WATCHDOG_EVERY).await;
+    }
 }
 
 /// Resolves with the name of the first SIGTERM or SIGINT.

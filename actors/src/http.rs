@@ -1,7 +1,9 @@
 //! HTTP endpoints that every deployment shares: `/healthz`, `/readyz` and `/metrics`.
 //!
 //! [`Health`] is the one readiness flag the composition root flips: ready once the scheduler
-//! and providers are up, draining from the first shutdown signal. The handlers only read it.
+//! and providers are up, draining from the first shutdown signal. Named checks join it (the
+//! store writes, each core actor is alive): `/readyz` is 503 while any fails, so an instance
+//! never says ready while a part of it is dead. The handlers only read it.
 
 use std::{
     sync::atomic::{AtomicBool, Ordering},
@@ -13,12 +15,25 @@ use serde_json::json;
 
 use crate::metrics::Metrics;
 
+/// A named readiness check.
+type Check = (&'static str, Box<dyn Fn() -> bool + Send + Sync>);
+
 /// Liveness and readiness of one daemon instance.
-#[derive(Debug)]
 pub struct Health {
     started: Instant,
     ready: AtomicBool,
     draining: AtomicBool,
+    checks: std::sync::Mutex<Vec<Check>>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("ready", &self.ready)
+            .field("draining", &self.draining)
+            .field("failing", &self.failing())
+            .finish()
+    }
 }
 
 impl Default for Health {
@@ -27,11 +42,31 @@ impl Default for Health {
             started: Instant::now(),
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            checks: std::sync::Mutex::default(),
         }
     }
 }
 
 impl Health {
+    /// Adds a check `/readyz` asks: the instance is not ready while `ok` says false.
+    pub fn add_check(&self, name: &'static str, ok: impl Fn() -> bool + Send + Sync + 'static) {
+        self.checks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name, Box::new(ok)));
+    }
+
+    /// The checks that fail now.
+    pub fn failing(&self) -> Vec<&'static str> {
+        self.checks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, ok)| !ok())
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
     /// Marks the scheduler and providers as up.
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::SeqCst);
@@ -69,7 +104,12 @@ async fn readyz(health: web::Data<Health>) -> HttpResponse {
     } else if !health.ready.load(Ordering::SeqCst) {
         "starting"
     } else {
-        return HttpResponse::Ok().json(json!({ "status": "ready" }));
+        let failing = health.failing();
+        if failing.is_empty() {
+            return HttpResponse::Ok().json(json!({ "status": "ready" }));
+        }
+        return HttpResponse::ServiceUnavailable()
+            .json(json!({ "status": "unhealthy", "failing": failing }));
     };
     HttpResponse::ServiceUnavailable().json(json!({ "status": status }))
 }
@@ -107,6 +147,13 @@ mod tests {
         );
         assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 503);
         health.set_ready();
+        assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 200);
+        let store_ok = std::sync::Arc::new(AtomicBool::new(false));
+        let ok = store_ok.clone();
+        health.add_check("store", move || ok.load(Ordering::SeqCst));
+        assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 503);
+        assert_eq!(health.failing(), ["store"]);
+        store_ok.store(true, Ordering::SeqCst);
         assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 200);
         health.set_draining(true);
         assert_eq!(test::call_service(&app, get("/readyz")).await.status(), 503);

@@ -21,5 +21,19 @@ macro_rules! stop_on_request {
                 actix::ActorContext::stop(ctx);
             }
         }
+
+        impl actix::Handler<$crate::lifecycle::Crash> for $actor {
+            type Result = ();
+
+            fn handle(&mut self, _: $crate::lifecycle::Crash, _: &mut Self::Context) {
+                panic!("{} crashed on request (a fault test)", stringify!($actor));
+            }
+        }
     )+};
 }
+
+/// Makes an actor panic, as a bug would: for fault tests of the instance's supervision.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, actix::Message)]
+#[rtype(result = "()")]
+pub struct Crash;

@@ -73,6 +73,9 @@ pub struct Metrics {
     /// `ephemerd_environment_failures_total{provider}`: runner environments that failed to come
     /// up (the pool is up, but its environments keep failing: an image or install that is broken).
     pub environment_failures: IntCounterVec,
+    /// `ephemerd_store_healthy`: 1 while the state store's writes reach the disk, 0 while it
+    /// holds changes in memory that the disk refused.
+    pub store_healthy: IntGauge,
     /// `ephemerd_orphan_sweep_checks_total{result}`: the sweep's busy checks on GitHub before a
     /// reap (`idle`, `busy`, `error`), each one GET.
     pub sweep_checks: IntCounterVec,
@@ -195,6 +198,10 @@ impl Metrics {
                 "ephemerd_environment_failures_total",
                 "Runner environments that failed to come up or exited before their job started, by provider.",
                 &["provider"],
+            ),
+            store_healthy: gauge(
+                "ephemerd_store_healthy",
+                "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",
             ),
             sweep_checks: counter_vec(
                 "ephemerd_orphan_sweep_checks_total",

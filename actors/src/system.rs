@@ -96,7 +96,49 @@ pub struct Handles {
     pub store_closed: StoreClosed,
 }
 
+/// Says whether an actor is still running.
+type Alive = Box<dyn Fn() -> bool + Send + Sync>;
+
 impl Handles {
+    /// The actors an instance cannot work without (a provider's supervisor restarts its own
+    /// provisioner; nothing restarts these), each with a liveness check.
+    fn core_actors(&self) -> Vec<(&'static str, Alive)> {
+        fn alive<A: actix::Actor>(a: &Addr<A>) -> Alive {
+            let a = a.clone();
+            Box::new(move || a.connected())
+        }
+        let mut core: Vec<(&'static str, Alive)> = vec![
+            ("scheduler", alive(&self.scheduler)),
+            ("retry", alive(&self.retry)),
+            ("rate", alive(&self.rate)),
+            ("github", alive(&self.github)),
+            ("webhook", alive(&self.webhook)),
+        ];
+        for (kind, pool) in &self.provisioners {
+            let name: &'static str = match kind {
+                ProviderKind::Local => "supervisor:local",
+                ProviderKind::Linux => "supervisor:linux",
+                ProviderKind::VmMacos => "supervisor:vm_macos",
+                ProviderKind::NativeMacos => "supervisor:native_macos",
+            };
+            core.push((name, alive(pool)));
+        }
+        core
+    }
+
+    /// A core actor that has died (a panic) while the instance is not shutting down: the
+    /// instance cannot recover it in place (its state is in the store, not in a sibling), so
+    /// `serve` exits 1 and the service manager starts it again from that state.
+    pub fn dead_core_actor(&self) -> Option<&'static str> {
+        if self.health.is_draining() {
+            return None;
+        }
+        self.core_actors()
+            .into_iter()
+            .find(|(_, alive)| !alive())
+            .map(|(name, _)| name)
+    }
+
     /// Shuts the instance down, leaving the host app running: `/readyz` answers 503; the
     /// scheduler drains (cordon; job events are still taken so finished runners are torn
     /// down; running jobs get up to `timeout`, then what remains is torn down); then the
@@ -128,10 +170,12 @@ impl Handles {
 }
 
 /// Options that tests and the demo change; production uses the defaults.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StartOptions {
     /// Fixes retry jitter.
     pub seed: Option<u64>,
+    /// A switch on the state store's disk (fault tests, chaos runs).
+    pub store_faults: crate::store::StoreFaults,
 }
 
 /// Starts every actor of one instance on the current actix System.
@@ -147,7 +191,8 @@ pub fn start(
     let backoff = Backoff::try_new(&config.runner.claim_retry)?;
 
     // 0. The durable state a previous run left.
-    let (store, snapshot) = Store::open(&config.state.dir)?;
+    let (store, snapshot) = Store::open_with(&config.state.dir, options.store_faults.clone())?;
+    let store_health = store.health();
     let install_id = crate::store::install_id(&config.state.dir)?;
     let store_closed = store.closed();
 
@@ -184,10 +229,10 @@ pub fn start(
     };
     let p = &config.providers;
     let log_dir = config.state.dir.join("logs");
+    // What this install's runner names of `kind` start with: each provisioner reaps only
+    // leftovers with it.
     let prefix = |kind: ProviderKind| {
-        let base =
-            crate::scheduler::core::runner_prefix(&config.runner.name_prefix, kind, &install_id);
-        format!("{base}-")
+        crate::scheduler::core::runner_prefix(&config.runner.name_prefix, kind, &install_id)
     };
     let mut provisioners = HashMap::new();
     if p.local.common.enabled {
@@ -303,7 +348,18 @@ pub fn start(
         .with_max_body(config.webhook.max_body),
     );
 
-    Ok(Handles {
+    let health = web::Data::new(Health::default());
+    let healthy = store_health.clone();
+    health.add_check("store", move || healthy.is_healthy());
+    let gauge = metrics.store_healthy.clone();
+    let closed = store_closed.clone();
+    actix_rt::spawn(async move {
+        while !closed.is_closed() {
+            gauge.set(i64::from(store_health.is_healthy()));
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    });
+    let handles = Handles {
         scheduler,
         retry,
         rate,
@@ -313,9 +369,13 @@ pub fn start(
         intake,
         metrics,
         credential: rate_key,
-        health: web::Data::new(Health::default()),
+        health,
         store_closed,
-    })
+    };
+    for (name, alive) in handles.core_actors() {
+        handles.health.add_check(name, alive);
+    }
+    Ok(handles)
 }
 
 /// Drains an instance: cordon (no new claims, no new retries; job events keep being handled),

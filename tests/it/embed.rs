@@ -25,14 +25,17 @@ mod example;
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
 /// An instance against `standin`, reconciling every second, with a local pool.
-fn config(standin: &Standin, state: &std::path::Path) -> Config {
+pub(crate) fn config(standin: &Standin, state: &std::path::Path) -> Config {
     let port = free_port();
     let text = daemon_config(standin, port, state, "1s", "", &local_provider(2));
     Config::from_toml_str(&text, None, &Environment::default()).unwrap()
 }
 
 /// Serves the host app (its own `/hello`, the instance under `scope`) on a free port.
-fn host(handles: &Handles, scope: &'static str) -> (String, actix_web::dev::ServerHandle) {
+pub(crate) fn host(
+    handles: &Handles,
+    scope: &'static str,
+) -> (String, actix_web::dev::ServerHandle) {
     let port = free_port();
     let instance = handles.clone();
     let server = HttpServer::new(move || {

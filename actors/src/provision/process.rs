@@ -290,7 +290,7 @@ impl ProcessBackend {
         tokio::fs::write(self.pid_file(&spec.name), procgroup::record(pid))
             .await
             .map_err(|e| fail("cannot write the pid file", e))?;
-        tracing::info!(provider = self.s.kind.as_str(), runner = %spec.name, pid, dir = %dir.display(), "runner process started");
+        tracing::info!(provider = self.s.kind.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
         Ok(RunningRunner {
             exited: Box::pin(async move { child.wait().await.ok().and_then(|s| s.code()) }),
         })

@@ -276,6 +276,14 @@ impl Handler<crate::lifecycle::Stop> for ProvisionerSupervisor {
     }
 }
 
+impl Handler<crate::lifecycle::Crash> for ProvisionerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::lifecycle::Crash, _: &mut Context<Self>) {
+        panic!("ProvisionerSupervisor crashed on request (a fault test)");
+    }
+}
+
 impl Handler<Provision> for ProvisionerSupervisor {
     type Result = ();
 

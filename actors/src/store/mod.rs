@@ -1,0 +1,330 @@
+//! `Store`: the durable state under `state.dir` (redb, file mode 0600), so a restart, even
+//! `kill -9`, loses no job and leaks no runner.
+//!
+//! Three tables: open jobs (what the intake accepted: recorded before the webhook is answered),
+//! the runner ledger (every runner claimed, until its environment is gone), and the retry ladder
+//! (attempts, first failure, next attempt, class). Writes go to one writer thread that commits
+//! whatever has queued up since the last commit in one transaction (group commit), so many
+//! concurrent webhooks share one fsync.
+//!
+//! A disk that fails (ENOSPC from a job's logs, EIO) loses nothing: the writer keeps what it
+//! could not write in memory, in order, answers writers that it holds it (so the intake still
+//! accepts deliveries: GitHub would not send a refused one again), says so in
+//! [`StoreHealth`] (`/readyz`, `ephemerd_store_healthy`), reopens the file with backoff and
+//! writes everything through once the disk takes it. Only a store that is corrupt or of an
+//! unknown format is moved aside at start-up (a fresh one is started, with a loud log); one the
+//! disk cannot read (EACCES, EIO) is an error that stops the start, the file left as it is.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::mpsc,
+};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    job::{JobInfo, JobKey},
+    vocab::{ErrorClass, ProviderKind},
+};
+
+const JOBS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("jobs");
+const RUNNERS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("runners");
+const RETRIES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("retries");
+
+/// The file under `state.dir`.
+pub const FILE: &str = "ephemer-actors.redb";
+
+/// Store failures.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened or written.
+    #[error("state store {path}: {detail}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The writer thread is gone.
+    #[error("state store writer stopped")]
+    Closed,
+}
+
+/// A job the intake accepted and nobody has seen finish yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRow {
+    /// The job.
+    pub info: JobInfo,
+    /// Unix seconds the queued event arrived.
+    pub received_unix: u64,
+    /// Unix seconds it was observed running (then it is only kept for dedup until pruned).
+    pub started_unix: Option<u64>,
+}
+
+/// A runner in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerRow {
+    /// Name (also the environment's handle: directory, container or VM name).
+    pub name: String,
+    /// GitHub id.
+    pub id: u64,
+    /// Provider.
+    pub provider: ProviderKind,
+    /// Repo for repo-level runners.
+    pub repo: Option<String>,
+    /// The job it was created for.
+    pub intent: JobKey,
+    /// The job it ran, once observed.
+    pub bound: Option<JobKey>,
+    /// Unix seconds of the claim.
+    pub created_unix: u64,
+}
+
+/// A job on the retry ladder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryRow {
+    /// The job.
+    pub job: JobInfo,
+    /// Failures so far.
+    pub attempts: u32,
+    /// Unix seconds of the first failure.
+    pub first_failure_unix: u64,
+    /// Unix seconds of the next attempt.
+    pub next_attempt_unix: u64,
+    /// Class of the first failure.
+    pub class: ErrorClass,
+    /// The latest failure.
+    pub last_error: String,
+}
+
+/// One change.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Record an accepted job unless it is already there.
+    AddJob(JobRow),
+    /// Mark a job observed running.
+    JobStarted(JobKey, u64),
+    /// Forget a job.
+    DeleteJob(JobKey),
+    /// Record or update a runner.
+    PutRunner(RunnerRow),
+    /// Forget a runner (its environment is gone).
+    DeleteRunner(String),
+    /// Record or update a retry.
+    PutRetry(RetryRow),
+    /// Forget a retry.
+    DeleteRetry(JobKey),
+}
+
+/// Everything the store held at start-up.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Open jobs.
+    pub jobs: Vec<JobRow>,
+    /// The runner ledger.
+    pub runners: Vec<RunnerRow>,
+    /// The retry ladder.
+    pub retries: Vec<RetryRow>,
+    /// Where an unreadable store was moved, if it was.
+    pub moved_aside: Option<PathBuf>,
+}
+
+struct Batch {
+    ops: Vec<Op>,
+    done: Option<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// A handle on the writer thread. Cheap to clone; usable from any thread. The store closes
+/// (its file lock is released) once every handle is dropped and the writer has applied what
+/// it was sent; [`StoreClosed`] says when.
+#[derive(Debug, Clone)]
+pub struct Store {
+    tx: mpsc::Sender<Batch>,
+    closed: StoreClosed,
+    health: StoreHealth,
+}
+
+/// Whether the store's writes reach the disk. Unhealthy while the writer holds changes in
+/// memory that it could not write.
+#[derive(Debug, Clone)]
+pub struct StoreHealth(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Default for StoreHealth {
+    fn default() -> Self {
+        StoreHealth(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            true,
+        )))
+    }
+}
+
+impl StoreHealth {
+    /// True while every change handed over has been written (or is being).
+    pub fn is_healthy(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set(&self, healthy: bool) {
+        self.0.store(healthy, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A switch that makes the store's disk fail (every write and reopen errs) while it is on:
+/// for fault tests and chaos runs of an embedded instance. Off unless someone turns it on.
+#[derive(Debug, Clone, Default)]
+pub struct StoreFaults(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StoreFaults {
+    /// Makes the disk fail (`true`) or work again.
+    pub fn set_unwritable(&self, on: bool) {
+        self.0.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn unwritable(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Tells when a store's writer has finished and its file is closed.
+#[derive(Debug, Clone, Default)]
+pub struct StoreClosed(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StoreClosed {
+    /// True once the writer has exited and the database file is closed.
+    pub fn is_closed(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (up to `timeout`) until the store is closed; true if it is.
+    pub async fn wait(&self, timeout: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.is_closed() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.is_closed()
+    }
+}
+
+fn key(k: &JobKey) -> String {
+    format!("{}/{}", k.owner, k.job_id)
+}
+
+fn io(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// The file in `state.dir` that holds this install's id.
+pub const INSTALL_ID_FILE: &str = "install-id";
+
+/// This install's id: six characters of `[a-z0-9]`, generated at the first start and kept in
+/// `dir/install-id`. Runner names carry it, so hosts that share a `name_prefix` (the default)
+/// in one org never take each other's registrations or environments for leftovers of their own.
+pub fn install_id(dir: &Path) -> Result<String, StoreError> {
+    let path = dir.join(INSTALL_ID_FILE);
+    let valid = |s: &str| {
+        s.len() == 6
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) if valid(text.trim()) => return Ok(text.trim().to_string()),
+        Ok(text) => {
+            return Err(io(
+                &path,
+                std::io::Error::other(format!(
+                    "holds {:?}, not an install id (six of a-z0-9); restore it or remove the file \
+                     (runners the old id named are then not cleaned up)",
+                    text.trim()
+                )),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&path, e)),
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let id: String = crate::vocab::random_suffix().chars().take(6).collect();
+    let tmp = dir.join(format!("{INSTALL_ID_FILE}.new"));
+    std::fs::write(&tmp, format!("{id}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| io(&path, e))?;
+    Ok(id)
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, loads it, and starts the writer thread.
+    pub fn open(dir: &Path) -> Result<(Store, Snapshot), StoreError> {
+        Store::open_with(dir, StoreFaults::default())
+    }
+
+    /// Like [`Store::open`], with a fault switch on its disk.
+    pub fn open_with(dir: &Path, faults: StoreFaults) -> Result<(Store, Snapshot), StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let path = dir.join(FILE);
+        let mut moved_aside = None;
+        let db = match open::open_and_load(&path) {
+            Ok(pair) => pair,
+            Err(open::Open::Unreadable(e)) if path.exists() => {
+                let aside = dir.join(format!("{FILE}.unreadable-{}", crate::clock::unix_now()));
+                tracing::error!(path = %path.display(), error = %e, moved_to = %aside.display(), "the state store is corrupt or of an unknown format; moving it aside and starting a fresh one");
+                std::fs::rename(&path, &aside).map_err(|e| io(&path, e))?;
+                moved_aside = Some(aside);
+                open::open_and_load(&path).map_err(open::Open::into_error)?
+            }
+            Err(e) => return Err(e.into_error()),
+        };
+        let (db, mut snapshot) = db;
+        snapshot.moved_aside = moved_aside;
+        let (tx, rx) = mpsc::channel::<Batch>();
+        let closed = StoreClosed::default();
+        let health = StoreHealth::default();
+        let flag = closed.clone();
+        let writer = writer::Writer::new(db, path, health.clone(), faults);
+        std::thread::Builder::new()
+            .name("ephemer-store".into())
+            .spawn(move || {
+                writer.run(rx);
+                flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+            .map_err(|e| io(dir, e))?;
+        Ok((Store { tx, closed, health }, snapshot))
+    }
+
+    /// Whether writes reach the disk.
+    pub fn health(&self) -> StoreHealth {
+        self.health.clone()
+    }
+
+    /// Applies `ops` and waits until they are durable, or held in memory until the disk takes
+    /// them (while the store is unhealthy). An error means they were refused: the writer is
+    /// gone, or it already holds more than it may.
+    pub async fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Batch {
+                ops,
+                done: Some(done),
+            })
+            .map_err(|_| StoreError::Closed)?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Says when this store is closed (every handle dropped, the writer done).
+    pub fn closed(&self) -> StoreClosed {
+        self.closed.clone()
+    }
+
+    /// Applies `ops` in order with later writes, without waiting.
+    pub fn send(&self, ops: Vec<Op>) {
+        if !ops.is_empty() && self.tx.send(Batch { ops, done: None }).is_err() {
+            tracing::error!("state store writer stopped; state changes are no longer durable");
+        }
+    }
+}
+
+mod open;
+#[cfg(test)]
+mod tests;
+mod writer;

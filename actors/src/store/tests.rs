@@ -1,0 +1,207 @@
+//! The store against a real file.
+
+use super::*;
+
+fn job(id: u64) -> JobInfo {
+    JobInfo {
+        key: JobKey::new("acme", id),
+        repo: "app".into(),
+        run_id: 1,
+        run_attempt: 1,
+        labels: vec!["self-hosted".into()],
+        runner_name: None,
+        runner_id: None,
+        conclusion: None,
+        installation_id: None,
+    }
+}
+
+#[actix_rt::test]
+async fn survives_a_reopen_and_keeps_its_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, snap) = Store::open(dir.path()).unwrap();
+        assert!(snap.jobs.is_empty());
+        store
+            .write(vec![
+                Op::AddJob(JobRow {
+                    info: job(1),
+                    received_unix: 10,
+                    started_unix: None,
+                }),
+                Op::AddJob(JobRow {
+                    info: job(2),
+                    received_unix: 11,
+                    started_unix: None,
+                }),
+                Op::JobStarted(JobKey::new("acme", 2), 12),
+                Op::PutRunner(RunnerRow {
+                    name: "r1".into(),
+                    id: 7,
+                    provider: ProviderKind::Local,
+                    repo: None,
+                    intent: JobKey::new("acme", 1),
+                    bound: None,
+                    created_unix: 13,
+                }),
+                Op::PutRetry(RetryRow {
+                    job: job(3),
+                    attempts: 2,
+                    first_failure_unix: 5,
+                    next_attempt_unix: 99,
+                    class: ErrorClass::RateLimit,
+                    last_error: "403".into(),
+                }),
+            ])
+            .await
+            .unwrap();
+        store
+            .write(vec![Op::AddJob(JobRow {
+                info: job(1),
+                received_unix: 999,
+                started_unix: None,
+            })])
+            .await
+            .unwrap();
+    }
+    // The writer thread holds the database until its channel closes; wait for that.
+    let (_, snap) = loop {
+        match Store::open(dir.path()) {
+            Ok(pair) => break pair,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    let mut jobs = snap.jobs.clone();
+    jobs.sort_by_key(|j| j.info.key.job_id);
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0].received_unix, 10, "AddJob keeps the first");
+    assert_eq!(jobs[1].started_unix, Some(12));
+    assert_eq!(snap.runners[0].id, 7);
+    assert_eq!(snap.retries[0].attempts, 2);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join(FILE))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[actix_rt::test]
+async fn an_unreadable_store_is_moved_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(FILE),
+        b"this is not a redb file at all, not even close",
+    )
+    .unwrap();
+    let (store, snap) = Store::open(dir.path()).unwrap();
+    let aside = snap.moved_aside.expect("moved aside");
+    assert!(aside.exists());
+    assert_eq!(
+        std::fs::read(&aside).unwrap(),
+        b"this is not a redb file at all, not even close"
+    );
+    store
+        .write(vec![Op::DeleteJob(JobKey::new("acme", 1))])
+        .await
+        .unwrap();
+}
+
+fn add(id: u64) -> Op {
+    Op::AddJob(JobRow {
+        info: job(id),
+        received_unix: id,
+        started_unix: None,
+    })
+}
+
+/// Reopens the store in `dir` once the writer has let go of it.
+async fn reopened(dir: &Path) -> Snapshot {
+    loop {
+        match Store::open(dir) {
+            Ok((_, snap)) => return snap,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// While the disk fails, writes are held (answered, the store unhealthy); once it works again
+/// they are written through, in order, without another write to carry them.
+#[actix_rt::test]
+async fn an_unwritable_disk_holds_changes_and_writes_them_through_when_it_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = StoreFaults::default();
+    {
+        let (store, _) = Store::open_with(dir.path(), faults.clone()).unwrap();
+        store.write(vec![add(1)]).await.unwrap();
+        assert!(store.health().is_healthy());
+        faults.set_unwritable(true);
+        for id in 2..22 {
+            store.write(vec![add(id)]).await.expect("held, not refused");
+        }
+        store.send(vec![Op::DeleteJob(JobKey::new("acme", 2))]);
+        assert!(!store.health().is_healthy());
+        faults.set_unwritable(false);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !store.health().is_healthy() {
+            assert!(tokio::time::Instant::now() < deadline, "never recovered");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    let snap = reopened(dir.path()).await;
+    let mut ids: Vec<u64> = snap.jobs.iter().map(|j| j.info.key.job_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1].into_iter().chain(3..22).collect::<Vec<_>>());
+}
+
+/// What still cannot be written when the last handle goes is tried once more at close.
+#[actix_rt::test]
+async fn held_changes_get_a_last_try_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = StoreFaults::default();
+    {
+        let (store, _) = Store::open_with(dir.path(), faults.clone()).unwrap();
+        faults.set_unwritable(true);
+        store.write(vec![add(7)]).await.unwrap();
+        faults.set_unwritable(false);
+    }
+    let snap = reopened(dir.path()).await;
+    assert_eq!(snap.jobs.len(), 1);
+}
+
+/// A disk error is not corruption: the file is kept and the open fails; a file redb cannot
+/// read as a store is moved aside.
+#[test]
+fn disk_errors_are_told_from_corruption() {
+    let path = Path::new("/state/ephemer-actors.redb");
+    let disk = redb::StorageError::Io(std::io::Error::from_raw_os_error(5));
+    assert!(matches!(
+        open::Sort::sorted(&disk, path),
+        open::Open::Disk(_)
+    ));
+    let denied = redb::DatabaseError::Storage(redb::StorageError::Io(std::io::Error::from(
+        std::io::ErrorKind::PermissionDenied,
+    )));
+    assert!(matches!(
+        open::Sort::sorted(&denied, path),
+        open::Open::Disk(_)
+    ));
+    let not_redb = redb::StorageError::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "Not a redb database: magic number mismatch",
+    ));
+    assert!(matches!(
+        open::Sort::sorted(&not_redb, path),
+        open::Open::Unreadable(_)
+    ));
+    let corrupt = redb::StorageError::Corrupted("bad page".into());
+    assert!(matches!(
+        open::Sort::sorted(&corrupt, path),
+        open::Open::Unreadable(_)
+    ));
+    let old = redb::DatabaseError::UpgradeRequired(1);
+    assert!(matches!(
+        open::Sort::sorted(&old, path),
+        open::Open::Unreadable(_)
+    ));
+}

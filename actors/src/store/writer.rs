@@ -1,0 +1,208 @@
+//! The writer thread: group commit, and riding out a disk that fails.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// The first wait before writing again after a failure; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest wait between attempts while the disk fails.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Changes held in memory at most while the disk fails; past this, writes are refused (the
+/// intake then answers 503) rather than the daemon growing without bound.
+pub(super) const BACKLOG_CAP: usize = 200_000;
+
+/// The writer's state: the database (none after a failure, until reopened) and what it holds
+/// that the disk has not taken yet.
+pub(super) struct Writer {
+    db: Option<Database>,
+    path: PathBuf,
+    health: StoreHealth,
+    faults: StoreFaults,
+    /// Changes not written yet, in the order they came.
+    backlog: Vec<Op>,
+    /// While the disk fails: when to try again, and the wait after that.
+    retry: Option<(Instant, Duration)>,
+}
+
+impl Writer {
+    pub(super) fn new(
+        db: Database,
+        path: PathBuf,
+        health: StoreHealth,
+        faults: StoreFaults,
+    ) -> Self {
+        Writer {
+            db: Some(db),
+            path,
+            health,
+            faults,
+            backlog: Vec::new(),
+            retry: None,
+        }
+    }
+
+    /// Serves batches until every handle is dropped; one transaction for everything queued
+    /// since the last commit.
+    pub(super) fn run(mut self, rx: mpsc::Receiver<Batch>) {
+        loop {
+            let first = match self.retry {
+                None => match rx.recv() {
+                    Ok(b) => Some(b),
+                    Err(_) => break,
+                },
+                Some((at, _)) => {
+                    match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                        Ok(b) => Some(b),
+                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            };
+            let mut batches: Vec<Batch> = first.into_iter().collect();
+            while let Ok(more) = rx.try_recv() {
+                batches.push(more);
+            }
+            self.serve(batches);
+        }
+        // Every handle is gone: one last try for what is still held.
+        if !self.backlog.is_empty() {
+            self.retry = None;
+            self.serve(Vec::new());
+            if !self.backlog.is_empty() {
+                tracing::error!(
+                    changes = self.backlog.len(),
+                    path = %self.path.display(),
+                    "the state store is still unwritable at close: these changes are lost (the \
+                     start-up reconcile finds queued jobs again)"
+                );
+            }
+        }
+    }
+
+    fn serve(&mut self, batches: Vec<Batch>) {
+        let due = self.retry.is_none_or(|(at, _)| Instant::now() >= at);
+        if !due {
+            // The disk failed a moment ago: hold these with the rest until the next attempt.
+            self.hold(batches);
+            return;
+        }
+        let result = self.write_through(&batches);
+        match result {
+            Ok(()) => {
+                if self.retry.take().is_some() {
+                    self.health.set(true);
+                    tracing::warn!(path = %self.path.display(), "the state store is writable again; everything held was written");
+                }
+                self.backlog.clear();
+                for b in batches {
+                    if let Some(done) = b.done {
+                        let _ = done.send(Ok(()));
+                    }
+                }
+            }
+            Err(e) => {
+                // redb latches an I/O error: drop the database and open it again next time.
+                self.db = None;
+                let wait = self
+                    .retry
+                    .map_or(FIRST_BACKOFF, |(_, w)| (w * 2).min(MAX_BACKOFF));
+                if self.retry.is_none() {
+                    self.health.set(false);
+                    tracing::error!(path = %self.path.display(), error = %e, "the state store cannot be written: holding changes in memory and trying again; deliveries are still accepted");
+                } else {
+                    tracing::debug!(error = %e, "the state store is still unwritable");
+                }
+                self.retry = Some((Instant::now() + wait, wait));
+                self.hold(batches);
+            }
+        }
+    }
+
+    /// Keeps `batches` in memory (up to [`BACKLOG_CAP`] changes) and answers their writers.
+    fn hold(&mut self, batches: Vec<Batch>) {
+        for b in batches {
+            let answer = if self.backlog.len() + b.ops.len() <= BACKLOG_CAP {
+                self.backlog.extend(b.ops);
+                Ok(())
+            } else {
+                Err(io(
+                    &self.path,
+                    format!("unwritable, and {BACKLOG_CAP} changes already held in memory"),
+                ))
+            };
+            if let Some(done) = b.done {
+                let _ = done.send(answer);
+            }
+        }
+    }
+
+    /// Writes what is held and then `batches`, in one transaction, opening the file again
+    /// first if a failure closed it.
+    fn write_through(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        if self.faults.unwritable() {
+            return Err(io(&self.path, "injected fault: no space left on device"));
+        }
+        if self.db.is_none() {
+            self.db = Some(open::reopen(&self.path)?);
+        }
+        let db = self.db.as_ref().expect("opened above");
+        let ops = self
+            .backlog
+            .iter()
+            .chain(batches.iter().flat_map(|b| &b.ops));
+        apply(db, ops).map_err(|e| io(&self.path, e))
+    }
+}
+
+fn apply<'a>(
+    db: &Database,
+    ops: impl Iterator<Item = &'a Op>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let w = db.begin_write()?;
+    {
+        let mut jobs = w.open_table(JOBS)?;
+        let mut runners = w.open_table(RUNNERS)?;
+        let mut retries = w.open_table(RETRIES)?;
+        for op in ops {
+            match op {
+                Op::AddJob(row) => {
+                    let k = key(&row.info.key);
+                    if jobs.get(k.as_str())?.is_none() {
+                        jobs.insert(k.as_str(), serde_json::to_vec(row)?.as_slice())?;
+                    }
+                }
+                Op::JobStarted(k, at) => {
+                    let k = key(k);
+                    let row = jobs
+                        .get(k.as_str())?
+                        .map(|v| serde_json::from_slice::<JobRow>(v.value()));
+                    if let Some(Ok(mut row)) = row {
+                        row.started_unix.get_or_insert(*at);
+                        jobs.insert(k.as_str(), serde_json::to_vec(&row)?.as_slice())?;
+                    }
+                }
+                Op::DeleteJob(k) => {
+                    jobs.remove(key(k).as_str())?;
+                }
+                Op::PutRunner(row) => {
+                    runners.insert(row.name.as_str(), serde_json::to_vec(row)?.as_slice())?;
+                }
+                Op::DeleteRunner(name) => {
+                    runners.remove(name.as_str())?;
+                }
+                Op::PutRetry(row) => {
+                    retries.insert(
+                        key(&row.job.key).as_str(),
+                        serde_json::to_vec(row)?.as_slice(),
+                    )?;
+                }
+                Op::DeleteRetry(k) => {
+                    retries.remove(key(k).as_str())?;
+                }
+            }
+        }
+    }
+    w.commit()?;
+    Ok(())
+}
