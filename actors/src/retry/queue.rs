@@ -376,17 +376,7 @@ mod tests {
     }
 
     fn job(id: u64) -> JobInfo {
-        JobInfo {
-            key: JobKey::new("acme", id),
-            repo: "app".into(),
-            run_id: 1,
-            run_attempt: 1,
-            labels: vec!["self-hosted".into()],
-            runner_name: None,
-            runner_id: None,
-            conclusion: None,
-            installation_id: None,
-        }
+        crate::scheduler::fixtures::job(id, &["self-hosted"])
     }
 
     fn fail(class: ErrorClass) -> Failure {

@@ -13,6 +13,6 @@ pub use messages::JobEvent;
 pub use pacing::ClaimPacer;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
