@@ -73,6 +73,9 @@ pub struct Metrics {
     /// `ephemerd_environment_failures_total{provider}`: runner environments that failed to come
     /// up (the pool is up, but its environments keep failing: an image or install that is broken).
     pub environment_failures: IntCounterVec,
+    /// `ephemerd_reconcile_repo_failures_total`: repos whose listing failed in a reconcile
+    /// pass (the other repos' jobs were still found; this one's wait for the next pass).
+    pub reconcile_repo_failures: IntCounter,
     /// `ephemerd_store_healthy`: 1 while the state store's writes reach the disk, 0 while it
     /// holds changes in memory that the disk refused.
     pub store_healthy: IntGauge,
@@ -160,6 +163,11 @@ impl Metrics {
             "Jobs whose claim retries were given up after max_age.",
         ));
         must(registry.register(Box::new(retry_given_up.clone())));
+        let reconcile_repo_failures = must(IntCounter::new(
+            "ephemerd_reconcile_repo_failures_total",
+            "Repos whose listing failed in a reconcile pass (their jobs wait for the next pass).",
+        ));
+        must(registry.register(Box::new(reconcile_repo_failures.clone())));
 
         let m = Metrics {
             started: Instant::now(),
@@ -199,6 +207,7 @@ impl Metrics {
                 "Runner environments that failed to come up or exited before their job started, by provider.",
                 &["provider"],
             ),
+            reconcile_repo_failures,
             store_healthy: gauge(
                 "ephemerd_store_healthy",
                 "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",

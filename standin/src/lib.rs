@@ -96,6 +96,8 @@ impl Standin {
                 window: config.rate_window,
             },
             faults: Default::default(),
+            archived: Vec::new(),
+            repo_faults: Default::default(),
             calls: Vec::new(),
             next_runner_id: 1,
             next_job_id: 1000,
@@ -338,6 +340,31 @@ impl Standin {
         let mut s = self.state();
         let queue = s.faults.entry(endpoint.to_string()).or_default();
         queue.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Answers the next `times` calls about `repo` (any path under `/repos/<owner>/<repo>`)
+    /// with `status`.
+    pub fn fail_repo(&self, repo: &str, status: u16, times: usize) {
+        self.state()
+            .repo_faults
+            .insert(repo.to_string(), (status, times));
+    }
+
+    /// Adds repos to the org (listed, with no runs yet).
+    pub fn add_repos(&self, names: &[&str]) {
+        let mut s = self.state();
+        for name in names {
+            if !s.repos.iter().any(|r| r == name) {
+                s.repos.push(name.to_string());
+            }
+        }
+    }
+
+    /// Adds an archived repo to the org.
+    pub fn add_archived_repo(&self, name: &str) {
+        let mut s = self.state();
+        s.repos.push(name.to_string());
+        s.archived.push(name.to_string());
     }
 
     /// Answers the next `times` calls of `endpoint` with a bare `status` (with rate headers).

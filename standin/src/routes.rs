@@ -219,8 +219,23 @@ fn answer(
         return (status, with_rate(r, s, bucket));
     }
     s.budget_mut(bucket).remaining -= 1;
+    if let ["repos", _, repo, ..] = segs
+        && let Some((status, left)) = s.repo_faults.get_mut(*repo)
+        && *left > 0
+    {
+        *left -= 1;
+        let (status, r) = error(*status, reason(*status));
+        return (status, with_rate(r, s, bucket));
+    }
     let installation = s.installation_tokens.contains_key(token);
     let (status, r) = route(s, req, endpoint, segs, body, installation);
+    if status == 304 {
+        // "Making a conditional request and receiving a 304 response does not count against
+        // your primary rate limit if the request is authorized correctly with an
+        // Authorization header" (docs.github.com, REST API best practices: use conditional
+        // requests if appropriate).
+        s.budget_mut(bucket).remaining += 1;
+    }
     (status, with_rate(r, s, bucket))
 }
 
@@ -372,8 +387,11 @@ impl Paging {
     }
 }
 
+/// A listing page, with an `ETag` as GitHub sends one for every listing; a request whose
+/// `If-None-Match` names the current one is answered 304 without a body.
 fn paged(req: &HttpRequest, body: Value, next: bool, q: &Paging) -> (u16, HttpResponse) {
-    let mut r = HttpResponse::Ok();
+    use std::hash::{Hash, Hasher};
+    let mut link = None;
     if next {
         let per = q.per_page.unwrap_or(30).clamp(1, 100);
         let page = q.page.unwrap_or(1).max(1) + 1;
@@ -381,16 +399,36 @@ fn paged(req: &HttpRequest, body: Value, next: bool, q: &Paging) -> (u16, HttpRe
         if let Some(status) = &q.status {
             url.push_str(&format!("&status={status}"));
         }
-        r.insert_header(("Link", format!("<{url}>; rel=\"next\"")));
+        link = Some(format!("<{url}>; rel=\"next\""));
     }
-    (200, r.json(body))
+    let text = body.to_string();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&text, &link).hash(&mut hasher);
+    let etag = format!("W/\"{:016x}\"", hasher.finish());
+    if header(req, "if-none-match").is_some_and(|v| v == etag) {
+        return (
+            304,
+            HttpResponse::NotModified()
+                .insert_header(("ETag", etag))
+                .finish(),
+        );
+    }
+    let mut r = HttpResponse::Ok();
+    r.insert_header(("ETag", etag));
+    if let Some(link) = link {
+        r.insert_header(("Link", link));
+    }
+    (200, r.content_type("application/json").body(text))
 }
 
 fn repos_json(s: &State) -> Vec<Value> {
     let full = |r: &String| format!("{}/{r}", s.owner);
     s.repos
         .iter()
-        .map(|r| json!({ "name": r, "full_name": full(r) }))
+        .map(|r| {
+            let archived = s.archived.contains(r);
+            json!({ "name": r, "full_name": full(r), "archived": archived, "disabled": false })
+        })
         .collect()
 }
 

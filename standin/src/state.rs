@@ -239,6 +239,10 @@ pub struct State {
     pub owner: String,
     /// The repos.
     pub repos: Vec<String>,
+    /// Repos that are archived (listed as such; no workflow runs in them).
+    pub archived: Vec<String>,
+    /// Calls under `/repos/<owner>/<repo>/...` answered with this status, this many more times.
+    pub repo_faults: BTreeMap<String, (u16, usize)>,
     /// Accepted PAT.
     pub token: String,
     /// Installation tokens issued: token -> unix expiry.

@@ -32,8 +32,9 @@ fn dashboard_and_metrics_doc_match_the_registry() {
         .inc();
     let exported = metric_names(&registry.encode());
     // The contract's 19, ephemerd_webhook_ignored_total, ephemerd_environment_failures_total,
-    // ephemerd_orphan_sweep_checks_total and ephemerd_store_healthy.
-    assert_eq!(exported.len(), 23, "{exported:?}");
+    // ephemerd_orphan_sweep_checks_total, ephemerd_store_healthy and
+    // ephemerd_reconcile_repo_failures_total.
+    assert_eq!(exported.len(), 24, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     serde_json::from_str::<serde_json::Value>(&dashboard).expect("the dashboard is JSON");

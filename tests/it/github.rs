@@ -429,3 +429,112 @@ async fn deleting_a_runner_is_idempotent() {
     assert_eq!(status, "queued");
     assert_eq!(job.labels, vec!["self-hosted"]);
 }
+
+/// Ten repos (and an archived one) with a queued job each; one repo answers 500. The pass
+/// still finds the other nine jobs and names the failed repo; the archived repo is never asked
+/// about. A second pass over unchanged repos costs only 304s, which leave the budget as it was.
+#[actix_rt::test]
+async fn a_reconcile_pass_isolates_a_failing_repo_and_an_unchanged_pass_costs_only_304s() {
+    let standin = Standin::start(StandinConfig {
+        repos: Vec::new(),
+        ..StandinConfig::default()
+    })
+    .unwrap();
+    let repos: Vec<String> = (0..10).map(|i| format!("repo{i}")).collect();
+    standin.add_repos(&repos.iter().map(String::as_str).collect::<Vec<_>>());
+    standin.add_archived_repo("old");
+    for repo in &repos {
+        standin.add_jobs(repo, &["self-hosted"], 1);
+    }
+    standin.fail_repo("repo3", 500, 100);
+    let metrics = Metrics::new();
+    let client = GithubClient::new(
+        &config(
+            &standin,
+            GithubAuth::Token(Secret::new("ghp_standin_token")),
+            &[],
+        ),
+        metrics.clone(),
+        None,
+    );
+    let first = client.reconcile(0).await.unwrap();
+    let found: Vec<&str> = first.jobs.iter().map(|j| j.repo.as_str()).collect();
+    assert_eq!(found.len(), 9, "{found:?}");
+    assert!(!found.contains(&"repo3"));
+    assert_eq!(first.failed.len(), 1);
+    assert_eq!(first.failed[0].0, "repo3");
+    assert!(
+        !standin
+            .calls()
+            .iter()
+            .any(|c| c.path.contains("/repos/acme/old/")),
+        "an archived repo was listed"
+    );
+
+    standin.fail_repo("repo3", 500, 0);
+    let second = client.reconcile(first.next_start).await.unwrap();
+    assert_eq!(
+        second.jobs.len(),
+        10,
+        "repo3's job is found once it answers"
+    );
+    let budget = standin.state().budget.remaining;
+    let before = standin.calls().len();
+    let third = client.reconcile(second.next_start).await.unwrap();
+    assert_eq!(third.jobs.len(), 10);
+    let calls = standin.calls();
+    let statuses: Vec<u16> = calls[before..].iter().map(|c| c.status).collect();
+    assert!(!statuses.is_empty());
+    assert!(statuses.iter().all(|s| *s == 304), "{statuses:?}");
+    assert_eq!(standin.state().budget.remaining, budget, "304s are free");
+}
+
+/// A pass stops once the `core` budget runs low and the next pass resumes where it stopped.
+#[actix_rt::test]
+async fn a_reconcile_pass_leaves_the_rest_for_later_when_the_budget_runs_low() {
+    let standin = Standin::start(StandinConfig {
+        repos: Vec::new(),
+        ..StandinConfig::default()
+    })
+    .unwrap();
+    let repos: Vec<String> = (0..6).map(|i| format!("repo{i}")).collect();
+    standin.add_repos(&repos.iter().map(String::as_str).collect::<Vec<_>>());
+    for repo in &repos {
+        standin.add_jobs(repo, &["self-hosted"], 1);
+    }
+    let client = GithubClient::new(
+        &config(
+            &standin,
+            GithubAuth::Token(Secret::new("ghp_standin_token")),
+            &[],
+        ),
+        Metrics::new(),
+        None,
+    );
+    // Low means under a tenth of the limit (500 of 5000): the org listing and three repos (3
+    // calls each) spend the 8 above it.
+    let reset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    standin.set_budget(508, 5000, reset);
+    let first = client.reconcile(0).await.unwrap();
+    assert!(first.deferred > 0, "{first:?}");
+    assert!(first.listed < 6);
+    standin.set_budget(5000, 5000, reset);
+    let second = client.reconcile(first.next_start).await.unwrap();
+    let mut seen: Vec<&str> = first
+        .jobs
+        .iter()
+        .chain(second.jobs.iter())
+        .map(|j| j.repo.as_str())
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(
+        seen.len(),
+        6,
+        "the second pass picked up where the first stopped"
+    );
+}

@@ -49,9 +49,10 @@ pub struct ListRunners {
     pub name_prefix: String,
 }
 
-/// Lists every queued job in every polled repo (queued and in-progress runs, all pages).
+/// One reconcile pass: every queued job in the polled repos (queued and in-progress runs,
+/// all pages), repo by repo, starting where the last pass stopped.
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "Result<Vec<JobInfo>, GithubError>")]
+#[rtype(result = "Result<super::reconcile::Reconciled, GithubError>")]
 pub struct ListQueuedJobs;
 
 /// Fetches one job and its status.
@@ -68,12 +69,17 @@ pub struct GetJob {
 #[derive(Debug)]
 pub struct GithubActor {
     client: GithubClient,
+    /// Where the next reconcile pass starts (a pass cut short by a low budget resumes there).
+    reconcile_from: std::rc::Rc<std::cell::Cell<usize>>,
 }
 
 impl GithubActor {
     /// An actor owning `client`.
     pub fn new(client: GithubClient) -> Self {
-        GithubActor { client }
+        GithubActor {
+            client,
+            reconcile_from: std::rc::Rc::default(),
+        }
     }
 }
 
@@ -128,16 +134,14 @@ impl Handler<ListRunners> for GithubActor {
 }
 
 impl Handler<ListQueuedJobs> for GithubActor {
-    type Result = ResponseFuture<Result<Vec<JobInfo>, GithubError>>;
+    type Result = ResponseFuture<Result<super::reconcile::Reconciled, GithubError>>;
 
     fn handle(&mut self, _: ListQueuedJobs, _: &mut Context<Self>) -> Self::Result {
-        let client = self.client.clone();
+        let (client, from) = (self.client.clone(), self.reconcile_from.clone());
         Box::pin(async move {
-            let mut jobs = Vec::new();
-            for repo in client.repos().await? {
-                jobs.extend(client.list_queued_jobs(&repo).await?);
-            }
-            Ok(jobs)
+            let pass = client.reconcile(from.get()).await?;
+            from.set(pass.next_start);
+            Ok(pass)
         })
     }
 }

@@ -4,7 +4,7 @@
 //! rate headers are handed to the rate tracker. Errors come back typed ([`GithubError`]) so the
 //! retry ladder can classify them. This module never logs a token or a JIT config.
 
-use std::{rc::Rc, time::Duration};
+use std::{collections::HashMap, rc::Rc, time::Duration};
 
 use actix::Recipient;
 use actix_web::http::{Method, StatusCode, header::HeaderMap};
@@ -81,21 +81,6 @@ struct RunnersPage {
     runners: Vec<RunnerInfo>,
 }
 
-#[derive(Deserialize)]
-struct RunsPage {
-    workflow_runs: Vec<Run>,
-}
-
-#[derive(Deserialize)]
-struct Run {
-    id: u64,
-}
-
-#[derive(Deserialize)]
-struct JobsPage {
-    jobs: Vec<ApiJob>,
-}
-
 /// A job as the REST API shows it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ApiJob {
@@ -123,16 +108,6 @@ pub struct ApiJob {
 }
 
 #[derive(Deserialize)]
-struct ReposPage {
-    repositories: Vec<Repo>,
-}
-
-#[derive(Deserialize)]
-struct Repo {
-    name: String,
-}
-
-#[derive(Deserialize)]
 struct ErrorBody {
     #[serde(default)]
     message: String,
@@ -149,7 +124,24 @@ struct Inner {
     credentials: Credentials,
     metrics: Metrics,
     rate: Option<Recipient<ObserveRate>>,
+    /// The last page of each listing GitHub answered with an `ETag`: asked again with
+    /// `If-None-Match`, an unchanged page is a 304, which GitHub does not count against the
+    /// rate limit.
+    etags: std::cell::RefCell<HashMap<String, CachedPage>>,
+    /// The last `core` reading (remaining, limit) any answer carried.
+    core_left: std::cell::Cell<Option<(u64, u64)>>,
 }
+
+/// A page kept for conditional requests.
+#[derive(Debug, Clone)]
+struct CachedPage {
+    etag: String,
+    body: actix_web::web::Bytes,
+    next: bool,
+}
+
+/// Conditional pages kept at most; past this the cache starts over (old runs' pages go).
+const ETAG_CACHE_CAP: usize = 4096;
 
 /// A cheap-to-clone handle on one GitHub target. Not `Send`: keep it on one arbiter.
 #[derive(Clone)]
@@ -200,8 +192,15 @@ impl GithubClient {
                 credentials: Credentials::new(&config.auth),
                 metrics,
                 rate,
+                etags: std::cell::RefCell::default(),
+                core_left: std::cell::Cell::default(),
             }),
         }
+    }
+
+    /// The `core` budget left, as (remaining, limit), per the last answer that said.
+    pub fn core_left(&self) -> Option<(u64, u64)> {
+        self.inner.core_left.get()
     }
 
     /// The owner this client acts for.
@@ -308,33 +307,6 @@ impl GithubClient {
             .collect())
     }
 
-    /// Every queued job of `repo`: the jobs of its queued *and* in-progress runs (a running
-    /// workflow can still hold queued jobs), every page.
-    pub async fn list_queued_jobs(&self, repo: &str) -> Result<Vec<JobInfo>, GithubError> {
-        let owner = self.inner.owner.clone();
-        let mut out = Vec::new();
-        for status in ["queued", "in_progress"] {
-            let runs_path = format!("/repos/{owner}/{repo}/actions/runs");
-            let pages: Vec<RunsPage> = self
-                .paginate("list_runs", &runs_path, &[("status", status)])
-                .await?;
-            for run in pages.into_iter().flat_map(|p| p.workflow_runs) {
-                let jobs_path = format!("/repos/{owner}/{repo}/actions/runs/{}/jobs", run.id);
-                let pages: Vec<JobsPage> = self.paginate("list_jobs", &jobs_path, &[]).await?;
-                out.extend(
-                    pages
-                        .into_iter()
-                        .flat_map(|p| p.jobs)
-                        .filter(|j| j.status == "queued")
-                        .map(|j| self.job_info(repo, j)),
-                );
-            }
-        }
-        out.sort_by_key(|j| j.key.job_id);
-        out.dedup_by_key(|j| j.key.job_id);
-        Ok(out)
-    }
-
     /// One job, with its status.
     pub async fn get_job(&self, repo: &str, job_id: u64) -> Result<(JobInfo, String), GithubError> {
         let path = format!("/repos/{}/{repo}/actions/jobs/{job_id}", self.inner.owner);
@@ -344,32 +316,16 @@ impl GithubClient {
         Ok((self.job_info(repo, job), status))
     }
 
-    /// The repos to poll: the configured ones, else every repo the credentials reach.
-    pub async fn repos(&self) -> Result<Vec<String>, GithubError> {
-        if !self.inner.repos.is_empty() {
-            return Ok(self.inner.repos.clone());
-        }
-        let names: Vec<String> = match self.inner.credentials {
-            Credentials::App(_) => {
-                let pages: Vec<ReposPage> = self
-                    .paginate("installation_repos", "/installation/repositories", &[])
-                    .await?;
-                pages
-                    .into_iter()
-                    .flat_map(|p| p.repositories)
-                    .map(|r| r.name)
-                    .collect()
-            }
-            Credentials::Token(_) => {
-                let path = format!("/orgs/{}/repos", self.inner.owner);
-                let pages: Vec<Vec<Repo>> = self.paginate("org_repos", &path, &[]).await?;
-                pages.into_iter().flatten().map(|r| r.name).collect()
-            }
-        };
-        Ok(names)
+    /// The owner, configured repos and credentials, for the reconcile's listing.
+    pub(super) fn target(&self) -> (&str, &[String], &Credentials) {
+        (
+            &self.inner.owner,
+            &self.inner.repos,
+            &self.inner.credentials,
+        )
     }
 
-    fn job_info(&self, repo: &str, j: ApiJob) -> JobInfo {
+    pub(super) fn job_info(&self, repo: &str, j: ApiJob) -> JobInfo {
         JobInfo {
             key: JobKey::new(&self.inner.owner, j.id),
             repo: repo.to_string(),
@@ -384,7 +340,7 @@ impl GithubClient {
     }
 
     /// GETs every page of a listing, following `Link: rel="next"`.
-    async fn paginate<T: DeserializeOwned>(
+    pub(super) async fn paginate<T: DeserializeOwned>(
         &self,
         endpoint: &'static str,
         path: &str,
@@ -396,9 +352,32 @@ impl GithubClient {
             q.push(format!("per_page={PER_PAGE}"));
             q.push(format!("page={page}"));
             let url = format!("{path}?{}", q.join("&"));
-            let answer = self.call(endpoint, Method::GET, &url, None).await?;
-            pages.push(decode(endpoint, &answer.body)?);
-            if !has_next_page(&answer.headers) {
+            let cached = self.inner.etags.borrow().get(&url).cloned();
+            let condition = cached.as_ref().map(|c| ("If-None-Match", c.etag.as_str()));
+            let answer = self
+                .call_with(endpoint, Method::GET, &url, None, condition)
+                .await?;
+            let (body, next) = match cached {
+                Some(c) if answer.status == StatusCode::NOT_MODIFIED => (c.body, c.next),
+                _ => {
+                    let next = has_next_page(&answer.headers);
+                    if let Some(etag) = answer.headers.get("etag").and_then(|v| v.to_str().ok()) {
+                        let mut etags = self.inner.etags.borrow_mut();
+                        if etags.len() >= ETAG_CACHE_CAP {
+                            etags.clear();
+                        }
+                        let page = CachedPage {
+                            etag: etag.to_string(),
+                            body: answer.body.clone(),
+                            next,
+                        };
+                        etags.insert(url, page);
+                    }
+                    (answer.body, next)
+                }
+            };
+            pages.push(decode(endpoint, &body)?);
+            if !next {
                 break;
             }
         }
@@ -413,12 +392,28 @@ impl GithubClient {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, GithubError> {
+        self.call_with(endpoint, method, path, body, None).await
+    }
+
+    /// Like `call`, with one more request header; a 304 (to a conditional request) is an
+    /// answer, not a failure.
+    async fn call_with(
+        &self,
+        endpoint: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        header: Option<(&'static str, &str)>,
+    ) -> Result<Answer, GithubError> {
         let token = self.bearer().await?;
         let answer = self
-            .send(endpoint, method, path, &token, body, true)
+            .send(endpoint, (method, path), &token, body, header, true)
             .await?;
         if answer.status == StatusCode::UNAUTHORIZED {
             self.inner.credentials.invalidate();
+        }
+        if answer.status == StatusCode::NOT_MODIFIED && header.is_some() {
+            return Ok(answer);
         }
         check(endpoint, answer)
     }
@@ -432,9 +427,9 @@ impl GithubClient {
                 let answer = this
                     .send(
                         "access_tokens",
-                        Method::POST,
-                        &path,
+                        (Method::POST, &path),
                         &Secret::new(jwt),
+                        None,
                         None,
                         false,
                     )
@@ -449,18 +444,21 @@ impl GithubClient {
     async fn send(
         &self,
         endpoint: &'static str,
-        method: Method,
-        path: &str,
+        (method, path): (Method, &str),
         token: &Secret,
         body: Option<serde_json::Value>,
+        header: Option<(&'static str, &str)>,
         track_rate: bool,
     ) -> Result<Answer, GithubError> {
         let url = format!("{}{path}", self.inner.api_url);
-        let request = self
+        let mut request = self
             .inner
             .http
             .request(method, url)
             .insert_header(("Authorization", format!("Bearer {}", token.expose())));
+        if let Some(h) = header {
+            request = request.insert_header(h);
+        }
         let sent = match body {
             Some(b) => request.send_json(&b).await,
             None => request.send().await,
@@ -505,8 +503,14 @@ impl GithubClient {
     }
 
     fn observe_rate(&self, headers: &HeaderMap, status: StatusCode) {
-        let Some(rate) = &self.inner.rate else { return };
         let reading = parse_rate_headers(headers);
+        if let Some(r) = reading
+            && r.resource == crate::vocab::RateBucket::Core
+            && let (Some(remaining), Some(limit)) = (r.remaining, r.limit)
+        {
+            self.inner.core_left.set(Some((remaining, limit)));
+        }
+        let Some(rate) = &self.inner.rate else { return };
         let retry_after = parse_retry_after(headers);
         if reading.is_none() && retry_after.is_none() {
             return;

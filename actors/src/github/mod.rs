@@ -9,6 +9,7 @@ pub mod client;
 pub mod error;
 pub mod event;
 pub mod rate;
+pub mod reconcile;
 pub mod signature;
 
 pub use client::{GithubClient, JitRunner, RunnerInfo};

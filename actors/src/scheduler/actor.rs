@@ -467,8 +467,8 @@ impl SchedulerActor {
     fn reconcile(&mut self, ctx: &mut Context<Self>) {
         let list = self.deps.github.list_queued.clone();
         ctx.spawn(async move { list.send(ListQueuedJobs).await }.into_actor(self).map(|result, act, ctx| {
-            let jobs = match result {
-                Ok(Ok(jobs)) => jobs,
+            let pass = match result {
+                Ok(Ok(pass)) => pass,
                 Ok(Err(e)) => {
                     tracing::warn!(error_class = e.class().as_str(), error = %e, "reconcile failed; trying again next interval");
                     return;
@@ -478,8 +478,15 @@ impl SchedulerActor {
                     return;
                 }
             };
-            tracing::info!(queued = jobs.len(), "reconcile: queued jobs on GitHub");
-            for job in jobs {
+            for (repo, e) in &pass.failed {
+                act.metrics.reconcile_repo_failures.inc();
+                tracing::warn!(repo = %repo, error_class = e.class().as_str(), error = %e, "reconcile: this repo failed; its jobs wait for the next pass");
+            }
+            if pass.deferred > 0 {
+                tracing::info!(deferred = pass.deferred, "reconcile: the core budget runs low; the remaining repos wait for the next pass");
+            }
+            tracing::info!(queued = pass.jobs.len(), repos = pass.listed, failed = pass.failed.len(), "reconcile: queued jobs on GitHub");
+            for job in pass.jobs {
                 let now = act.clock.tick();
                 let fx = act.core.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now);
                 act.run(fx, ctx);

@@ -216,6 +216,29 @@ fn io(path: &Path, e: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// The lock file in `state.dir`: one daemon per directory.
+pub const LOCK_FILE: &str = "ephemer-actors.lock";
+
+/// Takes `dir` for this process (an exclusive `flock` on its lock file, released when the
+/// returned handle is dropped, or the process ends).
+fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| io(&path, e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        io(
+            &path,
+            format!("{e} (is another daemon using this state.dir?)"),
+        )
+    })
+}
+
 /// The file in `state.dir` that holds this install's id.
 pub const INSTALL_ID_FILE: &str = "install-id";
 
@@ -262,6 +285,7 @@ impl Store {
     /// Like [`Store::open`], with a fault switch on its disk.
     pub fn open_with(dir: &Path, faults: StoreFaults) -> Result<(Store, Snapshot), StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let lock = lock_dir(dir)?;
         let path = dir.join(FILE);
         let mut moved_aside = None;
         let db = match open::open_and_load(&path) {
@@ -286,6 +310,9 @@ impl Store {
             .name("ephemer-store".into())
             .spawn(move || {
                 writer.run(rx);
+                // Held until the writer is done: the database may be closed and reopened in
+                // between (a failing disk), and no other daemon may take the dir meanwhile.
+                drop(lock);
                 flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
             })
             .map_err(|e| io(dir, e))?;

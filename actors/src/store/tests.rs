@@ -149,12 +149,16 @@ async fn an_unwritable_disk_holds_changes_and_writes_them_through_when_it_recove
 async fn held_changes_get_a_last_try_at_close() {
     let dir = tempfile::tempdir().unwrap();
     let faults = StoreFaults::default();
-    {
+    let closed = {
         let (store, _) = Store::open_with(dir.path(), faults.clone()).unwrap();
         faults.set_unwritable(true);
         store.write(vec![add(7)]).await.unwrap();
         faults.set_unwritable(false);
-    }
+        store.closed()
+    };
+    // The file is unlocked while the writer holds changes; its last try comes before it says
+    // it is closed.
+    assert!(closed.wait(std::time::Duration::from_secs(10)).await);
     let snap = reopened(dir.path()).await;
     assert_eq!(snap.jobs.len(), 1);
 }

@@ -103,13 +103,13 @@ impl Handler<GetRunner> for FakeGithub {
 }
 
 impl Handler<crate::github::actor::ListQueuedJobs> for FakeGithub {
-    type Result = ResponseFuture<Result<Vec<JobInfo>, GithubError>>;
+    type Result = ResponseFuture<Result<crate::github::reconcile::Reconciled, GithubError>>;
     fn handle(
         &mut self,
         _: crate::github::actor::ListQueuedJobs,
         _: &mut Context<Self>,
     ) -> Self::Result {
-        Box::pin(async { Ok(Vec::new()) })
+        Box::pin(async { Ok(Default::default()) })
     }
 }
 
