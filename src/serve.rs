@@ -147,6 +147,8 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    // From the first moment: a SIGTERM during start-up is kept and drains right after it.
+    let mut signals = Signals::new()?;
     for warning in ephemer_actors_core::harden::harden_process()
         .into_iter()
         .chain(config.warnings())
@@ -173,7 +175,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     );
 
     let signal_name = tokio::select! {
-        signal = wait_for_shutdown_signal() => signal?,
+        signal = signals.next() => signal,
         actor = dead_core_actor(&handles) => {
             // Never a daemon that answers 503 forever while its service manager thinks it
             // runs: exit, and let the restart pick the state up from the store (runners
@@ -182,8 +184,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    tracing::info!(signal = signal_name, "shutdown signal received; draining");
-    let torn_down = handles.shutdown(config.runner.shutdown_timeout).await;
+    tracing::info!(
+        signal = signal_name,
+        "shutdown signal received; draining (a second one tears the running jobs down at once)"
+    );
+    let hurry = async move {
+        let again = signals.next().await;
+        tracing::warn!(signal = again, "second shutdown signal");
+    };
+    let torn_down = handles
+        .shutdown_until(config.runner.shutdown_timeout, hurry)
+        .await;
     listeners.stop().await;
     tracing::info!(torn_down, "stopped cleanly");
     Ok(())
@@ -202,12 +213,25 @@ async fn dead_core_actor(handles: &Handles) -> &'static str {
     }
 }
 
-/// Resolves with the name of the first SIGTERM or SIGINT.
-async fn wait_for_shutdown_signal() -> anyhow::Result<&'static str> {
-    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, listened for from the start of `serve`.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+        })
+    }
+
+    /// The name of the next SIGTERM or SIGINT.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }

@@ -146,9 +146,19 @@ impl Handles {
     /// parents before children, and the state store is closed, so the same `state.dir` can be
     /// started again in this process. Returns how many runners had to be torn down.
     pub async fn shutdown(self, timeout: std::time::Duration) -> usize {
+        self.shutdown_until(timeout, std::future::pending()).await
+    }
+
+    /// Like [`Handles::shutdown`], but the wait for running jobs also ends when `hurry`
+    /// resolves (a second SIGTERM): what still runs is torn down at once.
+    pub async fn shutdown_until(
+        self,
+        timeout: std::time::Duration,
+        hurry: impl std::future::Future<Output = ()>,
+    ) -> usize {
         use crate::{lifecycle::Stop, webhook::Close};
         self.health.set_draining(true);
-        let torn_down = drain(&self, timeout).await;
+        let torn_down = drain_until(&self, timeout, hurry).await;
         let _ = self.webhook.send(Close).await;
         // Parents first: each stops the children it owns (scheduler -> retry timer,
         // supervisor -> provisioner).
@@ -378,10 +388,24 @@ pub fn start(
     Ok(handles)
 }
 
+/// What a stop may take after `shutdown_timeout` at most: the teardown of what still runs (a
+/// 60 s cap), GitHub calls in flight (30 s), the store's close (10 s), and some slack. A
+/// service manager's stop window is `shutdown_timeout` plus this.
+pub const AFTER_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Drains an instance: cordon (no new claims, no new retries; job events keep being handled),
 /// wait up to `timeout` for every runner to finish, then tear down and delete what remains.
 /// Returns how many runners had to be torn down.
 pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
+    drain_until(handles, timeout, std::future::pending()).await
+}
+
+/// Like [`drain`], but the wait for running jobs also ends when `hurry` resolves.
+pub async fn drain_until(
+    handles: &Handles,
+    timeout: std::time::Duration,
+    hurry: impl std::future::Future<Output = ()>,
+) -> usize {
     use crate::scheduler::messages::{
         BeginShutdown, CallsInFlight, FlushDeferred, GetStatus, TeardownAll,
     };
@@ -408,8 +432,16 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
     settle().await;
     let mut left = runners().await;
     tracing::info!(runners = left, timeout = ?timeout, "draining: waiting for running jobs");
-    while left > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(POLL).await;
+    tokio::pin!(hurry);
+    let mut hurried = false;
+    while left > 0 && tokio::time::Instant::now() < deadline && !hurried {
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            () = &mut hurry => {
+                hurried = true;
+                tracing::warn!(runners = left, "asked again to stop: tearing down the running jobs now");
+            }
+        }
         left = runners().await;
     }
     if left == 0 {
@@ -417,10 +449,12 @@ pub async fn drain(handles: &Handles, timeout: std::time::Duration) -> usize {
         settle().await;
         return 0;
     }
-    tracing::warn!(
-        runners = left,
-        "shutdown_timeout reached; tearing down what remains"
-    );
+    if !hurried {
+        tracing::warn!(
+            runners = left,
+            "shutdown_timeout reached; tearing down what remains"
+        );
+    }
     let _ = handles.scheduler.send(TeardownAll).await;
     // Teardown itself is bounded by the provisioners' kill grace; give it that long and more.
     let teardown_deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -222,3 +222,23 @@ async fn start_up_reaps_only_this_installs_leftover_environments() {
     assert!(theirs.exists(), "another install's environment was removed");
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A second SIGTERM during the drain tears the running job down at once instead of waiting
+/// out `shutdown_timeout`; the daemon still exits 0, the runner torn down.
+#[actix_rt::test]
+async fn a_second_sigterm_ends_the_drain_at_once() {
+    let standin = support::standin(600_000);
+    let daemon = Daemon::start(&standin, "", &support::daemon::local_provider(1)).await;
+    standin.queue_jobs("app", LABELS, 1);
+    eventually("the job to start", Duration::from_secs(20), || {
+        standin.jobs_in("in_progress") == 1
+    })
+    .await;
+    daemon.begin_drain();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The drain would wait 5 minutes for the job; the second signal ends it now.
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(logs.contains("second shutdown signal"), "{logs}");
+    assert!(logs.contains("stopped cleanly torn_down=1"), "{logs}");
+}
