@@ -37,3 +37,10 @@ macro_rules! stop_on_request {
 #[derive(Debug, Clone, Copy, actix::Message)]
 #[rtype(result = "()")]
 pub struct Crash;
+
+/// Makes a supervisor's provisioner panic (the supervisor itself carries on and applies its
+/// restart policy): for fault tests and chaos runs.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, actix::Message)]
+#[rtype(result = "()")]
+pub struct CrashProvisioner;

@@ -98,7 +98,7 @@ async fn the_shutdown_drain_cannot_be_uncordoned() {
         err.contains("409") && err.contains("draining to shut down"),
         "{err}"
     );
-    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+    assert_eq!(daemon.wait_exit(Duration::from_secs(30)).await.0, Some(0));
     assert_eq!(
         standin.jobs_in("completed"),
         1,

@@ -335,7 +335,7 @@ async fn an_empty_registration_bucket_is_waited_out_while_core_calls_go_on() {
         .map(|c| c.status)
         .collect();
     assert!(
-        !during.is_empty() && during.iter().all(|s| *s == 200),
+        !during.is_empty() && during.iter().all(|s| *s == 200 || *s == 304),
         "core calls during the window: {during:?}"
     );
     let metrics = daemon.metrics().await;

@@ -3,11 +3,13 @@
 //! actix's own `Supervisor` restarts only actors that stop themselves and does nothing for a
 //! panic, so supervision is ours: the parent forwards `Provision`/`Teardown` to its current
 //! child and relays the child's runner events, so it always knows which runners the child holds.
-//! When the child dies, the parent tears those runners' environments down (backends are
-//! stateless by name), reports each as `ProvisionerDied` (the scheduler re-queues jobs that
-//! never started), and re-creates the child from its factory after `backoff`, unless the policy
-//! (`permanent` | `transient` | `never`) or the budget (`max_restarts` within `within`) says no;
-//! then the provider is reported down and its jobs go to another covering provider or wait.
+//! When the child dies, the parent re-creates it from its factory after `backoff`, and the new
+//! child adopts the runners the dead one held (backends find an environment by name), so a job
+//! half done goes on; one that is gone is reported lost. Unless the policy (`permanent` |
+//! `transient` | `never`) or the budget (`max_restarts` within `within`) says no: then those
+//! runners' environments are torn down, each reported as `ProvisionerDied` (the scheduler
+//! re-queues jobs that never started), the provider is reported down and its jobs go to
+//! another covering provider or wait.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -284,6 +286,16 @@ impl Handler<crate::lifecycle::Crash> for ProvisionerSupervisor {
     }
 }
 
+impl Handler<crate::lifecycle::CrashProvisioner> for ProvisionerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::lifecycle::CrashProvisioner, _: &mut Context<Self>) {
+        if let Some(child) = &self.child {
+            child.do_send(crate::lifecycle::Crash);
+        }
+    }
+}
+
 impl Handler<Provision> for ProvisionerSupervisor {
     type Result = ();
 
@@ -364,14 +376,17 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
             runners = self.live.len(),
             "provisioner stopped"
         );
-        // Whatever the dead child held is torn down and reported, so no job is lost with it.
-        for name in std::mem::take(&mut self.live) {
-            let cleanup = self.backend.stop(name.clone());
-            ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
-                act.report(&name, RunnerEventKind::gone(ExitReason::ProvisionerDied));
-            }));
-        }
         let restart = self.may_restart(m.panicked);
+        if restart.is_err() {
+            // Nobody will watch what the dead child held: torn down and reported, so the
+            // scheduler sends those jobs elsewhere.
+            for name in std::mem::take(&mut self.live) {
+                let cleanup = self.backend.stop(name.clone());
+                ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
+                    act.report(&name, RunnerEventKind::gone(ExitReason::ProvisionerDied));
+                }));
+            }
+        }
         tell(
             &self.status,
             ProviderStatus {
@@ -390,7 +405,15 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
                     .with_label_values(&[provider.as_str()])
                     .inc();
                 tracing::warn!(provider = provider.as_str(), provisioner = provider.provisioner_name(), backoff = ?self.restart.backoff, "restarting provisioner");
-                ctx.run_later(self.restart.backoff, |act, ctx| act.spawn_child(ctx));
+                // The runners the dead child held go on (their jobs may be half done): the new
+                // child adopts them by name, or reports those that are gone.
+                ctx.run_later(self.restart.backoff, |act, ctx| {
+                    act.spawn_child(ctx);
+                    let adopt: Vec<String> = act.live.iter().cloned().collect();
+                    if let Some(child) = act.child.as_ref().filter(|_| !adopt.is_empty()) {
+                        child.do_send(super::Adopt { names: adopt });
+                    }
+                });
             }
             Err(why) => {
                 tracing::error!(provider = provider.as_str(), provisioner = provider.provisioner_name(), reason = %why, "provisioner stays down; its jobs go to another covering provider or wait");

@@ -56,8 +56,17 @@ impl Backend for Fake {
     fn reap_leftovers(&self, _keep: Vec<String>) -> LocalFuture<Vec<String>> {
         Box::pin(async { Vec::new() })
     }
-    fn adopt(&self, _name: String) -> LocalFuture<Option<RunningRunner>> {
-        Box::pin(async { None })
+    /// A runner started earlier and not stopped is still there: watched again.
+    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
+        let mut exits = self.0.exits.borrow_mut();
+        let found = exits.contains_key(&name).then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            exits.insert(name, tx);
+            RunningRunner {
+                exited: Box::pin(async move { rx.await.unwrap_or(None) }),
+            }
+        });
+        Box::pin(async move { found })
     }
 }
 
@@ -152,8 +161,11 @@ fn kinds(seen: &Arc<Mutex<Seen>>) -> Vec<(String, RunnerEventKind)> {
         .collect()
 }
 
+/// A provisioner that panics is restarted, and the new one adopts the runners the dead one
+/// held: a job half done goes on (its runner is not torn down); a runner whose start died with
+/// the provisioner is reported lost.
 #[actix_rt::test]
-async fn a_panic_mid_job_tears_down_reports_and_restarts() {
+async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     let (sup, fake, seen, metrics) = supervised(RestartPolicy::Permanent, 5).await;
     sup.send(Provision(spec("r-a"))).await.unwrap();
     settle().await;
@@ -165,21 +177,6 @@ async fn a_panic_mid_job_tears_down_reports_and_restarts() {
     *fake.0.explode.borrow_mut() = true;
     sup.send(Provision(spec("r-b"))).await.unwrap();
     settle().await;
-    let died = RunnerEventKind::Exited {
-        code: None,
-        reason: ExitReason::ProvisionerDied,
-    };
-    let events = kinds(&seen);
-    assert!(
-        events.contains(&("r-a".to_string(), died.clone())),
-        "{events:?}"
-    );
-    assert!(events.contains(&("r-b".to_string(), died)), "{events:?}");
-    assert!(
-        fake.0.stopped.borrow().contains(&"r-a".to_string()),
-        "the running runner was torn down"
-    );
-
     *fake.0.explode.borrow_mut() = false;
     tokio::time::sleep(Duration::from_secs(2)).await;
     settle().await;
@@ -194,6 +191,34 @@ async fn a_panic_mid_job_tears_down_reports_and_restarts() {
         seen.lock().unwrap().status,
         vec![true, false, true],
         "up, down, up again"
+    );
+    assert!(
+        !fake.0.stopped.borrow().contains(&"r-a".to_string()),
+        "the running runner was torn down"
+    );
+    let lost = RunnerEventKind::Exited {
+        code: None,
+        reason: ExitReason::Lost,
+    };
+    let events = kinds(&seen);
+    assert!(events.contains(&("r-b".to_string(), lost)), "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|(n, k)| n == "r-a" && *k != RunnerEventKind::Started),
+        "{events:?}"
+    );
+
+    // The adopted runner's end is reported by the new provisioner.
+    let tx = fake.0.exits.borrow_mut().remove("r-a").unwrap();
+    tx.send(Some(0)).unwrap();
+    settle().await;
+    assert!(
+        kinds(&seen)
+            .iter()
+            .any(|(n, k)| n == "r-a" && matches!(k, RunnerEventKind::Exited { code: Some(0), .. })),
+        "{:?}",
+        kinds(&seen)
     );
     sup.send(Provision(spec("r-c"))).await.unwrap();
     settle().await;

@@ -326,8 +326,14 @@ impl Daemon {
     }
 
     /// SIGTERM, then the exit code (within `within`).
-    pub async fn stop(mut self, within: Duration) -> (Option<i32>, String) {
+    pub async fn stop(self, within: Duration) -> (Option<i32>, String) {
         sigterm(&self.child);
+        self.wait_exit(within).await
+    }
+
+    /// Waits for the daemon to exit by itself (after `begin_drain`: a second SIGTERM would
+    /// tear its jobs down at once); its exit code and logs.
+    pub async fn wait_exit(mut self, within: Duration) -> (Option<i32>, String) {
         let status = tokio::time::timeout(within, self.child.wait())
             .await
             .unwrap_or_else(|_| panic!("daemon did not exit within {within:?}:\n{}", self.logs()))

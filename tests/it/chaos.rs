@@ -1,0 +1,307 @@
+//! The chaos run: many jobs over two label sets through an embedded instance against the
+//! stand-in, with faults at random moments, and a count at the end of what was lost and left.
+//!
+//! Ignored by default (it takes minutes); `.ci/run` runs it with `CHAOS_JOBS=1000`, and
+//! docs/benchmarks.md records a 10,000-job run. `CHAOS_SEED` picks the fault schedule;
+//! `CHAOS_ONLY=<fault>` repeats one kind of fault (to see what it costs alone).
+//!
+//! Faults: 5xx storms and dropped connections on claims, an exhausted rate window, duplicated,
+//! replayed and out-of-order deliveries, lost `queued` deliveries (the reconcile finds those), a
+//! provisioner panic (its supervisor restarts it), a store that cannot write for 3 s, and an
+//! abrupt stop of every actor (no drain; runner processes left running, as after `kill -9`)
+//! followed by a start on the same state, which adopts them. The real `kill -9` of the daemon
+//! binary is `durable.rs`'s.
+
+use std::time::{Duration, Instant};
+
+use ephemer_actors_core::{
+    clock::Clock,
+    config::{Config, Environment},
+    lifecycle::{CrashProvisioner, Stop},
+    metrics::Metrics,
+    store::StoreFaults,
+    system::{self, Handles},
+};
+use github_standin::{DeliveryFaults, Fault, Standin};
+use rand::{RngExt as _, SeedableRng, rngs::SmallRng};
+
+use crate::support::{
+    self,
+    daemon::{SECRET, free_port},
+};
+
+const LINUX: &[&str] = &["self-hosted", "linux"];
+const MACOS: &[&str] = &["self-hosted", "macos"];
+
+/// Two process pools (two label sets) of stand-in runners, a short ladder, a frequent
+/// reconcile, and no claim pacing to speak of (the stand-in has no secondary limit).
+fn config(standin: &Standin, state: &std::path::Path) -> Config {
+    let bin = env!("CARGO_BIN_EXE_ephemer-actors");
+    let text = format!(
+        r#"
+[github]
+api_url = "{api}"
+owner = "acme"
+repos = ["app"]
+token = "ghp_standin_token"
+max_claims_per_minute = 6000
+
+[webhook]
+listen = "127.0.0.1:{port}"
+secret = "{SECRET}"
+reconcile_interval = "5s"
+
+[runner]
+name_prefix = "chaos"
+max_concurrent = 16
+shutdown_timeout = "30s"
+
+[runner.claim_retry]
+schedule = ["1s", "2s", "4s"]
+max_age = "30m"
+
+[runner.orphan_sweep]
+grace = "20s"
+
+[state]
+dir = "{state}"
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[providers.local]
+command = "{bin}"
+args = ["standin-runner"]
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 8
+allow_root = true
+
+[providers.native_macos]
+command = "{bin}"
+args = ["standin-runner"]
+labels = ["self-hosted", "macos", "arm64"]
+max_concurrent = 8
+allow_root = true
+"#,
+        api = standin.url(),
+        port = free_port(),
+        admin = free_port(),
+        state = state.display(),
+    );
+    Config::from_toml_str(&text, None, &Environment::default()).unwrap()
+}
+
+/// An instance on `state`, served by a host app the stand-in delivers to.
+fn start(standin: &Standin, config: &Config, faults: &StoreFaults) -> (Handles, String) {
+    let handles = system::start(
+        config,
+        Metrics::new(),
+        Clock::real(),
+        system::StartOptions {
+            store_faults: faults.clone(),
+            ..system::StartOptions::default()
+        },
+    )
+    .unwrap();
+    handles.health.set_ready();
+    let (addr, _server) = crate::embed::host(&handles, "/ci");
+    standin.send_webhooks_to(&format!("http://{addr}/ci/webhook/github"), SECRET);
+    (handles, addr)
+}
+
+/// Every actor stopped at once, no drain, no teardown: what a `kill -9` leaves (runner
+/// processes go on; the store keeps what it acknowledged).
+async fn crash(handles: Handles) {
+    let closed = handles.store_closed.clone();
+    let _ = handles.webhook.send(Stop).await;
+    let _ = handles.scheduler.send(Stop).await;
+    for pool in handles.provisioners.values() {
+        // The supervisor's own stop would stop its provisioner, which would leave the runner
+        // processes alone too (they are in their own process groups and cgroups).
+        let _ = pool.send(Stop).await;
+    }
+    let _ = handles.github.send(Stop).await;
+    let _ = handles.rate.send(Stop).await;
+    drop(handles);
+    assert!(
+        closed.wait(Duration::from_secs(20)).await,
+        "the store did not close"
+    );
+}
+
+/// One fault, chosen by the schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chaos {
+    ServerErrors,
+    DroppedConnections,
+    RateWindow,
+    MessyDeliveries,
+    LostDeliveries,
+    ProvisionerPanic,
+    UnwritableStore,
+    Restart,
+}
+
+const ALL: [Chaos; 8] = [
+    Chaos::ServerErrors,
+    Chaos::DroppedConnections,
+    Chaos::RateWindow,
+    Chaos::MessyDeliveries,
+    Chaos::LostDeliveries,
+    Chaos::ProvisionerPanic,
+    Chaos::UnwritableStore,
+    Chaos::Restart,
+];
+
+#[actix_rt::test]
+#[ignore = "minutes long: run with --ignored (CI does, with CHAOS_JOBS=1000)"]
+async fn chaos() {
+    let jobs: usize = std::env::var("CHAOS_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let standin = support::standin(20);
+    let state = tempfile::tempdir().unwrap();
+    let config = config(&standin, state.path());
+    let faults = StoreFaults::default();
+    let (mut handles, mut addr) = start(&standin, &config, &faults);
+    let started = Instant::now();
+
+    // Waves of jobs, a fault before each (every kind at least once), alternating label sets.
+    // CHAOS_ONLY=<fault> (e.g. `Restart`) repeats one fault, to see what it costs alone.
+    let kinds: Vec<Chaos> = match std::env::var("CHAOS_ONLY") {
+        Ok(only) => ALL
+            .into_iter()
+            .filter(|c| format!("{c:?}") == only)
+            .collect(),
+        Err(_) => ALL.to_vec(),
+    };
+    assert!(!kinds.is_empty(), "CHAOS_ONLY names none of {ALL:?}");
+    let waves = (jobs / 50).max(kinds.len());
+    let mut schedule: Vec<Chaos> = kinds.clone();
+    while schedule.len() < waves {
+        schedule.push(kinds[rng.random_range(0..kinds.len())]);
+    }
+    let mut queued = 0;
+    let mut injected = Vec::new();
+    for (wave, chaos) in schedule.iter().enumerate() {
+        let left = waves - wave;
+        let n = (jobs - queued).div_ceil(left);
+        match chaos {
+            Chaos::ServerErrors => {
+                standin.fail_status("generate_jitconfig", 502, rng.random_range(5..30))
+            }
+            Chaos::DroppedConnections => {
+                standin.fail_next("generate_jitconfig", rng.random_range(2..10), Fault::Drop)
+            }
+            Chaos::RateWindow => {
+                standin.exhaust_for(Duration::from_secs(rng.random_range(2..6)));
+            }
+            Chaos::MessyDeliveries => standin.set_delivery_faults(DeliveryFaults {
+                extra_copies: 1,
+                replays: 1,
+                drop_next_queued: 0,
+                swap_in_progress_and_completed: true,
+            }),
+            Chaos::LostDeliveries => standin.set_delivery_faults(DeliveryFaults {
+                drop_next_queued: rng.random_range(1..10),
+                ..DeliveryFaults::default()
+            }),
+            Chaos::ProvisionerPanic => {
+                for pool in handles.provisioners.values() {
+                    pool.do_send(CrashProvisioner);
+                }
+            }
+            Chaos::UnwritableStore => faults.set_unwritable(true),
+            Chaos::Restart => {
+                crash(handles).await;
+                (handles, addr) = start(&standin, &config, &faults);
+            }
+        }
+        injected.push(format!("{chaos:?}"));
+        for i in 0..n {
+            let labels = if (queued + i) % 2 == 0 { LINUX } else { MACOS };
+            standin.queue_jobs("app", labels, 1);
+        }
+        queued += n;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
+        match chaos {
+            Chaos::UnwritableStore => {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                faults.set_unwritable(false);
+            }
+            Chaos::MessyDeliveries | Chaos::LostDeliveries => {
+                standin.set_delivery_faults(DeliveryFaults::default())
+            }
+            _ => {}
+        }
+    }
+
+    // Every job runs; then nothing of ours is left.
+    let deadline = Instant::now() + Duration::from_secs(120 + jobs as u64 / 5);
+    let mut last = (0, Instant::now());
+    while standin.jobs_in("completed") < jobs && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let done = standin.jobs_in("completed");
+        if done != last.0 {
+            last = (done, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(30) {
+            eprintln!("chaos: no progress for 30 s at {done} of {jobs}");
+            last.1 = Instant::now();
+        }
+    }
+    let completed = standin.jobs_in("completed");
+    if completed < jobs {
+        let stuck: Vec<String> = standin
+            .jobs()
+            .iter()
+            .filter(|j| j.status != "completed")
+            .map(|j| format!("{} {} {:?}", j.id, j.status, j.runner_name))
+            .collect();
+        eprintln!("chaos: not completed: {stuck:?}");
+        for line in stuck.iter().take(3) {
+            let id = line.split(' ').next().unwrap();
+            let (_, view) = support::http_get(&addr, &format!("/ci/api/v1/jobs/{id}"))
+                .await
+                .unwrap_or_default();
+            eprintln!("chaos: job {id}: {view}");
+        }
+    }
+    let ran = started.elapsed();
+    handles.shutdown(Duration::from_secs(30)).await;
+    let registrations_left = standin.runners().len();
+    let runners_left = std::fs::read_dir(state.path().join("work"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("chaos-"))
+                .count()
+        })
+        .unwrap_or(0);
+    let claims = standin
+        .calls_to("generate_jitconfig")
+        .iter()
+        .filter(|c| c.status == 201)
+        .count();
+    println!(
+        "chaos (seed {seed}): {jobs} jobs over {waves} waves in {:.0?}; faults {}; \
+         jobs run {completed}, jobs lost {}, claims {claims} (extra {}), runners left \
+         {runners_left}, registrations left {registrations_left}",
+        ran,
+        injected.join(","),
+        jobs - completed,
+        claims.saturating_sub(jobs),
+    );
+    assert_eq!(completed, jobs, "jobs lost");
+    assert_eq!(runners_left, 0, "runner environments left");
+    assert_eq!(
+        registrations_left,
+        0,
+        "registrations left: {:?}",
+        standin.runners()
+    );
+}
