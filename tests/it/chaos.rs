@@ -165,6 +165,15 @@ async fn chaos() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
     let mut rng = SmallRng::seed_from_u64(seed);
+    // CHAOS_LOG=<file>: the instance's log, for finding out what went wrong.
+    if let Ok(path) = std::env::var("CHAOS_LOG") {
+        let file = std::fs::File::create(path).unwrap();
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_env_filter("info")
+            .try_init();
+    }
     let standin = support::standin(20);
     let state = tempfile::tempdir().unwrap();
     let config = config(&standin, state.path());

@@ -158,6 +158,14 @@ impl GithubError {
         }
     }
 
+    /// GitHub refused to delete a runner because it is running a job (422 "Runner ... is
+    /// still running a job"): the deletion and the job's assignment exclude each other, so
+    /// this is the reliable "busy".
+    pub fn is_runner_busy(&self) -> bool {
+        matches!(self, GithubError::Http(f)
+            if f.status == 422 && f.message.to_ascii_lowercase().contains("running a job"))
+    }
+
     /// The HTTP status, when GitHub answered.
     pub fn status(&self) -> Option<u16> {
         match self {

@@ -291,13 +291,17 @@ impl SchedulerActor {
                     repo,
                     reason,
                 } => {
-                    let get = self.deps.github.get_runner.clone();
+                    // Delete first, tear down after: GitHub refuses to delete a runner that
+                    // is running a job, atomically with handing it one, where a busy check
+                    // followed by a teardown can kill a job assigned in between.
+                    let delete = self.deps.github.delete.clone();
                     let fut = async move {
-                        match get.send(GetRunner { repo, runner_id }).await {
-                            Ok(Ok(found)) => Ok(found.is_some_and(|r| r.busy)),
+                        match delete.send(DeleteRunner { repo, runner_id }).await {
+                            Ok(Ok(())) => Ok(false),
+                            Ok(Err(e)) if e.is_runner_busy() => Ok(true),
                             Ok(Err(e)) => Err(e),
                             Err(e) => Err(GithubError::Network {
-                                endpoint: "get_runner",
+                                endpoint: "delete_runner",
                                 detail: e.to_string(),
                             }),
                         }

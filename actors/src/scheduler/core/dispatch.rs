@@ -296,6 +296,8 @@ impl Scheduler {
                 idle_checked_at: None,
                 idle_check_pending: false,
                 seen_busy: false,
+                registration_deleted: false,
+                tearing_down: false,
             },
         );
         let row = self.runners[&runner.name].row.clone();

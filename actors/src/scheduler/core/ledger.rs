@@ -97,7 +97,10 @@ impl Scheduler {
                 } else {
                     Duration::ZERO
                 };
-                if let Some(r) = runner.as_ref().filter(|r| r.bound.is_none()) {
+                if let Some(r) = runner
+                    .as_ref()
+                    .filter(|r| r.bound.is_none() && !r.registration_deleted)
+                {
                     let delete = Deferred::Delete {
                         repo: r.row.repo.clone(),
                         runner_id: r.row.id,

@@ -217,8 +217,9 @@ pub enum Effect {
         /// Due time.
         at: Option<Instant>,
     },
-    /// Ask GitHub whether a runner is busy before reaping it (its `in_progress` may be late);
-    /// report back with `on_idle_checked`.
+    /// Delete a runner's registration on GitHub before reaping it, unless it is busy (its
+    /// `in_progress` may be late; GitHub refuses to delete a runner that runs a job); report
+    /// back with `on_idle_checked` (`Ok(false)`: deleted, `Ok(true)`: busy).
     CheckIdle {
         /// Runner name.
         name: String,
@@ -337,6 +338,10 @@ pub struct RunnerRecord {
     /// GitHub said it is busy (with a job whose `in_progress` never reached us): the sweep
     /// leaves it alone; its job's `completed`, or its own exit, ends it.
     pub seen_busy: bool,
+    /// Its registration is already deleted on GitHub (by the sweep): its exit deletes nothing.
+    pub registration_deleted: bool,
+    /// A teardown was asked for: the sweep leaves it to that.
+    pub tearing_down: bool,
 }
 
 impl std::ops::Deref for RunnerRecord {

@@ -53,6 +53,8 @@ impl Scheduler {
                     idle_checked_at: None,
                     idle_check_pending: false,
                     seen_busy: false,
+                    registration_deleted: false,
+                    tearing_down: false,
                 },
             );
             let rec = self.jobs.entry(r.intent.clone()).or_insert_with(|| {

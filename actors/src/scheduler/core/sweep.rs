@@ -47,7 +47,7 @@ impl Scheduler {
         let mut unbound: Vec<&RunnerRecord> = self
             .runners
             .values()
-            .filter(|r| r.bound.is_none() && !r.seen_busy)
+            .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
             .collect();
         unbound.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
         let mut reap: Vec<(String, ProviderKind, JobKey, &'static str)> = Vec::new();
@@ -104,8 +104,8 @@ impl Scheduler {
         fx
     }
 
-    /// GitHub's answer about a runner the sweep would reap: reap it only if it is still ours,
-    /// still unbound, and GitHub says it is not busy (or no longer knows it).
+    /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was
+    /// not busy, or GitHub no longer knew it) and it is torn down; or it is busy and kept.
     pub fn on_idle_checked(
         &mut self,
         name: &str,
@@ -129,6 +129,8 @@ impl Scheduler {
             return fx;
         }
         r.seen_busy = matches!(busy, Ok(true));
+        r.registration_deleted = matches!(busy, Ok(false));
+        r.tearing_down |= matches!(busy, Ok(false));
         let (provider, intent) = (r.provider, r.intent.clone());
         match busy {
             Ok(false) => {
@@ -187,9 +189,11 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(provider) = self.runners.get(&name).map(|r| r.provider) else {
+        let Some(r) = self.runners.get_mut(&name) else {
             return;
         };
+        r.tearing_down = true;
+        let provider = r.provider;
         self.note(
             key,
             now,

@@ -295,6 +295,45 @@ async fn a_busy_spare_is_not_reaped() {
     assert_eq!(h.gh.lock().unwrap().gets, 1, "a busy runner is asked once");
 }
 
+/// A spare handed a job a moment ago (GitHub would still list it idle) is not torn down: the
+/// sweep deletes its registration first, which GitHub refuses for a runner that runs a job
+/// (the teardown after an idle look killed such jobs; pytorch/test-infra#6473 is the same race
+/// in another autoscaler).
+#[actix_rt::test]
+async fn a_spare_handed_a_job_after_it_looked_idle_is_not_killed() {
+    let h = harness(Setup::default()).await;
+    h.queued(1, LINUX).await;
+    h.queued(2, LINUX).await;
+    h.run_for(Duration::from_secs(1)).await;
+    let b = runner_of(&h.state().await, 2);
+    let b_id = h
+        .state()
+        .await
+        .runners
+        .iter()
+        .find(|r| r.name == b)
+        .unwrap()
+        .id;
+    h.gh.lock().unwrap().busy_since_looked.push(b_id);
+    for action in [JobAction::InProgress, JobAction::Completed] {
+        h.send(
+            action,
+            JobInfo {
+                runner_name: Some("peer".into()),
+                conclusion: (action == JobAction::Completed).then(|| "success".into()),
+                ..job(2, LINUX)
+            },
+        )
+        .await;
+    }
+    h.run_for(Duration::from_secs(1)).await;
+    assert!(
+        h.state().await.runners.iter().any(|r| r.name == b),
+        "the spare running a job was torn down"
+    );
+    assert!(!h.gh.lock().unwrap().deletes.contains(&b_id));
+}
+
 /// A runner that exits by itself before its `in_progress` arrives ran a job: GitHub removed
 /// it, so no deletion is spent on it. One that ran nothing is deleted once the wait is over.
 #[actix_rt::test]

@@ -44,8 +44,10 @@ struct GhLog {
     claims: Vec<(Instant, GenerateJitConfig)>,
     deletes: Vec<u64>,
     busy: Vec<u64>,
-    /// Busy checks asked (`GetRunner`).
+    /// Deletions asked, refused or not (the sweep's busy check is a deletion).
     gets: usize,
+    /// Runners handed a job just after a look at them: listed idle, refused deletion as busy.
+    busy_since_looked: Vec<u64>,
     script: VecDeque<Result<(), GithubError>>,
     otherwise: Option<GithubError>,
 }
@@ -127,7 +129,24 @@ impl Handler<crate::github::actor::ListRunners> for FakeGithub {
 impl Handler<DeleteRunner> for FakeGithub {
     type Result = ResponseFuture<Result<(), GithubError>>;
     fn handle(&mut self, m: DeleteRunner, _: &mut Context<Self>) -> Self::Result {
-        self.log.lock().unwrap().deletes.push(m.runner_id);
+        let mut log = self.log.lock().unwrap();
+        log.gets += 1;
+        if log.busy.contains(&m.runner_id) || log.busy_since_looked.contains(&m.runner_id) {
+            // As GitHub answers for a runner that runs a job.
+            return Box::pin(async {
+                Err(GithubError::Http(HttpFailure {
+                    endpoint: "delete_runner",
+                    status: 422,
+                    message: "Bad request - Runner \"x\" is still running a job\"".into(),
+                    documentation_url: None,
+                    rate_remaining: None,
+                    rate_bucket: None,
+                    rate_reset: None,
+                    retry_after: None,
+                }))
+            });
+        }
+        log.deletes.push(m.runner_id);
         Box::pin(async { Ok(()) })
     }
 }
