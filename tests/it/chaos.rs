@@ -75,6 +75,9 @@ args = ["standin-runner"]
 labels = ["self-hosted", "linux", "x64"]
 max_concurrent = 8
 allow_root = true
+# Room for a panic a wave when CHAOS_ONLY=ProvisionerPanic (the default budget, 5 a minute,
+# rightly keeps a pool that keeps crashing down).
+restart = {{ policy = "permanent", max_restarts = 100, within = "1m", backoff = "200ms" }}
 
 [providers.native_macos]
 command = "{bin}"
@@ -82,6 +85,7 @@ args = ["standin-runner"]
 labels = ["self-hosted", "macos", "arm64"]
 max_concurrent = 8
 allow_root = true
+restart = {{ policy = "permanent", max_restarts = 100, within = "1m", backoff = "200ms" }}
 "#,
         api = standin.url(),
         port = free_port(),
