@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 mod routes;
+mod runner_protocol;
 mod state;
 mod webhooks;
 
