@@ -96,6 +96,9 @@ pub struct Handles {
     pub store_closed: StoreClosed,
 }
 
+/// The readiness check of the store (the others are core actors).
+const STORE_CHECK: &str = "store";
+
 /// Says whether an actor is still running.
 type Alive = Box<dyn Fn() -> bool + Send + Sync>;
 
@@ -133,10 +136,11 @@ impl Handles {
         if self.health.is_draining() {
             return None;
         }
-        self.core_actors()
+        // The readiness checks are the core actors' liveness, and the store's health.
+        self.health
+            .failing()
             .into_iter()
-            .find(|(_, alive)| !alive())
-            .map(|(name, _)| name)
+            .find(|name| *name != STORE_CHECK)
     }
 
     /// Shuts the instance down, leaving the host app running: `/readyz` answers 503; the
@@ -156,12 +160,22 @@ impl Handles {
         timeout: std::time::Duration,
         hurry: impl std::future::Future<Output = ()>,
     ) -> usize {
-        use crate::{lifecycle::Stop, webhook::Close};
         self.health.set_draining(true);
         let torn_down = drain_until(&self, timeout, hurry).await;
-        let _ = self.webhook.send(Close).await;
-        // Parents first: each stops the children it owns (scheduler -> retry timer,
-        // supervisor -> provisioner).
+        let _ = self.webhook.send(crate::webhook::Close).await;
+        if !self.halt().await {
+            tracing::warn!("the state store is still open 10 s after the shutdown");
+        }
+        tracing::info!(torn_down, "instance stopped");
+        torn_down
+    }
+
+    /// Stops every actor at once, parents first (each stops the children it owns: scheduler
+    /// -> retry timer, supervisor -> provisioner), without a drain: runners go on, the store
+    /// keeps what it acknowledged. True once the store is closed (waited for up to 10 s).
+    /// The end of [`Handles::shutdown`]; alone, what a `kill -9` leaves, for fault tests.
+    pub async fn halt(self) -> bool {
+        use crate::lifecycle::Stop;
         let _ = self.webhook.send(Stop).await;
         let _ = self.scheduler.send(Stop).await;
         for pool in self.provisioners.values() {
@@ -171,11 +185,7 @@ impl Handles {
         let _ = self.rate.send(Stop).await;
         let store_closed = self.store_closed.clone();
         drop(self);
-        if !store_closed.wait(std::time::Duration::from_secs(10)).await {
-            tracing::warn!("the state store is still open 10 s after the shutdown");
-        }
-        tracing::info!(torn_down, "instance stopped");
-        torn_down
+        store_closed.wait(std::time::Duration::from_secs(10)).await
     }
 }
 
@@ -360,7 +370,7 @@ pub fn start(
 
     let health = web::Data::new(Health::default());
     let healthy = store_health.clone();
-    health.add_check("store", move || healthy.is_healthy());
+    health.add_check(STORE_CHECK, move || healthy.is_healthy());
     let gauge = metrics.store_healthy.clone();
     let closed = store_closed.clone();
     actix_rt::spawn(async move {

@@ -15,12 +15,9 @@
 use std::time::{Duration, Instant};
 
 use ephemer_actors_core::{
-    clock::Clock,
     config::{Config, Environment},
-    lifecycle::{CrashProvisioner, Stop},
-    metrics::Metrics,
+    lifecycle::CrashProvisioner,
     store::StoreFaults,
-    system::{self, Handles},
 };
 use github_standin::{DeliveryFaults, Fault, Standin};
 use rand::{RngExt as _, SeedableRng, rngs::SmallRng};
@@ -95,44 +92,6 @@ restart = {{ policy = "permanent", max_restarts = 100, within = "1m", backoff = 
     Config::from_toml_str(&text, None, &Environment::default()).unwrap()
 }
 
-/// An instance on `state`, served by a host app the stand-in delivers to.
-fn start(standin: &Standin, config: &Config, faults: &StoreFaults) -> (Handles, String) {
-    let handles = system::start(
-        config,
-        Metrics::new(),
-        Clock::real(),
-        system::StartOptions {
-            store_faults: faults.clone(),
-            ..system::StartOptions::default()
-        },
-    )
-    .unwrap();
-    handles.health.set_ready();
-    let (addr, _server) = crate::embed::host(&handles, "/ci");
-    standin.send_webhooks_to(&format!("http://{addr}/ci/webhook/github"), SECRET);
-    (handles, addr)
-}
-
-/// Every actor stopped at once, no drain, no teardown: what a `kill -9` leaves (runner
-/// processes go on; the store keeps what it acknowledged).
-async fn crash(handles: Handles) {
-    let closed = handles.store_closed.clone();
-    let _ = handles.webhook.send(Stop).await;
-    let _ = handles.scheduler.send(Stop).await;
-    for pool in handles.provisioners.values() {
-        // The supervisor's own stop would stop its provisioner, which would leave the runner
-        // processes alone too (they are in their own process groups and cgroups).
-        let _ = pool.send(Stop).await;
-    }
-    let _ = handles.github.send(Stop).await;
-    let _ = handles.rate.send(Stop).await;
-    drop(handles);
-    assert!(
-        closed.wait(Duration::from_secs(20)).await,
-        "the store did not close"
-    );
-}
-
 /// One fault, chosen by the schedule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Chaos {
@@ -182,7 +141,7 @@ async fn chaos() {
     let state = tempfile::tempdir().unwrap();
     let config = config(&standin, state.path());
     let faults = StoreFaults::default();
-    let (mut handles, mut addr) = start(&standin, &config, &faults);
+    let (mut handles, mut addr) = crate::embed::instance(&standin, &config, faults.clone());
     let started = Instant::now();
 
     // Waves of jobs, a fault before each (every kind at least once), alternating label sets.
@@ -232,8 +191,10 @@ async fn chaos() {
             }
             Chaos::UnwritableStore => faults.set_unwritable(true),
             Chaos::Restart => {
-                crash(handles).await;
-                (handles, addr) = start(&standin, &config, &faults);
+                // Every actor stopped at once, no drain: what a `kill -9` leaves (runner
+                // processes go on; the store keeps what it acknowledged).
+                assert!(handles.halt().await, "the store did not close");
+                (handles, addr) = crate::embed::instance(&standin, &config, faults.clone());
             }
         }
         injected.push(format!("{chaos:?}"));

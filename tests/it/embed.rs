@@ -53,6 +53,30 @@ pub(crate) fn host(
     (format!("127.0.0.1:{port}"), handle)
 }
 
+/// An instance of `config` with this switch on its store's disk, served by a host app under
+/// `/ci` that `standin` delivers to: its handles and the host's address.
+pub(crate) fn instance(
+    standin: &Standin,
+    config: &Config,
+    faults: ephemer_actors_core::store::StoreFaults,
+) -> (Handles, String) {
+    use ephemer_actors_core::{clock::Clock, metrics::Metrics, system};
+    let handles = system::start(
+        config,
+        Metrics::new(),
+        Clock::real(),
+        system::StartOptions {
+            store_faults: faults,
+            ..system::StartOptions::default()
+        },
+    )
+    .unwrap();
+    handles.health.set_ready();
+    let (addr, _server) = host(&handles, "/ci");
+    standin.send_webhooks_to(&format!("http://{addr}/ci/webhook/github"), SECRET);
+    (handles, addr)
+}
+
 /// An actor's name and whether it is still running (asked through a weak address).
 type Watched = (&'static str, Box<dyn Fn() -> bool>);
 

@@ -71,34 +71,6 @@ async fn restarting_one_of_two_hosts_deletes_only_its_own_leftovers() {
     assert_eq!(b.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
-/// An embedded instance against `standin` with this switch on its store's disk, served by a
-/// host app: its handles and the address of `/ci/...`.
-fn instance(
-    standin: &github_standin::Standin,
-    state: &std::path::Path,
-    faults: ephemer_actors_core::store::StoreFaults,
-) -> (ephemer_actors_core::system::Handles, String) {
-    use ephemer_actors_core::{clock::Clock, metrics::Metrics, system};
-    let config = crate::embed::config(standin, state);
-    let handles = system::start(
-        &config,
-        Metrics::new(),
-        Clock::real(),
-        system::StartOptions {
-            store_faults: faults,
-            ..system::StartOptions::default()
-        },
-    )
-    .unwrap();
-    handles.health.set_ready();
-    let (addr, _server) = crate::embed::host(&handles, "/ci");
-    standin.send_webhooks_to(
-        &format!("http://{addr}/ci/webhook/github"),
-        crate::support::daemon::SECRET,
-    );
-    (handles, addr)
-}
-
 /// The state dir's disk refuses writes for 5 s: the 20 deliveries in that window are all
 /// accepted (GitHub would never send a refused one again) and all run; `/readyz` says 503
 /// while the store is unhealthy and 200 once it has written everything through.
@@ -107,7 +79,11 @@ async fn deliveries_while_the_disk_is_full_are_accepted_and_run() {
     let standin = support::standin(100);
     let state = tempfile::tempdir().unwrap();
     let faults = ephemer_actors_core::store::StoreFaults::default();
-    let (handles, addr) = instance(&standin, state.path(), faults.clone());
+    let (handles, addr) = crate::embed::instance(
+        &standin,
+        &crate::embed::config(&standin, state.path()),
+        faults.clone(),
+    );
     let readyz = || async { support::http_get(&addr, "/ci/readyz").await.map(|r| r.0) };
     assert_eq!(readyz().await, Some(200));
 
@@ -173,7 +149,11 @@ async fn a_core_actor_that_panics_is_noticed_within_two_seconds() {
         "supervisor:local",
     ] {
         let state = tempfile::tempdir().unwrap();
-        let (handles, addr) = instance(&standin, state.path(), Default::default());
+        let (handles, addr) = crate::embed::instance(
+            &standin,
+            &crate::embed::config(&standin, state.path()),
+            Default::default(),
+        );
         assert_eq!(handles.dead_core_actor(), None);
         match victim {
             "scheduler" => handles.scheduler.do_send(Crash),
