@@ -145,54 +145,62 @@ pub struct Store {
     health: StoreHealth,
 }
 
+/// A flag shared between the writer thread and its handles.
+#[derive(Debug, Clone, Default)]
+struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Flag {
+    fn get(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set(&self, on: bool) {
+        self.0.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Whether the store's writes reach the disk. Unhealthy while the writer holds changes in
 /// memory that it could not write.
-#[derive(Debug, Clone)]
-pub struct StoreHealth(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Default for StoreHealth {
-    fn default() -> Self {
-        StoreHealth(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
-            true,
-        )))
-    }
+#[derive(Debug, Clone, Default)]
+pub struct StoreHealth {
+    unhealthy: Flag,
 }
 
 impl StoreHealth {
     /// True while every change handed over has been written (or is being).
     pub fn is_healthy(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
+        !self.unhealthy.get()
     }
 
     fn set(&self, healthy: bool) {
-        self.0.store(healthy, std::sync::atomic::Ordering::SeqCst);
+        self.unhealthy.set(!healthy);
     }
 }
 
 /// A switch that makes the store's disk fail (every write and reopen errs) while it is on:
 /// for fault tests and chaos runs of an embedded instance. Off unless someone turns it on.
 #[derive(Debug, Clone, Default)]
-pub struct StoreFaults(std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub struct StoreFaults(Flag);
 
 impl StoreFaults {
     /// Makes the disk fail (`true`) or work again.
     pub fn set_unwritable(&self, on: bool) {
-        self.0.store(on, std::sync::atomic::Ordering::SeqCst);
+        self.0.set(on);
     }
 
     fn unwritable(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
+        self.0.get()
     }
 }
 
 /// Tells when a store's writer has finished and its file is closed.
 #[derive(Debug, Clone, Default)]
-pub struct StoreClosed(std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub struct StoreClosed(Flag);
 
 impl StoreClosed {
     /// True once the writer has exited and the database file is closed.
     pub fn is_closed(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
+        self.0.get()
     }
 
     /// Waits (up to `timeout`) until the store is closed; true if it is.
@@ -313,7 +321,7 @@ impl Store {
                 // Held until the writer is done: the database may be closed and reopened in
                 // between (a failing disk), and no other daemon may take the dir meanwhile.
                 drop(lock);
-                flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                flag.0.set(true);
             })
             .map_err(|e| io(dir, e))?;
         Ok((Store { tx, closed, health }, snapshot))
