@@ -525,7 +525,7 @@ fn burst(jobs: u64) -> Vec<Duration> {
     let cfg = Config::from_toml_str(text, None, &Environment::default()).unwrap();
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
     let mut s = Scheduler::new(SchedulerSettings::from_config(&cfg), backoff, Some(7));
-    let _ = s.on_provider_status(ProviderKind::Local, true, None, now);
+    let _ = s.on_provider_status(ProviderKind::Local.into(), true, None, now);
     let mut claims: Vec<tokio::time::Instant> = Vec::new();
     let mut wake = None;
     let handle = |fx: Vec<Effect>,

@@ -100,7 +100,14 @@ pub fn run() -> ExitCode {
                     .providers
                     .enabled()
                     .iter()
-                    .map(|(kind, common)| format!("{kind} ({} slots)", common.max_concurrent))
+                    .map(|p| {
+                        let kind = p.kind();
+                        if p.name == kind.as_str() {
+                            format!("{} ({} slots)", p.name, p.common.max_concurrent)
+                        } else {
+                            format!("{} ({kind}, {} slots)", p.name, p.common.max_concurrent)
+                        }
+                    })
                     .collect();
                 println!(
                     "{}: ok; providers: {}; webhook on {}{}",

@@ -169,7 +169,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         webhook = %listeners.webhook,
         admin = %listeners.admin,
         path = %config.webhook.path,
-        providers = ?config.providers.enabled().iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        providers = ?config.providers.enabled().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         version = env!("CARGO_PKG_VERSION"),
         "ephemer-actors serving"
     );
@@ -204,7 +204,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 const WATCHDOG_EVERY: Duration = Duration::from_millis(250);
 
 /// Resolves with the name of the first core actor found dead.
-async fn dead_core_actor(handles: &Handles) -> &'static str {
+async fn dead_core_actor(handles: &Handles) -> String {
     loop {
         if let Some(name) = handles.dead_core_actor() {
             return name;

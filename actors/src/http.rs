@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::metrics::Metrics;
 
 /// A named readiness check.
-type Check = (&'static str, Box<dyn Fn() -> bool + Send + Sync>);
+type Check = (String, Box<dyn Fn() -> bool + Send + Sync>);
 
 /// Liveness and readiness of one daemon instance.
 pub struct Health {
@@ -49,21 +49,25 @@ impl Default for Health {
 
 impl Health {
     /// Adds a check `/readyz` asks: the instance is not ready while `ok` says false.
-    pub fn add_check(&self, name: &'static str, ok: impl Fn() -> bool + Send + Sync + 'static) {
+    pub fn add_check(
+        &self,
+        name: impl Into<String>,
+        ok: impl Fn() -> bool + Send + Sync + 'static,
+    ) {
         self.checks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((name, Box::new(ok)));
+            .push((name.into(), Box::new(ok)));
     }
 
     /// The checks that fail now.
-    pub fn failing(&self) -> Vec<&'static str> {
+    pub fn failing(&self) -> Vec<String> {
         self.checks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|(_, ok)| !ok())
-            .map(|(name, _)| *name)
+            .map(|(name, _)| name.clone())
             .collect()
     }
 

@@ -21,7 +21,7 @@ use actix_web::web;
 
 use crate::{
     clock::Clock,
-    config::{Config, ProviderKind},
+    config::{Config, PoolName, PoolSpec, ProviderKind},
     github::{GithubClient, actor::GithubActor},
     http::Health,
     metrics::Metrics,
@@ -56,13 +56,19 @@ pub enum StartError {
     #[error("providers.{provider}: {detail}")]
     Provider {
         /// Which.
-        provider: ProviderKind,
+        provider: PoolName,
         /// What went wrong.
         detail: String,
     },
     /// The webhook intake refused its settings.
     #[error("webhook: {0}")]
     Intake(#[from] crate::webhook::IntakeError),
+    /// The CA bundle for runners could not be written.
+    #[error("github.ca_file: cannot write the runners' CA bundle: {detail}")]
+    CaBundle {
+        /// What went wrong.
+        detail: String,
+    },
     /// The state store could not be opened.
     #[error("state: {0}")]
     Store(#[from] crate::store::StoreError),
@@ -80,7 +86,7 @@ pub struct Handles {
     /// GitHub.
     pub github: Addr<GithubActor>,
     /// One supervisor per enabled provider.
-    pub provisioners: HashMap<ProviderKind, Addr<ProvisionerSupervisor>>,
+    pub provisioners: HashMap<PoolName, Addr<ProvisionerSupervisor>>,
     /// The webhook actor (delivery dedup, the durable record of accepted jobs).
     pub webhook: Addr<WebhookActor>,
     /// The webhook intake's HTTP edge, to mount with `WebhookIntake::resource`.
@@ -105,26 +111,22 @@ type Alive = Box<dyn Fn() -> bool + Send + Sync>;
 impl Handles {
     /// The actors an instance cannot work without (a provider's supervisor restarts its own
     /// provisioner; nothing restarts these), each with a liveness check.
-    fn core_actors(&self) -> Vec<(&'static str, Alive)> {
+    fn core_actors(&self) -> Vec<(String, Alive)> {
         fn alive<A: actix::Actor>(a: &Addr<A>) -> Alive {
             let a = a.clone();
             Box::new(move || a.connected())
         }
-        let mut core: Vec<(&'static str, Alive)> = vec![
+        let mut core: Vec<(String, Alive)> = [
             ("scheduler", alive(&self.scheduler)),
             ("retry", alive(&self.retry)),
             ("rate", alive(&self.rate)),
             ("github", alive(&self.github)),
             ("webhook", alive(&self.webhook)),
-        ];
-        for (kind, pool) in &self.provisioners {
-            let name: &'static str = match kind {
-                ProviderKind::Local => "supervisor:local",
-                ProviderKind::Linux => "supervisor:linux",
-                ProviderKind::VmMacos => "supervisor:vm_macos",
-                ProviderKind::NativeMacos => "supervisor:native_macos",
-            };
-            core.push((name, alive(pool)));
+        ]
+        .map(|(name, alive)| (name.to_string(), alive))
+        .into();
+        for (pool, supervisor) in &self.provisioners {
+            core.push((format!("supervisor:{pool}"), alive(supervisor)));
         }
         core
     }
@@ -132,7 +134,7 @@ impl Handles {
     /// A core actor that has died (a panic) while the instance is not shutting down: the
     /// instance cannot recover it in place (its state is in the store, not in a sibling), so
     /// `serve` exits 1 and the service manager starts it again from that state.
-    pub fn dead_core_actor(&self) -> Option<&'static str> {
+    pub fn dead_core_actor(&self) -> Option<String> {
         if self.health.is_draining() {
             return None;
         }
@@ -140,7 +142,7 @@ impl Handles {
         self.health
             .failing()
             .into_iter()
-            .find(|name| *name != STORE_CHECK)
+            .find(|name| name != STORE_CHECK)
     }
 
     /// Shuts the instance down, leaving the host app running: `/readyz` answers 503; the
@@ -233,7 +235,7 @@ pub fn start(
 
     // 4. A supervised provisioner per enabled provider: LocalProvisioner, LinuxProvisioner,
     //    VmMacosProvisioner, NativeMacosProvisioner.
-    let wiring = |kind: ProviderKind, restart: &crate::config::RestartConfig| PoolWiring {
+    let wiring = |pool: &PoolName, restart: &crate::config::RestartConfig| PoolWiring {
         restart: restart.clone(),
         job_timeout: config.runner.job_timeout,
         events: scheduler.downgrade().recipient(),
@@ -243,92 +245,91 @@ pub fn start(
         adopt: snapshot
             .runners
             .iter()
-            .filter(|r| r.provider == kind)
+            .filter(|r| r.provider == *pool)
             .map(|r| r.name.clone())
             .collect(),
     };
-    let p = &config.providers;
     let log_dir = config.state.dir.join("logs");
-    // What this install's runner names of `kind` start with: each provisioner reaps only
-    // leftovers with it.
-    let prefix = |kind: ProviderKind| {
-        crate::scheduler::core::runner_prefix(&config.runner.name_prefix, kind, &install_id)
-    };
+    let ca_bundle = crate::provision::runner_env::write_ca_bundle(config)
+        .map_err(|detail| StartError::CaBundle { detail })?;
     let mut provisioners = HashMap::new();
-    if p.local.common.enabled {
-        let kind = ProviderKind::Local;
-        let settings = ProcessSettings {
-            kind,
-            program: p.local.program.clone(),
-            args: p.local.args.clone(),
-            work_root: p.local.work_root.clone(),
-            log_dir: log_dir.clone(),
-            run_as: p.local.run_as.clone(),
-            name_prefix: prefix(kind),
-            grace: KILL_GRACE,
+    for pool in config.providers.enabled() {
+        let name = pool.name.clone();
+        // What this install's runner names of the pool start with: its provisioner reaps
+        // only leftovers with it.
+        let name_prefix =
+            crate::scheduler::core::runner_prefix(&config.runner.name_prefix, &name, &install_id);
+        let env = crate::provision::runner_env::runner_env(config, pool, ca_bundle.clone());
+        let wired = wiring(&name, &pool.common.restart);
+        let supervisor = match &pool.spec {
+            PoolSpec::Local(p) | PoolSpec::NativeMacos(p) => {
+                let settings = ProcessSettings {
+                    kind: pool.kind(),
+                    pool: name.clone(),
+                    env,
+                    program: p.program.clone(),
+                    args: p.args.clone(),
+                    work_root: p.work_root.clone(),
+                    log_dir: log_dir.clone(),
+                    run_as: p.run_as.clone(),
+                    name_prefix,
+                    grace: KILL_GRACE,
+                };
+                if pool.kind() == ProviderKind::Local {
+                    LocalProvisioner::start(settings, wired)
+                } else {
+                    NativeMacosProvisioner::start(settings, wired)
+                }
+            }
+            PoolSpec::Linux(l) => {
+                let settings = ContainerSettings {
+                    pool: name.clone(),
+                    env,
+                    socket: l.socket.clone(),
+                    image: l.image.clone(),
+                    command: l.command.clone(),
+                    network: l.network.clone(),
+                    limits: l.limits.clone(),
+                    pull: l.pull,
+                    mounts: l.mounts.clone(),
+                    extra_hosts: l.extra_hosts.clone(),
+                    dns: l.dns.clone(),
+                    log_cap: crate::provision::container::LOG_CAP,
+                    name_prefix,
+                    log_dir: log_dir.clone(),
+                };
+                LinuxProvisioner::start(settings, wired).map_err(|detail| StartError::Provider {
+                    provider: name.clone(),
+                    detail,
+                })?
+            }
+            PoolSpec::VmMacos(v) => {
+                let settings = TartSettings {
+                    pool: name.clone(),
+                    env,
+                    tart: v.tart_path.clone(),
+                    ssh: v.ssh_path.clone(),
+                    base_image: v.base_image.clone(),
+                    ssh_user: v.ssh_user.clone(),
+                    runner_command: v.runner_command.clone(),
+                    boot_timeout: v.boot_timeout,
+                    name_prefix,
+                    log_dir: log_dir.clone(),
+                    known_hosts: config.state.dir.join("tart-known-hosts"),
+                };
+                VmMacosProvisioner::start(settings, wired)
+            }
         };
-        let pool = LocalProvisioner::start(settings, wiring(kind, &p.local.common.restart));
-        provisioners.insert(kind, pool);
+        provisioners.insert(name, supervisor);
     }
-    if p.linux.common.enabled {
-        let kind = ProviderKind::Linux;
-        let settings = ContainerSettings {
-            socket: p.linux.socket.clone(),
-            image: p.linux.image.clone(),
-            command: p.linux.command.clone(),
-            network: p.linux.network.clone(),
-            limits: p.linux.limits.clone(),
-            log_cap: crate::provision::container::LOG_CAP,
-            name_prefix: prefix(kind),
-            log_dir: log_dir.clone(),
-        };
-        let pool = LinuxProvisioner::start(settings, wiring(kind, &p.linux.common.restart))
-            .map_err(|detail| StartError::Provider {
-                provider: kind,
-                detail,
-            })?;
-        provisioners.insert(kind, pool);
-    }
-    if p.vm_macos.common.enabled {
-        let kind = ProviderKind::VmMacos;
-        let settings = TartSettings {
-            tart: p.vm_macos.tart_path.clone(),
-            ssh: p.vm_macos.ssh_path.clone(),
-            base_image: p.vm_macos.base_image.clone(),
-            ssh_user: p.vm_macos.ssh_user.clone(),
-            runner_command: p.vm_macos.runner_command.clone(),
-            boot_timeout: p.vm_macos.boot_timeout,
-            name_prefix: prefix(kind),
-            log_dir: log_dir.clone(),
-            known_hosts: config.state.dir.join("tart-known-hosts"),
-        };
-        let pool = VmMacosProvisioner::start(settings, wiring(kind, &p.vm_macos.common.restart));
-        provisioners.insert(kind, pool);
-    }
-    if p.native_macos.common.enabled {
-        let kind = ProviderKind::NativeMacos;
-        let settings = ProcessSettings {
-            kind,
-            program: p.native_macos.program.clone(),
-            args: p.native_macos.args.clone(),
-            work_root: p.native_macos.work_root.clone(),
-            log_dir,
-            run_as: p.native_macos.run_as.clone(),
-            name_prefix: prefix(kind),
-            grace: KILL_GRACE,
-        };
-        let restart = &p.native_macos.common.restart;
-        let pool = NativeMacosProvisioner::start(settings, wiring(kind, restart));
-        provisioners.insert(kind, pool);
-    }
-    let handles: HashMap<ProviderKind, ProvisionerHandle> = provisioners
+    let handles: HashMap<PoolName, ProvisionerHandle> = provisioners
         .iter()
         .map(|(kind, pool)| {
             let handle = ProvisionerHandle {
                 provision: pool.clone().recipient(),
                 teardown: pool.clone().recipient(),
             };
-            (*kind, handle)
+            (kind.clone(), handle)
         })
         .collect();
 

@@ -2,7 +2,7 @@
 //! provider kinds, rate-limit readings, label sets. Everything above (config, GitHub, store,
 //! ladder, scheduler) imports it from here, so the module graph has no cycle.
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +114,66 @@ impl ProviderKind {
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A provider pool's name, `NAME` in `[providers.NAME]`: the identity routing, runner names,
+/// metrics, `status` and the store use. A table named after a kind is the pool of that name
+/// (`local`, `linux`, ...). Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PoolName(Arc<str>);
+
+impl PoolName {
+    /// A pool name as written in the config.
+    pub fn new(name: &str) -> Self {
+        PoolName(Arc::from(name))
+    }
+
+    /// The name, as in config keys, metrics labels and logs.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The runner-name spelling: `_` becomes `-` (so `vm_macos` is `vm-macos` in names).
+    pub fn name_part(&self) -> String {
+        self.0.replace('_', "-").to_ascii_lowercase()
+    }
+}
+
+impl From<&str> for PoolName {
+    fn from(name: &str) -> Self {
+        PoolName::new(name)
+    }
+}
+
+impl From<ProviderKind> for PoolName {
+    fn from(kind: ProviderKind) -> Self {
+        PoolName::new(kind.as_str())
+    }
+}
+
+impl fmt::Display for PoolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for PoolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq<str> for PoolName {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for PoolName {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
     }
 }
 

@@ -47,17 +47,12 @@ async fn linux_container_runs_a_job_and_is_removed() {
     let job = standin.add_jobs("app", &["self-hosted", "linux"], 1)[0];
     let runner = claim(&standin, "ptest-linux-", LABELS).await;
     let backend = ContainerBackend::new(ContainerSettings {
-        socket: podman.socket.clone(),
-        image: IMAGE.into(),
         command: vec![
             "/usr/local/bin/ephemer-actors".into(),
             "standin-runner".into(),
         ],
         network: Some("host".into()),
-        name_prefix: "ptest-linux-".into(),
-        log_dir: podman.dir().join("logs"),
-        limits: ContainerLimits::default(),
-        log_cap: ephemer_actors_core::provision::container::LOG_CAP,
+        ..settings(&podman, "ptest-linux-")
     })
     .unwrap();
     let (sup, events) = supervise(Rc::new(backend), None);
@@ -134,6 +129,17 @@ async fn linux_container_runs_a_job_and_is_removed() {
     );
 }
 
+/// A pool named `linux` on the test's engine, running [`IMAGE`].
+fn settings(podman: &Podman, name_prefix: &str) -> ContainerSettings {
+    ContainerSettings::new(
+        "linux".into(),
+        podman.socket.clone(),
+        IMAGE.into(),
+        name_prefix.into(),
+        podman.dir().join("logs"),
+    )
+}
+
 /// The log cap of the limit tests (small, so the flood is quick).
 const FLOOD_CAP: u64 = 1024 * 1024;
 
@@ -146,14 +152,11 @@ async fn container_run(
     limits: ContainerLimits,
 ) -> (RunnerEventKind, std::path::PathBuf) {
     let backend = ContainerBackend::new(ContainerSettings {
-        socket: podman.socket.clone(),
-        image: IMAGE.into(),
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         network: Some("none".into()),
-        name_prefix: "plim-linux-".into(),
-        log_dir: podman.dir().join("logs"),
         limits,
         log_cap: FLOOD_CAP,
+        ..settings(podman, "plim-linux-")
     })
     .unwrap();
     let (sup, events) = supervise(Rc::new(backend), None);

@@ -19,6 +19,8 @@ pub(crate) const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> Rc<dyn Backend> {
     Rc::new(ProcessBackend::new(ProcessSettings {
         kind: ProviderKind::Local,
+        pool: "local".into(),
+        env: Default::default(),
         program: RunnerProgram::Command(command.to_path_buf()),
         args: args.iter().map(|a| a.to_string()).collect(),
         work_root: work.join("work"),
@@ -351,6 +353,8 @@ esac
         std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     TartBackend::new(TartSettings {
+        pool: "vm_macos".into(),
+        env: Default::default(),
         tart: dir.join("tart"),
         ssh: dir.join("ssh"),
         base_image: "ghcr.io/cirruslabs/macos-base:latest".into(),
@@ -435,7 +439,7 @@ async fn vm_lifecycle_for_one_job() {
     );
     assert_eq!(
         std::fs::read_to_string(tmp.path().join("ssh-stdin")).unwrap(),
-        "jit",
+        "\njit",
         "it goes on stdin"
     );
 }

@@ -171,7 +171,7 @@ async fn a_core_actor_that_panics_is_noticed_within_two_seconds() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(handles.dead_core_actor(), Some(victim));
+        assert_eq!(handles.dead_core_actor().as_deref(), Some(victim));
         let (status, body) = support::http_get(&addr, "/ci/readyz").await.unwrap();
         assert_eq!(status, 503, "{victim}: {body}");
         assert!(body.contains(victim), "{body}");

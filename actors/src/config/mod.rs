@@ -7,6 +7,7 @@
 //!
 //! This module never logs and never prints a secret: secrets live in [`Secret`].
 
+pub mod net;
 mod raw;
 mod secret;
 mod validate;
@@ -20,7 +21,7 @@ use std::{
 
 pub use secret::Secret;
 
-pub use crate::vocab::ProviderKind;
+pub use crate::vocab::{PoolName, ProviderKind};
 
 /// Default values, shared by validation, the example config and the docs.
 pub mod defaults {
@@ -139,6 +140,21 @@ pub struct GithubConfig {
     pub runner_group_id: u64,
     /// Claims (generate-jitconfig calls) allowed per minute.
     pub max_claims_per_minute: u32,
+    /// `github.ca_file`: a PEM bundle trusted in addition to the system's roots (a GHES
+    /// behind a private CA). Runners get it too.
+    pub ca_file: Option<PathBuf>,
+    /// The HTTPS proxy GitHub calls go through (`github.proxy`, else `HTTPS_PROXY`), with the
+    /// hosts that bypass it (`NO_PROXY`). Runners get the same.
+    pub proxy: Option<ProxyConfig>,
+}
+
+/// An HTTP proxy that tunnels HTTPS with `CONNECT`.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// `http://[user:password@]host:port`; a secret, because it may carry credentials.
+    pub url: Secret,
+    /// `NO_PROXY` entries: `host`, `.domain`, `domain` (and its subdomains), `IP`, `*`.
+    pub no_proxy: Vec<String>,
 }
 
 /// GitHub credentials. A GitHub App wins over a token when both are configured.
@@ -293,16 +309,27 @@ impl Config {
                  token there, but keep it on loopback or a unix: socket unless you need it"
             ));
         }
-        for (key, pool) in [
-            ("providers.local", &self.providers.local),
-            ("providers.native_macos", &self.providers.native_macos),
-        ] {
-            if pool.common.enabled && pool.run_as.len() == 1 && pool.common.max_concurrent > 1 {
+        for pool in self.providers.enabled() {
+            let key = format!("providers.{}", pool.name);
+            if let Some(p) = pool.process()
+                && p.run_as.len() == 1
+                && pool.common.max_concurrent > 1
+            {
                 w.push(format!(
                     "{key}.run_as: the {} concurrent runners share the user {}, so a job can read \
                      a sibling's environment (its JIT config) and take its job; list one user \
                      per runner in run_as where that matters",
-                    pool.common.max_concurrent, pool.run_as[0]
+                    pool.common.max_concurrent, p.run_as[0]
+                ));
+            }
+            if let Some(l) = pool.linux()
+                && l.mounts.docker_access
+            {
+                w.push(format!(
+                    "{key}.docker_access: every job gets the engine's socket, and with it every \
+                     other container on this host (and root on it with a rootful engine); a \
+                     Docker-in-Docker sidecar or a rootless engine keeps jobs apart \
+                     (docs/providers.md)"
                 ));
             }
         }
@@ -337,33 +364,75 @@ pub enum LogFormat {
     Json,
 }
 
-/// The four provider tables.
-#[derive(Debug, Clone)]
+/// `[providers.*]`: the named pools, sorted by name.
+#[derive(Debug, Clone, Default)]
 pub struct ProvidersConfig {
-    /// `[providers.local]`
-    pub local: LocalConfig,
-    /// `[providers.linux]`
-    pub linux: LinuxConfig,
-    /// `[providers.vm_macos]`
-    pub vm_macos: VmMacosConfig,
-    /// `[providers.native_macos]`
-    pub native_macos: NativeMacosConfig,
+    /// Every pool table, enabled or not.
+    pub pools: Vec<PoolConfig>,
 }
 
 impl ProvidersConfig {
-    /// The keys every enabled provider shares, in a fixed order (local, linux, vm_macos,
-    /// native_macos).
-    pub fn enabled(&self) -> Vec<(ProviderKind, &ProviderCommon)> {
-        [
-            (ProviderKind::Local, &self.local.common),
-            (ProviderKind::Linux, &self.linux.common),
-            (ProviderKind::VmMacos, &self.vm_macos.common),
-            (ProviderKind::NativeMacos, &self.native_macos.common),
-        ]
-        .into_iter()
-        .filter(|(_, c)| c.enabled)
-        .collect()
+    /// The enabled pools, in routing tie-break order (by name).
+    pub fn enabled(&self) -> Vec<&PoolConfig> {
+        self.pools.iter().filter(|p| p.common.enabled).collect()
     }
+
+    /// The pool of this name.
+    pub fn get(&self, name: &str) -> Option<&PoolConfig> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+}
+
+/// One `[providers.NAME]` table.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// `NAME`.
+    pub name: PoolName,
+    /// The keys every pool takes.
+    pub common: ProviderCommon,
+    /// The kind's own keys.
+    pub spec: PoolSpec,
+}
+
+impl PoolConfig {
+    /// Which provisioner serves this pool.
+    pub fn kind(&self) -> ProviderKind {
+        match self.spec {
+            PoolSpec::Local(_) => ProviderKind::Local,
+            PoolSpec::Linux(_) => ProviderKind::Linux,
+            PoolSpec::VmMacos(_) => ProviderKind::VmMacos,
+            PoolSpec::NativeMacos(_) => ProviderKind::NativeMacos,
+        }
+    }
+
+    /// The process settings of a `local` or `native_macos` pool.
+    pub fn process(&self) -> Option<&ProcessPoolConfig> {
+        match &self.spec {
+            PoolSpec::Local(p) | PoolSpec::NativeMacos(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The container settings of a `linux` pool.
+    pub fn linux(&self) -> Option<&LinuxConfig> {
+        match &self.spec {
+            PoolSpec::Linux(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// A pool's kind and the keys only that kind takes.
+#[derive(Debug, Clone)]
+pub enum PoolSpec {
+    /// `kind = "local"`
+    Local(ProcessPoolConfig),
+    /// `kind = "linux"`
+    Linux(LinuxConfig),
+    /// `kind = "vm_macos"`
+    VmMacos(VmMacosConfig),
+    /// `kind = "native_macos"`
+    NativeMacos(ProcessPoolConfig),
 }
 
 /// Keys every provider table takes.
@@ -377,6 +446,9 @@ pub struct ProviderCommon {
     pub max_concurrent: usize,
     /// How the provisioner actor is restarted when it dies.
     pub restart: RestartConfig,
+    /// `env`: extra variables for the runner, `${NAME}` references already expanded from the
+    /// daemon's environment (so values are secrets: they never reach a log).
+    pub env: Vec<(String, Secret)>,
 }
 
 /// When a dead provisioner is re-created (kameo's vocabulary).
@@ -448,8 +520,6 @@ impl RunnerProgram {
 /// `[providers.local]` and `[providers.native_macos]`: the runner as a process on this host.
 #[derive(Debug, Clone)]
 pub struct ProcessPoolConfig {
-    /// Shared provider keys.
-    pub common: ProviderCommon,
     /// `runner_dir` or `command` (exactly one is set).
     pub program: RunnerProgram,
     /// Arguments passed to it (never the JIT config).
@@ -470,8 +540,6 @@ pub type LocalConfig = ProcessPoolConfig;
 /// `[providers.linux]`
 #[derive(Debug, Clone)]
 pub struct LinuxConfig {
-    /// Shared provider keys.
-    pub common: ProviderCommon,
     /// Docker or Podman API socket, `unix:///path` or `tcp://host:port`.
     pub socket: String,
     /// Runner image.
@@ -482,6 +550,55 @@ pub struct LinuxConfig {
     pub network: Option<String>,
     /// What each container may use and do.
     pub limits: ContainerLimits,
+    /// When the image is pulled.
+    pub pull: PullPolicy,
+    /// What is mounted into each container besides its own filesystem.
+    pub mounts: ContainerMounts,
+    /// `extra_hosts`: `host:ip` lines for the container's `/etc/hosts`.
+    pub extra_hosts: Vec<String>,
+    /// `dns`: name servers instead of the engine's.
+    pub dns: Vec<String>,
+}
+
+/// `providers.<linux pool>.pull`: when the runner image is pulled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PullPolicy {
+    /// Pull only an image the engine does not have (before the first job that needs it).
+    #[default]
+    Missing,
+    /// Pull before every job (a moving tag is then always fresh).
+    Always,
+    /// Never pull: a missing image fails the job at once.
+    Never,
+}
+
+impl PullPolicy {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Missing => "missing",
+            PullPolicy::Always => "always",
+            PullPolicy::Never => "never",
+        }
+    }
+}
+
+/// What a container gets mounted (`volumes`, `tmpfs`, `shm_size`, `devices`, `docker_access`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerMounts {
+    /// `volumes`: `name:/path[:ro]` (a named volume, created if absent, kept between jobs:
+    /// a cache) or `/host/path:/path[:ro]` (a bind mount).
+    pub volumes: Vec<String>,
+    /// `tmpfs`: paths that get a fresh in-memory filesystem (gone with the container).
+    pub tmpfs: Vec<String>,
+    /// `shm_size`: bytes of `/dev/shm`; `None`: the engine's default.
+    pub shm_size: Option<u64>,
+    /// `devices`: host device paths (`/dev/nvidia0`) or CDI names (`nvidia.com/gpu=all`).
+    pub devices: Vec<String>,
+    /// `docker_access`: the engine's own socket is mounted at `/var/run/docker.sock`, which
+    /// gives every job the host's engine (root on the host with rootful engines). Off by
+    /// default; docs/providers.md shows a sidecar or rootless engine instead.
+    pub docker_access: bool,
 }
 
 /// What one runner container may use and do (`providers.linux.memory`, `pids_limit`, `cpus`,
@@ -519,8 +636,6 @@ impl Default for ContainerLimits {
 /// `[providers.vm_macos]`
 #[derive(Debug, Clone)]
 pub struct VmMacosConfig {
-    /// Shared provider keys.
-    pub common: ProviderCommon,
     /// The VM or OCI image each job's VM is cloned from.
     pub base_image: String,
     /// User the runner is started as over ssh.
@@ -549,6 +664,12 @@ pub struct Environment {
     pub app_private_key: Option<Secret>,
     /// The daemon runs as root: a process pool then needs `run_as` or `allow_root`.
     pub as_root: bool,
+    /// `HTTPS_PROXY` (or `https_proxy`): the proxy when `github.proxy` is not set.
+    pub https_proxy: Option<Secret>,
+    /// `NO_PROXY` (or `no_proxy`).
+    pub no_proxy: Option<String>,
+    /// The daemon's environment, which pools' `env` values reference as `${NAME}`.
+    pub vars: std::collections::BTreeMap<String, Secret>,
 }
 
 impl Environment {
@@ -565,6 +686,16 @@ impl Environment {
             webhook_secret: var("EPHEMER_WEBHOOK_SECRET"),
             app_private_key: var("EPHEMER_APP_PRIVATE_KEY"),
             as_root: nix::unistd::geteuid().is_root(),
+            https_proxy: var("HTTPS_PROXY").or_else(|| var("https_proxy")),
+            no_proxy: std::env::var("NO_PROXY")
+                .or_else(|_| std::env::var("no_proxy"))
+                .ok()
+                .filter(|v| !v.is_empty()),
+            vars: std::env::vars_os()
+                .filter_map(|(k, v)| {
+                    Some((k.into_string().ok()?, Secret::new(v.into_string().ok()?)))
+                })
+                .collect(),
         }
     }
 }

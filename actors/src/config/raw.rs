@@ -34,6 +34,9 @@ pub(crate) struct RawGithub {
     pub runner_group_id: Option<i64>,
     pub max_claims_per_minute: Option<i64>,
     pub allow_insecure: Option<bool>,
+    pub ca_file: Option<String>,
+    pub proxy: Option<String>,
+    pub no_proxy: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -99,16 +102,10 @@ pub(crate) struct RawLog {
     pub format: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct RawProviders {
-    pub local: Option<RawProcess>,
-    pub linux: Option<RawLinux>,
-    pub vm_macos: Option<RawVmMacos>,
-    pub native_macos: Option<RawProcess>,
-}
+/// `[providers.NAME]` tables, by name (sorted, so routing's tie-break order is stable).
+pub(crate) type RawProviders = std::collections::BTreeMap<String, RawPool>;
 
-/// The keys every provider table shares.
+/// `providers.NAME.restart`
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct RawRestart {
@@ -118,20 +115,104 @@ pub(crate) struct RawRestart {
     pub backoff: Option<String>,
 }
 
-/// `[providers.local]` and `[providers.native_macos]`: the runner as a process on this host.
+/// One pool table: the union of every kind's keys, so serde reads any table and validation
+/// says which keys the pool's kind does not take (with their paths).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(crate) struct RawProcess {
+pub(crate) struct RawPool {
+    // Every kind.
+    pub kind: Option<String>,
     pub enabled: Option<bool>,
     pub labels: Option<Vec<String>>,
     pub max_concurrent: Option<i64>,
     pub restart: Option<RawRestart>,
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    // Process kinds (`local`, `native_macos`); `command` is also the container's.
     pub runner_dir: Option<String>,
-    pub command: Option<String>,
+    pub command: Option<RawCommand>,
     pub args: Option<Vec<String>>,
     pub work_root: Option<String>,
     pub run_as: Option<RawUsers>,
     pub allow_root: Option<bool>,
+    // `linux`.
+    pub socket: Option<String>,
+    pub image: Option<String>,
+    pub network: Option<String>,
+    pub allow_insecure: Option<bool>,
+    pub memory: Option<String>,
+    pub pids_limit: Option<i64>,
+    pub cpus: Option<f64>,
+    pub read_only_root: Option<bool>,
+    pub cap_add: Option<Vec<String>>,
+    pub pull: Option<String>,
+    pub volumes: Option<Vec<String>>,
+    pub tmpfs: Option<Vec<String>>,
+    pub shm_size: Option<String>,
+    pub devices: Option<Vec<String>>,
+    pub extra_hosts: Option<Vec<String>>,
+    pub dns: Option<Vec<String>>,
+    pub docker_access: Option<bool>,
+    // `vm_macos`.
+    pub base_image: Option<String>,
+    pub ssh_user: Option<String>,
+    pub runner_command: Option<String>,
+    pub tart_path: Option<String>,
+    pub ssh_path: Option<String>,
+    pub boot_timeout: Option<String>,
+}
+
+impl RawPool {
+    /// The kind-specific keys this table sets, by kind that takes them, for "not a key of
+    /// this kind" problems.
+    pub fn kind_keys(&self) -> Vec<(&'static str, &'static [&'static str])> {
+        const PROCESS: &[&str] = &["local", "native_macos"];
+        const LINUX: &[&str] = &["linux"];
+        const VM: &[&str] = &["vm_macos"];
+        const PROCESS_OR_LINUX: &[&str] = &["local", "native_macos", "linux"];
+        let keys: [(&'static str, bool, &'static [&'static str]); 29] = [
+            ("runner_dir", self.runner_dir.is_some(), PROCESS),
+            ("command", self.command.is_some(), PROCESS_OR_LINUX),
+            ("args", self.args.is_some(), PROCESS),
+            ("work_root", self.work_root.is_some(), PROCESS),
+            ("run_as", self.run_as.is_some(), PROCESS),
+            ("allow_root", self.allow_root.is_some(), PROCESS),
+            ("socket", self.socket.is_some(), LINUX),
+            ("image", self.image.is_some(), LINUX),
+            ("network", self.network.is_some(), LINUX),
+            ("allow_insecure", self.allow_insecure.is_some(), LINUX),
+            ("memory", self.memory.is_some(), LINUX),
+            ("pids_limit", self.pids_limit.is_some(), LINUX),
+            ("cpus", self.cpus.is_some(), LINUX),
+            ("read_only_root", self.read_only_root.is_some(), LINUX),
+            ("cap_add", self.cap_add.is_some(), LINUX),
+            ("pull", self.pull.is_some(), LINUX),
+            ("volumes", self.volumes.is_some(), LINUX),
+            ("tmpfs", self.tmpfs.is_some(), LINUX),
+            ("shm_size", self.shm_size.is_some(), LINUX),
+            ("devices", self.devices.is_some(), LINUX),
+            ("extra_hosts", self.extra_hosts.is_some(), LINUX),
+            ("dns", self.dns.is_some(), LINUX),
+            ("docker_access", self.docker_access.is_some(), LINUX),
+            ("base_image", self.base_image.is_some(), VM),
+            ("ssh_user", self.ssh_user.is_some(), VM),
+            ("runner_command", self.runner_command.is_some(), VM),
+            ("tart_path", self.tart_path.is_some(), VM),
+            ("ssh_path", self.ssh_path.is_some(), VM),
+            ("boot_timeout", self.boot_timeout.is_some(), VM),
+        ];
+        keys.into_iter()
+            .filter(|(_, set, _)| *set)
+            .map(|(key, _, kinds)| (key, kinds))
+            .collect()
+    }
+}
+
+/// `command`: a path (process pools) or an argv (containers).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawCommand {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// `run_as`: one user, or one per concurrent runner.
@@ -140,38 +221,4 @@ pub(crate) struct RawProcess {
 pub(crate) enum RawUsers {
     One(String),
     Many(Vec<String>),
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct RawLinux {
-    pub enabled: Option<bool>,
-    pub labels: Option<Vec<String>>,
-    pub max_concurrent: Option<i64>,
-    pub restart: Option<RawRestart>,
-    pub socket: Option<String>,
-    pub image: Option<String>,
-    pub command: Option<Vec<String>>,
-    pub network: Option<String>,
-    pub allow_insecure: Option<bool>,
-    pub memory: Option<String>,
-    pub pids_limit: Option<i64>,
-    pub cpus: Option<f64>,
-    pub read_only_root: Option<bool>,
-    pub cap_add: Option<Vec<String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct RawVmMacos {
-    pub enabled: Option<bool>,
-    pub labels: Option<Vec<String>>,
-    pub max_concurrent: Option<i64>,
-    pub restart: Option<RawRestart>,
-    pub base_image: Option<String>,
-    pub ssh_user: Option<String>,
-    pub runner_command: Option<String>,
-    pub tart_path: Option<String>,
-    pub ssh_path: Option<String>,
-    pub boot_timeout: Option<String>,
 }

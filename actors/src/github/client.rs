@@ -25,6 +25,8 @@ use crate::{
 
 /// Per-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a connection (and a proxy's tunnel) may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest answer body read.
 pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// `per_page` for every listing (GitHub's maximum).
@@ -166,6 +168,28 @@ struct Answer {
     body: actix_web::web::Bytes,
 }
 
+/// The client's connector: TLS trusting the bundled, system and `ca_file` roots; TCP direct
+/// or through the proxy. The config was validated, so a failure here is a file that changed
+/// since: it is logged, and the client goes on with what it has (a call then fails visibly).
+fn connector(config: &GithubConfig) -> awc::Connector<super::proxy::ProxyConnector> {
+    let tls = super::tls::client_config(config.ca_file.as_deref()).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "github.ca_file: cannot load it; trusting the bundled and system roots only");
+        super::tls::client_config(None).expect("the bundled roots load")
+    });
+    use super::proxy::ProxyConnector;
+    let tcp = match &config.proxy {
+        None => ProxyConnector::direct(),
+        Some(proxy) => ProxyConnector::new(proxy).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "github.proxy: cannot use it; calling GitHub directly");
+            ProxyConnector::direct()
+        }),
+    };
+    awc::Connector::new()
+        .connector(tcp)
+        .rustls_0_23(tls)
+        .timeout(CONNECT_TIMEOUT)
+}
+
 impl GithubClient {
     /// A client for `config`, counting into `metrics` and reporting rate headers to `rate`.
     pub fn new(
@@ -174,6 +198,7 @@ impl GithubClient {
         rate: Option<Recipient<ObserveRate>>,
     ) -> Self {
         let http = awc::Client::builder()
+            .connector(connector(config))
             .timeout(REQUEST_TIMEOUT)
             .add_default_header((
                 "User-Agent",

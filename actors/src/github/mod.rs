@@ -8,9 +8,11 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod event;
+pub mod proxy;
 pub mod rate;
 pub mod reconcile;
 pub mod signature;
+pub mod tls;
 
 pub use client::{GithubClient, JitRunner, RunnerInfo};
 pub use error::{ErrorClass, GithubError};

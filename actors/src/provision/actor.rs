@@ -74,7 +74,7 @@ impl ProvisionerActor {
             return;
         };
         events.do_send(RunnerEvent {
-            provider: self.backend.kind(),
+            provider: self.backend.pool().clone(),
             name: name.to_string(),
             kind,
         });
@@ -92,7 +92,7 @@ impl ProvisionerActor {
         }
         let cleanup = self.backend.stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
-            tracing::info!(provider = act.backend.kind().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, ?reason, code, "runner finished and cleaned up");
+            tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, ?reason, code, "runner finished and cleaned up");
             act.report(&name, RunnerEventKind::Exited { code, reason });
         }));
     }
@@ -162,7 +162,7 @@ impl Handler<Provision> for ProvisionerActor {
             }
             Err(error) => {
                 act.runners.remove(&name);
-                tracing::warn!(provider = act.backend.kind().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, %error, "runner environment failed to start");
+                tracing::warn!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, %error, "runner environment failed to start");
                 let cleanup = act.backend.stop(name.clone());
                 ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
                     act.report(&name, RunnerEventKind::Failed { error });
@@ -216,7 +216,7 @@ impl Handler<Teardown> for ProvisionerActor {
     type Result = ();
 
     fn handle(&mut self, m: Teardown, ctx: &mut Context<Self>) {
-        tracing::info!(provider = self.backend.kind().as_str(), provisioner = self.backend.kind().provisioner_name(), runner = %m.name, reason = m.reason, "tearing down");
+        tracing::info!(provider = self.backend.pool().as_str(), provisioner = self.backend.kind().provisioner_name(), runner = %m.name, reason = m.reason, "tearing down");
         if self.runners.contains_key(&m.name) {
             self.kill(&m.name, ExitReason::TornDown, ctx);
             return;

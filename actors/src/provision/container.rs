@@ -24,8 +24,9 @@ use bollard::{
 };
 use futures_util::StreamExt;
 
+use super::RunnerEnv;
 use super::{Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner};
-use crate::config::ProviderKind;
+use crate::config::{PoolName, ProviderKind};
 
 /// Label marking a container as ours, with our runner-name prefix as its value.
 pub const PREFIX_LABEL: &str = "io.ephemer-actors.prefix";
@@ -37,6 +38,18 @@ const STOP_GRACE_SECS: i32 = 10;
 /// Settings of the container backend.
 #[derive(Debug, Clone)]
 pub struct ContainerSettings {
+    /// The pool (`[providers.NAME]`).
+    pub pool: PoolName,
+    /// What the runner gets in its environment besides its JIT config.
+    pub env: RunnerEnv,
+    /// When the image is pulled.
+    pub pull: crate::config::PullPolicy,
+    /// Volumes, tmpfs, shm, devices, the engine socket.
+    pub mounts: crate::config::ContainerMounts,
+    /// `host:ip` lines for `/etc/hosts`.
+    pub extra_hosts: Vec<String>,
+    /// Name servers.
+    pub dns: Vec<String>,
     /// `unix:///path.sock`, `tcp://host:port` or `http://host:port`.
     pub socket: String,
     /// Runner image.
@@ -55,6 +68,35 @@ pub struct ContainerSettings {
     pub log_cap: u64,
 }
 
+impl ContainerSettings {
+    /// Settings with the config's defaults for everything but where the engine is, which image
+    /// runs, what runner names start with and where logs go.
+    pub fn new(
+        pool: PoolName,
+        socket: String,
+        image: String,
+        name_prefix: String,
+        log_dir: PathBuf,
+    ) -> Self {
+        ContainerSettings {
+            pool,
+            env: RunnerEnv::default(),
+            pull: crate::config::PullPolicy::default(),
+            mounts: crate::config::ContainerMounts::default(),
+            extra_hosts: Vec::new(),
+            dns: Vec::new(),
+            socket,
+            image,
+            command: Vec::new(),
+            network: None,
+            name_prefix,
+            log_dir,
+            limits: crate::config::ContainerLimits::default(),
+            log_cap: LOG_CAP,
+        }
+    }
+}
+
 /// A container's saved log stops at this many bytes (a job that floods stdout cannot fill the
 /// disk, and the log is streamed to the file, never held whole in memory).
 pub const LOG_CAP: u64 = 16 * 1024 * 1024;
@@ -64,6 +106,7 @@ pub const LOG_CAP: u64 = 16 * 1024 * 1024;
 pub struct ContainerBackend {
     docker: Docker,
     s: Rc<ContainerSettings>,
+    images: super::image::ImageGate,
 }
 
 impl ContainerBackend {
@@ -79,19 +122,28 @@ impl ContainerBackend {
         Ok(ContainerBackend {
             docker,
             s: Rc::new(settings),
+            images: super::image::ImageGate::default(),
         })
     }
 
     async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = spec.name.clone();
-        let env = vec![
+        self.images.ready(&self.docker, &self.s).await?;
+        let mut env: Vec<String> = self
+            .s
+            .env
+            .with_ca_at(super::CONTAINER_CA_PATH)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.extend([
             format!(
                 "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
                 spec.jit_config.expose()
             ),
             "RUNNER_ALLOW_RUNASROOT=1".into(),
             "RUNNER_MANUALLY_TRAP_SIG=1".into(),
-        ];
+        ]);
         let cmd = (!self.s.command.is_empty()).then(|| self.s.command.clone());
         let body = self.body(&name, cmd, Some(env));
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -163,13 +215,21 @@ impl ContainerBackend {
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: Some(l.cap_add.clone()),
             readonly_rootfs: Some(l.read_only_root),
-            ..HostConfig::default()
+            ..super::image::mounts(&self.s)
         }
     }
 
     /// Creates and removes one container like a job's (with the init), so a host that cannot
     /// run any is found before a job is claimed for it.
     async fn probe_engine(self) -> Result<(), ProvisionError> {
+        if !super::image::present(&self.docker, &self.s.image)
+            .await
+            .map_err(|e| self.engine_error(&e))?
+        {
+            // The image comes with the first job (pulled, or that job fails as the pool's
+            // `pull` says); the engine answered, which is what this check can know now.
+            return Ok(());
+        }
         let name = format!(
             "{}-probe-{}",
             self.s.name_prefix,
@@ -345,6 +405,10 @@ fn watch(docker: Docker, name: String) -> super::LocalFuture<Option<i32>> {
 impl Backend for ContainerBackend {
     fn kind(&self) -> ProviderKind {
         ProviderKind::Linux
+    }
+
+    fn pool(&self) -> &PoolName {
+        &self.s.pool
     }
 
     fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {

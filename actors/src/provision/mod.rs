@@ -8,10 +8,12 @@ mod actor;
 mod cgroup;
 pub mod container;
 mod error;
+mod image;
 pub mod install;
 mod named;
 pub mod process;
 mod procgroup;
+pub mod runner_env;
 mod supervisor;
 pub mod tart;
 
@@ -26,7 +28,7 @@ pub use named::{
 pub use supervisor::{Factory, ProvisionerSupervisor};
 
 use crate::{
-    config::{ProviderKind, Secret},
+    config::{PoolName, ProviderKind, Secret},
     job::JobKey,
 };
 
@@ -45,11 +47,59 @@ impl std::fmt::Debug for RunningRunner {
     }
 }
 
+/// What a pool adds to its runners' environment besides the JIT config: the pool's `env`
+/// (already expanded), and the proxy and CA the daemon itself uses for GitHub.
+#[derive(Debug, Clone, Default)]
+pub struct RunnerEnv {
+    /// Name and value, in order; values may be secrets.
+    pub vars: Vec<(String, Secret)>,
+    /// The CA bundle on this host (system roots and `github.ca_file`), when one is
+    /// configured: a container gets it mounted at [`CONTAINER_CA_PATH`].
+    pub ca_bundle: Option<std::path::PathBuf>,
+}
+
+/// Where a container finds the CA bundle.
+pub const CONTAINER_CA_PATH: &str = "/etc/ephemer-actors/ca-bundle.pem";
+
+/// The variables that point a runner's tools at a CA bundle: OpenSSL (the runner's .NET on
+/// Linux, git, curl) reads `SSL_CERT_FILE`; Node (JavaScript actions) ignores the system
+/// store and reads `NODE_EXTRA_CA_CERTS` (GitHub's docs on self-hosted runners and
+/// self-signed certificates); `EPHEMER_CA_FILE` names it for scripts.
+pub const CA_VARS: [&str; 3] = ["SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "EPHEMER_CA_FILE"];
+
+impl RunnerEnv {
+    /// `vars`, with the CA variables pointing at `ca_path` (the bundle's path where the runner
+    /// runs) when there is a bundle.
+    pub fn with_ca_at(&self, ca_path: &str) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expose().to_string()))
+            .collect();
+        if self.ca_bundle.is_some() {
+            out.extend(CA_VARS.iter().map(|k| (k.to_string(), ca_path.to_string())));
+        }
+        out
+    }
+
+    /// [`RunnerEnv::with_ca_at`] the bundle's path on this host.
+    pub fn on_host(&self) -> Vec<(String, String)> {
+        let path = self
+            .ca_bundle
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        self.with_ca_at(&path)
+    }
+}
+
 /// How one kind of environment is made and destroyed. Stateless by runner name, so a freshly
 /// re-created provisioner (or a restarted daemon) can tear down what an earlier one started.
 pub trait Backend: std::fmt::Debug + 'static {
-    /// Which provider this is.
+    /// Which kind of provisioner this is.
     fn kind(&self) -> ProviderKind;
+    /// The pool it serves (`[providers.NAME]`).
+    fn pool(&self) -> &PoolName;
     /// Creates the environment and starts the runner in it.
     fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>>;
     /// Stops the runner and removes its environment. Idempotent; never fails (it logs).
@@ -159,7 +209,7 @@ impl RunnerEventKind {
 #[rtype(result = "()")]
 pub struct RunnerEvent {
     /// Which provider.
-    pub provider: ProviderKind,
+    pub provider: PoolName,
     /// Runner name.
     pub name: String,
     /// What happened.
@@ -172,7 +222,7 @@ pub struct RunnerEvent {
 #[rtype(result = "()")]
 pub struct ProviderStatus {
     /// Which provider.
-    pub provider: ProviderKind,
+    pub provider: PoolName,
     /// Whether it accepts runners now.
     pub up: bool,
     /// Why it is down (for `status` and the log); `None` when up.

@@ -26,14 +26,14 @@ use std::{
 use tokio::process::Command;
 
 use super::{
-    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner,
+    Backend, LocalFuture, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner,
     cgroup::CgroupRoot,
     check_executable,
     install::{check_install, copy_install, make_dir, same_filesystem},
     procgroup::{self, group_alive, kill_group},
     spawn_error,
 };
-use crate::config::{ProviderKind, RunnerProgram};
+use crate::config::{PoolName, ProviderKind, RunnerProgram};
 
 /// How long a runner may take to exit after SIGTERM before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -52,6 +52,10 @@ const CGROUP_ENTER: &str = r#"echo $$ > "$1" 2>/dev/null; shift; exec "$@""#;
 pub struct ProcessSettings {
     /// `local` or `native_macos`.
     pub kind: ProviderKind,
+    /// The pool (`[providers.NAME]`).
+    pub pool: PoolName,
+    /// What the runner gets in its environment besides its JIT config.
+    pub env: RunnerEnv,
     /// `runner_dir` (an install copied per job) or `command`.
     pub program: RunnerProgram,
     /// Its arguments.
@@ -160,6 +164,7 @@ impl ProcessBackend {
             RunnerProgram::Command(command) => command.clone(),
         };
         let (home, tmp) = (dir.join("_home"), dir.join("_tmp"));
+        let extra = s.env.on_host();
         let mut argv: Vec<OsString> = Vec::new();
         if let Some(cgroup) = self.cgroup(&spec.name) {
             // Enter the runner's cgroup, then become the runner (same pid, same group). A
@@ -168,19 +173,16 @@ impl ProcessBackend {
             argv.push(cgroup.procs().into_os_string());
         }
         if let Some(user) = user {
-            // sudo resets HOME to the user's own; `env` sets the job's after it.
-            argv.extend(
-                [
-                    "sudo",
-                    "-n",
-                    "-u",
-                    user,
-                    "--preserve-env=ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG",
-                    "--",
-                    "env",
-                ]
-                .map(OsString::from),
-            );
+            // sudo resets HOME to the user's own; `env` sets the job's after it. Values travel
+            // in the environment, never on argv (where any user could read them).
+            let mut keep = String::from("ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG");
+            for (name, _) in &extra {
+                keep.push(',');
+                keep.push_str(name);
+            }
+            argv.extend(["sudo", "-n", "-u", user].map(OsString::from));
+            argv.push(format!("--preserve-env={keep}").into());
+            argv.extend(["--", "env"].map(OsString::from));
             argv.push(env_assignment("HOME", &home));
             argv.push(env_assignment("TMPDIR", &tmp));
         }
@@ -195,6 +197,7 @@ impl ProcessBackend {
                     .iter()
                     .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
             )
+            .envs(extra)
             .env("HOME", &home)
             .env("TMPDIR", &tmp)
             .env("ACTIONS_RUNNER_INPUT_JITCONFIG", spec.jit_config.expose())
@@ -231,7 +234,7 @@ impl ProcessBackend {
                     .map(|report| {
                         if report.copied > 0 && !self.said_copied.replace(true) {
                             tracing::warn!(
-                                provider = self.s.kind.as_str(),
+                                provider = self.s.pool.as_str(),
                                 copied = report.copied,
                                 linked = report.linked,
                                 "files of runner_dir were copied, not hard-linked, into a job's \
@@ -290,7 +293,7 @@ impl ProcessBackend {
         tokio::fs::write(self.pid_file(&spec.name), procgroup::record(pid))
             .await
             .map_err(|e| fail("cannot write the pid file", e))?;
-        tracing::info!(provider = self.s.kind.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
+        tracing::info!(provider = self.s.pool.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
         Ok(RunningRunner {
             exited: Box::pin(async move { child.wait().await.ok().and_then(|s| s.code()) }),
         })
@@ -319,7 +322,7 @@ impl ProcessBackend {
         let no_cgroups = self.no_cgroups.borrow_mut().take();
         if let Some(why) = no_cgroups {
             tracing::warn!(
-                provider = self.s.kind.as_str(),
+                provider = self.s.pool.as_str(),
                 "no cgroup for runners ({why}): teardown kills each runner's process group, which \
                  a job that double-forks into a new session (setsid) can leave"
             );
@@ -328,7 +331,7 @@ impl ProcessBackend {
             && !same_filesystem(dir, &self.s.work_root).unwrap_or(true)
         {
             tracing::warn!(
-                provider = self.s.kind.as_str(),
+                provider = self.s.pool.as_str(),
                 runner_dir = %dir.display(),
                 work_root = %self.s.work_root.display(),
                 "runner_dir and work_root are on different filesystems: each job's copy of the \
@@ -400,6 +403,10 @@ impl ProcessBackend {
 impl Backend for ProcessBackend {
     fn kind(&self) -> ProviderKind {
         self.s.kind
+    }
+
+    fn pool(&self) -> &PoolName {
+        &self.s.pool
     }
 
     fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {

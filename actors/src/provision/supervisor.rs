@@ -78,7 +78,7 @@ pub struct ProvisionerSupervisor {
 impl std::fmt::Debug for ProvisionerSupervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProvisionerSupervisor")
-            .field("provider", &self.backend.kind())
+            .field("provider", self.backend.pool())
             .field("generation", &self.generation)
             .field("live", &self.live.len())
             .finish()
@@ -143,11 +143,12 @@ impl ProvisionerSupervisor {
             if act.generation != generation || act.child.is_none() {
                 return;
             }
-            let provider = act.backend.kind();
+            let provider = act.backend.pool().clone();
+        let provisioner = act.backend.kind().provisioner_name();
             match result {
                 Ok(()) => {
                     if let Some(was) = act.down_cause.take() {
-                        tracing::info!(provider = provider.as_str(), provisioner = provider.provisioner_name(), previous_cause = %was, "host check passes again; the pool takes runners");
+                        tracing::info!(provider = provider.as_str(), provisioner, previous_cause = %was, "host check passes again; the pool takes runners");
                     }
                     act.accepting = true;
                     tell(&act.status, ProviderStatus {
@@ -169,9 +170,10 @@ impl ProvisionerSupervisor {
     /// The pool cannot take runners: say why (logged once per distinct cause), and check the
     /// host again after `PROBE_INTERVAL`. A check already waiting is not doubled.
     fn pool_down(&mut self, cause: String, ctx: &mut Context<Self>) {
-        let provider = self.backend.kind();
+        let provider = self.backend.pool().clone();
+        let provisioner = self.backend.kind().provisioner_name();
         if self.down_cause.as_deref() != Some(cause.as_str()) {
-            tracing::error!(provider = provider.as_str(), provisioner = provider.provisioner_name(), %cause, retry_in = ?PROBE_INTERVAL, "host check failed: the pool is down and no job is claimed for it");
+            tracing::error!(provider = provider.as_str(), provisioner, %cause, retry_in = ?PROBE_INTERVAL, "host check failed: the pool is down and no job is claimed for it");
         }
         self.accepting = false;
         self.down_cause = Some(cause.clone());
@@ -200,7 +202,7 @@ impl ProvisionerSupervisor {
         tell(
             &self.scheduler,
             RunnerEvent {
-                provider: self.backend.kind(),
+                provider: self.backend.pool().clone(),
                 name: name.to_string(),
                 kind,
             },
@@ -243,7 +245,7 @@ impl Actor for ProvisionerSupervisor {
         ctx.set_mailbox_capacity(4096);
         if let Some(warning) = self.backend.startup_warning() {
             tracing::warn!(
-                provider = self.backend.kind().as_str(),
+                provider = self.backend.pool().as_str(),
                 provisioner = self.backend.kind().provisioner_name(),
                 "{warning}"
             );
@@ -252,7 +254,7 @@ impl Actor for ProvisionerSupervisor {
         let reap = self.backend.reap_leftovers(self.adopt.clone());
         ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
             if !removed.is_empty() {
-                tracing::info!(provider = act.backend.kind().as_str(), provisioner = act.backend.kind().provisioner_name(), count = removed.len(), names = ?removed, "removed leftover runner environments");
+                tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), count = removed.len(), names = ?removed, "removed leftover runner environments");
             }
             act.spawn_child(ctx);
             // Runners from the ledger: the new child watches them (or reports them lost).
@@ -310,8 +312,8 @@ impl Handler<Provision> for ProvisionerSupervisor {
                 &name,
                 RunnerEventKind::Failed {
                     error: ProvisionError::HostUnavailable(match &self.down_cause {
-                        Some(cause) => format!("provider {} is down: {cause}", self.backend.kind()),
-                        None => format!("provider {} is down", self.backend.kind()),
+                        Some(cause) => format!("provider {} is down: {cause}", self.backend.pool()),
+                        None => format!("provider {} is down", self.backend.pool()),
                     }),
                 },
             ),
@@ -368,10 +370,11 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
         }
         self.child = None;
         self.accepting = false;
-        let provider = self.backend.kind();
+        let provider = self.backend.pool().clone();
+        let provisioner = self.backend.kind().provisioner_name();
         tracing::error!(
             provider = provider.as_str(),
-            provisioner = provider.provisioner_name(),
+            provisioner,
             panicked = m.panicked,
             runners = self.live.len(),
             "provisioner stopped"
@@ -390,7 +393,7 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
         tell(
             &self.status,
             ProviderStatus {
-                provider,
+                provider: provider.clone(),
                 up: false,
                 cause: Some(match &restart {
                     Ok(()) => "provisioner stopped; restarting".into(),
@@ -404,7 +407,7 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
                     .provisioner_restarts
                     .with_label_values(&[provider.as_str()])
                     .inc();
-                tracing::warn!(provider = provider.as_str(), provisioner = provider.provisioner_name(), backoff = ?self.restart.backoff, "restarting provisioner");
+                tracing::warn!(provider = provider.as_str(), provisioner, backoff = ?self.restart.backoff, "restarting provisioner");
                 // The runners the dead child held go on (their jobs may be half done): the new
                 // child adopts them by name, or reports those that are gone.
                 ctx.run_later(self.restart.backoff, |act, ctx| {
@@ -416,7 +419,7 @@ impl Handler<ChildStopped> for ProvisionerSupervisor {
                 });
             }
             Err(why) => {
-                tracing::error!(provider = provider.as_str(), provisioner = provider.provisioner_name(), reason = %why, "provisioner stays down; its jobs go to another covering provider or wait");
+                tracing::error!(provider = provider.as_str(), provisioner, reason = %why, "provisioner stays down; its jobs go to another covering provider or wait");
             }
         }
     }

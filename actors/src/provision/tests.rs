@@ -33,6 +33,11 @@ impl Backend for Fake {
     fn kind(&self) -> ProviderKind {
         ProviderKind::Local
     }
+
+    fn pool(&self) -> &PoolName {
+        static LOCAL: std::sync::OnceLock<PoolName> = std::sync::OnceLock::new();
+        LOCAL.get_or_init(|| PoolName::new("local"))
+    }
     fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
         assert!(
             !*self.0.explode.borrow(),

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     clock::Clock,
-    config::ProviderKind,
+    config::PoolName,
     github::{
         GithubError,
         actor::{DeleteRunner, GenerateJitConfig, GetRunner, ListQueuedJobs, ListRunners},
@@ -99,7 +99,7 @@ pub struct SchedulerDeps {
     /// The rate readings (optional: without them rate-limit failures climb the plain ladder).
     pub rate: Option<RateHandle>,
     /// Provisioners by provider.
-    pub provisioners: HashMap<ProviderKind, ProvisionerHandle>,
+    pub provisioners: HashMap<PoolName, ProvisionerHandle>,
     /// The durable store (`None`: state lives in memory only).
     pub store: Option<Store>,
     /// What the store held at start-up, to restore from.
@@ -139,7 +139,7 @@ pub fn start_in(
         .concurrent_capacity
         .set(i64::try_from(settings.max_concurrent).unwrap_or(i64::MAX));
     for p in &settings.providers {
-        metrics.init_provider(p.kind.as_str());
+        metrics.init_provider(p.name.as_str());
     }
     let mut core = Scheduler::new(settings, backoff, seed);
     let mut deps = deps;

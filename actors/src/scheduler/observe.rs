@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::{config::ProviderKind, github::ErrorClass, job::JobAction, metrics::Metrics};
+use crate::{config::PoolName, github::ErrorClass, job::JobAction, metrics::Metrics};
 
 /// Something the scheduler decided or saw that operators count or read.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +62,7 @@ pub enum Observation {
     /// A job ran to completion on a runner of ours.
     JobFinished {
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Bounded conclusion.
         conclusion: &'static str,
         /// How long its runner ran, when known.
@@ -73,14 +73,14 @@ pub enum Observation {
         /// Job.
         job_id: u64,
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
     },
     /// A claim failed.
     ClaimFailed {
         /// Job.
         job_id: u64,
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Class.
         class: ErrorClass,
         /// What went wrong.
@@ -91,19 +91,19 @@ pub enum Observation {
         /// Job.
         job_id: u64,
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Runner.
         runner: String,
     },
     /// A runner entered the ledger (claimed, or restored after a restart).
     RunnerAdded {
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
     },
     /// A runner left the ledger.
     RunnerRemoved {
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
     },
     /// A runner's environment is up.
     RunnerStarted {
@@ -117,7 +117,7 @@ pub enum Observation {
         /// The job it was made for.
         job_id: u64,
         /// Its pool.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Runner.
         runner: String,
         /// What went wrong.
@@ -161,7 +161,7 @@ pub enum Observation {
     /// A provider went up or down.
     ProviderStatus {
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Up.
         up: bool,
         /// Why down.
@@ -174,7 +174,7 @@ pub enum Observation {
         /// Runner.
         runner: String,
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Why.
         reason: &'static str,
     },

@@ -15,6 +15,7 @@
 //! unknown format is moved aside at start-up (a fresh one is started, with a loud log); one the
 //! disk cannot read (EACCES, EIO) is an error that stops the start, the file left as it is.
 
+use crate::config::PoolName;
 use std::{
     path::{Path, PathBuf},
     sync::mpsc,
@@ -25,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     job::{JobInfo, JobKey},
-    vocab::{ErrorClass, ProviderKind},
+    vocab::ErrorClass,
 };
 
 const JOBS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("jobs");
@@ -70,7 +71,7 @@ pub struct RunnerRow {
     /// GitHub id.
     pub id: u64,
     /// Provider.
-    pub provider: ProviderKind,
+    pub provider: PoolName,
     /// Repo for repo-level runners.
     pub repo: Option<String>,
     /// The job it was created for.

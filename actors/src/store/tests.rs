@@ -1,6 +1,7 @@
 //! The store against a real file.
 
 use super::*;
+use crate::config::PoolName;
 
 fn job(id: u64) -> JobInfo {
     crate::scheduler::fixtures::job(id, &["self-hosted"])
@@ -28,7 +29,7 @@ async fn survives_a_reopen_and_keeps_its_mode() {
                 Op::PutRunner(RunnerRow {
                     name: "r1".into(),
                     id: 7,
-                    provider: ProviderKind::Local,
+                    provider: PoolName::from("local"),
                     repo: None,
                     intent: JobKey::new("acme", 1),
                     bound: None,

@@ -82,6 +82,9 @@ impl StubEngine {
                         HttpResponse::NoContent().finish()
                     } else if path.ends_with("/containers/json") {
                         HttpResponse::Ok().json(serde_json::json!([]))
+                    } else if path.contains("/images/") && path.ends_with("/json") {
+                        // The runner image is there (Engine API: GET /images/{name}/json).
+                        HttpResponse::Ok().json(serde_json::json!({"Id": "sha256:0123abcd"}))
                     } else if path.ends_with("/_ping") {
                         HttpResponse::Ok().body("OK")
                     } else {

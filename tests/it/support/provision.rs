@@ -106,6 +106,8 @@ pub async fn claim(standin: &Standin, name_base: &str, labels: &[&str]) -> JitRu
         auth: GithubAuth::Token(Secret::new("ghp_standin_token")),
         runner_group_id: 1,
         max_claims_per_minute: 150,
+        ca_file: None,
+        proxy: None,
     };
     let labels: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
     GithubClient::new(&config, Metrics::new(), None)

@@ -80,6 +80,17 @@ pub(super) fn build_github(
         env,
         p,
     );
+    let ca_file = raw.ca_file.filter(|f| !f.is_empty()).map(|f| {
+        let path = match base_dir {
+            Some(dir) => dir.join(&f),
+            None => PathBuf::from(&f),
+        };
+        if let Err(reason) = super::network::check_ca_file(&path) {
+            p.push("github.ca_file", reason);
+        }
+        path
+    });
+    let proxy = super::network::build_proxy(raw.proxy, raw.no_proxy, env, p);
     GithubConfig {
         api_url: api_url.trim_end_matches('/').to_string(),
         owner,
@@ -87,6 +98,8 @@ pub(super) fn build_github(
         auth,
         runner_group_id,
         max_claims_per_minute,
+        ca_file,
+        proxy,
     }
 }
 

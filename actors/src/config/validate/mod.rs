@@ -12,16 +12,22 @@ use std::{
 
 use super::{
     AdminConfig, AdminListen, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors,
-    ContainerLimits, Environment, GithubAuth, GithubConfig, LinuxConfig, LogConfig, LogFormat,
-    MetricsConfig, OrphanSweepConfig, ProcessPoolConfig, ProviderCommon, ProviderKind,
-    ProvidersConfig, RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret,
-    StateConfig, VmMacosConfig, WebhookConfig, defaults,
-    raw::{RawConfig, RawLinux, RawProcess, RawRestart, RawUsers},
+    ContainerLimits, ContainerMounts, Environment, GithubAuth, GithubConfig, LinuxConfig,
+    LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig, PoolConfig, PoolName, PoolSpec,
+    ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig, ProxyConfig, PullPolicy,
+    RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig,
+    WebhookConfig, defaults,
+    raw::{RawCommand, RawConfig, RawPool, RawProviders, RawRestart, RawUsers},
 };
 
+mod containers;
 mod github;
+mod network;
+#[cfg(test)]
+mod pool_tests;
 mod providers;
 mod runner;
+pub(crate) mod runner_env;
 #[cfg(test)]
 mod tests;
 
@@ -194,7 +200,7 @@ fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) ->
 
 fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
     let state = build_state(raw.state.dir, p);
-    let providers = build_providers(raw.providers, &state.dir, env.as_root, p);
+    let providers = build_providers(raw.providers, &state.dir, env, p);
     let config = Config {
         github: build_github(raw.github, base_dir, env, p),
         webhook: build_webhook(raw.webhook, env, p),

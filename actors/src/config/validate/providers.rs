@@ -3,27 +3,50 @@
 #[allow(unused_imports)]
 use super::*;
 
-struct CommonDefaults {
-    enabled: bool,
+/// What a pool of a kind has when its table leaves a key out.
+struct KindDefaults {
     labels: &'static [&'static str],
     max_concurrent: usize,
 }
 
-#[allow(clippy::too_many_arguments)]
+fn kind_defaults(kind: ProviderKind) -> KindDefaults {
+    match kind {
+        ProviderKind::Local => KindDefaults {
+            labels: &["self-hosted", "linux", "x64"],
+            max_concurrent: 2,
+        },
+        ProviderKind::Linux => KindDefaults {
+            labels: &["self-hosted", "linux", "x64"],
+            max_concurrent: 4,
+        },
+        ProviderKind::VmMacos => KindDefaults {
+            labels: &["self-hosted", "macos", "arm64"],
+            max_concurrent: defaults::MACOS_MAX_VMS,
+        },
+        ProviderKind::NativeMacos => KindDefaults {
+            labels: &["self-hosted", "macos", "arm64", "native"],
+            max_concurrent: 1,
+        },
+    }
+}
+
+/// The longest pool name: runner names carry it, and GitHub keeps them short.
+const MAX_POOL_NAME: usize = 32;
+
 fn build_common(
+    key: &str,
     kind: ProviderKind,
-    enabled: Option<bool>,
-    labels: Option<Vec<String>>,
-    max_concurrent: Option<i64>,
-    restart: Option<RawRestart>,
-    d: CommonDefaults,
-    present: bool,
+    r: &mut RawPool,
+    env: &Environment,
     p: &mut Problems,
 ) -> ProviderCommon {
-    let key = format!("providers.{kind}");
-    // A table that is written down is meant to be used: `enabled` defaults to true there.
-    let enabled = enabled.unwrap_or(if present { true } else { d.enabled });
-    let labels = labels.unwrap_or_else(|| d.labels.iter().map(|s| s.to_string()).collect());
+    let d = kind_defaults(kind);
+    // A table that is written down is meant to be used: `enabled` defaults to true.
+    let enabled = r.enabled.unwrap_or(true);
+    let labels = r
+        .labels
+        .take()
+        .unwrap_or_else(|| d.labels.iter().map(|s| s.to_string()).collect());
     if enabled {
         if labels.is_empty() {
             p.push(
@@ -39,7 +62,7 @@ fn build_common(
     }
     let max_concurrent = count(
         &format!("{key}.max_concurrent"),
-        max_concurrent,
+        r.max_concurrent,
         d.max_concurrent,
         1,
         p,
@@ -48,7 +71,8 @@ fn build_common(
         enabled,
         labels,
         max_concurrent,
-        restart: build_restart(&format!("{key}.restart"), restart, p),
+        restart: build_restart(&format!("{key}.restart"), r.restart.take(), p),
+        env: super::runner_env::build_env(&format!("{key}.env"), r.env.take(), env, p),
     }
 }
 
@@ -105,113 +129,157 @@ fn absolute_or_default(
 }
 
 pub(super) fn build_providers(
-    raw: crate::config::raw::RawProviders,
+    raw: RawProviders,
     state_dir: &Path,
-    as_root: bool,
+    env: &Environment,
     p: &mut Problems,
 ) -> ProvidersConfig {
-    let local = build_process(
-        ProviderKind::Local,
-        raw.local,
-        CommonDefaults {
-            enabled: false,
-            labels: &["self-hosted", "linux", "x64"],
-            max_concurrent: 2,
-        },
-        state_dir.join("work"),
-        as_root,
-        p,
-    );
-
-    let linux_present = raw.linux.is_some();
-    let x = raw.linux.unwrap_or_default();
-    let limits = container_limits(&x, p);
-    let linux_common = build_common(
-        ProviderKind::Linux,
-        x.enabled,
-        x.labels,
-        x.max_concurrent,
-        x.restart,
-        CommonDefaults {
-            enabled: false,
-            labels: &["self-hosted", "linux", "x64"],
-            max_concurrent: 4,
-        },
-        linux_present,
-        p,
-    );
-    let socket = x.socket.unwrap_or_else(|| defaults::LINUX_SOCKET.into());
-    if linux_common.enabled && !valid_socket(&socket) {
+    let mut pools = Vec::new();
+    for (name, mut r) in raw {
+        let key = format!("providers.{name}");
+        if name.is_empty()
+            || name.len() > MAX_POOL_NAME
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            p.push(
+                &key,
+                format!(
+                    "{name:?} is not a pool name: up to {MAX_POOL_NAME} letters, digits, '-' \
+                     and '_' (runner names carry it)"
+                ),
+            );
+        }
+        let named_kind = ProviderKind::ALL.into_iter().find(|k| k.as_str() == name);
+        let kind = match (r.kind.take(), named_kind) {
+            (Some(text), named) => match ProviderKind::ALL.into_iter().find(|k| k.as_str() == text)
+            {
+                Some(kind) => {
+                    if let Some(named) = named.filter(|n| *n != kind) {
+                        p.push(
+                            format!("{key}.kind"),
+                            format!("a table named {named} is the {named} pool; name this {text} pool otherwise"),
+                        );
+                    }
+                    kind
+                }
+                None => {
+                    p.push(
+                        format!("{key}.kind"),
+                        format!("{text:?} must be \"local\", \"linux\", \"vm_macos\" or \"native_macos\""),
+                    );
+                    continue;
+                }
+            },
+            (None, Some(kind)) => kind,
+            (None, None) => {
+                p.push(
+                    format!("{key}.kind"),
+                    "required for a pool not named after its kind: \"local\", \"linux\", \
+                     \"vm_macos\" or \"native_macos\"",
+                );
+                continue;
+            }
+        };
+        for (k, kinds) in r.kind_keys() {
+            if !kinds.contains(&kind.as_str()) {
+                p.push(
+                    format!("{key}.{k}"),
+                    format!(
+                        "unknown key for a {kind} pool (it is a key of {})",
+                        kinds.join(", ")
+                    ),
+                );
+            }
+        }
+        let common = build_common(&key, kind, &mut r, env, p);
+        let enabled = common.enabled;
+        let spec = match kind {
+            ProviderKind::Local => PoolSpec::Local(build_process(
+                &key,
+                r,
+                enabled,
+                common.max_concurrent,
+                state_dir.join("work"),
+                env.as_root,
+                p,
+            )),
+            ProviderKind::NativeMacos => PoolSpec::NativeMacos(build_process(
+                &key,
+                r,
+                enabled,
+                common.max_concurrent,
+                state_dir.join("native-work"),
+                env.as_root,
+                p,
+            )),
+            ProviderKind::Linux => {
+                PoolSpec::Linux(super::containers::build_linux(&key, r, enabled, p))
+            }
+            ProviderKind::VmMacos => PoolSpec::VmMacos(build_vm(&key, r, &common, p)),
+        };
+        pools.push(PoolConfig {
+            name: PoolName::new(&name),
+            common,
+            spec,
+        });
+    }
+    let providers = ProvidersConfig { pools };
+    check_pool_names(&providers, p);
+    if providers.enabled().is_empty() {
         p.push(
-            "providers.linux.socket",
-            format!("{socket:?} must be unix:///path/to.sock, tcp://host:port or http://host:port"),
+            "providers",
+            "no provider is enabled: add a [providers.NAME] table (e.g. providers.local, \
+             providers.linux, providers.vm_macos, providers.native_macos)",
         );
     }
-    let remote = ["tcp://", "http://"]
-        .iter()
-        .filter_map(|scheme| socket.strip_prefix(scheme))
-        .any(|rest| !loopback(rest));
-    if linux_common.enabled && remote && !x.allow_insecure.unwrap_or(false) {
-        p.push(
-            "providers.linux.socket",
-            format!(
-                "{socket:?} is the engine API in clear on the network: each container's JIT \
-                 config would cross it unencrypted; use a unix socket (or an ssh tunnel to one), \
-                 or set providers.linux.allow_insecure = true"
-            ),
-        );
-    }
-    let linux = LinuxConfig {
-        limits,
-        socket,
-        image: if linux_common.enabled {
-            non_empty("providers.linux.image", x.image, defaults::LINUX_IMAGE, p)
-        } else {
-            x.image.unwrap_or_else(|| defaults::LINUX_IMAGE.into())
-        },
-        command: x
-            .command
-            .unwrap_or_else(|| vec![defaults::LINUX_COMMAND.to_string()]),
-        network: x.network.filter(|n| !n.is_empty()),
-        common: linux_common,
-    };
+    providers
+}
 
-    let vm_present = raw.vm_macos.is_some();
-    let v = raw.vm_macos.unwrap_or_default();
-    let vm_common = build_common(
-        ProviderKind::VmMacos,
-        v.enabled,
-        v.labels,
-        v.max_concurrent,
-        v.restart,
-        CommonDefaults {
-            enabled: false,
-            labels: &["self-hosted", "macos", "arm64"],
-            max_concurrent: defaults::MACOS_MAX_VMS,
-        },
-        vm_present,
-        p,
-    );
-    if vm_common.enabled && vm_common.max_concurrent > defaults::MACOS_MAX_VMS {
+/// Pools whose runner names would share a prefix: each pool reaps leftovers by its prefix
+/// (containers on its socket, directories in its work root, VMs in tart, registrations on
+/// GitHub), so one would remove the other's runners.
+fn check_pool_names(providers: &ProvidersConfig, p: &mut Problems) {
+    for (i, a) in providers.pools.iter().enumerate() {
+        for b in &providers.pools[..i] {
+            if a.name.name_part() == b.name.name_part() {
+                p.push(
+                    format!("providers.{}", a.name),
+                    format!(
+                        "names its runners like pool {} ({}-...): the two would reap each \
+                         other's runners; rename one",
+                        b.name,
+                        b.name.name_part()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn build_vm(key: &str, v: RawPool, common: &ProviderCommon, p: &mut Problems) -> VmMacosConfig {
+    let k = |name: &str| format!("{key}.{name}");
+    if common.enabled && common.max_concurrent > defaults::MACOS_MAX_VMS {
         p.push(
-            "providers.vm_macos.max_concurrent",
+            k("max_concurrent"),
             format!(
                 "{} exceeds {}: Apple's licence and Virtualization.framework allow two macOS guests per host",
-                vm_common.max_concurrent,
+                common.max_concurrent,
                 defaults::MACOS_MAX_VMS
             ),
         );
     }
-    let vm_macos = VmMacosConfig {
+    VmMacosConfig {
         base_image: non_empty(
-            "providers.vm_macos.base_image",
+            &k("base_image"),
             v.base_image,
             defaults::MACOS_BASE_IMAGE,
             p,
         ),
-        ssh_user: non_empty("providers.vm_macos.ssh_user", v.ssh_user, "admin", p),
+        ssh_user: non_empty(&k("ssh_user"), v.ssh_user, "admin", p),
         runner_command: non_empty(
-            "providers.vm_macos.runner_command",
+            &k("runner_command"),
             v.runner_command,
             "~/actions-runner/run.sh",
             p,
@@ -219,72 +287,42 @@ pub(super) fn build_providers(
         tart_path: PathBuf::from(v.tart_path.unwrap_or_else(|| "tart".into())),
         ssh_path: PathBuf::from(v.ssh_path.unwrap_or_else(|| "ssh".into())),
         boot_timeout: positive_duration(
-            "providers.vm_macos.boot_timeout",
+            &k("boot_timeout"),
             v.boot_timeout,
             defaults::MACOS_BOOT_TIMEOUT,
             p,
         ),
-        common: vm_common,
-    };
-
-    let native_macos = build_process(
-        ProviderKind::NativeMacos,
-        raw.native_macos,
-        CommonDefaults {
-            enabled: false,
-            labels: &["self-hosted", "macos", "arm64", "native"],
-            max_concurrent: 1,
-        },
-        state_dir.join("native-work"),
-        as_root,
-        p,
-    );
-
-    let providers = ProvidersConfig {
-        local,
-        linux,
-        vm_macos,
-        native_macos,
-    };
-    if providers.enabled().is_empty() {
-        p.push(
-            "providers",
-            "no provider is enabled: enable at least one of providers.local, providers.linux, \
-             providers.vm_macos, providers.native_macos",
-        );
     }
-    providers
 }
 
 /// A process pool (`local`, `native_macos`): exactly one of `runner_dir` and `command`.
 fn build_process(
-    kind: ProviderKind,
-    raw: Option<RawProcess>,
-    d: CommonDefaults,
+    key: &str,
+    r: RawPool,
+    enabled: bool,
+    max_concurrent: usize,
     default_work_root: PathBuf,
     as_root: bool,
     p: &mut Problems,
 ) -> ProcessPoolConfig {
-    let present = raw.is_some();
-    let r = raw.unwrap_or_default();
-    let common = build_common(
-        kind,
-        r.enabled,
-        r.labels,
-        r.max_concurrent,
-        r.restart,
-        d,
-        present,
-        p,
-    );
-    let key = |k: &str| format!("providers.{kind}.{k}");
+    let key = |k: &str| format!("{key}.{k}");
     let work_root = absolute_or_default(&key("work_root"), r.work_root, default_work_root, p);
     let runner_dir = r.runner_dir.filter(|s| !s.trim().is_empty());
-    let command = r.command.filter(|s| !s.trim().is_empty());
+    let command = match r.command {
+        None => None,
+        Some(RawCommand::One(c)) => Some(c).filter(|s| !s.trim().is_empty()),
+        Some(RawCommand::Many(_)) => {
+            p.push(
+                key("command"),
+                "must be one executable path (its arguments go in args)",
+            );
+            None
+        }
+    };
     let program = match (runner_dir, command) {
         (Some(dir), None) => {
             let dir = PathBuf::from(dir);
-            if common.enabled {
+            if enabled {
                 if !dir.is_absolute() {
                     p.push(
                         key("runner_dir"),
@@ -306,7 +344,7 @@ fn build_process(
         }
         (None, Some(command)) => RunnerProgram::Command(PathBuf::from(command)),
         (Some(dir), Some(_)) => {
-            if common.enabled {
+            if enabled {
                 p.push(
                     key("runner_dir"),
                     "set runner_dir or command, not both: runner_dir is an actions/runner \
@@ -317,7 +355,7 @@ fn build_process(
             RunnerProgram::Install(PathBuf::from(dir))
         }
         (None, None) => {
-            if common.enabled {
+            if enabled {
                 p.push(
                     key("runner_dir"),
                     "an enabled process provider needs runner_dir (an actions/runner install) \
@@ -335,7 +373,7 @@ fn build_process(
     .into_iter()
     .filter(|u| !u.trim().is_empty())
     .collect();
-    if common.enabled {
+    if enabled {
         if let Some(dup) = run_as
             .iter()
             .enumerate()
@@ -343,21 +381,21 @@ fn build_process(
         {
             p.push(key("run_as"), format!("lists the user {dup} twice"));
         }
-        if run_as.len() > 1 && run_as.len() < common.max_concurrent {
+        if run_as.len() > 1 && run_as.len() < max_concurrent {
             p.push(
                 key("run_as"),
                 format!(
                     "lists {} users for max_concurrent = {}: each concurrent runner needs its \
                      own user (list at least {}, or one user that all runners share)",
                     run_as.len(),
-                    common.max_concurrent,
-                    common.max_concurrent
+                    max_concurrent,
+                    max_concurrent
                 ),
             );
         }
     }
     let allow_root = r.allow_root.unwrap_or(false);
-    if common.enabled && as_root && run_as.is_empty() && !allow_root {
+    if enabled && as_root && run_as.is_empty() && !allow_root {
         // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
         // (actions/runner src/Misc/layoutroot/run-helper.sh.template); a job as root could read the daemon's
         // token, config and store.
@@ -374,71 +412,5 @@ fn build_process(
         work_root,
         run_as,
         allow_root,
-        common,
     }
-}
-
-fn container_limits(x: &RawLinux, p: &mut Problems) -> ContainerLimits {
-    let d = ContainerLimits::default();
-    let memory = match x.memory.as_deref() {
-        None => d.memory,
-        Some(text) => match parse_size(text) {
-            Some(n) if n >= 64 * 1024 * 1024 => n as u64,
-            _ => {
-                p.push(
-                    "providers.linux.memory",
-                    format!("{text:?} must be a size of at least 64MiB, like \"4GiB\""),
-                );
-                d.memory
-            }
-        },
-    };
-    let pids_limit = match x.pids_limit {
-        None => d.pids_limit,
-        Some(n) if n >= 16 => n,
-        Some(n) => {
-            p.push(
-                "providers.linux.pids_limit",
-                format!("{n} is below 16: a runner needs more"),
-            );
-            d.pids_limit
-        }
-    };
-    let cpus = match x.cpus {
-        None => None,
-        Some(c) if c > 0.0 && c <= 1024.0 => Some(c),
-        Some(c) => {
-            p.push(
-                "providers.linux.cpus",
-                format!("{c} must be above 0 (and at most 1024)"),
-            );
-            None
-        }
-    };
-    let cap_add = x.cap_add.clone().unwrap_or(d.cap_add);
-    for (i, cap) in cap_add.iter().enumerate() {
-        if cap.is_empty() || !cap.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
-            p.push(
-                format!("providers.linux.cap_add[{i}]"),
-                format!("{cap:?} is not a capability name like \"CHOWN\""),
-            );
-        }
-    }
-    ContainerLimits {
-        memory,
-        pids_limit,
-        cpus,
-        read_only_root: x.read_only_root.unwrap_or(false),
-        cap_add,
-    }
-}
-
-fn valid_socket(s: &str) -> bool {
-    if let Some(path) = s.strip_prefix("unix://") {
-        return path.starts_with('/');
-    }
-    ["tcp://", "http://"]
-        .iter()
-        .filter_map(|scheme| s.strip_prefix(scheme))
-        .any(|rest| !rest.is_empty())
 }

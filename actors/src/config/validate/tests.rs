@@ -44,15 +44,23 @@ fn minimal_config_gets_the_contract_defaults() {
     assert_eq!(c.runner.claim_retry.schedule.len(), 5);
     assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9091");
     assert_eq!(c.metrics.listen, None);
-    assert!(c.providers.local.common.enabled);
-    assert!(!c.providers.linux.common.enabled);
+    assert!(c.providers.get("local").unwrap().common.enabled);
+    assert!(!c.providers.get("linux").is_some_and(|p| p.common.enabled));
     assert_eq!(
-        c.providers.local.work_root,
+        c.providers
+            .get("local")
+            .unwrap()
+            .process()
+            .unwrap()
+            .work_root,
         PathBuf::from("/var/lib/ephemer-actors/work")
     );
-    assert_eq!(c.providers.local.common.restart, RestartConfig::default());
     assert_eq!(
-        c.providers.local.program,
+        c.providers.get("local").unwrap().common.restart,
+        RestartConfig::default()
+    );
+    assert_eq!(
+        c.providers.get("local").unwrap().process().unwrap().program,
         RunnerProgram::Install(PathBuf::from("/opt/actions-runner"))
     );
 }
@@ -99,10 +107,13 @@ fn a_process_pool_takes_exactly_one_of_runner_dir_and_command() {
     )
     .unwrap();
     assert_eq!(
-        c.providers.local.program,
+        c.providers.get("local").unwrap().process().unwrap().program,
         RunnerProgram::Command(PathBuf::from("/usr/bin/runner"))
     );
-    assert_eq!(c.providers.local.run_as, ["ci"]);
+    assert_eq!(
+        c.providers.get("local").unwrap().process().unwrap().run_as,
+        ["ci"]
+    );
 }
 
 /// `run_as` is one user, or one per concurrent runner so that siblings cannot read each
@@ -121,7 +132,10 @@ fn run_as_lists_one_user_per_concurrent_runner() {
         &env(),
     )
     .unwrap();
-    assert_eq!(c.providers.local.run_as, ["ci1", "ci2", "ci3"]);
+    assert_eq!(
+        c.providers.get("local").unwrap().process().unwrap().run_as,
+        ["ci1", "ci2", "ci3"]
+    );
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     for bad in [
         "max_concurrent = 3\nrun_as = [\"ci1\", \"ci2\"]",
@@ -405,14 +419,17 @@ fn container_limits_have_defaults_and_bounds() {
         )
     };
     let c = Config::from_toml_str(&with(""), None, &env()).unwrap();
-    assert_eq!(c.providers.linux.limits, ContainerLimits::default());
+    assert_eq!(
+        c.providers.get("linux").unwrap().linux().unwrap().limits,
+        ContainerLimits::default()
+    );
     let c = Config::from_toml_str(
         &with("memory = \"512MiB\"\npids_limit = 256\ncpus = 1.5\nread_only_root = true"),
         None,
         &env(),
     )
     .unwrap();
-    let l = &c.providers.linux.limits;
+    let l = &c.providers.get("linux").unwrap().linux().unwrap().limits;
     assert_eq!(
         (l.memory, l.pids_limit, l.cpus),
         (512 << 20, 256, Some(1.5))

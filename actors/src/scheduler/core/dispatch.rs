@@ -1,8 +1,9 @@
 //! Dispatch: routing a pending job to a covering provider with a free slot, claim pacing, and
 //! what a claim's answer leads to.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use crate::config::PoolName;
 
 impl Scheduler {
     pub(super) fn pick(&self, labels: &[String]) -> Pick {
@@ -149,23 +150,34 @@ impl Scheduler {
 
     pub(super) fn start_claim(&mut self, key: JobKey, i: usize, now: Now, fx: &mut Vec<Effect>) {
         let spec = &self.settings.providers[i];
-        let provider = spec.kind;
+        let provider = spec.name.clone();
         let request = ClaimRequest {
             repo: self
                 .settings
                 .repo_level
                 .then(|| self.jobs[&key].info.repo.clone()),
-            name_base: self.settings.runner_prefix(provider),
+            name_base: self.settings.runner_prefix(&provider),
             labels: spec.labels.clone(),
         };
         self.slots[i].used += 1;
         self.used_total += 1;
         self.stats.claims += 1;
-        self.set_phase(&key, Phase::Claiming { provider });
-        self.note(&key, now, Note::Claiming { provider });
+        self.set_phase(
+            &key,
+            Phase::Claiming {
+                provider: provider.clone(),
+            },
+        );
+        self.note(
+            &key,
+            now,
+            Note::Claiming {
+                provider: provider.clone(),
+            },
+        );
         self.observe(Observation::Claiming {
             job_id: key.job_id,
-            provider,
+            provider: provider.clone(),
         });
         fx.push(Effect::Claim {
             key,
@@ -186,7 +198,7 @@ impl Scheduler {
     pub fn on_claim_result(
         &mut self,
         key: JobKey,
-        provider: ProviderKind,
+        provider: PoolName,
         result: Result<JitRunner, GithubError>,
         now: Now,
     ) -> Vec<Effect> {
@@ -194,7 +206,7 @@ impl Scheduler {
         match result {
             Ok(runner) => self.claimed(key, provider, runner, now, &mut fx),
             Err(e) => {
-                self.release(provider);
+                self.release(&provider);
                 self.stats.claim_failures += 1;
                 if let Some((bucket, remaining, reset)) = e.rate_reading() {
                     // The failed answer's own reading decides its retry, whether or not the rate
@@ -239,7 +251,7 @@ impl Scheduler {
     pub(super) fn claimed(
         &mut self,
         key: JobKey,
-        provider: ProviderKind,
+        provider: PoolName,
         runner: JitRunner,
         now: Now,
         fx: &mut Vec<Effect>,
@@ -254,7 +266,7 @@ impl Scheduler {
         if self.draining || started {
             // The claim raced a cordon or the job starting elsewhere: the runner is not needed
             // and has not connected yet, so delete it rather than start an environment.
-            self.release(provider);
+            self.release(&provider);
             let why = if self.draining {
                 Abandon::CordonedDuringClaim
             } else {
@@ -275,7 +287,7 @@ impl Scheduler {
             jit_config: runner.encoded_jit_config,
             intent: key.clone(),
             labels: self
-                .provider_index(provider)
+                .provider_index(&provider)
                 .map(|i| self.settings.providers[i].labels.clone())
                 .unwrap_or_default(),
         };
@@ -285,7 +297,7 @@ impl Scheduler {
                 row: RunnerRow {
                     name: runner.name.clone(),
                     id: runner.id,
-                    provider,
+                    provider: provider.clone(),
                     repo,
                     intent: key.clone(),
                     bound: None,
@@ -302,11 +314,13 @@ impl Scheduler {
         );
         let row = self.runners[&runner.name].row.clone();
         self.ops.push(Op::PutRunner(row));
-        self.observe(Observation::RunnerAdded { provider });
+        self.observe(Observation::RunnerAdded {
+            provider: provider.clone(),
+        });
         self.set_phase(
             &key,
             Phase::Active {
-                provider,
+                provider: provider.clone(),
                 runner: runner.name.clone(),
             },
         );
@@ -318,12 +332,12 @@ impl Scheduler {
             Note::Claimed {
                 runner: runner.name.clone(),
                 runner_id: runner.id,
-                provider,
+                provider: provider.clone(),
             },
         );
         self.observe(Observation::Claimed {
             job_id: key.job_id,
-            provider,
+            provider: provider.clone(),
             runner: runner.name.clone(),
         });
         fx.push(Effect::Provision { provider, spec });

@@ -293,11 +293,11 @@ impl Scheduler {
         let ran_on = runner_name.and_then(|n| {
             self.runners
                 .get(n)
-                .map(|r| (r.provider, r.started_at))
+                .map(|r| (r.provider.clone(), r.started_at))
                 .or_else(|| {
                     self.recent_runners
                         .get(n)
-                        .map(|(p, started, _, _)| (*p, *started))
+                        .map(|(p, started, _, _)| (p.clone(), *started))
                 })
         });
         if let Some((provider, started)) = ran_on {

@@ -1,8 +1,9 @@
 //! The runner ledger: provisioner reports, forgetting runners, the stranded self-heal, deferred
 //! deletions, provider status and cordon.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use crate::config::PoolName;
 
 impl Scheduler {
     pub(super) fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
@@ -123,7 +124,7 @@ impl Scheduler {
                         "the runner exited with code {} before its job started",
                         code.unwrap_or_default()
                     );
-                    self.environment_failed(r.provider, &intent, name, error.clone(), now);
+                    self.environment_failed(r.provider.clone(), &intent, name, error.clone(), now);
                     let failure = Failure {
                         class: ErrorClass::UnknownRetryable,
                         retry_after: None,
@@ -150,7 +151,13 @@ impl Scheduler {
                     });
                 }
                 if let Some(r) = &r {
-                    self.environment_failed(r.provider, &intent, name, error.to_string(), now);
+                    self.environment_failed(
+                        r.provider.clone(),
+                        &intent,
+                        name,
+                        error.to_string(),
+                        now,
+                    );
                 }
                 let waiting = matches!(self.jobs.get(&intent).map(|r| &r.phase), Some(Phase::Seen));
                 if waiting && error.takes_pool_down() {
@@ -183,13 +190,13 @@ impl Scheduler {
     /// it on the job's timeline.
     fn environment_failed(
         &mut self,
-        provider: ProviderKind,
+        provider: PoolName,
         job: &JobKey,
         runner: &str,
         error: String,
         now: Now,
     ) {
-        if let Some(i) = self.provider_index(provider) {
+        if let Some(i) = self.provider_index(&provider) {
             self.slots[i].env_failures += 1;
             self.slots[i].last_env_failure = Some(error.clone());
         }
@@ -213,13 +220,18 @@ impl Scheduler {
     pub(super) fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
         let r = self.runners.remove(name)?;
         self.ops.push(Op::DeleteRunner(r.name.clone()));
-        self.release(r.provider);
+        self.release(&r.provider);
         self.observe(Observation::RunnerRemoved {
-            provider: r.provider,
+            provider: r.provider.clone(),
         });
         self.recent_runners.insert(
             r.name.clone(),
-            (r.provider, r.started_at, now.mono, r.bound.is_some()),
+            (
+                r.provider.clone(),
+                r.started_at,
+                now.mono,
+                r.bound.is_some(),
+            ),
         );
         if let Some(rec) = self.jobs.get_mut(&r.intent)
             && matches!(&rec.phase, Phase::Active { runner, .. } if runner == name)
@@ -272,18 +284,18 @@ impl Scheduler {
     /// A provider went down (with the cause) or came up.
     pub fn on_provider_status(
         &mut self,
-        provider: ProviderKind,
+        provider: PoolName,
         up: bool,
         cause: Option<String>,
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.observe(Observation::ProviderStatus {
-            provider,
+            provider: provider.clone(),
             up,
             cause: cause.clone(),
         });
-        if let Some(i) = self.provider_index(provider) {
+        if let Some(i) = self.provider_index(&provider) {
             self.slots[i].up = up;
             self.slots[i].down_cause = if up { None } else { cause };
         }

@@ -12,6 +12,7 @@
 //! or read leaves as [`Observation`]s, durable changes as store [`Op`]s, and everything to do
 //! as plain-data [`Effect`]s; the actor shell carries all three out.
 
+use crate::config::PoolName;
 use std::{
     collections::{HashMap, VecDeque},
     time::Duration,
@@ -64,7 +65,7 @@ pub const DELETE_DELAY: Duration = Duration::from_secs(10);
 /// What this install's runner names of `provider` start with: `<name_prefix>-<provider>-`
 /// and the install id, which the random part continues (the names keep the contract's shape
 /// `<prefix>-<provider>-<short random>`).
-pub fn runner_prefix(name_prefix: &str, provider: ProviderKind, install_id: &str) -> String {
+pub fn runner_prefix(name_prefix: &str, provider: &PoolName, install_id: &str) -> String {
     format!("{name_prefix}-{}-{install_id}", provider.name_part())
 }
 
@@ -106,7 +107,7 @@ pub struct SchedulerSettings {
 impl SchedulerSettings {
     /// What the names of this install's runners of `provider` start with (a random part
     /// follows): `<name_prefix>-<provider>-<install_id>`.
-    pub fn runner_prefix(&self, provider: ProviderKind) -> String {
+    pub fn runner_prefix(&self, provider: &PoolName) -> String {
         runner_prefix(&self.name_prefix, provider, &self.install_id)
     }
 
@@ -116,10 +117,11 @@ impl SchedulerSettings {
             .providers
             .enabled()
             .into_iter()
-            .map(|(kind, common)| ProviderSpec {
-                kind,
-                labels: common.labels.clone(),
-                max_concurrent: common.max_concurrent,
+            .map(|pool| ProviderSpec {
+                name: pool.name.clone(),
+                kind: pool.kind(),
+                labels: pool.common.labels.clone(),
+                max_concurrent: pool.common.max_concurrent,
             })
             .collect();
         SchedulerSettings {
@@ -155,7 +157,9 @@ impl SchedulerSettings {
 /// One enabled provider, as routing sees it.
 #[derive(Debug, Clone)]
 pub struct ProviderSpec {
-    /// Which provisioner.
+    /// The pool (`[providers.NAME]`).
+    pub name: PoolName,
+    /// Which provisioner serves it.
     pub kind: ProviderKind,
     /// Labels its runners register with (as configured).
     pub labels: Vec<String>,
@@ -182,21 +186,21 @@ pub enum Effect {
         /// The job.
         key: JobKey,
         /// The provider the runner is for.
-        provider: ProviderKind,
+        provider: PoolName,
         /// The call.
         request: ClaimRequest,
     },
     /// Hand a claimed runner to its provisioner.
     Provision {
         /// Which provisioner.
-        provider: ProviderKind,
+        provider: PoolName,
         /// The runner.
         spec: RunnerSpec,
     },
     /// Ask a provisioner to stop a runner.
     Teardown {
         /// Which provisioner.
-        provider: ProviderKind,
+        provider: PoolName,
         /// Runner name.
         name: String,
         /// Why.
@@ -249,14 +253,14 @@ pub enum Phase {
     /// generate-jitconfig in flight; a slot is held.
     Claiming {
         /// For this provider.
-        provider: ProviderKind,
+        provider: PoolName,
     },
     /// On the retry ladder; no slot held.
     Retrying,
     /// A runner was claimed for it and its environment is starting or running.
     Active {
         /// The provider.
-        provider: ProviderKind,
+        provider: PoolName,
         /// The runner created for the job.
         runner: String,
     },
@@ -394,7 +398,7 @@ pub struct Scheduler {
     pacer: ClaimPacer,
     /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
     /// after its runner exited, and must still be counted as ours.
-    recent_runners: HashMap<String, (ProviderKind, Option<Instant>, Instant, bool)>,
+    recent_runners: HashMap<String, (PoolName, Option<Instant>, Instant, bool)>,
     draining: bool,
     /// The shutdown drain has begun: the cordon can no longer be lifted.
     shutting_down: bool,
@@ -504,8 +508,8 @@ impl Scheduler {
         std::mem::take(&mut self.observed)
     }
 
-    fn provider_index(&self, kind: ProviderKind) -> Option<usize> {
-        self.settings.providers.iter().position(|p| p.kind == kind)
+    fn provider_index(&self, pool: &PoolName) -> Option<usize> {
+        self.settings.providers.iter().position(|p| p.name == *pool)
     }
 
     fn set_phase(&mut self, key: &JobKey, phase: Phase) {
@@ -514,7 +518,7 @@ impl Scheduler {
         }
     }
 
-    fn release(&mut self, provider: ProviderKind) {
+    fn release(&mut self, provider: &PoolName) {
         if let Some(i) = self.provider_index(provider) {
             self.slots[i].used = self.slots[i].used.saturating_sub(1);
         }
@@ -526,11 +530,22 @@ impl Scheduler {
         &self.settings.name_prefix
     }
 
-    /// Whether a runner name is one of this install's (of any provider).
+    /// Whether a runner name is one of this install's, of any pool, configured now or not
+    /// (a pool removed from the config may have left runners): `<name_prefix>-<pool>-<id>`.
     pub fn is_ours(&self, name: &str) -> bool {
-        ProviderKind::ALL
+        let s = &self.settings;
+        if s.providers
             .iter()
-            .any(|&p| name.starts_with(&self.settings.runner_prefix(p)))
+            .any(|p| name.starts_with(&s.runner_prefix(&p.name)))
+        {
+            return true;
+        }
+        let id = &s.install_id;
+        !id.is_empty()
+            && name
+                .strip_prefix(&s.name_prefix)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|rest| rest.contains(&format!("-{id}")))
     }
 
     /// Repos of repo-level runners (empty: org-level).

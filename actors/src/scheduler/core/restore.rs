@@ -34,7 +34,7 @@ impl Scheduler {
             self.jobs.insert(row.info.key.clone(), rec);
         }
         for r in &snapshot.runners {
-            let Some(i) = self.provider_index(r.provider) else {
+            let Some(i) = self.provider_index(&r.provider) else {
                 // The provider was disabled since: nothing will adopt it; forget it.
                 self.ops.push(Op::DeleteRunner(r.name.clone()));
                 continue;
@@ -42,7 +42,7 @@ impl Scheduler {
             self.slots[i].used += 1;
             self.used_total += 1;
             self.observe(Observation::RunnerAdded {
-                provider: r.provider,
+                provider: r.provider.clone(),
             });
             self.runners.insert(
                 r.name.clone(),
@@ -69,7 +69,7 @@ impl Scheduler {
             });
             if rec.started_at.is_none() {
                 rec.phase = Phase::Active {
-                    provider: r.provider,
+                    provider: r.provider.clone(),
                     runner: r.name.clone(),
                 };
             }

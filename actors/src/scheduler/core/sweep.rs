@@ -1,8 +1,9 @@
 //! The orphan sweep (spares, surplus, grace-expired orphans; each checked idle on GitHub first),
 //! the drain's teardown of every runner, and pruning of forgotten jobs.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use crate::config::PoolName;
 
 /// The sweep asks GitHub about one runner at most this often.
 pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
@@ -50,7 +51,7 @@ impl Scheduler {
             .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
             .collect();
         unbound.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
-        let mut reap: Vec<(String, ProviderKind, JobKey, &'static str)> = Vec::new();
+        let mut reap: Vec<(String, PoolName, JobKey, &'static str)> = Vec::new();
         for r in unbound {
             let intent_started = self
                 .jobs
@@ -58,7 +59,7 @@ impl Scheduler {
                 .is_none_or(|j| j.started_at.is_some());
             if intent_started {
                 let offered = self
-                    .provider_index(r.provider)
+                    .provider_index(&r.provider)
                     .map(|i| self.provider_sets[i].clone())
                     .unwrap_or_default();
                 if let Some(pos) = demand.iter().position(|(_, wanted)| offered.covers(wanted)) {
@@ -67,14 +68,14 @@ impl Scheduler {
                 }
                 reap.push((
                     r.name.clone(),
-                    r.provider,
+                    r.provider.clone(),
                     r.intent.clone(),
                     "spare runner: its job ran elsewhere and no queued job needs it",
                 ));
             } else if now.mono.saturating_duration_since(r.created_at) >= grace {
                 reap.push((
                     r.name.clone(),
-                    r.provider,
+                    r.provider.clone(),
                     r.intent.clone(),
                     "orphan: no job took it within the grace",
                 ));
@@ -131,12 +132,12 @@ impl Scheduler {
         r.seen_busy = matches!(busy, Ok(true));
         r.registration_deleted = matches!(busy, Ok(false));
         r.tearing_down |= matches!(busy, Ok(false));
-        let (provider, intent) = (r.provider, r.intent.clone());
+        let (provider, intent) = (r.provider.clone(), r.intent.clone());
         match busy {
             Ok(false) => {
                 self.observe(Observation::Reaping {
                     runner: name.to_string(),
-                    provider,
+                    provider: provider.clone(),
                     reason,
                 });
                 self.note(
@@ -193,7 +194,7 @@ impl Scheduler {
             return;
         };
         r.tearing_down = true;
-        let provider = r.provider;
+        let provider = r.provider.clone();
         self.note(
             key,
             now,

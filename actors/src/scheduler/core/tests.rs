@@ -1,6 +1,7 @@
 //! The pure core driven directly: hand-made times in, the exact effects out. No actix, no
 //! timers; the actor-level tests (`scheduler/tests/`) cover the wiring.
 
+use crate::config::PoolName;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -18,6 +19,7 @@ const LABELS: &[&str] = &["self-hosted", "linux"];
 fn settings() -> SchedulerSettings {
     SchedulerSettings {
         providers: vec![ProviderSpec {
+            name: PoolName::from("local"),
             kind: ProviderKind::Local,
             labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
             max_concurrent: 4,
@@ -50,7 +52,7 @@ fn core() -> (Scheduler, Instant) {
     .unwrap();
     let mut s = Scheduler::new(settings(), backoff, Some(1));
     assert_eq!(
-        s.on_provider_status(ProviderKind::Local, true, None, at(t0, 0)),
+        s.on_provider_status(PoolName::from("local"), true, None, at(t0, 0)),
         vec![]
     );
     (s, t0)
@@ -70,7 +72,7 @@ fn queued(s: &mut Scheduler, id: u64, labels: &[&str], now: Now) -> Vec<Effect> 
 fn claim(id: u64) -> Effect {
     Effect::Claim {
         key: JobKey::new("acme", id),
-        provider: ProviderKind::Local,
+        provider: PoolName::from("local"),
         request: ClaimRequest {
             repo: None,
             name_base: "ephemer-local-".into(),
@@ -103,12 +105,12 @@ fn a_queued_job_is_claimed_for_the_covering_provider() {
     assert_eq!(
         phase(&s, 1),
         Phase::Claiming {
-            provider: ProviderKind::Local
+            provider: PoolName::from("local")
         }
     );
     assert!(s.take_observations().contains(&Observation::Claiming {
         job_id: 1,
-        provider: ProviderKind::Local
+        provider: PoolName::from("local")
     }));
 }
 
@@ -155,7 +157,7 @@ fn a_failed_claim_goes_on_the_ladder_and_arms_the_timer() {
     queued(&mut s, 1, LABELS, at(t0, 0));
     let fx = s.on_claim_result(
         JobKey::new("acme", 1),
-        ProviderKind::Local,
+        PoolName::from("local"),
         Err(bad_gateway()),
         at(t0, 1),
     );
@@ -177,7 +179,7 @@ fn a_due_retry_claims_again_and_a_second_failure_keeps_the_first_failure() {
     let key = JobKey::new("acme", 1);
     s.on_claim_result(
         key.clone(),
-        ProviderKind::Local,
+        PoolName::from("local"),
         Err(bad_gateway()),
         at(t0, 0),
     );
@@ -189,7 +191,7 @@ fn a_due_retry_claims_again_and_a_second_failure_keeps_the_first_failure() {
         "an early fire is re-armed for the same item"
     );
     assert_eq!(s.on_retry_timer(at(t0, 30)), vec![claim(1)]);
-    let fx = s.on_claim_result(key, ProviderKind::Local, Err(bad_gateway()), at(t0, 31));
+    let fx = s.on_claim_result(key, PoolName::from("local"), Err(bad_gateway()), at(t0, 31));
     assert_eq!(
         fx,
         vec![Effect::ArmRetryTimer {
@@ -208,7 +210,7 @@ fn in_progress_while_retrying_leaves_the_ladder_and_disarms_the_timer() {
     queued(&mut s, 1, LABELS, at(t0, 0));
     s.on_claim_result(
         JobKey::new("acme", 1),
-        ProviderKind::Local,
+        PoolName::from("local"),
         Err(bad_gateway()),
         at(t0, 0),
     );
@@ -234,14 +236,14 @@ fn a_claimed_runner_is_handed_to_its_provisioner() {
     };
     let fx = s.on_claim_result(
         JobKey::new("acme", 1),
-        ProviderKind::Local,
+        PoolName::from("local"),
         Ok(runner),
         at(t0, 1),
     );
     assert_eq!(
         fx,
         vec![Effect::Provision {
-            provider: ProviderKind::Local,
+            provider: PoolName::from("local"),
             spec: RunnerSpec {
                 name: "ephemer-local-abc".into(),
                 runner_id: 7,
@@ -260,7 +262,7 @@ fn a_pool_that_is_down_claims_nothing_until_it_comes_up() {
     let mut s = Scheduler::new(settings(), backoff, Some(1));
     assert_eq!(queued(&mut s, 1, LABELS, at(t0, 0)), vec![], "not up yet");
     assert_eq!(phase(&s, 1), Phase::Pending);
-    let fx = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 1));
+    let fx = s.on_provider_status(PoolName::from("local"), true, None, at(t0, 1));
     assert_eq!(fx, vec![claim(1)]);
 }
 
@@ -274,7 +276,7 @@ fn claimed(s: &mut Scheduler, t0: Instant) -> String {
     };
     s.on_claim_result(
         JobKey::new("acme", 1),
-        ProviderKind::Local,
+        PoolName::from("local"),
         Ok(runner),
         at(t0, 1),
     );
@@ -314,7 +316,12 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
     let name = claimed(&mut s, t0);
     // The supervisor reports the pool down before it relays the failure.
     let cause = "the host cannot make runner environments: no engine";
-    let down = s.on_provider_status(ProviderKind::Local, false, Some(cause.into()), at(t0, 2));
+    let down = s.on_provider_status(
+        PoolName::from("local"),
+        false,
+        Some(cause.into()),
+        at(t0, 2),
+    );
     assert_eq!(down, vec![]);
     let error = crate::provision::ProvisionError::HostUnavailable("no engine".into());
     assert!(!error.is_retryable());
@@ -329,7 +336,7 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
     );
     assert_eq!(phase(&s, 1), Phase::Pending, "waits for the pool");
     assert_eq!(s.ladder_depth(), 0, "no rung spent");
-    let up = s.on_provider_status(ProviderKind::Local, true, None, at(t0, 40));
+    let up = s.on_provider_status(PoolName::from("local"), true, None, at(t0, 40));
     assert_eq!(up, vec![claim(1)], "claimed again once the pool is back");
 }
 
@@ -345,7 +352,7 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
         ..settings()
     };
     let mut s = Scheduler::new(settings, backoff, Some(1));
-    s.on_provider_status(ProviderKind::Local, true, None, at(t0, 0));
+    s.on_provider_status(PoolName::from("local"), true, None, at(t0, 0));
     s.take_observations();
     let other_owner = JobInfo {
         key: JobKey::new("evil", 1),
@@ -406,7 +413,7 @@ fn runners_are_matched_by_name_and_id() {
     let fx = s.on_job_event(JobAction::Completed, ours, Some("d"), t0, at(t0, 4));
     assert!(
         fx.contains(&Effect::Teardown {
-            provider: ProviderKind::Local,
+            provider: PoolName::from("local"),
             name,
             reason: "job completed"
         }),

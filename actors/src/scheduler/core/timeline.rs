@@ -6,8 +6,7 @@ use std::{fmt, time::Duration};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{
-    config::ProviderKind, github::ErrorClass, job::JobAction, provision::ExitReason,
-    retry::DelayReason,
+    config::PoolName, github::ErrorClass, job::JobAction, provision::ExitReason, retry::DelayReason,
 };
 
 /// Timeline entries kept per job (the first, how it arrived, is always kept).
@@ -128,7 +127,7 @@ pub enum Note {
     /// Routed to a provider; the claim is in flight.
     Claiming {
         /// The provider.
-        provider: ProviderKind,
+        provider: PoolName,
     },
     /// The claim failed.
     ClaimFailed {
@@ -144,7 +143,7 @@ pub enum Note {
         /// GitHub's runner id.
         runner_id: u64,
         /// Provider.
-        provider: ProviderKind,
+        provider: PoolName,
     },
     /// Onto the ladder.
     RetryScheduled {

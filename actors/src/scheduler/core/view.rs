@@ -1,7 +1,8 @@
 //! Read-only views of the scheduler for the admin API and tests.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use crate::config::PoolName;
 
 impl Scheduler {
     /// True while cordoned.
@@ -116,7 +117,8 @@ impl Scheduler {
             .iter()
             .zip(&self.slots)
             .map(|(p, s)| ProviderView {
-                provider: p.kind,
+                provider: p.name.clone(),
+                kind: p.kind,
                 provisioner: p.kind.provisioner_name().to_string(),
                 up: s.up,
                 down_cause: s.down_cause.clone(),
@@ -254,8 +256,10 @@ pub struct JobDetail {
 /// A provider, for status views.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProviderView {
-    /// Which.
-    pub provider: ProviderKind,
+    /// The pool's name.
+    pub provider: PoolName,
+    /// Its kind.
+    pub kind: crate::config::ProviderKind,
     /// The provisioner actor serving it (`LocalProvisioner`, `LinuxProvisioner`, ...).
     pub provisioner: String,
     /// Accepting runners.

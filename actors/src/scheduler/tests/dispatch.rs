@@ -1,5 +1,6 @@
 //! Dedup, routing, slots, cordon, pacing, and a dead provider's jobs.
 
+use crate::config::PoolName;
 use std::time::Duration;
 
 #[allow(unused_imports)]
@@ -159,13 +160,13 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
     let runner = h.state().await.runners[0].clone();
     assert_eq!(
         runner.provider,
-        ProviderKind::Local,
+        PoolName::from("local"),
         "the most specific provider first"
     );
 
     h.sched
         .send(crate::provision::ProviderStatus {
-            provider: ProviderKind::Local,
+            provider: PoolName::from("local"),
             up: false,
             cause: Some("restart policy is never".into()),
         })
@@ -177,7 +178,7 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
     };
     h.sched
         .send(RunnerEvent {
-            provider: ProviderKind::Local,
+            provider: PoolName::from("local"),
             name: runner.name.clone(),
             kind: died,
         })
@@ -190,14 +191,14 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
     let providers: Vec<_> = st
         .runners
         .iter()
-        .map(|r| (r.intent.job_id, r.provider))
+        .map(|r| (r.intent.job_id, r.provider.clone()))
         .collect();
     assert!(
-        providers.contains(&(1, ProviderKind::Linux)),
+        providers.contains(&(1, PoolName::from("linux"))),
         "{providers:?}"
     );
     assert!(
-        providers.contains(&(2, ProviderKind::Linux)),
+        providers.contains(&(2, PoolName::from("linux"))),
         "{providers:?}"
     );
     assert_eq!(

@@ -1,5 +1,6 @@
 //! Fungible runners: stranded jobs, swapped runners, spares, orphans, late `in_progress`.
 
+use crate::config::PoolName;
 use std::time::Duration;
 
 #[allow(unused_imports)]
@@ -20,7 +21,7 @@ async fn exited(h: &Harness, name: &str) {
     };
     h.sched
         .send(RunnerEvent {
-            provider: ProviderKind::Local,
+            provider: PoolName::from("local"),
             name: name.into(),
             kind,
         })

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::{
     clock::Clock,
-    config::{ClaimRetryConfig, ProviderKind, Secret},
+    config::{ClaimRetryConfig, PoolName, ProviderKind, Secret},
     github::{
         GithubError, JitRunner,
         actor::{DeleteRunner, GenerateJitConfig, GetRunner},
@@ -153,7 +153,7 @@ impl Handler<DeleteRunner> for FakeGithub {
 
 /// Starts every runner at once (or fails every one with `fail`) and tears it down on request.
 struct FakeProvisioner {
-    provider: ProviderKind,
+    provider: PoolName,
     sink: Option<Recipient<RunnerEvent>>,
     provisioned: Arc<Mutex<Vec<String>>>,
     fail: Option<ProvisionError>,
@@ -186,7 +186,7 @@ impl Handler<Provision> for FakeProvisioner {
         };
         if let Some(s) = &self.sink {
             s.do_send(RunnerEvent {
-                provider: self.provider,
+                provider: self.provider.clone(),
                 name: m.0.name,
                 kind,
             });
@@ -203,7 +203,7 @@ impl Handler<Teardown> for FakeProvisioner {
                 reason: ExitReason::TornDown,
             };
             s.do_send(RunnerEvent {
-                provider: self.provider,
+                provider: self.provider.clone(),
                 name: m.name,
                 kind,
             });
@@ -285,14 +285,14 @@ async fn harness(s: Setup) -> Harness {
     let mut fakes = Vec::new();
     for (kind, _, _) in &s.providers {
         let fake = FakeProvisioner {
-            provider: *kind,
+            provider: PoolName::from(*kind),
             sink: None,
             provisioned: provisioned.clone(),
             fail: s.provision_error.clone(),
         }
         .start();
         provisioners.insert(
-            *kind,
+            PoolName::from(*kind),
             ProvisionerHandle {
                 provision: fake.clone().recipient(),
                 teardown: fake.clone().recipient(),
@@ -305,6 +305,7 @@ async fn harness(s: Setup) -> Harness {
             .providers
             .iter()
             .map(|(kind, labels, max)| super::core::ProviderSpec {
+                name: (*kind).into(),
                 kind: *kind,
                 labels: labels.iter().map(|l| l.to_string()).collect(),
                 max_concurrent: *max,
@@ -358,7 +359,7 @@ async fn harness(s: Setup) -> Harness {
     for (kind, _, _) in &s.providers {
         sched
             .send(crate::provision::ProviderStatus {
-                provider: *kind,
+                provider: PoolName::from(*kind),
                 up: true,
                 cause: None,
             })

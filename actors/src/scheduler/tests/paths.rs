@@ -2,6 +2,7 @@
 //! the job started), each failure's own class deciding its delay, and untrusted numbers that
 //! cannot break the ladder.
 
+use crate::config::PoolName;
 use std::time::Duration;
 
 #[allow(unused_imports)]
@@ -106,7 +107,7 @@ async fn a_runner_that_crashes_before_its_job_climbs_the_same_item() {
     let runner = st.runners[0].name.clone();
     h.sched
         .send(RunnerEvent {
-            provider: ProviderKind::Local,
+            provider: PoolName::from("local"),
             name: runner,
             kind: RunnerEventKind::Exited {
                 code: Some(3),

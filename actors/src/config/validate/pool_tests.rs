@@ -1,0 +1,264 @@
+//! Named pools, their runner `env`, and the network settings (CA file, proxy).
+
+use super::*;
+
+const HEAD: &str = r#"
+    [github]
+    owner = "acme"
+    token = "ghp_filetoken"
+    [webhook]
+    secret = "hooksecret"
+"#;
+
+fn load(pools: &str, env: &Environment) -> Result<Config, Vec<ConfigError>> {
+    Config::from_toml_str(&format!("{HEAD}{pools}"), None, env).map_err(|e| e.0)
+}
+
+/// Fails unless every key in `wanted` has a problem.
+fn assert_has_keys(keys: &[String], wanted: &[&str]) {
+    for key in wanted {
+        assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+    }
+}
+
+fn keys(pools: &str) -> Vec<String> {
+    load(pools, &Environment::default())
+        .err()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.key)
+        .collect()
+}
+
+#[test]
+fn pools_of_one_kind_sit_beside_an_old_style_table() {
+    let c = load(
+        r#"
+        [providers.linux-slim]
+        kind = "linux"
+        image = "localhost/runner:slim"
+        labels = ["self-hosted", "linux", "x64"]
+        [providers.linux-gpu]
+        kind = "linux"
+        image = "localhost/runner:cuda"
+        labels = ["self-hosted", "linux", "gpu"]
+        devices = ["/dev/nvidia0", "nvidia.com/gpu=all"]
+        max_concurrent = 1
+        [providers.local]
+        command = "/usr/bin/runner"
+        "#,
+        &Environment::default(),
+    )
+    .unwrap();
+    let names: Vec<&str> = c
+        .providers
+        .enabled()
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["linux-gpu", "linux-slim", "local"]);
+    let gpu = c.providers.get("linux-gpu").unwrap();
+    assert_eq!(gpu.kind(), ProviderKind::Linux);
+    assert_eq!(gpu.linux().unwrap().image, "localhost/runner:cuda");
+    assert_eq!(gpu.linux().unwrap().mounts.devices.len(), 2);
+    assert_eq!(gpu.common.max_concurrent, 1);
+    assert_eq!(
+        c.providers.get("local").unwrap().kind(),
+        ProviderKind::Local
+    );
+}
+
+#[test]
+fn a_pool_needs_a_known_kind_and_only_its_kinds_keys() {
+    let k = keys(
+        r#"
+        [providers.gpu]
+        image = "x"
+        [providers.mac]
+        kind = "windows"
+        [providers.slim]
+        kind = "linux"
+        runner_dir = "/opt/actions-runner"
+        base_image = "x"
+        [providers.local]
+        kind = "linux"
+        "#,
+    );
+    assert_has_keys(
+        &k,
+        &[
+            "providers.gpu.kind",
+            "providers.mac.kind",
+            "providers.slim.runner_dir",
+            "providers.slim.base_image",
+            "providers.local.kind",
+        ],
+    );
+}
+
+#[test]
+fn pools_whose_runner_names_collide_are_refused() {
+    // `vm_macos` and `vm-macos` both name runners `<prefix>-vm-macos-...`: each pool reaps by
+    // its prefix, so one would remove the other's VMs.
+    let k = keys(
+        r#"
+        [providers.vm_macos]
+        [providers.vm-macos]
+        kind = "vm_macos"
+        [providers."bad name"]
+        kind = "local"
+        command = "/bin/true"
+        "#,
+    );
+    assert!(k.contains(&"providers.vm_macos".to_string()), "{k:?}");
+    assert!(k.contains(&"providers.bad name".to_string()), "{k:?}");
+}
+
+#[test]
+fn env_expands_the_daemons_variables_and_refuses_what_the_daemon_sets() {
+    let mut env = Environment::default();
+    env.vars
+        .insert("NPM_TOKEN".into(), Secret::new("npm-secret"));
+    env.vars
+        .insert("GITHUB_TOKEN".into(), Secret::new("ghp_daemon"));
+    let c = load(
+        r#"
+        [providers.local]
+        command = "/usr/bin/runner"
+        env = { NPM_TOKEN = "${NPM_TOKEN}", TEAM = "ci-$team", ACTIONS_RUNNER_HOOK_JOB_STARTED = "/opt/hooks/start.sh" }
+        "#,
+        &env,
+    )
+    .unwrap();
+    let pool = c.providers.get("local").unwrap();
+    let vars: Vec<(&str, &str)> = pool
+        .common
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.expose()))
+        .collect();
+    assert!(vars.contains(&("NPM_TOKEN", "npm-secret")));
+    assert!(vars.contains(&("TEAM", "ci-$team")));
+    assert!(vars.contains(&("ACTIONS_RUNNER_HOOK_JOB_STARTED", "/opt/hooks/start.sh")));
+    assert!(
+        !format!("{c:?}").contains("npm-secret"),
+        "env values are secrets"
+    );
+
+    let problems = load(
+        r#"
+        [providers.local]
+        command = "/usr/bin/runner"
+        env = { ACTIONS_RUNNER_INPUT_JITCONFIG = "x", HOME = "/root", https_proxy = "http://p:1", GITHUB_TOKEN = "x", LEAK = "${GITHUB_TOKEN}", MISSING = "${NOT_SET}", OPEN = "${X", "1BAD" = "x" }
+        "#,
+        &env,
+    )
+    .unwrap_err();
+    let k: Vec<String> = problems.iter().map(|e| e.key.clone()).collect();
+    assert_has_keys(
+        &k,
+        &[
+            "providers.local.env.ACTIONS_RUNNER_INPUT_JITCONFIG",
+            "providers.local.env.HOME",
+            "providers.local.env.https_proxy",
+            "providers.local.env.GITHUB_TOKEN",
+            "providers.local.env.LEAK",
+            "providers.local.env.MISSING",
+            "providers.local.env.OPEN",
+            "providers.local.env.1BAD",
+        ],
+    );
+    assert!(
+        !problems.iter().any(|e| e.reason.contains("ghp_daemon")),
+        "no problem quotes a value"
+    );
+}
+
+#[test]
+fn container_settings_are_checked_with_their_keys() {
+    let k = keys(
+        r#"
+        [providers.linux]
+        pull = "sometimes"
+        volumes = ["cache:/cache", "/srv/data:/data:ro", "relative:path", "a:b:c:d"]
+        tmpfs = ["/tmp", "scratch"]
+        shm_size = "12"
+        devices = ["/dev/nvidia0", "gpu"]
+        extra_hosts = ["ghe.internal:10.0.0.5", "nohost"]
+        dns = ["10.0.0.53", "dns.corp"]
+        docker_access = true
+        socket = "tcp://127.0.0.1:2375"
+        "#,
+    );
+    assert_has_keys(
+        &k,
+        &[
+            "providers.linux.pull",
+            "providers.linux.volumes[2]",
+            "providers.linux.volumes[3]",
+            "providers.linux.tmpfs[1]",
+            "providers.linux.shm_size",
+            "providers.linux.devices[1]",
+            "providers.linux.extra_hosts[1]",
+            "providers.linux.dns[1]",
+            "providers.linux.docker_access",
+        ],
+    );
+    assert!(
+        !k.iter()
+            .any(|k| k.contains("volumes[0]") || k.contains("volumes[1]")),
+        "{k:?}"
+    );
+}
+
+#[test]
+fn the_proxy_comes_from_the_file_or_the_environment_and_never_shows_its_password() {
+    let env = Environment {
+        https_proxy: Some(Secret::new("http://alice:hunter2@proxy.corp:3128")),
+        no_proxy: Some("localhost, .corp.example".into()),
+        ..Environment::default()
+    };
+    let pools = "[providers.local]\ncommand = \"/bin/true\"\n";
+    let c = load(pools, &env).unwrap();
+    let proxy = c.github.proxy.as_ref().unwrap();
+    assert_eq!(proxy.url.expose(), "http://alice:hunter2@proxy.corp:3128");
+    assert_eq!(proxy.no_proxy, ["localhost", ".corp.example"]);
+    assert!(!format!("{c:?}").contains("hunter2"));
+
+    let text = format!(
+        "{}{pools}",
+        HEAD.replacen(
+            "token = \"ghp_filetoken\"",
+            "token = \"ghp_filetoken\"\n    proxy = \"socks5://bob:hunter2@proxy:1080\"",
+            1
+        )
+    );
+    let errs = Config::from_toml_str(&text, None, &env).unwrap_err().0;
+    let e = errs
+        .iter()
+        .find(|e| e.key == "github.proxy")
+        .expect("github.proxy");
+    assert!(!e.reason.contains("hunter2"), "{e}");
+}
+
+#[test]
+fn a_ca_file_must_hold_a_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a pem\n").unwrap();
+    let text = format!(
+        "{}\n[providers.local]\ncommand = \"/bin/true\"\n",
+        HEAD.replacen(
+            "token = \"ghp_filetoken\"",
+            &format!(
+                "token = \"ghp_filetoken\"\n    ca_file = \"{}\"",
+                empty.display()
+            ),
+            1
+        )
+    );
+    let errs = Config::from_toml_str(&text, None, &Environment::default())
+        .unwrap_err()
+        .0;
+    assert!(errs.iter().any(|e| e.key == "github.ca_file"), "{errs:?}");
+}

@@ -1,0 +1,218 @@
+//! The `linux` pool's image and mounts: pulling the runner image as the pool's `pull` policy
+//! says (one pull at a time, shared by every job that waits for it), and what each container
+//! gets mounted.
+
+use std::{cell::RefCell, collections::HashMap, rc::Rc};
+
+use bollard::{
+    Docker,
+    models::{DeviceMapping, DeviceRequest, HostConfig},
+    query_parameters::CreateImageOptionsBuilder,
+};
+use futures_util::{
+    FutureExt, StreamExt,
+    future::{LocalBoxFuture, Shared},
+};
+
+use super::{CONTAINER_CA_PATH, ProvisionError, container::ContainerSettings};
+use crate::config::PullPolicy;
+
+/// How often a pull's progress is logged, in engine status lines (podman and Docker send one
+/// per layer step).
+const PROGRESS_EVERY: usize = 25;
+
+type PullResult = Result<(), String>;
+
+/// The pull in flight, if any: jobs that need the image while it is pulled wait for that one
+/// pull instead of starting their own.
+#[derive(Clone, Default)]
+pub(super) struct ImageGate {
+    inflight: Rc<RefCell<Option<Shared<LocalBoxFuture<'static, PullResult>>>>>,
+}
+
+impl std::fmt::Debug for ImageGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ImageGate")
+    }
+}
+
+impl ImageGate {
+    /// Makes sure the image is on the engine before a job's container is created. A missing
+    /// image with `pull = "never"`, or a pull that fails, ends this job's attempts (the same
+    /// image would fail the same way); the pool stays up and `status` shows the failure.
+    pub(super) async fn ready(
+        &self,
+        docker: &Docker,
+        s: &ContainerSettings,
+    ) -> Result<(), ProvisionError> {
+        let engine = |e: bollard::errors::Error| {
+            ProvisionError::HostUnavailable(format!(
+                "cannot reach the container engine at {}: {e}",
+                s.socket
+            ))
+        };
+        match s.pull {
+            PullPolicy::Never => {
+                if present(docker, &s.image).await.map_err(engine)? {
+                    Ok(())
+                } else {
+                    Err(ProvisionError::Rejected(format!(
+                        "the runner image {} is not on the engine and the pool's pull = \"never\"; \
+                         load it (podman pull / docker pull) or set pull = \"missing\"",
+                        s.image
+                    )))
+                }
+            }
+            PullPolicy::Missing if present(docker, &s.image).await.map_err(engine)? => Ok(()),
+            PullPolicy::Missing | PullPolicy::Always => {
+                let pull = self.join(docker, &s.image);
+                pull.await.map_err(|e| {
+                    ProvisionError::Rejected(format!(
+                        "cannot pull the runner image {}: {e}",
+                        s.image
+                    ))
+                })
+            }
+        }
+    }
+
+    /// The pull in flight, or a new one.
+    fn join(&self, docker: &Docker, image: &str) -> Shared<LocalBoxFuture<'static, PullResult>> {
+        if let Some(pull) = self.inflight.borrow().as_ref() {
+            return pull.clone();
+        }
+        let (docker, image_name, slot) = (docker.clone(), image.to_string(), self.inflight.clone());
+        let pull = async move {
+            let result = pull(&docker, &image_name).await;
+            slot.borrow_mut().take();
+            result
+        }
+        .boxed_local()
+        .shared();
+        *self.inflight.borrow_mut() = Some(pull.clone());
+        pull
+    }
+}
+
+/// Whether the engine has the image.
+pub(super) async fn present(docker: &Docker, image: &str) -> Result<bool, bollard::errors::Error> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(true),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Pulls `image`, logging its progress.
+async fn pull(docker: &Docker, image: &str) -> PullResult {
+    let (repo, tag) = split_reference(image);
+    tracing::info!(%image, "pulling the runner image");
+    let options = CreateImageOptionsBuilder::new()
+        .from_image(repo)
+        .tag(tag)
+        .build();
+    let mut stream = docker.create_image(Some(options), None, None);
+    let mut lines = 0usize;
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| e.to_string())?;
+        if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+            return Err(detail);
+        }
+        lines += 1;
+        if lines % PROGRESS_EVERY == 1
+            && let Some(status) = info.status
+        {
+            tracing::info!(%image, progress = %status, "pulling the runner image");
+        }
+    }
+    if !present(docker, image).await.map_err(|e| e.to_string())? {
+        return Err("the engine finished the pull without the image".into());
+    }
+    tracing::info!(%image, "runner image pulled");
+    Ok(())
+}
+
+/// `registry/repo:tag` or `repo@sha256:...` into the Engine API's `fromImage` and `tag`.
+fn split_reference(image: &str) -> (&str, &str) {
+    if image.contains('@') {
+        // Pinned by digest: `fromImage` carries it whole.
+        return (image, "");
+    }
+    let last_slash = image.rfind('/').map_or(0, |i| i + 1);
+    match image[last_slash..].rfind(':') {
+        Some(i) => (&image[..last_slash + i], &image[last_slash + i + 1..]),
+        None => (image, "latest"),
+    }
+}
+
+/// What a runner container gets mounted: named volumes and binds, tmpfs, `/dev/shm`'s size,
+/// devices (paths, or CDI names through Docker's `cdi` device driver), the engine socket when
+/// `docker_access` is on, the CA bundle when there is one, and `extra_hosts` and `dns`.
+pub(super) fn mounts(s: &ContainerSettings) -> HostConfig {
+    let m = &s.mounts;
+    let mut binds = m.volumes.clone();
+    if m.docker_access
+        && let Some(path) = s.socket.strip_prefix("unix://")
+    {
+        binds.push(format!("{path}:/var/run/docker.sock"));
+    }
+    if let Some(ca) = &s.env.ca_bundle {
+        binds.push(format!("{}:{CONTAINER_CA_PATH}:ro", ca.display()));
+    }
+    let (paths, cdi): (Vec<&String>, Vec<&String>) =
+        m.devices.iter().partition(|d| d.starts_with("/dev/"));
+    HostConfig {
+        binds: (!binds.is_empty()).then_some(binds),
+        tmpfs: (!m.tmpfs.is_empty()).then(|| {
+            m.tmpfs
+                .iter()
+                .map(|t| (t.clone(), String::new()))
+                .collect::<HashMap<_, _>>()
+        }),
+        shm_size: m.shm_size.and_then(|n| i64::try_from(n).ok()),
+        devices: (!paths.is_empty()).then(|| {
+            paths
+                .iter()
+                .map(|d| DeviceMapping {
+                    path_on_host: Some(d.to_string()),
+                    path_in_container: Some(d.to_string()),
+                    cgroup_permissions: Some("rwm".into()),
+                })
+                .collect()
+        }),
+        device_requests: (!cdi.is_empty()).then(|| {
+            vec![DeviceRequest {
+                driver: Some("cdi".into()),
+                device_ids: Some(cdi.iter().map(|d| d.to_string()).collect()),
+                ..DeviceRequest::default()
+            }]
+        }),
+        extra_hosts: (!s.extra_hosts.is_empty()).then(|| s.extra_hosts.clone()),
+        dns: (!s.dns.is_empty()).then(|| s.dns.clone()),
+        ..HostConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_reference;
+
+    #[test]
+    fn references_split_into_repo_and_tag() {
+        assert_eq!(
+            split_reference("ghcr.io/actions/actions-runner:2.330.0"),
+            ("ghcr.io/actions/actions-runner", "2.330.0")
+        );
+        assert_eq!(
+            split_reference("localhost:5000/runner"),
+            ("localhost:5000/runner", "latest")
+        );
+        assert_eq!(
+            split_reference("localhost:5000/runner:gpu"),
+            ("localhost:5000/runner", "gpu")
+        );
+        assert_eq!(split_reference("busybox"), ("busybox", "latest"));
+    }
+}

@@ -1,0 +1,53 @@
+//! What every runner of a pool gets in its environment besides its JIT config: the pool's
+//! `env`, and the proxy and CA the daemon uses for GitHub (the runner talks to the same
+//! GitHub, through the same network).
+
+use std::path::PathBuf;
+
+use super::RunnerEnv;
+use crate::config::{Config, PoolConfig, Secret};
+
+/// Writes `state.dir/ca-bundle.pem`, the system's roots followed by `github.ca_file`, when a
+/// CA file is configured: runners point `SSL_CERT_FILE` at it, which replaces OpenSSL's
+/// default bundle, so it must keep the public roots too. `None` without a CA file.
+pub fn write_ca_bundle(config: &Config) -> Result<Option<PathBuf>, String> {
+    let Some(ca_file) = &config.github.ca_file else {
+        return Ok(None);
+    };
+    let extra = std::fs::read(ca_file).map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    let mut bundle = crate::github::tls::system_bundle().unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+        bundle.push(b'\n');
+    }
+    bundle.extend_from_slice(&extra);
+    let path = config.state.dir.join("ca-bundle.pem");
+    let tmp = path.with_extension("pem.tmp");
+    std::fs::write(&tmp, &bundle)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            // Runners run as other users (`run_as`) and in containers: they must read it.
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        })
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(path))
+}
+
+/// The pool's runner environment: the proxy variables in both spellings (GitHub's docs for
+/// self-hosted runners name the lowercase ones; many tools read the uppercase), then the
+/// pool's own `env` (check-config refused any name the daemon sets).
+pub fn runner_env(config: &Config, pool: &PoolConfig, ca_bundle: Option<PathBuf>) -> RunnerEnv {
+    let mut vars = Vec::new();
+    if let Some(proxy) = &config.github.proxy {
+        for name in ["https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"] {
+            vars.push((name.to_string(), proxy.url.clone()));
+        }
+        if !proxy.no_proxy.is_empty() {
+            let list = Secret::new(proxy.no_proxy.join(","));
+            vars.push(("no_proxy".to_string(), list.clone()));
+            vars.push(("NO_PROXY".to_string(), list));
+        }
+    }
+    vars.extend(pool.common.env.iter().cloned());
+    RunnerEnv { vars, ca_bundle }
+}
