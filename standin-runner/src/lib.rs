@@ -74,10 +74,11 @@ pub fn decode_jit(encoded: &str) -> Result<Identity, String> {
     let credentials = file(".credentials")?;
     let server_url = runner["ServerUrl"].as_str().ok_or("no ServerUrl")?;
     Ok(Identity {
-        server: server_url
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string(),
+        server: if server_url.contains("://") {
+            server_url.trim_end_matches('/').to_string()
+        } else {
+            format!("http://{}", server_url.trim_end_matches('/'))
+        },
         name: runner["AgentName"]
             .as_str()
             .ok_or("no AgentName")?
@@ -89,13 +90,38 @@ pub fn decode_jit(encoded: &str) -> Result<Identity, String> {
     })
 }
 
+/// The roots the runner trusts: the bundled ones, and the bundle `SSL_CERT_FILE` names. The
+/// real runner is .NET, which on Linux verifies through OpenSSL, and OpenSSL's default verify
+/// paths honour `SSL_CERT_FILE` (GitHub's docs for self-hosted runners behind a private CA
+/// install the CA into that store): a runner whose environment lacks it fails TLS here too.
+fn tls_config() -> std::io::Result<std::sync::Arc<rustls::ClientConfig>> {
+    use rustls_pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    if let Some(path) = std::env::var_os("SSL_CERT_FILE") {
+        let pem = std::fs::read(&path)?;
+        for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
+            let _ = roots.add(cert);
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
 /// One POST with a JSON body through awc (the client the daemon uses); returns (status, body).
 fn post(server: &str, path: &str, token: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let url = format!("http://{server}{path}");
+    let url = format!("{server}{path}");
     let body = body.to_string();
     let token = token.to_string();
     actix_rt::System::new().block_on(async move {
         let mut answer = awc::Client::builder()
+            .connector(awc::Connector::new().rustls_0_23(tls_config()?))
             .timeout(Duration::from_secs(30))
             .finish()
             .post(&url)

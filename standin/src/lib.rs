@@ -40,6 +40,42 @@ pub struct StandinConfig {
     pub installation_token_ttl: Duration,
     /// PEM public key to verify App JWTs with (`None`: JWT shape checked only).
     pub app_public_key: Option<String>,
+    /// Serve HTTPS with this certificate instead of plain HTTP (a GHES behind a private CA).
+    pub tls: Option<TlsIdentity>,
+}
+
+/// A server certificate (chain) and its key, PEM text.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// The certificate chain, leaf first.
+    pub cert_pem: String,
+    /// Its private key (PKCS#8).
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsIdentity")
+    }
+}
+
+impl TlsIdentity {
+    fn server_config(&self) -> std::io::Result<rustls::ServerConfig> {
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(std::io::Error::other)?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(std::io::Error::other)?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(std::io::Error::other)
+    }
 }
 
 impl Default for StandinConfig {
@@ -52,6 +88,7 @@ impl Default for StandinConfig {
             rate_window: Duration::from_secs(3600),
             installation_token_ttl: Duration::from_secs(3600),
             app_public_key: None,
+            tls: None,
         }
     }
 }
@@ -116,14 +153,22 @@ impl Standin {
         })
         .workers(1)
         .disable_signals()
-        .shutdown_timeout(1)
-        .bind(("127.0.0.1", 0))?;
+        .shutdown_timeout(1);
+        let server = match &config.tls {
+            None => server.bind(("127.0.0.1", 0))?,
+            Some(tls) => server.bind_rustls_0_23(("127.0.0.1", 0), tls.server_config()?)?,
+        };
         let addr = server.addrs()[0];
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let server = server.run();
         let handle = server.handle();
         actix_rt::spawn(server);
         actix_rt::spawn(webhooks::sender(state.clone(), inbox));
-        lock(&state).base_url = format!("http://{addr}");
+        lock(&state).base_url = format!("{scheme}://{addr}");
         Ok(Standin {
             addr,
             state,
@@ -131,9 +176,10 @@ impl Standin {
         })
     }
 
-    /// `http://127.0.0.1:PORT`: the `github.api_url` to point a daemon at.
+    /// `http://127.0.0.1:PORT` (`https://` when served over TLS): the `github.api_url` to
+    /// point a daemon at.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        lock(&self.state).base_url.clone()
     }
 
     /// The listening address.

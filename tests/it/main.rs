@@ -12,6 +12,7 @@ mod fungible;
 mod github;
 mod install;
 mod intake;
+mod network;
 mod ops;
 mod pools;
 mod provision;

@@ -4,6 +4,7 @@ pub mod daemon;
 pub mod engine;
 pub mod podman;
 pub mod provision;
+pub mod proxy;
 
 use std::{
     path::{Path, PathBuf},
@@ -42,6 +43,13 @@ pub fn daemon() -> Command {
         "EPHEMER_APP_PRIVATE_KEY",
         "EPHEMER_CONFIG",
         "RUST_LOG",
+        // A proxy of the machine running the tests would carry the stand-in's calls.
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
     ] {
         cmd.env_remove(var);
     }

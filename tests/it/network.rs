@@ -1,0 +1,270 @@
+//! Corporate networks: a GHES behind a private CA (`github.ca_file`), an HTTPS proxy
+//! (`github.proxy`, `HTTPS_PROXY`, `NO_PROXY`), and what a runner gets of both, with a pool's
+//! `env`, and nothing else from the daemon's environment.
+
+use std::{path::Path, time::Duration};
+
+use github_standin::{Standin, StandinConfig, TlsIdentity};
+
+use crate::support::{daemon::Daemon, proxy::ConnectProxy};
+
+const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+
+/// A test CA and a certificate it signed for `127.0.0.1` and `localhost`.
+struct TestCa {
+    ca_pem: String,
+    server: TlsIdentity,
+}
+
+fn test_ca() -> TestCa {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "ephemer-actors test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let server =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let issuer = Issuer::from_params(&ca, &ca_key);
+    let server_cert = server.signed_by(&server_key, &issuer).unwrap();
+    TestCa {
+        ca_pem: ca_cert.pem(),
+        server: TlsIdentity {
+            cert_pem: server_cert.pem(),
+            key_pem: server_key.serialize_pem(),
+        },
+    }
+}
+
+/// A local pool whose runner writes its environment to `dump/<pid>.env`, then runs the
+/// stand-in runner.
+fn env_dumping_pool(dir: &Path, env: &str) -> String {
+    let dump = dir.join("dump");
+    std::fs::create_dir_all(&dump).unwrap();
+    let script = crate::support::write_file(
+        dir,
+        "runner.sh",
+        &format!(
+            "#!/bin/sh\nenv > {}/$$.env\nexec {} standin-runner\n",
+            dump.display(),
+            env!("CARGO_BIN_EXE_ephemer-actors")
+        ),
+    );
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    format!(
+        "[providers.local]\ncommand = \"{}\"\nallow_root = true\nlabels = [\"self-hosted\", \"linux\", \"x64\"]\nenv = {env}\n",
+        script.display()
+    )
+}
+
+/// Every environment the runners wrote, as `NAME=value` lines.
+fn dumped(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir.join("dump"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect()
+}
+
+/// What a runner may see: what the provisioner sets, the few variables it inherits, the
+/// proxy and CA variables, the pool's `env`, and what `sh` adds itself.
+const ALLOWED: &[&str] = &[
+    "PATH",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "HOME",
+    "TMPDIR",
+    "ACTIONS_RUNNER_INPUT_JITCONFIG",
+    "RUNNER_MANUALLY_TRAP_SIG",
+    "RUNNER_ALLOW_RUNASROOT",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "HTTP_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+    "EPHEMER_CA_FILE",
+    "TEAM_TOKEN",
+    "ACTIONS_RUNNER_HOOK_JOB_STARTED",
+    "PWD",
+    "SHLVL",
+    "_",
+    "OLDPWD",
+];
+
+/// Checks one runner's environment: every name allowed, and the ones the test configured.
+fn check_runner_env(text: &str, wanted: &[&str]) {
+    for line in text.lines() {
+        let Some((name, _)) = line.split_once('=') else {
+            continue; // the continuation of a multi-line value
+        };
+        assert!(ALLOWED.contains(&name), "the runner saw {name}:\n{text}");
+    }
+    for w in wanted {
+        assert!(text.lines().any(|l| l == *w), "{w} missing:\n{text}");
+    }
+}
+
+/// Every GitHub call goes through the proxy (the API host resolves only there), with its
+/// credentials, which never reach the log; the runners get the proxy, the CA bundle and the
+/// pool's `env` with `${NAME}` expanded, and no other variable of the daemon.
+#[actix_rt::test]
+async fn github_calls_tunnel_through_the_proxy_and_runners_get_the_network_settings() {
+    let standin = crate::support::standin(100);
+    let proxy = ConnectProxy::start(Some("ci:pr0xy-s3cret"), &[("github.test", "127.0.0.1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("corp-ca.pem");
+    std::fs::write(&ca, test_ca().ca_pem).unwrap();
+    let api = format!("http://github.test:{}", standin.addr().port());
+    let github = format!(
+        "api_url = \"{api}\"\nallow_insecure = true\nproxy = \"http://ci:pr0xy-s3cret@{}\"\nca_file = \"{}\"\n",
+        proxy.addr,
+        ca.display()
+    );
+    let pool = env_dumping_pool(
+        dir.path(),
+        "{ TEAM_TOKEN = \"${TEST_TEAM_TOKEN}\", ACTIONS_RUNNER_HOOK_JOB_STARTED = \"/opt/hooks/started.sh\" }",
+    );
+    let daemon = Daemon::start_with_env(
+        &standin,
+        &github,
+        &pool,
+        &[
+            ("TEST_TEAM_TOKEN", "team-7f3a"),
+            ("CANARY_NOT_FOR_RUNNERS", "leak"),
+        ],
+    )
+    .await;
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(60))
+        .await;
+
+    let tunnels = proxy.tunnels();
+    assert!(!tunnels.is_empty(), "no tunnel:\n{}", daemon.logs());
+    let target = format!("github.test:{}", standin.addr().port());
+    assert!(tunnels.iter().all(|t| *t == target), "{tunnels:?}");
+    assert_eq!(proxy.refused(), 0, "every CONNECT carried the credentials");
+
+    let bundle = daemon.state_dir().join("ca-bundle.pem");
+    let bundle_text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(
+        bundle_text.contains(&test_ca_marker(&ca)),
+        "the bundle holds the CA file"
+    );
+    let proxy_url = format!("http://ci:pr0xy-s3cret@{}", proxy.addr);
+    let envs = dumped(dir.path());
+    assert_eq!(envs.len(), 2, "one environment per runner");
+    for text in &envs {
+        check_runner_env(
+            text,
+            &[
+                &format!("HTTPS_PROXY={proxy_url}"),
+                &format!("https_proxy={proxy_url}"),
+                &format!("SSL_CERT_FILE={}", bundle.display()),
+                &format!("NODE_EXTRA_CA_CERTS={}", bundle.display()),
+                "TEAM_TOKEN=team-7f3a",
+                "ACTIONS_RUNNER_HOOK_JOB_STARTED=/opt/hooks/started.sh",
+            ],
+        );
+        assert!(!text.contains("leak"), "{text}");
+    }
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("claiming a runner"),
+        "the log is the daemon's"
+    );
+    assert!(
+        !logs.contains("pr0xy-s3cret"),
+        "the proxy password reached the log"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// The last line of a PEM file's base64 body, to find it in a bundle.
+fn test_ca_marker(pem: &Path) -> String {
+    let text = std::fs::read_to_string(pem).unwrap();
+    text.lines()
+        .rev()
+        .find(|l| !l.starts_with("-----") && !l.is_empty())
+        .unwrap()
+        .to_string()
+}
+
+/// `HTTPS_PROXY` from the daemon's environment, with the API host in `NO_PROXY`: no tunnel.
+#[actix_rt::test]
+async fn no_proxy_hosts_are_called_directly() {
+    let standin = crate::support::standin(100);
+    let proxy = ConnectProxy::start(None, &[]);
+    let daemon = Daemon::start_with_env(
+        &standin,
+        "",
+        &crate::support::daemon::local_provider(2),
+        &[
+            ("HTTPS_PROXY", &format!("http://{}", proxy.addr)),
+            ("NO_PROXY", "localhost,127.0.0.1"),
+        ],
+    )
+    .await;
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(60))
+        .await;
+    assert_eq!(proxy.tunnels(), Vec::<String>::new());
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// A GitHub served with a certificate from a private CA: without `ca_file` every call fails
+/// TLS and no job is claimed; with it, jobs run, and the runners (which verify like OpenSSL,
+/// through `SSL_CERT_FILE`) reach it too.
+#[actix_rt::test]
+async fn a_private_ca_is_trusted_only_with_ca_file() {
+    let ca = test_ca();
+    let standin = Standin::start(StandinConfig {
+        tls: Some(ca.server.clone()),
+        ..StandinConfig::default()
+    })
+    .unwrap();
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 100,
+        ..github_standin::RunnerBehavior::default()
+    });
+    assert!(standin.url().starts_with("https://"));
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca.ca_pem).unwrap();
+    let pool = crate::support::daemon::local_provider(2);
+
+    let untrusting = Daemon::start(&standin, "", &pool).await;
+    standin.queue_jobs("app", LABELS, 1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        0,
+        "no call got through"
+    );
+    assert!(
+        untrusting
+            .logs()
+            .to_ascii_lowercase()
+            .contains("certificate"),
+        "the failure names the certificate:\n{}",
+        untrusting.logs()
+    );
+    assert_eq!(untrusting.stop(Duration::from_secs(30)).await.0, Some(0));
+
+    let github = format!("ca_file = \"{}\"\n", ca_file.display());
+    let trusting = Daemon::start_with_github(&standin, &github, "", &pool).await;
+    standin.queue_jobs("app", LABELS, 1);
+    // The first job's delivery went to the first daemon, which could not claim it.
+    trusting
+        .wait_completed(&standin, 1, Duration::from_secs(60))
+        .await;
+    trusting.wait_no_runner_left(&standin).await;
+    assert_eq!(trusting.stop(Duration::from_secs(30)).await.0, Some(0));
+}
