@@ -8,6 +8,7 @@ mod docs;
 mod durable;
 mod e2e;
 mod embed;
+mod fleet;
 mod fungible;
 mod github;
 mod install;

@@ -11,13 +11,6 @@ use crate::support::{
     provision::eventually_async,
 };
 
-async fn ctl_json(d: &Daemon, args: &[&str]) -> serde_json::Value {
-    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
-    let (code, out, err) = d.ctl(&args).await;
-    assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
-}
-
 /// Podman without catatonit answers every create with "container-init binary not found": the
 /// pool is down with that cause (and the package to install) before any job is claimed, and a
 /// queued job for it waits instead of being claimed and failed one by one.
@@ -29,7 +22,7 @@ async fn a_container_pool_whose_engine_lacks_the_init_is_down_and_claims_nothing
     let daemon = Daemon::start(&standin, "", &providers).await;
 
     let pool_down = || async {
-        let v = ctl_json(&daemon, &["status"]).await;
+        let v = daemon.ctl_json(&["status"]).await;
         let linux = v["providers"]
             .as_array()
             .unwrap()
@@ -51,7 +44,7 @@ async fn a_container_pool_whose_engine_lacks_the_init_is_down_and_claims_nothing
 
     let job = standin.queue_jobs("app", &["self-hosted", "linux"], 1)[0];
     let job_waits = || async {
-        let v = ctl_json(&daemon, &["jobs"]).await;
+        let v = daemon.ctl_json(&["jobs"]).await;
         v["jobs"]
             .as_array()
             .unwrap()
@@ -102,7 +95,7 @@ max_concurrent = 2
 "#;
     let daemon = Daemon::start(&standin, "", providers).await;
     let pool_down = || async {
-        let v = ctl_json(&daemon, &["status"]).await;
+        let v = daemon.ctl_json(&["status"]).await;
         let local = v["providers"][0].clone();
         local["provisioner"] == "LocalProvisioner"
             && local["up"] == false
@@ -118,7 +111,7 @@ max_concurrent = 2
     .await;
     standin.queue_jobs("app", &["self-hosted", "linux"], 2);
     let waiting = || async {
-        let v = ctl_json(&daemon, &["jobs"]).await;
+        let v = daemon.ctl_json(&["jobs"]).await;
         let jobs = v["jobs"].as_array().unwrap().clone();
         jobs.len() == 2 && jobs.iter().all(|j| j["phase"]["state"] == "pending")
     };
@@ -148,7 +141,7 @@ async fn a_pool_whose_environments_always_fail_stops_claiming_at_max_age() {
     eventually_async("the job given up", Duration::from_secs(30), given_up).await;
     let claims = few_claims_then_quiet(&standin, &daemon, 2).await;
     daemon.wait_no_runner_left(&standin).await;
-    let v = ctl_json(&daemon, &["status"]).await;
+    let v = daemon.ctl_json(&["status"]).await;
     let linux = &v["providers"][0];
     assert_eq!(linux["up"], true, "{v}");
     assert_eq!(linux["environment_failures"], claims as u64, "{v}");
@@ -211,6 +204,6 @@ async fn few_claims_then_quiet(standin: &Standin, daemon: &Daemon, min: usize) -
 }
 
 async fn wait_pool_up(daemon: &Daemon) {
-    let up = || async { ctl_json(daemon, &["status"]).await["providers"][0]["up"] == true };
+    let up = || async { daemon.ctl_json(&["status"]).await["providers"][0]["up"] == true };
     eventually_async("the pool up", Duration::from_secs(20), up).await;
 }

@@ -405,6 +405,14 @@ impl Daemon {
         super::output(cmd).await
     }
 
+    /// `ephemer-actors <args> --json` against this daemon, parsed.
+    pub async fn ctl_json(&self, args: &[&str]) -> serde_json::Value {
+        let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+        let (code, out, err) = self.ctl(&args).await;
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
+
     /// `/metrics` text.
     pub async fn metrics(&self) -> String {
         super::http_get(&self.addr, "/metrics")

@@ -111,6 +111,11 @@ impl Podman {
     /// per build of the binary (a label says which), and the images it replaces are pruned:
     /// every test starts a service, and an import per test filled the disk.
     async fn build_image(&self) {
+        // One import at a time on this machine: two tests importing at once each prune the
+        // other's fresh image before it is tagged.
+        let lock = std::fs::File::create(std::env::temp_dir().join("ephemer-test-image.lock"))
+            .expect("image lock file");
+        lock.lock().expect("image lock");
         let daemon = PathBuf::from(env!("CARGO_BIN_EXE_ephemer-actors"));
         let meta = std::fs::metadata(&daemon).unwrap();
         let build = format!(
@@ -147,7 +152,9 @@ impl Podman {
             .find(|p| p.exists());
         if let Some(bb) = busybox {
             std::fs::copy(bb, root.join("bin/busybox")).unwrap();
-            for applet in ["sh", "sleep", "cat", "ls", "head", "tail", "yes", "echo"] {
+            for applet in [
+                "sh", "sleep", "cat", "ls", "head", "tail", "yes", "echo", "env",
+            ] {
                 let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
             }
         }
@@ -187,6 +194,41 @@ impl Podman {
         let _ = self
             .cli()
             .args(["image", "prune", "-f"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+    }
+
+    /// An image `tag` built from [`IMAGE`] with a label of its own (a distinct image, as a
+    /// pool's own image would be); removed with [`Podman::untag`].
+    pub async fn build_variant(&self, tag: &str, label: &str) {
+        let ctx = self.dir.path().join(format!("build-{label}"));
+        std::fs::create_dir_all(&ctx).unwrap();
+        std::fs::write(
+            ctx.join("Containerfile"),
+            format!("FROM {IMAGE}\nLABEL ephemer.variant={label}\n"),
+        )
+        .unwrap();
+        let out = self
+            .cli()
+            .args(["build", "--pull=never", "-t", tag])
+            .arg(&ctx)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "podman build {tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Removes an image name (the image goes when no other name or container holds it).
+    pub async fn untag(&self, tag: &str) {
+        let _ = self
+            .cli()
+            .args(["rmi", "--force", tag])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
