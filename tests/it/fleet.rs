@@ -235,3 +235,111 @@ fn files(dir: &Path, ext: &str) -> Vec<String> {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect()
 }
+
+/// A linux pool whose image the engine lacks: three jobs at once wait for one pull (from a
+/// registry the test serves), then run; a pool with `pull = "never"` and a missing image fails
+/// its job at once, for good, and says why in `status`.
+#[actix_rt::test]
+async fn a_missing_image_is_pulled_once_for_concurrent_jobs() {
+    use crate::support::registry::Registry;
+    let layout = tempfile::tempdir().unwrap();
+    let tag = format!("t{}", std::process::id());
+    let registry = Registry::start(layout.path().join("oci"), &tag);
+    let registries = format!(
+        "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+        registry.addr
+    );
+    let Some(podman) = Podman::start_with_registries(&registries).await else {
+        return;
+    };
+    let saved = podman
+        .cli()
+        .args(["save", "--format", "oci-dir", "-o"])
+        .arg(layout.path().join("oci"))
+        .arg(IMAGE)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let image = format!("{}/ephemer/pulltest:{tag}", registry.addr);
+    let absent = format!("{}/ephemer/absent:{tag}", registry.addr);
+    podman.untag(&image).await;
+
+    let standin = crate::support::standin(300);
+    let providers = format!(
+        r#"
+[providers.pulled]
+kind = "linux"
+socket = "{socket}"
+image = "{image}"
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 3
+{RUNNER}
+
+[providers.never]
+kind = "linux"
+socket = "{socket}"
+image = "{absent}"
+pull = "never"
+labels = ["self-hosted", "linux", "never"]
+max_concurrent = 1
+{RUNNER}
+"#,
+        socket = podman.socket,
+    );
+    // A retry would come a second after a retryable failure.
+    let ladder = "[runner.claim_retry]\nschedule = [\"1s\"]\njitter = 0.0\n";
+    let daemon = Daemon::start(&standin, ladder, &providers).await;
+    standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 3);
+    daemon
+        .wait_completed(&standin, 3, Duration::from_secs(120))
+        .await;
+    let logs = daemon.logs();
+    assert_eq!(
+        logs.matches("pulling the runner image").count(),
+        1,
+        "one pull for three jobs:\n{logs}"
+    );
+    assert_eq!(
+        registry.manifest_gets("ephemer/pulltest"),
+        1,
+        "{:?}",
+        registry.requests()
+    );
+
+    let never = standin.queue_jobs("app", &["self-hosted", "linux", "never"], 1)[0];
+    let failed = || async {
+        let status = daemon.ctl_json(&["status"]).await;
+        status["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["provider"] == "never")
+            .and_then(|p| p["last_environment_failure"].as_str().map(String::from))
+            .is_some_and(|why| why.contains("pull = \"never\""))
+    };
+    crate::support::provision::eventually_async(
+        "the never pool's failure in status",
+        Duration::from_secs(30),
+        failed,
+    )
+    .await;
+    // Non-retryable: one environment, no second attempt on the ladder, and the engine never
+    // asked the registry for the image.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains(r#"ephemerd_environment_failures_total{provider="never"} 1"#),
+        "{metrics}"
+    );
+    let jobs = daemon.ctl_json(&["jobs", &never.to_string()]).await;
+    assert!(jobs["retry"].is_null(), "{jobs}");
+    assert_eq!(registry.manifest_gets("ephemer/absent"), 0);
+    daemon.wait_no_runner_left(&standin).await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+    podman.untag(&image).await;
+}

@@ -124,7 +124,7 @@ async fn pull(docker: &Docker, image: &str) -> PullResult {
         if lines % PROGRESS_EVERY == 1
             && let Some(status) = info.status
         {
-            tracing::info!(%image, progress = %status, "pulling the runner image");
+            tracing::info!(%image, progress = %status, "runner image pull progress");
         }
     }
     if !present(docker, image).await.map_err(|e| e.to_string())? {

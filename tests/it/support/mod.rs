@@ -5,6 +5,7 @@ pub mod engine;
 pub mod podman;
 pub mod provision;
 pub mod proxy;
+pub mod registry;
 pub mod tls;
 
 use std::{

@@ -39,6 +39,11 @@ impl Podman {
     /// Starts the service and builds the image; `None` (after a loud message) when podman
     /// cannot run here.
     pub async fn start() -> Option<Podman> {
+        Self::start_with_registries("").await
+    }
+
+    /// Like [`Podman::start`], with this `registries.conf` (a test's own registry, say).
+    pub async fn start_with_registries(registries: &str) -> Option<Podman> {
         for tool in ["podman", "runc", "tar", "ldd"] {
             if which(tool).is_none() {
                 container_skip(&format!(
@@ -50,11 +55,16 @@ impl Podman {
         let dir = tempfile::tempdir().expect("temp dir");
         let conf = dir.path().join("containers.conf");
         std::fs::write(&conf, CONTAINERS_CONF).unwrap();
+        std::fs::write(dir.path().join("registries.conf"), registries).unwrap();
         let sock = dir.path().join("podman.sock");
         let socket = format!("unix://{}", sock.display());
         let service = Command::new("podman")
             .args(["system", "service", "--time=0", &socket])
             .env("CONTAINERS_CONF", &conf)
+            .env(
+                "CONTAINERS_REGISTRIES_CONF",
+                dir.path().join("registries.conf"),
+            )
             // conmon writes an `oom` marker into its working directory when a container is
             // OOM-killed: keep it in the temp dir, not the checkout.
             .current_dir(dir.path())
@@ -103,7 +113,11 @@ impl Podman {
     /// `podman` with this service's config.
     pub fn cli(&self) -> Command {
         let mut c = Command::new("podman");
-        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"));
+        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"))
+            .env(
+                "CONTAINERS_REGISTRIES_CONF",
+                self.dir.path().join("registries.conf"),
+            );
         c
     }
 
