@@ -141,6 +141,9 @@ const PROBE: &str = "id=$(cat /proc/sys/kernel/random/uuid); env > /out/$id.env;
       if [ -e /scratch/mark ]; then echo scratch=kept; else echo scratch=new; fi; \
       while read dev at fs rest; do if [ $at = /scratch ]; then echo scratch_fs=$fs; fi; done < /proc/mounts; \
     } > /out/$id.seen; \
+    { while read dev at fs opts rest; do if [ $at = /dev/shm ]; then echo shm=$opts; fi; done < /proc/mounts; \
+      while read ip name rest; do if [ \\\"$name\\\" = ghe.internal ]; then echo host=$ip; fi; done < /etc/hosts; \
+    } > /out/$id.extra; \
     echo x > /cache/mark; echo x > /scratch/mark; \
     exec /usr/local/bin/ephemer-actors standin-runner";
 
@@ -175,6 +178,7 @@ command = ["/bin/sh", "-c", "{PROBE}"]
 volumes = ["{volume}:/cache", "{out}:/out"]
 tmpfs = ["/scratch"]
 shm_size = "64MiB"
+extra_hosts = ["ghe.internal:10.0.0.5"]
 env = {{ TEAM_TOKEN = "${{TEST_TEAM_TOKEN}}" }}
 "#,
         socket = podman.socket,
@@ -206,6 +210,17 @@ env = {{ TEAM_TOKEN = "${{TEST_TEAM_TOKEN}}" }}
         ],
         "the first job found nothing; the second found the volume's mark and no tmpfs mark"
     );
+    assert_eq!(files(&out, "extra").len(), 2);
+    assert_eq!(files(&out, "env").len(), 2);
+    for extra in files(&out, "extra") {
+        assert!(extra.contains("host=10.0.0.5\n"), "extra_hosts: {extra}");
+        assert!(
+            extra
+                .lines()
+                .any(|l| l.starts_with("shm=") && l.contains("size=65536k")),
+            "shm_size: {extra}"
+        );
+    }
     for env in files(&out, "env") {
         for want in [
             "HTTPS_PROXY=http://127.0.0.1:9",

@@ -197,7 +197,56 @@ pub(super) fn mounts(s: &ContainerSettings) -> HostConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::split_reference;
+    use super::*;
+    use crate::config::ContainerMounts;
+
+    #[test]
+    fn mounts_carry_volumes_devices_the_socket_and_the_ca() {
+        let mut s = ContainerSettings::new(
+            "gpu".into(),
+            "unix:///run/podman/podman.sock".into(),
+            "img".into(),
+            "p-gpu-".into(),
+            "/tmp".into(),
+        );
+        s.mounts = ContainerMounts {
+            volumes: vec!["cache:/cache".into(), "/srv/data:/data:ro".into()],
+            tmpfs: vec!["/scratch".into()],
+            shm_size: Some(1 << 30),
+            devices: vec!["/dev/nvidia0".into(), "nvidia.com/gpu=all".into()],
+            docker_access: true,
+        };
+        s.env.ca_bundle = Some("/var/lib/ephemer-actors/ca-bundle.pem".into());
+        s.extra_hosts = vec!["ghe.internal:10.0.0.5".into()];
+        let h = mounts(&s);
+        assert_eq!(
+            h.binds.unwrap(),
+            [
+                "cache:/cache",
+                "/srv/data:/data:ro",
+                "/run/podman/podman.sock:/var/run/docker.sock",
+                "/var/lib/ephemer-actors/ca-bundle.pem:/etc/ephemer-actors/ca-bundle.pem:ro",
+            ]
+        );
+        assert!(h.tmpfs.unwrap().contains_key("/scratch"));
+        assert_eq!(h.shm_size, Some(1 << 30));
+        let devices = h.devices.unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].path_on_host.as_deref(), Some("/dev/nvidia0"));
+        let cdi = &h.device_requests.unwrap()[0];
+        assert_eq!(cdi.driver.as_deref(), Some("cdi"));
+        assert_eq!(
+            cdi.device_ids.as_deref(),
+            Some(&["nvidia.com/gpu=all".to_string()][..])
+        );
+        assert_eq!(h.extra_hosts.unwrap(), ["ghe.internal:10.0.0.5"]);
+        assert!(h.dns.is_none());
+
+        s.mounts = ContainerMounts::default();
+        s.env.ca_bundle = None;
+        let h = mounts(&s);
+        assert!(h.binds.is_none(), "no engine socket unless docker_access");
+    }
 
     #[test]
     fn references_split_into_repo_and_tag() {
