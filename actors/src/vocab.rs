@@ -301,12 +301,15 @@ impl LabelSet {
     }
 }
 
+/// How many characters [`random_suffix`] makes.
+pub const RANDOM_SUFFIX_LEN: usize = 8;
+
 /// Eight lowercase alphanumerics for a runner name.
 pub fn random_suffix() -> String {
     use rand::RngExt as _;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
-    (0..8)
+    (0..RANDOM_SUFFIX_LEN)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect()
 }

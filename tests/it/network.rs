@@ -6,7 +6,7 @@ use std::{path::Path, time::Duration};
 
 use github_standin::{Standin, StandinConfig};
 
-use crate::support::{daemon::Daemon, proxy::ConnectProxy, tls::test_ca};
+use crate::support::{check_runner_env, daemon::Daemon, proxy::ConnectProxy, tls::test_ca};
 
 const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 
@@ -37,49 +37,6 @@ fn dumped(dir: &Path) -> Vec<String> {
         .unwrap()
         .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
         .collect()
-}
-
-/// What a runner may see: what the provisioner sets, the few variables it inherits, the
-/// proxy and CA variables, the pool's `env`, and what `sh` adds itself.
-const ALLOWED: &[&str] = &[
-    "PATH",
-    "USER",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "HOME",
-    "TMPDIR",
-    "ACTIONS_RUNNER_INPUT_JITCONFIG",
-    "RUNNER_MANUALLY_TRAP_SIG",
-    "RUNNER_ALLOW_RUNASROOT",
-    "https_proxy",
-    "HTTPS_PROXY",
-    "http_proxy",
-    "HTTP_PROXY",
-    "no_proxy",
-    "NO_PROXY",
-    "SSL_CERT_FILE",
-    "NODE_EXTRA_CA_CERTS",
-    "EPHEMER_CA_FILE",
-    "TEAM_TOKEN",
-    "ACTIONS_RUNNER_HOOK_JOB_STARTED",
-    "PWD",
-    "SHLVL",
-    "_",
-    "OLDPWD",
-];
-
-/// Checks one runner's environment: every name allowed, and the ones the test configured.
-fn check_runner_env(text: &str, wanted: &[&str]) {
-    for line in text.lines() {
-        let Some((name, _)) = line.split_once('=') else {
-            continue; // the continuation of a multi-line value
-        };
-        assert!(ALLOWED.contains(&name), "the runner saw {name}:\n{text}");
-    }
-    for w in wanted {
-        assert!(text.lines().any(|l| l == *w), "{w} missing:\n{text}");
-    }
 }
 
 /// Every GitHub call goes through the proxy (the API host resolves only there), with its
@@ -135,6 +92,7 @@ async fn github_calls_tunnel_through_the_proxy_and_runners_get_the_network_setti
     for text in &envs {
         check_runner_env(
             text,
+            &[],
             &[
                 &format!("HTTPS_PROXY={proxy_url}"),
                 &format!("https_proxy={proxy_url}"),

@@ -292,4 +292,3 @@ pub struct VmMacosConfig {
 
 /// `[providers.native_macos]`
 pub type NativeMacosConfig = ProcessPoolConfig;
-

@@ -133,3 +133,50 @@ pub fn which(tool: &str) -> Option<PathBuf> {
         .map(|d| Path::new(d).join(tool))
         .find(|p| p.exists())
 }
+
+/// What a runner may see: what the provisioner sets, the few variables it inherits, the
+/// proxy and CA variables, the pool's `env`, and what `sh` adds itself.
+pub const ALLOWED: &[&str] = &[
+    "PATH",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "HOME",
+    "TMPDIR",
+    "ACTIONS_RUNNER_INPUT_JITCONFIG",
+    "RUNNER_MANUALLY_TRAP_SIG",
+    "RUNNER_ALLOW_RUNASROOT",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "HTTP_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+    "EPHEMER_CA_FILE",
+    "TEAM_TOKEN",
+    "ACTIONS_RUNNER_HOOK_JOB_STARTED",
+    "PWD",
+    "SHLVL",
+    "_",
+    "OLDPWD",
+];
+
+/// Checks one runner's environment (`env` output): every name in [`ALLOWED`] or `also`, and
+/// the `NAME=value` lines the test configured.
+pub fn check_runner_env(text: &str, also: &[&str], wanted: &[&str]) {
+    for line in text.lines() {
+        let Some((name, _)) = line.split_once('=') else {
+            continue; // the continuation of a multi-line value
+        };
+        assert!(
+            ALLOWED.contains(&name) || also.contains(&name),
+            "the runner saw {name}:\n{text}"
+        );
+    }
+    for w in wanted {
+        assert!(text.lines().any(|l| l == *w), "{w} missing:\n{text}");
+    }
+}

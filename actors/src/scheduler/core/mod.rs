@@ -531,7 +531,9 @@ impl Scheduler {
     }
 
     /// Whether a runner name is one of this install's, of any pool, configured now or not
-    /// (a pool removed from the config may have left runners): `<name_prefix>-<pool>-<id>`.
+    /// (a pool removed from the config may have left runners): `<name_prefix>-<pool>-` and
+    /// then exactly this install's id and a random part (neither has a `-`, so another
+    /// host's pool whose name ends in `-<our id>` does not match: its tail is longer).
     pub fn is_ours(&self, name: &str) -> bool {
         let s = &self.settings;
         if s.providers
@@ -541,11 +543,18 @@ impl Scheduler {
             return true;
         }
         let id = &s.install_id;
+        let Some(rest) = name
+            .strip_prefix(&s.name_prefix)
+            .and_then(|rest| rest.strip_prefix('-'))
+        else {
+            return false;
+        };
         !id.is_empty()
-            && name
-                .strip_prefix(&s.name_prefix)
-                .and_then(|rest| rest.strip_prefix('-'))
-                .is_some_and(|rest| rest.contains(&format!("-{id}")))
+            && rest.rsplit_once('-').is_some_and(|(pool, tail)| {
+                !pool.is_empty()
+                    && tail.len() == id.len() + crate::vocab::RANDOM_SUFFIX_LEN
+                    && tail.starts_with(id.as_str())
+            })
     }
 
     /// Repos of repo-level runners (empty: org-level).

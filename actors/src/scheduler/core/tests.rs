@@ -473,3 +473,30 @@ fn one_busy_unbound_runner_costs_one_check_not_one_per_completed_job() {
     // 100 events over 100 s: the first check, then one after the minute has passed.
     assert_eq!(asked, 2);
 }
+
+/// The sweep takes a registration for this install's only by the whole name's shape: a pool
+/// removed from the config still counts, another host's pool whose name ends like our id not.
+#[test]
+fn runner_names_of_this_install_are_told_from_other_hosts() {
+    let backoff = Backoff::try_new(&ClaimRetryConfig::default()).unwrap();
+    let mut settings = settings();
+    settings.install_id = "abc123".into();
+    let s = Scheduler::new(settings, backoff, Some(1));
+    assert!(s.is_ours("ephemer-local-abc123k3j4h5g6"));
+    assert!(
+        s.is_ours("ephemer-linux-gpu-abc123k3j4h5g6"),
+        "a pool no longer configured"
+    );
+    assert!(
+        !s.is_ours("ephemer-local-zzz999k3j4h5g6"),
+        "another host's id"
+    );
+    assert!(
+        !s.is_ours("ephemer-x-abc123zzz999k3j4h5g6"),
+        "another host's pool named x-abc123"
+    );
+    assert!(
+        !s.is_ours("other-local-abc123k3j4h5g6"),
+        "another name_prefix"
+    );
+}
