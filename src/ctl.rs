@@ -242,12 +242,12 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\n{:<14} {:<24} {:<4} {:<9} LABELS",
-        "PROVIDER", "PROVISIONER", "UP", "USED/MAX"
+        "\n{:<20} {:<24} {:<4} {:<9} LABELS",
+        "POOL", "PROVISIONER", "UP", "USED/MAX"
     );
     for p in &st.providers {
         println!(
-            "{:<14} {:<24} {:<4} {:<9} {}",
+            "{:<20} {:<24} {:<4} {:<9} {}",
             p.provider,
             p.provisioner,
             if p.up { "yes" } else { "no" },
@@ -283,7 +283,7 @@ pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
         }
         println!(
             "{:<12} {:<16} {:<11} {:<9} {:<8} {:<18} NEXT ATTEMPT",
-            "JOB", "REPO", "STATE", "PROVIDER", "RETRIES", "CLASS"
+            "JOB", "REPO", "STATE", "POOL", "RETRIES", "CLASS"
         );
         for j in &v.jobs {
             println!(
