@@ -7,6 +7,7 @@ mod ctl;
 #[cfg(feature = "demo")]
 mod demo;
 mod logging;
+mod notify;
 mod serve;
 #[cfg(feature = "demo")]
 mod standin;

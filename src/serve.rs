@@ -165,6 +165,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let listeners = listen(&config, &handles)?;
 
     handles.health.set_ready();
+    let notifier = std::rc::Rc::new(crate::notify::Notifier::from_env());
+    notifier.send("READY=1\nSTATUS=serving");
+    if let Some(interval) = crate::notify::Notifier::watchdog() {
+        let (notifier, handles) = (notifier.clone(), handles.clone());
+        actix_rt::spawn(async move {
+            // A daemon whose core actor died stops feeding the watchdog (and exits anyway).
+            while handles.dead_core_actor().is_none() {
+                notifier.send("WATCHDOG=1");
+                tokio::time::sleep(interval / 2).await;
+            }
+        });
+    }
     tracing::info!(
         webhook = %listeners.webhook,
         admin = %listeners.admin,
@@ -192,12 +204,40 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let again = signals.next().await;
         tracing::warn!(signal = again, "second shutdown signal");
     };
+    notifier.send("STOPPING=1\nSTATUS=draining");
+    let progress = actix_rt::spawn(drain_progress(notifier.clone(), handles.clone()));
     let torn_down = handles
         .shutdown_until(config.runner.shutdown_timeout, hurry)
         .await;
+    progress.abort();
+    notifier.send(&format!("STATUS=stopped; {torn_down} runners torn down"));
     listeners.stop().await;
     tracing::info!(torn_down, "stopped cleanly");
     Ok(())
+}
+
+/// How often a drain tells the service manager how far it is.
+const DRAIN_TICK: Duration = Duration::from_secs(5);
+
+/// While a drain runs: a `STATUS=` line with the runners left, and more stop time (three
+/// ticks' worth, renewed every tick), so a drain of any length never meets the unit's
+/// `TimeoutStopSec` while it makes progress, and a hung one does, three ticks after it hung.
+async fn drain_progress(notifier: std::rc::Rc<crate::notify::Notifier>, handles: Handles) {
+    use ephemer_actors_core::scheduler::messages::GetStatus;
+    if !notifier.enabled() {
+        return;
+    }
+    loop {
+        let left = match handles.scheduler.send(GetStatus).await {
+            Ok(status) => status.runners,
+            Err(_) => 0,
+        };
+        notifier.send(&format!(
+            "STATUS=draining: {left} runners still running\nEXTEND_TIMEOUT_USEC={}",
+            (DRAIN_TICK * 3).as_micros()
+        ));
+        tokio::time::sleep(DRAIN_TICK).await;
+    }
 }
 
 /// How often `serve` looks for a dead core actor.

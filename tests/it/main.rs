@@ -20,3 +20,4 @@ mod provision;
 mod reliability;
 mod security;
 mod support;
+mod systemd;
