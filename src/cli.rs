@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use ephemer_actors_core::config::{Config, ConfigErrors, Environment};
 
 /// Exit code for usage and configuration errors.
@@ -17,17 +17,39 @@ const EXIT_RUNTIME: u8 = 1;
 #[derive(Debug, Parser)]
 #[command(name = "ephemer-actors", version, about, long_about = None)]
 struct Cli {
+    /// Path of the TOML config file.
+    #[arg(
+        long,
+        short = 'c',
+        global = true,
+        env = "EPHEMER_CONFIG",
+        value_name = "PATH"
+    )]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--config` when neither the flag nor `EPHEMER_CONFIG` names one.
+pub const DEFAULT_CONFIG: &str = "/etc/ephemer-actors/config.toml";
+
+/// The config file a command reads, and whether the operator named it.
+#[derive(Debug, Clone)]
+pub struct ConfigPath {
+    /// The path.
+    pub path: PathBuf,
+    /// Named by `--config` or `EPHEMER_CONFIG` (not the default).
+    pub explicit: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon until SIGTERM or SIGINT, then drain and exit 0.
-    Serve(ConfigArg),
+    Serve,
     /// Validate a config file; print every problem with its key path (exit 0 valid, 2 invalid).
-    CheckConfig(ConfigArg),
-    /// Show a running daemon's status: capacity per provider, retry queue, rate budget.
+    CheckConfig,
+    /// Show a running daemon's status: capacity per pool, retry queue, rate budget (exit 1
+    /// when a pool is down or the daemon is draining).
     Status(crate::ctl::Target),
     /// List the jobs a running daemon knows, or show one job's timeline (`jobs <ID>`).
     Jobs {
@@ -40,6 +62,17 @@ enum Command {
     Cordon(crate::ctl::Target),
     /// Resume claiming.
     Uncordon(crate::ctl::Target),
+    /// Stop claiming, like cordon; with --wait, return once no runner is left (for upgrades).
+    Drain {
+        /// Wait until the last running job has finished.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this long (exit 1), e.g. "30m".
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+        #[command(flatten)]
+        target: crate::ctl::Target,
+    },
     /// Run everything offline: a stand-in GitHub, signed webhooks, the local provisioner and
     /// stand-in runners, with a live view and a summary (exit 0 when every job ran).
     #[cfg(feature = "demo")]
@@ -55,23 +88,33 @@ enum Command {
     },
 }
 
-#[derive(Debug, Args)]
-struct ConfigArg {
-    /// Path of the TOML config file.
-    #[arg(long, short = 'c', env = "EPHEMER_CONFIG", value_name = "PATH")]
-    config: PathBuf,
-}
-
 /// Parses the command line and runs the chosen command.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    let config_path = match cli.config {
+        Some(path) => ConfigPath {
+            path,
+            explicit: true,
+        },
+        None => ConfigPath {
+            path: DEFAULT_CONFIG.into(),
+            explicit: false,
+        },
+    };
     match cli.command {
         #[cfg(feature = "demo")]
         Command::StandinRunner { args } => crate::standin::run(args),
-        Command::Status(t) => ctl_result(crate::ctl::status(&t)),
-        Command::Jobs { id, target } => ctl_result(crate::ctl::jobs(&target, id)),
-        Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t, true)),
-        Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t, false)),
+        Command::Status(t) => ctl_result(crate::ctl::status(&t.with(&config_path))),
+        Command::Jobs { id, target } => {
+            ctl_result(crate::ctl::jobs(&target.with(&config_path), id))
+        }
+        Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), true)),
+        Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), false)),
+        Command::Drain {
+            wait,
+            timeout,
+            target,
+        } => ctl_result(crate::ctl::drain(&target.with(&config_path), wait, timeout)),
         #[cfg(feature = "demo")]
         Command::Demo(args) => {
             let level = ephemer_actors_core::config::LogConfig {
@@ -91,7 +134,7 @@ pub fn run() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig(arg) => match load(&arg.config) {
+        Command::CheckConfig => match load(&config_path.path) {
             Ok(config) => {
                 for warning in config.warnings() {
                     eprintln!("warning: {warning}");
@@ -111,7 +154,7 @@ pub fn run() -> ExitCode {
                     .collect();
                 println!(
                     "{}: ok; providers: {}; webhook on {}{}",
-                    arg.config.display(),
+                    config_path.path.display(),
                     providers.join(", "),
                     config.webhook.listen,
                     config.webhook.path
@@ -120,8 +163,8 @@ pub fn run() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Serve(arg) => {
-            let config = match load(&arg.config) {
+        Command::Serve => {
+            let config = match load(&config_path.path) {
                 Ok(config) => config,
                 Err(code) => return code,
             };
@@ -146,7 +189,11 @@ fn ctl_result(r: anyhow::Result<()>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            if e.downcast_ref::<crate::ctl::BadConfig>().is_some() {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::from(EXIT_RUNTIME)
+            }
         }
     }
 }

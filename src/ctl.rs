@@ -2,7 +2,7 @@
 //! API's own answer types) and print a table for people, or the JSON with `--json`. The admin address comes from the config
 //! (`admin.listen`, read without demanding the secrets) or `--admin`.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use actix_web::http::Method;
 use anyhow::{Context, anyhow, bail};
@@ -16,9 +16,9 @@ use serde::de::DeserializeOwned;
 /// Where to find the daemon.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Target {
-    /// Config file whose `admin.listen` names the daemon (secrets are not needed).
-    #[arg(long, short = 'c', env = "EPHEMER_CONFIG", value_name = "PATH")]
-    config: Option<PathBuf>,
+    /// The global `--config`, whose `admin.listen` names the daemon (secrets are not needed).
+    #[arg(skip)]
+    config: Option<crate::cli::ConfigPath>,
     /// The admin address itself, e.g. 127.0.0.1:9091 or unix:/run/ephemer/admin.sock (wins
     /// over --config).
     #[arg(long, value_name = "ADDR")]
@@ -28,25 +28,52 @@ pub struct Target {
     json: bool,
 }
 
+/// The config file a control command was pointed at cannot be read: exit 2, as for any
+/// config error.
+#[derive(Debug)]
+pub struct BadConfig(String);
+
+impl std::fmt::Display for BadConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadConfig {}
+
 impl Target {
-    /// The config file as a plain table (secrets are not needed); empty without `--config`.
+    /// This target, reading `config` (the global `--config`).
+    pub fn with(mut self, config: &crate::cli::ConfigPath) -> Self {
+        self.config = Some(config.clone());
+        self
+    }
+
+    /// The config file as a plain table (secrets are not needed); empty when no config was
+    /// named and the default file does not exist (the defaults then name the daemon).
     fn table(&self) -> anyhow::Result<toml::Table> {
-        let Some(path) = &self.config else {
+        let Some(config) = &self.config else {
             return Ok(toml::Table::new());
         };
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let path = &config.path;
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !config.explicit => {
+                return Ok(toml::Table::new());
+            }
+            Err(e) => return Err(BadConfig(format!("cannot read {}: {e}", path.display())).into()),
+        };
         // The parser's own message quotes the offending line, which may hold a token: say only
         // where and what.
         toml::from_str(&text).map_err(|e| {
             let line = e.span().map_or(0, |s| {
                 text[..s.start.min(text.len())].matches('\n').count() + 1
             });
-            anyhow!(
+            BadConfig(format!(
                 "{} is not valid TOML (line {line}): {}",
                 path.display(),
                 e.message()
-            )
+            ))
+            .into()
         })
     }
 
@@ -214,8 +241,28 @@ fn when(unix: u64) -> String {
 pub fn status(t: &Target) -> anyhow::Result<()> {
     let v: StatusAnswer = call(t, Method::GET, "/api/v1/status")?;
     if t.json {
-        return print_json(&v);
+        print_json(&v)?;
+    } else {
+        print_status(&v);
     }
+    // Scripts (and a load balancer's health check) can use the exit code.
+    let down: Vec<&str> = v
+        .scheduler
+        .providers
+        .iter()
+        .filter(|p| !p.up)
+        .map(|p| p.provider.as_str())
+        .collect();
+    if !down.is_empty() {
+        bail!("pools down: {}", down.join(", "));
+    }
+    if v.scheduler.draining {
+        bail!("the daemon is draining (cordoned): it claims no new jobs");
+    }
+    Ok(())
+}
+
+fn print_status(v: &StatusAnswer) {
     let st = &v.scheduler;
     println!(
         "ephemer-actors {}  up {}  cordoned: {}",
@@ -264,7 +311,6 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 fn phase_provider(p: &Phase) -> String {
@@ -346,4 +392,39 @@ pub fn cordon(t: &Target, on: bool) -> anyhow::Result<()> {
         println!("uncordoned: claiming again");
     }
     Ok(())
+}
+
+/// `drain`: cordon; with `wait`, poll until no runner is left (exit 0), or `timeout` passes
+/// (exit 1). Running jobs finish; none is torn down.
+pub fn drain(t: &Target, wait: bool, timeout: Option<Duration>) -> anyhow::Result<()> {
+    let _: CordonAnswer = call(t, Method::POST, "/api/v1/cordon")?;
+    if !wait {
+        println!("cordoned: no new claims; running jobs continue (drain --wait waits for them)");
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let mut said = None;
+    loop {
+        let v: StatusAnswer = call(t, Method::GET, "/api/v1/status")?;
+        let left = v.scheduler.runners;
+        if left == 0 {
+            println!("drained: no runner left; the daemon can be stopped or upgraded");
+            return Ok(());
+        }
+        if said != Some(left) {
+            println!("waiting for {left} runners to finish");
+            said = Some(left);
+        }
+        if let Some(limit) = timeout
+            && started.elapsed() >= limit
+        {
+            bail!(
+                "{left} runners still running after {}",
+                humantime::format_duration(limit)
+            );
+        }
+        // A control command is its own process, not an arbiter: blocking here is fine.
+        #[allow(clippy::disallowed_methods)]
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

@@ -73,7 +73,9 @@ async fn status_and_cordon_through_the_cli() {
         "{out}"
     );
     assert_eq!(ctl(&daemon, &["cordon"]).await.0, 0);
-    let (_, json, _) = ctl(&daemon, &["status", "--json"]).await;
+    let (code, json, err) = ctl(&daemon, &["status", "--json"]).await;
+    assert_eq!(code, 1, "a draining daemon's status exits 1 for scripts");
+    assert!(err.contains("draining"), "{err}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["draining"], true);
     // Cordoned: a queued job is not claimed.
@@ -86,6 +88,50 @@ async fn status_and_cordon_through_the_cli() {
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&json).unwrap()["draining"],
         false
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// The global `--config` goes before the command too; `drain --wait` cordons and returns once
+/// the last running job has finished; with no config named and no default file, a control
+/// command falls back to the default admin address, and an unreadable named one exits 2.
+#[actix_rt::test]
+async fn drain_wait_returns_when_the_last_job_finishes() {
+    let standin = crate::support::standin(3_000);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let config = daemon.config.display().to_string();
+    let mut cmd = crate::support::daemon();
+    cmd.args(["-c", &config, "status"]);
+    let (code, out, err) = crate::support::output(cmd).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("POOL"), "{out}");
+
+    standin.queue_jobs("app", &["self-hosted", "linux"], 2);
+    eventually("both jobs running", Duration::from_secs(20), || {
+        standin.jobs_in("in_progress") == 2
+    })
+    .await;
+    let mut cmd = crate::support::daemon();
+    cmd.args(["-c", &config, "drain", "--wait"]);
+    let (code, out, err) = crate::support::output(cmd).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        standin.jobs_in("completed"),
+        2,
+        "drain --wait returned before the jobs finished: {out}"
+    );
+    assert!(out.contains("drained"), "{out}");
+    // Cordoned: a new job waits.
+    standin.queue_jobs("app", &["self-hosted", "linux"], 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(standin.count("generate_jitconfig"), 2);
+
+    let mut cmd = crate::support::daemon();
+    cmd.args(["status", "-c", "/nonexistent/config.toml"]);
+    assert_eq!(
+        crate::support::output(cmd).await.0,
+        2,
+        "an unreadable config is exit 2"
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

@@ -409,7 +409,9 @@ impl Daemon {
     pub async fn ctl_json(&self, args: &[&str]) -> serde_json::Value {
         let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
         let (code, out, err) = self.ctl(&args).await;
-        assert_eq!(code, 0, "{err}");
+        // `status` answers with exit 1 when a pool is down or the daemon drains; its JSON is
+        // printed all the same.
+        assert!(code == 0 || (code == 1 && !out.is_empty()), "{err}");
         serde_json::from_str(&out).unwrap()
     }
 
