@@ -48,6 +48,13 @@ enum Command {
     Serve,
     /// Validate a config file; print every problem with its key path (exit 0 valid, 2 invalid).
     CheckConfig,
+    /// Check config, credentials, webhook, pools and host: one ok/warn/fail line each, with
+    /// what to do (exit 0 nothing failed, 1 something did, 2 invalid config).
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a running daemon's status: capacity per pool, retry queue, rate budget (exit 1
     /// when a pool is down or the daemon is draining).
     Status(crate::ctl::Target),
@@ -134,6 +141,10 @@ pub fn run() -> ExitCode {
                 }
             }
         }
+        Command::Doctor { json } => match load(&config_path.path) {
+            Ok(config) => crate::doctor::run(&config, json),
+            Err(code) => code,
+        },
         Command::CheckConfig => match load(&config_path.path) {
             Ok(config) => {
                 for warning in config.warnings() {

@@ -6,6 +6,7 @@ mod cli;
 mod ctl;
 #[cfg(feature = "demo")]
 mod demo;
+mod doctor;
 mod logging;
 mod notify;
 mod serve;

@@ -21,16 +21,13 @@ use actix_web::web;
 
 use crate::{
     clock::Clock,
-    config::{Config, PoolName, PoolSpec, ProviderKind},
+    config::{Config, PoolName, ProviderKind},
     github::{GithubClient, actor::GithubActor},
     http::Health,
     metrics::Metrics,
     provision::{
         LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, ProvisionerHandle,
         ProvisionerSupervisor, VmMacosProvisioner,
-        container::ContainerSettings,
-        process::{KILL_GRACE, ProcessSettings},
-        tart::TartSettings,
     },
     rate::RateActor,
     retry::{Backoff, RetryActor},
@@ -255,70 +252,27 @@ pub fn start(
     let mut provisioners = HashMap::new();
     for pool in config.providers.enabled() {
         let name = pool.name.clone();
-        // What this install's runner names of the pool start with: its provisioner reaps
-        // only leftovers with it.
-        let name_prefix =
-            crate::scheduler::core::runner_prefix(&config.runner.name_prefix, &name, &install_id);
-        let env = crate::provision::runner_env::runner_env(config, pool, ca_bundle.clone());
         let wired = wiring(&name, &pool.common.restart);
-        let supervisor = match &pool.spec {
-            PoolSpec::Local(p) | PoolSpec::NativeMacos(p) => {
-                let settings = ProcessSettings {
-                    kind: pool.kind(),
-                    pool: name.clone(),
-                    env,
-                    program: p.program.clone(),
-                    args: p.args.clone(),
-                    work_root: p.work_root.clone(),
-                    log_dir: log_dir.clone(),
-                    run_as: p.run_as.clone(),
-                    name_prefix,
-                    grace: KILL_GRACE,
-                };
-                if pool.kind() == ProviderKind::Local {
-                    LocalProvisioner::start(settings, wired)
-                } else {
-                    NativeMacosProvisioner::start(settings, wired)
-                }
+        let settings = crate::provision::build::pool_settings(
+            config,
+            pool,
+            &install_id,
+            ca_bundle.clone(),
+            log_dir.clone(),
+        );
+        use crate::provision::build::PoolSettings;
+        let supervisor = match settings {
+            PoolSettings::Process(s) if s.kind == ProviderKind::Local => {
+                LocalProvisioner::start(s, wired)
             }
-            PoolSpec::Linux(l) => {
-                let settings = ContainerSettings {
-                    pool: name.clone(),
-                    env,
-                    socket: l.socket.clone(),
-                    image: l.image.clone(),
-                    command: l.command.clone(),
-                    network: l.network.clone(),
-                    limits: l.limits.clone(),
-                    pull: l.pull,
-                    mounts: l.mounts.clone(),
-                    extra_hosts: l.extra_hosts.clone(),
-                    dns: l.dns.clone(),
-                    log_cap: crate::provision::container::LOG_CAP,
-                    name_prefix,
-                    log_dir: log_dir.clone(),
-                };
-                LinuxProvisioner::start(settings, wired).map_err(|detail| StartError::Provider {
+            PoolSettings::Process(s) => NativeMacosProvisioner::start(s, wired),
+            PoolSettings::Container(s) => {
+                LinuxProvisioner::start(s, wired).map_err(|detail| StartError::Provider {
                     provider: name.clone(),
                     detail,
                 })?
             }
-            PoolSpec::VmMacos(v) => {
-                let settings = TartSettings {
-                    pool: name.clone(),
-                    env,
-                    tart: v.tart_path.clone(),
-                    ssh: v.ssh_path.clone(),
-                    base_image: v.base_image.clone(),
-                    ssh_user: v.ssh_user.clone(),
-                    runner_command: v.runner_command.clone(),
-                    boot_timeout: v.boot_timeout,
-                    name_prefix,
-                    log_dir: log_dir.clone(),
-                    known_hosts: config.state.dir.join("tart-known-hosts"),
-                };
-                VmMacosProvisioner::start(settings, wired)
-            }
+            PoolSettings::Tart(s) => VmMacosProvisioner::start(s, wired),
         };
         provisioners.insert(name, supervisor);
     }

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod org;
 mod routes;
 mod runner_protocol;
 mod state;
@@ -107,6 +108,8 @@ impl Standin {
         let now = unix_now();
         let (outbox, inbox) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(State {
+            token_scopes: None,
+            hooks: Vec::new(),
             behavior: RunnerBehavior::default(),
             webhook: None,
             faults_webhook: DeliveryFaults::default(),
@@ -225,6 +228,17 @@ impl Standin {
     /// Jobs.
     pub fn jobs(&self) -> Vec<Job> {
         self.state().jobs.values().cloned().collect()
+    }
+
+    /// Gives the PAT these classic scopes: answers then carry `X-OAuth-Scopes`, and endpoints
+    /// that need a scope it lacks answer 403.
+    pub fn set_token_scopes(&self, scopes: &[&str]) {
+        lock(&self.state).token_scopes = Some(scopes.iter().map(|s| s.to_string()).collect());
+    }
+
+    /// Adds a webhook (`repo`: `None` for an org hook).
+    pub fn add_hook(&self, hook: org::Hook) {
+        lock(&self.state).hooks.push(hook);
     }
 
     /// Sends `workflow_job` webhooks to `url`, signed with `secret`.

@@ -63,7 +63,7 @@ fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
         ("GET", ["rate_limit"]) => "rate_limit",
         ("POST", ["_runner", "acquire"]) => "runner_acquire",
         ("POST", ["_runner", "complete"]) => "runner_complete",
-        _ => "unknown",
+        _ => crate::org::endpoint(m, segs).unwrap_or("unknown"),
     }
 }
 
@@ -123,6 +123,13 @@ pub(crate) fn error(status: u16, message: &str) -> (u16, HttpResponse) {
     let code = actix_web::http::StatusCode::from_u16(status)
         .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
     (status, HttpResponse::build(code).json(body))
+}
+
+fn set_header(r: &mut HttpResponse, name: &'static str, value: &str) {
+    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(value) {
+        r.headers_mut()
+            .insert(actix_web::http::header::HeaderName::from_static(name), v);
+    }
 }
 
 fn with_rate(mut r: HttpResponse, s: &mut State, bucket: &'static str) -> HttpResponse {
@@ -203,6 +210,19 @@ fn answer(
     if !s.authorized(token, now) {
         return error(401, "Bad credentials");
     }
+    // A classic PAT says its scopes on every answer, and is refused where it lacks one.
+    let scopes = (token == s.token).then(|| s.token_scopes.clone()).flatten();
+    if let Some(scopes) = &scopes {
+        let repo_level = matches!(segs, ["repos", ..]);
+        if let Some(needed) = crate::org::scope_needed(endpoint, repo_level)
+            && !scopes.iter().any(|have| have == needed)
+        {
+            let (status, mut r) = error(403, "Resource not accessible by personal access token");
+            set_header(&mut r, "x-oauth-scopes", &scopes.join(", "));
+            set_header(&mut r, "x-accepted-oauth-scopes", needed);
+            return (status, r);
+        }
+    }
     if endpoint == "rate_limit" {
         let shape = |b: &crate::state::Budget| json!({ "limit": b.limit, "remaining": b.remaining, "reset": b.reset, "used": b.limit - b.remaining });
         let (core, registration) = (shape(&s.budget), shape(&s.registration));
@@ -228,7 +248,10 @@ fn answer(
         return (status, with_rate(r, s, bucket));
     }
     let installation = s.installation_tokens.contains_key(token);
-    let (status, r) = route(s, req, endpoint, segs, body, installation);
+    let (status, mut r) = route(s, req, endpoint, segs, body, installation);
+    if let Some(scopes) = &scopes {
+        set_header(&mut r, "x-oauth-scopes", &scopes.join(", "));
+    }
     if status == 304 {
         // "Making a conditional request and receiving a 304 response does not count against
         // your primary rate limit if the request is authorized correctly with an
@@ -261,6 +284,9 @@ fn route(
         .map(|q| q.into_inner())
         .unwrap_or_default();
     match endpoint {
+        "get_org" | "get_repo" | "get_runner_group" | "list_hooks" | "list_hook_deliveries" => {
+            crate::org::answer(s, endpoint, segs, repo)
+        }
         "generate_jitconfig" => generate_jitconfig(s, repo, body),
         "list_runners" => {
             let runners: Vec<Value> = s

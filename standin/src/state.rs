@@ -221,6 +221,10 @@ pub struct Delivery {
 /// Everything the stand-in knows.
 #[derive(Debug)]
 pub struct State {
+    /// A classic PAT's scopes (`None`: a token that says none, as fine-grained ones and Apps).
+    pub token_scopes: Option<Vec<String>>,
+    /// Webhooks of the org and its repos.
+    pub hooks: Vec<crate::org::Hook>,
     /// How runners behave.
     pub behavior: RunnerBehavior,
     /// Where webhooks go (none: no webhooks).

@@ -5,6 +5,7 @@ mod chaos;
 mod cli;
 mod container;
 mod docs;
+mod doctor;
 mod durable;
 mod e2e;
 mod embed;

@@ -430,4 +430,9 @@ impl Backend for ContainerBackend {
     fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
         Box::pin(self.clone().probe_engine())
     }
+
+    fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
+        let this = self.clone();
+        Box::pin(async move { vec![super::image::doctor(&this.docker, &this.s).await] })
+    }
 }

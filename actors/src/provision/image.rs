@@ -94,6 +94,33 @@ impl ImageGate {
     }
 }
 
+/// `doctor`'s look at the pool's image: on the engine, or (unless `pull = "never"`) known to
+/// its registry (`GET /distribution/{name}/json`, which reads the manifest without pulling).
+pub(super) async fn doctor(docker: &Docker, s: &ContainerSettings) -> super::Finding {
+    use super::Finding;
+    let image = &s.image;
+    match present(docker, image).await {
+        Ok(true) => return Finding::Ok(format!("image {image} is on the engine")),
+        Ok(false) => {}
+        Err(e) => return Finding::Fail(format!("cannot ask the engine for image {image}: {e}")),
+    }
+    if s.pull == PullPolicy::Never {
+        return Finding::Fail(format!(
+            "image {image} is not on the engine and pull = \"never\": pull or load it \
+             (podman pull {image}), or set pull = \"missing\""
+        ));
+    }
+    match docker.inspect_registry_image(image, None).await {
+        Ok(_) => Finding::Ok(format!(
+            "image {image} is not on the engine yet; its registry has it (the first job pulls it)"
+        )),
+        Err(e) => Finding::Fail(format!(
+            "image {image} is not on the engine and cannot be pulled ({e}): check the name and \
+             the registry's credentials, or load it (podman pull {image})"
+        )),
+    }
+}
+
 /// Whether the engine has the image.
 pub(super) async fn present(docker: &Docker, image: &str) -> Result<bool, bollard::errors::Error> {
     match docker.inspect_image(image).await {

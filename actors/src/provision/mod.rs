@@ -5,6 +5,7 @@
 //! given, reports when it started and when it exited, and tears it down on request.
 
 mod actor;
+pub mod build;
 mod cgroup;
 pub mod container;
 mod error;
@@ -93,6 +94,17 @@ impl RunnerEnv {
     }
 }
 
+/// One `doctor` finding about a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// As it should be.
+    Ok(String),
+    /// Works, but worth a look.
+    Warn(String),
+    /// Will not work: what is wrong and what to do.
+    Fail(String),
+}
+
 /// How one kind of environment is made and destroyed. Stateless by runner name, so a freshly
 /// re-created provisioner (or a restarted daemon) can tear down what an earlier one started.
 pub trait Backend: std::fmt::Debug + 'static {
@@ -113,6 +125,11 @@ pub trait Backend: std::fmt::Debug + 'static {
     /// A line to warn operators with at start-up, if this backend deserves one.
     fn startup_warning(&self) -> Option<String> {
         None
+    }
+    /// What `doctor` checks beyond [`Backend::probe`] (the container pool: is its image there,
+    /// or can it be pulled).
+    fn doctor_checks(&self) -> LocalFuture<Vec<Finding>> {
+        Box::pin(async { Vec::new() })
     }
     /// Checks that the host can make an environment at all (engine reachable, its init
     /// installed, the image present), before any job is claimed for this pool. `Err` carries

@@ -1,0 +1,90 @@
+//! A pool's provisioner settings from the config: what `system::start` hands each named
+//! provisioner, and what `doctor` probes without starting one.
+
+use std::{path::PathBuf, rc::Rc};
+
+use super::{
+    Backend,
+    container::{ContainerBackend, ContainerSettings},
+    process::{KILL_GRACE, ProcessBackend, ProcessSettings},
+    tart::{TartBackend, TartSettings},
+};
+use crate::config::{Config, PoolConfig, PoolSpec};
+
+/// One pool's settings, by the backend that runs its runners.
+#[derive(Debug, Clone)]
+pub enum PoolSettings {
+    /// `local` and `native_macos`.
+    Process(ProcessSettings),
+    /// `linux`.
+    Container(ContainerSettings),
+    /// `vm_macos`.
+    Tart(TartSettings),
+}
+
+/// The settings of `pool`: its runner names start with this install's prefix for it, its
+/// runners get the pool's environment (and `ca_bundle`, when written), logs go to `log_dir`.
+pub fn pool_settings(
+    config: &Config,
+    pool: &PoolConfig,
+    install_id: &str,
+    ca_bundle: Option<PathBuf>,
+    log_dir: PathBuf,
+) -> PoolSettings {
+    let name = pool.name.clone();
+    let name_prefix =
+        crate::scheduler::core::runner_prefix(&config.runner.name_prefix, &name, install_id);
+    let env = super::runner_env::runner_env(config, pool, ca_bundle);
+    match &pool.spec {
+        PoolSpec::Local(p) | PoolSpec::NativeMacos(p) => PoolSettings::Process(ProcessSettings {
+            kind: pool.kind(),
+            pool: name,
+            env,
+            program: p.program.clone(),
+            args: p.args.clone(),
+            work_root: p.work_root.clone(),
+            log_dir,
+            run_as: p.run_as.clone(),
+            name_prefix,
+            grace: KILL_GRACE,
+        }),
+        PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
+            pool: name,
+            env,
+            socket: l.socket.clone(),
+            image: l.image.clone(),
+            command: l.command.clone(),
+            network: l.network.clone(),
+            limits: l.limits.clone(),
+            pull: l.pull,
+            mounts: l.mounts.clone(),
+            extra_hosts: l.extra_hosts.clone(),
+            dns: l.dns.clone(),
+            log_cap: super::container::LOG_CAP,
+            name_prefix,
+            log_dir,
+        }),
+        PoolSpec::VmMacos(v) => PoolSettings::Tart(TartSettings {
+            pool: name,
+            env,
+            tart: v.tart_path.clone(),
+            ssh: v.ssh_path.clone(),
+            base_image: v.base_image.clone(),
+            ssh_user: v.ssh_user.clone(),
+            runner_command: v.runner_command.clone(),
+            boot_timeout: v.boot_timeout,
+            name_prefix,
+            log_dir,
+            known_hosts: config.state.dir.join("tart-known-hosts"),
+        }),
+    }
+}
+
+/// A backend for `settings`, unsupervised: for checks (`doctor`), not for running jobs.
+pub fn backend(settings: PoolSettings) -> Result<Rc<dyn Backend>, String> {
+    Ok(match settings {
+        PoolSettings::Process(s) => Rc::new(ProcessBackend::new(s)),
+        PoolSettings::Container(s) => Rc::new(ContainerBackend::new(s)?),
+        PoolSettings::Tart(s) => Rc::new(TartBackend::new(s)),
+    })
+}
