@@ -8,6 +8,9 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use ephemer_actors_core::config::{Config, ConfigErrors, Environment};
 
+/// `--version`: the package version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EPHEMER_COMMIT"), ")");
+
 /// Exit code for usage and configuration errors.
 const EXIT_CONFIG: u8 = 2;
 /// Exit code for failures while running.
@@ -15,7 +18,7 @@ const EXIT_RUNTIME: u8 = 1;
 
 /// A fresh, disposable GitHub Actions runner for every job.
 #[derive(Debug, Parser)]
-#[command(name = "ephemer-actors", version, about, long_about = None)]
+#[command(name = "ephemer-actors", version = VERSION, about, long_about = None)]
 struct Cli {
     /// Path of the TOML config file.
     #[arg(

@@ -156,6 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let metrics = Metrics::new();
+    metrics.set_build_info(env!("CARGO_PKG_VERSION"), env!("EPHEMER_COMMIT"));
 
     std::fs::create_dir_all(&config.state.dir)
         .with_context(|| format!("cannot create state.dir {}", config.state.dir.display()))?;

@@ -108,6 +108,60 @@ pub struct Metrics {
     pub draining: IntGauge,
     /// `ephemerd_uptime_seconds`
     pub uptime_seconds: IntGauge,
+    /// `ephemerd_webhook_refused_total{reason}`: deliveries refused (`bad_signature`,
+    /// `bad_payload`, `wrong_shape`, `too_large`, `slow_body`, `mailbox_full`): a wrong secret
+    /// or a hook of another content type shows here first.
+    pub webhook_refused: IntCounterVec,
+    /// `ephemerd_jobs_uncovered_total{labels}`: queued jobs no enabled pool covers, by label
+    /// set (the first [`UNCOVERED_SETS`] sets seen; `other` after): a label typo shows here.
+    pub jobs_uncovered: IntCounterVec,
+    uncovered_sets: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// `ephemerd_pool_up{provider}`: 1 while a pool takes runners, 0 while it is down.
+    pub pool_up: IntGaugeVec,
+    /// `ephemerd_build_info{version,commit}`: always 1.
+    pub build_info: IntGaugeVec,
+    /// `process_resident_memory_bytes`, `process_cpu_seconds_total`, `process_open_fds`:
+    /// this process, read from `/proc/self` at each scrape (absent where there is no `/proc`).
+    process: ProcessGauges,
+}
+
+/// How many distinct label sets `ephemerd_jobs_uncovered_total` names before `other`.
+pub const UNCOVERED_SETS: usize = 20;
+
+#[derive(Clone, Debug)]
+struct ProcessGauges {
+    rss: IntGauge,
+    cpu: prometheus::Gauge,
+    fds: IntGauge,
+}
+
+impl ProcessGauges {
+    /// Reads `/proc/self`: resident pages (`statm`), user + system ticks (`stat`), open fds.
+    fn refresh(&self) {
+        let page = 4096;
+        if let Some(pages) = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<i64>().ok())
+        {
+            self.rss.set(pages * page);
+        }
+        if let Some(ticks) = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                // Fields after the command (which may hold spaces) start after its `)`.
+                let rest = s.rsplit_once(')')?.1;
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                // utime and stime are fields 14 and 15 of stat(5): 11 and 12 after the `)`.
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+        {
+            // USER_HZ is 100 on every Linux the daemon targets.
+            self.cpu.set(ticks as f64 / 100.0);
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            self.fds.set(dir.count() as i64);
+        }
+    }
 }
 
 /// Registering a fresh metric in a fresh registry only fails on a programming error (a
@@ -142,6 +196,11 @@ impl Metrics {
             let c = must(IntCounterVec::new(Opts::new(name, help), labels));
             must(registry.register(Box::new(c.clone())));
             c
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = must(IntGaugeVec::new(Opts::new(name, help), labels));
+            must(registry.register(Box::new(g.clone())));
+            g
         };
         let histogram = |name: &str, help: &str, buckets: &[f64]| {
             let h = must(Histogram::with_opts(
@@ -273,8 +332,54 @@ impl Metrics {
                 "ephemerd_uptime_seconds",
                 "Seconds since this instance started.",
             ),
+            webhook_refused: counter_vec(
+                "ephemerd_webhook_refused_total",
+                "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full).",
+                &["reason"],
+            ),
+            jobs_uncovered: counter_vec(
+                "ephemerd_jobs_uncovered_total",
+                "Queued jobs no enabled pool covers, by label set (the first 20 sets; other after).",
+                &["labels"],
+            ),
+            uncovered_sets: std::sync::Arc::default(),
+            pool_up: gauge_vec(
+                "ephemerd_pool_up",
+                "1 while a pool takes runners, 0 while it is down.",
+                &["provider"],
+            ),
+            build_info: gauge_vec(
+                "ephemerd_build_info",
+                "Always 1; the version and commit of this build.",
+                &["version", "commit"],
+            ),
+            process: ProcessGauges {
+                rss: gauge(
+                    "process_resident_memory_bytes",
+                    "Resident memory of this process.",
+                ),
+                cpu: {
+                    let g = must(prometheus::Gauge::new(
+                        "process_cpu_seconds_total",
+                        "User and system CPU time of this process.",
+                    ));
+                    must(registry.register(Box::new(g.clone())));
+                    g
+                },
+                fds: gauge("process_open_fds", "Open file descriptors of this process."),
+            },
             registry,
         };
+        for reason in [
+            "bad_signature",
+            "bad_payload",
+            "wrong_shape",
+            "too_large",
+            "slow_body",
+            "mailbox_full",
+        ] {
+            m.webhook_refused.with_label_values(&[reason]);
+        }
         for class in ERROR_CLASSES {
             m.jit_registration_errors.with_label_values(&[class]);
             m.retry_attempts.with_label_values(&[class]);
@@ -311,6 +416,7 @@ impl Metrics {
         self.environment_failures.with_label_values(&[provider]);
         self.provisioner_restarts.with_label_values(&[provider]);
         self.jobs_total.with_label_values(&[provider, "success"]);
+        self.pool_up.with_label_values(&[provider]);
     }
 
     /// The registry, for a host app that wants to serve or merge it itself.
@@ -318,8 +424,39 @@ impl Metrics {
         &self.registry
     }
 
-    /// Prometheus text exposition of every metric, with uptime refreshed.
+    /// Sets `ephemerd_build_info{version,commit}` (the binary knows its commit; an embedding
+    /// application names its own).
+    pub fn set_build_info(&self, version: &str, commit: &str) {
+        self.build_info.reset();
+        self.build_info.with_label_values(&[version, commit]).set(1);
+    }
+
+    /// Counts a queued job no pool covers under its label set (sorted, lowercase, joined by
+    /// `,`), or `other` once [`UNCOVERED_SETS`] sets have been named.
+    pub fn job_uncovered(&self, labels: &[String]) {
+        let mut set: Vec<String> = labels.iter().map(|l| l.to_ascii_lowercase()).collect();
+        set.sort();
+        set.dedup();
+        let key = set.join(",");
+        let label = {
+            let mut seen = self
+                .uncovered_sets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if seen.contains(&key) || seen.len() < UNCOVERED_SETS {
+                seen.insert(key.clone());
+                key
+            } else {
+                "other".to_string()
+            }
+        };
+        self.jobs_uncovered.with_label_values(&[&label]).inc();
+    }
+
+    /// Prometheus text exposition of every metric, with uptime and the process gauges
+    /// refreshed.
     pub fn encode(&self) -> String {
+        self.process.refresh();
         self.uptime_seconds.set(
             self.started
                 .elapsed()
@@ -353,5 +490,35 @@ mod tests {
         }
         assert!(text.contains("ephemerd_draining 1"));
         assert!(b.encode().contains("ephemerd_draining 0"));
+    }
+
+    #[test]
+    fn uncovered_label_sets_are_bounded_and_the_process_is_measured() {
+        let m = Metrics::new();
+        m.job_uncovered(&["Linux".into(), "self-hosted".into()]);
+        m.job_uncovered(&["self-hosted".into(), "linux".into()]);
+        for i in 0..30 {
+            m.job_uncovered(&[format!("gpu{i}")]);
+        }
+        let text = m.encode();
+        assert!(
+            text.contains(r#"ephemerd_jobs_uncovered_total{labels="linux,self-hosted"} 2"#),
+            "{text}"
+        );
+        let named = text
+            .lines()
+            .filter(|l| l.starts_with("ephemerd_jobs_uncovered_total{"))
+            .count();
+        assert_eq!(named, UNCOVERED_SETS + 1, "20 sets and other");
+        assert!(
+            text.contains(r#"ephemerd_jobs_uncovered_total{labels="other"} 11"#),
+            "{text}"
+        );
+        let rss: i64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(rss > 1024 * 1024, "{rss}");
     }
 }

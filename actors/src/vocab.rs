@@ -141,6 +141,13 @@ impl PoolName {
     }
 }
 
+/// What this install's runner names of `provider` start with: `<name_prefix>-<provider>-`
+/// and the install id, which the random part continues (the names keep the contract's shape
+/// `<prefix>-<provider>-<short random>`).
+pub fn runner_prefix(name_prefix: &str, provider: &PoolName, install_id: &str) -> String {
+    format!("{name_prefix}-{}-{install_id}", provider.name_part())
+}
+
 impl From<&str> for PoolName {
     fn from(name: &str) -> Self {
         PoolName::new(name)

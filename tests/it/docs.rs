@@ -22,19 +22,27 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
     out
 }
 
-#[test]
-fn dashboard_and_metrics_doc_match_the_registry() {
+/// The `ephemerd_*` names a registry exports once every labelled metric has a series.
+fn exported() -> std::collections::BTreeSet<String> {
     let registry = ephemer_actors_core::metrics::Metrics::new();
     registry.init_provider("local");
+    registry.set_build_info("0.0.0", "test");
+    registry.job_uncovered(&["self-hosted".to_string()]);
     registry
         .api_requests
         .with_label_values(&["generate_jitconfig", "201"])
         .inc();
-    let exported = metric_names(&registry.encode());
+    metric_names(&registry.encode())
+}
+
+#[test]
+fn dashboard_and_metrics_doc_match_the_registry() {
+    let exported = exported();
     // The contract's 19, ephemerd_webhook_ignored_total, ephemerd_environment_failures_total,
-    // ephemerd_orphan_sweep_checks_total, ephemerd_store_healthy and
-    // ephemerd_reconcile_repo_failures_total.
-    assert_eq!(exported.len(), 24, "{exported:?}");
+    // ephemerd_orphan_sweep_checks_total, ephemerd_store_healthy,
+    // ephemerd_reconcile_repo_failures_total, ephemerd_webhook_refused_total,
+    // ephemerd_jobs_uncovered_total, ephemerd_pool_up and ephemerd_build_info.
+    assert_eq!(exported.len(), 28, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     serde_json::from_str::<serde_json::Value>(&dashboard).expect("the dashboard is JSON");
@@ -49,6 +57,45 @@ fn dashboard_and_metrics_doc_match_the_registry() {
         doc, exported,
         "docs/metrics.md lists exactly the exported metrics"
     );
+}
+
+/// `contrib/alerts.yml`: every rule has a name, an expression on exported metrics only, a
+/// severity and a summary (parsed by shape; promtool is not on these machines).
+#[test]
+fn alert_rules_use_only_exported_metrics() {
+    let exported = exported();
+    let text = std::fs::read_to_string(repo_root().join("contrib/alerts.yml")).unwrap();
+    assert!(text.starts_with('#') || text.starts_with("groups:"));
+    let rules: Vec<&str> = text.split("- alert: ").skip(1).collect();
+    assert!(rules.len() >= 10, "{} rules", rules.len());
+    let mut names = std::collections::BTreeSet::new();
+    for rule in &rules {
+        let name = rule.lines().next().unwrap().trim();
+        assert!(names.insert(name), "alert {name} twice");
+        for key in ["expr:", "severity:", "summary:"] {
+            assert!(rule.contains(key), "alert {name} lacks {key}");
+        }
+        let used = metric_names(rule);
+        assert!(!used.is_empty(), "alert {name} uses no ephemerd metric");
+        for metric in used {
+            assert!(
+                exported.contains(&metric),
+                "alert {name} uses {metric}, which is not exported"
+            );
+        }
+        assert!(
+            !rule.contains('\t'),
+            "alert {name}: tabs are not YAML indentation"
+        );
+    }
+    for metric in [
+        "ephemerd_pool_up",
+        "ephemerd_webhook_refused_total",
+        "ephemerd_store_healthy",
+        "ephemerd_claim_retry_given_up_total",
+    ] {
+        assert!(text.contains(metric), "no alert on {metric}");
+    }
 }
 
 #[test]

@@ -32,8 +32,7 @@ pub fn pool_settings(
     log_dir: PathBuf,
 ) -> PoolSettings {
     let name = pool.name.clone();
-    let name_prefix =
-        crate::scheduler::core::runner_prefix(&config.runner.name_prefix, &name, install_id);
+    let name_prefix = crate::vocab::runner_prefix(&config.runner.name_prefix, &name, install_id);
     let env = super::runner_env::runner_env(config, pool, ca_bundle);
     match &pool.spec {
         PoolSpec::Local(p) | PoolSpec::NativeMacos(p) => PoolSettings::Process(ProcessSettings {

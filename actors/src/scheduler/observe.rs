@@ -227,6 +227,7 @@ pub fn record(o: Observation, m: &Metrics) {
             delivery,
             labels,
         } => {
+            m.job_uncovered(&labels);
             tracing::info!(job_id, delivery_id = delivery.as_deref(), labels = ?labels, "no provider covers the job's labels")
         }
         O::ZombieCap { job_id, admissions } => tracing::warn!(
@@ -337,12 +338,17 @@ pub fn record(o: Observation, m: &Metrics) {
             provider,
             up,
             cause,
-        } => tracing::info!(
-            provider = provider.as_str(),
-            up,
-            cause = cause.as_deref().unwrap_or(""),
-            "provider status"
-        ),
+        } => {
+            m.pool_up
+                .with_label_values(&[provider.as_str()])
+                .set(i64::from(up));
+            tracing::info!(
+                provider = provider.as_str(),
+                up,
+                cause = cause.as_deref().unwrap_or(""),
+                "provider status"
+            )
+        }
         O::Cordon(on) => {
             m.draining.set(i64::from(on));
             tracing::info!(cordoned = on, "cordon changed");

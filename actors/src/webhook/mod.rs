@@ -46,6 +46,19 @@ pub const MAX_LABELS: usize = 64;
 pub const MAX_LABEL: usize = 256;
 
 impl Verdict {
+    /// The `reason` label of `ephemerd_webhook_refused_total`, for a refusal.
+    fn refusal(&self) -> Option<&'static str> {
+        Some(match self {
+            Verdict::Unauthorized(_) => "bad_signature",
+            Verdict::Malformed(_) => "bad_payload",
+            Verdict::WrongShape(_) => "wrong_shape",
+            Verdict::TooLarge(_) => "too_large",
+            Verdict::SlowBody => "slow_body",
+            Verdict::Busy => "mailbox_full",
+            _ => return None,
+        })
+    }
+
     fn into_response(self) -> HttpResponse {
         match self {
             // The hot path answers a fixed body: no serializer per delivery.
@@ -287,6 +300,13 @@ async fn receive(
         refused => {
             tracing::warn!(delivery_id = delivery, verdict = ?refused, "webhook delivery refused")
         }
+    }
+    if let Some(reason) = verdict.refusal() {
+        intake
+            .metrics
+            .webhook_refused
+            .with_label_values(&[reason])
+            .inc();
     }
     verdict.into_response()
 }

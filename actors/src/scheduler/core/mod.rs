@@ -62,12 +62,7 @@ pub const ZOMBIE_CAP: u32 = 5;
 /// taken for one that never ran a job (and deleted on GitHub).
 pub const DELETE_DELAY: Duration = Duration::from_secs(10);
 
-/// What this install's runner names of `provider` start with: `<name_prefix>-<provider>-`
-/// and the install id, which the random part continues (the names keep the contract's shape
-/// `<prefix>-<provider>-<short random>`).
-pub fn runner_prefix(name_prefix: &str, provider: &PoolName, install_id: &str) -> String {
-    format!("{name_prefix}-{}-{install_id}", provider.name_part())
-}
+pub use crate::vocab::runner_prefix;
 
 /// The slice of config the scheduler decides with.
 #[derive(Debug, Clone)]
