@@ -61,10 +61,18 @@ enum Command {
     /// Show a running daemon's status: capacity per pool, retry queue, rate budget (exit 1
     /// when a pool is down or the daemon is draining).
     Status(crate::ctl::Target),
-    /// List the jobs a running daemon knows, or show one job's timeline (`jobs <ID>`).
+    /// List the jobs a running daemon knows, or show one job's timeline (jobs ID).
     Jobs {
-        /// A job id: show every decision taken about it.
+        /// A job id, or its URL (https://github.com/OWNER/REPO/actions/runs/RUN/job/ID): show
+        /// every decision taken about it.
+        #[arg(value_parser = crate::ctl::job_id)]
         id: Option<u64>,
+        /// Only jobs in this state (pending, claiming, retrying, active, ...).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only jobs of this repo.
+        #[arg(long)]
+        repo: Option<String>,
         #[command(flatten)]
         target: crate::ctl::Target,
     },
@@ -72,6 +80,13 @@ enum Command {
     Cordon(crate::ctl::Target),
     /// Resume claiming.
     Uncordon(crate::ctl::Target),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, e.g. ephemer-actors man > ephemer-actors.1
+    Man,
     /// Stop claiming, like cordon; with --wait, return once no runner is left (for upgrades).
     Drain {
         /// Wait until the last running job has finished.
@@ -87,7 +102,7 @@ enum Command {
     /// stand-in runners, with a live view and a summary (exit 0 when every job ran).
     #[cfg(feature = "demo")]
     Demo(crate::demo::DemoArgs),
-    /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG; `--root DIR`
+    /// The stand-in runner the demo starts (reads ACTIONS_RUNNER_INPUT_JITCONFIG; --root DIR
     /// names its install root, default the current directory).
     #[cfg(feature = "demo")]
     #[command(hide = true)]
@@ -114,9 +129,31 @@ pub fn run() -> ExitCode {
     match cli.command {
         #[cfg(feature = "demo")]
         Command::StandinRunner { args } => crate::standin::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "ephemer-actors", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_RUNTIME)
+                }
+            }
+        }
         Command::Status(t) => ctl_result(crate::ctl::status(&t.with(&config_path))),
-        Command::Jobs { id, target } => {
-            ctl_result(crate::ctl::jobs(&target.with(&config_path), id))
+        Command::Jobs {
+            id,
+            state,
+            repo,
+            target,
+        } => {
+            let filter = crate::ctl::JobFilter { state, repo };
+            ctl_result(crate::ctl::jobs(&target.with(&config_path), id, &filter))
         }
         Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), true)),
         Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), false)),

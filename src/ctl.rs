@@ -321,9 +321,42 @@ fn phase_provider(p: &Phase) -> String {
 }
 
 /// `jobs` and `jobs <id>`
-pub fn jobs(t: &Target, id: Option<u64>) -> anyhow::Result<()> {
+/// `jobs --state` and `--repo`.
+#[derive(Debug, Default)]
+pub struct JobFilter {
+    /// Only jobs in this state (`phase.name()`).
+    pub state: Option<String>,
+    /// Only jobs of this repo.
+    pub repo: Option<String>,
+}
+
+/// A job id, or a job's URL as GitHub shows it (`.../actions/runs/RUN/job/ID`, or
+/// `.../actions/runs/RUN/jobs/ID` as the API names it).
+pub fn job_id(text: &str) -> Result<u64, String> {
+    if let Ok(id) = text.parse() {
+        return Ok(id);
+    }
+    let path = text.split(['?', '#']).next().unwrap_or("");
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    segs.windows(2)
+        .rev()
+        .find(|w| w[0] == "job" || w[0] == "jobs")
+        .and_then(|w| w[1].parse().ok())
+        .ok_or_else(|| {
+            format!("{text:?} is neither a job id nor a job's URL (.../actions/runs/RUN/job/ID)")
+        })
+}
+
+pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<()> {
     let Some(id) = id else {
-        let v: JobsAnswer = call(t, Method::GET, "/api/v1/jobs")?;
+        let mut v: JobsAnswer = call(t, Method::GET, "/api/v1/jobs")?;
+        v.jobs.retain(|j| {
+            filter
+                .state
+                .as_deref()
+                .is_none_or(|s| j.phase.name().eq_ignore_ascii_case(s))
+                && filter.repo.as_deref().is_none_or(|r| j.repo == r)
+        });
         if t.json {
             return print_json(&v);
         }

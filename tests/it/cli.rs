@@ -140,6 +140,59 @@ async fn version_and_help() {
     );
 }
 
+/// `--version` names the commit; `completions bash` prints a script that completes the
+/// commands; `man` prints a roff page; no help text carries markdown.
+#[actix_rt::test]
+async fn version_completions_man_and_plain_help() {
+    let mut cmd = daemon();
+    cmd.arg("--version");
+    let (_, version, _) = output(cmd).await;
+    let commit = version
+        .trim()
+        .rsplit_once('(')
+        .map(|(_, c)| c.trim_end_matches(')'));
+    assert!(
+        commit.is_some_and(|c| !c.is_empty() && c.chars().all(|c| c.is_ascii_alphanumeric())),
+        "{version}"
+    );
+    let mut cmd = daemon();
+    cmd.args(["completions", "bash"]);
+    let (code, script, _) = output(cmd).await;
+    assert_eq!(code, 0);
+    assert!(
+        script.contains("complete -F") && script.contains("drain") && script.contains("doctor"),
+        "{script}"
+    );
+    let mut cmd = daemon();
+    cmd.arg("man");
+    let (code, page, _) = output(cmd).await;
+    assert_eq!(code, 0);
+    assert!(page.contains(".TH ephemer-actors 1"), "{page}");
+    for sub in [
+        "",
+        "serve",
+        "check-config",
+        "doctor",
+        "status",
+        "jobs",
+        "cordon",
+        "drain",
+        "completions",
+    ] {
+        let mut cmd = daemon();
+        if !sub.is_empty() {
+            cmd.arg(sub);
+        }
+        cmd.arg("--help");
+        let (code, help, _) = output(cmd).await;
+        assert_eq!(code, 0, "{sub} --help");
+        assert!(
+            !help.contains('`') && !help.contains("**"),
+            "markdown in {sub} --help:\n{help}"
+        );
+    }
+}
+
 /// `serve` with config/minimal.toml as written: healthz answers 200, and SIGTERM ends the
 /// process with exit 0 within 2 s. The minimal config listens on its default 0.0.0.0:8080.
 #[actix_rt::test]

@@ -57,6 +57,25 @@ async fn the_timeline_of_a_job_retried_twice() {
     let (code, out, _) = ctl(&daemon, &["jobs"]).await;
     assert_eq!(code, 0);
     assert!(out.contains(&job.to_string()), "{out}");
+    // A job's URL, as GitHub's UI shows it, names the job too.
+    let url = format!("https://github.com/acme/app/actions/runs/1000/job/{job}?pr=3");
+    let (code, by_url, err) = ctl(&daemon, &["jobs", &url, "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&by_url).unwrap()["job"]["retry_attempts"],
+        2
+    );
+    // Filters: the job is done, in app.
+    let listed = |out: &str| out.contains(&job.to_string());
+    let (_, out, _) = ctl(&daemon, &["jobs", "--repo", "app"]).await;
+    assert!(listed(&out), "{out}");
+    let (_, out, _) = ctl(&daemon, &["jobs", "--repo", "other"]).await;
+    assert!(!listed(&out), "{out}");
+    let (_, out, _) = ctl(&daemon, &["jobs", "--state", "retrying"]).await;
+    assert!(!listed(&out), "{out}");
+    let (code, _, err) = ctl(&daemon, &["jobs", "https://github.com/acme/app/pulls"]).await;
+    assert_eq!(code, 2, "not a job: a usage error");
+    assert!(err.contains("job's URL"), "{err}");
     let (code, out, _) = ctl(&daemon, &["jobs", "424242"]).await;
     assert_ne!(code, 0, "{out}");
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
