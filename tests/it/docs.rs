@@ -45,7 +45,37 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     assert_eq!(exported.len(), 28, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
-    serde_json::from_str::<serde_json::Value>(&dashboard).expect("the dashboard is JSON");
+    let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    // One daemon or many: every query is scoped to the $instance variable.
+    assert!(
+        board["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "instance"),
+        "no $instance variable"
+    );
+    for panel in board["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let metrics = expr.matches("ephemerd_").count() + expr.matches("process_").count();
+            assert_eq!(
+                expr.matches("instance=~\"$instance\"").count(),
+                metrics,
+                "{}: not every metric is scoped to $instance: {expr}",
+                panel["title"]
+            );
+        }
+    }
+    for metric in [
+        "ephemerd_webhook_refused_total",
+        "ephemerd_jobs_uncovered_total",
+        "ephemerd_pool_up",
+        "ephemerd_store_healthy",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(dashboard.contains(metric), "no panel shows {metric}");
+    }
     for name in metric_names(&dashboard) {
         assert!(
             exported.contains(&name),
