@@ -25,6 +25,21 @@ async fn minimal_config_is_valid_with_secrets_from_the_environment() {
     let (code, stdout, stderr) = output(cmd).await;
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
 
+    // systemd's LoadCredential=: one file per secret, named like its variable.
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("GITHUB_TOKEN"), "ghp_from_credential\n").unwrap();
+    std::fs::write(
+        creds.path().join("EPHEMER_WEBHOOK_SECRET"),
+        "from-credential",
+    )
+    .unwrap();
+    let mut cmd = daemon();
+    cmd.args(["check-config", "-c"])
+        .arg(config_file("minimal.toml"))
+        .env("CREDENTIALS_DIRECTORY", creds.path());
+    let (code, stdout, stderr) = output(cmd).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+
     let mut without = daemon();
     without
         .args(["check-config", "--config"])

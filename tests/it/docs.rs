@@ -128,6 +128,37 @@ fn alert_rules_use_only_exported_metrics() {
     }
 }
 
+/// `systemd-analyze verify` accepts the shipped unit (with ExecStart pointing at this build).
+#[test]
+fn the_systemd_unit_verifies() {
+    let Some(analyze) = crate::support::which("systemd-analyze") else {
+        eprintln!("SKIPPED the_systemd_unit_verifies: systemd-analyze is not installed");
+        return;
+    };
+    let unit = std::fs::read_to_string(repo_root().join("contrib/ephemer-actors.service"))
+        .unwrap()
+        .replace(
+            "/usr/local/bin/ephemer-actors",
+            env!("CARGO_BIN_EXE_ephemer-actors"),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ephemer-actors.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = std::process::Command::new(analyze)
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    // Without a running systemd some checks cannot run ("System has not been booted"); what
+    // the unit says itself must be clean.
+    let about_unit: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("ephemer-actors.service"))
+        .collect();
+    assert!(about_unit.is_empty(), "{said}");
+}
+
 #[test]
 fn systemd_stop_window_outlasts_the_default_drain() {
     let unit = std::fs::read_to_string(repo_root().join("contrib/ephemer-actors.service")).unwrap();

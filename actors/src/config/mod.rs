@@ -386,12 +386,17 @@ pub struct Environment {
 }
 
 impl Environment {
-    /// Reads the three variables from this process; an empty variable counts as unset.
+    /// Reads the three variables from this process; an empty variable counts as unset. A
+    /// secret the environment lacks is read from the file of its name in
+    /// `$CREDENTIALS_DIRECTORY` (systemd's `LoadCredential=GITHUB_TOKEN:/path`), trailing
+    /// newline dropped.
     pub fn from_process() -> Self {
+        let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
         let var = |name: &str| {
             std::env::var(name)
                 .ok()
                 .filter(|v| !v.is_empty())
+                .or_else(|| credential(credentials.as_deref(), name))
                 .map(Secret::new)
         };
         Environment {
@@ -411,6 +416,13 @@ impl Environment {
                 .collect(),
         }
     }
+}
+
+/// The credential file `name` in systemd's credentials directory, if there is one.
+fn credential(dir: Option<&Path>, name: &str) -> Option<String> {
+    let text = std::fs::read_to_string(dir?.join(name)).ok()?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// One configuration problem: the key path and what is wrong with it.

@@ -44,6 +44,8 @@ pub fn daemon() -> Command {
         "EPHEMER_WEBHOOK_SECRET",
         "EPHEMER_APP_PRIVATE_KEY",
         "EPHEMER_CONFIG",
+        "CREDENTIALS_DIRECTORY",
+        "NOTIFY_SOCKET",
         "RUST_LOG",
         // A proxy of the machine running the tests would carry the stand-in's calls.
         "HTTPS_PROXY",
