@@ -138,7 +138,7 @@ fn the_systemd_unit_verifies() {
     let unit = std::fs::read_to_string(repo_root().join("contrib/ephemer-actors.service"))
         .unwrap()
         .replace(
-            "/usr/local/bin/ephemer-actors",
+            "/usr/bin/ephemer-actors",
             env!("CARGO_BIN_EXE_ephemer-actors"),
         );
     let dir = tempfile::tempdir().unwrap();
@@ -172,7 +172,7 @@ fn systemd_stop_window_outlasts_the_default_drain() {
     assert!(stop >= needed.as_secs(), "{stop} < {needed:?}");
     // Runners outlive a daemon that dies, to be adopted by the next one.
     assert!(unit.contains("\nKillMode=process\n"), "{unit}");
-    assert!(unit.contains("ExecStart=/usr/local/bin/ephemer-actors serve --config"));
+    assert!(unit.contains("ExecStart=/usr/bin/ephemer-actors serve --config"));
 }
 
 /// The README's embedding code is the example's code, which `embed.rs` runs as it is.
