@@ -155,6 +155,27 @@ async fn drain_wait_returns_when_the_last_job_finishes() {
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
+/// Every scheduler line about a job sits in that job's span: its id, repo and pool, so
+/// `grep job_id=N` finds them all.
+#[actix_rt::test]
+async fn a_jobs_log_lines_carry_its_span() {
+    let standin = crate::support::standin(100);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let job = standin.queue_jobs("app", &["self-hosted", "linux"], 1)[0];
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
+    let logs = daemon.logs();
+    let span = format!("job{{job_id={job} repo=app pool=local}}");
+    for what in ["claiming a runner", "runner claimed; provisioning"] {
+        assert!(
+            logs.lines().any(|l| l.contains(&span) && l.contains(what)),
+            "no {what:?} line in {span}:\n{logs}"
+        );
+    }
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
 /// After a run, `/metrics` holds every metric of the contract with sane values.
 #[actix_rt::test]
 async fn every_contract_metric_after_a_run() {

@@ -330,6 +330,15 @@ impl SchedulerActor {
             store.send(ops);
         }
         for o in self.core.take_observations() {
+            // Every line about a job carries its id, repo and pool, in text and JSON logs.
+            let span = match o.job_id() {
+                Some(job_id) => {
+                    let (repo, pool) = self.core.job_context(job_id);
+                    tracing::info_span!("job", job_id, repo = %repo, pool = %pool)
+                }
+                None => tracing::Span::none(),
+            };
+            let _in_job = span.enter();
             observe::record(o, &self.metrics);
         }
         self.metrics

@@ -203,6 +203,30 @@ pub enum Observation {
     },
 }
 
+impl Observation {
+    /// The job this observation is about, if it is about one: the shell logs it inside that
+    /// job's span.
+    pub fn job_id(&self) -> Option<u64> {
+        use Observation as O;
+        match self {
+            O::Ignored { job_id, .. }
+            | O::Duplicate { job_id, .. }
+            | O::Unroutable { job_id, .. }
+            | O::ZombieCap { job_id, .. }
+            | O::JobObserved { job_id, .. }
+            | O::RunnerTookOther { job_id, .. }
+            | O::Claiming { job_id, .. }
+            | O::ClaimFailed { job_id, .. }
+            | O::Claimed { job_id, .. }
+            | O::EnvironmentFailed { job_id, .. }
+            | O::RetryGivenUp { job_id, .. }
+            | O::Abandoned { job_id, .. }
+            | O::Requeued { job_id, .. } => Some(*job_id),
+            _ => None,
+        }
+    }
+}
+
 /// Logs `o` and updates its metrics.
 pub fn record(o: Observation, m: &Metrics) {
     use Observation as O;

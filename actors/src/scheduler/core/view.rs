@@ -25,6 +25,24 @@ impl Scheduler {
         self.jobs.get(key)
     }
 
+    /// The repo and pool of the configured owner's job `job_id`, for its log span (`-` where
+    /// unknown: a job of another owner, one already forgotten, one not routed yet).
+    pub fn job_context(&self, job_id: u64) -> (String, String) {
+        let key = JobKey::new(&self.settings.owner, job_id);
+        match self.jobs.get(&key) {
+            Some(r) => {
+                let pool = match &r.phase {
+                    Phase::Claiming { provider } | Phase::Active { provider, .. } => {
+                        provider.to_string()
+                    }
+                    _ => "-".into(),
+                };
+                (r.info.repo.clone(), pool)
+            }
+            None => ("-".into(), "-".into()),
+        }
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         self.stats
