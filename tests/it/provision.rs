@@ -493,6 +493,32 @@ async fn leftover_vms_are_removed_at_start_up() {
     );
 }
 
+/// `doctor` on a tart pool: the base image in tart's list is fine; an OCI name not pulled yet
+/// is a warning (the first clone pulls it); a local name that is not there is a failure.
+#[actix_rt::test]
+async fn doctor_looks_for_the_tart_base_image() {
+    use ephemer_actors_core::provision::Finding;
+    let tmp = tempfile::tempdir().unwrap();
+    let listed = r#"[{"Name":"ghcr.io/cirruslabs/macos-base:latest","Source":"OCI"}]"#;
+    let found = tart_fixture(tmp.path(), true, listed).doctor_checks().await;
+    assert!(matches!(&found[..], [Finding::Ok(_)]), "{found:?}");
+    let found = tart_fixture(tmp.path(), true, "[]").doctor_checks().await;
+    assert!(
+        matches!(&found[..], [Finding::Warn(w)] if w.contains("tart pull")),
+        "{found:?}"
+    );
+    let mut local = tart_fixture(tmp.path(), true, "[]");
+    local = TartBackend::new(TartSettings {
+        base_image: "ci-base".into(),
+        ..local.settings().clone()
+    });
+    let found = local.doctor_checks().await;
+    assert!(
+        matches!(&found[..], [Finding::Fail(f)] if f.contains("ci-base")),
+        "{found:?}"
+    );
+}
+
 // ----- podman --------------------------------------------------------------------------------
 
 /// A pid file that names a live process of another incarnation (here: a reused pid, the start

@@ -50,6 +50,11 @@ pub struct TartBackend {
 }
 
 impl TartBackend {
+    /// Its settings.
+    pub fn settings(&self) -> &TartSettings {
+        &self.s
+    }
+
     /// A backend with these settings.
     pub fn new(settings: TartSettings) -> Self {
         TartBackend {
@@ -208,22 +213,28 @@ impl TartBackend {
         }
     }
 
-    async fn reap(self, keep: Vec<String>) -> Vec<String> {
+    /// The names `tart list` shows (VMs and pulled OCI images).
+    async fn vm_names(&self) -> Result<Vec<String>, ProvisionError> {
         #[derive(serde::Deserialize)]
         struct Vm {
             #[serde(rename = "Name")]
             name: String,
         }
-        let listed = match self.tart(&["list", "--format", "json"]).await {
-            Ok(json) => serde_json::from_str::<Vec<Vm>>(&json).unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list VMs to remove leftovers");
-                Vec::new()
-            }
-        };
-        let names: Vec<String> = listed
+        let json = self.tart(&["list", "--format", "json"]).await?;
+        Ok(serde_json::from_str::<Vec<Vm>>(&json)
+            .unwrap_or_default()
             .into_iter()
             .map(|v| v.name)
+            .collect())
+    }
+
+    async fn reap(self, keep: Vec<String>) -> Vec<String> {
+        let listed = self.vm_names().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot list VMs to remove leftovers");
+            Vec::new()
+        });
+        let names: Vec<String> = listed
+            .into_iter()
             .filter(|n| n.starts_with(&self.s.name_prefix) && !keep.contains(n))
             .collect();
         for name in &names {
@@ -261,6 +272,34 @@ impl Backend for TartBackend {
 
     fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
         Box::pin(self.clone().reap(keep))
+    }
+
+    /// `doctor`: is the base image in tart's list (a local VM, or an OCI image pulled
+    /// before)? An OCI name not pulled yet is pulled by the first clone.
+    fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
+        let this = self.clone();
+        Box::pin(async move {
+            use super::Finding;
+            let image = this.s.base_image.clone();
+            let names = match this.vm_names().await {
+                Ok(names) => names,
+                Err(e) => return vec![Finding::Fail(format!("tart list failed: {e}"))],
+            };
+            let oci = image.contains('/');
+            vec![if names.iter().any(|n| *n == image) {
+                Finding::Ok(format!("base image {image} is in tart's list"))
+            } else if oci {
+                Finding::Warn(format!(
+                    "base image {image} is not pulled yet: the first job's clone pulls it \
+                     (minutes; tart pull {image} beforehand)"
+                ))
+            } else {
+                Finding::Fail(format!(
+                    "no VM named {image} in tart's list: build it (docs/providers.md) or fix \
+                     base_image"
+                ))
+            }]
+        })
     }
 
     /// The `tart run` child that held the VM died with the old daemon, so a VM cannot be
