@@ -286,7 +286,7 @@ impl Backend for TartBackend {
                 Err(e) => return vec![Finding::Fail(format!("tart list failed: {e}"))],
             };
             let oci = image.contains('/');
-            vec![if names.iter().any(|n| *n == image) {
+            vec![if names.contains(&image) {
                 Finding::Ok(format!("base image {image} is in tart's list"))
             } else if oci {
                 Finding::Warn(format!(
