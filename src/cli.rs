@@ -59,7 +59,7 @@ enum Command {
         json: bool,
     },
     /// Show a running daemon's status: capacity per pool, retry queue, rate budget (exit 1
-    /// when a pool is down or the daemon is draining).
+    /// when a pool is down or the daemon is shutting down).
     Status(crate::ctl::Target),
     /// List the jobs a running daemon knows, or show one job's timeline (jobs ID).
     Jobs {

@@ -245,7 +245,8 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
     } else {
         print_status(&v);
     }
-    // Scripts (and a load balancer's health check) can use the exit code.
+    // Scripts (and a load balancer's health check) can use the exit code: 1 while a pool is
+    // down or the daemon shuts down. Cordoned by an operator is a choice, not a fault: 0.
     let down: Vec<&str> = v
         .scheduler
         .providers
@@ -256,8 +257,8 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
     if !down.is_empty() {
         bail!("pools down: {}", down.join(", "));
     }
-    if v.scheduler.draining {
-        bail!("the daemon is draining (cordoned): it claims no new jobs");
+    if v.scheduler.shutting_down {
+        bail!("the daemon is shutting down: it claims no new jobs");
     }
     Ok(())
 }

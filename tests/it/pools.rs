@@ -41,6 +41,9 @@ async fn a_container_pool_whose_engine_lacks_the_init_is_down_and_claims_nothing
         pool_down,
     )
     .await;
+    let (code, _, err) = daemon.ctl(&["status"]).await;
+    assert_eq!(code, 1, "a pool down is status exit 1, for scripts");
+    assert!(err.contains("pools down: linux"), "{err}");
 
     let job = standin.queue_jobs("app", &["self-hosted", "linux"], 1)[0];
     let job_waits = || async {

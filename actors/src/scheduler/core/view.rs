@@ -117,6 +117,7 @@ impl Scheduler {
     pub fn status(&self, _now: Now) -> StatusView {
         StatusView {
             draining: self.draining,
+            shutting_down: self.shutting_down,
             capacity: Capacity {
                 max_concurrent: self.settings.max_concurrent,
                 used: self.used_total,
@@ -226,8 +227,11 @@ pub struct Capacity {
 /// The summary for `status`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StatusView {
-    /// Cordoned.
+    /// Cordoned (by an operator, or by a shutdown).
     pub draining: bool,
+    /// Shutting down: a drain that ends with the daemon's exit.
+    #[serde(default)]
+    pub shutting_down: bool,
     /// Global slots.
     pub capacity: Capacity,
     /// Per provider.
