@@ -184,6 +184,40 @@ impl PartialEq<&str> for PoolName {
     }
 }
 
+/// The variables the daemon sets in every runner's environment, by who reads them: the
+/// provisioners set them, and a pool's `env` may not override any of them.
+pub mod runner_vars {
+    /// The runner's own: `ACTIONS_RUNNER_INPUT_JITCONFIG` is its credential (actions/runner
+    /// reads it like `--jitconfig`); `RUNNER_MANUALLY_TRAP_SIG` and `RUNNER_ALLOW_RUNASROOT` are
+    /// read by its `run.sh`/`run-helper.sh` (src/Misc/layoutroot); `HOME` and `TMPDIR` are the
+    /// job's own directories.
+    pub const RUNNER: [&str; 5] = [
+        "ACTIONS_RUNNER_INPUT_JITCONFIG",
+        "RUNNER_MANUALLY_TRAP_SIG",
+        "RUNNER_ALLOW_RUNASROOT",
+        "HOME",
+        "TMPDIR",
+    ];
+    /// The proxy (`github.proxy`), in both spellings: GitHub's docs for self-hosted runners
+    /// name the lowercase ones; many tools read the uppercase.
+    pub const PROXY: [&str; 4] = ["https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"];
+    /// The hosts that bypass it (`github.no_proxy`).
+    pub const NO_PROXY: [&str; 2] = ["no_proxy", "NO_PROXY"];
+    /// The CA bundle (`github.ca_file`): OpenSSL (the runner's .NET on Linux, git, curl) reads
+    /// `SSL_CERT_FILE`; Node (JavaScript actions) ignores the system store and reads
+    /// `NODE_EXTRA_CA_CERTS` (GitHub's docs on self-hosted runners and self-signed
+    /// certificates); `EPHEMER_CA_FILE` names it for scripts.
+    pub const CA: [&str; 3] = ["SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "EPHEMER_CA_FILE"];
+
+    /// Whether the daemon sets `name` itself (any `ACTIONS_RUNNER_INPUT_*` counts).
+    pub fn set_by_daemon(name: &str) -> bool {
+        name.starts_with("ACTIONS_RUNNER_INPUT_")
+            || [&RUNNER[..], &PROXY, &NO_PROXY, &CA]
+                .iter()
+                .any(|names| names.contains(&name))
+    }
+}
+
 /// A GitHub rate-limit bucket, as `X-RateLimit-Resource` names it: `core` for most REST
 /// calls, `actions_runner_registration` for registering self-hosted runners (the JIT and
 /// registration-token endpoints); each has its own limit, remaining and reset.

@@ -62,11 +62,8 @@ pub struct RunnerEnv {
 /// Where a container finds the CA bundle.
 pub const CONTAINER_CA_PATH: &str = "/etc/ephemer-actors/ca-bundle.pem";
 
-/// The variables that point a runner's tools at a CA bundle: OpenSSL (the runner's .NET on
-/// Linux, git, curl) reads `SSL_CERT_FILE`; Node (JavaScript actions) ignores the system
-/// store and reads `NODE_EXTRA_CA_CERTS` (GitHub's docs on self-hosted runners and
-/// self-signed certificates); `EPHEMER_CA_FILE` names it for scripts.
-pub const CA_VARS: [&str; 3] = ["SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "EPHEMER_CA_FILE"];
+/// The variables that point a runner's tools at the CA bundle.
+pub use crate::vocab::runner_vars::CA as CA_VARS;
 
 impl RunnerEnv {
     /// `vars`, with the CA variables pointing at `ca_path` (the bundle's path where the runner

@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 
 use super::RunnerEnv;
-use crate::config::{Config, PoolConfig, Secret};
+use crate::{
+    config::{Config, PoolConfig, Secret},
+    vocab::runner_vars,
+};
 
 /// Writes `state.dir/ca-bundle.pem`, the system's roots followed by `github.ca_file`, when a
 /// CA file is configured: runners point `SSL_CERT_FILE` at it, which replaces OpenSSL's
@@ -33,19 +36,20 @@ pub fn write_ca_bundle(config: &Config) -> Result<Option<PathBuf>, String> {
     Ok(Some(path))
 }
 
-/// The pool's runner environment: the proxy variables in both spellings (GitHub's docs for
-/// self-hosted runners name the lowercase ones; many tools read the uppercase), then the
-/// pool's own `env` (check-config refused any name the daemon sets).
+/// The pool's runner environment: the proxy variables ([`runner_vars::PROXY`],
+/// [`runner_vars::NO_PROXY`]), then the pool's own `env` (check-config refused any name the
+/// daemon sets).
 pub fn runner_env(config: &Config, pool: &PoolConfig, ca_bundle: Option<PathBuf>) -> RunnerEnv {
     let mut vars = Vec::new();
     if let Some(proxy) = &config.github.proxy {
-        for name in ["https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"] {
+        for name in runner_vars::PROXY {
             vars.push((name.to_string(), proxy.url.clone()));
         }
         if !proxy.no_proxy.is_empty() {
             let list = Secret::new(proxy.no_proxy.join(","));
-            vars.push(("no_proxy".to_string(), list.clone()));
-            vars.push(("NO_PROXY".to_string(), list));
+            for name in runner_vars::NO_PROXY {
+                vars.push((name.to_string(), list.clone()));
+            }
         }
     }
     vars.extend(pool.common.env.iter().cloned());

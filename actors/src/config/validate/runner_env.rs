@@ -4,28 +4,6 @@
 #[allow(unused_imports)]
 use super::*;
 
-/// Variables a provisioner sets for every runner: a pool's `env` may not override them.
-/// `ACTIONS_RUNNER_INPUT_JITCONFIG` is the runner's credential (actions/runner reads it like
-/// `--jitconfig`); `RUNNER_MANUALLY_TRAP_SIG` and `RUNNER_ALLOW_RUNASROOT` are read by its
-/// `run.sh`/`run-helper.sh` (src/Misc/layoutroot); `HOME` and `TMPDIR` are the job's own
-/// directories; the proxy and CA variables come from `github.proxy` and `github.ca_file`.
-pub(crate) const RESERVED: [&str; 14] = [
-    "ACTIONS_RUNNER_INPUT_JITCONFIG",
-    "RUNNER_MANUALLY_TRAP_SIG",
-    "RUNNER_ALLOW_RUNASROOT",
-    "HOME",
-    "TMPDIR",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "SSL_CERT_FILE",
-    "NODE_EXTRA_CA_CERTS",
-    "EPHEMER_CA_FILE",
-];
-
 /// The daemon's own secrets: neither a name in `env` nor a `${NAME}` reference may reach them,
 /// or every job would hold the daemon's GitHub credential.
 fn daemons_own(name: &str) -> bool {
@@ -53,7 +31,7 @@ pub(super) fn build_env(
             );
             continue;
         }
-        if RESERVED.contains(&name.as_str()) || name.starts_with("ACTIONS_RUNNER_INPUT_") {
+        if crate::vocab::runner_vars::set_by_daemon(&name) {
             p.push(
                 &k,
                 "the daemon sets this for every runner (its JIT config, its own directories, \
