@@ -129,7 +129,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             Err(e) => out.push(Check::fail("github.runner_group", e.to_string(), "retry")),
         }
     }
-    out.extend(super::host::webhook_checks(&client, config).await);
+    out.extend(super::webhook::webhook_checks(&client, config).await);
     out
 }
 

@@ -8,6 +8,7 @@
 
 mod github;
 mod host;
+mod webhook;
 
 use std::process::ExitCode;
 
