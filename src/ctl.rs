@@ -312,6 +312,32 @@ fn print_status(v: &StatusAnswer) {
             );
         }
     }
+    if let Some(fleet) = &v.fleet {
+        println!(
+            "\n{:<20} {:<6} {:<10} {:<9} {:<8} POOLS   (this host: {}; {} queued in the fleet)",
+            "HOST", "LEASE", "EXPIRES", "USED/MAX", "HOLDING", fleet.me, fleet.queued
+        );
+        for h in &fleet.hosts {
+            let pools: Vec<String> = h
+                .pools
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p["name"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            println!(
+                "{:<20} {:<6} {:<10} {:<9} {:<8} {}",
+                h.host,
+                if h.alive { "live" } else { "EXPIRED" },
+                format!("{}s", h.lease_secs),
+                format!("{}/{}", h.used, h.capacity),
+                h.holding,
+                pools.join(",")
+            );
+        }
+    }
 }
 
 fn phase_provider(p: &Phase) -> String {
@@ -401,6 +427,14 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
     );
     if let Some(next) = j.next_attempt_unix {
         println!("next attempt {}", when(next));
+    }
+    if let Some(l) = &v.ledger {
+        println!(
+            "fleet: {}  held by {}  ({})",
+            l.phase,
+            or_dash(l.holder.as_deref()),
+            l.why
+        );
     }
     println!("\ntimeline:");
     for n in &j.timeline {

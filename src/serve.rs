@@ -2,8 +2,9 @@
 //!
 //! 1. the actix `System` and the shared values (metrics, health);
 //! 2. the state directory;
-//! 3. the actors, through the library's `system::start` (rate, GitHub, provisioners under their
-//!    supervisors, scheduler and retry, webhook intake);
+//! 3. in fleet mode, the cluster ledger (connected, schema migrated); then the actors, through
+//!    the library's `system::start` (rate, GitHub, provisioners under their supervisors,
+//!    scheduler and retry, webhook intake, and the fleet actor);
 //! 4. the HTTP listeners: webhook (intake, `/healthz`, `/readyz`, and `/metrics` unless it has
 //!    a listener of its own) and metrics;
 //! 5. ready; wait for SIGTERM or SIGINT;
@@ -24,6 +25,10 @@ use ephemer_actors_core::{
     webhook::WebhookIntake,
 };
 use tokio::signal::unix::{SignalKind, signal};
+
+/// How long `serve` waits for the cluster ledger at start before exiting 1 (the service
+/// manager starts it again).
+const LEDGER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How long the HTTP listeners wait for in-flight requests when stopping.
 const HTTP_SHUTDOWN: Duration = Duration::from_secs(2);
@@ -161,7 +166,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.state.dir)
         .with_context(|| format!("cannot create state.dir {}", config.state.dir.display()))?;
 
-    let handles = system::start(&config, metrics, Clock::real(), StartOptions::default())
+    // Fleet mode: the shared ledger, connected and migrated before anything is accepted.
+    let ledger = match &config.cluster {
+        Some(cluster) => Some(
+            ephemer_actors_core::cluster::Ledger::connect(cluster, &config, LEDGER_PATIENCE)
+                .await
+                .context("cannot use the cluster ledger (cluster.url)")?,
+        ),
+        None => None,
+    };
+    let options = StartOptions {
+        ledger,
+        ..StartOptions::default()
+    };
+    let handles = system::start(&config, metrics, Clock::real(), options)
         .context("cannot start the actors")?;
     let listeners = listen(&config, &handles)?;
 

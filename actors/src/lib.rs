@@ -10,6 +10,7 @@
 
 pub mod admin;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod github;
 pub mod harden;

@@ -79,6 +79,9 @@ pub struct Metrics {
     /// `ephemerd_store_healthy`: 1 while the state store's writes reach the disk, 0 while it
     /// holds changes in memory that the disk refused.
     pub store_healthy: IntGauge,
+    /// `ephemerd_ledger_up`: fleet mode: 1 while the cluster ledger answers, 0 while it does
+    /// not (deliveries are answered 503 then).
+    pub ledger_up: IntGauge,
     /// `ephemerd_orphan_sweep_checks_total{result}`: the sweep's busy checks on GitHub before a
     /// reap (`idle`, `busy`, `error`), each one GET.
     pub sweep_checks: IntCounterVec,
@@ -271,6 +274,10 @@ impl Metrics {
                 "ephemerd_store_healthy",
                 "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",
             ),
+            ledger_up: gauge(
+                "ephemerd_ledger_up",
+                "Fleet mode: 1 while the cluster ledger answers; 0 while it does not (deliveries get 503).",
+            ),
             sweep_checks: counter_vec(
                 "ephemerd_orphan_sweep_checks_total",
                 "Busy checks the orphan sweep asked GitHub before reaping an unbound runner, by result.",
@@ -334,7 +341,7 @@ impl Metrics {
             ),
             webhook_refused: counter_vec(
                 "ephemerd_webhook_refused_total",
-                "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full).",
+                "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full, ledger_down).",
                 &["reason"],
             ),
             jobs_uncovered: counter_vec(
@@ -377,6 +384,7 @@ impl Metrics {
             "too_large",
             "slow_body",
             "mailbox_full",
+            "ledger_down",
         ] {
             m.webhook_refused.with_label_values(&[reason]);
         }

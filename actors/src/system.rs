@@ -97,10 +97,17 @@ pub struct Handles {
     pub health: web::Data<Health>,
     /// Says when the instance's state store is closed (after [`Handles::shutdown`]).
     pub store_closed: StoreClosed,
+    /// Fleet mode: the host's lease and the fleet's event stream.
+    pub fleet: Option<Addr<crate::cluster::FleetActor>>,
+    /// Fleet mode: the cluster ledger.
+    pub ledger: Option<crate::cluster::Ledger>,
 }
 
 /// The readiness check of the store (the others are core actors).
 const STORE_CHECK: &str = "store";
+/// The readiness check of the cluster ledger (fleet mode): not a dead actor, a database that
+/// did not answer; the host reconnects by itself.
+const LEDGER_CHECK: &str = "ledger";
 
 /// Says whether an actor is still running.
 type Alive = Box<dyn Fn() -> bool + Send + Sync>;
@@ -139,7 +146,7 @@ impl Handles {
         self.health
             .failing()
             .into_iter()
-            .find(|name| name != STORE_CHECK)
+            .find(|name| name != STORE_CHECK && name != LEDGER_CHECK)
     }
 
     /// Shuts the instance down, leaving the host app running: `/readyz` answers 503; the
@@ -180,6 +187,9 @@ impl Handles {
         for pool in self.provisioners.values() {
             let _ = pool.send(Stop).await;
         }
+        if let Some(fleet) = &self.fleet {
+            let _ = fleet.send(Stop).await;
+        }
         let _ = self.github.send(Stop).await;
         let _ = self.rate.send(Stop).await;
         let store_closed = self.store_closed.clone();
@@ -195,6 +205,8 @@ pub struct StartOptions {
     pub seed: Option<u64>,
     /// A switch on the state store's disk (fault tests, chaos runs).
     pub store_faults: crate::store::StoreFaults,
+    /// The cluster ledger, connected (`Ledger::connect`), for fleet mode (`[cluster]`).
+    pub ledger: Option<crate::cluster::Ledger>,
 }
 
 /// Starts every actor of one instance on the current actix System.
@@ -297,6 +309,7 @@ pub fn start(
         provisioners: handles,
         store: Some(store.clone()),
         restore: Some(snapshot),
+        ledger: options.ledger.clone(),
     };
     let mut settings = SchedulerSettings::from_config(config);
     settings.install_id = install_id.clone();
@@ -312,8 +325,31 @@ pub fn start(
 
     // 6. The webhook intake: the actor that owns delivery dedup and the durable record of
     //    accepted jobs, and the HTTP edge in front of it.
-    let webhook =
-        WebhookActor::new(scheduler.clone().recipient(), Some(store), metrics.clone()).start();
+    let webhook = WebhookActor::new(scheduler.clone().recipient(), Some(store), metrics.clone())
+        .with_ledger(options.ledger.clone())
+        .start();
+
+    // 7. Fleet mode: the host's lease, the reaping of dead hosts, the fleet's event stream.
+    let fleet = options.ledger.clone().map(|ledger| {
+        let health = ledger.health();
+        let gauge = metrics.ledger_up.clone();
+        actix_rt::spawn(async move {
+            loop {
+                gauge.set(i64::from(health.is_up()));
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        });
+        crate::cluster::FleetActor::new(
+            ledger,
+            crate::cluster::actor::FleetWiring {
+                events: scheduler.clone().recipient(),
+                load: scheduler.clone().recipient(),
+                delete: github.clone().recipient(),
+                rate: Some((rate.clone().recipient(), rate_key.clone())),
+            },
+        )
+        .start()
+    });
     let intake = web::Data::new(
         WebhookIntake::new(
             config.webhook.secret.clone(),
@@ -346,9 +382,15 @@ pub fn start(
         credential: rate_key,
         health,
         store_closed,
+        fleet,
+        ledger: options.ledger,
     };
     for (name, alive) in handles.core_actors() {
         handles.health.add_check(name, alive);
+    }
+    if let Some(ledger) = &handles.ledger {
+        let up = ledger.health();
+        handles.health.add_check(LEDGER_CHECK, move || up.is_up());
     }
     Ok(handles)
 }

@@ -6,6 +6,7 @@
 //! registered, no container is started but the pools' own host checks, the state directory
 //! gets one probe file that is removed at once.
 
+mod cluster;
 mod github;
 mod host;
 mod webhook;
@@ -91,6 +92,7 @@ pub fn run(config: &Config, json: bool) -> ExitCode {
     let more = actix_rt::System::new().block_on(async {
         let mut found = github::checks(config).await;
         found.extend(host::pool_checks(config).await);
+        found.extend(cluster::checks(config).await);
         found
     });
     checks.extend(more);

@@ -247,6 +247,20 @@ impl Standin {
             url: url.to_string(),
             secret: secret.to_string(),
             form: false,
+            fleet: Vec::new(),
+            duplicate_share: 0.0,
+        });
+    }
+
+    /// Sends `workflow_job` webhooks to a fleet: each delivery to one of `urls` at random, and
+    /// `duplicate_share` of them to every one of them too.
+    pub fn send_webhooks_to_fleet(&self, urls: &[String], secret: &str, duplicate_share: f64) {
+        self.state().webhook = Some(WebhookTarget {
+            url: urls.first().cloned().unwrap_or_default(),
+            secret: secret.to_string(),
+            form: false,
+            fleet: urls.to_vec(),
+            duplicate_share,
         });
     }
 
@@ -257,6 +271,8 @@ impl Standin {
             url: url.to_string(),
             secret: secret.to_string(),
             form: true,
+            fleet: Vec::new(),
+            duplicate_share: 0.0,
         });
     }
 

@@ -190,6 +190,12 @@ pub struct WebhookTarget {
     /// (GitHub docs, "Creating webhooks": content type; "Validating webhook deliveries": the
     /// signature is the HMAC of the raw body, whatever its type).
     pub form: bool,
+    /// A fleet behind one org (a hook per host, or a balancer): when not empty, each delivery
+    /// goes to one of these URLs at random instead of `url`, and a share of them to every one
+    /// (each copy with its own delivery id, as separate hooks send).
+    pub fleet: Vec<String>,
+    /// That share, 0.0 to 1.0.
+    pub duplicate_share: f64,
 }
 
 /// Scripted misbehaviour of webhook deliveries.

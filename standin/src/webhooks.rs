@@ -26,6 +26,16 @@ fn delivery_id() -> String {
     )
 }
 
+/// Where one delivery goes: the target, or a fleet member at random.
+fn pick(target: &crate::state::WebhookTarget) -> String {
+    use rand::seq::IndexedRandom as _;
+    target
+        .fleet
+        .choose(&mut rand::rng())
+        .cloned()
+        .unwrap_or_else(|| target.url.clone())
+}
+
 pub(crate) async fn sender(
     state: Arc<Mutex<State>>,
     mut inbox: UnboundedReceiver<(String, u64, String)>,
@@ -51,12 +61,16 @@ pub(crate) async fn sender(
             ("application/json", body)
         };
         let signature = sign(target.secret.as_bytes(), body.as_bytes());
-        let mut ids = vec![delivery_id()];
-        ids.extend(std::iter::repeat_n(ids[0].clone(), replays));
-        ids.extend((0..copies).map(|_| delivery_id()));
-        for id in ids {
+        let first = delivery_id();
+        let mut sends: Vec<(String, String)> = vec![(first.clone(), pick(&target))];
+        sends.extend(std::iter::repeat_n((first, pick(&target)), replays));
+        sends.extend((0..copies).map(|_| (delivery_id(), pick(&target))));
+        if !target.fleet.is_empty() && rand::random_bool(target.duplicate_share.clamp(0.0, 1.0)) {
+            sends.extend(target.fleet.iter().map(|url| (delivery_id(), url.clone())));
+        }
+        for (id, url) in sends {
             let status = client
-                .post(&target.url)
+                .post(&url)
                 .insert_header(("X-GitHub-Event", "workflow_job"))
                 .insert_header(("X-GitHub-Delivery", id.as_str()))
                 .insert_header(("X-Hub-Signature-256", signature.as_str()))

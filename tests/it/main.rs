@@ -3,6 +3,7 @@
 mod admin;
 mod chaos;
 mod cli;
+mod cluster;
 mod container;
 mod docs;
 mod doctor;

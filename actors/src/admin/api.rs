@@ -26,6 +26,9 @@ pub struct StatusAnswer {
     pub retry_timer: Option<RetryTimerView>,
     /// The latest rate-limit reading of each bucket of the credential.
     pub rates: std::collections::BTreeMap<RateBucket, RateSnapshot>,
+    /// Fleet mode: every host with its lease, pools and load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::cluster::FleetView>,
 }
 
 /// `POST /api/v1/cordon`, `/uncordon`

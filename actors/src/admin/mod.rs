@@ -37,6 +37,8 @@ pub struct Admin {
     credential: String,
     started: Instant,
     access: Access,
+    /// Fleet mode: `status` shows the fleet, `jobs ID` who holds the job.
+    ledger: Option<crate::cluster::Ledger>,
 }
 
 impl Admin {
@@ -50,6 +52,7 @@ impl Admin {
             credential: handles.credential.clone(),
             started: Instant::now(),
             access: Access::new(access::new_token()),
+            ledger: handles.ledger.clone(),
         }
     }
 
@@ -101,12 +104,23 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
         .await
         .map(|v| v.into_iter().collect())
         .unwrap_or_default();
+    let fleet = match &admin.ledger {
+        Some(ledger) => match ledger.fleet().await {
+            Ok(fleet) => Some(fleet),
+            Err(e) => {
+                tracing::warn!(error = %e, "status: cannot read the fleet from the ledger");
+                None
+            }
+        },
+        None => None,
+    };
     HttpResponse::Ok().json(StatusAnswer {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: admin.started.elapsed().as_secs(),
         scheduler: state,
         retry_timer,
         rates,
+        fleet,
     })
 }
 
@@ -130,7 +144,12 @@ async fn job(admin: web::Data<Admin>, id: web::Path<String>, req: HttpRequest) -
         });
     };
     match admin.scheduler.send(GetJob(id)).await {
-        Ok(Some(detail)) => HttpResponse::Ok().json(detail),
+        Ok(Some(mut detail)) => {
+            if let Some(ledger) = &admin.ledger {
+                detail.ledger = ledger.job(&detail.job.key).await.ok().flatten();
+            }
+            HttpResponse::Ok().json(detail)
+        }
         Ok(None) => HttpResponse::NotFound().json(ErrorAnswer {
             error: format!("job {id} is not known to the scheduler"),
         }),

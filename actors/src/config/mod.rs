@@ -7,6 +7,7 @@
 //!
 //! This module never logs and never prints a secret: secrets live in [`Secret`].
 
+pub mod cluster;
 pub mod net;
 mod pools;
 mod raw;
@@ -20,6 +21,7 @@ use std::{
     time::Duration,
 };
 
+pub use cluster::ClusterConfig;
 pub use pools::*;
 pub use secret::Secret;
 
@@ -39,6 +41,10 @@ pub mod defaults {
     pub const WEBHOOK_LISTEN: &str = "0.0.0.0:8080";
     /// `webhook.path`
     pub const WEBHOOK_PATH: &str = "/webhook/github";
+    /// `cluster.lease`
+    pub const CLUSTER_LEASE: Duration = Duration::from_secs(30);
+    /// `cluster.pool_size`
+    pub const CLUSTER_POOL_SIZE: usize = 4;
     /// `providers.linux.memory`.
     pub const CONTAINER_MEMORY: u64 = 4 * 1024 * 1024 * 1024;
     /// `providers.linux.pids_limit`.
@@ -125,6 +131,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `[providers.*]`: the four provisioners.
     pub providers: ProvidersConfig,
+    /// `[cluster]`: `None` is one host with its embedded store (the default).
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// `[github]`
@@ -381,6 +389,8 @@ pub struct Environment {
     pub https_proxy: Option<Secret>,
     /// `NO_PROXY` (or `no_proxy`).
     pub no_proxy: Option<String>,
+    /// `EPHEMER_CLUSTER_URL`: `cluster.url` when the file leaves it out.
+    pub cluster_url: Option<Secret>,
     /// The daemon's environment, which pools' `env` values reference as `${NAME}`.
     pub vars: std::collections::BTreeMap<String, Secret>,
 }
@@ -405,6 +415,7 @@ impl Environment {
             app_private_key: var("EPHEMER_APP_PRIVATE_KEY"),
             as_root: nix::unistd::geteuid().is_root(),
             https_proxy: var("HTTPS_PROXY").or_else(|| var("https_proxy")),
+            cluster_url: var("EPHEMER_CLUSTER_URL"),
             no_proxy: std::env::var("NO_PROXY")
                 .or_else(|_| std::env::var("no_proxy"))
                 .ok()

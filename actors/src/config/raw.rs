@@ -19,6 +19,16 @@ pub(crate) struct RawConfig {
     pub admin: RawAdmin,
     pub log: RawLog,
     pub providers: RawProviders,
+    pub cluster: Option<RawCluster>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct RawCluster {
+    pub url: Option<String>,
+    pub host: Option<String>,
+    pub lease: Option<String>,
+    pub pool_size: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -102,6 +102,9 @@ pub struct SchedulerDeps {
     pub provisioners: HashMap<PoolName, ProvisionerHandle>,
     /// The durable store (`None`: state lives in memory only).
     pub store: Option<Store>,
+    /// The cluster ledger (fleet mode): claims are arbitrated there first, and registrations
+    /// and the ladder are mirrored to it.
+    pub ledger: Option<crate::cluster::Ledger>,
     /// What the store held at start-up, to restore from.
     pub restore: Option<Snapshot>,
 }
@@ -109,17 +112,19 @@ pub struct SchedulerDeps {
 /// The scheduler actor.
 #[derive(Debug)]
 pub struct SchedulerActor {
-    core: Scheduler,
-    deps: SchedulerDeps,
+    pub(super) core: Scheduler,
+    pub(super) deps: SchedulerDeps,
+    /// Store changes mirrored to the cluster ledger, in order (fleet mode).
+    pub(super) mirror: Option<crate::cluster::Mirror>,
     /// The ladder's timer; owned (held strongly) by this actor.
     retry: actix::Addr<RetryActor>,
     metrics: Metrics,
-    clock: Clock,
+    pub(super) clock: Clock,
     wake: Option<(SpawnHandle, Instant)>,
     /// GitHub calls started and not answered yet (a drain waits for them).
-    calls_in_flight: usize,
+    pub(super) calls_in_flight: usize,
     /// Of those, claims (whose runners are not in the ledger until answered).
-    claims_in_flight: usize,
+    pub(super) claims_in_flight: usize,
 }
 
 /// Starts a scheduler and its retry actor, wired to each other, in a context made beforehand
@@ -153,9 +158,11 @@ pub fn start_in(
             to: addr.downgrade().recipient(),
         });
     }
+    let mirror = deps.ledger.clone().map(crate::cluster::Mirror::spawn);
     let mut actor = SchedulerActor {
         core,
         deps,
+        mirror,
         retry: retry.clone(),
         metrics,
         clock,
@@ -190,7 +197,7 @@ impl SchedulerActor {
     }
 
     /// Carries out effects, including any that follow from a failed hand-over.
-    fn run(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
+    pub(super) fn run(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
         self.persist();
         let mut queue: VecDeque<Effect> = effects.into();
         while let Some(effect) = queue.pop_front() {
@@ -199,32 +206,7 @@ impl SchedulerActor {
                     key,
                     provider,
                     request,
-                } => {
-                    let claim = self.deps.github.claim.clone();
-                    let request = GenerateJitConfig {
-                        repo: request.repo,
-                        name_base: request.name_base,
-                        labels: request.labels,
-                    };
-                    let fut = async move {
-                        claim.send(request).await.unwrap_or_else(|e| {
-                            Err(GithubError::Network {
-                                endpoint: "generate_jitconfig",
-                                detail: format!("github actor unavailable: {e}"),
-                            })
-                        })
-                    };
-                    self.calls_in_flight += 1;
-                    self.claims_in_flight += 1;
-                    ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
-                        act.calls_in_flight -= 1;
-                        act.claims_in_flight -= 1;
-                        let fx = act
-                            .core
-                            .on_claim_result(key, provider, result, act.clock.tick());
-                        act.run(fx, ctx);
-                    }));
-                }
+                } => self.claim(key, provider, request, ctx),
                 Effect::Provision { provider, spec } => {
                     let name = spec.name.clone();
                     let sent = match self.deps.provisioners.get(&provider) {
@@ -324,6 +306,9 @@ impl SchedulerActor {
     /// groups), and its observations to the log and the metrics.
     fn persist(&mut self) {
         let ops = self.core.take_ops();
+        if let Some(mirror) = &self.mirror {
+            mirror.send(&ops);
+        }
         if let Some(store) = &self.deps.store
             && !ops.is_empty()
         {
@@ -606,6 +591,9 @@ impl Handler<SetCordon> for SchedulerActor {
     fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) -> Self::Result {
         let fx = self.core.set_cordon(m.0, self.clock.tick())?;
         self.run(fx, ctx);
+        if m.0 {
+            self.release_to_fleet(ctx);
+        }
         Ok(())
     }
 }
@@ -616,6 +604,7 @@ impl Handler<BeginShutdown> for SchedulerActor {
     fn handle(&mut self, _: BeginShutdown, ctx: &mut Context<Self>) {
         let fx = self.core.begin_shutdown(self.clock.tick());
         self.run(fx, ctx);
+        self.release_to_fleet(ctx);
     }
 }
 

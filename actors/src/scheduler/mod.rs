@@ -3,6 +3,7 @@
 
 pub mod actor;
 pub mod core;
+mod fleet;
 pub mod messages;
 pub mod observe;
 mod pacing;

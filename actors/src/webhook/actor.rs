@@ -124,6 +124,8 @@ pub enum Verdict {
     WrongShape(String),
     /// The scheduler's mailbox is full or closed (503).
     Busy,
+    /// Fleet mode: the cluster ledger could not record the delivery (503).
+    LedgerDown,
     /// The body is over `webhook.max_body` (413).
     TooLarge(usize),
     /// The body did not arrive in time (408).
@@ -157,6 +159,8 @@ pub struct WebhookActor {
     /// Delivery ids whose commit is in flight: a concurrent copy is answered 503, never 200,
     /// since the first may still fail.
     in_flight: HashSet<String>,
+    /// Fleet mode: every job event is recorded in the cluster ledger before it is answered.
+    ledger: Option<crate::cluster::Ledger>,
 }
 
 impl WebhookActor {
@@ -168,7 +172,15 @@ impl WebhookActor {
             metrics,
             deliveries: DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY),
             in_flight: HashSet::new(),
+            ledger: None,
         }
+    }
+
+    /// Fleet mode: record every job event in `ledger` (the source of truth) before answering;
+    /// a delivery the ledger cannot take is answered 503, so GitHub may redeliver it.
+    pub fn with_ledger(mut self, ledger: Option<crate::cluster::Ledger>) -> Self {
+        self.ledger = ledger;
+        self
     }
 
     /// The end of one delivery: hand it over, remember it, answer.
@@ -252,21 +264,40 @@ impl Handler<Deliver> for WebhookActor {
             }
             _ => None,
         };
-        let Some(record) = record else {
+        let ledger = self
+            .ledger
+            .clone()
+            .filter(|_| event.action != JobAction::Waiting);
+        if record.is_none() && ledger.is_none() {
             return self.hand_over(event, false);
+        }
+        let recorded = record.is_some();
+        let (action, job) = (event.action, event.job.clone());
+        let commit = async move {
+            // Fleet mode: the ledger is the source of truth; what it cannot take is refused.
+            if let Some(ledger) = ledger {
+                ledger
+                    .record(action, &job)
+                    .await
+                    .map_err(|e| (Verdict::LedgerDown, e.to_string()))?;
+            }
+            if let Some(record) = record {
+                record.await.map_err(|e| (Verdict::Busy, e.to_string()))?;
+            }
+            Ok(())
         };
         // The commit is awaited beside the mailbox; the actor goes on with other deliveries.
         Box::pin(
-            record
+            commit
                 .into_actor(self)
                 .then(move |written, act, _| match written {
-                    Ok(()) => act.hand_over(event, true),
-                    Err(e) => {
+                    Ok(()) => act.hand_over(event, recorded),
+                    Err((verdict, e)) => {
                         tracing::error!(error = %e, "cannot record the job durably; answering 503 so GitHub may redeliver");
                         if let Some(id) = &event.delivery_id {
                             act.in_flight.remove(id);
                         }
-                        Box::pin(actix::fut::ready(Verdict::Busy))
+                        Box::pin(actix::fut::ready(verdict))
                     }
                 }),
         )

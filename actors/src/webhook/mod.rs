@@ -55,6 +55,7 @@ impl Verdict {
             Verdict::TooLarge(_) => "too_large",
             Verdict::SlowBody => "slow_body",
             Verdict::Busy => "mailbox_full",
+            Verdict::LedgerDown => "ledger_down",
             _ => return None,
         })
     }
@@ -76,6 +77,9 @@ impl Verdict {
             Verdict::Busy => HttpResponse::ServiceUnavailable()
                 .insert_header(("Retry-After", "5"))
                 .json(json!({ "error": "scheduler busy, redeliver later" })),
+            Verdict::LedgerDown => HttpResponse::ServiceUnavailable()
+                .insert_header(("Retry-After", "5"))
+                .json(json!({ "error": "the cluster ledger is unreachable, redeliver later" })),
             Verdict::TooLarge(limit) => HttpResponse::PayloadTooLarge()
                 .json(json!({ "error": format!("body over webhook.max_body ({limit} bytes)") })),
             Verdict::SlowBody => HttpResponse::RequestTimeout()

@@ -3,6 +3,7 @@
 pub mod daemon;
 pub mod engine;
 pub mod podman;
+pub mod postgres;
 pub mod provision;
 pub mod proxy;
 pub mod registry;

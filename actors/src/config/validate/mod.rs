@@ -20,6 +20,7 @@ use super::{
     raw::{RawCommand, RawConfig, RawPool, RawProviders, RawRestart, RawUsers},
 };
 
+mod cluster;
 mod containers;
 mod github;
 mod network;
@@ -226,6 +227,7 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
         log: build_log(raw.log, p),
         state,
         providers,
+        cluster: cluster::build_cluster(raw.cluster, env, p),
     };
     check_listeners(&config, p);
     config

@@ -37,6 +37,9 @@ use crate::{
 };
 
 mod dispatch;
+mod fleet;
+#[cfg(test)]
+mod fleet_tests;
 mod intake;
 mod ladder;
 mod ledger;
@@ -370,6 +373,7 @@ struct Slots {
 }
 
 /// Outcome of routing one job.
+#[derive(PartialEq, Eq)]
 enum Pick {
     /// No enabled provider covers the job.
     Uncovered,

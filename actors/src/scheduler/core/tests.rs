@@ -42,7 +42,7 @@ fn settings() -> SchedulerSettings {
 }
 
 /// A scheduler whose one provider is up, at `t0`.
-fn core() -> (Scheduler, Instant) {
+pub(super) fn core() -> (Scheduler, Instant) {
     let t0 = Instant::now();
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: vec![Duration::from_secs(30), Duration::from_secs(60)],
@@ -58,7 +58,7 @@ fn core() -> (Scheduler, Instant) {
     (s, t0)
 }
 
-fn at(t0: Instant, secs: u64) -> Now {
+pub(super) fn at(t0: Instant, secs: u64) -> Now {
     Now {
         mono: t0 + Duration::from_secs(secs),
         unix: UNIX0 + secs,

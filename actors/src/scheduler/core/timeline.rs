@@ -167,6 +167,25 @@ pub enum Note {
     Abandoned(Abandon),
     /// Observed running on some runner before a claim was needed.
     RanElsewhere,
+    /// The cluster ledger says another live host holds the job (fleet mode).
+    HeldElsewhere {
+        /// That host.
+        host: String,
+    },
+    /// The fleet's claim window or the registration budget says not yet (fleet mode).
+    FleetPaced {
+        /// Why.
+        why: &'static str,
+        /// For how long, in milliseconds.
+        wait_ms: u64,
+    },
+    /// Another host gave the job back (its lease expired, or it drained) (fleet mode).
+    Released {
+        /// The host that released it.
+        by: String,
+        /// Claim failures on its ladder so far.
+        attempts: u32,
+    },
     /// `in_progress` or `completed` observed.
     Observed {
         /// Which.
@@ -288,6 +307,21 @@ impl fmt::Display for Note {
             Note::RanElsewhere => {
                 f.write_str("dispatch abandoned: observed running elsewhere: nothing to claim")
             }
+            Note::HeldElsewhere { host } => {
+                write!(
+                    f,
+                    "not claimed here: host {host} holds it in the cluster ledger"
+                )
+            }
+            Note::FleetPaced { why, wait_ms } => write!(
+                f,
+                "claim deferred {:.1}s by the fleet: {why}",
+                *wait_ms as f64 / 1000.0
+            ),
+            Note::Released { by, attempts } => write!(
+                f,
+                "released to the fleet by {by} with {attempts} failure(s) on its ladder; admitted again"
+            ),
             Note::Observed { action, runner } => write!(
                 f,
                 "{} on {}",

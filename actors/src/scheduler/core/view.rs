@@ -171,6 +171,7 @@ impl Scheduler {
                 .into_iter()
                 .find(|v| &v.key == key),
             runners: self.sorted_runners(|x| &x.intent == key || x.bound.as_ref() == Some(key)),
+            ledger: None,
         })
     }
 
@@ -273,6 +274,9 @@ pub struct JobDetail {
     pub retry: Option<RetryView>,
     /// Runners made for it or bound to it.
     pub runners: Vec<RunnerRow>,
+    /// Fleet mode: where the cluster ledger says it stands, and which host holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<crate::cluster::JobHolder>,
 }
 
 /// A provider, for status views.

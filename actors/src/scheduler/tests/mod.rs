@@ -342,6 +342,7 @@ async fn harness(s: Setup) -> Harness {
         provisioners,
         store: None,
         restore: None,
+        ledger: None,
     };
     let (sched, retry) = start_in(
         Context::new(),

@@ -1,0 +1,90 @@
+//! `[cluster]`: validated without connecting (`doctor` connects).
+
+use super::{Problems, count, positive_duration};
+use crate::config::{
+    ClusterConfig, Environment, Secret, cluster::hostname, defaults, raw::RawCluster,
+};
+
+pub(super) fn build_cluster(
+    raw: Option<RawCluster>,
+    env: &Environment,
+    p: &mut Problems,
+) -> Option<ClusterConfig> {
+    let raw = raw?;
+    let url = raw
+        .url
+        .filter(|u| !u.trim().is_empty())
+        .map(Secret::new)
+        .or_else(|| env.cluster_url.clone());
+    let url = match url {
+        None => {
+            p.push(
+                "cluster.url",
+                "required with [cluster] (or set EPHEMER_CLUSTER_URL): the PostgreSQL URL, \
+                 e.g. postgresql://ephemer@db.internal/ephemer",
+            );
+            Secret::new(String::new())
+        }
+        Some(url) => {
+            check_url(url.expose(), p);
+            url
+        }
+    };
+    let host = raw
+        .host
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(hostname);
+    if host.len() > 63
+        || !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        p.push(
+            "cluster.host",
+            format!(
+                "{host:?} must be 1 to 63 letters, digits, '-', '_' or '.' (it names this host \
+                 in the ledger)"
+            ),
+        );
+    }
+    let lease = positive_duration("cluster.lease", raw.lease, defaults::CLUSTER_LEASE, p);
+    if lease < std::time::Duration::from_secs(3) {
+        p.push(
+            "cluster.lease",
+            "must be at least 3s (it is renewed every third of it)",
+        );
+    }
+    let pool_size = count(
+        "cluster.pool_size",
+        raw.pool_size,
+        defaults::CLUSTER_POOL_SIZE,
+        1,
+        p,
+    );
+    if pool_size > 64 {
+        p.push("cluster.pool_size", "must be at most 64");
+    }
+    Some(ClusterConfig {
+        url,
+        host,
+        lease,
+        pool_size,
+    })
+}
+
+/// The URL must parse as a PostgreSQL connection string; the message never quotes it (it may
+/// hold a password).
+fn check_url(url: &str, p: &mut Problems) {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        p.push("cluster.url", "must be a postgres:// or postgresql:// URL");
+        return;
+    }
+    match url.parse::<tokio_postgres::Config>() {
+        Err(e) => p.push("cluster.url", format!("not a valid PostgreSQL URL: {e}")),
+        Ok(c) if c.get_hosts().is_empty() => p.push("cluster.url", "names no host"),
+        Ok(c) if c.get_dbname().is_none() => {
+            p.push("cluster.url", "names no database (…/DBNAME at the end)")
+        }
+        Ok(_) => {}
+    }
+}

@@ -1,0 +1,113 @@
+//! Fleet mode in the core: the ledger's refusals and another host's releases.
+
+use std::time::Duration;
+
+use super::{
+    tests::{at, core},
+    *,
+};
+use crate::{
+    cluster::{Acquire, PACED_WINDOW, Released},
+    scheduler::fixtures::job,
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+fn released(id: u64, attempts: i32, next_attempt: i64) -> Released {
+    Released {
+        info: job(id, LABELS),
+        attempts,
+        first_failure: Some(1_800_000_000),
+        next_attempt: Some(next_attempt),
+        class: Some("server_side".into()),
+        last_error: Some("502".into()),
+    }
+}
+
+#[test]
+fn a_job_another_host_holds_gives_its_slot_back_and_is_left_alone() {
+    let (mut s, t0) = core();
+    let fx = s.on_job_event(JobAction::Queued, job(1, LABELS), None, t0, at(t0, 0));
+    assert!(matches!(fx[..], [Effect::Claim { .. }]));
+    let fx = s.on_acquire_refused(
+        JobKey::new("acme", 1),
+        PoolName::from("local"),
+        Acquire::HeldBy("h2".into()),
+        at(t0, 1),
+    );
+    assert_eq!(fx, vec![]);
+    let rec = s.job(&JobKey::new("acme", 1)).unwrap();
+    assert_eq!(rec.phase, Phase::Seen);
+    assert!(
+        rec.timeline
+            .iter()
+            .any(|e| e.note == Note::HeldElsewhere { host: "h2".into() })
+    );
+    assert_eq!(s.status(at(t0, 1)).runners, 0, "no slot is held");
+}
+
+#[test]
+fn a_paced_claim_waits_at_the_front_and_wakes_when_the_fleet_allows() {
+    let (mut s, t0) = core();
+    s.on_job_event(JobAction::Queued, job(1, LABELS), None, t0, at(t0, 0));
+    let fx = s.on_acquire_refused(
+        JobKey::new("acme", 1),
+        PoolName::from("local"),
+        Acquire::Paced {
+            wait: Duration::from_secs(20),
+            why: PACED_WINDOW,
+        },
+        at(t0, 1),
+    );
+    assert_eq!(fx, vec![Effect::WakeAt(t0 + Duration::from_secs(21))]);
+    assert_eq!(
+        s.job(&JobKey::new("acme", 1)).unwrap().phase,
+        Phase::Pending
+    );
+    let fx = s.wake(at(t0, 21));
+    assert!(matches!(fx[..], [Effect::Claim { .. }]), "{fx:?}");
+}
+
+#[test]
+fn a_released_job_comes_back_with_its_ladder() {
+    let (mut s, t0) = core();
+    // Its next attempt is 5 s away: it waits for it, with its attempts and first failure.
+    let fx = s.readmit(released(1, 2, 1_800_000_005), "h2".into(), at(t0, 0));
+    assert_eq!(
+        fx,
+        vec![Effect::ArmRetryTimer {
+            at: Some(t0 + Duration::from_secs(5))
+        }]
+    );
+    let rec = s.job(&JobKey::new("acme", 1)).unwrap();
+    assert_eq!(rec.phase, Phase::Retrying);
+    assert_eq!(rec.claim_failures, 2);
+    assert!(rec.timeline.iter().any(|e| e.note
+        == Note::Released {
+            by: "h2".into(),
+            attempts: 2
+        }));
+    let fx = s.on_retry_timer(at(t0, 5));
+    assert!(matches!(fx[0], Effect::Claim { .. }), "{fx:?}");
+}
+
+#[test]
+fn a_release_without_failures_is_a_fresh_admission_and_repeats_are_free() {
+    let (mut s, t0) = core();
+    let fx = s.readmit(released(1, 0, 0), "h2".into(), at(t0, 0));
+    assert!(matches!(fx[..], [Effect::Claim { .. }]), "{fx:?}");
+    // The same release heard again while the claim is out changes nothing.
+    assert_eq!(s.readmit(released(1, 0, 0), "h3".into(), at(t0, 1)), vec![]);
+    // A job no pool here covers is not admitted.
+    assert_eq!(
+        s.readmit(
+            Released {
+                info: job(2, &["gpu"]),
+                ..released(2, 0, 0)
+            },
+            "h2".into(),
+            at(t0, 1)
+        ),
+        vec![]
+    );
+}

@@ -1,0 +1,149 @@
+//! The scheduler shell's claim call, and its part in fleet mode: a claim asks the cluster
+//! ledger first (after the offer delay that lets the fleet's most specific, least loaded pool
+//! ask first) and calls GitHub only when this host holds the job; the fleet's events and
+//! releases come in as [`FleetEvent`]s; the host's load goes out with its lease.
+
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, MessageResult, WrapFuture};
+
+use super::{SchedulerActor, core::ClaimRequest};
+use crate::{
+    cluster::{
+        Acquire, PACED_LEDGER,
+        actor::{GetLoad, Load},
+        stream::FleetEvent,
+    },
+    config::PoolName,
+    github::{GithubError, actor::GenerateJitConfig},
+    job::{JobAction, JobInfo, JobKey},
+};
+
+/// How long a claim waits when the ledger did not answer.
+const LEDGER_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl SchedulerActor {
+    /// A claim: in fleet mode the ledger decides first whether this host may make it.
+    pub(super) fn claim(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        request: ClaimRequest,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(ledger) = self.deps.ledger.clone() else {
+            self.call_github_claim(key, provider, request, ctx);
+            return;
+        };
+        let info = self.core.job_info(&key).unwrap_or_else(|| JobInfo {
+            key: key.clone(),
+            ..JobInfo::default()
+        });
+        let delay = self.core.offer_delay(&key, &provider);
+        self.calls_in_flight += 1;
+        self.claims_in_flight += 1;
+        let ask = async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            ledger.acquire(&info).await
+        };
+        ctx.spawn(ask.into_actor(self).map(move |answer, act, ctx| {
+            act.calls_in_flight -= 1;
+            act.claims_in_flight -= 1;
+            let answer = answer.unwrap_or_else(|e| {
+                tracing::warn!(job_id = key.job_id, error = %e, "cannot ask the cluster ledger for a claim");
+                Acquire::Paced {
+                    wait: LEDGER_RETRY,
+                    why: PACED_LEDGER,
+                }
+            });
+            if answer == Acquire::Granted {
+                act.call_github_claim(key, provider, request, ctx);
+            } else {
+                let fx = act
+                    .core
+                    .on_acquire_refused(key, provider, answer, act.clock.tick());
+                act.run(fx, ctx);
+            }
+        }));
+    }
+
+    /// generate-jitconfig through the GitHub actor; the answer goes to the core.
+    fn call_github_claim(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        request: ClaimRequest,
+        ctx: &mut Context<Self>,
+    ) {
+        let claim = self.deps.github.claim.clone();
+        let request = GenerateJitConfig {
+            repo: request.repo,
+            name_base: request.name_base,
+            labels: request.labels,
+        };
+        let fut = async move {
+            claim.send(request).await.unwrap_or_else(|e| {
+                Err(GithubError::Network {
+                    endpoint: "generate_jitconfig",
+                    detail: format!("github actor unavailable: {e}"),
+                })
+            })
+        };
+        self.calls_in_flight += 1;
+        self.claims_in_flight += 1;
+        ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+            act.calls_in_flight -= 1;
+            act.claims_in_flight -= 1;
+            let fx = act
+                .core
+                .on_claim_result(key, provider, result, act.clock.tick());
+            act.run(fx, ctx);
+        }));
+    }
+
+    /// Gives the jobs this host holds and has no runner for back to the fleet (a cordon or a
+    /// drain), so another host takes them.
+    pub(super) fn release_to_fleet(&mut self, ctx: &mut Context<Self>) {
+        let Some(ledger) = self.deps.ledger.clone() else {
+            return;
+        };
+        ctx.spawn(
+            async move {
+                match ledger.release_unstarted().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(jobs = n, "gave unstarted jobs back to the fleet"),
+                    Err(e) => tracing::warn!(error = %e, "cannot give jobs back to the fleet; their lease does when it expires"),
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+impl Handler<FleetEvent> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: FleetEvent, ctx: &mut Context<Self>) {
+        let now = self.clock.tick();
+        let fx = match m {
+            FleetEvent::Job { action, info, .. } => {
+                self.core.on_job_event(action, info, None, now.mono, now)
+            }
+            FleetEvent::Open(info) => {
+                self.core
+                    .on_job_event(JobAction::Queued, info, None, now.mono, now)
+            }
+            FleetEvent::Released { job, by } => self.core.readmit(job, by, now),
+        };
+        self.run(fx, ctx);
+    }
+}
+
+impl Handler<GetLoad> for SchedulerActor {
+    type Result = MessageResult<GetLoad>;
+
+    fn handle(&mut self, _: GetLoad, _: &mut Context<Self>) -> MessageResult<GetLoad> {
+        let load: Load = self.core.load();
+        MessageResult(load)
+    }
+}

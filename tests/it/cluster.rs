@@ -1,0 +1,410 @@
+//! Fleet mode end to end: `serve` processes sharing one throwaway PostgreSQL cluster and one
+//! stand-in org, pools split so some labels are covered by one host only, deliveries sent to a
+//! random host (and a share of them to every host, as separate hooks per host do).
+
+use std::time::Duration;
+
+use github_standin::Standin;
+
+use crate::support::{
+    self,
+    daemon::{Daemon, SECRET},
+    postgres::Postgres,
+};
+
+const LINUX: &[&str] = &["self-hosted", "linux", "x64"];
+const GPU: &[&str] = &["self-hosted", "linux", "gpu"];
+
+/// A local pool of stand-in runners named `name` with `labels`.
+fn pool(name: &str, labels: &[&str], max: usize) -> String {
+    let labels: Vec<String> = labels.iter().map(|l| format!("{l:?}")).collect();
+    format!(
+        r#"
+[providers.{name}]
+kind = "local"
+command = "{bin}"
+args = ["standin-runner"]
+labels = [{labels}]
+max_concurrent = {max}
+allow_root = true
+"#,
+        bin = env!("CARGO_BIN_EXE_ephemer-actors"),
+        labels = labels.join(", ")
+    )
+}
+
+/// `[runner]` and `[cluster]` for host `host`.
+fn extra(pg: &Postgres, host: &str, lease: &str, more: &str) -> String {
+    format!(
+        "[runner]\nmax_concurrent = 4\nshutdown_timeout = \"10s\"\n\n[runner.claim_retry]\nschedule = [\"1s\", \"2s\"]\n\n{more}\n\n[cluster]\nurl = \"{url}\"\nhost = \"{host}\"\nlease = \"{lease}\"\n",
+        url = pg.url()
+    )
+}
+
+/// Three hosts: two cover the linux labels, one covers the gpu labels alone.
+async fn three_hosts(pg: &Postgres, standin: &Standin, lease: &str, more: &str) -> Vec<Daemon> {
+    let mut hosts = Vec::new();
+    for (host, pools) in [
+        ("h1", pool("cpu", LINUX, 4)),
+        ("h2", pool("cpu", LINUX, 4)),
+        ("h3", pool("gpu", GPU, 4)),
+    ] {
+        hosts.push(Daemon::start(standin, &extra(pg, host, lease, more), &pools).await);
+    }
+    route_to(standin, &hosts, 1.0 / 3.0);
+    hosts
+}
+
+/// Sends the stand-in's deliveries to `hosts` at random, `share` of them to all.
+fn route_to(standin: &Standin, hosts: &[Daemon], share: f64) {
+    let urls: Vec<String> = hosts
+        .iter()
+        .map(|d| format!("http://{}/webhook/github", d.addr))
+        .collect();
+    standin.send_webhooks_to_fleet(&urls, SECRET, share);
+}
+
+async fn stop_all(hosts: impl IntoIterator<Item = Daemon>) {
+    for d in hosts {
+        d.stop(Duration::from_secs(30)).await;
+    }
+}
+
+fn logs(hosts: &[Daemon]) -> String {
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("===== h{} =====\n{}", i + 1, d.logs()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn wait_completed(standin: &Standin, n: usize, within: Duration, hosts: &[Daemon]) {
+    let deadline = tokio::time::Instant::now() + within;
+    while standin.jobs_in("completed") < n {
+        if tokio::time::Instant::now() > deadline {
+            let open: Vec<_> = standin
+                .jobs()
+                .into_iter()
+                .filter(|j| j.status != "completed")
+                .map(|j| (j.id, j.status, j.labels))
+                .collect();
+            panic!(
+                "{} of {n} jobs completed; open: {open:?}\n{}",
+                standin.jobs_in("completed"),
+                logs(hosts)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_no_registration_left(standin: &Standin, within: Duration, hosts: &[Daemon]) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !standin.runners().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "registrations left: {:?}\n{}",
+            standin.runners(),
+            logs(hosts)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Jobs two hosts were granted (the ledger writes every grant beside the claim decision).
+fn jobs_granted_to_two_hosts(pg: &Postgres) -> Vec<String> {
+    pg.query(
+        "SELECT job_id FROM ephemer_claims GROUP BY owner, job_id HAVING count(DISTINCT host) > 1",
+    )
+}
+
+#[actix_rt::test]
+async fn three_hosts_run_every_job_exactly_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(150);
+    let hosts = three_hosts(&pg, &standin, "30s", "").await;
+
+    let mut ids = standin.queue_jobs("app", LINUX, 200);
+    ids.extend(standin.queue_jobs("app", GPU, 100));
+    wait_completed(&standin, 300, Duration::from_secs(300), &hosts).await;
+    wait_no_registration_left(&standin, Duration::from_secs(30), &hosts).await;
+
+    // Every job ran once, on a runner of a pool that covers it.
+    for job in standin.jobs() {
+        let runner = job.runner_name.clone().unwrap_or_default();
+        let pool = if job.labels.iter().any(|l| l == "gpu") {
+            "-gpu-"
+        } else {
+            "-cpu-"
+        };
+        assert!(runner.contains(pool), "job {} ran on {runner}", job.id);
+    }
+    // One grant per job across the fleet; registrations at most one per job plus the
+    // fungibility heals the single-host tests allow.
+    assert_eq!(
+        jobs_granted_to_two_hosts(&pg),
+        Vec::<String>::new(),
+        "{}",
+        logs(&hosts)
+    );
+    let heals: usize = hosts
+        .iter()
+        .map(|d| d.logs().matches("dispatching the job again").count())
+        .sum();
+    let claims = standin.count("generate_jitconfig");
+    assert!(
+        (300..=300 + heals).contains(&claims),
+        "{claims} registrations for 300 jobs with {heals} heals\n{}",
+        logs(&hosts)
+    );
+    let dups = standin
+        .deliveries()
+        .iter()
+        .filter(|d| d.action == "queued")
+        .count();
+    assert!(
+        dups > 300 + 50,
+        "a third of the queued deliveries went to every host: {dups}"
+    );
+
+    // `status` shows the fleet.
+    let status = hosts[0].ctl_json(&["status"]).await;
+    let fleet = status["fleet"]["hosts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = fleet.iter().filter_map(|h| h["host"].as_str()).collect();
+    assert_eq!(names, ["h1", "h2", "h3"], "{status}");
+    let id = ids[0].to_string();
+    let job = hosts[0].ctl_json(&["jobs", &id]).await;
+    assert_eq!(job["ledger"]["phase"], "completed", "{job}");
+    let (_, table, _) = hosts[1].ctl(&["status"]).await;
+    assert!(
+        table.contains("HOST") && table.contains("h3") && table.contains("live"),
+        "{table}"
+    );
+    let (_, doctor, _) = hosts[2].ctl(&["doctor"]).await;
+    assert!(doctor.contains("connected; schema version 1"), "{doctor}");
+    stop_all(hosts).await;
+}
+
+/// Claim decisions (generate-jitconfig calls) the stand-in saw, with their unix ms.
+fn claim_times(standin: &Standin) -> Vec<u128> {
+    standin
+        .calls_to("generate_jitconfig")
+        .iter()
+        .map(|c| c.at_ms)
+        .collect()
+}
+
+#[actix_rt::test]
+async fn a_killed_host_s_unstarted_jobs_run_on_another_with_their_ladder() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    // h1's runners die before taking a job, so the jobs it holds sit on its ladder.
+    let broken = pool("cpu", LINUX, 4).replace(
+        &format!(
+            "command = \"{}\"\nargs = [\"standin-runner\"]",
+            env!("CARGO_BIN_EXE_ephemer-actors")
+        ),
+        "command = \"/bin/false\"",
+    );
+    assert!(broken.contains("/bin/false"));
+    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "6s", ""), &broken).await;
+    standin.queue_jobs("app", LINUX, 6);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let held = loop {
+        let held = pg.query("SELECT job_id FROM ephemer_jobs WHERE holder = 'h1' AND phase = 'held' AND attempts >= 1 ORDER BY job_id");
+        if held.len() >= 3 {
+            break held;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "h1 never held 3 failed jobs: {held:?}\n{}",
+            h1.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let h1_logs = h1.logs();
+    let _left = h1.kill9().await;
+    let killed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let h2 = Daemon::start(
+        &standin,
+        &extra(&pg, "h2", "6s", ""),
+        &pool("cpu", LINUX, 4),
+    )
+    .await;
+    let hosts = [h2];
+    wait_completed(&standin, 6, Duration::from_secs(60), &hosts).await;
+    for id in &held {
+        let id: u64 = id.parse().unwrap();
+        let job = standin.jobs().into_iter().find(|j| j.id == id).unwrap();
+        let picked = job.picked_at_ms.unwrap();
+        // The lease (6 s) plus 5 s, and the rung the job's ladder was on (1-2 s).
+        assert!(
+            picked.saturating_sub(killed) <= 13_000,
+            "job {id} picked {} ms after the kill\n{h1_logs}\n{}",
+            picked.saturating_sub(killed),
+            logs(&hosts)
+        );
+        assert!(job.runner_name.as_deref().unwrap_or("").contains("-cpu-"));
+        let detail = hosts[0].ctl_json(&["jobs", &id.to_string()]).await;
+        let timeline = detail["job"]["timeline"].to_string();
+        assert!(
+            timeline.contains("released to the fleet by h2 with")
+                && !timeline.contains("with 0 failure"),
+            "job {id} came back without its ladder: {detail}\n{}",
+            logs(&hosts)
+        );
+    }
+    // The dead host's registrations are deleted by the survivor; nothing is left.
+    wait_no_registration_left(&standin, Duration::from_secs(40), &hosts).await;
+    assert_eq!(
+        pg.query("SELECT count(*) FROM ephemer_registrations WHERE host = 'h1'"),
+        ["0"]
+    );
+    stop_all(hosts).await;
+}
+
+#[actix_rt::test]
+async fn an_empty_registration_budget_holds_every_host_until_its_reset() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let mut hosts = Vec::new();
+    for host in ["h1", "h2"] {
+        hosts.push(
+            Daemon::start(
+                &standin,
+                &extra(&pg, host, "30s", ""),
+                &pool("cpu", LINUX, 4),
+            )
+            .await,
+        );
+    }
+    route_to(&standin, &hosts, 0.0);
+    let reset = standin.exhaust_bucket_for("actions_runner_registration", Duration::from_secs(12));
+    standin.queue_jobs("app", LINUX, 1);
+    // The first claim learns the budget is empty; the fleet hears it from the ledger.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while standin.count("generate_jitconfig") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{}", logs(&hosts));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    standin.queue_jobs("app", LINUX, 6);
+    wait_completed(&standin, 7, Duration::from_secs(60), &hosts).await;
+    let early: Vec<u128> = claim_times(&standin)
+        .into_iter()
+        .filter(|at| *at < u128::from(reset) * 1000)
+        .collect();
+    assert_eq!(
+        early.len(),
+        1,
+        "claims before the reset: {early:?}\n{}",
+        logs(&hosts)
+    );
+    stop_all(hosts).await;
+}
+
+#[actix_rt::test]
+async fn the_fleet_shares_one_claim_window() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let mut hosts = Vec::new();
+    for host in ["h1", "h2", "h3"] {
+        hosts.push(
+            Daemon::start_with_github(
+                &standin,
+                "max_claims_per_minute = 4",
+                &extra(&pg, host, "30s", ""),
+                &pool("cpu", LINUX, 4),
+            )
+            .await,
+        );
+    }
+    route_to(&standin, &hosts, 1.0 / 3.0);
+    standin.queue_jobs("app", LINUX, 8);
+    wait_completed(&standin, 8, Duration::from_secs(150), &hosts).await;
+    let times = claim_times(&standin);
+    assert_eq!(times.len(), 8, "{}", logs(&hosts));
+    for (i, at) in times.iter().enumerate() {
+        let in_window = times[i..].iter().filter(|t| **t < at + 60_000).count();
+        assert!(
+            in_window <= 4,
+            "{in_window} claims in the 60 s from {at}: {times:?}"
+        );
+    }
+    stop_all(hosts).await;
+}
+
+#[actix_rt::test]
+async fn deliveries_get_503_while_the_database_is_down_and_nothing_is_lost() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(1500);
+    let mut hosts = Vec::new();
+    for host in ["h1", "h2"] {
+        hosts.push(
+            Daemon::start_reconciling(
+                &standin,
+                "3s",
+                &extra(&pg, host, "30s", "[runner.orphan_sweep]\ngrace = \"15s\""),
+                &pool("cpu", LINUX, 4),
+            )
+            .await,
+        );
+    }
+    route_to(&standin, &hosts, 0.0);
+    standin.queue_jobs("app", LINUX, 6);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while standin.jobs_in("in_progress") < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "{}", logs(&hosts));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pg.stop_server();
+    let stopped = tokio::time::Instant::now();
+    standin.queue_jobs("app", LINUX, 6);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ready = support::http_get(&hosts[0].addr, "/readyz")
+        .await
+        .map(|r| r.0);
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(stopped.elapsed())).await;
+    pg.start_server();
+    wait_completed(&standin, 12, Duration::from_secs(90), &hosts).await;
+    let server_log = pg.log();
+    assert!(
+        server_log.contains("database system is ready"),
+        "{server_log}"
+    );
+    assert_eq!(ready, Some(503), "/readyz while the ledger is down");
+    let refused = standin
+        .deliveries()
+        .iter()
+        .filter(|d| d.status == 503)
+        .count();
+    assert!(
+        refused > 0,
+        "no delivery was refused while the database was down"
+    );
+    let mut counted = 0.0;
+    for d in &hosts {
+        let metrics = d.metrics().await;
+        counted += metrics
+            .lines()
+            .find(|l| l.starts_with("ephemerd_webhook_refused_total{reason=\"ledger_down\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    assert!(
+        counted >= refused as f64,
+        "{refused} deliveries refused, {counted} counted"
+    );
+    // In-progress deliveries refused during the outage leave runners whose job was never seen
+    // running: they are re-dispatched (the single-host heal), and the spares are reaped by the
+    // orphan sweep (every 30 s) once their grace is over, as on one host.
+    wait_no_registration_left(&standin, Duration::from_secs(90), &hosts).await;
+    stop_all(hosts).await;
+}
