@@ -345,6 +345,16 @@ pub fn start(
                 events: scheduler.clone().recipient(),
                 load: scheduler.clone().recipient(),
                 delete: github.clone().recipient(),
+                list: github.clone().recipient(),
+                scopes: if config.github.repos.is_empty() {
+                    vec![None]
+                } else {
+                    config.github.repos.iter().cloned().map(Some).collect()
+                },
+                identity: crate::cluster::RunnerIdentity {
+                    name_prefix: config.runner.name_prefix.clone(),
+                    install_id: install_id.clone(),
+                },
                 rate: Some((rate.clone().recipient(), rate_key.clone())),
             },
         )

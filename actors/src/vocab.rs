@@ -345,6 +345,24 @@ impl LabelSet {
 /// How many characters [`random_suffix`] makes.
 pub const RANDOM_SUFFIX_LEN: usize = 8;
 
+/// Whether `name` is a runner of the install `install_id` under `name_prefix`, of any pool,
+/// configured now or not: `<name_prefix>-<pool>-<install_id><random suffix>`. Another
+/// install's runners, even of a pool whose name ends in `-<install_id>`, are not.
+pub fn names_install_runner(name: &str, name_prefix: &str, install_id: &str) -> bool {
+    let Some(rest) = name
+        .strip_prefix(name_prefix)
+        .and_then(|rest| rest.strip_prefix('-'))
+    else {
+        return false;
+    };
+    !install_id.is_empty()
+        && rest.rsplit_once('-').is_some_and(|(pool, tail)| {
+            !pool.is_empty()
+                && tail.len() == install_id.len() + RANDOM_SUFFIX_LEN
+                && tail.starts_with(install_id)
+        })
+}
+
 /// Eight lowercase alphanumerics for a runner name.
 pub fn random_suffix() -> String {
     use rand::RngExt as _;

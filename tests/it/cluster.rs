@@ -130,34 +130,7 @@ async fn three_hosts_run_every_job_exactly_once() {
     wait_completed(&standin, 300, Duration::from_secs(300), &hosts).await;
     wait_no_registration_left(&standin, Duration::from_secs(30), &hosts).await;
 
-    // Every job ran once, on a runner of a pool that covers it.
-    for job in standin.jobs() {
-        let runner = job.runner_name.clone().unwrap_or_default();
-        let pool = if job.labels.iter().any(|l| l == "gpu") {
-            "-gpu-"
-        } else {
-            "-cpu-"
-        };
-        assert!(runner.contains(pool), "job {} ran on {runner}", job.id);
-    }
-    // One grant per job across the fleet; registrations at most one per job plus the
-    // fungibility heals the single-host tests allow.
-    assert_eq!(
-        jobs_granted_to_two_hosts(&pg),
-        Vec::<String>::new(),
-        "{}",
-        logs(&hosts)
-    );
-    let heals: usize = hosts
-        .iter()
-        .map(|d| d.logs().matches("dispatching the job again").count())
-        .sum();
-    let claims = standin.count("generate_jitconfig");
-    assert!(
-        (300..=300 + heals).contains(&claims),
-        "{claims} registrations for 300 jobs with {heals} heals\n{}",
-        logs(&hosts)
-    );
+    every_job_ran_once(&standin, &pg, &hosts, &[]);
     let dups = standin
         .deliveries()
         .iter()
@@ -189,6 +162,97 @@ async fn three_hosts_run_every_job_exactly_once() {
     stop_all(hosts).await;
 }
 
+/// Every job ran once, on a runner of a pool that covers it; no job was granted to two hosts
+/// (but those in `released`, given back when their holder died); registrations at most one
+/// per job, plus the fungibility heals the single-host tests allow, plus one per release.
+fn every_job_ran_once(standin: &Standin, pg: &Postgres, hosts: &[Daemon], released: &[String]) {
+    let jobs = standin.jobs();
+    for job in &jobs {
+        let runner = job.runner_name.clone().unwrap_or_default();
+        let pool = if job.labels.iter().any(|l| l == "gpu") {
+            "-gpu-"
+        } else {
+            "-cpu-"
+        };
+        assert_eq!(job.status, "completed", "job {}", job.id);
+        assert!(runner.contains(pool), "job {} ran on {runner}", job.id);
+    }
+    let twice: Vec<String> = jobs_granted_to_two_hosts(pg)
+        .into_iter()
+        .filter(|id| !released.contains(id))
+        .collect();
+    assert_eq!(twice, Vec::<String>::new(), "{}", logs(hosts));
+    let heals: usize = hosts
+        .iter()
+        .map(|d| d.logs().matches("dispatching the job again").count())
+        .sum();
+    let claims = standin.count("generate_jitconfig");
+    let most = jobs.len() + heals + released.len();
+    assert!(
+        (jobs.len()..=most).contains(&claims),
+        "{claims} registrations for {} jobs with {heals} heals and {} releases\n{}",
+        jobs.len(),
+        released.len(),
+        logs(hosts)
+    );
+}
+
+/// Unix milliseconds now.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+#[actix_rt::test]
+async fn a_host_killed_a_third_of_the_way_in_loses_nothing() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(150);
+    let mut hosts = three_hosts(&pg, &standin, "6s", "").await;
+    standin.queue_jobs("app", LINUX, 200);
+    standin.queue_jobs("app", GPU, 100);
+    wait_completed(&standin, 100, Duration::from_secs(300), &hosts).await;
+
+    // kill -9 of h1 (a cpu host; h2 covers the same labels). Its runner processes live on,
+    // as they do when only the daemon dies, and finish the jobs they took.
+    let h1 = hosts.remove(0);
+    let h1_logs = h1.logs();
+    let held = pg.query("SELECT job_id FROM ephemer_jobs WHERE holder = 'h1' AND phase = 'held'");
+    let _left = h1.kill9().await;
+    let killed = now_ms();
+    route_to(&standin, &hosts, 1.0 / 3.0);
+    wait_completed(&standin, 300, Duration::from_secs(300), &hosts).await;
+
+    // Every job h1 held and had not started was picked within the lease (6 s) plus 5 s.
+    for id in &held {
+        let id: u64 = id.parse().unwrap();
+        let job = standin.jobs().into_iter().find(|j| j.id == id).unwrap();
+        let after = job.picked_at_ms.unwrap().saturating_sub(killed);
+        assert!(
+            job.picked_at_ms.unwrap() < killed || after <= 11_000,
+            "job {id}, held by h1, picked {after} ms after the kill\n{h1_logs}\n{}",
+            logs(&hosts)
+        );
+    }
+    let released = pg.query("SELECT DISTINCT job_id FROM ephemer_events WHERE action = 'released'");
+    assert!(
+        held.iter().all(|id| released.contains(id) || {
+            let id: u64 = id.parse().unwrap();
+            standin
+                .jobs()
+                .iter()
+                .any(|j| j.id == id && j.picked_at_ms.unwrap() < killed + 6_000)
+        }),
+        "held {held:?}, released {released:?}"
+    );
+    // The dead host's registrations are deleted by the survivors (its busy runners finish
+    // their job first); nothing is left.
+    wait_no_registration_left(&standin, Duration::from_secs(90), &hosts).await;
+    every_job_ran_once(&standin, &pg, &hosts, &released);
+    stop_all(hosts).await;
+}
+
 /// Claim decisions (generate-jitconfig calls) the stand-in saw, with their unix ms.
 fn claim_times(standin: &Standin) -> Vec<u128> {
     standin
@@ -198,11 +262,9 @@ fn claim_times(standin: &Standin) -> Vec<u128> {
         .collect()
 }
 
-#[actix_rt::test]
-async fn a_killed_host_s_unstarted_jobs_run_on_another_with_their_ladder() {
-    let Some(pg) = Postgres::start() else { return };
-    let standin = support::standin(100);
-    // h1's runners die before taking a job, so the jobs it holds sit on its ladder.
+/// A local pool whose runners die before taking a job (`/bin/false`): the jobs its host holds
+/// sit on its ladder.
+fn broken_pool() -> String {
     let broken = pool("cpu", LINUX, 4).replace(
         &format!(
             "command = \"{}\"\nargs = [\"standin-runner\"]",
@@ -211,27 +273,45 @@ async fn a_killed_host_s_unstarted_jobs_run_on_another_with_their_ladder() {
         "command = \"/bin/false\"",
     );
     assert!(broken.contains("/bin/false"));
-    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "6s", ""), &broken).await;
-    standin.queue_jobs("app", LINUX, 6);
+    broken
+}
+
+/// Waits until `host` holds at least `n` jobs with a failure on their ladder; their ids.
+async fn wait_held_with_failures(
+    pg: &Postgres,
+    host: &str,
+    n: usize,
+    hosts: &[Daemon],
+) -> Vec<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let held = loop {
-        let held = pg.query("SELECT job_id FROM ephemer_jobs WHERE holder = 'h1' AND phase = 'held' AND attempts >= 1 ORDER BY job_id");
-        if held.len() >= 3 {
-            break held;
+    loop {
+        let held = pg.query(&format!(
+            "SELECT job_id FROM ephemer_jobs WHERE holder = '{host}' AND phase = 'held' \
+             AND attempts >= 1 ORDER BY job_id"
+        ));
+        if held.len() >= n {
+            return held;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "h1 never held 3 failed jobs: {held:?}\n{}",
-            h1.logs()
+            "{host} never held {n} failed jobs: {held:?}\n{}",
+            logs(hosts)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    }
+}
+
+#[actix_rt::test]
+async fn a_killed_host_s_unstarted_jobs_run_on_another_with_their_ladder() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let broken = broken_pool();
+    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "6s", ""), &broken).await;
+    standin.queue_jobs("app", LINUX, 6);
+    let held = wait_held_with_failures(&pg, "h1", 3, std::slice::from_ref(&h1)).await;
     let h1_logs = h1.logs();
     let _left = h1.kill9().await;
-    let killed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
+    let killed = now_ms();
     let h2 = Daemon::start(
         &standin,
         &extra(&pg, "h2", "6s", ""),
@@ -406,5 +486,39 @@ async fn deliveries_get_503_while_the_database_is_down_and_nothing_is_lost() {
     // running: they are re-dispatched (the single-host heal), and the spares are reaped by the
     // orphan sweep (every 30 s) once their grace is over, as on one host.
     wait_no_registration_left(&standin, Duration::from_secs(90), &hosts).await;
+    stop_all(hosts).await;
+}
+
+#[actix_rt::test]
+async fn a_cordoned_host_gives_its_unstarted_jobs_to_the_fleet_at_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let broken = broken_pool();
+    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "30s", ""), &broken).await;
+    standin.queue_jobs("app", LINUX, 3);
+    let held = wait_held_with_failures(&pg, "h1", 3, std::slice::from_ref(&h1)).await;
+    // h2 comes up while h1 holds them: it may not take them while h1's lease is current.
+    let h2 = Daemon::start(
+        &standin,
+        &extra(&pg, "h2", "30s", ""),
+        &pool("cpu", LINUX, 4),
+    )
+    .await;
+    let hosts = [h1, h2];
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(standin.jobs_in("completed"), 0, "{}", logs(&hosts));
+    let (code, out, err) = hosts[0].ctl(&["cordon"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // Well inside h1's 30 s lease: the jobs went back at the cordon, not at a lease expiry.
+    wait_completed(&standin, 3, Duration::from_secs(20), &hosts).await;
+    for id in held {
+        let detail = hosts[1].ctl_json(&["jobs", &id]).await;
+        assert!(
+            detail["job"]["timeline"]
+                .to_string()
+                .contains("released to the fleet by h1"),
+            "{detail}"
+        );
+    }
     stop_all(hosts).await;
 }

@@ -4,6 +4,7 @@ mod admin;
 mod chaos;
 mod cli;
 mod cluster;
+mod cluster_figures;
 mod container;
 mod docs;
 mod doctor;

@@ -12,9 +12,9 @@ use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, WrapFuture,
 };
 
-use super::{DeadRegistration, Ledger, stream::FleetEvent};
+use super::{DeadRegistration, Ledger, RunnerIdentity, stream::FleetEvent};
 use crate::{
-    github::actor::DeleteRunner,
+    github::actor::{DeleteRunner, ListRunners},
     rate::{RateReading, SubscribeRate},
     vocab::RateSnapshot,
 };
@@ -47,6 +47,13 @@ pub struct FleetWiring {
     pub load: Recipient<GetLoad>,
     /// Deletes a dead host's registrations.
     pub delete: Recipient<DeleteRunner>,
+    /// Lists registrations, to find a dead host's that the ledger never heard of (made just
+    /// before it died).
+    pub list: Recipient<ListRunners>,
+    /// Where runners are registered: the repos of repo-level runners, else `[None]` (the org).
+    pub scopes: Vec<Option<String>>,
+    /// This host's runner names.
+    pub identity: RunnerIdentity,
     /// Rate readings of this host's credential.
     pub rate: Option<(Recipient<SubscribeRate>, String)>,
 }
@@ -79,24 +86,96 @@ impl FleetActor {
         self.beating = true;
         let ledger = self.ledger.clone();
         let load = self.wiring.load.clone();
+        let identity = self.wiring.identity.clone();
         let fut = async move {
             let load = load.send(GetLoad).await.unwrap_or_default();
             ledger
-                .heartbeat(&load.pools, load.used as i32, load.capacity as i32)
+                .heartbeat(
+                    &load.pools,
+                    load.used as i32,
+                    load.capacity as i32,
+                    &identity,
+                )
                 .await?;
-            ledger.reap().await
+            let registrations = ledger.reap().await?;
+            let hosts = ledger.dead_hosts_to_sweep().await?;
+            Ok::<_, super::LedgerError>((registrations, hosts))
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| {
             act.beating = false;
             match result {
-                Ok(dead) => {
-                    for registration in dead {
+                Ok((registrations, hosts)) => {
+                    for registration in registrations {
                         act.delete(registration, ctx);
+                    }
+                    for (host, identity) in hosts {
+                        act.sweep(host, identity, ctx);
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cluster heartbeat failed"),
             }
         }));
+    }
+
+    /// Looks on GitHub for a dead host's runners (by the shape of their names) and deletes
+    /// the idle ones; a busy one is left to finish its job. When none is left at all, the
+    /// host is forgotten.
+    fn sweep(&mut self, host: String, identity: RunnerIdentity, ctx: &mut Context<Self>) {
+        if identity.install_id.is_empty() {
+            return;
+        }
+        let list = self.wiring.list.clone();
+        let delete = self.wiring.delete.clone();
+        let scopes = self.wiring.scopes.clone();
+        let ledger = self.ledger.clone();
+        let prefix = format!("{}-", identity.name_prefix);
+        ctx.spawn(
+            async move {
+                let mut left = 0usize;
+                for repo in scopes {
+                    let listed = list
+                        .send(ListRunners {
+                            repo: repo.clone(),
+                            name_prefix: prefix.clone(),
+                        })
+                        .await;
+                    let Ok(Ok(runners)) = listed else {
+                        tracing::warn!(%host, ?repo, "cannot list a dead host's runners; tried again later");
+                        return;
+                    };
+                    for r in runners.into_iter().filter(|r| {
+                        crate::vocab::names_install_runner(
+                            &r.name,
+                            &identity.name_prefix,
+                            &identity.install_id,
+                        )
+                    }) {
+                        left += 1;
+                        if r.busy {
+                            continue;
+                        }
+                        let deleted = delete
+                            .send(DeleteRunner {
+                                repo: repo.clone(),
+                                runner_id: r.id,
+                            })
+                            .await;
+                        if matches!(deleted, Ok(Ok(()))) {
+                            left -= 1;
+                            tracing::info!(runner = %r.name, %host, "deleted a dead host's idle runner");
+                            let _ = ledger.forget_registration(&r.name).await;
+                        }
+                    }
+                }
+                if left == 0 {
+                    tracing::info!(%host, "no runner of the dead host is left; forgetting it");
+                    if let Err(e) = ledger.forget_host(&host).await {
+                        tracing::warn!(error = %e, %host, "cannot forget a dead host");
+                    }
+                }
+            }
+            .into_actor(self),
+        );
     }
 
     fn delete(&mut self, r: DeadRegistration, ctx: &mut Context<Self>) {

@@ -361,7 +361,6 @@ impl Ledger {
                 VALUES ($1, $2, $3, $4, $5 || ' (delivered to ' || $6 || ')')
                 ON CONFLICT (owner, job_id) DO UPDATE
                     SET phase = EXCLUDED.phase, info = EXCLUDED.info, why = EXCLUDED.why,
-                        holder = CASE WHEN EXCLUDED.phase = 'queued' THEN j.holder ELSE j.holder END,
                         updated_at = clock_timestamp()
                     WHERE EXCLUDED.phase <> 'queued' AND j.phase <> 'completed'
                       AND j.phase <> EXCLUDED.phase
@@ -494,17 +493,22 @@ impl Ledger {
         pools: &serde_json::Value,
         used: i32,
         capacity: i32,
+        identity: &RunnerIdentity,
     ) -> Result<(), LedgerError> {
         let lease_ms = self.lease.as_millis() as i64;
         let result = async {
             let client = self.client().await?;
             client
                 .execute(
-                    "INSERT INTO ephemer_hosts (host, lease_until, pools, used, capacity, version)
-                     VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond', $3, $4, $5, $6)
+                    "INSERT INTO ephemer_hosts (host, lease_until, pools, used, capacity, version,
+                        name_prefix, install_id)
+                     VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond', $3, $4,
+                        $5, $6, $7, $8)
                      ON CONFLICT (host) DO UPDATE SET lease_until = EXCLUDED.lease_until,
                         pools = EXCLUDED.pools, used = EXCLUDED.used,
-                        capacity = EXCLUDED.capacity, version = EXCLUDED.version",
+                        capacity = EXCLUDED.capacity, version = EXCLUDED.version,
+                        name_prefix = EXCLUDED.name_prefix, install_id = EXCLUDED.install_id,
+                        swept_at = NULL",
                     &[
                         &&*self.host,
                         &lease_ms,
@@ -512,6 +516,8 @@ impl Ledger {
                         &used,
                         &capacity,
                         &env!("CARGO_PKG_VERSION"),
+                        &identity.name_prefix,
+                        &identity.install_id,
                     ],
                 )
                 .await?;
@@ -546,6 +552,57 @@ impl Ledger {
         self.track(result)
     }
 
+    /// Dead hosts whose runners this host should look for on GitHub now: each is handed to
+    /// one survivor at a time, again a minute later until none of its runners is left.
+    pub async fn dead_hosts_to_sweep(&self) -> Result<Vec<(String, RunnerIdentity)>, LedgerError> {
+        let result = async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "UPDATE ephemer_hosts SET swept_at = clock_timestamp()
+                     WHERE host IN (
+                        SELECT host FROM ephemer_hosts
+                        WHERE lease_until < clock_timestamp() AND host <> $1
+                          AND (swept_at IS NULL OR swept_at < clock_timestamp() - interval '60 seconds')
+                        FOR UPDATE SKIP LOCKED)
+                     RETURNING host, name_prefix, install_id",
+                    &[&&*self.host],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get(0),
+                        RunnerIdentity {
+                            name_prefix: r.get(1),
+                            install_id: r.get(2),
+                        },
+                    )
+                })
+                .collect())
+        }
+        .await;
+        self.track(result)
+    }
+
+    /// Forgets a dead host none of whose runners is left on GitHub (its jobs were released
+    /// already; a host that comes back writes its row again).
+    pub async fn forget_host(&self, host: &str) -> Result<(), LedgerError> {
+        let result = async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "DELETE FROM ephemer_hosts WHERE host = $1 AND lease_until < clock_timestamp()",
+                    &[&host],
+                )
+                .await?;
+            Ok(())
+        }
+        .await;
+        self.track(result)
+    }
+
     /// Forgets a registration that is gone on GitHub.
     pub async fn forget_registration(&self, name: &str) -> Result<(), LedgerError> {
         let result = async {
@@ -575,7 +632,8 @@ impl Ledger {
                             updated_at = clock_timestamp()
                         WHERE j.holder = $1 AND j.phase = 'held' AND NOT EXISTS (
                             SELECT 1 FROM ephemer_registrations g
-                            WHERE g.owner = j.owner AND g.job_id = j.job_id AND g.host = $1)
+                            WHERE g.owner = j.owner AND g.job_id = j.job_id AND g.host = $1
+                              AND g.gone_at IS NULL)
                         RETURNING j.*
                     ), ev AS (
                         INSERT INTO ephemer_events (owner, job_id, action, origin, body)
@@ -707,6 +765,15 @@ impl Ledger {
         .await;
         self.track(result)
     }
+}
+
+/// What a host's runner names are made of: `<name_prefix>-<pool>-<install_id><random>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunnerIdentity {
+    /// `runner.name_prefix`.
+    pub name_prefix: String,
+    /// The host's install id (`state.dir/install-id`).
+    pub install_id: String,
 }
 
 /// A registration of a dead host that this host was given to delete.

@@ -25,7 +25,13 @@ CREATE TABLE ephemer_hosts (
     pools        jsonb NOT NULL DEFAULT '[]',
     used         integer NOT NULL DEFAULT 0,
     capacity     integer NOT NULL DEFAULT 0,
-    version      text NOT NULL DEFAULT ''
+    version      text NOT NULL DEFAULT '',
+    -- What its runners' names are made of, so a survivor can find on GitHub the
+    -- registrations it made and had not written here yet when it died.
+    name_prefix  text NOT NULL DEFAULT '',
+    install_id   text NOT NULL DEFAULT '',
+    -- When a survivor last looked on GitHub for its runners (once it is dead).
+    swept_at     timestamptz
 );
 
 -- One row per job any host accepted. phase: queued (nobody holds it), held (a host claims

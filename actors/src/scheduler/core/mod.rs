@@ -541,19 +541,7 @@ impl Scheduler {
         {
             return true;
         }
-        let id = &s.install_id;
-        let Some(rest) = name
-            .strip_prefix(&s.name_prefix)
-            .and_then(|rest| rest.strip_prefix('-'))
-        else {
-            return false;
-        };
-        !id.is_empty()
-            && rest.rsplit_once('-').is_some_and(|(pool, tail)| {
-                !pool.is_empty()
-                    && tail.len() == id.len() + crate::vocab::RANDOM_SUFFIX_LEN
-                    && tail.starts_with(id.as_str())
-            })
+        crate::vocab::names_install_runner(name, &s.name_prefix, &s.install_id)
     }
 
     /// Repos of repo-level runners (empty: org-level).
