@@ -522,3 +522,87 @@ async fn a_cordoned_host_gives_its_unstarted_jobs_to_the_fleet_at_once() {
     }
     stop_all(hosts).await;
 }
+
+#[actix_rt::test]
+async fn a_ledger_with_a_newer_schema_is_refused() {
+    let Some(pg) = Postgres::start() else { return };
+    pg.query(
+        "CREATE TABLE ephemer_schema (version integer NOT NULL, \
+         applied_at timestamptz NOT NULL DEFAULT now()); \
+         INSERT INTO ephemer_schema (version) VALUES (99)",
+    );
+    let standin = support::standin(100);
+    let dir = tempfile::tempdir().unwrap();
+    let text = support::daemon::config(
+        &standin,
+        support::daemon::free_port(),
+        &dir.path().join("state"),
+        "0s",
+        &extra(&pg, "h1", "30s", ""),
+        &pool("cpu", LINUX, 1),
+    );
+    let cfg = support::write_file(dir.path(), "ephemer.toml", &text);
+    let mut serve = support::daemon();
+    serve.arg("serve").arg("--config").arg(&cfg);
+    let (code, out, err) = support::output(serve).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("version 99, newer than this binary knows (1)"),
+        "{err}"
+    );
+    // Nothing was written over it.
+    assert_eq!(pg.query("SELECT max(version) FROM ephemer_schema"), ["99"]);
+}
+
+#[actix_rt::test]
+async fn the_ledger_over_tls_trusts_github_ca_file_only() {
+    let ca = crate::support::tls::test_ca();
+    let Some(pg) = Postgres::start_tls(&ca.server) else {
+        return;
+    };
+    assert!(pg.url().ends_with("sslmode=require"));
+    let standin = support::standin(100);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = support::write_file(dir.path(), "ca.pem", &ca.ca_pem);
+    let trusting = format!("ca_file = \"{}\"", ca_file.display());
+    let d = Daemon::start_with_github(
+        &standin,
+        &trusting,
+        &extra(&pg, "h1", "30s", ""),
+        &pool("cpu", LINUX, 2),
+    )
+    .await;
+    standin.queue_jobs("app", LINUX, 2);
+    wait_completed(
+        &standin,
+        2,
+        Duration::from_secs(30),
+        std::slice::from_ref(&d),
+    )
+    .await;
+    let (_, doctor, _) = d.ctl(&["doctor"]).await;
+    assert!(doctor.contains("connected; schema version 1"), "{doctor}");
+    stop_all([d]).await;
+
+    // Without the CA the server's certificate is not trusted: doctor says so.
+    let text = support::daemon::config(
+        &standin,
+        support::daemon::free_port(),
+        &dir.path().join("state2"),
+        "0s",
+        &extra(&pg, "h2", "30s", ""),
+        &pool("cpu", LINUX, 1),
+    );
+    let cfg = support::write_file(dir.path(), "untrusting.toml", &text);
+    let mut doctor = support::daemon();
+    doctor.arg("doctor").arg("--config").arg(&cfg);
+    let (_, out, err) = support::output(doctor).await;
+    let line = out
+        .lines()
+        .find(|l| l.contains("cluster.url"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("FAIL") || line.to_lowercase().contains("fail"),
+        "{out}{err}"
+    );
+}

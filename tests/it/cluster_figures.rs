@@ -27,6 +27,9 @@ use crate::support::{
 };
 
 const LINUX: &[&str] = &["self-hosted", "linux", "x64"];
+/// Claims are not paced in these runs (the stand-in has no secondary limit): the figures are
+/// the daemon's and the ledger's, not the window's.
+const UNPACED: &str = "max_claims_per_minute = 10000";
 
 fn ledger_config(pg: &Postgres, host: &str) -> Config {
     let text = format!(
@@ -170,7 +173,13 @@ async fn cluster_figures() {
 
     // One host alone, no ledger.
     let standin = support::standin(50);
-    let single = Daemon::start(&standin, "[runner]\nmax_concurrent = 4", &local("cpu")).await;
+    let single = Daemon::start_with_github(
+        &standin,
+        UNPACED,
+        "[runner]\nmax_concurrent = 4\nshutdown_timeout = \"10s\"",
+        &local("cpu"),
+    )
+    .await;
     let alone = webhook_to_claim_ms(&standin, std::slice::from_ref(&single), 40).await;
     single.stop(Duration::from_secs(30)).await;
 
@@ -179,10 +188,10 @@ async fn cluster_figures() {
     let mut hosts = Vec::new();
     for host in ["h1", "h2", "h3"] {
         let extra = format!(
-            "[runner]\nmax_concurrent = 4\n\n[cluster]\nurl = \"{}\"\nhost = \"{host}\"\n",
+            "[runner]\nmax_concurrent = 4\nshutdown_timeout = \"10s\"\n\n[cluster]\nurl = \"{}\"\nhost = \"{host}\"\n",
             pg.url()
         );
-        hosts.push(Daemon::start(&standin, &extra, &local("cpu")).await);
+        hosts.push(Daemon::start_with_github(&standin, UNPACED, &extra, &local("cpu")).await);
     }
     let urls: Vec<String> = hosts
         .iter()

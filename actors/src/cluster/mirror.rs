@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::Ledger;
-use crate::store::Op;
+use super::{Ledger, LedgerError};
+use crate::store::{Op, RetryRow, RunnerRow};
 
 /// A handle on the mirroring task. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -50,5 +50,107 @@ impl Mirror {
         if !kept.is_empty() {
             let _ = self.tx.send(kept);
         }
+    }
+}
+
+impl Ledger {
+    /// Mirrors the store changes that must survive this host: registrations made and gone,
+    /// and the ladder of the jobs it holds. One round trip for the lot.
+    pub async fn mirror(&self, ops: &[Op]) -> Result<(), LedgerError> {
+        let mut sql = String::new();
+        let mut any = false;
+        for op in ops {
+            match op {
+                Op::PutRunner(r) => {
+                    any = true;
+                    sql.push_str(&self.put_registration(r));
+                }
+                Op::DeleteRunner(name) => {
+                    any = true;
+                    sql.push_str(&format!(
+                        "UPDATE ephemer_registrations SET gone_at = clock_timestamp() \
+                         WHERE name = {};\n",
+                        quote(name)
+                    ));
+                }
+                Op::PutRetry(r) => {
+                    any = true;
+                    sql.push_str(&ladder(r));
+                }
+                _ => {}
+            }
+        }
+        if !any {
+            return Ok(());
+        }
+        let result = async {
+            let client = self.client().await?;
+            client.batch_execute(&sql).await?;
+            Ok(())
+        }
+        .await;
+        self.track(result)
+    }
+
+    fn put_registration(&self, r: &RunnerRow) -> String {
+        format!(
+            "INSERT INTO ephemer_registrations (name, runner_id, host, pool, repo, owner, job_id) \
+             VALUES ({}, {}, {}, {}, {}, {}, {}) ON CONFLICT (name) DO NOTHING;\n",
+            quote(&r.name),
+            r.id as i64,
+            quote(&self.host),
+            quote(r.provider.as_str()),
+            r.repo.as_deref().map_or("NULL".to_string(), quote),
+            quote(&r.intent.owner.to_ascii_lowercase()),
+            r.intent.job_id as i64,
+        )
+    }
+}
+
+/// The ladder of a held job, mirrored so it survives its host.
+fn ladder(r: &RetryRow) -> String {
+    let class = serde_json::to_value(r.class)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    format!(
+        "UPDATE ephemer_jobs SET attempts = {}, first_failure = {}, next_attempt = {}, \
+         failure_class = {}, last_error = {}, updated_at = clock_timestamp() \
+         WHERE owner = {} AND job_id = {};\n",
+        r.attempts,
+        r.first_failure_unix as i64,
+        r.next_attempt_unix as i64,
+        quote(&class),
+        quote(&r.last_error),
+        quote(&r.job.key.owner.to_ascii_lowercase()),
+        r.job.key.job_id as i64,
+    )
+}
+
+/// A SQL string literal (standard_conforming_strings: only `'` needs doubling; NUL is
+/// dropped, which PostgreSQL text cannot hold).
+fn quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => q.push_str("''"),
+            '\0' => {}
+            c => q.push(c),
+        }
+    }
+    q.push('\'');
+    q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_doubles_quotes_and_drops_nul() {
+        assert_eq!(quote("it's"), "'it''s'");
+        assert_eq!(quote("a\0b"), "'ab'");
+        assert_eq!(quote(r"back\slash"), r"'back\slash'");
     }
 }

@@ -15,6 +15,8 @@ pub struct Postgres {
     /// Its port on 127.0.0.1.
     pub port: u16,
     as_postgres: bool,
+    /// Serves TLS with these files (certificate, key) when set.
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// The newest installed server's binaries.
@@ -38,6 +40,15 @@ fn binaries() -> Option<PathBuf> {
 impl Postgres {
     /// Starts one, or says why it cannot (after a loud skip message).
     pub fn start() -> Option<Postgres> {
+        Self::start_with(None)
+    }
+
+    /// Like [`Postgres::start`], serving TLS with a certificate for 127.0.0.1.
+    pub fn start_tls(identity: &github_standin::TlsIdentity) -> Option<Postgres> {
+        Self::start_with(Some(identity))
+    }
+
+    fn start_with(identity: Option<&github_standin::TlsIdentity>) -> Option<Postgres> {
         let Some(bin) = binaries() else {
             super::skip(
                 "PostgreSQL",
@@ -50,7 +61,7 @@ impl Postgres {
             .prefix("ephemer-pg-")
             .tempdir()
             .unwrap();
-        if as_postgres {
+        let owner = if as_postgres {
             let Some(user) = nix::unistd::User::from_name("postgres").ok().flatten() else {
                 super::skip(
                     "PostgreSQL",
@@ -58,14 +69,34 @@ impl Postgres {
                 );
                 return None;
             };
-            std::os::unix::fs::chown(dir.path(), Some(user.uid.as_raw()), Some(user.gid.as_raw()))
-                .unwrap();
-        }
+            Some((user.uid.as_raw(), user.gid.as_raw()))
+        } else {
+            None
+        };
+        let give = |path: &std::path::Path| {
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+            }
+        };
+        give(dir.path());
+        // PostgreSQL wants its key private to its own user.
+        let tls = identity.map(|id| {
+            use std::os::unix::fs::PermissionsExt as _;
+            let cert = dir.path().join("server.crt");
+            let key = dir.path().join("server.key");
+            std::fs::write(&cert, &id.cert_pem).unwrap();
+            std::fs::write(&key, &id.key_pem).unwrap();
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+            give(&cert);
+            give(&key);
+            (cert, key)
+        });
         let pg = Postgres {
             dir,
             bin,
             port: free_port(),
             as_postgres,
+            tls,
         };
         let data = pg.data();
         pg.run(
@@ -130,11 +161,18 @@ impl Postgres {
 
     /// Starts (or restarts) the server, waiting until it accepts connections.
     pub fn start_server(&self) {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
             self.port,
             self.dir.path().display()
         );
+        if let Some((cert, key)) = &self.tls {
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                cert.display(),
+                key.display()
+            ));
+        }
         let log = self.dir.path().join("server.log");
         self.run(
             "pg_ctl",
@@ -166,11 +204,16 @@ impl Postgres {
         );
     }
 
-    /// `postgresql://…/ephemer` for `cluster.url`.
+    /// `postgresql://…/ephemer` for `cluster.url`: `sslmode=require` when it serves TLS.
     pub fn url(&self) -> String {
         format!(
-            "postgresql://postgres@127.0.0.1:{}/ephemer?sslmode=disable",
-            self.port
+            "postgresql://postgres@127.0.0.1:{}/ephemer?sslmode={}",
+            self.port,
+            if self.tls.is_some() {
+                "require"
+            } else {
+                "disable"
+            }
         )
     }
 
