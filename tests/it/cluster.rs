@@ -606,3 +606,33 @@ async fn the_ledger_over_tls_trusts_github_ca_file_only() {
         "{out}{err}"
     );
 }
+
+#[actix_rt::test]
+async fn the_fleet_s_most_specific_pool_asks_first() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let wider = pool("big", &["self-hosted", "linux", "x64", "big"], 4);
+    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "30s", ""), &wider).await;
+    let h2 = Daemon::start(
+        &standin,
+        &extra(&pg, "h2", "30s", ""),
+        &pool("cpu", LINUX, 4),
+    )
+    .await;
+    let hosts = [h1, h2];
+    // Every delivery lands on both hosts; h1's pool has one label more than the jobs need, so
+    // h2, with the exact pool, asks first.
+    route_to(&standin, &hosts, 1.0);
+    for _ in 0..8 {
+        standin.queue_jobs("app", LINUX, 1);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_completed(&standin, 8, Duration::from_secs(30), &hosts).await;
+    assert_eq!(
+        pg.query("SELECT DISTINCT host FROM ephemer_claims"),
+        ["h2"],
+        "{}",
+        logs(&hosts)
+    );
+    stop_all(hosts).await;
+}

@@ -21,6 +21,8 @@ use super::{
 };
 
 mod cluster;
+#[cfg(test)]
+mod cluster_tests;
 mod containers;
 mod github;
 mod network;
