@@ -41,6 +41,11 @@ fn extra(pg: &Postgres, host: &str, lease: &str, more: &str) -> String {
     )
 }
 
+/// One host with a 30 s lease and `pools`.
+async fn host(pg: &Postgres, standin: &Standin, name: &str, pools: &str) -> Daemon {
+    Daemon::start(standin, &extra(pg, name, "30s", ""), pools).await
+}
+
 /// Three hosts: two cover the linux labels, one covers the gpu labels alone.
 async fn three_hosts(pg: &Postgres, standin: &Standin, lease: &str, more: &str) -> Vec<Daemon> {
     let mut hosts = Vec::new();
@@ -494,16 +499,11 @@ async fn a_cordoned_host_gives_its_unstarted_jobs_to_the_fleet_at_once() {
     let Some(pg) = Postgres::start() else { return };
     let standin = support::standin(100);
     let broken = broken_pool();
-    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "30s", ""), &broken).await;
+    let h1 = host(&pg, &standin, "h1", &broken).await;
     standin.queue_jobs("app", LINUX, 3);
     let held = wait_held_with_failures(&pg, "h1", 3, std::slice::from_ref(&h1)).await;
     // h2 comes up while h1 holds them: it may not take them while h1's lease is current.
-    let h2 = Daemon::start(
-        &standin,
-        &extra(&pg, "h2", "30s", ""),
-        &pool("cpu", LINUX, 4),
-    )
-    .await;
+    let h2 = host(&pg, &standin, "h2", &pool("cpu", LINUX, 4)).await;
     let hosts = [h1, h2];
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(standin.jobs_in("completed"), 0, "{}", logs(&hosts));
@@ -612,13 +612,8 @@ async fn the_fleet_s_most_specific_pool_asks_first() {
     let Some(pg) = Postgres::start() else { return };
     let standin = support::standin(100);
     let wider = pool("big", &["self-hosted", "linux", "x64", "big"], 4);
-    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "30s", ""), &wider).await;
-    let h2 = Daemon::start(
-        &standin,
-        &extra(&pg, "h2", "30s", ""),
-        &pool("cpu", LINUX, 4),
-    )
-    .await;
+    let h1 = host(&pg, &standin, "h1", &wider).await;
+    let h2 = host(&pg, &standin, "h2", &pool("cpu", LINUX, 4)).await;
     let hosts = [h1, h2];
     // Every delivery lands on both hosts; h1's pool has one label more than the jobs need, so
     // h2, with the exact pool, asks first.

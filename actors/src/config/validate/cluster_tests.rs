@@ -5,15 +5,7 @@ use std::time::Duration;
 
 use super::*;
 
-const MINIMAL: &str = r#"
-    [github]
-    owner = "acme"
-    token = "ghp_filetoken"
-    [webhook]
-    secret = "hooksecret"
-    [providers.local]
-    runner_dir = "/opt/actions-runner"
-"#;
+use super::tests::MINIMAL;
 
 fn load(cluster: &str, env: &Environment) -> Result<Config, ConfigErrors> {
     Config::from_toml_str(&format!("{MINIMAL}\n{cluster}"), None, env)

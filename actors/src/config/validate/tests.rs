@@ -6,7 +6,7 @@ fn env() -> Environment {
     Environment::default()
 }
 
-const MINIMAL: &str = r#"
+pub(super) const MINIMAL: &str = r#"
     [github]
     owner = "acme"
     token = "ghp_filetoken"
