@@ -168,11 +168,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     // Fleet mode: the shared ledger, connected and migrated before anything is accepted.
     let ledger = match &config.cluster {
-        Some(cluster) => Some(
-            ephemer_actors_core::cluster::Ledger::connect(cluster, &config, LEDGER_PATIENCE)
+        Some(cluster) => {
+            let ledger =
+                ephemer_actors_core::cluster::Ledger::connect(cluster, &config, LEDGER_PATIENCE)
+                    .await
+                    .context("cannot use the cluster ledger (cluster.url)")?;
+            ledger
+                .take_lease()
                 .await
-                .context("cannot use the cluster ledger (cluster.url)")?,
-        ),
+                .context("cannot take this host's lease in the cluster ledger")?;
+            Some(ledger)
+        }
         None => None,
     };
     let options = StartOptions {

@@ -198,6 +198,22 @@ impl Ledger {
         schema::migrate(&mut client).await
     }
 
+    /// Takes this host's lease before it serves: a claim it makes before its first heartbeat
+    /// must already count as held by a live host. (`doctor` connects without it.)
+    pub async fn take_lease(&self) -> Result<(), LedgerError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO ephemer_hosts (host, lease_until)
+                 VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond')
+                 ON CONFLICT (host) DO UPDATE SET lease_until = EXCLUDED.lease_until,
+                    swept_at = NULL",
+                &[&&*self.host, &(self.lease.as_millis() as i64)],
+            )
+            .await?;
+        Ok(())
+    }
+
     /// This host's name in the fleet.
     pub fn host(&self) -> &str {
         &self.host
