@@ -16,7 +16,7 @@ const LINUX: &[&str] = &["self-hosted", "linux", "x64"];
 const GPU: &[&str] = &["self-hosted", "linux", "gpu"];
 
 /// A local pool of stand-in runners named `name` with `labels`.
-fn pool(name: &str, labels: &[&str], max: usize) -> String {
+pub(crate) fn pool(name: &str, labels: &[&str], max: usize) -> String {
     let labels: Vec<String> = labels.iter().map(|l| format!("{l:?}")).collect();
     format!(
         r#"
@@ -61,7 +61,7 @@ async fn three_hosts(pg: &Postgres, standin: &Standin, lease: &str, more: &str) 
 }
 
 /// Sends the stand-in's deliveries to `hosts` at random, `share` of them to all.
-fn route_to(standin: &Standin, hosts: &[Daemon], share: f64) {
+pub(crate) fn route_to(standin: &Standin, hosts: &[Daemon], share: f64) {
     let urls: Vec<String> = hosts
         .iter()
         .map(|d| format!("http://{}/webhook/github", d.addr))
@@ -360,15 +360,8 @@ async fn an_empty_registration_budget_holds_every_host_until_its_reset() {
     let Some(pg) = Postgres::start() else { return };
     let standin = support::standin(100);
     let mut hosts = Vec::new();
-    for host in ["h1", "h2"] {
-        hosts.push(
-            Daemon::start(
-                &standin,
-                &extra(&pg, host, "30s", ""),
-                &pool("cpu", LINUX, 4),
-            )
-            .await,
-        );
+    for name in ["h1", "h2"] {
+        hosts.push(host(&pg, &standin, name, &pool("cpu", LINUX, 4)).await);
     }
     route_to(&standin, &hosts, 0.0);
     let reset = standin.exhaust_bucket_for("actions_runner_registration", Duration::from_secs(12));

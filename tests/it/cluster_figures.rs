@@ -20,10 +20,9 @@ use ephemer_actors_core::{
     job::{JobAction, JobInfo, JobKey},
 };
 
-use crate::support::{
-    self,
-    daemon::{Daemon, SECRET},
-    postgres::Postgres,
+use crate::{
+    cluster::{pool, route_to},
+    support::{self, daemon::Daemon, postgres::Postgres},
 };
 
 const LINUX: &[&str] = &["self-hosted", "linux", "x64"];
@@ -132,13 +131,6 @@ fn mean(texts: &[String], name: &str) -> f64 {
     value("sum") / value("count").max(1.0)
 }
 
-fn local(name: &str) -> String {
-    format!(
-        "[providers.{name}]\nkind = \"local\"\ncommand = \"{bin}\"\nargs = [\"standin-runner\"]\nlabels = [\"self-hosted\", \"linux\", \"x64\"]\nmax_concurrent = 4\nallow_root = true\n",
-        bin = env!("CARGO_BIN_EXE_ephemer-actors")
-    )
-}
-
 /// Mean webhook -> claim milliseconds over `jobs` jobs delivered 250 ms apart.
 async fn webhook_to_claim_ms(
     standin: &github_standin::Standin,
@@ -177,7 +169,7 @@ async fn cluster_figures() {
         &standin,
         UNPACED,
         "[runner]\nmax_concurrent = 4\nshutdown_timeout = \"10s\"",
-        &local("cpu"),
+        &pool("cpu", LINUX, 4),
     )
     .await;
     let alone = webhook_to_claim_ms(&standin, std::slice::from_ref(&single), 40).await;
@@ -191,17 +183,15 @@ async fn cluster_figures() {
             "[runner]\nmax_concurrent = 4\nshutdown_timeout = \"10s\"\n\n[cluster]\nurl = \"{}\"\nhost = \"{host}\"\n",
             pg.url()
         );
-        hosts.push(Daemon::start_with_github(&standin, UNPACED, &extra, &local("cpu")).await);
+        hosts.push(
+            Daemon::start_with_github(&standin, UNPACED, &extra, &pool("cpu", LINUX, 4)).await,
+        );
     }
-    let urls: Vec<String> = hosts
-        .iter()
-        .map(|d| format!("http://{}/webhook/github", d.addr))
-        .collect();
-    standin.send_webhooks_to_fleet(&urls, SECRET, 0.0);
+    route_to(&standin, &hosts, 0.0);
     let fleet = webhook_to_claim_ms(&standin, &hosts, 40).await;
 
     // Round trips per job over a 300-job burst (a third of the deliveries to every host).
-    standin.send_webhooks_to_fleet(&urls, SECRET, 1.0 / 3.0);
+    route_to(&standin, &hosts, 1.0 / 3.0);
     let before = xact_commits(&pg);
     let started = Instant::now();
     let done = standin.jobs_in("completed");
