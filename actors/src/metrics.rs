@@ -115,6 +115,13 @@ pub struct Metrics {
     /// `bad_payload`, `wrong_shape`, `too_large`, `slow_body`, `mailbox_full`): a wrong secret
     /// or a hook of another content type shows here first.
     pub webhook_refused: IntCounterVec,
+    /// `ephemerd_webhook_redeliveries_total{outcome}`: failed deliveries GitHub was asked to
+    /// deliver again (`requested`), those that then came in (`recovered`), and asks GitHub
+    /// refused (`failed`).
+    pub webhook_redeliveries: IntCounterVec,
+    /// `ephemerd_pull_polls_total{result}`: pull mode's requests: `changed` (an answer with a
+    /// body, which counts against the `core` rate limit), `unchanged` (a free 304), `error`.
+    pub pull_polls: IntCounterVec,
     /// `ephemerd_jobs_uncovered_total{labels}`: queued jobs no enabled pool covers, by label
     /// set (the first [`UNCOVERED_SETS`] sets seen; `other` after): a label typo shows here.
     pub jobs_uncovered: IntCounterVec,
@@ -344,6 +351,16 @@ impl Metrics {
                 "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full, ledger_down).",
                 &["reason"],
             ),
+            webhook_redeliveries: counter_vec(
+                "ephemerd_webhook_redeliveries_total",
+                "Failed webhook deliveries GitHub was asked to redeliver (requested), that then arrived (recovered), or whose ask GitHub refused (failed).",
+                &["outcome"],
+            ),
+            pull_polls: counter_vec(
+                "ephemerd_pull_polls_total",
+                "Pull mode's GitHub requests: changed (a body, counted against core), unchanged (a free 304), error.",
+                &["result"],
+            ),
             jobs_uncovered: counter_vec(
                 "ephemerd_jobs_uncovered_total",
                 "Queued jobs no enabled pool covers, by label set (the first 20 sets; other after).",
@@ -413,6 +430,12 @@ impl Metrics {
         }
         for result in ["idle", "busy", "error"] {
             m.sweep_checks.with_label_values(&[result]);
+        }
+        for outcome in ["requested", "recovered", "failed"] {
+            m.webhook_redeliveries.with_label_values(&[outcome]);
+        }
+        for result in ["changed", "unchanged", "error"] {
+            m.pull_polls.with_label_values(&[result]);
         }
         m
     }

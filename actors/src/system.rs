@@ -101,6 +101,8 @@ pub struct Handles {
     pub fleet: Option<Addr<crate::cluster::FleetActor>>,
     /// Fleet mode: the cluster ledger.
     pub ledger: Option<crate::cluster::Ledger>,
+    /// Asks GitHub to redeliver failed deliveries (push mode, unless `webhook.redeliver = false`).
+    pub redeliver: Option<Addr<crate::webhook::redeliver::RedeliverActor>>,
 }
 
 /// The readiness check of the store (the others are core actors).
@@ -182,6 +184,9 @@ impl Handles {
     /// The end of [`Handles::shutdown`]; alone, what a `kill -9` leaves, for fault tests.
     pub async fn halt(self) -> bool {
         use crate::lifecycle::Stop;
+        if let Some(redeliver) = &self.redeliver {
+            let _ = redeliver.send(Stop).await;
+        }
         let _ = self.webhook.send(Stop).await;
         let _ = self.scheduler.send(Stop).await;
         for pool in self.provisioners.values() {
@@ -226,6 +231,7 @@ pub fn start(
     let store_health = store.health();
     let install_id = crate::store::install_id(&config.state.dir)?;
     let store_closed = store.closed();
+    let redeliver_mark = snapshot.marks.get(crate::webhook::redeliver::MARK).cloned();
 
     // 1-2. Rate readings and the GitHub client.
     let rate = RateActor::new(metrics.clone()).start();
@@ -325,9 +331,38 @@ pub fn start(
 
     // 6. The webhook intake: the actor that owns delivery dedup and the durable record of
     //    accepted jobs, and the HTTP edge in front of it.
-    let webhook = WebhookActor::new(scheduler.clone().recipient(), Some(store), metrics.clone())
-        .with_ledger(options.ledger.clone())
-        .start();
+    let webhook = WebhookActor::new(
+        scheduler.clone().recipient(),
+        Some(store.clone()),
+        metrics.clone(),
+    )
+    .with_ledger(options.ledger.clone())
+    .start();
+    // GitHub never redelivers a failed delivery by itself: ask it to.
+    let redeliver =
+        (!config.webhook.pull() && config.webhook.redeliver != Some(false)).then(|| {
+            use crate::webhook::redeliver::{RedeliverActor, RedeliverSettings, RedeliverWiring};
+            RedeliverActor::new(
+                RedeliverSettings {
+                    interval: config.webhook.redeliver_interval,
+                    hook_id: config.webhook.hook_id,
+                    public_url: config.webhook.public_url.clone(),
+                    insisted: config.webhook.redeliver == Some(true),
+                    max_age: config.runner.claim_retry.max_age,
+                },
+                RedeliverWiring {
+                    find: github.clone().recipient(),
+                    list: github.clone().recipient(),
+                    redeliver: github.clone().recipient(),
+                    unprocessed: webhook.clone().recipient(),
+                    expect: webhook.clone().recipient(),
+                },
+                Some(store.clone()),
+                metrics.clone(),
+                redeliver_mark,
+            )
+            .start()
+        });
 
     // 7. Fleet mode: the host's lease, the reaping of dead hosts, the fleet's event stream.
     let fleet = options.ledger.clone().map(|ledger| {
@@ -394,6 +429,7 @@ pub fn start(
         store_closed,
         fleet,
         ledger: options.ledger,
+        redeliver,
     };
     for (name, alive) in handles.core_actors() {
         handles.health.add_check(name, alive);

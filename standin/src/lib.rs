@@ -6,6 +6,8 @@
 
 #![warn(missing_docs)]
 
+mod app;
+mod hook_log;
 pub mod org;
 mod routes;
 mod runner_protocol;
@@ -117,6 +119,8 @@ impl Standin {
             runner_pids: Default::default(),
             held: Default::default(),
             outbox: Some(outbox),
+            app_hook: None,
+            public_url: None,
             owner: config.owner.clone(),
             repos: config.repos.clone(),
             token: config.token.clone(),
@@ -250,6 +254,19 @@ impl Standin {
             fleet: Vec::new(),
             duplicate_share: 0.0,
         });
+    }
+
+    /// Makes `url` the GitHub App's own webhook (`/app/hook`): deliveries go there, signed with
+    /// `secret`, and its delivery log is read with the App's JWT.
+    pub fn set_app_hook(&self, url: &str, secret: &str) {
+        self.send_webhooks_to(url, secret);
+        self.state().app_hook = Some(url.to_string());
+    }
+
+    /// Puts the webhook target behind a proxy whose public URL is `url`: the hook's
+    /// `config.url`, under which its deliveries are logged.
+    pub fn set_public_url(&self, url: &str) {
+        self.state().public_url = Some(url.to_string());
     }
 
     /// Sends `workflow_job` webhooks to a fleet: each delivery to one of `urls` at random, and

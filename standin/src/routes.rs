@@ -8,7 +8,7 @@ use std::{
 
 use actix_web::{HttpRequest, HttpResponse, http::Method, web};
 use base64::{Engine, engine::general_purpose::STANDARD as B64};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::state::{Call, Fault, Job, Runner, State, unix_now};
@@ -61,6 +61,8 @@ fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
         ("GET", ["installation", "repositories"]) => "installation_repos",
         ("GET", ["orgs", _, "repos"]) => "org_repos",
         ("GET", ["rate_limit"]) => "rate_limit",
+        ("GET", ["app", "hook", "deliveries"]) => "list_app_hook_deliveries",
+        ("POST", ["app", "hook", "deliveries", _, "attempts"]) => "redeliver_app_hook_delivery",
         ("POST", ["_runner", "acquire"]) => "runner_acquire",
         ("POST", ["_runner", "complete"]) => "runner_complete",
         _ => crate::org::endpoint(m, segs).unwrap_or("unknown"),
@@ -200,7 +202,10 @@ fn answer(
         };
     }
     match endpoint {
-        "access_tokens" => return access_token(s, shared, req, segs, now),
+        "access_tokens" => return crate::app::access_token(s, shared, req, segs, now),
+        "list_app_hook_deliveries" | "redeliver_app_hook_delivery" => {
+            return crate::app::hook(s, shared, req, endpoint, segs, now);
+        }
         "unknown" => return error(404, "Not Found"),
         _ => {}
     }
@@ -284,9 +289,12 @@ fn route(
         .map(|q| q.into_inner())
         .unwrap_or_default();
     match endpoint {
-        "get_org" | "get_repo" | "get_runner_group" | "list_hooks" | "list_hook_deliveries" => {
-            crate::org::answer(s, endpoint, segs, repo)
-        }
+        "get_org"
+        | "get_repo"
+        | "get_runner_group"
+        | "list_hooks"
+        | "list_hook_deliveries"
+        | "redeliver_hook_delivery" => crate::org::answer(s, req, endpoint, segs, repo),
         "generate_jitconfig" => generate_jitconfig(s, repo, body),
         "list_runners" => {
             let runners: Vec<Value> = s
@@ -556,78 +564,7 @@ fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, H
     (201, HttpResponse::Created().json(body))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct AppClaims {
-    iat: u64,
-    exp: u64,
-    iss: String,
-}
-
-fn access_token(
-    s: &mut State,
-    shared: &Shared,
-    req: &HttpRequest,
-    segs: &[&str],
-    now: u64,
-) -> (u16, HttpResponse) {
-    let Some(jwt) = bearer(req) else {
-        return error(401, "A JSON web token could not be decoded");
-    };
-    let claims = match &shared.app_public_key {
-        Some(pem) => {
-            let key = match jsonwebtoken::DecodingKey::from_rsa_pem(pem.as_bytes()) {
-                Ok(k) => k,
-                Err(_) => return error(500, "stand-in has a bad public key"),
-            };
-            let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
-            v.required_spec_claims = ["exp", "iat", "iss"]
-                .iter()
-                .map(|c| c.to_string())
-                .collect();
-            match jsonwebtoken::decode::<AppClaims>(jwt, &key, &v) {
-                Ok(d) => d.claims,
-                Err(_) => return error(401, "A JSON web token could not be decoded"),
-            }
-        }
-        None => match jwt
-            .split('.')
-            .nth(1)
-            .and_then(|p| {
-                base64::engine::general_purpose::URL_SAFE_NO_PAD
-                    .decode(p)
-                    .ok()
-            })
-            .and_then(|b| serde_json::from_slice::<AppClaims>(&b).ok())
-        {
-            Some(c) => c,
-            None => return error(401, "A JSON web token could not be decoded"),
-        },
-    };
-    if claims.iat > now + 5 || claims.exp <= now || claims.exp - claims.iat > 600 {
-        return error(
-            401,
-            "'Expiration time' claim ('exp') is too far in the future",
-        );
-    }
-    if segs.get(2).and_then(|x| x.parse::<u64>().ok()).is_none() {
-        return error(404, "Not Found");
-    }
-    let token = format!("ghs_{}", random(36));
-    let expires = now + s.installation_token_ttl.as_secs();
-    s.installation_tokens.insert(token.clone(), expires);
-    let expires_at = humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(expires),
-    )
-    .to_string();
-    (201, HttpResponse::Created().json(json!({
-        "token": token,
-        "expires_at": expires_at,
-        "permissions": { "administration": "write", "actions": "read", "organization_self_hosted_runners": "write" },
-        "repository_selection": "all",
-    })))
-}
-
-fn random(n: usize) -> String {
+pub(crate) fn random(n: usize) -> String {
     use rand::RngExt as _;
     const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();

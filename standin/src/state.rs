@@ -211,10 +211,10 @@ pub struct DeliveryFaults {
     pub swap_in_progress_and_completed: bool,
 }
 
-/// One webhook the stand-in sent.
+/// One webhook the stand-in sent: an attempt, as a hook's delivery log lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Delivery {
-    /// `X-GitHub-Delivery`.
+    /// `X-GitHub-Delivery`: the guid, kept by its redeliveries.
     pub id: String,
     /// `workflow_job` action.
     pub action: String,
@@ -222,6 +222,40 @@ pub struct Delivery {
     pub job_id: u64,
     /// HTTP status the daemon answered (0: no answer).
     pub status: u16,
+    /// This attempt's id in the hook's delivery log (what a redelivery names).
+    pub seq: u64,
+    /// True for an attempt made on request (`POST .../deliveries/{id}/attempts`).
+    pub redelivery: bool,
+    /// Unix seconds of the attempt.
+    pub at_unix: u64,
+    /// The hook's URL it was logged under (the public URL, behind a proxy).
+    pub url: String,
+    /// Where it was actually posted.
+    #[serde(skip)]
+    pub posted_to: String,
+    /// What was posted, to post it again byte for byte: (content type, signature, body).
+    #[serde(skip)]
+    pub sent: (String, String, String),
+}
+
+impl Delivery {
+    /// What GitHub's delivery log says of it: `"OK"` for a 2xx answer, else why it failed.
+    pub fn status_text(&self) -> String {
+        match self.status {
+            200..=299 => "OK".into(),
+            0 => "failed to connect to host".into(),
+            code => format!("Invalid HTTP Response: {code}"),
+        }
+    }
+}
+
+/// Something for the webhook sender.
+#[derive(Debug, Clone)]
+pub enum Outgoing {
+    /// A new delivery: (action, job id, body).
+    New(String, u64, String),
+    /// Attempt `seq` again, same guid, same bytes, on request.
+    Again(u64),
 }
 
 /// Everything the stand-in knows.
@@ -244,7 +278,12 @@ pub struct State {
     /// `in_progress` deliveries held back until `completed` (see `DeliveryFaults`).
     pub held: BTreeMap<u64, String>,
     /// Queue of webhook bodies to send: (action, job id, body).
-    pub outbox: Option<tokio::sync::mpsc::UnboundedSender<(String, u64, String)>>,
+    pub outbox: Option<tokio::sync::mpsc::UnboundedSender<Outgoing>>,
+    /// The URL GitHub's hook names, when the daemon sits behind a proxy that forwards it to
+    /// the webhook target (deliveries are logged under it).
+    pub public_url: Option<String>,
+    /// The GitHub App's own webhook URL (`/app/hook`), when it has one.
+    pub app_hook: Option<String>,
     /// The org/user that owns the repos.
     pub owner: String,
     /// The repos.
@@ -348,7 +387,7 @@ impl State {
     /// Hands a rendered delivery to the webhook sender.
     pub fn post(&self, action: &str, job_id: u64, body: String) {
         if let Some(outbox) = &self.outbox {
-            let _ = outbox.send((action.to_string(), job_id, body));
+            let _ = outbox.send(Outgoing::New(action.to_string(), job_id, body));
         }
     }
 

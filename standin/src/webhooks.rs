@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use ephemer_actors_core::github::signature::sign;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::state::{Delivery, State};
+use crate::state::{Delivery, Outgoing, State};
 
 fn delivery_id() -> String {
     use rand::RngExt as _;
@@ -36,56 +36,95 @@ fn pick(target: &crate::state::WebhookTarget) -> String {
         .unwrap_or_else(|| target.url.clone())
 }
 
-pub(crate) async fn sender(
-    state: Arc<Mutex<State>>,
-    mut inbox: UnboundedReceiver<(String, u64, String)>,
-) {
+pub(crate) async fn sender(state: Arc<Mutex<State>>, mut inbox: UnboundedReceiver<Outgoing>) {
     let client = awc::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .finish();
-    while let Some((action, job_id, body)) = inbox.recv().await {
-        let (target, copies, replays) = {
-            let s = state.lock().unwrap_or_else(|p| p.into_inner());
-            (
-                s.webhook.clone(),
-                s.faults_webhook.extra_copies,
-                s.faults_webhook.replays,
-            )
-        };
-        let Some(target) = target else { continue };
-        let (content_type, body) = if target.form {
-            let form =
-                serde_urlencoded::to_string([("payload", body.as_str())]).unwrap_or_default();
-            ("application/x-www-form-urlencoded", form)
-        } else {
-            ("application/json", body)
-        };
-        let signature = sign(target.secret.as_bytes(), body.as_bytes());
-        let first = delivery_id();
-        let mut sends: Vec<(String, String)> = vec![(first.clone(), pick(&target))];
-        sends.extend(std::iter::repeat_n((first, pick(&target)), replays));
-        sends.extend((0..copies).map(|_| (delivery_id(), pick(&target))));
-        if !target.fleet.is_empty() && rand::random_bool(target.duplicate_share.clamp(0.0, 1.0)) {
-            sends.extend(target.fleet.iter().map(|url| (delivery_id(), url.clone())));
-        }
-        for (id, url) in sends {
+    let post = |url: String, id: String, sent: (String, String, String), redelivery: bool| {
+        let client = client.clone();
+        let state = state.clone();
+        async move {
+            let (content_type, signature, body) = &sent;
             let status = client
                 .post(&url)
                 .insert_header(("X-GitHub-Event", "workflow_job"))
                 .insert_header(("X-GitHub-Delivery", id.as_str()))
                 .insert_header(("X-Hub-Signature-256", signature.as_str()))
-                .insert_header(("Content-Type", content_type))
+                .insert_header(("Content-Type", content_type.as_str()))
                 .insert_header(("User-Agent", "GitHub-Hookshot/standin"))
                 .send_body(body.clone())
                 .await
                 .map(|r| r.status().as_u16())
                 .unwrap_or(0);
+            (url, id, sent, redelivery, status, state)
+        }
+    };
+    while let Some(out) = inbox.recv().await {
+        let (action, job_id, sends, sent, redelivery) = match out {
+            Outgoing::Again(seq) => {
+                let s = state.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(d) = s.deliveries.iter().find(|d| d.seq == seq).cloned() else {
+                    continue;
+                };
+                (d.action, d.job_id, vec![(d.id, d.posted_to)], d.sent, true)
+            }
+            Outgoing::New(action, job_id, body) => {
+                let (target, copies, replays) = {
+                    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+                    (
+                        s.webhook.clone(),
+                        s.faults_webhook.extra_copies,
+                        s.faults_webhook.replays,
+                    )
+                };
+                let Some(target) = target else { continue };
+                let (content_type, body) = if target.form {
+                    let form = serde_urlencoded::to_string([("payload", body.as_str())])
+                        .unwrap_or_default();
+                    ("application/x-www-form-urlencoded", form)
+                } else {
+                    ("application/json", body)
+                };
+                let signature = sign(target.secret.as_bytes(), body.as_bytes());
+                let first = delivery_id();
+                let mut sends: Vec<(String, String)> = vec![(first.clone(), pick(&target))];
+                sends.extend(std::iter::repeat_n((first, pick(&target)), replays));
+                sends.extend((0..copies).map(|_| (delivery_id(), pick(&target))));
+                if !target.fleet.is_empty()
+                    && rand::random_bool(target.duplicate_share.clamp(0.0, 1.0))
+                {
+                    sends.extend(target.fleet.iter().map(|url| (delivery_id(), url.clone())));
+                }
+                let sent = (content_type.to_string(), signature, body);
+                (action, job_id, sends, sent, false)
+            }
+        };
+        for (id, url) in sends {
+            let (posted_to, id, sent, redelivery, status, state) =
+                post(url, id, sent.clone(), redelivery).await;
             let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            let url = match (&s.public_url, redelivery) {
+                // A redelivery is logged under the hook its first attempt was.
+                (_, true) => s
+                    .deliveries
+                    .iter()
+                    .find(|d| d.id == id)
+                    .map_or_else(|| posted_to.clone(), |d| d.url.clone()),
+                (Some(public), false) => public.clone(),
+                (None, false) => posted_to.clone(),
+            };
+            let seq = s.deliveries.len() as u64 + 1;
             s.deliveries.push(Delivery {
                 id,
                 action: action.clone(),
                 job_id,
                 status,
+                seq,
+                redelivery,
+                at_unix: crate::state::unix_now(),
+                url,
+                posted_to,
+                sent,
             });
         }
     }

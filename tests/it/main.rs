@@ -20,6 +20,7 @@ mod network;
 mod ops;
 mod pools;
 mod provision;
+mod redeliver;
 mod reliability;
 mod security;
 mod support;

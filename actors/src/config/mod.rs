@@ -61,6 +61,14 @@ pub mod defaults {
     ];
     /// `webhook.max_body`: `workflow_job` payloads are a few KB.
     pub const WEBHOOK_MAX_BODY: usize = 1024 * 1024;
+    /// `webhook.poll_interval`
+    pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
+    /// `webhook.poll_idle_interval`
+    pub const POLL_IDLE_INTERVAL: Duration = Duration::from_secs(30);
+    /// `webhook.poll_budget`
+    pub const POLL_BUDGET: f64 = 0.2;
+    /// `webhook.redeliver_interval`
+    pub const REDELIVER_INTERVAL: Duration = Duration::from_secs(120);
     /// `webhook.reconcile_interval`
     pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(30 * 60);
     /// `runner.max_concurrent`
@@ -200,6 +208,41 @@ pub struct WebhookConfig {
     pub reconcile_interval: Option<Duration>,
     /// Deliveries larger than this many bytes are answered 413 (`webhook.max_body`).
     pub max_body: usize,
+    /// Push (GitHub posts to the listener) or pull (the daemon polls for queued jobs).
+    pub mode: WebhookMode,
+    /// Pull mode: the poll interval while jobs are queued or running.
+    pub poll_interval: Duration,
+    /// Pull mode: the interval the polls back off to while nothing changes.
+    pub poll_idle_interval: Duration,
+    /// Pull mode: the share of the `core` rate limit the polls may spend, in `(0, 1]`.
+    pub poll_budget: f64,
+    /// Ask GitHub to redeliver failed `workflow_job` deliveries: `None` (the default) when the
+    /// credential can read the hook's deliveries (quietly off when it cannot), `Some(true)`
+    /// insisted on (a hook that cannot be read is an error in the log), `Some(false)` off.
+    pub redeliver: Option<bool>,
+    /// How often the hook's deliveries are listed.
+    pub redeliver_interval: Duration,
+    /// The hook to watch; `None`: the one whose `config.url` is `public_url`, or the App's.
+    pub hook_id: Option<u64>,
+    /// The URL GitHub posts to (behind a proxy it differs from `listen`).
+    pub public_url: Option<String>,
+}
+
+/// `webhook.mode`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WebhookMode {
+    /// GitHub posts deliveries to `webhook.listen`.
+    #[default]
+    Push,
+    /// No delivery comes in: queued jobs are found by conditional polls.
+    Pull,
+}
+
+impl WebhookConfig {
+    /// True in pull mode.
+    pub fn pull(&self) -> bool {
+        self.mode == WebhookMode::Pull
+    }
 }
 
 /// `[runner]`

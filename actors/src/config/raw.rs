@@ -57,6 +57,22 @@ pub(crate) struct RawWebhook {
     pub secret: Option<String>,
     pub reconcile_interval: Option<String>,
     pub max_body: Option<String>,
+    pub mode: Option<String>,
+    pub poll_interval: Option<String>,
+    pub poll_idle_interval: Option<String>,
+    pub poll_budget: Option<RawShare>,
+    pub redeliver: Option<bool>,
+    pub redeliver_interval: Option<String>,
+    pub hook_id: Option<i64>,
+    pub public_url: Option<String>,
+}
+
+/// A share written as a fraction (`0.2`) or a percentage (`"20%"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawShare {
+    Fraction(f64),
+    Text(String),
 }
 
 #[derive(Debug, Default, Deserialize)]

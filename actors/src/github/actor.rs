@@ -154,3 +154,61 @@ impl Handler<GetJob> for GithubActor {
         Box::pin(async move { client.get_job(&m.repo, m.job_id).await })
     }
 }
+
+/// The hooks that deliver to us ([`GithubClient::find_hooks`]).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Vec<super::hooks::HookRef>, GithubError>")]
+pub struct FindHooks {
+    /// `webhook.hook_id`
+    pub hook_id: Option<u64>,
+    /// `webhook.public_url`
+    pub public_url: Option<String>,
+}
+
+/// One page of a hook's deliveries, newest first, and the next page's cursor.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(Vec<super::hooks::HookDelivery>, Option<String>), GithubError>")]
+pub struct ListHookDeliveries {
+    /// The hook.
+    pub hook: super::hooks::HookRef,
+    /// Where the page starts (`None`: the newest).
+    pub cursor: Option<String>,
+}
+
+/// Asks GitHub to deliver one attempt again.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), GithubError>")]
+pub struct Redeliver {
+    /// The hook.
+    pub hook: super::hooks::HookRef,
+    /// The attempt's id.
+    pub delivery_id: u64,
+}
+
+impl Handler<FindHooks> for GithubActor {
+    type Result = ResponseFuture<Result<Vec<super::hooks::HookRef>, GithubError>>;
+
+    fn handle(&mut self, m: FindHooks, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.find_hooks(m.hook_id, m.public_url.as_deref()).await })
+    }
+}
+
+impl Handler<ListHookDeliveries> for GithubActor {
+    type Result =
+        ResponseFuture<Result<(Vec<super::hooks::HookDelivery>, Option<String>), GithubError>>;
+
+    fn handle(&mut self, m: ListHookDeliveries, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.hook_deliveries(&m.hook, m.cursor.as_deref()).await })
+    }
+}
+
+impl Handler<Redeliver> for GithubActor {
+    type Result = ResponseFuture<Result<(), GithubError>>;
+
+    fn handle(&mut self, m: Redeliver, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.redeliver(&m.hook, m.delivery_id).await })
+    }
+}

@@ -103,6 +103,15 @@ impl Credentials {
         }
     }
 
+    /// For an App: a fresh JWT, which `/app/...` endpoints take instead of an installation
+    /// token. `None` for a token credential.
+    pub(crate) fn app_jwt(&self) -> Option<Result<Secret, GithubError>> {
+        match self {
+            Credentials::Token(_) => None,
+            Credentials::App(a) => Some(app_jwt(&a.app, unix_now()).map(Secret::new)),
+        }
+    }
+
     /// Forgets a cached installation token (after GitHub answered 401 with it).
     pub(crate) fn invalidate(&self) {
         if let Credentials::App(a) = self {

@@ -175,10 +175,10 @@ pub struct Inspection {
 }
 
 /// What one HTTP exchange returned.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: actix_web::web::Bytes,
+pub(super) struct Answer {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: actix_web::web::Bytes,
 }
 
 /// The client's connector: TLS trusting the bundled, system and `ca_file` roots; TCP direct
@@ -447,7 +447,7 @@ impl GithubClient {
     }
 
     /// One authenticated request; counts it, reports its rate headers, types its failure.
-    async fn call(
+    pub(super) async fn call(
         &self,
         endpoint: &'static str,
         method: Method,
@@ -459,7 +459,7 @@ impl GithubClient {
 
     /// Like `call`, with one more request header; a 304 (to a conditional request) is an
     /// answer, not a failure.
-    async fn call_with(
+    pub(super) async fn call_with(
         &self,
         endpoint: &'static str,
         method: Method,
@@ -503,7 +503,7 @@ impl GithubClient {
             .await
     }
 
-    async fn send(
+    pub(super) async fn send(
         &self,
         endpoint: &'static str,
         (method, path): (Method, &str),
@@ -592,7 +592,7 @@ impl GithubClient {
 }
 
 /// Turns a non-2xx answer into a typed failure.
-fn check(endpoint: &'static str, answer: Answer) -> Result<Answer, GithubError> {
+pub(super) fn check(endpoint: &'static str, answer: Answer) -> Result<Answer, GithubError> {
     if answer.status.is_success() {
         return Ok(answer);
     }
@@ -619,7 +619,10 @@ fn check(endpoint: &'static str, answer: Answer) -> Result<Answer, GithubError> 
     }))
 }
 
-fn decode<T: DeserializeOwned>(endpoint: &'static str, body: &[u8]) -> Result<T, GithubError> {
+pub(super) fn decode<T: DeserializeOwned>(
+    endpoint: &'static str,
+    body: &[u8],
+) -> Result<T, GithubError> {
     serde_json::from_slice(body).map_err(|e| GithubError::Decode {
         endpoint,
         detail: e.to_string(),

@@ -1,9 +1,10 @@
 //! `Store`: the durable state under `state.dir` (redb, file mode 0600), so a restart, even
 //! `kill -9`, loses no job and leaks no runner.
 //!
-//! Three tables: open jobs (what the intake accepted: recorded before the webhook is answered),
+//! Four tables: open jobs (what the intake accepted: recorded before the webhook is answered),
 //! the runner ledger (every runner claimed, until its environment is gone), and the retry ladder
-//! (attempts, first failure, next attempt, class). Writes go to one writer thread that commits
+//! (attempts, first failure, next attempt, class), and marks (small named records, such as where
+//! the redelivery pass left off). Writes go to one writer thread that commits
 //! whatever has queued up since the last commit in one transaction (group commit), so many
 //! concurrent webhooks share one fsync.
 //!
@@ -32,6 +33,8 @@ use crate::{
 const JOBS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("jobs");
 const RUNNERS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("runners");
 const RETRIES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("retries");
+/// Small named records that outlive a restart (where the redelivery pass left off).
+const MARKS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("marks");
 
 /// The file under `state.dir`.
 pub const FILE: &str = "ephemer-actors.redb";
@@ -116,6 +119,8 @@ pub enum Op {
     PutRetry(RetryRow),
     /// Forget a retry.
     DeleteRetry(JobKey),
+    /// Record a named mark (replacing the last one of that name).
+    PutMark(String, serde_json::Value),
 }
 
 /// Everything the store held at start-up.
@@ -127,6 +132,8 @@ pub struct Snapshot {
     pub runners: Vec<RunnerRow>,
     /// The retry ladder.
     pub retries: Vec<RetryRow>,
+    /// Named marks.
+    pub marks: std::collections::HashMap<String, serde_json::Value>,
     /// Where an unreadable store was moved, if it was.
     pub moved_aside: Option<PathBuf>,
 }

@@ -115,7 +115,7 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
     }
     // Make sure the tables exist, then read them.
     let w = db.begin_write().map_err(|e| e.sorted(path))?;
-    for t in [JOBS, RUNNERS, RETRIES] {
+    for t in [JOBS, RUNNERS, RETRIES, MARKS] {
         w.open_table(t).map_err(|e| e.sorted(path))?;
     }
     w.commit().map_err(|e| e.sorted(path))?;
@@ -142,10 +142,30 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
         jobs: rows(&r, JOBS, path)?,
         runners: rows(&r, RUNNERS, path)?,
         retries: rows(&r, RETRIES, path)?,
+        marks: marks(&r, path)?,
         moved_aside: None,
     };
     drop(r);
     Ok((db, snapshot))
+}
+
+/// The marks, by name (an unreadable one is skipped, as rows are).
+fn marks(
+    r: &redb::ReadTransaction,
+    path: &Path,
+) -> Result<std::collections::HashMap<String, serde_json::Value>, Open> {
+    let table = r.open_table(MARKS).map_err(|e| e.sorted(path))?;
+    let mut out = std::collections::HashMap::new();
+    for row in table.iter().map_err(|e| e.sorted(path))? {
+        let (k, v) = row.map_err(|e| e.sorted(path))?;
+        match serde_json::from_slice(v.value()) {
+            Ok(x) => {
+                out.insert(k.value().to_string(), x);
+            }
+            Err(e) => tracing::warn!(key = k.value(), error = %e, "skipping an unreadable mark"),
+        }
+    }
+    Ok(out)
 }
 
 /// Opens the database again after a failure (redb latches an I/O error until reopened).

@@ -200,3 +200,22 @@ fn disk_errors_are_told_from_corruption() {
         open::Open::Unreadable(_)
     ));
 }
+
+/// A mark is kept across a restart, the last one written of each name.
+#[actix_rt::test]
+async fn marks_survive_a_reopen_and_the_last_write_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, snap) = Store::open(dir.path()).unwrap();
+        assert!(snap.marks.is_empty());
+        store
+            .write(vec![
+                Op::PutMark("redeliver".into(), serde_json::json!({ "seen": 1 })),
+                Op::PutMark("redeliver".into(), serde_json::json!({ "seen": 2 })),
+            ])
+            .await
+            .unwrap();
+    }
+    let snap = reopened(dir.path()).await;
+    assert_eq!(snap.marks["redeliver"], serde_json::json!({ "seen": 2 }));
+}

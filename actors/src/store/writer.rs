@@ -164,6 +164,7 @@ fn apply<'a>(
         let mut jobs = w.open_table(JOBS)?;
         let mut runners = w.open_table(RUNNERS)?;
         let mut retries = w.open_table(RETRIES)?;
+        let mut marks = w.open_table(MARKS)?;
         for op in ops {
             match op {
                 Op::AddJob(row) => {
@@ -199,6 +200,9 @@ fn apply<'a>(
                 }
                 Op::DeleteRetry(k) => {
                     retries.remove(key(k).as_str())?;
+                }
+                Op::PutMark(name, value) => {
+                    marks.insert(name.as_str(), serde_json::to_vec(value)?.as_slice())?;
                 }
             }
         }

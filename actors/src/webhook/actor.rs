@@ -148,6 +148,19 @@ pub struct Close;
 #[rtype(result = "usize")]
 pub struct RememberedDeliveries;
 
+/// Of these delivery guids, the ones this intake has not accepted (within its window).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Vec<String>")]
+pub struct Unprocessed(pub Vec<String>);
+
+/// GitHub was asked to redeliver these guids: count each that then comes in as recovered.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ExpectRedelivery(pub Vec<String>);
+
+/// Redeliveries awaited at most (oldest forgotten first).
+const EXPECTED_CAPACITY: usize = 4096;
+
 /// The intake actor.
 #[derive(Debug)]
 pub struct WebhookActor {
@@ -161,6 +174,8 @@ pub struct WebhookActor {
     in_flight: HashSet<String>,
     /// Fleet mode: every job event is recorded in the cluster ledger before it is answered.
     ledger: Option<crate::cluster::Ledger>,
+    /// Guids GitHub was asked to redeliver, not yet come in.
+    expected: VecDeque<String>,
 }
 
 impl WebhookActor {
@@ -173,6 +188,7 @@ impl WebhookActor {
             deliveries: DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY),
             in_flight: HashSet::new(),
             ledger: None,
+            expected: VecDeque::new(),
         }
     }
 
@@ -197,6 +213,13 @@ impl WebhookActor {
             if let Some(id) = &delivery_id {
                 self.in_flight.remove(id);
                 self.deliveries.insert(id, Instant::now());
+                if let Some(at) = self.expected.iter().position(|g| g == id) {
+                    self.expected.remove(at);
+                    self.metrics
+                        .webhook_redeliveries
+                        .with_label_values(&["recovered"])
+                        .inc();
+                }
             }
             self.metrics
                 .webhook_events
@@ -320,5 +343,30 @@ impl Handler<RememberedDeliveries> for WebhookActor {
 
     fn handle(&mut self, _: RememberedDeliveries, _: &mut Context<Self>) -> usize {
         self.deliveries.len()
+    }
+}
+
+impl Handler<Unprocessed> for WebhookActor {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, Unprocessed(guids): Unprocessed, _: &mut Context<Self>) -> Vec<String> {
+        let now = Instant::now();
+        guids
+            .into_iter()
+            .filter(|g| !self.deliveries.contains(g, now) && !self.in_flight.contains(g))
+            .collect()
+    }
+}
+
+impl Handler<ExpectRedelivery> for WebhookActor {
+    type Result = ();
+
+    fn handle(&mut self, ExpectRedelivery(guids): ExpectRedelivery, _: &mut Context<Self>) {
+        for guid in guids {
+            if self.expected.len() >= EXPECTED_CAPACITY {
+                self.expected.pop_front();
+            }
+            self.expected.push_back(guid);
+        }
     }
 }

@@ -1,5 +1,4 @@
-//! `[github]` and `[webhook]`: API URL, owner and repos, PAT or App credentials, the webhook
-//! listener and its secret.
+//! `[github]`: API URL, owner and repos, PAT or App credentials.
 
 #[allow(unused_imports)]
 use super::*;
@@ -190,78 +189,5 @@ fn resolve(base_dir: Option<&Path>, path: &str) -> PathBuf {
     match base_dir {
         Some(base) if path.is_relative() => base.join(path),
         _ => path.to_path_buf(),
-    }
-}
-
-pub(super) fn build_webhook(
-    raw: crate::config::raw::RawWebhook,
-    env: &Environment,
-    p: &mut Problems,
-) -> WebhookConfig {
-    let listen = socket_addr(
-        "webhook.listen",
-        raw.listen.as_deref().unwrap_or(defaults::WEBHOOK_LISTEN),
-        p,
-    );
-    let path = raw.path.unwrap_or_else(|| defaults::WEBHOOK_PATH.into());
-    if !path.starts_with('/') || path.contains(char::is_whitespace) {
-        p.push(
-            "webhook.path",
-            format!("{path:?} must be a URL path starting with /"),
-        );
-    }
-    if matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics") {
-        p.push(
-            "webhook.path",
-            format!("{path:?} collides with a built-in endpoint"),
-        );
-    }
-    let secret = raw
-        .secret
-        .filter(|s| !s.is_empty())
-        .map(Secret::new)
-        .or_else(|| env.webhook_secret.clone())
-        .unwrap_or_else(|| {
-            p.push(
-                "webhook.secret",
-                "required: the daemon refuses unsigned webhooks (set it or EPHEMER_WEBHOOK_SECRET)",
-            );
-            Secret::default()
-        });
-    let max_body = match raw.max_body.as_deref() {
-        None => defaults::WEBHOOK_MAX_BODY,
-        Some(text) => {
-            match parse_size(text) {
-                Some(n) if (1024..=25 * 1024 * 1024).contains(&n) => n,
-                Some(_) => {
-                    p.push(
-                    "webhook.max_body",
-                    format!("{text:?} must be between 1KiB and 25MiB (GitHub caps payloads at 25 MB)"),
-                );
-                    defaults::WEBHOOK_MAX_BODY
-                }
-                None => {
-                    p.push(
-                        "webhook.max_body",
-                        format!(
-                            "{text:?} is not a size: a number of bytes, or with KiB, MiB, KB or MB"
-                        ),
-                    );
-                    defaults::WEBHOOK_MAX_BODY
-                }
-            }
-        }
-    };
-    WebhookConfig {
-        max_body,
-        listen,
-        path,
-        secret,
-        reconcile_interval: optional_duration(
-            "webhook.reconcile_interval",
-            raw.reconcile_interval,
-            defaults::RECONCILE_INTERVAL,
-            p,
-        ),
     }
 }

@@ -33,10 +33,14 @@ mod runner;
 pub(crate) mod runner_env;
 #[cfg(test)]
 mod tests;
+mod webhook;
+#[cfg(test)]
+mod webhook_tests;
 
-use github::{build_github, build_webhook};
+use github::build_github;
 use providers::build_providers;
 use runner::{build_log, build_runner, build_state};
+use webhook::build_webhook;
 
 /// Collects problems as validation walks the raw config.
 #[derive(Debug, Default)]
