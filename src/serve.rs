@@ -65,6 +65,8 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
     let intake = handles.intake.clone();
     let path = config.webhook.path.clone();
     let metrics_on_webhook = config.metrics.listen.is_none();
+    // Pull mode takes no delivery: the listener serves health (and metrics) only.
+    let push = !config.webhook.pull();
     let webhook = {
         let (metrics, health) = (metrics.clone(), health.clone());
         HttpServer::new(move || {
@@ -72,7 +74,11 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
                 .app_data(health.clone())
                 .app_data(metrics.clone())
                 .configure(Health::configure)
-                .service(WebhookIntake::resource(intake.clone(), &path));
+                .configure(|cfg| {
+                    if push {
+                        cfg.service(WebhookIntake::resource(intake.clone(), &path));
+                    }
+                });
             if metrics_on_webhook {
                 app.configure(configure_metrics)
             } else {
@@ -206,6 +212,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         webhook = %listeners.webhook,
         admin = %listeners.admin,
         path = %config.webhook.path,
+        mode = if config.webhook.pull() { "pull" } else { "push" },
         providers = ?config.providers.enabled().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         version = env!("CARGO_PKG_VERSION"),
         "ephemer-actors serving"

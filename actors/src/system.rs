@@ -103,6 +103,8 @@ pub struct Handles {
     pub ledger: Option<crate::cluster::Ledger>,
     /// Asks GitHub to redeliver failed deliveries (push mode, unless `webhook.redeliver = false`).
     pub redeliver: Option<Addr<crate::webhook::redeliver::RedeliverActor>>,
+    /// Pull mode: polls GitHub for what changed.
+    pub pull: Option<Addr<crate::webhook::pull::PullActor>>,
 }
 
 /// The readiness check of the store (the others are core actors).
@@ -186,6 +188,9 @@ impl Handles {
         use crate::lifecycle::Stop;
         if let Some(redeliver) = &self.redeliver {
             let _ = redeliver.send(Stop).await;
+        }
+        if let Some(pull) = &self.pull {
+            let _ = pull.send(Stop).await;
         }
         let _ = self.webhook.send(Stop).await;
         let _ = self.scheduler.send(Stop).await;
@@ -364,6 +369,24 @@ pub fn start(
             .start()
         });
 
+    // Pull mode: no delivery comes in; the polls hand jobs to the same intake actor.
+    let pull = config.webhook.pull().then(|| {
+        use crate::webhook::pull::{PullActor, PullSettings, PullWiring};
+        PullActor::new(
+            PullSettings {
+                active: config.webhook.poll_interval,
+                idle: config.webhook.poll_idle_interval,
+                budget: config.webhook.poll_budget,
+            },
+            PullWiring {
+                github: github.clone().recipient(),
+                intake: webhook.clone().recipient(),
+            },
+            metrics.clone(),
+        )
+        .start()
+    });
+
     // 7. Fleet mode: the host's lease, the reaping of dead hosts, the fleet's event stream.
     let fleet = options.ledger.clone().map(|ledger| {
         let health = ledger.health();
@@ -395,13 +418,16 @@ pub fn start(
         )
         .start()
     });
+    // Pull mode mounts no intake and needs no secret; the edge still exists (unmounted) so
+    // embedding apps see one shape, keyed with a throwaway secret nobody knows.
+    let secret = if config.webhook.secret.is_empty() && config.webhook.pull() {
+        crate::config::Secret::new(crate::vocab::random_suffix())
+    } else {
+        config.webhook.secret.clone()
+    };
     let intake = web::Data::new(
-        WebhookIntake::new(
-            config.webhook.secret.clone(),
-            webhook.clone(),
-            metrics.clone(),
-        )?
-        .with_max_body(config.webhook.max_body),
+        WebhookIntake::new(secret, webhook.clone(), metrics.clone())?
+            .with_max_body(config.webhook.max_body),
     );
 
     let health = web::Data::new(Health::default());
@@ -430,6 +456,7 @@ pub fn start(
         fleet,
         ledger: options.ledger,
         redeliver,
+        pull,
     };
     for (name, alive) in handles.core_actors() {
         handles.health.add_check(name, alive);

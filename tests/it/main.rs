@@ -20,6 +20,7 @@ mod network;
 mod ops;
 mod pools;
 mod provision;
+mod pull;
 mod redeliver;
 mod reliability;
 mod security;

@@ -212,3 +212,36 @@ impl Handler<Redeliver> for GithubActor {
         Box::pin(async move { client.redeliver(&m.hook, m.delivery_id).await })
     }
 }
+
+/// One pull-mode pass ([`GithubClient::poll_pass`]): the memory goes in and comes back, with
+/// what changed and the `core` reading after it.
+#[derive(Debug, Message)]
+#[rtype(result = "PollAnswer")]
+pub struct PollPass(pub super::poll::PollMemory);
+
+/// What a [`PollPass`] returns.
+#[derive(Debug)]
+pub struct PollAnswer {
+    /// The memory, updated.
+    pub memory: super::poll::PollMemory,
+    /// What the pass found, or why it failed.
+    pub outcome: Result<super::poll::PollOutcome, GithubError>,
+    /// `core` (remaining, limit, reset) after it.
+    pub core: Option<(u64, u64, u64)>,
+}
+
+impl Handler<PollPass> for GithubActor {
+    type Result = ResponseFuture<PollAnswer>;
+
+    fn handle(&mut self, PollPass(mut memory): PollPass, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let outcome = client.poll_pass(&mut memory).await;
+            PollAnswer {
+                memory,
+                outcome,
+                core: client.core_reading(),
+            }
+        })
+    }
+}

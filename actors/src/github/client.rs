@@ -130,8 +130,8 @@ struct Inner {
     /// `If-None-Match`, an unchanged page is a 304, which GitHub does not count against the
     /// rate limit.
     etags: std::cell::RefCell<HashMap<String, CachedPage>>,
-    /// The last `core` reading (remaining, limit) any answer carried.
-    core_left: std::cell::Cell<Option<(u64, u64)>>,
+    /// The last `core` reading (remaining, limit, reset) any answer carried.
+    core_left: std::cell::Cell<Option<(u64, u64, u64)>>,
 }
 
 /// A page kept for conditional requests.
@@ -238,6 +238,11 @@ impl GithubClient {
 
     /// The `core` budget left, as (remaining, limit), per the last answer that said.
     pub fn core_left(&self) -> Option<(u64, u64)> {
+        self.inner.core_left.get().map(|(r, l, _)| (r, l))
+    }
+
+    /// The last `core` reading: (remaining, limit, reset as unix seconds).
+    pub fn core_reading(&self) -> Option<(u64, u64, u64)> {
         self.inner.core_left.get()
     }
 
@@ -384,7 +389,19 @@ impl GithubClient {
         path: &str,
         query: &[(&str, &str)],
     ) -> Result<Vec<T>, GithubError> {
+        Ok(self.paginate_counted(endpoint, path, query).await?.0)
+    }
+
+    /// Like [`GithubClient::paginate`], also saying how many pages came with a body (which
+    /// GitHub counts against the rate limit) and how many were an unchanged 304 (free).
+    pub(super) async fn paginate_counted<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<(Vec<T>, u32, u32), GithubError> {
         let mut pages = Vec::new();
+        let (mut changed, mut unchanged) = (0, 0);
         for page in 1..=MAX_PAGES {
             let mut q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
             q.push(format!("per_page={PER_PAGE}"));
@@ -396,8 +413,12 @@ impl GithubClient {
                 .call_with(endpoint, Method::GET, &url, None, condition)
                 .await?;
             let (body, next) = match cached {
-                Some(c) if answer.status == StatusCode::NOT_MODIFIED => (c.body, c.next),
+                Some(c) if answer.status == StatusCode::NOT_MODIFIED => {
+                    unchanged += 1;
+                    (c.body, c.next)
+                }
                 _ => {
+                    changed += 1;
                     let next = has_next_page(&answer.headers);
                     if let Some(etag) = answer.headers.get("etag").and_then(|v| v.to_str().ok()) {
                         let mut etags = self.inner.etags.borrow_mut();
@@ -419,7 +440,7 @@ impl GithubClient {
                 break;
             }
         }
-        Ok(pages)
+        Ok((pages, changed, unchanged))
     }
 
     /// One authenticated GET whose answer is returned as it came, whatever its status: for
@@ -570,7 +591,8 @@ impl GithubClient {
             && r.resource == crate::vocab::RateBucket::Core
             && let (Some(remaining), Some(limit)) = (r.remaining, r.limit)
         {
-            self.inner.core_left.set(Some((remaining, limit)));
+            let reset = r.reset.unwrap_or(0);
+            self.inner.core_left.set(Some((remaining, limit, reset)));
         }
         let Some(rate) = &self.inner.rate else { return };
         let retry_after = parse_retry_after(headers);

@@ -9,6 +9,7 @@ pub mod client;
 pub mod error;
 pub mod event;
 pub mod hooks;
+pub mod poll;
 pub mod proxy;
 pub mod rate;
 pub mod reconcile;

@@ -12,6 +12,8 @@ pub enum EventSource {
     Webhook,
     /// The start-up or periodic reconcile poll.
     Reconcile,
+    /// Pull mode's polls.
+    Poll,
 }
 
 /// GitHub said something about a job (a delivery, or a poll that found it queued).

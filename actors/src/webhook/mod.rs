@@ -13,6 +13,7 @@
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
 
 pub mod actor;
+pub mod pull;
 pub mod redeliver;
 
 use actix::Addr;

@@ -52,12 +52,18 @@ pub fn config_with_github(
     } else {
         admin
     };
+    // `[github]` keys given replace the defaults written here.
+    let repos = if github.contains("repos =") {
+        ""
+    } else {
+        "repos = [\"app\"]"
+    };
     format!(
         r#"
 [github]
 {api}
 owner = "acme"
-repos = ["app"]
+{repos}
 token = "{TOKEN}"
 {github}
 

@@ -33,6 +33,7 @@ impl Scheduler {
                         });
                     }
                 }
+                Deferred::Heal { key, why } => self.heal_now(&key, why, now, fx),
             }
         }
         // One wake-up timer serves everything: ask for the next one still waiting.
@@ -249,6 +250,8 @@ impl Scheduler {
     /// sibling and exited, leaving its own job queued on GitHub, which never re-sends the
     /// webhook. A job whose runner went while it was never observed running is dispatched again
     /// at once, counted against the zombie cap.
+    /// With a heal grace (pull mode), the job is looked at again once the grace has passed:
+    /// a poll that has not yet seen it running is not a stranded job.
     pub(super) fn heal_stranded(
         &mut self,
         key: &JobKey,
@@ -256,6 +259,24 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
+        let grace = self.settings.heal_grace;
+        if grace.is_zero() {
+            return self.heal_now(key, why, now, fx);
+        }
+        let due = now.mono + grace;
+        self.deferred.push((
+            due,
+            Deferred::Heal {
+                key: key.clone(),
+                why,
+            },
+        ));
+        if let Some(next) = self.deferred.iter().map(|(at, _)| *at).min() {
+            fx.push(Effect::WakeAt(next));
+        }
+    }
+
+    fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {
         let cap = self.settings.zombie_cap;
         let Some(rec) = self.jobs.get_mut(key) else {
             return;

@@ -90,6 +90,10 @@ pub struct SchedulerSettings {
     pub started_ttl: Duration,
     /// Zombie cap.
     pub zombie_cap: u32,
+    /// How long a runner's job may stay unobserved after the runner exits before the job is
+    /// dispatched again: zero when job events are pushed; in pull mode, two polls (the job's
+    /// `in_progress` may simply not have been polled yet).
+    pub heal_grace: Duration,
     /// `runner.orphan_sweep`: `None` when disabled, else the grace.
     pub orphan_grace: Option<Duration>,
     /// `webhook.reconcile_interval`: `None` when disabled.
@@ -136,6 +140,11 @@ impl SchedulerSettings {
                 .job_timeout
                 .map_or(STARTED_TTL_NO_TIMEOUT, |t| t + SEEN_TTL),
             zombie_cap: ZOMBIE_CAP,
+            heal_grace: if c.webhook.pull() {
+                c.webhook.poll_interval * 2 + Duration::from_secs(1)
+            } else {
+                Duration::ZERO
+            },
             orphan_grace: c
                 .runner
                 .orphan_sweep
@@ -427,6 +436,8 @@ enum Deferred {
         runner_id: u64,
         name: String,
     },
+    /// Dispatch a stranded job again unless it has been observed running by then.
+    Heal { key: JobKey, why: &'static str },
 }
 
 /// Counters for status views and tests.

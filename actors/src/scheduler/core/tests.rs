@@ -33,6 +33,7 @@ fn settings() -> SchedulerSettings {
         seen_ttl: SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         zombie_cap: ZOMBIE_CAP,
+        heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
         repos: Vec::new(),

@@ -320,6 +320,7 @@ async fn harness(s: Setup) -> Harness {
         seen_ttl: super::core::SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         zombie_cap: super::core::ZOMBIE_CAP,
+        heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
         repos: Vec::new(),
