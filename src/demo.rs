@@ -33,6 +33,9 @@ pub struct DemoArgs {
     /// Stay up after the summary so /metrics can be browsed; Ctrl-C to exit.
     #[arg(long)]
     pub keep: bool,
+    /// Pull mode: no webhook at all; the daemon finds the jobs by polling the stand-in.
+    #[arg(long)]
+    pub pull: bool,
 }
 
 const LABEL_SETS: [&[&str]; 2] = [&["self-hosted", "linux"], &["self-hosted", "linux", "gpu"]];
@@ -45,7 +48,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
 
 /// The demo's config; the local pool runs a stand-in actions/runner install laid out under
 /// `state` (its `run.sh` starts this executable's hidden `standin-runner`), one copy per job.
-fn config(standin: &Standin, state: &std::path::Path, secret: &str) -> anyhow::Result<Config> {
+fn config(
+    standin: &Standin,
+    state: &std::path::Path,
+    secret: &str,
+    pull: bool,
+) -> anyhow::Result<Config> {
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let runner_dir = state.join("actions-runner");
     standin_runner::write_install(&runner_dir, &exe, &["standin-runner"])
@@ -63,6 +71,7 @@ max_claims_per_minute = 600
 listen = "127.0.0.1:0"
 secret = "{secret}"
 reconcile_interval = "0s"
+{mode}
 
 [runner]
 max_concurrent = 8
@@ -88,6 +97,11 @@ max_concurrent = 8
         api = standin.url(),
         state = state.display(),
         runner_dir = runner_dir.display(),
+        mode = if pull {
+            "mode = \"pull\"\npoll_interval = \"1s\"\npoll_idle_interval = \"5s\""
+        } else {
+            ""
+        },
     );
     Config::from_toml_str(&text, None, &Environment::default()).map_err(|e| anyhow::anyhow!("{e}"))
 }
@@ -152,7 +166,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         job_ms: 700,
         ..RunnerBehavior::default()
     });
-    let config = config(&standin, &state_dir, &secret)?;
+    let config = config(&standin, &state_dir, &secret, args.pull)?;
     std::fs::create_dir_all(&config.state.dir)?;
     let handles = system::start(
         &config,
@@ -166,12 +180,20 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
     let listeners = crate::serve::listen(&config, &handles)?;
     handles.health.set_ready();
     let webhook_url = format!("http://{}{}", listeners.webhook, config.webhook.path);
-    standin.send_webhooks_to(&webhook_url, &secret);
+    if !args.pull {
+        standin.send_webhooks_to(&webhook_url, &secret);
+    }
 
     let total = args.jobs.max(1);
     println!("ephemer-actors demo: {total} jobs over two label sets, seed {seed}");
     println!("  stand-in GitHub  {}", standin.url());
-    println!("  webhook          {webhook_url}");
+    if args.pull {
+        println!(
+            "  webhook          none: pull mode polls the stand-in every second (304s are free)"
+        );
+    } else {
+        println!("  webhook          {webhook_url}");
+    }
     println!("  metrics          http://{}/metrics", listeners.webhook);
     println!(
         "  faults           duplicate and replayed deliveries, a 502 burst, 3 s of exhausted rate budget, out-of-order in_progress/completed\n"
@@ -290,6 +312,14 @@ fn print_summary(
         .collect();
     let deliveries = standin.deliveries();
     let replays = deliveries.iter().filter(|d| d.status == 200).count();
+    let polls = calls
+        .iter()
+        .filter(|c| matches!(c.endpoint.as_str(), "list_runs" | "list_jobs"))
+        .count();
+    let free = calls
+        .iter()
+        .filter(|c| matches!(c.endpoint.as_str(), "list_runs" | "list_jobs") && c.status == 304)
+        .count();
     let left = standin.runners().len();
     let row = |k: &str, v: String| println!("  {k:<28} {v}");
     println!("\nsummary ({:.1} s)", elapsed.as_secs_f64());
@@ -314,13 +344,20 @@ fn print_summary(
             retries.join(", ")
         },
     );
-    row(
-        "webhook deliveries",
-        format!(
-            "{}  ({replays} replays recognised by delivery id)",
-            deliveries.len()
-        ),
-    );
+    if polls > 0 && deliveries.is_empty() {
+        row(
+            "polls (pull mode)",
+            format!("{polls}  ({free} unchanged: free 304s)"),
+        );
+    } else {
+        row(
+            "webhook deliveries",
+            format!(
+                "{}  ({replays} replays recognised by delivery id)",
+                deliveries.len()
+            ),
+        );
+    }
     row(
         "pickup latency p50 / p99",
         format!(

@@ -10,6 +10,55 @@ const RECENT_DELIVERIES: usize = 30;
 
 /// The hooks that send `workflow_job` (to the org, or each repo), and how they are set up.
 pub async fn webhook_checks(client: &GithubClient, config: &Config) -> Vec<Check> {
+    if config.webhook.pull() {
+        return vec![Check::ok(
+            "webhook",
+            "pull mode: no hook needed; queued jobs are found by conditional polls",
+        )];
+    }
+    let mut out = vec![redeliver_check(client, config).await];
+    out.extend(hooks_checks(client, config).await);
+    out
+}
+
+/// Which hook the redelivery watches (the one named by `hook_id`, or whose URL is
+/// `public_url`, or the App's own).
+async fn redeliver_check(client: &GithubClient, config: &Config) -> Check {
+    let w = &config.webhook;
+    if w.redeliver == Some(false) {
+        return Check::ok("redeliver", "off (webhook.redeliver = false)");
+    }
+    let how = "set webhook.public_url to the URL GitHub posts to, or webhook.hook_id";
+    match client.find_hooks(w.hook_id, w.public_url.as_deref()).await {
+        Ok(hooks) if hooks.is_empty() => {
+            let detail = match (&w.hook_id, &w.public_url) {
+                (None, None) => {
+                    "no hook to watch: failed deliveries are left to the reconcile poll".to_string()
+                }
+                (id, url) => format!("no active hook matches (hook_id {id:?}, public_url {url:?})"),
+            };
+            Check::warn("redeliver", detail, how)
+        }
+        Ok(hooks) => Check::ok(
+            "redeliver",
+            format!(
+                "watching {} for failed deliveries",
+                hooks
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Err(e) => Check::warn(
+            "redeliver",
+            format!("cannot read the hooks: {e}"),
+            "give the credential hook read access, or set webhook.redeliver = false",
+        ),
+    }
+}
+
+async fn hooks_checks(client: &GithubClient, config: &Config) -> Vec<Check> {
     let owner = &config.github.owner;
     let places: Vec<String> = if config.github.repos.is_empty() {
         vec![format!("/orgs/{owner}")]
@@ -136,7 +185,7 @@ async fn hook_checks(
                     last["status_code"],
                     last["status"].as_str().unwrap_or("")
                 ),
-                "401: the secrets differ; 413: raise webhook.max_body; 0 or 5xx: the daemon was unreachable (the reconcile catches those jobs)",
+                "401: the secrets differ; 413: raise webhook.max_body; 0 or 5xx: the daemon was unreachable (webhook.redeliver asks GitHub to send them again; the reconcile is the backstop)",
             ));
         }
     }

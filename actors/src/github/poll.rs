@@ -10,28 +10,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use serde::Deserialize;
-
-use super::{GithubClient, GithubError, client::ApiJob};
+use super::{
+    GithubClient, GithubError,
+    reconcile::{JobsPage, RunsPage},
+};
 use crate::job::{JobAction, JobInfo};
 
 /// The repo list is asked for again after this long.
 const REPOS_REFRESH: std::time::Duration = std::time::Duration::from_secs(10 * 60);
-
-#[derive(Deserialize)]
-struct RunsPage {
-    workflow_runs: Vec<Run>,
-}
-
-#[derive(Deserialize)]
-struct Run {
-    id: u64,
-}
-
-#[derive(Deserialize)]
-struct JobsPage {
-    jobs: Vec<ApiJob>,
-}
 
 /// What the polls know between passes: each job's last status, and the repo list.
 #[derive(Debug, Default, Clone)]

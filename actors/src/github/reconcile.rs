@@ -17,18 +17,18 @@ const LOW_BUDGET_SHARE: u64 = 10;
 const LOW_BUDGET_FLOOR: u64 = 100;
 
 #[derive(Deserialize)]
-struct RunsPage {
-    workflow_runs: Vec<Run>,
+pub(super) struct RunsPage {
+    pub(super) workflow_runs: Vec<Run>,
 }
 
 #[derive(Deserialize)]
-struct Run {
-    id: u64,
+pub(super) struct Run {
+    pub(super) id: u64,
 }
 
 #[derive(Deserialize)]
-struct JobsPage {
-    jobs: Vec<ApiJob>,
+pub(super) struct JobsPage {
+    pub(super) jobs: Vec<ApiJob>,
 }
 
 #[derive(Deserialize)]
