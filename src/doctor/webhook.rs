@@ -30,15 +30,23 @@ async fn redeliver_check(client: &GithubClient, config: &Config) -> Check {
     }
     let how = "set webhook.public_url to the URL GitHub posts to, or webhook.hook_id";
     match client.find_hooks(w.hook_id, w.public_url.as_deref()).await {
-        Ok(hooks) if hooks.is_empty() => {
-            let detail = match (&w.hook_id, &w.public_url) {
-                (None, None) => {
-                    "no hook to watch: failed deliveries are left to the reconcile poll".to_string()
-                }
-                (id, url) => format!("no active hook matches (hook_id {id:?}, public_url {url:?})"),
-            };
-            Check::warn("redeliver", detail, how)
+        // Neither key set with a token: off by choice, said plainly, not a warning.
+        Ok(hooks) if hooks.is_empty() && w.hook_id.is_none() && w.public_url.is_none() => {
+            Check::ok(
+                "redeliver",
+                format!(
+                    "off: no hook to watch, failed deliveries are left to the reconcile poll ({how} to turn it on)"
+                ),
+            )
         }
+        Ok(hooks) if hooks.is_empty() => Check::warn(
+            "redeliver",
+            format!(
+                "no active hook matches (hook_id {:?}, public_url {:?})",
+                w.hook_id, w.public_url
+            ),
+            how,
+        ),
         Ok(hooks) => Check::ok(
             "redeliver",
             format!(

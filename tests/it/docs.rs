@@ -43,7 +43,7 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // ephemerd_reconcile_repo_failures_total, ephemerd_webhook_refused_total,
     // ephemerd_jobs_uncovered_total, ephemerd_pool_up, ephemerd_build_info and
     // ephemerd_ledger_up.
-    assert_eq!(exported.len(), 29, "{exported:?}");
+    assert_eq!(exported.len(), 31, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");

@@ -168,3 +168,46 @@ async fn a_pull_daemon_at_its_budget_polls_slower_and_still_claims_every_job() {
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// Figures for docs/benchmarks.md: median queued -> claim of 50 jobs queued 100 ms apart over
+/// five repos, pushed (webhooks) and pulled (the default `poll_interval`, 5 s, and 1 s).
+/// `cargo test --release --test it pull_figures -- --ignored --nocapture`
+#[actix_rt::test]
+#[ignore = "figures for docs/benchmarks.md"]
+async fn pull_figures() {
+    for mode in ["push", "pull 5s", "pull 1s"] {
+        let standin = standin(StandinConfig::default());
+        let daemon = match mode {
+            "push" => {
+                Daemon::start_with_github(&standin, &repos_line(), "", &local_provider(6)).await
+            }
+            "pull 5s" => start_pull(&standin, "", 6).await,
+            _ => start_pull(&standin, "poll_interval = \"1s\"\n", 6).await,
+        };
+        for i in 0..50 {
+            // Delivered in push mode; in pull mode no webhook target is set.
+            standin.queue_jobs(REPOS[i % REPOS.len()], LABELS, 1);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        daemon
+            .wait_completed(&standin, 50, Duration::from_secs(180))
+            .await;
+        let mut waits = queued_to_claim_ms(&standin);
+        waits.sort_unstable();
+        let spent = standin
+            .calls()
+            .iter()
+            .filter(|c| matches!(c.endpoint.as_str(), "list_runs" | "list_jobs"))
+            .map(|c| c.status)
+            .fold((0, 0), |(n, free), s| (n + 1, free + usize::from(s == 304)));
+        println!(
+            "{mode}: queued -> claim p50 {} ms, p90 {} ms, max {} ms; poll requests {} ({} free 304s)",
+            waits[waits.len() / 2],
+            waits[waits.len() * 9 / 10],
+            waits[waits.len() - 1],
+            spent.0,
+            spent.1
+        );
+        daemon.stop(Duration::from_secs(30)).await;
+    }
+}
