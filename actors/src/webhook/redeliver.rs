@@ -127,6 +127,9 @@ pub struct RedeliverSettings {
     /// Deliveries older than this are not asked for (`runner.claim_retry.max_age`: a job that
     /// waited longer would be given up anyway).
     pub max_age: std::time::Duration,
+    /// Fleet mode: passes wait while the ledger is down (the intake would refuse the
+    /// redelivery too, and each guid is asked for once).
+    pub ledger: Option<crate::cluster::LedgerHealth>,
 }
 
 /// The actor.
@@ -165,7 +168,8 @@ impl RedeliverActor {
     }
 
     fn pass(&mut self, ctx: &mut Context<Self>) {
-        if self.running {
+        let ledger_down = self.settings.ledger.as_ref().is_some_and(|l| !l.is_up());
+        if self.running || ledger_down {
             return;
         }
         self.running = true;
