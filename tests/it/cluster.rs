@@ -314,6 +314,20 @@ async fn a_killed_host_s_unstarted_jobs_run_on_another_with_their_ladder() {
     let h1 = Daemon::start(&standin, &extra(&pg, "h1", "6s", ""), &broken).await;
     standin.queue_jobs("app", LINUX, 6);
     let held = wait_held_with_failures(&pg, "h1", 3, std::slice::from_ref(&h1)).await;
+    // Every job's delivery answered before the kill: one still on its way would fail, and
+    // only redelivery (not configured here) or a reconcile would find its job.
+    crate::support::provision::eventually(
+        "all six deliveries taken",
+        Duration::from_secs(20),
+        || {
+            let d = standin.deliveries();
+            d.iter()
+                .filter(|d| d.action == "queued" && d.status == 202)
+                .count()
+                == 6
+        },
+    )
+    .await;
     let h1_logs = h1.logs();
     let _left = h1.kill9().await;
     let killed = now_ms();
