@@ -515,3 +515,49 @@ async fn oversized_ids_labels_and_bodies_are_refused_and_change_nothing() {
     assert!(seen.lock().unwrap().is_empty());
     assert_eq!(remembered(&actor).await, 0);
 }
+
+/// The redelivery asks the intake which failed guids it never took, and is told which of those
+/// it asked for came back (counted as recovered).
+#[actix_web::test]
+async fn the_intake_names_the_guids_it_never_took_and_counts_redeliveries_recovered() {
+    use super::actor::{ExpectRedelivery, Unprocessed};
+    let (addr, _) = recorder(64);
+    let metrics = Metrics::new();
+    let actor = WebhookActor::new(addr.clone().recipient(), None, metrics.clone()).start();
+    let intake = web::Data::new(
+        WebhookIntake::new(Secret::new(SECRET), actor.clone(), metrics.clone()).unwrap(),
+    );
+    let app = web_test::init_service(
+        App::new().service(WebhookIntake::resource(intake, "/webhook/github")),
+    )
+    .await;
+    let post =
+        |id: &'static str| signed("workflow_job", id, &queued_body(7, "queued")).to_request();
+    assert_eq!(
+        web_test::call_service(&app, post("taken")).await.status(),
+        202
+    );
+    let open = actor
+        .send(Unprocessed(vec!["taken".into(), "lost".into()]))
+        .await
+        .unwrap();
+    assert_eq!(open, vec!["lost".to_string()]);
+    actor
+        .send(ExpectRedelivery(vec!["lost".into(), "never".into()]))
+        .await
+        .unwrap();
+    assert_eq!(
+        web_test::call_service(&app, post("lost")).await.status(),
+        202
+    );
+    let recovered = || {
+        metrics
+            .webhook_redeliveries
+            .with_label_values(&["recovered"])
+            .get()
+    };
+    assert_eq!(recovered(), 1);
+    // A replay of it is not counted again.
+    web_test::call_service(&app, post("lost")).await;
+    assert_eq!(recovered(), 1);
+}
