@@ -193,6 +193,25 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let handles = system::start(&config, metrics, Clock::real(), options)
         .context("cannot start the actors")?;
+    // A runner group named in the config is resolved before anything is accepted: a name the
+    // org does not have would fail every claim. A GitHub that cannot be reached now is asked
+    // again at the first claim.
+    if let Some(name) = &config.github.runner_group {
+        use ephemer_actors_core::github::{GithubError, actor::ResolveRunnerGroup};
+        match handles.github.send(ResolveRunnerGroup).await {
+            Ok(Ok(id)) => {
+                tracing::info!(group = %name, id, "runners register in this runner group")
+            }
+            Ok(Err(e @ GithubError::NoRunnerGroup { .. })) => {
+                handles.clone().halt().await;
+                anyhow::bail!("{e}");
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(group = %name, error = %e, "cannot look up the runner group now; the first claim will")
+            }
+            Err(e) => anyhow::bail!("the GitHub actor is gone: {e}"),
+        }
+    }
     let listeners = listen(&config, &handles)?;
 
     handles.health.set_ready();

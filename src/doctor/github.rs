@@ -106,7 +106,19 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         )),
         Err(e) => out.push(Check::fail("github.permission", e.to_string(), "retry")),
     }
-    if !repo_level {
+    if let Some(name) = &config.github.runner_group {
+        match client.runner_group_id().await {
+            Ok(id) => out.push(Check::ok(
+                "github.runner_group",
+                format!("group {name:?} is id {id}"),
+            )),
+            Err(e) => out.push(Check::fail(
+                "github.runner_group",
+                e.to_string(),
+                "create the group (org settings > Actions > Runner groups) or fix github.runner_group",
+            )),
+        }
+    } else if !repo_level {
         let id = config.github.runner_group_id;
         match client
             .inspect(&format!("/orgs/{owner}/actions/runner-groups/{id}"))

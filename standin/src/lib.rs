@@ -120,6 +120,8 @@ impl Standin {
             held: Default::default(),
             outbox: Some(outbox),
             app_hook: None,
+            runner_groups: vec![(1, "Default".into())],
+            registrations: Vec::new(),
             public_url: None,
             owner: config.owner.clone(),
             repos: config.repos.clone(),
@@ -261,6 +263,14 @@ impl Standin {
     pub fn set_app_hook(&self, url: &str, secret: &str) {
         self.send_webhooks_to(url, secret);
         self.state().app_hook = Some(url.to_string());
+    }
+
+    /// Adds a runner group to the org; its id.
+    pub fn add_runner_group(&self, name: &str) -> u64 {
+        let mut s = self.state();
+        let id = s.runner_groups.iter().map(|(id, _)| *id).max().unwrap_or(0) + 1;
+        s.runner_groups.push((id, name.to_string()));
+        id
     }
 
     /// Puts the webhook target behind a proxy whose public URL is `url`: the hook's

@@ -35,6 +35,7 @@ pub(crate) fn endpoint(method: &str, segs: &[&str]) -> Option<&'static str> {
         ("GET", ["orgs", _]) => "get_org",
         ("GET", ["repos", _, _]) => "get_repo",
         ("GET", ["orgs", _, "actions", "runner-groups", _]) => "get_runner_group",
+        ("GET", ["orgs", _, "actions", "runner-groups"]) => "list_runner_groups",
         ("GET", ["orgs", _, "hooks"]) | ("GET", ["repos", _, _, "hooks"]) => "list_hooks",
         ("GET", ["orgs", _, "hooks", _, "deliveries"])
         | ("GET", ["repos", _, _, "hooks", _, "deliveries"]) => "list_hook_deliveries",
@@ -52,7 +53,12 @@ pub(crate) fn endpoint(method: &str, segs: &[&str]) -> Option<&'static str> {
 pub(crate) fn scope_needed(endpoint: &str, repo_level: bool) -> Option<&'static str> {
     let runners = matches!(
         endpoint,
-        "generate_jitconfig" | "list_runners" | "get_runner" | "delete_runner" | "get_runner_group"
+        "generate_jitconfig"
+            | "list_runners"
+            | "get_runner"
+            | "delete_runner"
+            | "get_runner_group"
+            | "list_runner_groups"
     );
     let hooks = matches!(
         endpoint,
@@ -91,15 +97,21 @@ pub(crate) fn answer(
                 })),
             )
         }
-        "get_runner_group" => match segs.last().and_then(|id| id.parse::<u64>().ok()) {
-            Some(1) => (
+        "get_runner_group" => {
+            let id = segs.last().and_then(|id| id.parse::<u64>().ok());
+            match s.runner_groups.iter().find(|(g, _)| Some(*g) == id) {
+                Some(g) => (200, HttpResponse::Ok().json(group_json(g))),
+                None => error(404, "Not Found"),
+            }
+        }
+        "list_runner_groups" => {
+            let groups: Vec<Value> = s.runner_groups.iter().map(group_json).collect();
+            (
                 200,
-                HttpResponse::Ok().json(
-                    json!({ "id": 1, "name": "Default", "visibility": "all", "default": true }),
-                ),
-            ),
-            _ => error(404, "Not Found"),
-        },
+                HttpResponse::Ok()
+                    .json(json!({ "total_count": groups.len(), "runner_groups": groups })),
+            )
+        }
         "list_hooks" => {
             let hooks: Vec<Value> = s
                 .hooks
@@ -165,6 +177,10 @@ pub(crate) fn answer(
         }
         _ => error(404, "Not Found"),
     }
+}
+
+fn group_json((id, name): &(u64, String)) -> Value {
+    json!({ "id": id, "name": name, "visibility": "all", "default": *id == 1 })
 }
 
 fn hook_json(h: &Hook) -> Value {

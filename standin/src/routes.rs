@@ -292,6 +292,7 @@ fn route(
         "get_org"
         | "get_repo"
         | "get_runner_group"
+        | "list_runner_groups"
         | "list_hooks"
         | "list_hook_deliveries"
         | "redeliver_hook_delivery" => crate::org::answer(s, req, endpoint, segs, repo),
@@ -518,6 +519,12 @@ fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, H
             "Validation Failed: name, runner_group_id and 1-100 labels are required",
         );
     }
+    // A group the org does not have ("Create configuration for a just-in-time runner":
+    // `runner_group_id` must name one of the org's groups).
+    let group_id = req.runner_group_id.unwrap_or(0);
+    if !s.runner_groups.iter().any(|(id, _)| *id == group_id) {
+        return error(404, "Not Found");
+    }
     if s.runners.values().any(|r| r.name == req.name) {
         return error(
             409,
@@ -549,6 +556,7 @@ fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, H
         ".credentials": B64.encode(credentials.to_string()),
         ".credentials_rsaparams": B64.encode("{}"),
     });
+    s.registrations.push((req.name.clone(), group_id));
     let runner = Runner {
         id,
         name: req.name,
@@ -558,6 +566,7 @@ fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, H
         busy: false,
         job_id: None,
         token,
+        group_id,
     };
     let body = json!({ "runner": runner_json(&runner), "encoded_jit_config": B64.encode(files.to_string()) });
     s.runners.insert(id, runner);

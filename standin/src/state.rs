@@ -64,6 +64,8 @@ pub struct Runner {
     pub job_id: Option<u64>,
     /// The token in its JIT config.
     pub token: String,
+    /// The runner group it registered in.
+    pub group_id: u64,
 }
 
 /// A job.
@@ -282,6 +284,10 @@ pub struct State {
     /// The URL GitHub's hook names, when the daemon sits behind a proxy that forwards it to
     /// the webhook target (deliveries are logged under it).
     pub public_url: Option<String>,
+    /// Every registration made: (runner name, runner group id), in order.
+    pub registrations: Vec<(String, u64)>,
+    /// The org's runner groups: (id, name); `1` is "Default", as in every org.
+    pub runner_groups: Vec<(u64, String)>,
     /// The GitHub App's own webhook URL (`/app/hook`), when it has one.
     pub app_hook: Option<String>,
     /// The org/user that owns the repos.

@@ -198,3 +198,27 @@ async fn doctor_fails_a_container_pool_whose_image_is_missing() {
         "{fails:#?}"
     );
 }
+
+/// A runner group by name: found is an ok line with its id; missing is a failure naming the
+/// groups the org has.
+#[actix_rt::test]
+async fn doctor_resolves_a_runner_group_by_name() {
+    let standin = sound_standin();
+    // Org-level runners: the token needs admin:org (and admin:org_hook for the org's hooks).
+    standin.set_token_scopes(&["admin:org", "admin:org_hook"]);
+    let pool = local_provider(2);
+    standin.add_runner_group("ci-linux");
+    let (_, report) = doctor(&standin, "runner_group = \"ci-linux\"\nrepos = []", &pool).await;
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "github.runner_group"
+                && c["status"] == "ok"
+                && c["detail"].as_str().unwrap().contains("is id 2")),
+        "{report:#}"
+    );
+    let (code, report) = doctor(&standin, "runner_group = \"gpu\"\nrepos = []", &pool).await;
+    assert_fails(code, &report, "github.runner_group", "create the group");
+}

@@ -27,6 +27,7 @@ fn config(standin: &Standin, auth: GithubAuth, repos: &[&str]) -> GithubConfig {
         repos: repos.iter().map(|r| r.to_string()).collect(),
         auth,
         runner_group_id: 1,
+        runner_group: None,
         max_claims_per_minute: 150,
         ca_file: None,
         proxy: None,

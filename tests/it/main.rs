@@ -14,6 +14,7 @@ mod embed;
 mod fleet;
 mod fungible;
 mod github;
+mod groups;
 mod install;
 mod intake;
 mod network;

@@ -156,6 +156,9 @@ pub struct GithubConfig {
     pub auth: GithubAuth,
     /// Runner group for org-level JIT runners.
     pub runner_group_id: u64,
+    /// `github.runner_group`: the group by name, resolved to its id at start (org-level
+    /// runners only); wins over `runner_group_id`, which it replaces once resolved.
+    pub runner_group: Option<String>,
     /// Claims (generate-jitconfig calls) allowed per minute.
     pub max_claims_per_minute: u32,
     /// `github.ca_file`: a PEM bundle trusted in addition to the system's roots (a GHES

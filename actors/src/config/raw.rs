@@ -42,6 +42,7 @@ pub(crate) struct RawGithub {
     pub installation_id: Option<i64>,
     pub private_key_path: Option<String>,
     pub runner_group_id: Option<i64>,
+    pub runner_group: Option<String>,
     pub max_claims_per_minute: Option<i64>,
     pub allow_insecure: Option<bool>,
     pub ca_file: Option<String>,

@@ -245,3 +245,18 @@ impl Handler<PollPass> for GithubActor {
         })
     }
 }
+
+/// Resolves `github.runner_group` (a name) to its id now rather than at the first claim
+/// ([`GithubClient::runner_group_id`]).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<u64, GithubError>")]
+pub struct ResolveRunnerGroup;
+
+impl Handler<ResolveRunnerGroup> for GithubActor {
+    type Result = ResponseFuture<Result<u64, GithubError>>;
+
+    fn handle(&mut self, _: ResolveRunnerGroup, _: &mut Context<Self>) -> Self::Result {
+        let client = self.client.clone();
+        Box::pin(async move { client.runner_group_id().await })
+    }
+}

@@ -122,7 +122,9 @@ struct Inner {
     api_url: String,
     owner: String,
     repos: Vec<String>,
-    runner_group_id: u64,
+    /// The group runners register in; with `runner_group` (a name), 0 until resolved.
+    runner_group_id: std::cell::Cell<u64>,
+    runner_group: Option<String>,
     credentials: Credentials,
     metrics: Metrics,
     rate: Option<Recipient<ObserveRate>>,
@@ -226,7 +228,12 @@ impl GithubClient {
                 api_url: config.api_url.clone(),
                 owner: config.owner.clone(),
                 repos: config.repos.clone(),
-                runner_group_id: config.runner_group_id,
+                runner_group_id: std::cell::Cell::new(if config.runner_group.is_some() {
+                    0
+                } else {
+                    config.runner_group_id
+                }),
+                runner_group: config.runner_group.clone(),
                 credentials: Credentials::new(&config.auth),
                 metrics,
                 rate,
@@ -244,6 +251,18 @@ impl GithubClient {
     /// The last `core` reading: (remaining, limit, reset as unix seconds).
     pub fn core_reading(&self) -> Option<(u64, u64, u64)> {
         self.inner.core_left.get()
+    }
+
+    /// (the group id, 0 until resolved; the group's name, when configured by name)
+    pub(super) fn runner_group(&self) -> (u64, Option<String>) {
+        (
+            self.inner.runner_group_id.get(),
+            self.inner.runner_group.clone(),
+        )
+    }
+
+    pub(super) fn set_runner_group_id(&self, id: u64) {
+        self.inner.runner_group_id.set(id);
     }
 
     /// The owner this client acts for.
@@ -274,11 +293,12 @@ impl GithubClient {
         labels: &[String],
     ) -> Result<JitRunner, GithubError> {
         let path = format!("{}/generate-jitconfig", self.runners_base(repo));
+        let runner_group_id = self.runner_group_id().await?;
         for _ in 0..NAME_ATTEMPTS {
             let name = format!("{name_base}{}", random_suffix());
             let body = json!({
                 "name": name,
-                "runner_group_id": self.inner.runner_group_id,
+                "runner_group_id": runner_group_id,
                 "labels": labels,
                 "work_folder": "_work",
             });

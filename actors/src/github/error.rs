@@ -80,6 +80,14 @@ pub enum GithubError {
     /// an unreadable token answer).
     #[error("github auth: {0}")]
     Auth(String),
+    /// `github.runner_group` names no runner group of the org.
+    #[error("github.runner_group: the org has no runner group named {name:?} (it has: {known})")]
+    NoRunnerGroup {
+        /// The name configured.
+        name: String,
+        /// The groups there are, comma-separated.
+        known: String,
+    },
     /// Minting the App installation token failed; it fails the way the inner call did (a
     /// network blip or a 5xx is retried, a 401/404 is not).
     #[error("github app token exchange failed: {0}")]
@@ -107,7 +115,7 @@ impl GithubError {
             GithubError::Decode { .. } | GithubError::NameConflict { .. } => {
                 ErrorClass::UnknownRetryable
             }
-            GithubError::Auth(_) => ErrorClass::NonRetryable,
+            GithubError::Auth(_) | GithubError::NoRunnerGroup { .. } => ErrorClass::NonRetryable,
             GithubError::TokenExchange(inner) => inner.class(),
         }
     }

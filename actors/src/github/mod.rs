@@ -8,6 +8,7 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod event;
+pub mod groups;
 pub mod hooks;
 pub mod poll;
 pub mod proxy;

@@ -105,6 +105,7 @@ pub async fn claim(standin: &Standin, name_base: &str, labels: &[&str]) -> JitRu
         repos: vec![],
         auth: GithubAuth::Token(Secret::new("ghp_standin_token")),
         runner_group_id: 1,
+        runner_group: None,
         max_claims_per_minute: 150,
         ca_file: None,
         proxy: None,

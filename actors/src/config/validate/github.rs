@@ -48,6 +48,19 @@ pub(super) fn build_github(
             );
         }
     }
+    let runner_group = raw.runner_group.filter(|g| !g.trim().is_empty());
+    if runner_group.is_some() && raw.runner_group_id.is_some() {
+        p.push(
+            "github.runner_group",
+            "set runner_group (a name) or runner_group_id, not both",
+        );
+    }
+    if runner_group.is_some() && !repos.is_empty() {
+        p.push(
+            "github.runner_group",
+            "runner groups hold org-level runners; with github.repos each runner registers in its repo (remove runner_group, or empty repos)",
+        );
+    }
     let runner_group_id = match raw.runner_group_id {
         None => defaults::RUNNER_GROUP_ID,
         Some(n) if n >= 1 => n as u64,
@@ -96,6 +109,7 @@ pub(super) fn build_github(
         repos,
         auth,
         runner_group_id,
+        runner_group,
         max_claims_per_minute,
         ca_file,
         proxy,

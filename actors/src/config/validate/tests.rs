@@ -470,3 +470,14 @@ fn an_admin_listener_off_loopback_is_valid_but_warned_about() {
             .contains(&"admin.listen".into())
     );
 }
+
+#[test]
+fn a_runner_group_by_name_is_org_level_and_excludes_an_id() {
+    let org = "[github]\nowner = \"acme\"\ntoken = \"t\"\nrunner_group = \"ci-linux\"\n[webhook]\nsecret = \"s\"\n[providers.local]\nrunner_dir = \"/opt/actions-runner\"\n";
+    let c = Config::from_toml_str(org, None, &env()).unwrap();
+    assert_eq!(c.github.runner_group.as_deref(), Some("ci-linux"));
+    let both = org.replace("runner_group = ", "runner_group_id = 3\nrunner_group = ");
+    assert_eq!(keys(&both), vec!["github.runner_group"]);
+    let repo_level = org.replace("token = \"t\"\n", "token = \"t\"\nrepos = [\"app\"]\n");
+    assert_eq!(keys(&repo_level), vec!["github.runner_group"]);
+}

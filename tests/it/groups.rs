@@ -1,0 +1,64 @@
+//! `github.runner_group`: a runner group named in the config is resolved to its id at start,
+//! and every runner registers in it; a name the org does not have stops `serve` before it
+//! accepts anything (and `doctor` fails on it).
+
+use std::time::Duration;
+
+use crate::support::daemon::{Daemon, config_with_github, free_port, local_provider};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+#[actix_rt::test]
+async fn runners_register_in_the_runner_group_named_in_the_config() {
+    let standin = crate::support::standin(100);
+    standin.add_runner_group("Default-but-not");
+    let group = standin.add_runner_group("ci-linux");
+    let github = "repos = []\nrunner_group = \"ci-linux\"\n";
+    let daemon = Daemon::start_with_github(&standin, github, "", &local_provider(2)).await;
+    assert!(
+        daemon
+            .logs()
+            .contains("runners register in this runner group")
+    );
+    standin.queue_jobs("app", LABELS, 3);
+    daemon
+        .wait_completed(&standin, 3, Duration::from_secs(30))
+        .await;
+    let registrations = standin.state().registrations.clone();
+    assert!(registrations.len() >= 3);
+    assert!(
+        registrations.iter().all(|(_, g)| *g == group),
+        "{registrations:?}"
+    );
+    // Looked up once, at start.
+    assert_eq!(standin.count("list_runner_groups"), 1);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+#[actix_rt::test]
+async fn a_runner_group_the_org_lacks_stops_serve_before_it_accepts_anything() {
+    let standin = crate::support::standin(100);
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_with_github(
+        &standin,
+        free_port(),
+        &dir.path().join("state"),
+        "0s",
+        "repos = []\nrunner_group = \"gpu-pool\"\n",
+        "",
+        &local_provider(2),
+    );
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut cmd = crate::support::daemon();
+    cmd.args(["serve", "--config"]).arg(&path);
+    let (code, _, err) = tokio::time::timeout(Duration::from_secs(30), crate::support::output(cmd))
+        .await
+        .expect("serve exits");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no runner group named \"gpu-pool\"") && err.contains("Default"),
+        "{err}"
+    );
+    assert_eq!(standin.count("generate_jitconfig"), 0);
+}
