@@ -60,7 +60,11 @@ pub async fn checks(config: &Config) -> Vec<Check> {
     }
     out.push(clock(&first, &config.github.auth));
     if let Some(scopes) = &first.scopes {
-        out.push(scope_check(scopes, repo_level));
+        out.push(scope_check(
+            scopes,
+            repo_level,
+            config.github.enterprise.is_some(),
+        ));
     }
 
     // The repos, and the right to manage their (or the org's) runners.
@@ -86,10 +90,13 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             )),
         }
     }
-    let runners_path = match config.github.repos.first() {
-        Some(repo) => format!("/repos/{owner}/{repo}/actions/runners?per_page=1"),
-        None => format!("/orgs/{owner}/actions/runners?per_page=1"),
+    // Where runners register: a repo, the org, or the enterprise.
+    let level = match (config.github.repos.first(), &config.github.enterprise) {
+        (Some(repo), _) => format!("/repos/{owner}/{repo}"),
+        (None, Some(slug)) => format!("/enterprises/{slug}"),
+        (None, None) => format!("/orgs/{owner}"),
     };
+    let runners_path = format!("{level}/actions/runners?per_page=1");
     match client.inspect(&runners_path).await {
         Ok(i) if i.status == 200 => out.push(Check::ok(
             "github.permission",
@@ -100,6 +107,8 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             format!("listing runners answered {}: {}", i.status, message(&i)),
             if repo_level {
                 "a classic token needs the repo scope; a fine-grained token or an App needs \"Administration: read and write\" on the repos"
+            } else if config.github.enterprise.is_some() {
+                "enterprise runners need a classic token with the manage_runners:enterprise scope"
             } else {
                 "a classic token needs the admin:org scope; a fine-grained token or an App needs \"Self-hosted runners: read and write\" on the org"
             },
@@ -121,7 +130,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
     } else if !repo_level {
         let id = config.github.runner_group_id;
         match client
-            .inspect(&format!("/orgs/{owner}/actions/runner-groups/{id}"))
+            .inspect(&format!("{level}/actions/runner-groups/{id}"))
             .await
         {
             Ok(i) if i.status == 200 && i.body["visibility"] == "selected" => out.push(Check::warn(
@@ -153,10 +162,12 @@ pub fn message(i: &Inspection) -> String {
 }
 
 /// A classic token's scopes against what runner registration needs.
-fn scope_check(scopes: &str, repo_level: bool) -> Check {
+fn scope_check(scopes: &str, repo_level: bool, enterprise: bool) -> Check {
     let have: Vec<&str> = scopes.split(',').map(str::trim).collect();
     let needed: &[&str] = if repo_level {
         &["repo"]
+    } else if enterprise {
+        &["manage_runners:enterprise"]
     } else {
         &["admin:org", "manage_runners:org"]
     };

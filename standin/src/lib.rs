@@ -122,6 +122,7 @@ impl Standin {
             app_hook: None,
             runner_groups: vec![(1, "Default".into())],
             registrations: Vec::new(),
+            enterprise: None,
             public_url: None,
             owner: config.owner.clone(),
             repos: config.repos.clone(),
@@ -263,6 +264,12 @@ impl Standin {
     pub fn set_app_hook(&self, url: &str, secret: &str) {
         self.send_webhooks_to(url, secret);
         self.state().app_hook = Some(url.to_string());
+    }
+
+    /// Puts the org in the enterprise `slug`, whose runner endpoints
+    /// (`/enterprises/{slug}/actions/runners...`) then answer.
+    pub fn set_enterprise(&self, slug: &str) {
+        self.state().enterprise = Some(slug.to_string());
     }
 
     /// Adds a runner group to the org; its id.

@@ -44,16 +44,24 @@ fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
         | ("POST", ["repos", _, _, "actions", "runners", "generate-jitconfig"]) => {
             "generate_jitconfig"
         }
+        ("POST", ["enterprises", _, "actions", "runners", "generate-jitconfig"]) => {
+            "generate_jitconfig"
+        }
         ("GET", ["orgs", _, "actions", "runners"])
+        | ("GET", ["enterprises", _, "actions", "runners"])
         | ("GET", ["repos", _, _, "actions", "runners"]) => "list_runners",
         ("GET", ["orgs", _, "actions", "runners", id])
+        | ("GET", ["enterprises", _, "actions", "runners", id])
         | ("GET", ["repos", _, _, "actions", "runners", id])
             if id.parse::<u64>().is_ok() =>
         {
             "get_runner"
         }
         ("DELETE", ["orgs", _, "actions", "runners", _])
+        | ("DELETE", ["enterprises", _, "actions", "runners", _])
         | ("DELETE", ["repos", _, _, "actions", "runners", _]) => "delete_runner",
+        ("GET", ["enterprises", _, "actions", "runner-groups"]) => "list_runner_groups",
+        ("GET", ["enterprises", _, "actions", "runner-groups", _]) => "get_runner_group",
         ("GET", ["repos", _, _, "actions", "runs"]) => "list_runs",
         ("GET", ["repos", _, _, "actions", "runs", _, "jobs"]) => "list_jobs",
         ("GET", ["repos", _, _, "actions", "jobs", _]) => "get_job",
@@ -219,7 +227,14 @@ fn answer(
     let scopes = (token == s.token).then(|| s.token_scopes.clone()).flatten();
     if let Some(scopes) = &scopes {
         let repo_level = matches!(segs, ["repos", ..]);
-        if let Some(needed) = crate::org::scope_needed(endpoint, repo_level)
+        // Enterprise runner endpoints need `manage_runners:enterprise` (docs.github.com REST,
+        // "Self-hosted runners" at the enterprise level).
+        let needed = if matches!(segs, ["enterprises", ..]) {
+            Some("manage_runners:enterprise")
+        } else {
+            crate::org::scope_needed(endpoint, repo_level)
+        };
+        if let Some(needed) = needed
             && !scopes.iter().any(|have| have == needed)
         {
             let (status, mut r) = error(403, "Resource not accessible by personal access token");
@@ -285,6 +300,13 @@ fn route(
     if foreign_owner || repo.is_some_and(|r| !s.repos.iter().any(|x| x == r)) {
         return error(404, "Not Found");
     }
+    // Enterprise-level runners: only under the enterprise the org belongs to.
+    let enterprise = match segs {
+        ["enterprises", slug, ..] if s.enterprise.as_deref() == Some(*slug) => true,
+        ["enterprises", ..] => return error(404, "Not Found"),
+        _ => false,
+    };
+    let mine = |r: &Runner| r.repo.as_deref() == repo && r.enterprise == enterprise;
     let query = web::Query::<Paging>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .unwrap_or_default();
@@ -296,12 +318,12 @@ fn route(
         | "list_hooks"
         | "list_hook_deliveries"
         | "redeliver_hook_delivery" => crate::org::answer(s, req, endpoint, segs, repo),
-        "generate_jitconfig" => generate_jitconfig(s, repo, body),
+        "generate_jitconfig" => generate_jitconfig(s, repo, enterprise, body),
         "list_runners" => {
             let runners: Vec<Value> = s
                 .runners
                 .values()
-                .filter(|r| r.repo.as_deref() == repo)
+                .filter(|r| mine(r))
                 .map(runner_json)
                 .collect();
             let total = runners.len();
@@ -315,7 +337,7 @@ fn route(
         }
         "get_runner" => {
             let id: u64 = segs.last().and_then(|x| x.parse().ok()).unwrap_or(0);
-            match s.runners.get(&id).filter(|r| r.repo.as_deref() == repo) {
+            match s.runners.get(&id).filter(|r| mine(r)) {
                 Some(r) => (200, HttpResponse::Ok().json(runner_json(r))),
                 None => error(404, "Not Found"),
             }
@@ -323,7 +345,7 @@ fn route(
         "delete_runner" => {
             let id: u64 = segs.last().and_then(|x| x.parse().ok()).unwrap_or(0);
             match s.runners.get(&id) {
-                Some(r) if r.repo.as_deref() != repo => error(404, "Not Found"),
+                Some(r) if !mine(r) => error(404, "Not Found"),
                 Some(r) if r.busy => error(
                     422,
                     "Bad request - Runner \"busy\" is still running a job\"",
@@ -505,7 +527,12 @@ struct JitRequest {
     work_folder: Option<String>,
 }
 
-fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, HttpResponse) {
+fn generate_jitconfig(
+    s: &mut State,
+    repo: Option<&str>,
+    enterprise: bool,
+    body: &[u8],
+) -> (u16, HttpResponse) {
     let Ok(req) = serde_json::from_slice::<JitRequest>(body) else {
         return error(422, "Validation Failed: invalid request body");
     };
@@ -567,6 +594,7 @@ fn generate_jitconfig(s: &mut State, repo: Option<&str>, body: &[u8]) -> (u16, H
         job_id: None,
         token,
         group_id,
+        enterprise,
     };
     let body = json!({ "runner": runner_json(&runner), "encoded_jit_config": B64.encode(files.to_string()) });
     s.runners.insert(id, runner);

@@ -66,6 +66,8 @@ pub struct Runner {
     pub token: String,
     /// The runner group it registered in.
     pub group_id: u64,
+    /// An enterprise runner (registered under `/enterprises/{slug}`).
+    pub enterprise: bool,
 }
 
 /// A job.
@@ -284,6 +286,8 @@ pub struct State {
     /// The URL GitHub's hook names, when the daemon sits behind a proxy that forwards it to
     /// the webhook target (deliveries are logged under it).
     pub public_url: Option<String>,
+    /// The enterprise the org belongs to (its slug), when it has one.
+    pub enterprise: Option<String>,
     /// Every registration made: (runner name, runner group id), in order.
     pub registrations: Vec<(String, u64)>,
     /// The org's runner groups: (id, name); `1` is "Default", as in every org.

@@ -28,6 +28,7 @@ fn config(standin: &Standin, auth: GithubAuth, repos: &[&str]) -> GithubConfig {
         auth,
         runner_group_id: 1,
         runner_group: None,
+        enterprise: None,
         max_claims_per_minute: 150,
         ca_file: None,
         proxy: None,

@@ -159,6 +159,9 @@ pub struct GithubConfig {
     /// `github.runner_group`: the group by name, resolved to its id at start (org-level
     /// runners only); wins over `runner_group_id`, which it replaces once resolved.
     pub runner_group: Option<String>,
+    /// `github.enterprise`: register enterprise runners (`/enterprises/{slug}/actions/...`),
+    /// for the jobs of `owner`, instead of the org's.
+    pub enterprise: Option<String>,
     /// Claims (generate-jitconfig calls) allowed per minute.
     pub max_claims_per_minute: u32,
     /// `github.ca_file`: a PEM bundle trusted in addition to the system's roots (a GHES

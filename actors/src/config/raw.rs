@@ -43,6 +43,7 @@ pub(crate) struct RawGithub {
     pub private_key_path: Option<String>,
     pub runner_group_id: Option<i64>,
     pub runner_group: Option<String>,
+    pub enterprise: Option<String>,
     pub max_claims_per_minute: Option<i64>,
     pub allow_insecure: Option<bool>,
     pub ca_file: Option<String>,

@@ -125,6 +125,7 @@ struct Inner {
     /// The group runners register in; with `runner_group` (a name), 0 until resolved.
     runner_group_id: std::cell::Cell<u64>,
     runner_group: Option<String>,
+    enterprise: Option<String>,
     credentials: Credentials,
     metrics: Metrics,
     rate: Option<Recipient<ObserveRate>>,
@@ -234,6 +235,7 @@ impl GithubClient {
                     config.runner_group_id
                 }),
                 runner_group: config.runner_group.clone(),
+                enterprise: config.enterprise.clone(),
                 credentials: Credentials::new(&config.auth),
                 metrics,
                 rate,
@@ -275,11 +277,19 @@ impl GithubClient {
         self.inner.credentials.rate_key()
     }
 
-    /// `/repos/{owner}/{repo}` or `/orgs/{owner}`: where runners of `repo` live.
+    /// Where runners of `repo` live: `/repos/{owner}/{repo}`, `/orgs/{owner}`, or with
+    /// `github.enterprise`, `/enterprises/{slug}` ("Self-hosted runners" REST endpoints exist
+    /// at each of the three levels, the enterprise's needing `manage_runners:enterprise`).
     fn runners_base(&self, repo: Option<&str>) -> String {
-        match repo {
-            Some(repo) => format!("/repos/{}/{}/actions/runners", self.inner.owner, repo),
-            None => format!("/orgs/{}/actions/runners", self.inner.owner),
+        format!("{}/actions/runners", self.runners_level(repo))
+    }
+
+    /// `/repos/{owner}/{repo}`, `/orgs/{owner}` or `/enterprises/{slug}`.
+    pub(super) fn runners_level(&self, repo: Option<&str>) -> String {
+        match (repo, &self.inner.enterprise) {
+            (Some(repo), _) => format!("/repos/{}/{}", self.inner.owner, repo),
+            (None, Some(slug)) => format!("/enterprises/{slug}"),
+            (None, None) => format!("/orgs/{}", self.inner.owner),
         }
     }
 

@@ -17,7 +17,7 @@ struct Group {
 
 impl GithubClient {
     /// The runner group runners register in: `runner_group_id`, or the group named
-    /// `runner_group`, looked up once among the org's groups (`GET /orgs/{org}/actions/
+    /// `runner_group`, looked up once among the org's (or the enterprise's) groups (`GET /orgs/{org}/actions/
     /// runner-groups`, docs.github.com "Self-hosted runner groups") and kept. A name no group
     /// has is [`GithubError::NoRunnerGroup`], naming the groups there are.
     pub async fn runner_group_id(&self) -> Result<u64, GithubError> {
@@ -25,7 +25,7 @@ impl GithubClient {
         let Some(name) = name.filter(|_| id == 0) else {
             return Ok(id);
         };
-        let path = format!("/orgs/{}/actions/runner-groups", self.owner());
+        let path = format!("{}/actions/runner-groups", self.runners_level(None));
         let pages: Vec<GroupsPage> = self.paginate("list_runner_groups", &path, &[]).await?;
         let groups: Vec<Group> = pages.into_iter().flat_map(|p| p.runner_groups).collect();
         // GitHub keeps group names unique regardless of case.

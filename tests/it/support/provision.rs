@@ -106,6 +106,7 @@ pub async fn claim(standin: &Standin, name_base: &str, labels: &[&str]) -> JitRu
         auth: GithubAuth::Token(Secret::new("ghp_standin_token")),
         runner_group_id: 1,
         runner_group: None,
+        enterprise: None,
         max_claims_per_minute: 150,
         ca_file: None,
         proxy: None,

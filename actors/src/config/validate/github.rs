@@ -48,6 +48,23 @@ pub(super) fn build_github(
             );
         }
     }
+    let enterprise = raw.enterprise.filter(|e| !e.trim().is_empty());
+    if let Some(slug) = &enterprise {
+        if slug.contains(['/', ' ']) {
+            p.push(
+                "github.enterprise",
+                format!(
+                    "{slug:?} must be the enterprise's slug (as in github.com/enterprises/SLUG)"
+                ),
+            );
+        }
+        if !repos.is_empty() {
+            p.push(
+                "github.enterprise",
+                "enterprise runners are not repo-level: leave github.repos empty",
+            );
+        }
+    }
     let runner_group = raw.runner_group.filter(|g| !g.trim().is_empty());
     if runner_group.is_some() && raw.runner_group_id.is_some() {
         p.push(
@@ -58,7 +75,7 @@ pub(super) fn build_github(
     if runner_group.is_some() && !repos.is_empty() {
         p.push(
             "github.runner_group",
-            "runner groups hold org-level runners; with github.repos each runner registers in its repo (remove runner_group, or empty repos)",
+            "runner groups hold org-level (or enterprise) runners; with github.repos each runner registers in its repo (remove runner_group, or empty repos)",
         );
     }
     let runner_group_id = match raw.runner_group_id {
@@ -110,6 +127,7 @@ pub(super) fn build_github(
         auth,
         runner_group_id,
         runner_group,
+        enterprise,
         max_claims_per_minute,
         ca_file,
         proxy,

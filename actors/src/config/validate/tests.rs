@@ -481,3 +481,14 @@ fn a_runner_group_by_name_is_org_level_and_excludes_an_id() {
     let repo_level = org.replace("token = \"t\"\n", "token = \"t\"\nrepos = [\"app\"]\n");
     assert_eq!(keys(&repo_level), vec!["github.runner_group"]);
 }
+
+#[test]
+fn an_enterprise_is_a_slug_and_not_repo_level() {
+    let base = "[github]\nowner = \"acme\"\ntoken = \"t\"\nenterprise = \"acme-corp\"\n[webhook]\nsecret = \"s\"\n[providers.local]\nrunner_dir = \"/opt/actions-runner\"\n";
+    let c = Config::from_toml_str(base, None, &env()).unwrap();
+    assert_eq!(c.github.enterprise.as_deref(), Some("acme-corp"));
+    let bad = base
+        .replace("acme-corp", "enterprises/acme corp")
+        .replace("token = \"t\"\n", "token = \"t\"\nrepos = [\"app\"]\n");
+    assert_eq!(keys(&bad), vec!["github.enterprise", "github.enterprise"]);
+}
