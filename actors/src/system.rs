@@ -354,7 +354,7 @@ pub fn start(
                     public_url: config.webhook.public_url.clone(),
                     insisted: config.webhook.redeliver == Some(true),
                     max_age: config.runner.claim_retry.max_age,
-                    ledger: options.ledger.as_ref().map(crate::cluster::Ledger::health),
+                    ledger: options.ledger.clone(),
                 },
                 RedeliverWiring {
                     find: github.clone().recipient(),

@@ -66,7 +66,9 @@ pub(crate) async fn sender(state: Arc<Mutex<State>>, mut inbox: UnboundedReceive
                 let Some(d) = s.deliveries.iter().find(|d| d.seq == seq).cloned() else {
                     continue;
                 };
-                (d.action, d.job_id, vec![(d.id, d.posted_to)], d.sent, true)
+                // GitHub redelivers to the hook's URL as it is now.
+                let to = s.webhook.as_ref().map_or(d.posted_to, pick);
+                (d.action, d.job_id, vec![(d.id, to)], d.sent, true)
             }
             Outgoing::New(action, job_id, body) => {
                 let (target, copies, replays) = {

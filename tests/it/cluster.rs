@@ -34,7 +34,7 @@ allow_root = true
 }
 
 /// `[runner]` and `[cluster]` for host `host`.
-fn extra(pg: &Postgres, host: &str, lease: &str, more: &str) -> String {
+pub(crate) fn extra(pg: &Postgres, host: &str, lease: &str, more: &str) -> String {
     format!(
         "[runner]\nmax_concurrent = 4\nshutdown_timeout = \"10s\"\n\n[runner.claim_retry]\nschedule = [\"1s\", \"2s\"]\n\n{more}\n\n[cluster]\nurl = \"{url}\"\nhost = \"{host}\"\nlease = \"{lease}\"\n",
         url = pg.url()
@@ -84,7 +84,7 @@ fn logs(hosts: &[Daemon]) -> String {
         .join("\n")
 }
 
-async fn wait_completed(standin: &Standin, n: usize, within: Duration, hosts: &[Daemon]) {
+pub(crate) async fn wait_completed(standin: &Standin, n: usize, within: Duration, hosts: &[Daemon]) {
     let deadline = tokio::time::Instant::now() + within;
     while standin.jobs_in("completed") < n {
         if tokio::time::Instant::now() > deadline {
@@ -163,7 +163,7 @@ async fn three_hosts_run_every_job_exactly_once() {
         "{table}"
     );
     let (_, doctor, _) = hosts[2].ctl(&["doctor"]).await;
-    assert!(doctor.contains("connected; schema version 1"), "{doctor}");
+    assert!(doctor.contains("connected; schema version 2"), "{doctor}");
     stop_all(hosts).await;
 }
 
@@ -556,7 +556,7 @@ async fn a_ledger_with_a_newer_schema_is_refused() {
     let (code, out, err) = support::output(serve).await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(
-        err.contains("version 99, newer than this binary knows (1)"),
+        err.contains("version 99, newer than this binary knows (2)"),
         "{err}"
     );
     // Nothing was written over it.
@@ -590,7 +590,7 @@ async fn the_ledger_over_tls_trusts_github_ca_file_only() {
     )
     .await;
     let (_, doctor, _) = d.ctl(&["doctor"]).await;
-    assert!(doctor.contains("connected; schema version 1"), "{doctor}");
+    assert!(doctor.contains("connected; schema version 2"), "{doctor}");
     stop_all([d]).await;
 
     // Without the CA the server's certificate is not trusted: doctor says so.

@@ -190,3 +190,46 @@ async fn a_github_app_s_own_hook_is_read_with_its_jwt_and_redelivers() {
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A fleet of two hosts watching the same hook asks GitHub once per failed delivery, not once
+/// per host: the ledger decides which host asks.
+#[actix_rt::test]
+async fn a_fleet_asks_once_per_failed_delivery() {
+    use crate::cluster::{extra, pool, route_to, wait_completed};
+    let Some(pg) = crate::support::postgres::Postgres::start() else {
+        return;
+    };
+    let standin = crate::support::standin(100);
+    standin.add_hook(org_hook(7, PUBLIC_URL));
+    standin.set_public_url(PUBLIC_URL);
+    let more = format!("[webhook]\npublic_url = \"{PUBLIC_URL}\"\nredeliver_interval = \"10s\"\n");
+    let linux = &["self-hosted", "linux", "x64"];
+    let mut hosts = Vec::new();
+    for host in ["h1", "h2"] {
+        hosts.push(Daemon::start(&standin, &extra(&pg, host, "30s", &more), &pool("cpu", linux, 4)).await);
+    }
+    // The hook points nowhere for a while: its deliveries fail.
+    standin.send_webhooks_to("http://127.0.0.1:9/webhook/github", crate::support::daemon::SECRET);
+    standin.queue_jobs("app", LABELS, 6);
+    eventually("the deliveries fail", Duration::from_secs(30), || {
+        standin.deliveries().iter().filter(|d| d.status == 0).count() == 6
+    })
+    .await;
+    // Fixed: GitHub posts to the fleet again; the next passes find the failures.
+    route_to(&standin, &hosts, 0.0);
+    wait_completed(&standin, 6, Duration::from_secs(40), &hosts).await;
+    // Both hosts listed, and every failed delivery was asked for exactly once.
+    let lists = standin.count("list_hook_deliveries");
+    eventually("both hosts' passes", Duration::from_secs(25), || {
+        standin.count("list_hook_deliveries") >= lists + 2
+    })
+    .await;
+    assert_eq!(standin.count("redeliver_hook_delivery"), 6);
+    assert_eq!(
+        pg.query("SELECT count(*) FROM ephemer_redeliveries"),
+        ["6"]
+    );
+    for h in hosts {
+        h.stop(Duration::from_secs(30)).await;
+    }
+}

@@ -218,7 +218,8 @@ impl Ledger {
                      DELETE FROM ephemer_registrations
                         WHERE gone_at < now() - interval '10 minutes';
                      DELETE FROM ephemer_jobs WHERE phase IN ('running', 'completed')
-                        AND updated_at < now() - interval '1 day';",
+                        AND updated_at < now() - interval '1 day';
+                     DELETE FROM ephemer_redeliveries WHERE at < now() - interval '3 days';",
                 )
                 .await?;
             Ok(())

@@ -36,6 +36,7 @@ mod connect;
 mod hosts;
 mod jobs;
 mod mirror;
+mod redeliveries;
 pub mod schema;
 pub mod stream;
 mod types;

@@ -11,7 +11,7 @@ use super::LedgerError;
 const MIGRATION_LOCK: i64 = 0x0065_7068_656d_6572;
 
 /// Migrations in order; the schema version is the number applied.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The newest schema this binary knows.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -215,6 +215,16 @@ BEGIN
       AND (g.reaping_until IS NULL OR g.reaping_until < clock_timestamp())
     RETURNING g.name, g.runner_id, g.repo, g.host;
 END $$;
+"#;
+
+/// Version 2: which host asked GitHub to redeliver which failed delivery, so the fleet asks
+/// once per guid, whichever host's pass finds it first.
+const V2: &str = r#"
+CREATE TABLE ephemer_redeliveries (
+    guid  text PRIMARY KEY,
+    host  text NOT NULL,
+    at    timestamptz NOT NULL DEFAULT now()
+);
 "#;
 
 /// Brings the schema up to [`SCHEMA_VERSION`], under the advisory lock. Refuses a newer one.

@@ -127,9 +127,10 @@ pub struct RedeliverSettings {
     /// Deliveries older than this are not asked for (`runner.claim_retry.max_age`: a job that
     /// waited longer would be given up anyway).
     pub max_age: std::time::Duration,
-    /// Fleet mode: passes wait while the ledger is down (the intake would refuse the
-    /// redelivery too, and each guid is asked for once).
-    pub ledger: Option<crate::cluster::LedgerHealth>,
+    /// Fleet mode: every host watches the same hook and the ledger decides which host asks
+    /// for each guid; passes wait while it is down (the intake would refuse the redelivery
+    /// too, and each guid is asked for once).
+    pub ledger: Option<crate::cluster::Ledger>,
 }
 
 /// The actor.
@@ -168,7 +169,11 @@ impl RedeliverActor {
     }
 
     fn pass(&mut self, ctx: &mut Context<Self>) {
-        let ledger_down = self.settings.ledger.as_ref().is_some_and(|l| !l.is_up());
+        let ledger_down = self
+            .settings
+            .ledger
+            .as_ref()
+            .is_some_and(|l| !l.health().is_up());
         if self.running || ledger_down {
             return;
         }
@@ -198,6 +203,10 @@ impl RedeliverActor {
                     );
                 }
                 ctx.stop();
+                return;
+            }
+            Err(PassError::Ledger(e)) => {
+                tracing::warn!(error = %e, "webhook.redeliver: the cluster ledger did not answer; trying again next interval");
                 return;
             }
             Err(PassError::Github(e)) => {
@@ -289,6 +298,7 @@ struct Outcome {
 enum PassError {
     NoHook,
     Github(GithubError),
+    Ledger(String),
 }
 
 impl From<GithubError> for PassError {
@@ -367,6 +377,17 @@ async fn one_pass(
                 .collect();
             wanted.retain(|(_, g)| open.contains(g));
         }
+        // Fleet mode: one host asks for each guid.
+        if let Some(ledger) = settings.ledger.as_ref().filter(|_| !wanted.is_empty()) {
+            let guids: Vec<String> = wanted.iter().map(|(_, g)| g.clone()).collect();
+            let mine: HashSet<String> = ledger
+                .take_redeliveries(&guids)
+                .await
+                .map_err(|e| PassError::Ledger(e.to_string()))?
+                .into_iter()
+                .collect();
+            wanted.retain(|(_, g)| mine.contains(g));
+        }
         // Told before asking: GitHub may redeliver before the ask is even answered.
         if !wanted.is_empty() {
             let guids = wanted.iter().map(|(_, g)| g.clone()).collect();
@@ -384,6 +405,11 @@ async fn one_pass(
                 Err(e) => {
                     tracing::warn!(%hook, delivery = id, error = %e, "GitHub refused to redeliver a failed delivery; asking again next pass");
                     out.refused += 1;
+                    if let Some(ledger) = &settings.ledger
+                        && let Err(e) = ledger.give_back_redelivery(&guid).await
+                    {
+                        tracing::warn!(error = %e, "cannot give the redelivery back to the fleet");
+                    }
                     let at = listed
                         .iter()
                         .find(|d| d.id == id)
