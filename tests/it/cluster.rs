@@ -84,7 +84,12 @@ fn logs(hosts: &[Daemon]) -> String {
         .join("\n")
 }
 
-pub(crate) async fn wait_completed(standin: &Standin, n: usize, within: Duration, hosts: &[Daemon]) {
+pub(crate) async fn wait_completed(
+    standin: &Standin,
+    n: usize,
+    within: Duration,
+    hosts: &[Daemon],
+) {
     let deadline = tokio::time::Instant::now() + within;
     while standin.jobs_in("completed") < n {
         if tokio::time::Instant::now() > deadline {

@@ -206,13 +206,28 @@ async fn a_fleet_asks_once_per_failed_delivery() {
     let linux = &["self-hosted", "linux", "x64"];
     let mut hosts = Vec::new();
     for host in ["h1", "h2"] {
-        hosts.push(Daemon::start(&standin, &extra(&pg, host, "30s", &more), &pool("cpu", linux, 4)).await);
+        hosts.push(
+            Daemon::start(
+                &standin,
+                &extra(&pg, host, "30s", &more),
+                &pool("cpu", linux, 4),
+            )
+            .await,
+        );
     }
     // The hook points nowhere for a while: its deliveries fail.
-    standin.send_webhooks_to("http://127.0.0.1:9/webhook/github", crate::support::daemon::SECRET);
+    standin.send_webhooks_to(
+        "http://127.0.0.1:9/webhook/github",
+        crate::support::daemon::SECRET,
+    );
     standin.queue_jobs("app", LABELS, 6);
     eventually("the deliveries fail", Duration::from_secs(30), || {
-        standin.deliveries().iter().filter(|d| d.status == 0).count() == 6
+        standin
+            .deliveries()
+            .iter()
+            .filter(|d| d.status == 0)
+            .count()
+            == 6
     })
     .await;
     // Fixed: GitHub posts to the fleet again; the next passes find the failures.
@@ -225,10 +240,7 @@ async fn a_fleet_asks_once_per_failed_delivery() {
     })
     .await;
     assert_eq!(standin.count("redeliver_hook_delivery"), 6);
-    assert_eq!(
-        pg.query("SELECT count(*) FROM ephemer_redeliveries"),
-        ["6"]
-    );
+    assert_eq!(pg.query("SELECT count(*) FROM ephemer_redeliveries"), ["6"]);
     for h in hosts {
         h.stop(Duration::from_secs(30)).await;
     }
