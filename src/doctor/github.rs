@@ -91,11 +91,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         }
     }
     // Where runners register: a repo, the org, or the enterprise.
-    let level = match (config.github.repos.first(), &config.github.enterprise) {
-        (Some(repo), _) => format!("/repos/{owner}/{repo}"),
-        (None, Some(slug)) => format!("/enterprises/{slug}"),
-        (None, None) => format!("/orgs/{owner}"),
-    };
+    let level = client.runners_level(config.github.repos.first().map(String::as_str));
     let runners_path = format!("{level}/actions/runners?per_page=1");
     match client.inspect(&runners_path).await {
         Ok(i) if i.status == 200 => out.push(Check::ok(

@@ -285,7 +285,7 @@ impl GithubClient {
     }
 
     /// `/repos/{owner}/{repo}`, `/orgs/{owner}` or `/enterprises/{slug}`.
-    pub(super) fn runners_level(&self, repo: Option<&str>) -> String {
+    pub fn runners_level(&self, repo: Option<&str>) -> String {
         match (repo, &self.inner.enterprise) {
             (Some(repo), _) => format!("/repos/{}/{}", self.inner.owner, repo),
             (None, Some(slug)) => format!("/enterprises/{slug}"),

@@ -99,7 +99,7 @@ pub fn candidates(listed: &[HookDelivery], place: &Place, floor: u64) -> Vec<(u6
 }
 
 /// What the actor talks to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RedeliverWiring {
     /// Finds the hooks.
     pub find: Recipient<FindHooks>,
@@ -181,7 +181,7 @@ impl RedeliverActor {
         let work = one_pass(
             self.hooks.clone(),
             self.place.clone(),
-            Recipients::of(&self.wiring),
+            self.wiring.clone(),
             self.settings.clone(),
         );
         ctx.spawn(work.into_actor(self).map(|outcome, act, ctx| {
@@ -264,26 +264,6 @@ impl Actor for RedeliverActor {
 
 crate::stop_on_request!(RedeliverActor);
 
-struct Recipients {
-    find: Recipient<FindHooks>,
-    list: Recipient<ListHookDeliveries>,
-    redeliver: Recipient<Redeliver>,
-    unprocessed: Recipient<Unprocessed>,
-    expect: Recipient<ExpectRedelivery>,
-}
-
-impl Recipients {
-    fn of(w: &RedeliverWiring) -> Self {
-        Recipients {
-            find: w.find.clone(),
-            list: w.list.clone(),
-            redeliver: w.redeliver.clone(),
-            unprocessed: w.unprocessed.clone(),
-            expect: w.expect.clone(),
-        }
-    }
-}
-
 /// What one pass did.
 struct Outcome {
     hooks: Vec<HookRef>,
@@ -317,7 +297,7 @@ fn mailbox(e: actix::MailboxError) -> PassError {
 async fn one_pass(
     hooks: Option<Vec<HookRef>>,
     place: Place,
-    to: Recipients,
+    to: RedeliverWiring,
     settings: RedeliverSettings,
 ) -> Result<Outcome, PassError> {
     let hooks = match hooks {
