@@ -123,8 +123,12 @@ pub mod defaults {
 /// The whole, validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `[github]`: where and as whom to call GitHub.
+    /// `[github]`: where and as whom to call GitHub. With `[[github.targets]]`, the first
+    /// target's (what host-wide settings such as `ca_file` and `proxy` are read from).
     pub github: GithubConfig,
+    /// Every GitHub target: `[[github.targets]]`, or the one `[github]` + `webhook.secret`
+    /// make. Empty in a config built in code: [`Config::targets`] then makes that one.
+    pub targets: Vec<Target>,
     /// `[webhook]`: the intake listener.
     pub webhook: WebhookConfig,
     /// `[runner]`: limits, timeouts and the retry ladder.
@@ -141,6 +145,41 @@ pub struct Config {
     pub providers: ProvidersConfig,
     /// `[cluster]`: `None` is one host with its embedded store (the default).
     pub cluster: Option<ClusterConfig>,
+}
+
+/// One GitHub target: an owner, the credential and scope its runners are registered with,
+/// the secret its deliveries are signed with, and its share of the slots.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `name` (default: the owner): the `target` label of metrics, pools' `targets`.
+    pub name: String,
+    /// Owner, scope, credential, runner group, pacing, API URL.
+    pub github: GithubConfig,
+    /// `webhook_secret` (default `webhook.secret`): deliveries for this owner are verified
+    /// with it.
+    pub webhook_secret: Secret,
+    /// `weight` (default 1): its share of scarce slots against the other targets'.
+    pub weight: u32,
+}
+
+impl Config {
+    /// Every target ([`Config::targets`], or the one `[github]` and `webhook.secret` make).
+    pub fn targets(&self) -> Vec<Target> {
+        if !self.targets.is_empty() {
+            return self.targets.clone();
+        }
+        vec![Target {
+            name: self.github.owner.clone(),
+            github: self.github.clone(),
+            webhook_secret: self.webhook.secret.clone(),
+            weight: 1,
+        }]
+    }
+
+    /// Whether several targets are configured (metrics then carry a `target` label).
+    pub fn multi_target(&self) -> bool {
+        self.targets.len() > 1
+    }
 }
 
 /// `[github]`

@@ -89,6 +89,9 @@ pub struct ProviderCommon {
     /// `env`: extra variables for the runner, `${NAME}` references already expanded from the
     /// daemon's environment (so values are secrets: they never reach a log).
     pub env: Vec<(String, Secret)>,
+    /// `targets`: the names of the GitHub targets whose jobs this pool takes; `None`: every
+    /// target's (slots are the host's).
+    pub targets: Option<Vec<String>>,
 }
 
 /// When a dead provisioner is re-created (kameo's vocabulary).

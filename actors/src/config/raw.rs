@@ -49,6 +49,27 @@ pub(crate) struct RawGithub {
     pub ca_file: Option<String>,
     pub proxy: Option<String>,
     pub no_proxy: Option<Vec<String>>,
+    pub targets: Option<Vec<RawTarget>>,
+}
+
+/// `[[github.targets]]`: one owner and its credential.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct RawTarget {
+    pub name: Option<String>,
+    pub owner: Option<String>,
+    pub repos: Option<Vec<String>>,
+    pub enterprise: Option<String>,
+    pub token: Option<String>,
+    pub app_id: Option<i64>,
+    pub installation_id: Option<i64>,
+    pub private_key_path: Option<String>,
+    pub webhook_secret: Option<String>,
+    pub runner_group: Option<String>,
+    pub runner_group_id: Option<i64>,
+    pub max_claims_per_minute: Option<i64>,
+    pub weight: Option<i64>,
+    pub api_url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -155,6 +176,7 @@ pub(crate) struct RawPool {
     pub max_concurrent: Option<i64>,
     pub restart: Option<RawRestart>,
     pub env: Option<std::collections::BTreeMap<String, String>>,
+    pub targets: Option<Vec<String>>,
     // Process kinds (`local`, `native_macos`); `command` is also the container's.
     pub runner_dir: Option<String>,
     pub command: Option<RawCommand>,

@@ -3,16 +3,21 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// `[github]` (`k` = `github`), or one `[[github.targets]]` entry (`k` =
+/// `github.targets[i]`): problems are keyed under `k`. Only the `[github]` table falls back on
+/// `GITHUB_TOKEN` and `EPHEMER_APP_PRIVATE_KEY`; a target names its secrets itself.
 pub(super) fn build_github(
     raw: crate::config::raw::RawGithub,
+    k: &str,
     base_dir: Option<&Path>,
     env: &Environment,
     p: &mut Problems,
 ) -> GithubConfig {
+    let fallback = k == "github";
     let api_url = raw.api_url.unwrap_or_else(|| defaults::API_URL.into());
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
         p.push(
-            "github.api_url",
+            format!("{k}.api_url"),
             format!("{api_url:?} must start with https:// (or http://)"),
         );
     }
@@ -21,7 +26,7 @@ pub(super) fn build_github(
         && !loopback(rest)
     {
         p.push(
-            "github.api_url",
+            format!("{k}.api_url"),
             format!(
                 "{api_url:?} is plain http to another host: every claim's JIT config (a runner's \
                  credential) and the token would cross the network in clear; use https://, or \
@@ -33,7 +38,7 @@ pub(super) fn build_github(
         Some(o) if !o.trim().is_empty() => o,
         _ => {
             p.push(
-                "github.owner",
+                format!("{k}.owner"),
                 "required: the org or user that owns the repos",
             );
             String::new()
@@ -43,7 +48,7 @@ pub(super) fn build_github(
     for (i, r) in repos.iter().enumerate() {
         if r.trim().is_empty() || r.contains('/') {
             p.push(
-                format!("github.repos[{i}]"),
+                format!("{k}.repos[{i}]"),
                 format!("{r:?} must be a bare repository name owned by github.owner"),
             );
         }
@@ -52,7 +57,7 @@ pub(super) fn build_github(
     if let Some(slug) = &enterprise {
         if slug.contains(['/', ' ']) {
             p.push(
-                "github.enterprise",
+                format!("{k}.enterprise"),
                 format!(
                     "{slug:?} must be the enterprise's slug (as in github.com/enterprises/SLUG)"
                 ),
@@ -60,7 +65,7 @@ pub(super) fn build_github(
         }
         if !repos.is_empty() {
             p.push(
-                "github.enterprise",
+                format!("{k}.enterprise"),
                 "enterprise runners are not repo-level: leave github.repos empty",
             );
         }
@@ -68,13 +73,13 @@ pub(super) fn build_github(
     let runner_group = raw.runner_group.filter(|g| !g.trim().is_empty());
     if runner_group.is_some() && raw.runner_group_id.is_some() {
         p.push(
-            "github.runner_group",
+            format!("{k}.runner_group"),
             "set runner_group (a name) or runner_group_id, not both",
         );
     }
     if runner_group.is_some() && !repos.is_empty() {
         p.push(
-            "github.runner_group",
+            format!("{k}.runner_group"),
             "runner groups hold org-level (or enterprise) runners; with github.repos each runner registers in its repo (remove runner_group, or empty repos)",
         );
     }
@@ -83,7 +88,7 @@ pub(super) fn build_github(
         Some(n) if n >= 1 => n as u64,
         Some(n) => {
             p.push(
-                "github.runner_group_id",
+                format!("{k}.runner_group_id"),
                 format!("must be at least 1, got {n}"),
             );
             defaults::RUNNER_GROUP_ID
@@ -94,13 +99,15 @@ pub(super) fn build_github(
         Some(n) if (1..=10_000).contains(&n) => n as u32,
         Some(n) => {
             p.push(
-                "github.max_claims_per_minute",
+                format!("{k}.max_claims_per_minute"),
                 format!("must be between 1 and 10000, got {n}"),
             );
             defaults::MAX_CLAIMS_PER_MINUTE
         }
     };
     let auth = build_auth(
+        k,
+        fallback,
         &raw.token,
         raw.app_id,
         raw.installation_id,
@@ -134,7 +141,10 @@ pub(super) fn build_github(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build_auth(
+    k: &str,
+    fallback: bool,
     token: &Option<String>,
     app_id: Option<i64>,
     installation_id: Option<i64>,
@@ -147,25 +157,31 @@ fn build_auth(
         .as_deref()
         .filter(|t| !t.is_empty())
         .map(Secret::new)
-        .or_else(|| env.github_token.clone());
+        .or_else(|| env.github_token.clone().filter(|_| fallback));
+    let env_key = env.app_private_key.as_ref().filter(|_| fallback);
     let app_configured = app_id.is_some()
         || installation_id.is_some()
         || private_key_path.is_some()
-        || (env.app_private_key.is_some() && token.is_none());
+        || (env_key.is_some() && token.is_none());
     if !app_configured {
         return match token {
             Some(t) => GithubAuth::Token(t),
             None => {
                 p.push(
-                    "github.token",
-                    "no GitHub credentials: set github.token (or GITHUB_TOKEN), or github.app_id, \
-                     github.installation_id and github.private_key_path (or EPHEMER_APP_PRIVATE_KEY)",
+                    format!("{k}.token"),
+                    if fallback {
+                        "no GitHub credentials: set github.token (or GITHUB_TOKEN), or github.app_id, \
+                         github.installation_id and github.private_key_path (or EPHEMER_APP_PRIVATE_KEY)"
+                    } else {
+                        "no GitHub credentials: set token (a literal or \"${NAME}\"), or app_id, \
+                         installation_id and private_key_path"
+                    },
                 );
                 GithubAuth::Token(Secret::default())
             }
         };
     }
-    let mut id = |key: &str, v: Option<i64>| match v {
+    let mut id = |key: String, v: Option<i64>| match v {
         Some(n) if n >= 1 => n as u64,
         Some(n) => {
             p.push(key, format!("must be a positive integer, got {n}"));
@@ -176,26 +192,26 @@ fn build_auth(
             0
         }
     };
-    let app_id = id("github.app_id", app_id);
-    let installation_id = id("github.installation_id", installation_id);
-    let private_key = match (private_key_path, &env.app_private_key) {
+    let app_id = id(format!("{k}.app_id"), app_id);
+    let installation_id = id(format!("{k}.installation_id"), installation_id);
+    let private_key = match (private_key_path, env_key) {
         (Some(path), _) => {
             let path = resolve(base_dir, &path);
             match std::fs::read_to_string(&path) {
-                Ok(pem) => check_pem("github.private_key_path", Secret::new(pem), p),
+                Ok(pem) => check_pem(format!("{k}.private_key_path"), Secret::new(pem), p),
                 Err(e) => {
                     p.push(
-                        "github.private_key_path",
+                        format!("{k}.private_key_path"),
                         format!("cannot read private key {}: {e}", path.display()),
                     );
                     Secret::default()
                 }
             }
         }
-        (None, Some(pem)) => check_pem("EPHEMER_APP_PRIVATE_KEY", pem.clone(), p),
+        (None, Some(pem)) => check_pem("EPHEMER_APP_PRIVATE_KEY".into(), pem.clone(), p),
         (None, None) => {
             p.push(
-                "github.private_key_path",
+                format!("{k}.private_key_path"),
                 "required when GitHub App auth is configured (or set EPHEMER_APP_PRIVATE_KEY)",
             );
             Secret::default()
@@ -209,7 +225,7 @@ fn build_auth(
 }
 
 /// Checks that a key parses as an RSA private key (PKCS#1 or PKCS#8 PEM) without quoting it.
-fn check_pem(key: &str, pem: Secret, p: &mut Problems) -> Secret {
+fn check_pem(key: String, pem: Secret, p: &mut Problems) -> Secret {
     if jsonwebtoken::EncodingKey::from_rsa_pem(pem.expose().as_bytes()).is_err() {
         p.push(key, "not an RSA private key in PEM form (PKCS#1 or PKCS#8)");
     }

@@ -31,6 +31,9 @@ mod pool_tests;
 mod providers;
 mod runner;
 pub(crate) mod runner_env;
+mod targets;
+#[cfg(test)]
+mod targets_tests;
 #[cfg(test)]
 mod tests;
 mod webhook;
@@ -208,9 +211,21 @@ fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) ->
 fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
     let state = build_state(raw.state.dir, p);
     let providers = build_providers(raw.providers, &state.dir, env, p);
+    // `[github]`'s problems are listed before `[webhook]`'s, as in the file.
+    let mut webhook_problems = Problems::default();
+    let webhook = build_webhook(
+        raw.webhook,
+        raw.github.targets.is_some(),
+        env,
+        &mut webhook_problems,
+    );
+    let (github, targets) = targets::build_targets(raw.github, &webhook, base_dir, env, p);
+    p.0.extend(webhook_problems.0);
+    targets::check_pool_targets(&providers, &targets, p);
     let config = Config {
-        github: build_github(raw.github, base_dir, env, p),
-        webhook: build_webhook(raw.webhook, env, p),
+        github,
+        targets,
+        webhook,
         runner: build_runner(raw.runner, p),
         metrics: MetricsConfig {
             listen: raw
@@ -236,6 +251,7 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
         cluster: cluster::build_cluster(raw.cluster, env, p),
     };
     check_listeners(&config, p);
+    targets::check_with_webhook(&config, p);
     config
 }
 

@@ -73,6 +73,7 @@ fn build_common(
         max_concurrent,
         restart: build_restart(&format!("{key}.restart"), r.restart.take(), p),
         env: super::runner_env::build_env(&format!("{key}.env"), r.env.take(), env, p),
+        targets: r.targets.take(),
     }
 }
 

@@ -8,7 +8,14 @@ use crate::config::{
     raw::{RawShare, RawWebhook},
 };
 
-pub(super) fn build_webhook(raw: RawWebhook, env: &Environment, p: &mut Problems) -> WebhookConfig {
+/// `targets`: `[[github.targets]]` is used, so each target's `webhook_secret` is checked there
+/// and `webhook.secret` is only their default.
+pub(super) fn build_webhook(
+    raw: RawWebhook,
+    targets: bool,
+    env: &Environment,
+    p: &mut Problems,
+) -> WebhookConfig {
     let pull = build_pull(&raw, p);
     let listen = socket_addr(
         "webhook.listen",
@@ -46,7 +53,7 @@ pub(super) fn build_webhook(raw: RawWebhook, env: &Environment, p: &mut Problems
         .or_else(|| env.webhook_secret.clone())
         .unwrap_or_else(|| {
             // Pull mode takes no delivery, so it needs no secret.
-            if mode == WebhookMode::Push {
+            if mode == WebhookMode::Push && !targets {
                 p.push(
                     "webhook.secret",
                     "required: the daemon refuses unsigned webhooks (set it or EPHEMER_WEBHOOK_SECRET)",
