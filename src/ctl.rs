@@ -263,6 +263,30 @@ pub fn status(t: &Target) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One line per bucket read so far.
+fn print_rates(
+    rates: &std::collections::BTreeMap<
+        ephemer_actors_core::vocab::RateBucket,
+        ephemer_actors_core::vocab::RateSnapshot,
+    >,
+    indent: &str,
+) {
+    let read: Vec<_> = rates.iter().filter(|(_, r)| r.updated > 0).collect();
+    if read.is_empty() {
+        println!("{indent}rate budget   no reading yet");
+    }
+    for (bucket, rate) in read {
+        println!(
+            "{indent}rate budget   {}: {}/{} left, resets {} (read {})",
+            bucket.as_str(),
+            or_dash(rate.remaining),
+            or_dash(rate.limit),
+            rate.reset.map_or("-".into(), when),
+            when(rate.updated)
+        );
+    }
+}
+
 fn print_status(v: &StatusAnswer) {
     let st = &v.scheduler;
     println!(
@@ -275,19 +299,16 @@ fn print_status(v: &StatusAnswer) {
         "capacity      {}/{} runners, {} pending, retry queue {}",
         st.capacity.used, st.capacity.max_concurrent, st.pending, st.retry_queue_depth
     );
-    let read: Vec<_> = v.rates.iter().filter(|(_, r)| r.updated > 0).collect();
-    if read.is_empty() {
-        println!("rate budget   no reading yet");
-    }
-    for (bucket, rate) in read {
-        println!(
-            "rate budget   {}: {}/{} left, resets {} (read {})",
-            bucket.as_str(),
-            or_dash(rate.remaining),
-            or_dash(rate.limit),
-            rate.reset.map_or("-".into(), when),
-            when(rate.updated)
-        );
+    if st.targets.len() > 1 {
+        for t in &st.targets {
+            println!(
+                "target        {} (owner {}, weight {}): {} slots held, {} pending",
+                t.name, t.owner, t.weight, t.held, t.pending
+            );
+            print_rates(&t.rate, "  ");
+        }
+    } else {
+        print_rates(&v.rates, "");
     }
     println!(
         "\n{:<20} {:<24} {:<4} {:<9} LABELS",

@@ -166,7 +166,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     {
         tracing::warn!("{warning}");
     }
-    let metrics = Metrics::new();
+    let metrics = Metrics::for_config(&config);
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), env!("EPHEMER_COMMIT"));
 
     std::fs::create_dir_all(&config.state.dir)
@@ -196,18 +196,21 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // A runner group named in the config is resolved before anything is accepted: a name the
     // org does not have would fail every claim. A GitHub that cannot be reached now is asked
     // again at the first claim.
-    if let Some(name) = &config.github.runner_group {
+    for (target, (_, github)) in config.targets().iter().zip(&handles.targets) {
+        let Some(name) = &target.github.runner_group else {
+            continue;
+        };
         use ephemer_actors_core::github::{GithubError, actor::ResolveRunnerGroup};
-        match handles.github.send(ResolveRunnerGroup).await {
+        match github.send(ResolveRunnerGroup).await {
             Ok(Ok(id)) => {
-                tracing::info!(group = %name, id, "runners register in this runner group")
+                tracing::info!(target = %target.name, group = %name, id, "runners register in this runner group")
             }
             Ok(Err(e @ GithubError::NoRunnerGroup { .. })) => {
                 handles.clone().halt().await;
                 anyhow::bail!("{e}");
             }
             Ok(Err(e)) => {
-                tracing::warn!(group = %name, error = %e, "cannot look up the runner group now; the first claim will")
+                tracing::warn!(target = %target.name, group = %name, error = %e, "cannot look up the runner group now; the first claim will")
             }
             Err(e) => anyhow::bail!("the GitHub actor is gone: {e}"),
         }

@@ -55,6 +55,9 @@ pub const CONTRACT_METRICS: [&str; 19] = [
 pub struct Metrics {
     registry: Registry,
     started: Instant,
+    /// Several GitHub targets: the per-credential series (rate readings, API requests,
+    /// registration errors) carry a `target` label.
+    per_target: bool,
     /// `ephemerd_github_api_rate_remaining`: requests left in the window, per the last reading.
     pub rate_remaining: IntGaugeVec,
     /// `ephemerd_github_api_rate_limit`: the window's ceiling.
@@ -190,7 +193,35 @@ impl Metrics {
     /// A fresh set of metrics in a fresh registry, with every bounded label value touched so
     /// each series exists from the first scrape.
     pub fn new() -> Self {
+        Self::build(false)
+    }
+
+    /// Metrics for `config`: with several targets (`[[github.targets]]`), the rate gauges,
+    /// `ephemerd_github_api_requests_total` and `ephemerd_github_jit_registration_errors_total`
+    /// carry a `target` label; with one, the label sets are the contract's.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        Self::build(config.multi_target())
+    }
+
+    /// The label values of a per-credential series: `base`, then the target's name when the
+    /// series carry a `target` label.
+    pub fn target_labels<'a>(&self, base: &[&'a str], target: &'a str) -> Vec<&'a str> {
+        let mut labels = base.to_vec();
+        if self.per_target {
+            labels.push(target);
+        }
+        labels
+    }
+
+    fn build(per_target: bool) -> Self {
         let registry = Registry::new();
+        let target = |labels: &[&'static str]| {
+            let mut labels = labels.to_vec();
+            if per_target {
+                labels.push("target");
+            }
+            labels
+        };
         let gauge = |name: &str, help: &str| {
             let g = must(IntGauge::new(name, help));
             must(registry.register(Box::new(g.clone())));
@@ -198,7 +229,10 @@ impl Metrics {
         };
         // The rate gauges carry the bucket GitHub named (`X-RateLimit-Resource`).
         let bucket_gauge = |name: &str, help: &str| {
-            let g = must(IntGaugeVec::new(Opts::new(name, help), &["resource"]));
+            let g = must(IntGaugeVec::new(
+                Opts::new(name, help),
+                &target(&["resource"]),
+            ));
             must(registry.register(Box::new(g.clone())));
             g
         };
@@ -240,6 +274,7 @@ impl Metrics {
 
         let m = Metrics {
             started: Instant::now(),
+            per_target,
             rate_remaining: bucket_gauge(
                 "ephemerd_github_api_rate_remaining",
                 "GitHub API requests left in the current window of each bucket (last reading).",
@@ -259,7 +294,7 @@ impl Metrics {
             api_requests: counter_vec(
                 "ephemerd_github_api_requests_total",
                 "GitHub API requests by endpoint and HTTP status (\"error\" when no response).",
-                &["endpoint", "code"],
+                &target(&["endpoint", "code"]),
             ),
             webhook_events: counter_vec(
                 "ephemerd_github_webhook_events_total",
@@ -293,7 +328,7 @@ impl Metrics {
             jit_registration_errors: counter_vec(
                 "ephemerd_github_jit_registration_errors_total",
                 "Failed generate-jitconfig claims, by error class.",
-                &["class"],
+                &target(&["class"]),
             ),
             jobs_total: counter_vec(
                 "ephemerd_jobs_total",
@@ -406,16 +441,20 @@ impl Metrics {
             m.webhook_refused.with_label_values(&[reason]);
         }
         for class in ERROR_CLASSES {
-            m.jit_registration_errors.with_label_values(&[class]);
+            if !per_target {
+                m.jit_registration_errors.with_label_values(&[class]);
+            }
             m.retry_attempts.with_label_values(&[class]);
         }
         for action in WEBHOOK_ACTIONS {
             m.webhook_events.with_label_values(&[action]);
         }
-        for bucket in [
+        // With a `target` label, a target's series appear with its first reading.
+        let buckets = [
             crate::vocab::RateBucket::Core,
             crate::vocab::RateBucket::ActionsRunnerRegistration,
-        ] {
+        ];
+        for bucket in buckets.into_iter().filter(|_| !per_target) {
             for g in [
                 &m.rate_remaining,
                 &m.rate_limit,

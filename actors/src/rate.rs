@@ -80,6 +80,8 @@ impl RateTracker {
 pub struct ObserveRate {
     /// Which credential's budget this is.
     pub credential: String,
+    /// The target whose client saw it (its metrics' `target` label).
+    pub target: String,
     /// Which of its buckets.
     pub bucket: RateBucket,
     /// The `X-RateLimit-*` headers; `None` when `X-RateLimit-Remaining` was absent.
@@ -159,10 +161,12 @@ impl Handler<ObserveRate> for RateActor {
         if let Some(r) = changed
             && is_reading
         {
-            let bucket = msg.bucket.as_str();
+            let labels = self
+                .metrics
+                .target_labels(&[msg.bucket.as_str()], &msg.target);
             let set = |g: &prometheus::IntGaugeVec, v: Option<u64>| {
                 if let Some(v) = v {
-                    g.with_label_values(&[bucket])
+                    g.with_label_values(&labels)
                         .set(i64::try_from(v).unwrap_or(i64::MAX));
                 }
             };
@@ -224,6 +228,7 @@ mod tests {
     fn obs(remaining: Option<u64>, reset: u64, at: u64) -> ObserveRate {
         ObserveRate {
             credential: "token".into(),
+            target: "acme".into(),
             bucket: RateBucket::Core,
             headers: Some(RateHeaders {
                 remaining,

@@ -80,8 +80,10 @@ pub struct Handles {
     pub retry: Addr<RetryActor>,
     /// Rate readings.
     pub rate: Addr<RateActor>,
-    /// GitHub.
+    /// GitHub, as the first target's credential (the only one without `[[github.targets]]`).
     pub github: Addr<GithubActor>,
+    /// Every target's GitHub actor, in config order (the first is `github`), with its name.
+    pub targets: Vec<(String, Addr<GithubActor>)>,
     /// One supervisor per enabled provider.
     pub provisioners: HashMap<PoolName, Addr<ProvisionerSupervisor>>,
     /// The webhook actor (delivery dedup, the durable record of accepted jobs).
@@ -90,8 +92,10 @@ pub struct Handles {
     pub intake: web::Data<WebhookIntake>,
     /// This instance's metrics.
     pub metrics: Metrics,
-    /// The credential the rate readings are kept under.
+    /// The credential the rate readings are kept under (the first target's).
     pub credential: String,
+    /// Each target's credential key, in target order.
+    pub credentials: Vec<String>,
     /// This instance's readiness (`/readyz`): set ready once its listeners are up; draining
     /// from the start of a shutdown.
     pub health: web::Data<Health>,
@@ -101,10 +105,11 @@ pub struct Handles {
     pub fleet: Option<Addr<crate::cluster::FleetActor>>,
     /// Fleet mode: the cluster ledger.
     pub ledger: Option<crate::cluster::Ledger>,
-    /// Asks GitHub to redeliver failed deliveries (push mode, unless `webhook.redeliver = false`).
-    pub redeliver: Option<Addr<crate::webhook::redeliver::RedeliverActor>>,
-    /// Pull mode: polls GitHub for what changed.
-    pub pull: Option<Addr<crate::webhook::pull::PullActor>>,
+    /// Asks GitHub to redeliver failed deliveries (push mode, unless `webhook.redeliver =
+    /// false`): one per target.
+    pub redeliver: Vec<Addr<crate::webhook::redeliver::RedeliverActor>>,
+    /// Pull mode: polls GitHub for what changed, one per target.
+    pub pull: Vec<Addr<crate::webhook::pull::PullActor>>,
 }
 
 /// The readiness check of the store (the others are core actors).
@@ -133,6 +138,9 @@ impl Handles {
         ]
         .map(|(name, alive)| (name.to_string(), alive))
         .into();
+        for (name, github) in self.targets.iter().skip(1) {
+            core.push((format!("github:{name}"), alive(github)));
+        }
         for (pool, supervisor) in &self.provisioners {
             core.push((format!("supervisor:{pool}"), alive(supervisor)));
         }
@@ -186,10 +194,10 @@ impl Handles {
     /// The end of [`Handles::shutdown`]; alone, what a `kill -9` leaves, for fault tests.
     pub async fn halt(self) -> bool {
         use crate::lifecycle::Stop;
-        if let Some(redeliver) = &self.redeliver {
+        for redeliver in &self.redeliver {
             let _ = redeliver.send(Stop).await;
         }
-        if let Some(pull) = &self.pull {
+        for pull in &self.pull {
             let _ = pull.send(Stop).await;
         }
         let _ = self.webhook.send(Stop).await;
@@ -200,7 +208,9 @@ impl Handles {
         if let Some(fleet) = &self.fleet {
             let _ = fleet.send(Stop).await;
         }
-        let _ = self.github.send(Stop).await;
+        for (_, github) in &self.targets {
+            let _ = github.send(Stop).await;
+        }
         let _ = self.rate.send(Stop).await;
         let store_closed = self.store_closed.clone();
         drop(self);
@@ -236,18 +246,27 @@ pub fn start(
     let store_health = store.health();
     let install_id = crate::store::install_id(&config.state.dir)?;
     let store_closed = store.closed();
-    let redeliver_mark = snapshot.marks.get(crate::webhook::redeliver::MARK).cloned();
+    let targets = config.targets();
+    let marks = snapshot.marks.clone();
 
-    // 1-2. Rate readings and the GitHub client.
+    // 1-2. Rate readings, and a GitHub client per target (its own credential, budget and
+    //      App token).
     let rate = RateActor::new(metrics.clone()).start();
-    let client = GithubClient::new(
-        &config.github,
-        metrics.clone(),
-        Some(rate.clone().recipient()),
-    );
-    let credential = client.rate_key();
-    let rate_key = credential.clone();
-    let github = GithubActor::new(client).start();
+    let mut credentials = Vec::with_capacity(targets.len());
+    let mut githubs = Vec::with_capacity(targets.len());
+    for target in &targets {
+        let client = GithubClient::new(
+            &target.github,
+            metrics.clone(),
+            Some(rate.clone().recipient()),
+        )
+        .for_target(&target.name);
+        credentials.push(client.rate_key());
+        githubs.push((target.name.clone(), GithubActor::new(client).start()));
+    }
+    let github = githubs[0].1.clone();
+    let rate_key = credentials[0].clone();
+    let target_credentials = credentials.clone();
 
     // 3. The scheduler's address, before the scheduler exists.
     let scheduler_ctx = Context::<SchedulerActor>::new();
@@ -312,10 +331,10 @@ pub fn start(
 
     // 5. The scheduler and its retry actor.
     let deps = SchedulerDeps {
-        github: GithubHandle::of(&github),
+        github: githubs.iter().map(|(_, g)| GithubHandle::of(g)).collect(),
         rate: Some(RateHandle {
             subscribe: rate.clone().recipient(),
-            credential,
+            credentials,
         }),
         provisioners: handles,
         store: Some(store.clone()),
@@ -343,10 +362,19 @@ pub fn start(
     )
     .with_ledger(options.ledger.clone())
     .start();
-    // GitHub never redelivers a failed delivery by itself: ask it to.
-    let redeliver =
-        (!config.webhook.pull() && config.webhook.redeliver != Some(false)).then(|| {
-            use crate::webhook::redeliver::{RedeliverActor, RedeliverSettings, RedeliverWiring};
+    // GitHub never redelivers a failed delivery by itself: ask it to, for every target's
+    // hook.
+    let redeliver_on = !config.webhook.pull() && config.webhook.redeliver != Some(false);
+    let redeliver = githubs
+        .iter()
+        .enumerate()
+        .filter(|_| redeliver_on)
+        .map(|(i, (name, github))| {
+            use crate::webhook::redeliver::{
+                RedeliverActor, RedeliverSettings, RedeliverWiring, mark_of,
+            };
+            let mark = mark_of(i, name);
+            let place = marks.get(&mark).cloned();
             RedeliverActor::new(
                 RedeliverSettings {
                     interval: config.webhook.redeliver_interval,
@@ -355,6 +383,7 @@ pub fn start(
                     insisted: config.webhook.redeliver == Some(true),
                     max_age: config.runner.claim_retry.max_age,
                     ledger: options.ledger.clone(),
+                    mark,
                 },
                 RedeliverWiring {
                     find: github.clone().recipient(),
@@ -365,28 +394,33 @@ pub fn start(
                 },
                 Some(store.clone()),
                 metrics.clone(),
-                redeliver_mark,
+                place,
             )
             .start()
-        });
+        })
+        .collect();
 
-    // Pull mode: no delivery comes in; the polls hand jobs to the same intake actor.
-    let pull = config.webhook.pull().then(|| {
-        use crate::webhook::pull::{PullActor, PullSettings, PullWiring};
-        PullActor::new(
-            PullSettings {
-                active: config.webhook.poll_interval,
-                idle: config.webhook.poll_idle_interval,
-                budget: config.webhook.poll_budget,
-            },
-            PullWiring {
-                github: github.clone().recipient(),
-                intake: webhook.clone().recipient(),
-            },
-            metrics.clone(),
-        )
-        .start()
-    });
+    // Pull mode: no delivery comes in; each target's polls hand jobs to the same intake actor.
+    let pull = githubs
+        .iter()
+        .filter(|_| config.webhook.pull())
+        .map(|(_, github)| {
+            use crate::webhook::pull::{PullActor, PullSettings, PullWiring};
+            PullActor::new(
+                PullSettings {
+                    active: config.webhook.poll_interval,
+                    idle: config.webhook.poll_idle_interval,
+                    budget: config.webhook.poll_budget,
+                },
+                PullWiring {
+                    github: github.clone().recipient(),
+                    intake: webhook.clone().recipient(),
+                },
+                metrics.clone(),
+            )
+            .start()
+        })
+        .collect();
 
     // 7. Fleet mode: the host's lease, the reaping of dead hosts, the fleet's event stream.
     let fleet = options.ledger.clone().map(|ledger| {
@@ -403,33 +437,51 @@ pub fn start(
             crate::cluster::actor::FleetWiring {
                 events: scheduler.clone().recipient(),
                 load: scheduler.clone().recipient(),
-                delete: github.clone().recipient(),
-                list: github.clone().recipient(),
-                scopes: if config.github.repos.is_empty() {
-                    vec![None]
-                } else {
-                    config.github.repos.iter().cloned().map(Some).collect()
-                },
+                targets: targets
+                    .iter()
+                    .zip(&githubs)
+                    .map(|(t, (_, github))| crate::cluster::actor::FleetTarget {
+                        owner: t.github.owner.to_ascii_lowercase(),
+                        delete: github.clone().recipient(),
+                        list: github.clone().recipient(),
+                        scopes: if t.github.repos.is_empty() {
+                            vec![None]
+                        } else {
+                            t.github.repos.iter().cloned().map(Some).collect()
+                        },
+                    })
+                    .collect(),
                 identity: crate::cluster::RunnerIdentity {
                     name_prefix: config.runner.name_prefix.clone(),
                     install_id: install_id.clone(),
                 },
-                rate: Some((rate.clone().recipient(), rate_key.clone())),
+                rate: Some((rate.clone().recipient(), target_credentials.clone())),
             },
         )
         .start()
     });
     // Pull mode mounts no intake and needs no secret; the edge still exists (unmounted) so
     // embedding apps see one shape, keyed with a throwaway secret nobody knows.
-    let secret = if config.webhook.secret.is_empty() && config.webhook.pull() {
-        crate::config::Secret::new(crate::vocab::random_suffix())
-    } else {
-        config.webhook.secret.clone()
+    let keyed = |secret: &crate::config::Secret| {
+        if secret.is_empty() && config.webhook.pull() {
+            crate::config::Secret::new(crate::vocab::random_suffix())
+        } else {
+            secret.clone()
+        }
     };
-    let intake = web::Data::new(
-        WebhookIntake::new(secret, webhook.clone(), metrics.clone())?
-            .with_max_body(config.webhook.max_body),
-    );
+    let edge = if targets.len() > 1 {
+        let keys = targets
+            .iter()
+            .map(|t| (t.github.owner.clone(), keyed(&t.webhook_secret)));
+        WebhookIntake::for_targets(keys, webhook.clone(), metrics.clone())?
+    } else {
+        WebhookIntake::new(
+            keyed(&targets[0].webhook_secret),
+            webhook.clone(),
+            metrics.clone(),
+        )?
+    };
+    let intake = web::Data::new(edge.with_max_body(config.webhook.max_body));
 
     let health = web::Data::new(Health::default());
     let healthy = store_health.clone();
@@ -447,11 +499,13 @@ pub fn start(
         retry,
         rate,
         github,
+        targets: githubs,
         provisioners,
         webhook,
         intake,
         metrics,
         credential: rate_key,
+        credentials: target_credentials,
         health,
         store_closed,
         fleet,

@@ -90,7 +90,20 @@ pub fn run(config: &Config, json: bool) -> ExitCode {
             .map(|w| Check::warn("config", w, "see docs/configuration.md")),
     );
     let more = actix_rt::System::new().block_on(async {
-        let mut found = github::checks(config).await;
+        let mut found = Vec::new();
+        // Each target's credential, scope, runner group and hook, as if it were the only one.
+        for target in config.targets() {
+            let mut one = config.clone();
+            one.github = target.github;
+            one.webhook.secret = target.webhook_secret;
+            let checks = github::checks(&one).await;
+            found.extend(checks.into_iter().map(|mut c| {
+                if config.multi_target() {
+                    c.name = format!("{} [{}]", c.name, target.name);
+                }
+                c
+            }));
+        }
         found.extend(host::pool_checks(config).await);
         found.extend(cluster::checks(config).await);
         found

@@ -168,7 +168,7 @@ async fn three_hosts_run_every_job_exactly_once() {
         "{table}"
     );
     let (_, doctor, _) = hosts[2].ctl(&["doctor"]).await;
-    assert!(doctor.contains("connected; schema version 2"), "{doctor}");
+    assert!(doctor.contains("connected; schema version 3"), "{doctor}");
     stop_all(hosts).await;
 }
 
@@ -595,7 +595,7 @@ async fn the_ledger_over_tls_trusts_github_ca_file_only() {
     )
     .await;
     let (_, doctor, _) = d.ctl(&["doctor"]).await;
-    assert!(doctor.contains("connected; schema version 2"), "{doctor}");
+    assert!(doctor.contains("connected; schema version 3"), "{doctor}");
     stop_all([d]).await;
 
     // Without the CA the server's certificate is not trusted: doctor says so.

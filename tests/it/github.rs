@@ -322,7 +322,11 @@ async fn app_token_is_exchanged_once_for_twenty_concurrent_callers() {
     // Cached afterwards.
     s.client.list_runners(None, "ephemer").await.unwrap();
     assert_eq!(s.standin.count("access_tokens"), 1);
-    assert_eq!(s.client.rate_key(), "app-installation-77");
+    // The budget is the installation's, on this API.
+    assert_eq!(
+        s.client.rate_key(),
+        format!("app-4242-installation-77@{}", s.standin.url())
+    );
 }
 
 #[actix_rt::test]

@@ -27,3 +27,5 @@ mod reliability;
 mod security;
 mod support;
 mod systemd;
+mod targets;
+mod targets_fleet;

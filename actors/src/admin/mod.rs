@@ -35,6 +35,8 @@ pub struct Admin {
     retry: Addr<RetryActor>,
     rate: Addr<RateActor>,
     credential: String,
+    /// Each target's credential key, in target order.
+    credentials: Vec<String>,
     started: Instant,
     access: Access,
     /// Fleet mode: `status` shows the fleet, `jobs ID` who holds the job.
@@ -50,6 +52,7 @@ impl Admin {
             retry: handles.retry.clone(),
             rate: handles.rate.clone(),
             credential: handles.credential.clone(),
+            credentials: handles.credentials.clone(),
             started: Instant::now(),
             access: Access::new(access::new_token()),
             ledger: handles.ledger.clone(),
@@ -92,9 +95,18 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
     if let Err(refused) = admin.access.check(&req, Want::Read) {
         return refused.answer();
     }
-    let Ok(state) = admin.scheduler.send(GetStatus).await else {
+    let Ok(mut state) = admin.scheduler.send(GetStatus).await else {
         return unavailable("scheduler");
     };
+    // Each target's budget is its own credential's.
+    for (target, credential) in state.targets.iter_mut().zip(&admin.credentials) {
+        let ask = GetRateSnapshot {
+            credential: credential.clone(),
+        };
+        if let Ok(rates) = admin.rate.send(ask).await {
+            target.rate = rates.into_iter().collect();
+        }
+    }
     let retry_timer = admin.retry.send(GetRetryTimer).await.ok();
     let rates = admin
         .rate

@@ -45,6 +45,20 @@ pub struct FleetWiring {
     pub events: Recipient<FleetEvent>,
     /// See `events`.
     pub load: Recipient<GetLoad>,
+    /// Where runners are registered, per GitHub target (the first serves an owner no
+    /// target has).
+    pub targets: Vec<FleetTarget>,
+    /// This host's runner names.
+    pub identity: RunnerIdentity,
+    /// Rate readings of the targets' credentials (shared with the fleet when low).
+    pub rate: Option<(Recipient<SubscribeRate>, Vec<String>)>,
+}
+
+/// One GitHub target, as the fleet actor reaches it.
+#[derive(Debug, Clone)]
+pub struct FleetTarget {
+    /// Its owner (lowercased).
+    pub owner: String,
     /// Deletes a dead host's registrations.
     pub delete: Recipient<DeleteRunner>,
     /// Lists registrations, to find a dead host's that the ledger never heard of (made just
@@ -52,10 +66,6 @@ pub struct FleetWiring {
     pub list: Recipient<ListRunners>,
     /// Where runners are registered: the repos of repo-level runners, else `[None]` (the org).
     pub scopes: Vec<Option<String>>,
-    /// This host's runner names.
-    pub identity: RunnerIdentity,
-    /// Rate readings of this host's credential.
-    pub rate: Option<(Recipient<SubscribeRate>, String)>,
 }
 
 /// The fleet actor.
@@ -64,8 +74,8 @@ pub struct FleetActor {
     ledger: Ledger,
     wiring: FleetWiring,
     beating: bool,
-    /// Per resource, whether the last reading written was low.
-    low: std::collections::HashMap<String, bool>,
+    /// Per credential and resource, whether the last reading written was low.
+    low: std::collections::HashMap<(String, String), bool>,
 }
 
 impl FleetActor {
@@ -124,15 +134,22 @@ impl FleetActor {
         if identity.install_id.is_empty() {
             return;
         }
-        let list = self.wiring.list.clone();
-        let delete = self.wiring.delete.clone();
-        let scopes = self.wiring.scopes.clone();
+        let scopes: Vec<_> = self
+            .wiring
+            .targets
+            .iter()
+            .flat_map(|t| {
+                t.scopes
+                    .iter()
+                    .map(|repo| (t.list.clone(), t.delete.clone(), repo.clone()))
+            })
+            .collect();
         let ledger = self.ledger.clone();
         let prefix = format!("{}-", identity.name_prefix);
         ctx.spawn(
             async move {
                 let mut left = 0usize;
-                for repo in scopes {
+                for (list, delete, repo) in scopes {
                     let listed = list
                         .send(ListRunners {
                             repo: repo.clone(),
@@ -180,7 +197,15 @@ impl FleetActor {
 
     fn delete(&mut self, r: DeadRegistration, ctx: &mut Context<Self>) {
         let ledger = self.ledger.clone();
-        let delete = self.wiring.delete.clone();
+        let targets = &self.wiring.targets;
+        let Some(target) = targets
+            .iter()
+            .find(|t| t.owner.eq_ignore_ascii_case(&r.owner))
+            .or(targets.first())
+        else {
+            return;
+        };
+        let delete = target.delete.clone();
         ctx.spawn(
             async move {
                 let answer = delete
@@ -216,11 +241,14 @@ impl Actor for FleetActor {
         ctx.spawn(
             super::stream::listen(self.ledger.clone(), self.wiring.events.clone()).into_actor(self),
         );
-        if let Some((subscribe, credential)) = &self.wiring.rate {
-            let _ = subscribe.try_send(SubscribeRate {
-                credential: credential.clone(),
-                to: ctx.address().downgrade().recipient(),
-            });
+        if let Some((subscribe, credentials)) = &self.wiring.rate {
+            let mut seen = std::collections::HashSet::new();
+            for credential in credentials.iter().filter(|c| seen.insert(*c)) {
+                let _ = subscribe.try_send(SubscribeRate {
+                    credential: credential.clone(),
+                    to: ctx.address().downgrade().recipient(),
+                });
+            }
         }
         self.beat(ctx);
         let every = (self.ledger.lease() / 3).max(Duration::from_millis(500));
@@ -258,15 +286,16 @@ impl Handler<RateReading> for FleetActor {
 
     fn handle(&mut self, m: RateReading, ctx: &mut Context<Self>) {
         let resource = m.bucket.as_str().to_string();
-        let was_low = self.low.get(&resource).copied().unwrap_or(false);
+        let key = (m.credential.clone(), resource.clone());
+        let was_low = self.low.get(&key).copied().unwrap_or(false);
         let Some(low) = worth_sharing(&m.reading, was_low) else {
             return;
         };
-        self.low.insert(resource.clone(), low);
+        self.low.insert(key, low);
         let ledger = self.ledger.clone();
         ctx.spawn(
             async move {
-                if let Err(e) = ledger.put_rate(&resource, &m.reading).await {
+                if let Err(e) = ledger.put_rate(&m.credential, &resource, &m.reading).await {
                     tracing::warn!(error = %e, "cannot share a rate reading with the fleet");
                 }
             }

@@ -51,7 +51,7 @@ impl Ledger {
             let client = self.client().await?;
             let rows = client
                 .query(
-                    "SELECT name, runner_id, repo, host FROM ephemer_reap($1)",
+                    "SELECT name, runner_id, repo, host, owner FROM ephemer_reap_owned($1)",
                     &[&&*self.host],
                 )
                 .await?;
@@ -62,6 +62,7 @@ impl Ledger {
                     runner_id: r.get::<_, i64>(1) as u64,
                     repo: r.get(2),
                     host: r.get(3),
+                    owner: r.get(4),
                 })
                 .collect())
         }
@@ -136,9 +137,10 @@ impl Ledger {
         self.track(result)
     }
 
-    /// Writes a rate reading of this credential, for the other hosts' claim decisions.
+    /// Writes a rate reading of `credential`, for the other hosts' claim decisions.
     pub async fn put_rate(
         &self,
+        credential: &str,
         resource: &str,
         reading: &crate::vocab::RateSnapshot,
     ) -> Result<(), LedgerError> {
@@ -154,7 +156,7 @@ impl Ledger {
                         host = EXCLUDED.host
                      WHERE ephemer_rates.updated <= EXCLUDED.updated",
                     &[
-                        &&*self.credential,
+                        &credential,
                         &resource,
                         &opt(reading.remaining),
                         &opt(reading.limit),

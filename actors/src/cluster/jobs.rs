@@ -62,6 +62,7 @@ impl Ledger {
         let owner = info.key.owner.to_ascii_lowercase();
         let job = info.key.job_id as i64;
         let fresh = crate::retry::RATE_READING_FRESH.as_secs() as i32;
+        let (credential, per_minute) = self.budget_of(&owner);
         let result = async {
             let client = self.client().await?;
             let row = client
@@ -72,8 +73,8 @@ impl Ledger {
                         &job,
                         &body,
                         &&*self.host,
-                        &&*self.credential,
-                        &self.per_minute,
+                        &credential,
+                        &per_minute,
                         &fresh,
                     ],
                 )

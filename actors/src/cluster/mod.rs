@@ -27,9 +27,8 @@ use std::{
 };
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use sha2::Digest;
 
-use crate::config::{ClusterConfig, Config, GithubAuth};
+use crate::config::{ClusterConfig, Config};
 
 pub mod actor;
 mod connect;
@@ -106,8 +105,9 @@ impl LedgerHealth {
 pub struct Ledger {
     pool: Pool,
     host: Arc<str>,
-    credential: Arc<str>,
-    per_minute: i32,
+    /// Each target's budget: its owner (lowercased), credential key and claims per minute;
+    /// the first is the budget of an owner no target has.
+    budgets: Arc<[(String, String, i32)]>,
     lease: Duration,
     health: LedgerHealth,
     /// Round trips made, for the benchmarks.
@@ -120,18 +120,22 @@ pub struct Ledger {
 /// installation) on the same API is one budget, whichever host spends it. A token is keyed by
 /// a hash, never stored.
 pub fn fleet_credential(config: &Config) -> String {
-    match &config.github.auth {
-        GithubAuth::Token(token) => {
-            let digest = sha2::Sha256::digest(
-                format!("{}\n{}", config.github.api_url, token.expose()).as_bytes(),
-            );
-            format!("token-{}", &hex::encode(digest)[..16])
-        }
-        GithubAuth::App(app) => format!(
-            "app-{}-installation-{}@{}",
-            app.app_id, app.installation_id, config.github.api_url
-        ),
-    }
+    crate::github::auth::budget_key(&config.github.api_url, &config.github.auth)
+}
+
+/// Every target's budget: (owner lowercased, credential key, claims per minute).
+fn budgets(config: &Config) -> Arc<[(String, String, i32)]> {
+    config
+        .targets()
+        .iter()
+        .map(|t| {
+            (
+                t.github.owner.to_ascii_lowercase(),
+                crate::github::auth::budget_key(&t.github.api_url, &t.github.auth),
+                t.github.max_claims_per_minute.min(i32::MAX as u32) as i32,
+            )
+        })
+        .collect()
 }
 
 impl Ledger {
@@ -166,8 +170,7 @@ impl Ledger {
         let ledger = Ledger {
             pool,
             host: cluster.host.as_str().into(),
-            credential: fleet_credential(config).into(),
-            per_minute: config.github.max_claims_per_minute.min(i32::MAX as u32) as i32,
+            budgets: budgets(config),
             lease: cluster.lease,
             health: LedgerHealth::default(),
             trips: Arc::default(),
@@ -192,6 +195,18 @@ impl Ledger {
                 }
             }
         }
+    }
+
+    /// The budget the claims of `owner`'s jobs spend: (credential key, claims per minute).
+    fn budget_of(&self, owner: &str) -> (&str, i32) {
+        let found = self
+            .budgets
+            .iter()
+            .find(|(o, _, _)| o.eq_ignore_ascii_case(owner))
+            .or(self.budgets.first());
+        found.map_or(("", 1), |(_, credential, per_minute)| {
+            (credential.as_str(), *per_minute)
+        })
     }
 
     async fn migrate(&self) -> Result<i32, LedgerError> {

@@ -11,7 +11,7 @@ use super::LedgerError;
 const MIGRATION_LOCK: i64 = 0x0065_7068_656d_6572;
 
 /// Migrations in order; the schema version is the number applied.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The newest schema this binary knows.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -225,6 +225,18 @@ CREATE TABLE ephemer_redeliveries (
     host  text NOT NULL,
     at    timestamptz NOT NULL DEFAULT now()
 );
+"#;
+
+/// Version 3: several GitHub targets may share a fleet, and a dead host's registration is
+/// deleted with its owner's credential: the reap names the owner. (`ephemer_reap` stays for
+/// hosts of version 2 during a rolling upgrade.)
+const V3: &str = r#"
+CREATE FUNCTION ephemer_reap_owned(p_me text)
+RETURNS TABLE (name text, runner_id bigint, repo text, host text, owner text)
+LANGUAGE sql AS $$
+    SELECT r.name, r.runner_id, r.repo, r.host, g.owner
+    FROM ephemer_reap(p_me) r JOIN ephemer_registrations g ON g.name = r.name;
+$$;
 "#;
 
 /// Brings the schema up to [`SCHEMA_VERSION`], under the advisory lock. Refuses a newer one.

@@ -135,6 +135,8 @@ pub struct DeadRegistration {
     pub repo: Option<String>,
     /// The dead host.
     pub host: String,
+    /// The owner whose job it was made for (its target's credential deletes it).
+    pub owner: String,
 }
 
 #[cfg(test)]

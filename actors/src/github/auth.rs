@@ -83,6 +83,24 @@ pub(crate) struct AppTokens {
     inflight: RefCell<Option<Exchange>>,
 }
 
+/// The key one credential's budget is kept under: GitHub counts a budget per token, or per
+/// App installation, on one API ("Rate limits for the REST API": "per user or per
+/// installation"). Two tokens never share a reading, whichever owners they act for. A token
+/// is keyed by a hash of it, never kept.
+pub fn budget_key(api_url: &str, auth: &GithubAuth) -> String {
+    use sha2::Digest as _;
+    match auth {
+        GithubAuth::Token(token) => {
+            let digest = sha2::Sha256::digest(format!("{api_url}\n{}", token.expose()).as_bytes());
+            format!("token-{}", &hex::encode(digest)[..16])
+        }
+        GithubAuth::App(app) => format!(
+            "app-{}-installation-{}@{api_url}",
+            app.app_id, app.installation_id
+        ),
+    }
+}
+
 impl Credentials {
     pub(crate) fn new(auth: &GithubAuth) -> Self {
         match auth {
@@ -92,14 +110,6 @@ impl Credentials {
                 cached: RefCell::new(None),
                 inflight: RefCell::new(None),
             })),
-        }
-    }
-
-    /// The key rate readings are kept under: one reading per credential.
-    pub(crate) fn rate_key(&self) -> String {
-        match self {
-            Credentials::Token(_) => "token".into(),
-            Credentials::App(a) => format!("app-installation-{}", a.app.installation_id),
         }
     }
 
@@ -177,4 +187,33 @@ pub(crate) fn parse_access_token(body: &[u8]) -> Result<(Secret, u64), GithubErr
         return Err(GithubError::Auth("empty installation token".into()));
     }
     Ok((Secret::new(t.token), expires))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two credentials never share a budget reading: the bug of one reading for every token
+    /// (ephemerd's extra targets) made one org's empty budget stop every org's claims.
+    #[test]
+    fn each_token_and_installation_is_its_own_budget() {
+        let token = |t: &str| GithubAuth::Token(Secret::new(t));
+        let api = "https://api.github.com";
+        let a = budget_key(api, &token("ghp_a"));
+        assert_eq!(a, budget_key(api, &token("ghp_a")));
+        assert_ne!(a, budget_key(api, &token("ghp_b")));
+        assert_ne!(
+            a,
+            budget_key("https://ghes.example.com/api/v3", &token("ghp_a"))
+        );
+        assert!(!a.contains("ghp_a"), "a token is never part of its key");
+        let app = |installation_id| {
+            GithubAuth::App(AppAuth {
+                app_id: 1,
+                installation_id,
+                private_key: Secret::default(),
+            })
+        };
+        assert_ne!(budget_key(api, &app(7)), budget_key(api, &app(8)));
+    }
 }

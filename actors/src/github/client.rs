@@ -121,12 +121,16 @@ struct Inner {
     http: awc::Client,
     api_url: String,
     owner: String,
+    /// The target's name (its metrics' `target` label; the owner unless named).
+    target: String,
     repos: Vec<String>,
     /// The group runners register in; with `runner_group` (a name), 0 until resolved.
     runner_group_id: std::cell::Cell<u64>,
     runner_group: Option<String>,
     enterprise: Option<String>,
     credentials: Credentials,
+    /// The key its budget's readings are kept under ([`super::auth::budget_key`]).
+    rate_key: String,
     metrics: Metrics,
     rate: Option<Recipient<ObserveRate>>,
     /// The last page of each listing GitHub answered with an `ETag`: asked again with
@@ -164,18 +168,7 @@ impl std::fmt::Debug for GithubClient {
     }
 }
 
-/// A GET's answer as it came ([`GithubClient::inspect`]).
-#[derive(Debug, Clone)]
-pub struct Inspection {
-    /// The HTTP status.
-    pub status: u16,
-    /// The `Date` header (GitHub's clock).
-    pub date: Option<String>,
-    /// `X-OAuth-Scopes`: a classic PAT's scopes (absent for fine-grained tokens and Apps).
-    pub scopes: Option<String>,
-    /// The JSON body (`Null` when it is not JSON).
-    pub body: serde_json::Value,
-}
+pub use super::inspect::Inspection;
 
 /// What one HTTP exchange returned.
 pub(super) struct Answer {
@@ -228,6 +221,7 @@ impl GithubClient {
                 http,
                 api_url: config.api_url.clone(),
                 owner: config.owner.clone(),
+                target: config.owner.clone(),
                 repos: config.repos.clone(),
                 runner_group_id: std::cell::Cell::new(if config.runner_group.is_some() {
                     0
@@ -237,6 +231,7 @@ impl GithubClient {
                 runner_group: config.runner_group.clone(),
                 enterprise: config.enterprise.clone(),
                 credentials: Credentials::new(&config.auth),
+                rate_key: super::auth::budget_key(&config.api_url, &config.auth),
                 metrics,
                 rate,
                 etags: std::cell::RefCell::default(),
@@ -274,7 +269,7 @@ impl GithubClient {
 
     /// The key this client's rate readings are kept under.
     pub fn rate_key(&self) -> String {
-        self.inner.credentials.rate_key()
+        self.inner.rate_key.clone()
     }
 
     /// Where runners of `repo` live: `/repos/{owner}/{repo}`, `/orgs/{owner}`, or with
@@ -473,30 +468,6 @@ impl GithubClient {
         Ok((pages, changed, unchanged))
     }
 
-    /// One authenticated GET whose answer is returned as it came, whatever its status: for
-    /// `doctor`, which reads 401s, 403s and 404s as findings, and the `Date` and
-    /// `X-OAuth-Scopes` headers. A credential that cannot be had (an App token exchange that
-    /// fails) is the error.
-    pub async fn inspect(&self, path: &str) -> Result<Inspection, GithubError> {
-        let token = self.bearer().await?;
-        let answer = self
-            .send("doctor", (Method::GET, path), &token, None, None, true)
-            .await?;
-        let header = |name: &str| {
-            answer
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        Ok(Inspection {
-            status: answer.status.as_u16(),
-            date: header("date"),
-            scopes: header("x-oauth-scopes"),
-            body: serde_json::from_slice(&answer.body).unwrap_or(serde_json::Value::Null),
-        })
-    }
-
     /// One authenticated request; counts it, reports its rate headers, types its failure.
     pub(super) async fn call(
         &self,
@@ -531,7 +502,7 @@ impl GithubClient {
         check(endpoint, answer)
     }
 
-    async fn bearer(&self) -> Result<Secret, GithubError> {
+    pub(super) async fn bearer(&self) -> Result<Secret, GithubError> {
         let this = self.clone();
         self.inner
             .credentials
@@ -608,11 +579,20 @@ impl GithubClient {
     }
 
     fn count(&self, endpoint: &str, code: &str) {
-        self.inner
-            .metrics
+        let metrics = &self.inner.metrics;
+        metrics
             .api_requests
-            .with_label_values(&[endpoint, code])
+            .with_label_values(&metrics.target_labels(&[endpoint, code], &self.inner.target))
             .inc();
+    }
+
+    /// Names the target this client acts for (the `target` label of its metrics, when they
+    /// carry one). Call it on a client just made.
+    pub fn for_target(mut self, name: &str) -> Self {
+        if let Some(inner) = Rc::get_mut(&mut self.inner) {
+            inner.target = name.to_string();
+        }
+        self
     }
 
     fn observe_rate(&self, headers: &HeaderMap, status: StatusCode) {
@@ -631,6 +611,7 @@ impl GithubClient {
         }
         let observation = ObserveRate {
             credential: self.rate_key(),
+            target: self.inner.target.clone(),
             // Which bucket: the answer says so; a bare `Retry-After` is core's.
             bucket: reading.map_or(crate::vocab::RateBucket::Core, |r| r.resource),
             headers: reading,

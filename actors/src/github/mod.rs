@@ -10,6 +10,7 @@ pub mod error;
 pub mod event;
 pub mod groups;
 pub mod hooks;
+mod inspect;
 pub mod poll;
 pub mod proxy;
 pub mod rate;

@@ -44,7 +44,7 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often forgotten jobs are pruned.
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// Seconds the start-up cleanup waits for a moment without a claim in flight.
-const CLEANUP_WAITS: u32 = 60;
+pub(super) const CLEANUP_WAITS: u32 = 60;
 
 /// How the scheduler reaches GitHub.
 #[derive(Debug, Clone)]
@@ -82,20 +82,20 @@ impl GithubHandle {
     }
 }
 
-/// Where the scheduler subscribes to the rate readings of its credential.
+/// Where the scheduler subscribes to the rate readings of its targets' credentials.
 #[derive(Debug, Clone)]
 pub struct RateHandle {
     /// The rate actor.
     pub subscribe: Recipient<SubscribeRate>,
-    /// The credential's key (`GithubClient::rate_key`).
-    pub credential: String,
+    /// Each target's credential key (`GithubClient::rate_key`), in target order.
+    pub credentials: Vec<String>,
 }
 
 /// Everything the scheduler talks to.
 #[derive(Debug, Clone)]
 pub struct SchedulerDeps {
-    /// GitHub.
-    pub github: GithubHandle,
+    /// GitHub, one handle per target (in `SchedulerSettings::targets` order).
+    pub github: Vec<GithubHandle>,
     /// The rate readings (optional: without them rate-limit failures climb the plain ladder).
     pub rate: Option<RateHandle>,
     /// Provisioners by provider.
@@ -153,10 +153,13 @@ pub fn start_in(
         _ => (Vec::new(), Vec::new()),
     };
     if let Some(rate) = &deps.rate {
-        rate.subscribe.do_send(SubscribeRate {
-            credential: rate.credential.clone(),
-            to: addr.downgrade().recipient(),
-        });
+        let mut seen = std::collections::HashSet::new();
+        for credential in rate.credentials.iter().filter(|c| seen.insert(*c)) {
+            rate.subscribe.do_send(SubscribeRate {
+                credential: credential.clone(),
+                to: addr.downgrade().recipient(),
+            });
+        }
     }
     let mirror = deps.ledger.clone().map(crate::cluster::Mirror::spawn);
     let mut actor = SchedulerActor {
@@ -186,6 +189,13 @@ pub fn start_in(
 }
 
 impl SchedulerActor {
+    /// The GitHub handle of the target whose owner is `owner` (the first target's for an
+    /// owner no target has).
+    pub(super) fn github(&self, owner: &str) -> &GithubHandle {
+        let t = self.core.target_of(owner).unwrap_or(0);
+        &self.deps.github[t.min(self.deps.github.len() - 1)]
+    }
+
     /// The restored ladder's timer, before the actor runs (no context needed for it).
     fn carry_out_restored(&mut self, effects: Vec<Effect>) {
         self.persist();
@@ -242,11 +252,12 @@ impl SchedulerActor {
                     }
                 }
                 Effect::DeleteRunner {
+                    owner,
                     repo,
                     runner_id,
                     name,
                 } => {
-                    let delete = self.deps.github.delete.clone();
+                    let delete = self.github(&owner).delete.clone();
                     self.calls_in_flight += 1;
                     let call = async move {
                         match delete.send(DeleteRunner { repo, runner_id }).await {
@@ -268,6 +279,7 @@ impl SchedulerActor {
                 }
                 Effect::ArmRetryTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
                 Effect::CheckIdle {
+                    owner,
                     name,
                     runner_id,
                     repo,
@@ -276,7 +288,7 @@ impl SchedulerActor {
                     // Delete first, tear down after: GitHub refuses to delete a runner that
                     // is running a job, atomically with handing it one, where a busy check
                     // followed by a teardown can kill a job assigned in between.
-                    let delete = self.deps.github.delete.clone();
+                    let delete = self.github(&owner).delete.clone();
                     let fut = async move {
                         match delete.send(DeleteRunner { repo, runner_id }).await {
                             Ok(Ok(())) => Ok(false),
@@ -331,101 +343,6 @@ impl SchedulerActor {
             .set(i64::try_from(self.core.ladder_depth()).unwrap_or(i64::MAX));
     }
 
-    /// After a restart: registrations on GitHub of this install (its id in their names) that
-    /// no ledger runner names belong to environments that are gone; delete those that are not
-    /// busy. Another host's runners carry another id and are never touched. The ledger is
-    /// checked again when the list is back, with no claim of ours in flight (a claim answered
-    /// meanwhile is in the ledger by then; one still in flight could be in the list and not
-    /// yet in the ledger, so the check waits for it).
-    fn delete_unledgered_runners(&mut self, ctx: &mut Context<Self>) {
-        let list = self.deps.github.list_runners.clone();
-        let prefix = format!("{}-", self.core.name_prefix());
-        let repos: Vec<Option<String>> = match self.core.repos() {
-            [] => vec![None],
-            repos => repos.iter().cloned().map(Some).collect(),
-        };
-        ctx.spawn(
-            async move {
-                let mut found = Vec::new();
-                for repo in repos {
-                    let listed = list
-                        .send(ListRunners {
-                            repo: repo.clone(),
-                            name_prefix: prefix.clone(),
-                        })
-                        .await;
-                    match listed {
-                        Ok(Ok(runners)) => found.extend(
-                            runners
-                                .into_iter()
-                                .filter(|r| !r.busy)
-                                .map(|r| (repo.clone(), r.id, r.name)),
-                        ),
-                        _ => {
-                            tracing::warn!(?repo, "cannot list runners to clean up after a restart")
-                        }
-                    }
-                }
-                found
-            }
-            .into_actor(self)
-            .map(|found, act, ctx| {
-                let found = found
-                    .into_iter()
-                    .filter(|(_, _, n)| act.core.is_ours(n))
-                    .collect();
-                act.delete_unledgered(found, CLEANUP_WAITS, ctx);
-            }),
-        );
-    }
-
-    /// Deletes the listed registrations the ledger does not name, once no claim is in flight
-    /// (asked again every second, `waits` more times, else left for the next start).
-    fn delete_unledgered(
-        &mut self,
-        found: Vec<(Option<String>, u64, String)>,
-        waits: u32,
-        ctx: &mut Context<Self>,
-    ) {
-        if self.claims_in_flight > 0 {
-            if waits == 0 {
-                tracing::info!("claims kept going; left leftover registrations for the next start");
-                return;
-            }
-            ctx.run_later(std::time::Duration::from_secs(1), move |act, ctx| {
-                act.delete_unledgered(found, waits - 1, ctx);
-            });
-            return;
-        }
-        let known: std::collections::HashSet<String> =
-            self.core.runners().map(|r| r.name.clone()).collect();
-        let delete = self.deps.github.delete.clone();
-        let gone: Vec<_> = found
-            .into_iter()
-            .filter(|(_, _, n)| !known.contains(n))
-            .collect();
-        if gone.is_empty() {
-            return;
-        }
-        ctx.spawn(
-            async move {
-                let mut deleted = 0;
-                for (repo, runner_id, _) in gone {
-                    if let Ok(Ok(())) = delete.send(DeleteRunner { repo, runner_id }).await {
-                        deleted += 1;
-                    }
-                }
-                if deleted > 0 {
-                    tracing::info!(
-                        deleted,
-                        "deleted this install's runner registrations that no ledger runner names"
-                    );
-                }
-            }
-            .into_actor(self),
-        );
-    }
-
     fn arm_wake(&mut self, at: Instant, ctx: &mut Context<Self>) {
         if self.wake.as_ref().is_some_and(|(_, armed)| *armed <= at) {
             return;
@@ -463,7 +380,14 @@ impl SchedulerActor {
     /// Lists queued jobs on GitHub (queued and in-progress runs, every page, every repo) and
     /// feeds them through the normal dedup path: the backstop for deliveries that never came.
     fn reconcile(&mut self, ctx: &mut Context<Self>) {
-        let list = self.deps.github.list_queued.clone();
+        for t in 0..self.deps.github.len() {
+            self.reconcile_target(t, ctx);
+        }
+    }
+
+    /// One target's reconcile pass.
+    fn reconcile_target(&mut self, t: usize, ctx: &mut Context<Self>) {
+        let list = self.deps.github[t].list_queued.clone();
         ctx.spawn(async move { list.send(ListQueuedJobs).await }.into_actor(self).map(|result, act, ctx| {
             let pass = match result {
                 Ok(Ok(pass)) => pass,
@@ -559,7 +483,13 @@ impl Handler<RateReading> for SchedulerActor {
     type Result = ();
 
     fn handle(&mut self, m: RateReading, _: &mut Context<Self>) {
-        self.core.on_rate_reading(m.bucket, m.reading);
+        // Targets that share a credential share its budget.
+        let Some(rate) = &self.deps.rate else { return };
+        for (t, credential) in rate.credentials.iter().enumerate() {
+            if *credential == m.credential {
+                self.core.on_rate_reading(t, m.bucket, m.reading);
+            }
+        }
     }
 }
 
@@ -615,13 +545,19 @@ impl Handler<FlushDeferred> for SchedulerActor {
     fn handle(&mut self, _: FlushDeferred, _: &mut Context<Self>) -> Self::Result {
         let fx = self.core.flush_deferred(self.clock.tick());
         self.persist();
-        let delete = self.deps.github.delete.clone();
         let sends: Vec<_> = fx
             .into_iter()
             .filter_map(|e| match e {
                 Effect::DeleteRunner {
-                    repo, runner_id, ..
-                } => Some(delete.send(DeleteRunner { repo, runner_id })),
+                    owner,
+                    repo,
+                    runner_id,
+                    ..
+                } => Some(
+                    self.github(&owner)
+                        .delete
+                        .send(DeleteRunner { repo, runner_id }),
+                ),
                 _ => None,
             })
             .collect();

@@ -75,7 +75,7 @@ impl SchedulerActor {
         request: ClaimRequest,
         ctx: &mut Context<Self>,
     ) {
-        let claim = self.deps.github.claim.clone();
+        let claim = self.github(&key.owner).claim.clone();
         let request = GenerateJitConfig {
             repo: request.repo,
             name_base: request.name_base,

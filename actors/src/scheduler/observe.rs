@@ -77,6 +77,8 @@ pub enum Observation {
     },
     /// A claim failed.
     ClaimFailed {
+        /// The job's target (the `target` label, when metrics carry one).
+        target: String,
         /// Job.
         job_id: u64,
         /// Provider.
@@ -146,6 +148,8 @@ pub enum Observation {
     },
     /// Every claim is held back until `until_unix`.
     ClaimsPaused {
+        /// The target whose claims wait.
+        target: String,
         /// Unix seconds.
         until_unix: u64,
         /// Why.
@@ -295,12 +299,13 @@ pub fn record(o: Observation, m: &Metrics) {
         }
         O::ClaimFailed {
             job_id,
+            target,
             provider,
             class,
             error,
         } => {
             m.jit_registration_errors
-                .with_label_values(&[class.as_str()])
+                .with_label_values(&m.target_labels(&[class.as_str()], &target))
                 .inc();
             tracing::warn!(job_id, provider = provider.as_str(), error_class = class.as_str(), error = %error, "claim failed");
         }
@@ -352,8 +357,12 @@ pub fn record(o: Observation, m: &Metrics) {
         O::Abandoned { job_id, why } => {
             tracing::info!(job_id, reason = %why, "dispatch abandoned")
         }
-        O::ClaimsPaused { until_unix, why } => {
-            tracing::warn!(until_unix, reason = why, "claims paused")
+        O::ClaimsPaused {
+            target,
+            until_unix,
+            why,
+        } => {
+            tracing::warn!(%target, until_unix, reason = why, "claims paused")
         }
         O::Requeued { job_id, why } => {
             tracing::info!(job_id, reason = why, "dispatching the job again")

@@ -30,7 +30,7 @@ use crate::{
     config::Secret,
     github::{
         event::{PayloadError, parse_workflow_job},
-        signature::{verify, well_formed},
+        signature::{SignatureError, verify, well_formed},
     },
     metrics::Metrics,
     scheduler::messages::{EventSource, JobEvent},
@@ -105,10 +105,18 @@ pub enum IntakeError {
 /// The HTTP edge of the intake: shared by every actix-web worker; holds no state of its own.
 #[derive(Debug)]
 pub struct WebhookIntake {
-    secret: Secret,
+    keys: Vec<IntakeKey>,
     actor: Addr<WebhookActor>,
     metrics: Metrics,
     max_body: usize,
+}
+
+/// A secret deliveries may be signed with, and the owner whose deliveries it signs (`None`:
+/// any owner's, the single-target intake).
+#[derive(Debug)]
+struct IntakeKey {
+    secret: Secret,
+    owner: Option<String>,
 }
 
 impl WebhookIntake {
@@ -118,15 +126,82 @@ impl WebhookIntake {
         actor: Addr<WebhookActor>,
         metrics: Metrics,
     ) -> Result<Self, IntakeError> {
-        if secret.is_empty() {
+        Self::with_keys(
+            vec![IntakeKey {
+                secret,
+                owner: None,
+            }],
+            actor,
+            metrics,
+        )
+    }
+
+    /// An edge for several GitHub targets, each `(owner, secret)`: a delivery must be signed
+    /// with the secret of the target its job's owner names (a delivery signed with A's secret
+    /// that names B's owner is refused 401, so no target can speak for another); one naming
+    /// an owner no target has is verified against any of them (and then ignored, as ever).
+    /// Refuses an empty secret.
+    pub fn for_targets(
+        targets: impl IntoIterator<Item = (String, Secret)>,
+        actor: Addr<WebhookActor>,
+        metrics: Metrics,
+    ) -> Result<Self, IntakeError> {
+        let keys: Vec<IntakeKey> = targets
+            .into_iter()
+            .map(|(owner, secret)| IntakeKey {
+                secret,
+                owner: Some(owner.to_ascii_lowercase()),
+            })
+            .collect();
+        Self::with_keys(keys, actor, metrics)
+    }
+
+    fn with_keys(
+        keys: Vec<IntakeKey>,
+        actor: Addr<WebhookActor>,
+        metrics: Metrics,
+    ) -> Result<Self, IntakeError> {
+        if keys.is_empty() || keys.iter().any(|k| k.secret.is_empty()) {
             return Err(IntakeError::NoSecret);
         }
         Ok(WebhookIntake {
-            secret,
+            keys,
             actor,
             metrics,
             max_body: MAX_BODY,
         })
+    }
+
+    /// Which keys `body` is signed with (a bit per key), or why none.
+    fn verified_keys(&self, body: &[u8], signature: Option<&[u8]>) -> Result<u128, Verdict> {
+        let mut verified = 0u128;
+        let mut error = SignatureError::Mismatch;
+        for (i, key) in self.keys.iter().enumerate().take(128) {
+            match verify(key.secret.expose().as_bytes(), body, signature) {
+                Ok(()) => verified |= 1 << i,
+                Err(e) => error = e,
+            }
+        }
+        if verified == 0 {
+            return Err(Verdict::Unauthorized(error));
+        }
+        Ok(verified)
+    }
+
+    /// A verified delivery naming `owner` must be signed with that owner's key, if a key is
+    /// the owner's.
+    fn check_owner(&self, owner: &str, verified: u128) -> Result<(), Verdict> {
+        let owners_key = self.keys.iter().position(|k| {
+            k.owner
+                .as_deref()
+                .is_some_and(|o| o.eq_ignore_ascii_case(owner))
+        });
+        match owners_key {
+            Some(i) if i < 128 && verified & (1 << i) == 0 => {
+                Err(Verdict::Unauthorized(SignatureError::Mismatch))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Deliveries larger than `bytes` are answered 413.
@@ -177,13 +252,7 @@ impl WebhookIntake {
     /// Everything the worker thread checks: signature, event, shape.
     fn check(&self, req: &HttpRequest, body: &[u8], now: Instant) -> Result<JobEvent, Verdict> {
         let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
-        if let Err(e) = verify(
-            self.secret.expose().as_bytes(),
-            body,
-            header("x-hub-signature-256"),
-        ) {
-            return Err(Verdict::Unauthorized(e));
-        }
+        let verified = self.verified_keys(body, header("x-hub-signature-256"))?;
         if header("x-github-event") != Some(b"workflow_job".as_slice()) {
             return Err(Verdict::OtherEvent);
         }
@@ -201,6 +270,7 @@ impl WebhookIntake {
             Err(PayloadError::Malformed(e)) => return Err(Verdict::Malformed(e)),
             Err(PayloadError::WrongShape(e)) => return Err(Verdict::WrongShape(e)),
         };
+        self.check_owner(&delivery.job.key.owner, verified)?;
         let labels = &delivery.job.labels;
         if labels.len() > MAX_LABELS || labels.iter().any(|l| l.len() > MAX_LABEL) {
             return Err(Verdict::WrongShape(format!(

@@ -131,6 +131,19 @@ pub struct RedeliverSettings {
     /// for each guid; passes wait while it is down (the intake would refuse the redelivery
     /// too, and each guid is asked for once).
     pub ledger: Option<crate::cluster::Ledger>,
+    /// The store mark its place is kept under ([`MARK`] for the first target, [`mark_of`]
+    /// for the others).
+    pub mark: String,
+}
+
+/// The store mark of target `target`'s redelivery place (the first target keeps [`MARK`], as
+/// a single target always did).
+pub fn mark_of(index: usize, target: &str) -> String {
+    if index == 0 {
+        MARK.to_string()
+    } else {
+        format!("{MARK}:{target}")
+    }
 }
 
 /// The actor.
@@ -248,7 +261,7 @@ impl RedeliverActor {
         self.place.seen.extend(outcome.seen);
         self.place.prune(now);
         if let (Some(store), Ok(value)) = (&self.store, serde_json::to_value(&self.place)) {
-            store.send(vec![Op::PutMark(MARK.into(), value)]);
+            store.send(vec![Op::PutMark(self.settings.mark.clone(), value)]);
         }
     }
 }

@@ -260,6 +260,26 @@ impl Daemon {
         port: u16,
         env: &[(&str, &str)],
     ) -> Daemon {
+        let d = Self::spawn(dir, port, env).await;
+        standin.send_webhooks_to(&format!("http://{}/webhook/github", d.addr), SECRET);
+        d
+    }
+
+    /// Starts `serve` on the config `text(port, state dir)` writes (its webhook listener on
+    /// `127.0.0.1:port`, an `[admin]` listener of its own), with `env` in its environment,
+    /// and waits until it is ready. No stand-in is pointed at it: the test does that.
+    pub async fn start_config(
+        text: impl FnOnce(u16, &std::path::Path) -> String,
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let text = text(port, &dir.path().join("state"));
+        std::fs::write(dir.path().join("ephemer.toml"), text).unwrap();
+        Self::spawn(dir, port, env).await
+    }
+
+    async fn spawn(dir: tempfile::TempDir, port: u16, env: &[(&str, &str)]) -> Daemon {
         let cfg = dir.path().join("ephemer.toml");
         let log = dir.path().join("daemon.log");
         let mut cmd = daemon();
@@ -290,7 +310,6 @@ impl Daemon {
             "daemon not ready:\n{}",
             d.logs()
         );
-        standin.send_webhooks_to(&format!("http://{}/webhook/github", d.addr), SECRET);
         d
     }
 

@@ -6,12 +6,16 @@ use super::*;
 use crate::config::PoolName;
 
 impl Scheduler {
-    pub(super) fn pick(&self, labels: &[String]) -> Pick {
+    /// The pool for a job of `target` with `labels`: the covering pool (of those that serve
+    /// the target) with the fewest extra labels, a free one first among equals.
+    pub(super) fn pick(&self, labels: &[String], target: usize) -> Pick {
         let wanted = LabelSet::new(labels);
         let mut best: Option<(usize, usize, bool)> = None; // (extra labels, index, free)
         let mut covered = false;
         for (i, offered) in self.provider_sets.iter().enumerate() {
-            if !offered.covers(&wanted) {
+            let spec = &self.settings.providers[i];
+            let serves = spec.targets.as_ref().is_none_or(|t| t.contains(&target));
+            if !serves || !offered.covers(&wanted) {
                 continue;
             }
             covered = true;
@@ -20,7 +24,7 @@ impl Scheduler {
                 continue;
             }
             let extra = offered.extra_over(&wanted);
-            let free = slot.used < self.settings.providers[i].max_concurrent;
+            let free = slot.used < spec.max_concurrent;
             let better = match best {
                 None => true,
                 Some((e, _, f)) => extra < e || (extra == e && free && !f),
@@ -36,10 +40,47 @@ impl Scheduler {
         }
     }
 
-    /// Starts claims for pending jobs while slots and claim tokens allow.
+    /// The target of a job (the first, for an owner no target has: such a job is ignored at
+    /// intake, so it only reaches here from an old store).
+    pub(super) fn target_index(&self, key: &JobKey) -> usize {
+        self.target_of(&key.owner).unwrap_or(0)
+    }
+
+    /// Slots each target holds now: its claims in flight and its runners.
+    pub(super) fn held_per_target(&self) -> Vec<usize> {
+        let mut held = vec![0; self.settings.targets.len()];
+        for t in self.claiming.values() {
+            held[*t] += 1;
+        }
+        for r in self.runners.values() {
+            held[self.target_index(&r.intent)] += 1;
+        }
+        held
+    }
+
+    /// Starts claims for pending jobs while slots and claim tokens allow. When slots are
+    /// scarce, targets get them in proportion to their weight: the next claim goes to the
+    /// target holding the fewest slots per unit of weight (its oldest job first; among equals,
+    /// the target whose next job is oldest). A target out of claim tokens waits alone.
     pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
-        let mut waiting = VecDeque::with_capacity(self.pending.len());
-        while let Some(key) = self.pending.pop_front() {
+        let n = self.settings.targets.len();
+        let mut queues: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); n];
+        for key in std::mem::take(&mut self.pending) {
+            let t = self.target_index(&key);
+            queues[t].push_back(key);
+        }
+        let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); n];
+        let mut held = if n > 1 {
+            self.held_per_target()
+        } else {
+            vec![0]
+        };
+        let mut paced = vec![false; n];
+        let mut wake: Option<Instant> = None;
+        while let Some(t) = self.fairest(&queues, &held, &paced) {
+            let Some(key) = queues[t].pop_front() else {
+                break;
+            };
             let Some(rec) = self.jobs.get(&key) else {
                 continue;
             };
@@ -62,14 +103,14 @@ impl Scheduler {
                 continue;
             }
             if self.used_total >= self.settings.max_concurrent {
-                waiting.push_back(key);
+                queues[t].push_front(key);
                 break;
             }
             let labels = rec.info.labels.clone();
-            let i = match self.pick(&labels) {
+            let i = match self.pick(&labels, t) {
                 Pick::Provider(i) => i,
                 Pick::Wait => {
-                    waiting.push_back(key);
+                    skipped[t].push_back(key);
                     continue;
                 }
                 Pick::Uncovered => {
@@ -83,43 +124,83 @@ impl Scheduler {
                     continue;
                 }
             };
-            self.hold_claims_while_budget_empty(now);
-            if !self.pacer.try_take(now.mono) {
-                fx.push(Effect::WakeAt(self.pacer.next_slot_at(now.mono)));
-                waiting.push_back(key);
-                break;
+            self.hold_claims_while_budget_empty(t, now);
+            if !self.pacers[t].try_take(now.mono) {
+                let at = self.pacers[t].next_slot_at(now.mono);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+                paced[t] = true;
+                queues[t].push_front(key);
+                continue;
             }
-            self.start_claim(key, i, now, fx);
+            if let Some(h) = held.get_mut(t) {
+                *h += 1;
+            }
+            self.start_claim(key, i, t, now, fx);
         }
-        waiting.extend(self.pending.drain(..));
-        self.pending = waiting;
+        if let Some(at) = wake {
+            fx.push(Effect::WakeAt(at));
+        }
+        for (mut skipped, queue) in skipped.into_iter().zip(queues) {
+            skipped.extend(queue);
+            self.pending.extend(skipped);
+        }
     }
 
-    /// A registration budget a fresh reading proves empty is not spent: every claim waits for
-    /// its reset (a second past it, as readings count whole seconds).
-    fn hold_claims_while_budget_empty(&mut self, now: Now) {
+    /// The target whose turn it is: of those with a job to try and a claim token, the one
+    /// holding the fewest slots per unit of weight; among equals, the one whose next job is
+    /// oldest.
+    fn fairest(
+        &self,
+        queues: &[VecDeque<JobKey>],
+        held: &[usize],
+        paced: &[bool],
+    ) -> Option<usize> {
+        if queues.len() == 1 {
+            return (!paced[0] && !queues[0].is_empty()).then_some(0);
+        }
+        let weight = |t: usize| self.settings.targets[t].weight.max(1) as usize;
+        let age = |t: usize| {
+            queues[t]
+                .front()
+                .and_then(|k| self.jobs.get(k))
+                .map(|r| r.received_at)
+        };
+        (0..queues.len())
+            .filter(|&t| !paced[t] && !queues[t].is_empty())
+            .min_by(|&a, &b| {
+                (held[a] * weight(b))
+                    .cmp(&(held[b] * weight(a)))
+                    .then_with(|| age(a).cmp(&age(b)))
+            })
+    }
+
+    /// A registration budget a fresh reading proves empty is not spent: every claim of the
+    /// target waits for its reset (a second past it, as readings count whole seconds).
+    fn hold_claims_while_budget_empty(&mut self, t: usize, now: Now) {
         let bucket = RateBucket::ActionsRunnerRegistration;
         let Some(reset) = self
             .rates
-            .get(&bucket)
+            .get(&(t, bucket))
             .and_then(|r| r.exhausted_until(now.unix, RATE_READING_FRESH))
         else {
             return;
         };
         let wait = Duration::from_secs(reset.saturating_sub(now.unix).saturating_add(1));
         self.pause_claims(
+            t,
             wait.min(MAX_WAIT),
             "the registration budget is empty until its reset",
             now,
         );
     }
 
-    /// Holds every claim back for `wait` (a pause already longer stays).
-    pub(super) fn pause_claims(&mut self, wait: Duration, why: &'static str, now: Now) {
+    /// Holds every claim of target `t` back for `wait` (a pause already longer stays).
+    pub(super) fn pause_claims(&mut self, t: usize, wait: Duration, why: &'static str, now: Now) {
         let until = now.mono + wait;
-        if self.pacer.paused(now.mono).is_none_or(|p| p < until) {
-            self.pacer.pause_until(until);
+        if self.pacers[t].paused(now.mono).is_none_or(|p| p < until) {
+            self.pacers[t].pause_until(until);
             self.observe(Observation::ClaimsPaused {
+                target: self.settings.targets[t].name.clone(),
                 until_unix: now.unix.saturating_add(wait.as_secs()),
                 why,
             });
@@ -148,13 +229,19 @@ impl Scheduler {
         self.note(key, now, why);
     }
 
-    pub(super) fn start_claim(&mut self, key: JobKey, i: usize, now: Now, fx: &mut Vec<Effect>) {
+    pub(super) fn start_claim(
+        &mut self,
+        key: JobKey,
+        i: usize,
+        t: usize,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
         let spec = &self.settings.providers[i];
         let provider = spec.name.clone();
         let request = ClaimRequest {
-            repo: self
-                .settings
-                .repo_level
+            repo: self.settings.targets[t]
+                .repo_level()
                 .then(|| self.jobs[&key].info.repo.clone()),
             name_base: self.settings.runner_prefix(&provider),
             labels: spec.labels.clone(),
@@ -162,6 +249,7 @@ impl Scheduler {
         self.slots[i].used += 1;
         self.used_total += 1;
         self.stats.claims += 1;
+        self.claiming.insert(key.clone(), t);
         self.set_phase(
             &key,
             Phase::Claiming {
@@ -203,6 +291,8 @@ impl Scheduler {
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
+        self.claiming.remove(&key);
+        let t = self.target_index(&key);
         match result {
             Ok(runner) => self.claimed(key, provider, runner, now, &mut fx),
             Err(e) => {
@@ -211,18 +301,19 @@ impl Scheduler {
                 if let Some((bucket, remaining, reset)) = e.rate_reading() {
                     // The failed answer's own reading decides its retry, whether or not the rate
                     // actor's copy of it has arrived yet.
-                    let reading = self.rates.entry(bucket).or_default();
+                    let reading = self.rates.entry((t, bucket)).or_default();
                     reading.remaining = Some(remaining);
                     reading.reset = Some(reset);
                     reading.updated = now.unix;
                 }
                 if let Some(wait) = e.secondary_limit_wait() {
                     // A secondary limit is the credential's, not this job's: every claim waits.
-                    self.pause_claims(wait, "GitHub answered a secondary rate limit", now);
+                    self.pause_claims(t, wait, "GitHub answered a secondary rate limit", now);
                 }
                 let class = e.class();
                 self.observe(Observation::ClaimFailed {
                     job_id: key.job_id,
+                    target: self.settings.targets[t].name.clone(),
                     provider,
                     class,
                     error: e.to_string(),
@@ -256,7 +347,8 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let repo = self.settings.repo_level.then(|| {
+        let t = self.target_index(&key);
+        let repo = self.settings.targets[t].repo_level().then(|| {
             self.jobs
                 .get(&key)
                 .map(|r| r.info.repo.clone())
@@ -273,6 +365,7 @@ impl Scheduler {
                 Abandon::StartedDuringClaim
             };
             fx.push(Effect::DeleteRunner {
+                owner: key.owner.clone(),
                 repo,
                 runner_id: runner.id,
                 name: runner.name.clone(),

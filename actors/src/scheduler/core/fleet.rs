@@ -45,6 +45,8 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.release(&provider);
+        self.claiming.remove(&key);
+        let t = self.target_index(&key);
         match answer {
             Acquire::Granted => {}
             Acquire::HeldBy(host) => {
@@ -71,7 +73,7 @@ impl Scheduler {
                         wait_ms: wait.as_millis() as u64,
                     },
                 );
-                self.pause_claims(wait.min(MAX_WAIT), why, now);
+                self.pause_claims(t, wait.min(MAX_WAIT), why, now);
             }
         }
         self.pump(now, &mut fx);
@@ -100,7 +102,8 @@ impl Scheduler {
         {
             return fx;
         }
-        if self.draining || self.pick(&job.info.labels) == Pick::Uncovered {
+        if self.draining || self.pick(&job.info.labels, self.target_index(&key)) == Pick::Uncovered
+        {
             return fx;
         }
         let ladder = job.ladder().filter(|_| self.settings.retry_enabled);

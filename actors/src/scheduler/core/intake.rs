@@ -32,13 +32,14 @@ impl Scheduler {
         fx
     }
 
-    /// Why `job` is none of this daemon's business, if it is not: another owner
-    /// (case-insensitive), a repo outside `github.repos` (when set), another App installation.
+    /// Why `job` is none of this daemon's business, if it is not: an owner no target has
+    /// (case-insensitive), a repo outside its target's `repos` (when set), another App
+    /// installation than its target's.
     pub(super) fn out_of_scope(&self, job: &JobInfo) -> Option<&'static str> {
-        let s = &self.settings;
-        if !job.key.owner.eq_ignore_ascii_case(&s.owner) {
+        let Some(t) = self.target_of(&job.key.owner) else {
             return Some("owner");
-        }
+        };
+        let s = &self.settings.targets[t];
         if !s.repos.is_empty() && !s.repos.iter().any(|r| r.eq_ignore_ascii_case(&job.repo)) {
             return Some("repo");
         }
@@ -122,7 +123,7 @@ impl Scheduler {
         );
 
         // 2. Label coverage.
-        if matches!(self.pick(&labels), Pick::Uncovered) {
+        if matches!(self.pick(&labels, self.target_index(&key)), Pick::Uncovered) {
             self.set_phase(&key, Phase::Unroutable);
             self.note(
                 &key,

@@ -52,7 +52,7 @@ impl Scheduler {
         let bucket = failure
             .bucket
             .unwrap_or(RateBucket::ActionsRunnerRegistration);
-        let reading = self.rates.get(&bucket).copied();
+        let reading = self.rates.get(&(self.target_index(key), bucket)).copied();
         let outcome = self.ladder.record_failure(
             job,
             &failure,
@@ -161,10 +161,10 @@ impl Scheduler {
         fx
     }
 
-    /// A fresh rate-limit reading of one bucket of the credential the claims spend (pushed by
-    /// the rate actor): the ladder snaps a rate-limited retry to the reset of the bucket its
-    /// failing call spent, when the reading proves that bucket empty.
-    pub fn on_rate_reading(&mut self, bucket: RateBucket, reading: RateSnapshot) {
-        self.rates.insert(bucket, reading);
+    /// A fresh rate-limit reading of one bucket of target `target`'s credential (pushed by
+    /// the rate actor): the ladder snaps a rate-limited retry of its jobs to the reset of the
+    /// bucket its failing call spent, when the reading proves that bucket empty.
+    pub fn on_rate_reading(&mut self, target: usize, bucket: RateBucket, reading: RateSnapshot) {
+        self.rates.insert((target, bucket), reading);
     }
 }

@@ -20,6 +20,7 @@ impl Scheduler {
         for (_, what) in due {
             match what {
                 Deferred::Delete {
+                    owner,
                     repo,
                     runner_id,
                     name,
@@ -27,6 +28,7 @@ impl Scheduler {
                     let ran_a_job = self.recent_runners.get(&name).is_some_and(|r| r.3);
                     if !ran_a_job {
                         fx.push(Effect::DeleteRunner {
+                            owner,
                             repo,
                             runner_id,
                             name,
@@ -104,6 +106,7 @@ impl Scheduler {
                     .filter(|r| r.bound.is_none() && !r.registration_deleted)
                 {
                     let delete = Deferred::Delete {
+                        owner: r.row.intent.owner.clone(),
                         repo: r.row.repo.clone(),
                         runner_id: r.row.id,
                         name: r.row.name.clone(),
@@ -146,6 +149,7 @@ impl Scheduler {
                 let r = self.forget_runner(name, now);
                 if let Some(r) = &r {
                     fx.push(Effect::DeleteRunner {
+                        owner: r.row.intent.owner.clone(),
                         repo: r.row.repo.clone(),
                         runner_id: r.row.id,
                         name: r.row.name.clone(),

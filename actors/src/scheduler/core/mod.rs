@@ -52,7 +52,7 @@ use timeline::TIMELINE_CAP;
 pub use timeline::{Abandon, Note, TimelineEntry};
 pub use view::{
     Capacity, JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState,
-    StatusView,
+    StatusView, TargetView,
 };
 
 /// A job is remembered as seen this long; a re-delivery inside it is a duplicate.
@@ -78,12 +78,11 @@ pub struct SchedulerSettings {
     pub name_prefix: String,
     /// This install's id ([`crate::store::install_id`]); empty where there is none (tests).
     pub install_id: String,
-    /// Repo-level runners (`github.repos` non-empty): claim in the job's repo.
-    pub repo_level: bool,
+    /// The GitHub targets (at least one): whose jobs are ours, where their runners register,
+    /// their claim pacing and their share of scarce slots.
+    pub targets: Vec<TargetSpec>,
     /// `runner.claim_retry.enabled`.
     pub retry_enabled: bool,
-    /// `github.max_claims_per_minute`.
-    pub claims_per_minute: u32,
     /// Seen TTL.
     pub seen_ttl: Duration,
     /// How long an observed start is remembered.
@@ -98,12 +97,6 @@ pub struct SchedulerSettings {
     pub orphan_grace: Option<Duration>,
     /// `webhook.reconcile_interval`: `None` when disabled.
     pub reconcile_interval: Option<Duration>,
-    /// `github.repos`.
-    pub repos: Vec<String>,
-    /// `github.owner`: jobs of any other owner are ignored.
-    pub owner: String,
-    /// The App installation (with App auth): jobs delivered for another are ignored.
-    pub installation_id: Option<u64>,
 }
 
 impl SchedulerSettings {
@@ -115,6 +108,7 @@ impl SchedulerSettings {
 
     /// The settings a config implies.
     pub fn from_config(c: &Config) -> Self {
+        let targets: Vec<TargetSpec> = c.targets().iter().map(TargetSpec::of).collect();
         let providers = c
             .providers
             .enabled()
@@ -124,6 +118,14 @@ impl SchedulerSettings {
                 kind: pool.kind(),
                 labels: pool.common.labels.clone(),
                 max_concurrent: pool.common.max_concurrent,
+                targets: pool.common.targets.as_ref().map(|names| {
+                    targets
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, t)| names.contains(&t.name))
+                        .map(|(i, _)| i)
+                        .collect()
+                }),
             })
             .collect();
         SchedulerSettings {
@@ -131,9 +133,8 @@ impl SchedulerSettings {
             max_concurrent: c.runner.max_concurrent,
             name_prefix: c.runner.name_prefix.clone(),
             install_id: String::new(),
-            repo_level: !c.github.repos.is_empty(),
+            targets,
             retry_enabled: c.runner.claim_retry.enabled,
-            claims_per_minute: c.github.max_claims_per_minute,
             seen_ttl: SEEN_TTL,
             started_ttl: c
                 .runner
@@ -151,13 +152,58 @@ impl SchedulerSettings {
                 .enabled
                 .then_some(c.runner.orphan_sweep.grace),
             reconcile_interval: c.webhook.reconcile_interval,
-            repos: c.github.repos.clone(),
-            owner: c.github.owner.clone(),
-            installation_id: match &c.github.auth {
+        }
+    }
+}
+
+/// One GitHub target, as the scheduler sees it.
+#[derive(Debug, Clone)]
+pub struct TargetSpec {
+    /// Its name (`github.targets[].name`, else the owner).
+    pub name: String,
+    /// Its owner: the jobs of this owner are its jobs.
+    pub owner: String,
+    /// Repo-level runners in these repos (jobs of other repos are ignored); empty: org-level.
+    pub repos: Vec<String>,
+    /// The App installation (with App auth): jobs delivered for another are ignored.
+    pub installation_id: Option<u64>,
+    /// Claims (generate-jitconfig calls) allowed per minute with its credential.
+    pub claims_per_minute: u32,
+    /// Its share of scarce slots.
+    pub weight: u32,
+}
+
+impl TargetSpec {
+    /// A target of `owner`, org-level, token auth, default pacing, weight 1.
+    pub fn new(owner: &str) -> Self {
+        TargetSpec {
+            name: owner.to_string(),
+            owner: owner.to_string(),
+            repos: Vec::new(),
+            installation_id: None,
+            claims_per_minute: crate::config::defaults::MAX_CLAIMS_PER_MINUTE,
+            weight: 1,
+        }
+    }
+
+    /// The target a config's target implies.
+    pub fn of(t: &crate::config::Target) -> Self {
+        TargetSpec {
+            name: t.name.clone(),
+            owner: t.github.owner.clone(),
+            repos: t.github.repos.clone(),
+            installation_id: match &t.github.auth {
                 crate::config::GithubAuth::App(app) => Some(app.installation_id),
                 crate::config::GithubAuth::Token(_) => None,
             },
+            claims_per_minute: t.github.max_claims_per_minute,
+            weight: t.weight.max(1),
         }
+    }
+
+    /// Repo-level runners: claim in the job's repo.
+    pub fn repo_level(&self) -> bool {
+        !self.repos.is_empty()
     }
 }
 
@@ -172,6 +218,9 @@ pub struct ProviderSpec {
     pub labels: Vec<String>,
     /// Its slot count.
     pub max_concurrent: usize,
+    /// The targets (indices into `SchedulerSettings::targets`) whose jobs it takes; `None`:
+    /// every target's.
+    pub targets: Option<Vec<usize>>,
 }
 
 /// A generate-jitconfig call, as plain data.
@@ -215,6 +264,8 @@ pub enum Effect {
     },
     /// Delete a runner registration on GitHub (it never ran a job, so it will not go by itself).
     DeleteRunner {
+        /// The owner whose target registered it.
+        owner: String,
         /// Repo for repo-level runners.
         repo: Option<String>,
         /// Runner id.
@@ -232,6 +283,8 @@ pub enum Effect {
     /// `in_progress` may be late; GitHub refuses to delete a runner that runs a job); report
     /// back with `on_idle_checked` (`Ok(false)`: deleted, `Ok(true)`: busy).
     CheckIdle {
+        /// The owner whose target registered it.
+        owner: String,
         /// Runner name.
         name: String,
         /// Runner id.
@@ -402,8 +455,13 @@ pub struct Scheduler {
     pending: VecDeque<JobKey>,
     slots: Vec<Slots>,
     used_total: usize,
-    /// Claim pacing: the sliding window, and pauses while the credential is limited.
-    pacer: ClaimPacer,
+    /// Claim pacing per target: the sliding window, and pauses while its credential is
+    /// limited.
+    pacers: Vec<ClaimPacer>,
+    /// Target index per owner (lowercased).
+    owners: HashMap<String, usize>,
+    /// Jobs whose claim is in flight, with their target (the fair share counts them).
+    claiming: HashMap<JobKey, usize>,
     /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
     /// after its runner exited, and must still be counted as ours.
     recent_runners: HashMap<String, (PoolName, Option<Instant>, Instant, bool)>,
@@ -415,8 +473,8 @@ pub struct Scheduler {
     ladder: RetryQueue,
     /// Jitter for the ladder (seeded in tests).
     rng: SmallRng,
-    /// The latest rate-limit reading of each bucket of the credential claims spend.
-    rates: HashMap<RateBucket, RateSnapshot>,
+    /// The latest rate-limit reading of each bucket of each target's credential.
+    rates: HashMap<(usize, RateBucket), RateSnapshot>,
     /// The due time the retry timer was last handed.
     retry_timer: Option<Instant>,
     /// What operators count or read, waiting for the shell.
@@ -432,6 +490,7 @@ pub struct Scheduler {
 enum Deferred {
     /// Delete a runner registration unless the runner turns out to have run a job.
     Delete {
+        owner: String,
         repo: Option<String>,
         runner_id: u64,
         name: String,
@@ -478,7 +537,18 @@ impl Scheduler {
             })
             .collect();
         Scheduler {
-            pacer: ClaimPacer::new(settings.claims_per_minute),
+            pacers: settings
+                .targets
+                .iter()
+                .map(|t| ClaimPacer::new(t.claims_per_minute))
+                .collect(),
+            owners: settings
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.owner.to_ascii_lowercase(), i))
+                .collect(),
+            claiming: HashMap::new(),
             settings,
             provider_sets,
             jobs: HashMap::new(),
@@ -555,9 +625,17 @@ impl Scheduler {
         crate::vocab::names_install_runner(name, &s.name_prefix, &s.install_id)
     }
 
-    /// Repos of repo-level runners (empty: org-level).
-    pub fn repos(&self) -> &[String] {
-        &self.settings.repos
+    /// The targets.
+    pub fn targets(&self) -> &[TargetSpec] {
+        &self.settings.targets
+    }
+
+    /// The target whose owner is `owner` (case-insensitive).
+    pub fn target_of(&self, owner: &str) -> Option<usize> {
+        self.owners
+            .get(owner)
+            .or_else(|| self.owners.get(&owner.to_ascii_lowercase()))
+            .copied()
     }
 
     /// How often to reconcile, if at all.
@@ -580,5 +658,7 @@ fn bounded_conclusion(c: &str) -> &'static str {
     }
 }
 
+#[cfg(test)]
+mod targets_tests;
 #[cfg(test)]
 mod tests;

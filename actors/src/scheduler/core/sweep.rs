@@ -96,6 +96,7 @@ impl Scheduler {
             r.idle_checked_at = Some(now.mono);
             r.idle_check_pending = true;
             fx.push(Effect::CheckIdle {
+                owner: r.intent.owner.clone(),
                 runner_id: r.id,
                 repo: r.repo.clone(),
                 name,

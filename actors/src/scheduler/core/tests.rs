@@ -16,29 +16,29 @@ use crate::{
 const UNIX0: u64 = 1_800_000_000;
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
-fn settings() -> SchedulerSettings {
+pub(super) fn settings() -> SchedulerSettings {
     SchedulerSettings {
         providers: vec![ProviderSpec {
             name: PoolName::from("local"),
             kind: ProviderKind::Local,
             labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
             max_concurrent: 4,
+            targets: None,
         }],
         max_concurrent: 4,
         name_prefix: "ephemer".into(),
         install_id: String::new(),
-        repo_level: false,
+        targets: vec![TargetSpec {
+            installation_id: Some(77),
+            ..TargetSpec::new("acme")
+        }],
         retry_enabled: true,
-        claims_per_minute: 150,
         seen_ttl: SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         zombie_cap: ZOMBIE_CAP,
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
-        repos: Vec::new(),
-        owner: "acme".into(),
-        installation_id: Some(77),
     }
 }
 
@@ -295,6 +295,7 @@ fn an_environment_that_failed_once_climbs_the_ladder() {
         fx,
         vec![
             Effect::DeleteRunner {
+                owner: "acme".into(),
                 repo: None,
                 runner_id: 7,
                 name: name.clone()
@@ -330,6 +331,7 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
     assert_eq!(
         fx,
         vec![Effect::DeleteRunner {
+            owner: "acme".into(),
             repo: None,
             runner_id: 7,
             name
@@ -347,11 +349,8 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
 fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
     let t0 = Instant::now();
     let backoff = Backoff::try_new(&ClaimRetryConfig::default()).unwrap();
-    let settings = SchedulerSettings {
-        repos: vec!["app".into()],
-        repo_level: true,
-        ..settings()
-    };
+    let mut settings = settings();
+    settings.targets[0].repos = vec!["app".into()];
     let mut s = Scheduler::new(settings, backoff, Some(1));
     s.on_provider_status(PoolName::from("local"), true, None, at(t0, 0));
     s.take_observations();

@@ -25,11 +25,15 @@ impl Scheduler {
         self.jobs.get(key)
     }
 
-    /// The repo and pool of the configured owner's job `job_id`, for its log span (`-` where
-    /// unknown: a job of another owner, one already forgotten, one not routed yet).
+    /// The repo and pool of a target's job `job_id`, for its log span (`-` where unknown: a
+    /// job of another owner, one already forgotten, one not routed yet).
     pub fn job_context(&self, job_id: u64) -> (String, String) {
-        let key = JobKey::new(&self.settings.owner, job_id);
-        match self.jobs.get(&key) {
+        let record = self
+            .settings
+            .targets
+            .iter()
+            .find_map(|t| self.jobs.get(&JobKey::new(&t.owner, job_id)));
+        match record {
             Some(r) => {
                 let pool = match &r.phase {
                     Phase::Claiming { provider } | Phase::Active { provider, .. } => {
@@ -127,7 +131,29 @@ impl Scheduler {
             runners: self.runners.len(),
             retry_queue_depth: self.ladder.len(),
             stats: self.stats,
+            targets: self.target_views(),
         }
+    }
+
+    fn target_views(&self) -> Vec<TargetView> {
+        let held = self.held_per_target();
+        let mut pending = vec![0; self.settings.targets.len()];
+        for key in &self.pending {
+            pending[self.target_index(key)] += 1;
+        }
+        self.settings
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(t, spec)| TargetView {
+                name: spec.name.clone(),
+                owner: spec.owner.clone(),
+                weight: spec.weight,
+                held: held[t],
+                pending: pending[t],
+                rate: Default::default(),
+            })
+            .collect()
     }
 
     fn provider_views(&self) -> Vec<ProviderView> {
@@ -245,6 +271,28 @@ pub struct StatusView {
     pub retry_queue_depth: usize,
     /// Counters.
     pub stats: Stats,
+    /// Each GitHub target: its share of the slots now, and (filled in by the admin API) its
+    /// budget.
+    #[serde(default)]
+    pub targets: Vec<TargetView>,
+}
+
+/// A GitHub target, for `status`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct TargetView {
+    /// Its name (the `target` metric label).
+    pub name: String,
+    /// Its owner.
+    pub owner: String,
+    /// Its share of scarce slots.
+    pub weight: u32,
+    /// Slots its claims in flight and runners hold now.
+    pub held: usize,
+    /// Its jobs waiting for a slot or a claim token.
+    pub pending: usize,
+    /// The latest rate-limit reading of each bucket of its credential.
+    #[serde(default)]
+    pub rate: std::collections::BTreeMap<crate::vocab::RateBucket, RateSnapshot>,
 }
 
 /// The ladder, for status pages.

@@ -309,23 +309,23 @@ async fn harness(s: Setup) -> Harness {
                 kind: *kind,
                 labels: labels.iter().map(|l| l.to_string()).collect(),
                 max_concurrent: *max,
+                targets: None,
             })
             .collect(),
         max_concurrent: s.max_concurrent,
         name_prefix: "ephemer".into(),
         install_id: String::new(),
-        repo_level: false,
+        targets: vec![super::core::TargetSpec {
+            claims_per_minute: s.claims_per_minute,
+            ..super::core::TargetSpec::new("acme")
+        }],
         retry_enabled: s.retry_enabled,
-        claims_per_minute: s.claims_per_minute,
         seen_ttl: super::core::SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         zombie_cap: super::core::ZOMBIE_CAP,
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
-        repos: Vec::new(),
-        owner: "acme".into(),
-        installation_id: None,
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
@@ -335,10 +335,10 @@ async fn harness(s: Setup) -> Harness {
     })
     .unwrap();
     let deps = SchedulerDeps {
-        github: GithubHandle::of(&github),
+        github: vec![GithubHandle::of(&github)],
         rate: Some(RateHandle {
             subscribe: rate.clone().recipient(),
-            credential: "token".into(),
+            credentials: vec!["token".into()],
         }),
         provisioners,
         store: None,
@@ -479,6 +479,7 @@ impl Harness {
         };
         self.rate
             .send(ObserveRate {
+                target: "acme".into(),
                 credential: "token".into(),
                 bucket: crate::vocab::RateBucket::ActionsRunnerRegistration,
                 headers: Some(headers),
