@@ -561,7 +561,7 @@ async fn a_ledger_with_a_newer_schema_is_refused() {
     let (code, out, err) = support::output(serve).await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(
-        err.contains("version 99, newer than this binary knows (2)"),
+        err.contains("version 99, newer than this binary knows (3)"),
         "{err}"
     );
     // Nothing was written over it.
