@@ -361,6 +361,13 @@ pub fn start(
         metrics.clone(),
     )
     .with_ledger(options.ledger.clone())
+    .with_coverage(
+        config
+            .providers
+            .enabled()
+            .iter()
+            .map(|p| crate::vocab::LabelSet::new(&p.common.labels)),
+    )
     .start();
     // GitHub never redelivers a failed delivery by itself: ask it to, for every target's
     // hook.

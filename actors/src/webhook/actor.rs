@@ -176,6 +176,10 @@ pub struct WebhookActor {
     ledger: Option<crate::cluster::Ledger>,
     /// Guids GitHub was asked to redeliver, not yet come in.
     expected: VecDeque<String>,
+    /// The label sets of this host's enabled pools, when known: a `queued` job none of them
+    /// covers is never claimed here, so it is not made durable (the scheduler remembers it
+    /// as seen, in memory; losing it in a crash loses nothing).
+    coverage: Option<Vec<crate::vocab::LabelSet>>,
 }
 
 impl WebhookActor {
@@ -189,7 +193,26 @@ impl WebhookActor {
             in_flight: HashSet::new(),
             ledger: None,
             expected: VecDeque::new(),
+            coverage: None,
         }
+    }
+
+    /// Jobs no pool with these labels covers are accepted without a durable record.
+    pub fn with_coverage(
+        mut self,
+        pools: impl IntoIterator<Item = crate::vocab::LabelSet>,
+    ) -> Self {
+        self.coverage = Some(pools.into_iter().collect());
+        self
+    }
+
+    /// Whether a `queued` job with `labels` could be claimed here.
+    fn covered(&self, labels: &[String]) -> bool {
+        let Some(pools) = &self.coverage else {
+            return true;
+        };
+        let wanted = crate::vocab::LabelSet::new(labels);
+        pools.iter().any(|p| p.covers(&wanted))
     }
 
     /// Fleet mode: record every job event in `ledger` (the source of truth) before answering;
@@ -276,7 +299,7 @@ impl Handler<Deliver> for WebhookActor {
             }
         }
         let record = match (&self.store, event.action) {
-            (Some(store), JobAction::Queued) => {
+            (Some(store), JobAction::Queued) if self.covered(&event.job.labels) => {
                 let store = store.clone();
                 let row = JobRow {
                     info: event.job.clone(),

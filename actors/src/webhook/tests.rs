@@ -117,6 +117,17 @@ macro_rules! app {
     }};
 }
 
+/// The job ids the store under `dir` holds, once whoever held it let go.
+async fn stored_job_ids(dir: &std::path::Path) -> Vec<u64> {
+    let snapshot = loop {
+        match Store::open(dir) {
+            Ok((_, snapshot)) => break snapshot,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    snapshot.jobs.iter().map(|r| r.info.key.job_id).collect()
+}
+
 async fn remembered(actor: &actix::Addr<WebhookActor>) -> usize {
     actor.send(RememberedDeliveries).await.unwrap()
 }
@@ -390,13 +401,7 @@ async fn a_503_leaves_no_store_row_and_no_delivery_id() {
     actor.send(Close).await.unwrap();
     drop(store);
     drop(app);
-    let snapshot = loop {
-        match Store::open(dir.path()) {
-            Ok((_, snapshot)) => break snapshot,
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    };
-    let ids: Vec<u64> = snapshot.jobs.iter().map(|r| r.info.key.job_id).collect();
+    let ids = stored_job_ids(dir.path()).await;
     assert_eq!(ids, vec![200], "only the accepted job has a row");
     let _ = JobKey::new("acme", 200);
 }
@@ -560,4 +565,96 @@ async fn the_intake_names_the_guids_it_never_took_and_counts_redeliveries_recove
     // A replay of it is not counted again.
     web_test::call_service(&app, post("lost")).await;
     assert_eq!(recovered(), 1);
+}
+
+/// A `queued` job no pool of this host covers is accepted and handed over, but never made
+/// durable: it could not be claimed here, so a crash loses nothing with it.
+#[actix_web::test]
+async fn a_job_no_pool_covers_is_accepted_without_a_durable_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(dir.path()).unwrap();
+    let (addr, seen) = recorder(64);
+    let actor = WebhookActor::new(
+        addr.clone().recipient(),
+        Some(store.clone()),
+        Metrics::new(),
+    )
+    .with_coverage([crate::vocab::LabelSet::new(&[
+        "self-hosted".to_string(),
+        "linux".to_string(),
+    ])])
+    .start();
+    let intake = web::Data::new(
+        WebhookIntake::new(Secret::new(SECRET), actor.clone(), Metrics::new()).unwrap(),
+    );
+    let app = web_test::init_service(
+        App::new().service(WebhookIntake::resource(intake.clone(), "/webhook/github")),
+    )
+    .await;
+    let covered = queued_body(300, "queued");
+    let uncovered = queued_body(301, "queued").replace("\"linux\"", "\"gpu\"");
+    for (i, body) in [covered, uncovered].iter().enumerate() {
+        let r = web_test::call_service(
+            &app,
+            signed("workflow_job", &format!("c{i}"), body).to_request(),
+        )
+        .await;
+        assert_eq!(r.status(), 202);
+    }
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "both handed to the scheduler"
+    );
+    actor.send(Close).await.unwrap();
+    drop((store, app, intake));
+    let ids = stored_job_ids(dir.path()).await;
+    assert_eq!(ids, vec![300], "only the covered job has a row");
+}
+
+/// Several targets: a delivery is verified with the secret of the owner it names. A's secret
+/// naming B is a 401 that hands nothing over; B's own is accepted; an owner no target has is
+/// accepted under any target's secret (and ignored downstream).
+#[actix_web::test]
+async fn a_targets_secret_speaks_only_for_its_owner() {
+    let (addr, seen) = recorder(64);
+    let actor = WebhookActor::new(addr.clone().recipient(), None, Metrics::new()).start();
+    let keys = [
+        ("acme".to_string(), Secret::new("secret-a")),
+        ("Beta".to_string(), Secret::new("secret-b")),
+    ];
+    let intake =
+        web::Data::new(WebhookIntake::for_targets(keys, actor.clone(), Metrics::new()).unwrap());
+    let app = web_test::init_service(
+        App::new().service(WebhookIntake::resource(intake.clone(), "/webhook/github")),
+    )
+    .await;
+    let naming = |owner: &str, id: u64| queued_body(id, "queued").replace("acme", owner);
+    let send = |secret: &'static str, body: String, id: &'static str| {
+        let sig = sign(secret.as_bytes(), body.as_bytes());
+        delivery("workflow_job", id, &body, Some(sig)).to_request()
+    };
+    let cases = [
+        ("secret-a", naming("beta", 1), "f1", 401),
+        ("secret-b", naming("beta", 2), "f2", 202),
+        ("secret-a", naming("acme", 3), "f3", 202),
+        ("secret-b", naming("gamma", 4), "f4", 202),
+        ("secret-c", naming("gamma", 5), "f5", 401),
+    ];
+    for (secret, body, id, want) in cases {
+        let r = web_test::call_service(&app, send(secret, body, id)).await;
+        assert_eq!(r.status().as_u16(), want, "{id}");
+    }
+    let ids: Vec<u64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.job.key.job_id)
+        .collect();
+    assert_eq!(ids, vec![2, 3, 4]);
+    assert_eq!(
+        remembered(&actor).await,
+        3,
+        "a refused delivery leaves no id"
+    );
 }
