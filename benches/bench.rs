@@ -1,7 +1,7 @@
 //! The benchmark harness: one command reproduces every figure in docs/benchmarks.md.
 //!
 //! `cargo bench --bench bench` runs every section; `cargo bench --bench bench -- intake pickup`
-//! runs some. Each section prints Markdown table rows. Ratios are measured within one run, since
+//! runs some (`wrk`: the intake of the real `serve` process measured from outside). Each section prints Markdown table rows. Ratios are measured within one run, since
 //! absolute figures vary between runs on these shared 2-core machines.
 
 use std::{
@@ -22,6 +22,13 @@ use ephemer_actors_core::{
     webhook::WebhookIntake,
 };
 use github_standin::{DeliveryFaults, RunnerBehavior, Standin, StandinConfig};
+
+#[path = "sections/outside.rs"]
+mod outside;
+#[path = "sections/pickup.rs"]
+mod pickup;
+#[path = "sections/tracked.rs"]
+mod tracked;
 
 const SECRET: &str = "bench-secret";
 
@@ -178,107 +185,6 @@ fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
     (at(0.5), at(0.99))
-}
-
-async fn pickup() {
-    println!("\n## Pickup latency\n");
-    let standin = Standin::start(StandinConfig::default()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let marks = dir.path().join("started.log");
-    let script = dir.path().join("runner.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho $(date +%s%N) >> {}\nexec sleep 60\n",
-            marks.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let cfg = config(
-        &standin.url(),
-        &dir.path().join("state"),
-        "[runner]\nmax_concurrent = 2000\n",
-        &script.display().to_string(),
-        "[]",
-    );
-    let handles =
-        system::start(&cfg, Metrics::new(), Clock::real(), StartOptions::default()).unwrap();
-    let url = serve_intake(&handles);
-    let client = awc::Client::default();
-    let total = 1000u64;
-    let mut sent_ms = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(5));
-    let mut pending = Vec::new();
-    for i in 0..total {
-        tick.tick().await;
-        let b = body(2_000_000 + i, &["self-hosted", "linux"]);
-        let sig = sign(SECRET.as_bytes(), b.as_bytes());
-        sent_ms.push(github_standin::unix_now_ms());
-        let req = client
-            .post(&url)
-            .insert_header(("X-GitHub-Event", "workflow_job"))
-            .insert_header(("X-Hub-Signature-256", sig))
-            .insert_header(("Content-Type", "application/json"));
-        pending.push(actix_rt::spawn(async move {
-            req.send_body(b).await.map(|r| r.status().as_u16())
-        }));
-    }
-    for p in pending {
-        let _ = p.await;
-    }
-    let deadline = StdInstant::now() + Duration::from_secs(60);
-    loop {
-        let claims = standin.count("generate_jitconfig");
-        let started = std::fs::read_to_string(&marks)
-            .map(|s| s.lines().count())
-            .unwrap_or(0);
-        if (claims as u64 >= total && started as u64 >= total) || StdInstant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let mut claim_ms: Vec<u128> = standin
-        .calls()
-        .iter()
-        .filter(|c| c.endpoint == "generate_jitconfig")
-        .map(|c| c.at_ms)
-        .collect();
-    claim_ms.sort_unstable();
-    let mut start_ns: Vec<u128> = std::fs::read_to_string(&marks)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    start_ns.sort_unstable();
-    // Deliveries are claimed first come, first served: pair the i-th sent with the i-th claim.
-    let jit: Vec<f64> = sent_ms
-        .iter()
-        .zip(&claim_ms)
-        .map(|(s, c)| c.saturating_sub(*s) as f64)
-        .collect();
-    let run: Vec<f64> = sent_ms
-        .iter()
-        .zip(&start_ns)
-        .map(|(s, r)| (r / 1_000_000).saturating_sub(*s) as f64)
-        .collect();
-    let (j50, j99) = percentiles(jit);
-    let (r50, r99) = percentiles(run);
-    println!("| 1,000 queued webhooks at 200/s | p50 | p99 |");
-    println!("|---|---|---|");
-    println!(
-        "| webhook sent -> JIT call at GitHub (target p50 <= 2 ms, p99 <= 10 ms) | {j50:.1} ms | {j99:.1} ms |"
-    );
-    println!(
-        "| webhook sent -> runner process started (local provisioner) | {r50:.1} ms | {r99:.1} ms |"
-    );
-    println!(
-        "| claims made / started runners | {} / {} | |",
-        claim_ms.len(),
-        start_ns.len()
-    );
-    system::drain(&handles, Duration::ZERO).await;
 }
 
 async fn economy() {
@@ -611,6 +517,14 @@ fn pacing() {
 }
 
 fn main() {
+    if let Ok(state) = std::env::var(tracked::TRACKED_ENV) {
+        tracked::measure_one(&state);
+        return;
+    }
+    if let Ok(port) = std::env::var(outside::BARE_ENV) {
+        outside::bare_server(port.parse().expect("a port"));
+        return;
+    }
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -631,8 +545,16 @@ fn main() {
         if want("intake") {
             intake().await;
         }
+        if want("wrk") {
+            let standin = Standin::start(StandinConfig::default()).unwrap();
+            let api = standin.url();
+            // wrk and the processes it loads run outside this System: block a thread, not it.
+            tokio::task::spawn_blocking(move || outside::intake_wrk(&api))
+                .await
+                .unwrap();
+        }
         if want("pickup") {
-            pickup().await;
+            pickup::pickup().await;
         }
         if want("economy") {
             economy().await;
@@ -640,5 +562,8 @@ fn main() {
     });
     if want("footprint") {
         footprint();
+    }
+    if want("tracked") {
+        tracked::tracked();
     }
 }

@@ -1,0 +1,270 @@
+//! Intake measured from outside, as a user would: the real `ephemer-actors serve` process and a
+//! bare actix-web handler (this bench binary, re-run as a server of its own) each loaded by
+//! `wrk` (Debian's package: `apt-get install wrk`), alternated twice in one run.
+
+use std::{
+    io::Write,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use ephemer_actors_core::github::signature::sign;
+
+/// The environment variable that makes this binary the bare handler on `127.0.0.1:<port>`.
+pub const BARE_ENV: &str = "EPHEMER_BENCH_BARE_PORT";
+
+/// Distinct signed deliveries the load cycles through.
+const BODIES: u64 = 2_000;
+/// Each delivery's size, as GitHub's `workflow_job` payloads with their repository and sender
+/// objects are.
+const BODY_BYTES: usize = 4_096;
+
+/// Runs the bare handler until killed: an actix-web server with the default workers (one per
+/// core, as `serve`'s webhook listener) whose one route reads the body and answers 202.
+pub fn bare_server(port: u16) {
+    use actix_web::{App, HttpResponse, HttpServer, web};
+    actix_rt::System::new().block_on(async move {
+        HttpServer::new(|| {
+            App::new().route(
+                "/webhook/github",
+                web::post().to(|b: web::Bytes| async move {
+                    HttpResponse::Accepted().body(format!("{}", b.len()))
+                }),
+            )
+        })
+        .bind(("127.0.0.1", port))
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    });
+}
+
+/// A `queued` delivery of job `id` with labels no pool covers, padded to [`BODY_BYTES`] with a
+/// field the daemon does not read (GitHub's payloads carry many).
+fn body(id: u64) -> String {
+    let short = super::body(id, &["self-hosted", "gpu"]);
+    let pad = BODY_BYTES.saturating_sub(short.len() + 16);
+    format!("{{\"padding\":\"{}\",{}", "x".repeat(pad), &short[1..])
+}
+
+/// The wrk script: every request one of the bodies, in turn, with its signature and a delivery
+/// id never sent before (the prefix is the run's).
+fn script(dir: &Path, secret: &str) -> std::path::PathBuf {
+    let path = dir.join("deliveries.lua");
+    let mut f = std::fs::File::create(&path).unwrap();
+    writeln!(f, "local bodies = {{}}\nlocal sigs = {{}}").unwrap();
+    for i in 0..BODIES {
+        let b = body(3_000_000 + i);
+        let sig = sign(secret.as_bytes(), b.as_bytes());
+        writeln!(
+            f,
+            "bodies[{}] = [==[{b}]==]\nsigs[{}] = \"{sig}\"",
+            i + 1,
+            i + 1
+        )
+        .unwrap();
+    }
+    writeln!(
+        f,
+        r#"local n = 0
+local prefix = "run"
+init = function(args) prefix = args[1] or prefix end
+request = function()
+  n = n + 1
+  local i = (n % {BODIES}) + 1
+  return wrk.format("POST", nil, {{
+    ["Content-Type"] = "application/json",
+    ["X-GitHub-Event"] = "workflow_job",
+    ["X-GitHub-Delivery"] = prefix .. "-" .. n,
+    ["X-Hub-Signature-256"] = sigs[i],
+  }}, bodies[i])
+end"#
+    )
+    .unwrap();
+    path
+}
+
+/// `wrk -t1 -c32 -d8s`: requests per second, and the non-2xx answers.
+fn wrk(url: &str, script: &Path, run: &str) -> (f64, u64) {
+    let out = Command::new("wrk")
+        .args(["-t1", "-c32", "-d8s", "-s"])
+        .arg(script)
+        .arg(url)
+        .args(["--", run])
+        .output()
+        .expect("wrk (apt-get install wrk)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let rate = field("Requests/sec:").unwrap_or_else(|| panic!("wrk said:\n{text}"));
+    let bad = field("Non-2xx or 3xx responses:").unwrap_or(0.0) as u64;
+    (rate, bad)
+}
+
+/// Runs on a blocking thread (the section runs under `spawn_blocking`), never an arbiter.
+#[allow(clippy::disallowed_methods)]
+fn wait_ready(addr: &str) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{addr} did not come up");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The daemon's config: a local pool whose labels the load's jobs do not have.
+fn serve_config(dir: &Path, api: &str, port: u16) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[github]
+api_url = "{api}"
+owner = "acme"
+token = "ghp_standin_token"
+
+[webhook]
+listen = "127.0.0.1:{port}"
+secret = "{secret}"
+reconcile_interval = "0s"
+redeliver = false
+
+[state]
+dir = "{state}"
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[log]
+level = "warn"
+
+[providers.local]
+command = "/bin/true"
+labels = ["self-hosted", "linux", "x64"]
+allow_root = true
+"#,
+        secret = super::SECRET,
+        state = dir.join("state").display(),
+        admin = free_port(),
+    );
+    let path = dir.join("serve.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The section: prints its table rows.
+pub fn intake_wrk(api: &str) {
+    println!("\n## Intake, measured from outside (wrk)\n");
+    if Command::new("wrk").arg("--version").output().is_err() {
+        println!("wrk is not installed (apt-get install wrk): section skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path(), super::SECRET);
+    let (bare_port, serve_port) = (free_port(), free_port());
+    let _bare = Killed(
+        Command::new(std::env::current_exe().unwrap())
+            .env(BARE_ENV, bare_port.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let cfg = serve_config(dir.path(), api, serve_port);
+    let serve = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ephemer-actors"))
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (bare_addr, serve_addr) = (
+        format!("127.0.0.1:{bare_port}"),
+        format!("127.0.0.1:{serve_port}"),
+    );
+    wait_ready(&bare_addr);
+    wait_ready(&serve_addr);
+    let url = |addr: &str| format!("http://{addr}/webhook/github");
+    let mut bare = Vec::new();
+    let mut daemon = Vec::new();
+    for round in 0..2 {
+        let (b, _) = wrk(&url(&bare_addr), &script, &format!("bare{round}"));
+        // `EPHEMER_BENCH_PERF=FILE`: `perf record` the daemon through its first round.
+        let perf = std::env::var("EPHEMER_BENCH_PERF")
+            .ok()
+            .filter(|_| round == 0)
+            .map(|out| {
+                Killed(
+                    Command::new("perf")
+                        .args(["record", "-F", "1999", "-g", "-o", &out, "-p"])
+                        .arg(serve.0.id().to_string())
+                        .args(["--", "sleep", "7"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .expect("perf"),
+                )
+            });
+        let (d, refused) = wrk(&url(&serve_addr), &script, &format!("serve{round}"));
+        if let Some(mut perf) = perf {
+            let _ = perf.0.wait();
+        }
+        assert_eq!(refused, 0, "the daemon answered non-2xx");
+        bare.push(b);
+        daemon.push(d);
+    }
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", serve.0.id()))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "| wrk -t1 -c32 -d8s, {BODIES} distinct signed {BODY_BYTES} B deliveries, no pool covers them | round 1 | round 2 | mean |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| bare actix-web handler reading the body, req/s | {:.0} | {:.0} | {:.0} |",
+        bare[0],
+        bare[1],
+        mean(&bare)
+    );
+    println!(
+        "| `ephemer-actors serve` (verify, parse, dedup, scheduler), req/s | {:.0} | {:.0} | {:.0} |",
+        daemon[0],
+        daemon[1],
+        mean(&daemon)
+    );
+    println!(
+        "| ratio (target >= 0.9) | {:.2} | {:.2} | {:.2} |",
+        daemon[0] / bare[0],
+        daemon[1] / bare[1],
+        mean(&daemon) / mean(&bare)
+    );
+    println!("| daemon RSS after the load | {rss} | | |");
+}
