@@ -16,7 +16,7 @@ use crate::{
     metrics::Metrics,
     vocab::{RateBucket, RateHeaders},
 };
-use actix::{Actor, Context, Handler, Message, MessageResult, WeakRecipient};
+use actix::{Actor, Context, Handler, Message, MessageResult, Recipient, WeakRecipient};
 
 /// Readings per credential and bucket. Pure: the time of each observation is passed in.
 #[derive(Debug, Default)]
@@ -123,6 +123,24 @@ pub struct SubscribeRate {
     pub credential: String,
     /// Where readings go.
     pub to: WeakRecipient<RateReading>,
+}
+
+impl SubscribeRate {
+    /// Subscribes `to` once to each distinct credential of `credentials` (targets may share
+    /// one: they then share its readings).
+    pub fn each(
+        rate: &Recipient<SubscribeRate>,
+        credentials: &[String],
+        to: &WeakRecipient<RateReading>,
+    ) {
+        let mut seen = std::collections::HashSet::new();
+        for credential in credentials.iter().filter(|c| seen.insert(*c)) {
+            rate.do_send(SubscribeRate {
+                credential: credential.clone(),
+                to: to.clone(),
+            });
+        }
+    }
 }
 
 /// Actor shell over [`RateTracker`]; mirrors readings into the rate gauges.

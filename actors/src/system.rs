@@ -451,11 +451,7 @@ pub fn start(
                         owner: t.github.owner.to_ascii_lowercase(),
                         delete: github.clone().recipient(),
                         list: github.clone().recipient(),
-                        scopes: if t.github.repos.is_empty() {
-                            vec![None]
-                        } else {
-                            t.github.repos.iter().cloned().map(Some).collect()
-                        },
+                        scopes: crate::scheduler::TargetSpec::of(t).scopes(),
                     })
                     .collect(),
                 identity: crate::cluster::RunnerIdentity {

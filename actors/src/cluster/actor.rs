@@ -242,13 +242,8 @@ impl Actor for FleetActor {
             super::stream::listen(self.ledger.clone(), self.wiring.events.clone()).into_actor(self),
         );
         if let Some((subscribe, credentials)) = &self.wiring.rate {
-            let mut seen = std::collections::HashSet::new();
-            for credential in credentials.iter().filter(|c| seen.insert(*c)) {
-                let _ = subscribe.try_send(SubscribeRate {
-                    credential: credential.clone(),
-                    to: ctx.address().downgrade().recipient(),
-                });
-            }
+            let to = ctx.address().downgrade().recipient();
+            SubscribeRate::each(subscribe, credentials, &to);
         }
         self.beat(ctx);
         let every = (self.ledger.lease() / 3).max(Duration::from_millis(500));

@@ -153,13 +153,8 @@ pub fn start_in(
         _ => (Vec::new(), Vec::new()),
     };
     if let Some(rate) = &deps.rate {
-        let mut seen = std::collections::HashSet::new();
-        for credential in rate.credentials.iter().filter(|c| seen.insert(*c)) {
-            rate.subscribe.do_send(SubscribeRate {
-                credential: credential.clone(),
-                to: addr.downgrade().recipient(),
-            });
-        }
+        let to = addr.downgrade().recipient();
+        SubscribeRate::each(&rate.subscribe, &rate.credentials, &to);
     }
     let mirror = deps.ledger.clone().map(crate::cluster::Mirror::spawn);
     let mut actor = SchedulerActor {

@@ -21,11 +21,7 @@ impl SchedulerActor {
             .iter()
             .zip(&self.deps.github)
             .flat_map(|(t, gh)| {
-                let repos: Vec<Option<String>> = match t.repos.as_slice() {
-                    [] => vec![None],
-                    repos => repos.iter().cloned().map(Some).collect(),
-                };
-                repos
+                t.scopes()
                     .into_iter()
                     .map(|repo| (t.owner.clone(), gh.list_runners.clone(), repo))
             })

@@ -10,7 +10,9 @@ pub mod observe;
 mod pacing;
 
 pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in};
-pub use core::{ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState};
+pub use core::{
+    ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState, TargetSpec,
+};
 pub use messages::JobEvent;
 pub use pacing::ClaimPacer;
 

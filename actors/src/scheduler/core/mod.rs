@@ -205,6 +205,16 @@ impl TargetSpec {
     pub fn repo_level(&self) -> bool {
         !self.repos.is_empty()
     }
+
+    /// Where its runners are registered: each of its repos, else `[None]` (the org, or the
+    /// enterprise).
+    pub fn scopes(&self) -> Vec<Option<String>> {
+        if self.repos.is_empty() {
+            vec![None]
+        } else {
+            self.repos.iter().cloned().map(Some).collect()
+        }
+    }
 }
 
 /// One enabled provider, as routing sees it.
