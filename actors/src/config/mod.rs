@@ -37,6 +37,9 @@ pub mod defaults {
     pub const RUNNER_GROUP_ID: u64 = 1;
     /// `github.max_claims_per_minute`
     pub const MAX_CLAIMS_PER_MINUTE: u32 = 150;
+    /// `[[github.targets]]`: the most one daemon serves (its intake tells them apart with a
+    /// bit each).
+    pub const MAX_TARGETS: usize = 128;
     /// `webhook.listen`
     pub const WEBHOOK_LISTEN: &str = "0.0.0.0:8080";
     /// `webhook.path`

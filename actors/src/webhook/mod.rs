@@ -100,7 +100,13 @@ pub enum IntakeError {
     /// Fail closed: without a secret no delivery could be verified.
     #[error("webhook intake needs a secret; refusing to accept unsigned deliveries")]
     NoSecret,
+    /// More targets than one intake tells apart.
+    #[error("webhook intake takes at most {MAX_TARGETS} targets")]
+    TooManyTargets,
 }
+
+/// The most targets one intake verifies deliveries for (a bit each).
+pub use crate::config::defaults::MAX_TARGETS;
 
 /// The HTTP edge of the intake: shared by every actix-web worker; holds no state of its own.
 #[derive(Debug)]
@@ -164,6 +170,9 @@ impl WebhookIntake {
         if keys.is_empty() || keys.iter().any(|k| k.secret.is_empty()) {
             return Err(IntakeError::NoSecret);
         }
+        if keys.len() > MAX_TARGETS {
+            return Err(IntakeError::TooManyTargets);
+        }
         Ok(WebhookIntake {
             keys,
             actor,
@@ -176,7 +185,7 @@ impl WebhookIntake {
     fn verified_keys(&self, body: &[u8], signature: Option<&[u8]>) -> Result<u128, Verdict> {
         let mut verified = 0u128;
         let mut error = SignatureError::Mismatch;
-        for (i, key) in self.keys.iter().enumerate().take(128) {
+        for (i, key) in self.keys.iter().enumerate() {
             match verify(key.secret.expose().as_bytes(), body, signature) {
                 Ok(()) => verified |= 1 << i,
                 Err(e) => error = e,
@@ -197,7 +206,7 @@ impl WebhookIntake {
                 .is_some_and(|o| o.eq_ignore_ascii_case(owner))
         });
         match owners_key {
-            Some(i) if i < 128 && verified & (1 << i) == 0 => {
+            Some(i) if verified & (1 << i) == 0 => {
                 Err(Verdict::Unauthorized(SignatureError::Mismatch))
             }
             _ => Ok(()),

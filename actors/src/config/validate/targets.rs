@@ -51,6 +51,16 @@ pub(super) fn build_targets(
     if list.is_empty() {
         p.push("github.targets", "needs at least one target");
     }
+    if list.len() > defaults::MAX_TARGETS {
+        p.push(
+            "github.targets",
+            format!(
+                "at most {} targets, got {}",
+                defaults::MAX_TARGETS,
+                list.len()
+            ),
+        );
+    }
     let shared = build_github(
         shared_only(&raw),
         "github",

@@ -122,3 +122,14 @@ targets = ["acme", "nobody"]
         ]
     );
 }
+
+#[test]
+fn at_most_128_targets() {
+    let targets = |n: usize| -> String {
+        (0..n)
+            .map(|i| format!("[[github.targets]]\nowner = \"org{i}\"\ntoken = \"t\"\nwebhook_secret = \"s\"\n"))
+            .collect()
+    };
+    assert_eq!(keys(&targets(128)), Vec::<String>::new());
+    assert_eq!(keys(&targets(129)), vec!["github.targets"]);
+}
