@@ -19,32 +19,9 @@ impl Scheduler {
         let Some(grace) = self.settings.orphan_grace else {
             return fx;
         };
-        // A job still needs a runner if it has not started and no runner made for it is still
-        // free to take it (its own runner may have been given a sibling).
-        let has_free_runner = |j: &JobRecord| match &j.phase {
-            Phase::Active { runner, .. } => {
-                self.runners.get(runner).is_some_and(|r| r.bound.is_none())
-            }
-            _ => false,
-        };
-        let mut demand: Vec<(JobKey, LabelSet)> = self
-            .jobs
-            .values()
-            .filter(|j| {
-                j.started_at.is_none()
-                    && j.admissions <= self.settings.zombie_cap
-                    && matches!(
-                        j.phase,
-                        Phase::Pending
-                            | Phase::Claiming { .. }
-                            | Phase::Retrying
-                            | Phase::Active { .. }
-                    )
-                    && !has_free_runner(j)
-            })
-            .map(|j| (j.info.key.clone(), LabelSet::new(&j.info.labels)))
-            .collect();
-        demand.sort();
+        // The uncovered demand is counted only when a spare is there to weigh against it: it
+        // walks every tracked job, and the sweep runs on every `completed`.
+        let mut demand: Option<Vec<(JobKey, LabelSet)>> = None;
         let mut unbound: Vec<&RunnerRecord> = self
             .runners
             .values()
@@ -62,6 +39,7 @@ impl Scheduler {
                     .provider_index(&r.provider)
                     .map(|i| self.provider_sets[i].clone())
                     .unwrap_or_default();
+                let demand = demand.get_or_insert_with(|| self.uncovered_demand());
                 if let Some(pos) = demand.iter().position(|(_, wanted)| offered.covers(wanted)) {
                     demand.remove(pos);
                     continue;
@@ -104,6 +82,39 @@ impl Scheduler {
             });
         }
         fx
+    }
+
+    /// Queued demand no live runner was made for: each job that has not started, is not past
+    /// the zombie cap, is waiting, claiming, retrying or active, and whose own runner (if any)
+    /// is no longer free to take it; sorted, with the labels it wants.
+    fn uncovered_demand(&self) -> Vec<(JobKey, LabelSet)> {
+        // A job still needs a runner if it has not started and no runner made for it is still
+        // free to take it (its own runner may have been given a sibling).
+        let has_free_runner = |j: &JobRecord| match &j.phase {
+            Phase::Active { runner, .. } => {
+                self.runners.get(runner).is_some_and(|r| r.bound.is_none())
+            }
+            _ => false,
+        };
+        let mut demand: Vec<(JobKey, LabelSet)> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                j.started_at.is_none()
+                    && j.admissions <= self.settings.zombie_cap
+                    && matches!(
+                        j.phase,
+                        Phase::Pending
+                            | Phase::Claiming { .. }
+                            | Phase::Retrying
+                            | Phase::Active { .. }
+                    )
+                    && !has_free_runner(j)
+            })
+            .map(|j| (j.info.key.clone(), LabelSet::new(&j.info.labels)))
+            .collect();
+        demand.sort();
+        demand
     }
 
     /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was
