@@ -116,17 +116,7 @@ pub(super) fn build_github(
         env,
         p,
     );
-    let ca_file = raw.ca_file.filter(|f| !f.is_empty()).map(|f| {
-        let path = match base_dir {
-            Some(dir) => dir.join(&f),
-            None => PathBuf::from(&f),
-        };
-        if let Err(reason) = super::network::check_ca_file(&path) {
-            p.push("github.ca_file", reason);
-        }
-        path
-    });
-    let proxy = super::network::build_proxy(raw.proxy, raw.no_proxy, env, p);
+    let (ca_file, proxy) = build_network(raw.ca_file, raw.proxy, raw.no_proxy, base_dir, env, p);
     GithubConfig {
         api_url: api_url.trim_end_matches('/').to_string(),
         owner,
@@ -139,6 +129,32 @@ pub(super) fn build_github(
         ca_file,
         proxy,
     }
+}
+
+/// `github.ca_file`, `github.proxy` and `github.no_proxy`: the host's path to GitHub, which
+/// every target shares.
+pub(super) fn build_network(
+    ca_file: Option<String>,
+    proxy: Option<String>,
+    no_proxy: Option<Vec<String>>,
+    base_dir: Option<&Path>,
+    env: &Environment,
+    p: &mut Problems,
+) -> (Option<PathBuf>, Option<ProxyConfig>) {
+    let ca_file = ca_file.filter(|f| !f.is_empty()).map(|f| {
+        let path = match base_dir {
+            Some(dir) => dir.join(&f),
+            None => PathBuf::from(&f),
+        };
+        if let Err(reason) = super::network::check_ca_file(&path) {
+            p.push("github.ca_file", reason);
+        }
+        path
+    });
+    (
+        ca_file,
+        super::network::build_proxy(proxy, no_proxy, env, p),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -61,17 +61,18 @@ pub(super) fn build_targets(
             ),
         );
     }
-    let shared = build_github(
-        shared_only(&raw),
-        "github",
+    let network = super::github::build_network(
+        raw.ca_file.take(),
+        raw.proxy.take(),
+        raw.no_proxy.take(),
         base_dir,
         env,
-        &mut Problems::default(),
+        p,
     );
     let mut targets: Vec<Target> = Vec::with_capacity(list.len());
     for (i, t) in list.into_iter().enumerate() {
         let k = format!("github.targets[{i}]");
-        let target = build_target(t, &k, &raw, &shared, webhook, base_dir, env, p);
+        let target = build_target(t, &k, &raw, &network, webhook, base_dir, env, p);
         let clash = targets.iter().find(|o| {
             o.name == target.name || o.github.owner.eq_ignore_ascii_case(&target.github.owner)
         });
@@ -88,7 +89,17 @@ pub(super) fn build_targets(
         }
         targets.push(target);
     }
-    let github = targets.first().map(|t| t.github.clone()).unwrap_or(shared);
+    let github = match targets.first() {
+        Some(t) => t.github.clone(),
+        // No target at all (already a problem): a placeholder, its problems not repeated.
+        None => build_github(
+            placeholder(&raw),
+            "github",
+            base_dir,
+            env,
+            &mut Problems::default(),
+        ),
+    };
     (github, targets)
 }
 
@@ -114,17 +125,12 @@ fn set_per_target_keys(raw: &RawGithub) -> Vec<&'static str> {
         .collect()
 }
 
-/// The host-wide keys of `[github]` (what every target shares), with a placeholder
-/// credential: its problems are the targets' to report.
-fn shared_only(raw: &RawGithub) -> RawGithub {
+/// A `[github]` with a placeholder owner and credential, for a config without any target.
+fn placeholder(raw: &RawGithub) -> RawGithub {
     RawGithub {
         api_url: raw.api_url.clone(),
         owner: Some("-".into()),
         token: Some("-".into()),
-        allow_insecure: raw.allow_insecure,
-        ca_file: raw.ca_file.clone(),
-        proxy: raw.proxy.clone(),
-        no_proxy: raw.no_proxy.clone(),
         ..RawGithub::default()
     }
 }
@@ -134,7 +140,7 @@ fn build_target(
     t: RawTarget,
     k: &str,
     table: &RawGithub,
-    shared: &GithubConfig,
+    network: &(Option<PathBuf>, Option<ProxyConfig>),
     webhook: &WebhookConfig,
     base_dir: Option<&Path>,
     env: &Environment,
@@ -170,8 +176,7 @@ fn build_target(
         ..RawGithub::default()
     };
     let mut github = build_github(raw, k, base_dir, env, p);
-    github.ca_file = shared.ca_file.clone();
-    github.proxy = shared.proxy.clone();
+    (github.ca_file, github.proxy) = network.clone();
     let name = match t.name {
         Some(n) if n.trim().is_empty() || !n.chars().all(name_char) => {
             p.push(

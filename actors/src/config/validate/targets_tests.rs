@@ -133,3 +133,12 @@ fn at_most_128_targets() {
     assert_eq!(keys(&targets(128)), Vec::<String>::new());
     assert_eq!(keys(&targets(129)), vec!["github.targets"]);
 }
+
+/// The host-wide keys of `[github]` are checked with targets too (and once, not per target).
+#[test]
+fn shared_network_keys_are_checked_with_targets() {
+    let text = "[github]\nca_file = \"/no/such/ca.pem\"\nproxy = \"socks5://p:1080\"\n\
+                [[github.targets]]\nowner = \"acme\"\ntoken = \"t\"\nwebhook_secret = \"s\"\n\
+                [[github.targets]]\nowner = \"beta\"\ntoken = \"t\"\nwebhook_secret = \"s\"\n";
+    assert_eq!(keys(text), vec!["github.ca_file", "github.proxy"]);
+}
