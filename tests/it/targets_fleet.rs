@@ -90,12 +90,10 @@ async fn a_fleet_serves_two_owners_each_on_its_own_budget() {
         || a.jobs_in("completed") == 8,
     )
     .await;
-    let rates = pg.query("SELECT credential FROM ephemer_rates WHERE remaining = 0");
-    assert_eq!(
-        rates.len(),
-        1,
-        "only A's budget was shared as empty: {rates:?}"
-    );
+    // Only A's credential ever ran low, so only its readings were shared (the row may already
+    // hold the recovery after A's reset, so its `remaining` is not checked).
+    let rates = pg.query("SELECT DISTINCT credential FROM ephemer_rates");
+    assert_eq!(rates.len(), 1, "only A's budget was shared: {rates:?}");
     for h in [h1, h2] {
         assert_eq!(h.stop(Duration::from_secs(30)).await.0, Some(0));
     }
