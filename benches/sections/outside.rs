@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use ephemer_actors_core::github::signature::sign;
+use ephemer_actors_core::github::{event::parse_workflow_job, signature::sign};
 
 /// The environment variable that makes this binary the bare handler on `127.0.0.1:<port>`.
 pub const BARE_ENV: &str = "EPHEMER_BENCH_BARE_PORT";
@@ -84,6 +84,51 @@ end"#
     )
     .unwrap();
     path
+}
+
+/// CPU time a process has used so far (user + system), from `/proc/PID/stat`.
+fn cpu_used(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces): state is the 3rd; utime and stime
+    // are the 14th and 15th, in clock ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// What the two unavoidable steps of a delivery cost on one core, per delivery, over the
+/// load's own bodies: the HMAC over the raw body, and the JSON parse.
+fn verify_and_parse_cost(secret: &str) -> (Duration, Duration) {
+    use ephemer_actors_core::github::signature::verify;
+    let bodies: Vec<(String, String)> = (0..BODIES)
+        .map(|i| {
+            let b = body(3_000_000 + i);
+            let sig = sign(secret.as_bytes(), b.as_bytes());
+            (b, sig)
+        })
+        .collect();
+    let rounds = 20;
+    let n = rounds * bodies.len() as u32;
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        for (b, sig) in &bodies {
+            verify(secret.as_bytes(), b.as_bytes(), Some(sig.as_bytes())).unwrap();
+        }
+    }
+    let hmac = started.elapsed() / n;
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        for (b, _) in &bodies {
+            std::hint::black_box(parse_workflow_job(b.as_bytes()).unwrap());
+        }
+    }
+    (hmac, started.elapsed() / n)
 }
 
 /// `wrk -t1 -c32 -d8s`: requests per second, and the non-2xx answers.
@@ -209,8 +254,12 @@ pub fn intake_wrk(api: &str) {
     let url = |addr: &str| format!("http://{addr}/webhook/github");
     let mut bare = Vec::new();
     let mut daemon = Vec::new();
+    // CPU time per request of each server, over both rounds.
+    let (mut bare_cpu, mut daemon_cpu) = (Duration::ZERO, Duration::ZERO);
     for round in 0..2 {
+        let before = cpu_used(_bare.0.id());
         let (b, _) = wrk(&url(&bare_addr), &script, &format!("bare{round}"));
+        bare_cpu += (cpu_used(_bare.0.id()) - before) / (b * 8.0) as u32;
         // `EPHEMER_BENCH_PERF=FILE`: `perf record` the daemon through its first round.
         let perf = std::env::var("EPHEMER_BENCH_PERF")
             .ok()
@@ -227,7 +276,9 @@ pub fn intake_wrk(api: &str) {
                         .expect("perf"),
                 )
             });
+        let before = cpu_used(serve.0.id());
         let (d, refused) = wrk(&url(&serve_addr), &script, &format!("serve{round}"));
+        daemon_cpu += (cpu_used(serve.0.id()) - before) / (d * 8.0) as u32;
         if let Some(mut perf) = perf {
             let _ = perf.0.wait();
         }
@@ -267,4 +318,16 @@ pub fn intake_wrk(api: &str) {
         mean(&daemon) / mean(&bare)
     );
     println!("| daemon RSS after the load | {rss} | | |");
+    let (hmac, parse) = verify_and_parse_cost(super::SECRET);
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "\n| CPU per request (both rounds) | µs |\n|---|---|\n\
+         | bare handler process | {:.1} |\n| `serve` process | {:.1} |\n\
+         | of which, measured alone on one core: HMAC-SHA256 over the body | {:.1} |\n\
+         | of which, measured alone on one core: JSON parse of the body | {:.1} |",
+        us(bare_cpu / 2),
+        us(daemon_cpu / 2),
+        us(hmac),
+        us(parse)
+    );
 }
