@@ -5,6 +5,7 @@ mod chaos;
 mod cli;
 mod cluster;
 mod cluster_figures;
+mod cluster_stream;
 mod container;
 mod docs;
 mod doctor;

@@ -15,8 +15,8 @@ impl Ledger {
         let lease_ms = self.lease.as_millis() as i64;
         let result = async {
             let client = self.client().await?;
-            client
-                .execute(
+            let statement = client
+                .prepare_cached(
                     "INSERT INTO ephemer_hosts (host, lease_until, pools, used, capacity, version,
                         name_prefix, install_id)
                      VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond', $3, $4,
@@ -26,6 +26,11 @@ impl Ledger {
                         capacity = EXCLUDED.capacity, version = EXCLUDED.version,
                         name_prefix = EXCLUDED.name_prefix, install_id = EXCLUDED.install_id,
                         swept_at = NULL",
+                )
+                .await?;
+            client
+                .execute(
+                    &statement,
                     &[
                         &&*self.host,
                         &lease_ms,

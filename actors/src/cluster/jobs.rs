@@ -7,9 +7,12 @@ use super::{Acquire, JobHolder, Ledger, LedgerError, PACED_BUDGET, PACED_WINDOW}
 use crate::job::{JobAction, JobInfo, JobKey};
 
 impl Ledger {
-    /// Records one delivery, idempotent by job id, and wakes every host if it changed
+    /// Records one delivery, idempotent by job id, and tells every host if it changed
     /// anything: a `queued` job is added once (a copy changes nothing); `in_progress` and
     /// `completed` move its phase forward (never back). One round trip. True when it was news.
+    ///
+    /// The event rides in the notification, so no host reads it back (one over PostgreSQL's
+    /// 8000-byte payload limit is announced empty, and read from the table).
     pub async fn record(&self, action: JobAction, info: &JobInfo) -> Result<bool, LedgerError> {
         let phase = match action {
             JobAction::Queued => "queued",
@@ -33,12 +36,17 @@ impl Ledger {
                 INSERT INTO ephemer_events (owner, job_id, action, origin, body)
                 SELECT owner, job_id, $7, $6, $3 FROM up RETURNING seq
             )
-            SELECT pg_notify('ephemer_events', '') FROM ev";
+            SELECT pg_notify('ephemer_events', CASE WHEN octet_length(p) < 7900 THEN p ELSE '' END)
+            FROM (SELECT json_build_object('seq', seq, 'action', $7::text, 'origin', $6::text,
+                                           'body', $3::jsonb)::text AS p FROM ev) n";
         let result = async {
             let client = self.client().await?;
+            // Prepared once per connection: a statement prepared per call is a round trip of
+            // its own.
+            let statement = client.prepare_cached(sql).await?;
             let rows = client
                 .query(
-                    sql,
+                    &statement,
                     &[
                         &owner,
                         &job,
@@ -56,7 +64,8 @@ impl Ledger {
         self.track(result)
     }
 
-    /// Asks to hold `info`'s job for a claim (see [`Acquire`]). One round trip.
+    /// Asks to hold `info`'s job for a claim (see [`Acquire`]); a grant is announced to every
+    /// host. One round trip.
     pub async fn acquire(&self, info: &JobInfo) -> Result<Acquire, LedgerError> {
         let body = serde_json::to_value(info).map_err(|e| LedgerError::Row(e.to_string()))?;
         let owner = info.key.owner.to_ascii_lowercase();
@@ -65,9 +74,21 @@ impl Ledger {
         let (credential, per_minute) = self.budget_of(&owner);
         let result = async {
             let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    // A grant is announced to every host (see `stream::Notice`), so those
+                    // waiting to ask for the job do not.
+                    "SELECT a.outcome, a.detail, a.wait_ms,
+                        CASE WHEN a.outcome = 'granted' THEN pg_notify('ephemer_events',
+                            json_build_object('held', json_build_object(
+                                'owner', $1::text, 'job_id', $2::bigint, 'host', $4::text))::text)
+                        END
+                     FROM ephemer_acquire($1, $2, $3, $4, $5, $6, $7) a",
+                )
+                .await?;
             let row = client
                 .query_one(
-                    "SELECT outcome, detail, wait_ms FROM ephemer_acquire($1, $2, $3, $4, $5, $6, $7)",
+                    &statement,
                     &[
                         &owner,
                         &job,

@@ -3,7 +3,7 @@
 //! arrives while a write is out goes in the next one; a write the database refuses is kept
 //! and tried again with backoff, in order, so the ledger catches up after an outage.
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
 use tokio::sync::mpsc;
 
@@ -21,11 +21,22 @@ impl Mirror {
     pub fn spawn(ledger: Ledger) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<Op>>();
         actix_rt::spawn(async move {
+            // Registrations in the ledger now: a runner's row is put again when it binds to a
+            // job, which changes nothing there, so it is not sent again.
+            let mut mirrored: HashSet<String> = HashSet::new();
             while let Some(first) = rx.recv().await {
                 let mut batch = first;
                 while let Ok(more) = rx.try_recv() {
                     batch.extend(more);
                 }
+                batch.retain(|op| match op {
+                    Op::PutRunner(r) => mirrored.insert(r.name.clone()),
+                    Op::DeleteRunner(name) => {
+                        mirrored.remove(name);
+                        true
+                    }
+                    _ => true,
+                });
                 let mut wait = Duration::from_millis(250);
                 while let Err(e) = ledger.mirror(&batch).await {
                     tracing::warn!(error = %e, ops = batch.len(), retry_in = ?wait, "cannot mirror to the cluster ledger; kept in order");

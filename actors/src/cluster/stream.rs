@@ -1,8 +1,9 @@
 //! The event stream: every host hears every job event any host recorded, and every release.
 //!
-//! A dedicated connection `LISTEN`s on [`super::CHANNEL`]; a notification (or, as a backstop for
-//! one that was missed, a tick every [`BACKSTOP`]) makes the listener read the events table from
-//! its cursor. Sequence numbers are handed out before their transaction commits, so a lower
+//! A dedicated connection `LISTEN`s on [`super::CHANNEL`]. A job event's notification carries
+//! the event itself ([`Notice`]): it is handed over without a query. An empty one (a release,
+//! an event too large for a payload), a payload this binary cannot read, and a tick every
+//! [`BACKSTOP`] (for what was missed) make the listener read the events table from its cursor. Sequence numbers are handed out before their transaction commits, so a lower
 //! one can appear after a higher one: the [`Cursor`] keeps the numbers it has seen above its
 //! low-water mark and waits up to [`GAP_PATIENCE`] for a missing one before taking it for a
 //! rolled-back transaction. When the connection breaks it reconnects with backoff and reads on
@@ -16,7 +17,7 @@ use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 
 use super::{Ledger, LedgerError, Released};
-use crate::job::{JobAction, JobInfo};
+use crate::job::{JobAction, JobInfo, JobKey};
 
 /// How often the events table is read without a notification.
 pub const BACKSTOP: Duration = Duration::from_secs(5);
@@ -40,6 +41,13 @@ pub enum FleetEvent {
     },
     /// A job open in the ledger when this host started (queued, or held by this host).
     Open(JobInfo),
+    /// Another host was granted a job (it asks GitHub for a runner now).
+    Held {
+        /// The job.
+        key: JobKey,
+        /// That host.
+        host: String,
+    },
     /// A job another host held was given back (its lease expired, or it drained).
     Released {
         /// The job and its ladder.
@@ -131,13 +139,13 @@ async fn session(
         .parse()
         .map_err(|e| LedgerError::Pool(format!("cluster.url: {e}")))?;
     let (client, mut connection) = pg.connect(ledger.tls.0.clone()).await?;
-    let (wake_tx, mut wake) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (wake_tx, mut wake) = tokio::sync::mpsc::unbounded_channel::<String>();
     let drive = actix_rt::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(_)) => {
-                    let _ = wake_tx.send(());
+                Ok(AsyncMessage::Notification(n)) => {
+                    let _ = wake_tx.send(n.payload().to_string());
                 }
                 Ok(_) => {}
                 Err(e) => return Some(e),
@@ -174,20 +182,42 @@ async fn session(
         let Some(cursor) = cursor.as_mut() else {
             return Ok(());
         };
+        let from_cursor = client
+            .prepare(
+                "SELECT seq, action, origin, body FROM ephemer_events
+                 WHERE seq > $1 ORDER BY seq LIMIT $2",
+            )
+            .await?;
+        let mut must_read = true;
         loop {
-            if !read(&client, ledger.host(), cursor, to).await? {
+            if must_read && !read(&client, &from_cursor, ledger.host(), cursor, to).await? {
                 return Ok(());
             }
-            tokio::select! {
+            must_read = tokio::select! {
                 woke = wake.recv() => {
-                    if woke.is_none() {
+                    let Some(first) = woke else {
                         return Err(LedgerError::Pool("the listening connection closed".into()));
+                    };
+                    // A burst of notifications: each carried event handed over in order, at
+                    // most one read for the rest.
+                    let mut read_after = false;
+                    let mut next = Some(first);
+                    while let Some(payload) = next {
+                        match Notice::parse(&payload) {
+                            Some(notice) => {
+                                if !notice.hand_over(ledger.host(), cursor, to).await {
+                                    return Ok(());
+                                }
+                            }
+                            None => read_after = true,
+                        }
+                        next = wake.try_recv().ok();
                     }
-                    // Coalesce a burst of notifications into one read.
-                    while wake.try_recv().is_ok() {}
+                    cursor.settle(Instant::now());
+                    read_after
                 }
-                _ = tokio::time::sleep(BACKSTOP) => {}
-            }
+                _ = tokio::time::sleep(BACKSTOP) => true,
+            };
         }
     }
     .await;
@@ -198,18 +228,13 @@ async fn session(
 /// Reads and hands over what is new. False when the recipient is gone.
 async fn read(
     client: &tokio_postgres::Client,
+    from_cursor: &tokio_postgres::Statement,
     me: &str,
     cursor: &mut Cursor,
     to: &Recipient<FleetEvent>,
 ) -> Result<bool, LedgerError> {
     loop {
-        let rows = client
-            .query(
-                "SELECT seq, action, origin, body FROM ephemer_events
-                 WHERE seq > $1 ORDER BY seq LIMIT $2",
-                &[&cursor.low, &PAGE],
-            )
-            .await?;
+        let rows = client.query(from_cursor, &[&cursor.low, &PAGE]).await?;
         let full = rows.len() as i64 == PAGE;
         for row in &rows {
             let seq: i64 = row.get(0);
@@ -230,6 +255,62 @@ async fn read(
         cursor.settle(Instant::now());
         if !full {
             return Ok(true);
+        }
+    }
+}
+
+/// What a notification carries: a job event (with its place in the events table), or a
+/// grant (which has none: a host that misses one asks the ledger, and is told "held").
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+enum Notice {
+    Event {
+        seq: i64,
+        action: String,
+        origin: String,
+        body: serde_json::Value,
+    },
+    Held {
+        held: HeldNotice,
+    },
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct HeldNotice {
+    owner: String,
+    job_id: i64,
+    host: String,
+}
+
+impl Notice {
+    /// `None` for an empty payload, or one this binary cannot read: the table has the event.
+    fn parse(payload: &str) -> Option<Notice> {
+        serde_json::from_str(payload).ok()
+    }
+
+    /// Hands the event over unless the cursor has it already (or it is this host's). False
+    /// when the recipient is gone.
+    async fn hand_over(self, me: &str, cursor: &mut Cursor, to: &Recipient<FleetEvent>) -> bool {
+        let event = match self {
+            Notice::Event {
+                seq,
+                action,
+                origin,
+                body,
+            } => {
+                if !cursor.take(seq) {
+                    return true;
+                }
+                decode(&action, origin, body, me)
+            }
+            Notice::Held { held } => (held.host != me).then(|| FleetEvent::Held {
+                key: JobKey::new(&held.owner, held.job_id as u64),
+                host: held.host,
+            }),
+        };
+        match event {
+            Some(event) => to.send(event).await.is_ok(),
+            None => true,
         }
     }
 }

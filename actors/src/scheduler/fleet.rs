@@ -1,6 +1,7 @@
 //! The scheduler shell's claim call, and its part in fleet mode: a claim asks the cluster
-//! ledger first (after the offer delay that lets the fleet's most specific, least loaded pool
-//! ask first) and calls GitHub only when this host holds the job; the fleet's events and
+//! ledger first (after the offer delay that lets the host that received the delivery, then
+//! the fleet's most specific, least loaded pool ask first; a host that hears the job granted
+//! meanwhile never asks) and calls GitHub only when this host holds the job; the fleet's events and
 //! releases come in as [`FleetEvent`]s; the host's load goes out with its lease.
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, MessageResult, WrapFuture};
@@ -33,20 +34,51 @@ impl SchedulerActor {
             self.call_github_claim(key, provider, request, ctx);
             return;
         };
+        let delay = self.core.offer_delay(&key, &provider);
+        if delay.is_zero() {
+            self.ask_ledger(ledger, key, provider, request, ctx);
+            return;
+        }
+        // Waiting out the offer delay: if another host is heard to be granted the job
+        // meanwhile, this host does not ask at all. (The wait counts as a claim in flight.)
+        self.claims_in_flight += 1;
+        ctx.spawn(
+            tokio::time::sleep(delay)
+                .into_actor(self)
+                .map(move |(), act, ctx| {
+                    act.claims_in_flight -= 1;
+                    match act.core.take_held_notice(&key) {
+                        Some(host) => {
+                            let fx = act.core.on_acquire_refused(
+                                key,
+                                provider,
+                                Acquire::HeldBy(host),
+                                act.clock.tick(),
+                            );
+                            act.run(fx, ctx);
+                        }
+                        None => act.ask_ledger(ledger, key, provider, request, ctx),
+                    }
+                }),
+        );
+    }
+
+    /// Asks the ledger whether this host may claim; calls GitHub if granted.
+    fn ask_ledger(
+        &mut self,
+        ledger: crate::cluster::Ledger,
+        key: JobKey,
+        provider: PoolName,
+        request: ClaimRequest,
+        ctx: &mut Context<Self>,
+    ) {
         let info = self.core.job_info(&key).unwrap_or_else(|| JobInfo {
             key: key.clone(),
             ..JobInfo::default()
         });
-        let delay = self.core.offer_delay(&key, &provider);
         self.calls_in_flight += 1;
         self.claims_in_flight += 1;
-        let ask = async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            ledger.acquire(&info).await
-        };
-        ctx.spawn(ask.into_actor(self).map(move |answer, act, ctx| {
+        ctx.spawn(async move { ledger.acquire(&info).await }.into_actor(self).map(move |answer, act, ctx| {
             act.calls_in_flight -= 1;
             act.claims_in_flight -= 1;
             let answer = answer.unwrap_or_else(|e| {
@@ -126,9 +158,8 @@ impl Handler<FleetEvent> for SchedulerActor {
     fn handle(&mut self, m: FleetEvent, ctx: &mut Context<Self>) {
         let now = self.clock.tick();
         let fx = match m {
-            FleetEvent::Job { action, info, .. } => {
-                self.core.on_job_event(action, info, None, now.mono, now)
-            }
+            FleetEvent::Job { action, info, .. } => self.core.on_fleet_job_event(action, info, now),
+            FleetEvent::Held { key, host } => self.core.on_held_elsewhere(key, host, now),
             FleetEvent::Open(info) => {
                 self.core
                     .on_job_event(JobAction::Queued, info, None, now.mono, now)

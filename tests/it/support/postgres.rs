@@ -17,6 +17,8 @@ pub struct Postgres {
     as_postgres: bool,
     /// Serves TLS with these files (certificate, key) when set.
     tls: Option<(PathBuf, PathBuf)>,
+    /// Loads `pg_stat_statements` (figures: round trips by statement).
+    statements: bool,
 }
 
 /// The newest installed server's binaries.
@@ -97,6 +99,7 @@ impl Postgres {
             port: free_port(),
             as_postgres,
             tls,
+            statements: false,
         };
         let data = pg.data();
         pg.run(
@@ -166,6 +169,9 @@ impl Postgres {
             self.port,
             self.dir.path().display()
         );
+        if self.statements {
+            options.push_str(" -c shared_preload_libraries=pg_stat_statements");
+        }
         if let Some((cert, key)) = &self.tls {
             options.push_str(&format!(
                 " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
@@ -187,6 +193,15 @@ impl Postgres {
                 "start",
             ],
         );
+    }
+
+    /// Restarts the server with `pg_stat_statements`, for counting statements by kind.
+    pub fn with_statement_stats(mut self) -> Self {
+        self.statements = true;
+        self.stop_server();
+        self.start_server();
+        self.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+        self
     }
 
     /// Stops the server at once (connections cut, as a crash or a failover does).

@@ -292,6 +292,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.claiming.remove(&key);
+        self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match result {
             Ok(runner) => self.claimed(key, provider, runner, now, &mut fx),

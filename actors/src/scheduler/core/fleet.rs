@@ -12,6 +12,10 @@ pub const OFFER_STEP_PER_EXTRA_LABEL: Duration = Duration::from_millis(100);
 /// loaded of equally specific hosts wins. Small: it is added to every claim of a busy host,
 /// and a decision takes a millisecond or two.
 pub const OFFER_STEP_FOR_LOAD: Duration = Duration::from_millis(10);
+/// How much later a host asks for a job another host's intake received. That host asks
+/// first (more than [`OFFER_STEP_FOR_LOAD`], so it does even when busy), and the others,
+/// hearing it granted meanwhile, never ask: one claim decision per job on the happy path.
+pub const OFFER_STEP_FOR_ELSEWHERE: Duration = Duration::from_millis(15);
 
 impl Scheduler {
     /// The job as last heard of.
@@ -25,12 +29,61 @@ impl Scheduler {
         let Some(i) = self.provider_index(provider) else {
             return Duration::ZERO;
         };
-        let extra = self.jobs.get(key).map_or(0, |r| {
-            self.provider_sets[i].extra_over(&LabelSet::new(&r.info.labels))
+        let (extra, elsewhere) = self.jobs.get(key).map_or((0, false), |r| {
+            let extra = self.provider_sets[i].extra_over(&LabelSet::new(&r.info.labels));
+            (extra, r.delivered_elsewhere)
         });
         let load = self.used_total as f64 / self.settings.max_concurrent.max(1) as f64;
+        let elsewhere = if elsewhere {
+            OFFER_STEP_FOR_ELSEWHERE
+        } else {
+            Duration::ZERO
+        };
         OFFER_STEP_PER_EXTRA_LABEL * (extra.min(20) as u32)
             + OFFER_STEP_FOR_LOAD.mul_f64(load.clamp(0.0, 1.0))
+            + elsewhere
+    }
+
+    /// A job event another host's intake recorded: as [`Scheduler::on_job_event`], and the
+    /// job is marked as delivered elsewhere (see [`OFFER_STEP_FOR_ELSEWHERE`]).
+    pub fn on_fleet_job_event(
+        &mut self,
+        action: JobAction,
+        info: JobInfo,
+        now: Now,
+    ) -> Vec<Effect> {
+        let key = info.key.clone();
+        let fx = self.on_job_event(action, info, None, now.mono, now);
+        if let Some(rec) = self.jobs.get_mut(&key) {
+            rec.delivered_elsewhere = true;
+        }
+        fx
+    }
+
+    /// Another host was granted a job: one waiting for a slot here is left alone (as when the
+    /// ledger answers "held"); one whose claim waits for its offer delay will not ask
+    /// ([`Scheduler::take_held_notice`]).
+    pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match self.jobs.get(&key).map(|r| &r.phase) {
+            Some(Phase::Pending) => self.held_elsewhere(&key, host, now, &mut fx),
+            Some(Phase::Claiming { .. }) => {
+                self.held_notices.insert(key, host);
+            }
+            _ => {}
+        }
+        fx
+    }
+
+    /// Another live host holds the job: this one leaves it alone (a release or a new
+    /// delivery brings it back).
+    fn held_elsewhere(&mut self, key: &JobKey, host: String, now: Now, fx: &mut Vec<Effect>) {
+        self.abandon(key, Phase::Seen, Note::HeldElsewhere { host }, now, fx);
+    }
+
+    /// The host heard to hold a job whose claim is in flight here, if any (taken).
+    pub fn take_held_notice(&mut self, key: &JobKey) -> Option<String> {
+        self.held_notices.remove(key)
     }
 
     /// The ledger refused a claim this host started (its slot is given back): another host
@@ -46,18 +99,11 @@ impl Scheduler {
         let mut fx = Vec::new();
         self.release(&provider);
         self.claiming.remove(&key);
+        self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match answer {
             Acquire::Granted => {}
-            Acquire::HeldBy(host) => {
-                self.abandon(
-                    &key,
-                    Phase::Seen,
-                    Note::HeldElsewhere { host },
-                    now,
-                    &mut fx,
-                );
-            }
+            Acquire::HeldBy(host) => self.held_elsewhere(&key, host, now, &mut fx),
             Acquire::Started => {
                 self.stats.satisfied_elsewhere += 1;
                 self.abandon(&key, Phase::Done, Note::RanElsewhere, now, &mut fx);

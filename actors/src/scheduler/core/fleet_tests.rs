@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::{
+    fleet::{OFFER_STEP_FOR_ELSEWHERE, OFFER_STEP_FOR_LOAD},
     tests::{at, core},
     *,
 };
@@ -110,4 +111,53 @@ fn a_release_without_failures_is_a_fresh_admission_and_repeats_are_free() {
         ),
         vec![]
     );
+}
+
+#[test]
+fn a_job_delivered_to_another_host_is_offered_to_it_first() {
+    let (mut s, t0) = core();
+    let local = PoolName::from("local");
+    s.on_job_event(JobAction::Queued, job(1, LABELS), None, t0, at(t0, 0));
+    s.on_fleet_job_event(JobAction::Queued, job(2, LABELS), at(t0, 0));
+    let here = s.offer_delay(&JobKey::new("acme", 1), &local);
+    let there = s.offer_delay(&JobKey::new("acme", 2), &local);
+    assert_eq!(there - here, OFFER_STEP_FOR_ELSEWHERE);
+    assert!(
+        OFFER_STEP_FOR_ELSEWHERE > OFFER_STEP_FOR_LOAD,
+        "even a busy receiver asks first"
+    );
+}
+
+#[test]
+fn a_grant_heard_from_another_host_stops_this_one_asking() {
+    let (mut s, t0) = core();
+    // A claim waiting out its offer delay: the notice is kept for it, once.
+    let fx = s.on_fleet_job_event(JobAction::Queued, job(1, LABELS), at(t0, 0));
+    assert!(matches!(fx[..], [Effect::Claim { .. }]), "{fx:?}");
+    let key = JobKey::new("acme", 1);
+    assert_eq!(
+        s.on_held_elsewhere(key.clone(), "h2".into(), at(t0, 0)),
+        vec![]
+    );
+    assert_eq!(s.take_held_notice(&key), Some("h2".into()));
+    assert_eq!(s.take_held_notice(&key), None);
+    // A job waiting for a slot is left alone, as when the ledger answers "held".
+    let mut id = 2;
+    while !s
+        .on_fleet_job_event(JobAction::Queued, job(id, LABELS), at(t0, 0))
+        .is_empty()
+    {
+        id += 1;
+    }
+    let waiting = JobKey::new("acme", id);
+    assert_eq!(s.job(&waiting).unwrap().phase, Phase::Pending);
+    s.on_held_elsewhere(waiting.clone(), "h3".into(), at(t0, 1));
+    let rec = s.job(&waiting).unwrap();
+    assert_eq!(rec.phase, Phase::Seen);
+    assert!(
+        rec.timeline
+            .iter()
+            .any(|e| e.note == Note::HeldElsewhere { host: "h3".into() })
+    );
+    assert_eq!(s.take_held_notice(&waiting), None);
 }

@@ -376,6 +376,8 @@ pub struct JobRecord {
     pub first_failure_class: Option<ErrorClass>,
     /// Every decision taken about it.
     pub timeline: Vec<TimelineEntry>,
+    /// Fleet mode: delivered to another host's intake, which asks the ledger first.
+    pub delivered_elsewhere: bool,
 }
 
 impl JobRecord {
@@ -390,6 +392,7 @@ impl JobRecord {
             claim_failures: 0,
             first_failure_class: None,
             timeline: Vec::new(),
+            delivered_elsewhere: false,
         }
     }
 }
@@ -472,6 +475,9 @@ pub struct Scheduler {
     owners: HashMap<String, usize>,
     /// Jobs whose claim is in flight, with their target (the fair share counts them).
     claiming: HashMap<JobKey, usize>,
+    /// Fleet mode: jobs whose claim is in flight here that another host was heard to hold
+    /// (the host): a claim still waiting for its offer delay does not ask the ledger.
+    held_notices: HashMap<JobKey, String>,
     /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
     /// after its runner exited, and must still be counted as ours.
     recent_runners: HashMap<String, (PoolName, Option<Instant>, Instant, bool)>,
@@ -559,6 +565,7 @@ impl Scheduler {
                 .map(|(i, t)| (t.owner.to_ascii_lowercase(), i))
                 .collect(),
             claiming: HashMap::new(),
+            held_notices: HashMap::new(),
             settings,
             provider_sets,
             jobs: HashMap::new(),
