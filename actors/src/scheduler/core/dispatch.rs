@@ -424,7 +424,7 @@ impl Scheduler {
             &key,
             now,
             Note::Claimed {
-                runner: runner.name.clone(),
+                runner: runner.name.as_str().into(),
                 runner_id: runner.id,
                 provider: provider.clone(),
             },

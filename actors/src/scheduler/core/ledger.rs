@@ -215,7 +215,7 @@ impl Scheduler {
             job,
             now,
             Note::EnvironmentFailed {
-                runner: runner.to_string(),
+                runner: runner.into(),
                 error,
             },
         );

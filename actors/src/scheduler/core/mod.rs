@@ -381,8 +381,8 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
-    fn new(info: JobInfo, phase: Phase, received_at: Instant) -> Self {
-        JobRecord {
+    fn new(info: JobInfo, phase: Phase, received_at: Instant) -> Box<Self> {
+        Box::new(JobRecord {
             info,
             phase,
             seen_at: None,
@@ -393,7 +393,7 @@ impl JobRecord {
             first_failure_class: None,
             timeline: Vec::new(),
             delivered_elsewhere: false,
-        }
+        })
     }
 }
 
@@ -463,7 +463,9 @@ enum Pick {
 pub struct Scheduler {
     settings: SchedulerSettings,
     provider_sets: Vec<LabelSet>,
-    jobs: HashMap<JobKey, JobRecord>,
+    /// Boxed: a map slot is then a pointer, and its spare slots (a hash map keeps about a
+    /// quarter free) cost 40 B each instead of the record's 300.
+    jobs: HashMap<JobKey, Box<JobRecord>>,
     runners: HashMap<String, RunnerRecord>,
     pending: VecDeque<JobKey>,
     slots: Vec<Slots>,
@@ -592,10 +594,11 @@ impl Scheduler {
             if rec.timeline.len() == TIMELINE_CAP {
                 rec.timeline.remove(1);
             } else if rec.timeline.len() == rec.timeline.capacity() {
-                // Grown four entries at a time, not doubled: most jobs keep a handful of notes
+                // Grown two entries at a time, not doubled: most jobs keep a handful of notes
                 // and 100,000 of them may be held at once (docs/benchmarks.md: a done job's
-                // nine notes reserved sixteen, 2,201 B a job; now twelve, 1,954 B).
-                rec.timeline.reserve_exact(4);
+                // nine notes reserved sixteen entries when doubled, twelve four at a time,
+                // ten now; the few reallocations cost less than the room).
+                rec.timeline.reserve_exact(2);
             }
             rec.timeline.push(TimelineEntry { at: now.unix, note });
         }

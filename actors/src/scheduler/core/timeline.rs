@@ -138,8 +138,8 @@ pub enum Note {
     },
     /// A runner was registered for it.
     Claimed {
-        /// Runner name.
-        runner: String,
+        /// Runner name (boxed: this, the largest note, sets the size of every timeline entry).
+        runner: Box<str>,
         /// GitHub's runner id.
         runner_id: u64,
         /// Provider.
@@ -231,7 +231,7 @@ pub enum Note {
     /// Its runner's environment could not be made.
     EnvironmentFailed {
         /// Runner name.
-        runner: String,
+        runner: Box<str>,
         /// What went wrong.
         error: String,
     },

@@ -22,7 +22,7 @@ impl Scheduler {
 
     /// A job's record.
     pub fn job(&self, key: &JobKey) -> Option<&JobRecord> {
-        self.jobs.get(key)
+        self.jobs.get(key).map(Box::as_ref)
     }
 
     /// The repo and pool of a target's job `job_id`, for its log span (`-` where unknown: a
