@@ -355,7 +355,7 @@ pub fn start(
 
     // 6. The webhook intake: the actor that owns delivery dedup and the durable record of
     //    accepted jobs, and the HTTP edge in front of it.
-    let intake_handle = WebhookActor::new(
+    let webhook = WebhookActor::new(
         scheduler.clone().recipient(),
         Some(store.clone()),
         metrics.clone(),
@@ -368,8 +368,7 @@ pub fn start(
             .iter()
             .map(|p| crate::vocab::LabelSet::new(&p.common.labels)),
     )
-    .spawn();
-    let webhook = intake_handle.addr().clone();
+    .start();
     // GitHub never redelivers a failed delivery by itself: ask it to, for every target's
     // hook.
     let redeliver_on = !config.webhook.pull() && config.webhook.redeliver != Some(false);
@@ -477,11 +476,11 @@ pub fn start(
         let keys = targets
             .iter()
             .map(|t| (t.github.owner.clone(), keyed(&t.webhook_secret)));
-        WebhookIntake::for_targets(keys, intake_handle, metrics.clone())?
+        WebhookIntake::for_targets(keys, webhook.clone(), metrics.clone())?
     } else {
         WebhookIntake::new(
             keyed(&targets[0].webhook_secret),
-            intake_handle,
+            webhook.clone(),
             metrics.clone(),
         )?
     };

@@ -1,9 +1,8 @@
-//! `WebhookActor`: the owner of the durable record of accepted jobs and, through its
-//! [`Gate`], of delivery-id dedup. The HTTP edge ([`super::WebhookIntake`]) verifies and parses
-//! on the worker threads, decides there what needs no durable record ([`Gate::quick`]) and asks
-//! this actor ([`Deliver`]) about the rest; the actor answers with the [`Verdict`].
+//! `WebhookActor`: the one owner of delivery-id dedup and of the durable record of accepted
+//! jobs. The HTTP edge ([`super::WebhookIntake`]) verifies and parses on the worker threads and
+//! asks this actor ([`Deliver`]); the actor answers with the [`Verdict`].
 //!
-//! A delivery the actor takes is accepted in this order: not a replay (a delivery id committed within the
+//! A delivery is accepted in this order: not a replay (a delivery id committed within the
 //! window), then a `queued` job is written to the store and the commit awaited (beside the
 //! mailbox: the actor keeps handling other deliveries), then the event is handed to the
 //! scheduler with `try_send`. Only then is its delivery id remembered and 202 answered. Any
@@ -12,14 +11,16 @@
 //! nothing is recorded (an embedded instance that was shut down must not swallow GitHub's only
 //! delivery of a job).
 
-use std::{sync::Arc, time::Duration};
-
-use actix::{
-    Actor, ActorFutureExt, Addr, Context, Handler, Message, Recipient, ResponseActFuture,
-    WrapFuture,
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    time::Duration,
 };
 
-use super::gate::{Gate, Policy};
+use actix::{
+    Actor, ActorFutureExt, Context, Handler, Message, Recipient, ResponseActFuture, WrapFuture,
+};
+use tokio::time::Instant;
+
 use crate::github::signature::SignatureError;
 use crate::{
     job::JobAction,
@@ -34,6 +35,75 @@ pub const DELIVERY_WINDOW: Duration = Duration::from_secs(60 * 60);
 pub const DELIVERY_CAPACITY: usize = 65_536;
 /// The intake's mailbox; the edge waits for room rather than refusing.
 const MAILBOX: usize = 16_384;
+
+/// Remembers recent delivery ids, bounded in time and count. Pure: `now` is passed in.
+#[derive(Debug)]
+pub struct DeliveryDedup {
+    window: Duration,
+    capacity: usize,
+    seen: HashMap<String, Instant>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl DeliveryDedup {
+    /// Remembers ids for `window`, at most `capacity` of them.
+    pub fn new(window: Duration, capacity: usize) -> Self {
+        DeliveryDedup {
+            window,
+            capacity,
+            seen: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// True if `id` was recorded within the window.
+    pub fn contains(&mut self, id: &str, now: Instant) -> bool {
+        self.expire(now);
+        self.seen.contains_key(id)
+    }
+
+    /// Records `id`. Returns false if it was already there.
+    pub fn insert(&mut self, id: &str, now: Instant) -> bool {
+        self.expire(now);
+        if self.seen.contains_key(id) {
+            return false;
+        }
+        while self.seen.len() >= self.capacity {
+            match self.order.pop_front() {
+                Some((_, old)) => {
+                    self.seen.remove(&old);
+                }
+                None => break,
+            }
+        }
+        self.seen.insert(id.to_string(), now);
+        self.order.push_back((now, id.to_string()));
+        true
+    }
+
+    /// Ids remembered now.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            if now.saturating_duration_since(*at) < self.window {
+                break;
+            }
+            if let Some((at, id)) = self.order.pop_front()
+                && self.seen.get(&id) == Some(&at)
+            {
+                self.seen.remove(&id);
+            }
+        }
+    }
+}
 
 /// What the intake decided about one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,59 +158,61 @@ pub struct Unprocessed(pub Vec<String>);
 #[rtype(result = "()")]
 pub struct ExpectRedelivery(pub Vec<String>);
 
+/// Redeliveries awaited at most (oldest forgotten first).
+const EXPECTED_CAPACITY: usize = 4096;
+
 /// The intake actor.
 #[derive(Debug)]
 pub struct WebhookActor {
-    scheduler: Recipient<JobEvent>,
+    /// `None` once closed.
+    scheduler: Option<Recipient<JobEvent>>,
     store: Option<Store>,
     metrics: Metrics,
+    deliveries: DeliveryDedup,
+    /// Delivery ids whose commit is in flight: a concurrent copy is answered 503, never 200,
+    /// since the first may still fail.
+    in_flight: HashSet<String>,
     /// Fleet mode: every job event is recorded in the cluster ledger before it is answered.
     ledger: Option<crate::cluster::Ledger>,
+    /// Guids GitHub was asked to redeliver, not yet come in.
+    expected: VecDeque<String>,
+    /// The label sets of this host's enabled pools, when known: a `queued` job none of them
+    /// covers is never claimed here, so it is not made durable (the scheduler remembers it
+    /// as seen, in memory; losing it in a crash loses nothing).
     coverage: Option<Vec<crate::vocab::LabelSet>>,
-    /// Built at the start from the fields above.
-    gate: Option<Arc<Gate>>,
-}
-
-/// A started intake actor and the gate its edge decides quick deliveries with.
-#[derive(Debug, Clone)]
-pub struct IntakeHandle {
-    addr: Addr<WebhookActor>,
-    gate: Arc<Gate>,
-}
-
-impl IntakeHandle {
-    /// The actor.
-    pub fn addr(&self) -> &Addr<WebhookActor> {
-        &self.addr
-    }
-
-    pub(super) fn gate(&self) -> &Arc<Gate> {
-        &self.gate
-    }
 }
 
 impl WebhookActor {
     /// An intake handing jobs to `scheduler`, recording `queued` jobs in `store` first.
     pub fn new(scheduler: Recipient<JobEvent>, store: Option<Store>, metrics: Metrics) -> Self {
         WebhookActor {
-            scheduler,
+            scheduler: Some(scheduler),
             store,
             metrics,
+            deliveries: DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY),
+            in_flight: HashSet::new(),
             ledger: None,
+            expected: VecDeque::new(),
             coverage: None,
-            gate: None,
         }
     }
 
-    /// Jobs no pool with these labels covers are accepted without a durable record (the
-    /// scheduler remembers them as seen, in memory; losing one in a crash loses nothing, since
-    /// it could not be claimed here).
+    /// Jobs no pool with these labels covers are accepted without a durable record.
     pub fn with_coverage(
         mut self,
         pools: impl IntoIterator<Item = crate::vocab::LabelSet>,
     ) -> Self {
         self.coverage = Some(pools.into_iter().collect());
         self
+    }
+
+    /// Whether a `queued` job with `labels` could be claimed here.
+    fn covered(&self, labels: &[String]) -> bool {
+        let Some(pools) = &self.coverage else {
+            return true;
+        };
+        let wanted = crate::vocab::LabelSet::new(labels);
+        pools.iter().any(|p| p.covers(&wanted))
     }
 
     /// Fleet mode: record every job event in `ledger` (the source of truth) before answering;
@@ -150,39 +222,39 @@ impl WebhookActor {
         self
     }
 
-    /// Starts the actor; the handle builds its HTTP edge.
-    pub fn spawn(mut self) -> IntakeHandle {
-        let gate = self.gate();
-        IntakeHandle {
-            addr: self.start(),
-            gate,
-        }
-    }
-
-    fn gate(&mut self) -> Arc<Gate> {
-        let (scheduler, metrics) = (&self.scheduler, &self.metrics);
-        let policy = || Policy {
-            durable: self.store.is_some(),
-            ledger: self.ledger.is_some(),
-            coverage: self.coverage.clone(),
-        };
-        self.gate
-            .get_or_insert_with(|| Arc::new(Gate::new(scheduler.clone(), policy(), metrics)))
-            .clone()
-    }
-
-    /// The end of a recorded delivery: hand it over, or take its store row back out.
-    fn hand_over(&mut self, event: JobEvent, stored: bool) -> ResponseActFuture<Self, Verdict> {
+    /// The end of one delivery: hand it over, remember it, answer.
+    fn hand_over(&mut self, event: JobEvent, recorded: bool) -> ResponseActFuture<Self, Verdict> {
+        let action = event.action;
+        let delivery_id = event.delivery_id.clone();
         let key = event.job.key.clone();
-        let verdict = self.gate().hand_over(event);
-        if verdict == Verdict::Accepted {
-            return Box::pin(actix::fut::ready(verdict));
+        // A full or closed scheduler mailbox, or a closed intake: refused.
+        let sent = self
+            .scheduler
+            .as_ref()
+            .is_some_and(|scheduler| scheduler.try_send(event).is_ok());
+        if sent {
+            if let Some(id) = &delivery_id {
+                self.in_flight.remove(id);
+                self.deliveries.insert(id, Instant::now());
+                if let Some(at) = self.expected.iter().position(|g| g == id) {
+                    self.expected.remove(at);
+                    self.metrics
+                        .webhook_redeliveries
+                        .with_label_values(&["recovered"])
+                        .inc();
+                }
+            }
+            self.metrics
+                .webhook_events
+                .with_label_values(&[action.as_str()])
+                .inc();
+            return Box::pin(actix::fut::ready(Verdict::Accepted));
         }
         // Refused: take the row back out before answering, so a 503 leaves nothing behind.
         let undo = self
             .store
             .clone()
-            .filter(|_| stored)
+            .filter(|_| recorded)
             .map(|store| async move { store.write(vec![Op::DeleteJob(key)]).await });
         Box::pin(
             async move {
@@ -191,9 +263,14 @@ impl WebhookActor {
                 {
                     tracing::error!(error = %e, "cannot undo the record of a refused delivery");
                 }
-                verdict
             }
-            .into_actor(self),
+            .into_actor(self)
+            .map(move |(), act, _| {
+                if let Some(id) = &delivery_id {
+                    act.in_flight.remove(id);
+                }
+                Verdict::Busy
+            }),
         )
     }
 }
@@ -203,7 +280,6 @@ impl Actor for WebhookActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(MAILBOX);
-        self.gate();
     }
 }
 
@@ -211,17 +287,19 @@ impl Handler<Deliver> for WebhookActor {
     type Result = ResponseActFuture<Self, Verdict>;
 
     fn handle(&mut self, Deliver(event): Deliver, _: &mut Context<Self>) -> Self::Result {
-        let gate = self.gate();
-        if gate.decides(&event) {
-            // Nothing to record: decided at once.
-            let verdict = gate.quick(event);
-            return Box::pin(actix::fut::ready(verdict));
+        if self.scheduler.is_none() {
+            return Box::pin(actix::fut::ready(Verdict::Busy));
         }
-        if let Some(verdict) = gate.open(event.delivery_id.as_deref()) {
-            return Box::pin(actix::fut::ready(verdict));
+        if let Some(id) = &event.delivery_id {
+            if self.deliveries.contains(id, Instant::now()) {
+                return Box::pin(actix::fut::ready(Verdict::Replayed));
+            }
+            if !self.in_flight.insert(id.clone()) {
+                return Box::pin(actix::fut::ready(Verdict::Busy));
+            }
         }
-        let record = match &self.store {
-            Some(store) if gate.policy().stored(&event) => {
+        let record = match (&self.store, event.action) {
+            (Some(store), JobAction::Queued) if self.covered(&event.job.labels) => {
                 let store = store.clone();
                 let row = JobRow {
                     info: event.job.clone(),
@@ -236,7 +314,10 @@ impl Handler<Deliver> for WebhookActor {
             .ledger
             .clone()
             .filter(|_| event.action != JobAction::Waiting);
-        let stored = record.is_some();
+        if record.is_none() && ledger.is_none() {
+            return self.hand_over(event, false);
+        }
+        let recorded = record.is_some();
         let (action, job) = (event.action, event.job.clone());
         let commit = async move {
             // Fleet mode: the ledger is the source of truth; what it cannot take is refused.
@@ -256,10 +337,12 @@ impl Handler<Deliver> for WebhookActor {
             commit
                 .into_actor(self)
                 .then(move |written, act, _| match written {
-                    Ok(()) => act.hand_over(event, stored),
+                    Ok(()) => act.hand_over(event, recorded),
                     Err((verdict, e)) => {
                         tracing::error!(error = %e, "cannot record the job durably; answering 503 so GitHub may redeliver");
-                        act.gate().abandon(event.delivery_id.as_deref());
+                        if let Some(id) = &event.delivery_id {
+                            act.in_flight.remove(id);
+                        }
                         Box::pin(actix::fut::ready(verdict))
                     }
                 }),
@@ -273,7 +356,7 @@ impl Handler<Close> for WebhookActor {
     type Result = ();
 
     fn handle(&mut self, _: Close, _: &mut Context<Self>) {
-        self.gate().close();
+        self.scheduler = None;
         self.store = None;
     }
 }
@@ -282,7 +365,7 @@ impl Handler<RememberedDeliveries> for WebhookActor {
     type Result = usize;
 
     fn handle(&mut self, _: RememberedDeliveries, _: &mut Context<Self>) -> usize {
-        self.gate().remembered()
+        self.deliveries.len()
     }
 }
 
@@ -290,7 +373,11 @@ impl Handler<Unprocessed> for WebhookActor {
     type Result = Vec<String>;
 
     fn handle(&mut self, Unprocessed(guids): Unprocessed, _: &mut Context<Self>) -> Vec<String> {
-        self.gate().unprocessed(guids)
+        let now = Instant::now();
+        guids
+            .into_iter()
+            .filter(|g| !self.deliveries.contains(g, now) && !self.in_flight.contains(g))
+            .collect()
     }
 }
 
@@ -298,6 +385,11 @@ impl Handler<ExpectRedelivery> for WebhookActor {
     type Result = ();
 
     fn handle(&mut self, ExpectRedelivery(guids): ExpectRedelivery, _: &mut Context<Self>) {
-        self.gate().expect(guids)
+        for guid in guids {
+            if self.expected.len() >= EXPECTED_CAPACITY {
+                self.expected.pop_front();
+            }
+            self.expected.push_back(guid);
+        }
     }
 }

@@ -7,14 +7,12 @@
 //! declared length (413 over `webhook.max_body`); then the body, within the limit and
 //! [`BODY_TIMEOUT`]; then the signature over the raw body (constant time, fail closed), the
 //! JSON (for a form delivery, the `payload` field's) and its shape and bounds; all on the worker
-//! thread. Then the replay check and the hand-over to the scheduler with `try_send` (503 when
-//! its mailbox is full): on the worker thread for a delivery that needs no durable record, by
-//! the actor after the durable record of one that does (a `queued` job a pool here covers, or
-//! any job event in fleet mode). The edge never provisions, never calls GitHub
+//! thread. Then the
+//! actor decides: replay check, durable record of a `queued` job, hand-over to the scheduler
+//! with `try_send` (503 when its mailbox is full). The edge never provisions, never calls GitHub
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
 
 pub mod actor;
-mod gate;
 pub mod pull;
 pub mod redeliver;
 
@@ -24,10 +22,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 pub use actor::{
-    Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, IntakeHandle, RememberedDeliveries,
+    Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, RememberedDeliveries,
     Verdict, WebhookActor,
 };
-pub use gate::DeliveryDedup;
 
 use crate::{
     config::Secret,
@@ -115,7 +112,7 @@ pub use crate::config::defaults::MAX_TARGETS;
 #[derive(Debug)]
 pub struct WebhookIntake {
     keys: Vec<IntakeKey>,
-    actor: IntakeHandle,
+    actor: Addr<WebhookActor>,
     metrics: Metrics,
     max_body: usize,
 }
@@ -130,7 +127,11 @@ struct IntakeKey {
 
 impl WebhookIntake {
     /// An edge verifying with `secret` and asking `actor`. Refuses an empty secret.
-    pub fn new(secret: Secret, actor: IntakeHandle, metrics: Metrics) -> Result<Self, IntakeError> {
+    pub fn new(
+        secret: Secret,
+        actor: Addr<WebhookActor>,
+        metrics: Metrics,
+    ) -> Result<Self, IntakeError> {
         Self::with_keys(
             vec![IntakeKey {
                 secret,
@@ -148,7 +149,7 @@ impl WebhookIntake {
     /// Refuses an empty secret.
     pub fn for_targets(
         targets: impl IntoIterator<Item = (String, Secret)>,
-        actor: IntakeHandle,
+        actor: Addr<WebhookActor>,
         metrics: Metrics,
     ) -> Result<Self, IntakeError> {
         let keys: Vec<IntakeKey> = targets
@@ -163,7 +164,7 @@ impl WebhookIntake {
 
     fn with_keys(
         keys: Vec<IntakeKey>,
-        actor: IntakeHandle,
+        actor: Addr<WebhookActor>,
         metrics: Metrics,
     ) -> Result<Self, IntakeError> {
         if keys.is_empty() || keys.iter().any(|k| k.secret.is_empty()) {
@@ -220,7 +221,7 @@ impl WebhookIntake {
 
     /// The actor behind this edge.
     pub fn actor(&self) -> &Addr<WebhookActor> {
-        self.actor.addr()
+        &self.actor
     }
 
     /// The `POST path` resource.
@@ -361,11 +362,9 @@ async fn receive(
     };
     let verdict = match checked {
         Err(verdict) => verdict,
-        Ok(event) if intake.actor.gate().decides(&event) => intake.actor.gate().quick(event),
         // A stopped actor (an instance shut down) is a 503, never a 202.
         Ok(event) => intake
             .actor
-            .addr()
             .send(Deliver(event))
             .await
             .unwrap_or(Verdict::Busy),

@@ -103,10 +103,9 @@ fn signed(event: &str, id: &str, body: &str) -> web_test::TestRequest {
 macro_rules! app {
     ($addr:expr) => {{ app!($addr, None) }};
     ($addr:expr, $store:expr) => {{
-        let handle = WebhookActor::new($addr.clone().recipient(), $store, Metrics::new()).spawn();
-        let actor = handle.addr().clone();
+        let actor = WebhookActor::new($addr.clone().recipient(), $store, Metrics::new()).start();
         let intake = web::Data::new(
-            WebhookIntake::new(Secret::new(SECRET), handle, Metrics::new()).unwrap(),
+            WebhookIntake::new(Secret::new(SECRET), actor.clone(), Metrics::new()).unwrap(),
         );
         (
             web_test::init_service(
@@ -302,8 +301,8 @@ fn an_empty_secret_is_refused() {
     let sys = actix::System::new();
     sys.block_on(async {
         let (addr, _) = recorder(4);
-        let handle = WebhookActor::new(addr.recipient(), None, Metrics::new()).spawn();
-        let err = WebhookIntake::new(Secret::default(), handle, Metrics::new()).unwrap_err();
+        let actor = WebhookActor::new(addr.recipient(), None, Metrics::new()).start();
+        let err = WebhookIntake::new(Secret::default(), actor, Metrics::new()).unwrap_err();
         assert_eq!(err, IntakeError::NoSecret);
     });
 }
@@ -529,10 +528,10 @@ async fn the_intake_names_the_guids_it_never_took_and_counts_redeliveries_recove
     use super::actor::{ExpectRedelivery, Unprocessed};
     let (addr, _) = recorder(64);
     let metrics = Metrics::new();
-    let handle = WebhookActor::new(addr.clone().recipient(), None, metrics.clone()).spawn();
-    let actor = handle.addr().clone();
-    let intake =
-        web::Data::new(WebhookIntake::new(Secret::new(SECRET), handle, metrics.clone()).unwrap());
+    let actor = WebhookActor::new(addr.clone().recipient(), None, metrics.clone()).start();
+    let intake = web::Data::new(
+        WebhookIntake::new(Secret::new(SECRET), actor.clone(), metrics.clone()).unwrap(),
+    );
     let app = web_test::init_service(
         App::new().service(WebhookIntake::resource(intake, "/webhook/github")),
     )
@@ -575,7 +574,7 @@ async fn a_job_no_pool_covers_is_accepted_without_a_durable_record() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = Store::open(dir.path()).unwrap();
     let (addr, seen) = recorder(64);
-    let handle = WebhookActor::new(
+    let actor = WebhookActor::new(
         addr.clone().recipient(),
         Some(store.clone()),
         Metrics::new(),
@@ -584,10 +583,10 @@ async fn a_job_no_pool_covers_is_accepted_without_a_durable_record() {
         "self-hosted".to_string(),
         "linux".to_string(),
     ])])
-    .spawn();
-    let actor = handle.addr().clone();
-    let intake =
-        web::Data::new(WebhookIntake::new(Secret::new(SECRET), handle, Metrics::new()).unwrap());
+    .start();
+    let intake = web::Data::new(
+        WebhookIntake::new(Secret::new(SECRET), actor.clone(), Metrics::new()).unwrap(),
+    );
     let app = web_test::init_service(
         App::new().service(WebhookIntake::resource(intake.clone(), "/webhook/github")),
     )
@@ -602,7 +601,6 @@ async fn a_job_no_pool_covers_is_accepted_without_a_durable_record() {
         .await;
         assert_eq!(r.status(), 202);
     }
-    addr.send(Stop).await.ok(); // what was handed over is in the recorder's mailbox before it
     assert_eq!(
         seen.lock().unwrap().len(),
         2,
@@ -620,13 +618,13 @@ async fn a_job_no_pool_covers_is_accepted_without_a_durable_record() {
 #[actix_web::test]
 async fn a_targets_secret_speaks_only_for_its_owner() {
     let (addr, seen) = recorder(64);
-    let handle = WebhookActor::new(addr.clone().recipient(), None, Metrics::new()).spawn();
-    let actor = handle.addr().clone();
+    let actor = WebhookActor::new(addr.clone().recipient(), None, Metrics::new()).start();
     let keys = [
         ("acme".to_string(), Secret::new("secret-a")),
         ("Beta".to_string(), Secret::new("secret-b")),
     ];
-    let intake = web::Data::new(WebhookIntake::for_targets(keys, handle, Metrics::new()).unwrap());
+    let intake =
+        web::Data::new(WebhookIntake::for_targets(keys, actor.clone(), Metrics::new()).unwrap());
     let app = web_test::init_service(
         App::new().service(WebhookIntake::resource(intake.clone(), "/webhook/github")),
     )
@@ -647,7 +645,6 @@ async fn a_targets_secret_speaks_only_for_its_owner() {
         let r = web_test::call_service(&app, send(secret, body, id)).await;
         assert_eq!(r.status().as_u16(), want, "{id}");
     }
-    addr.send(Stop).await.ok();
     let ids: Vec<u64> = seen
         .lock()
         .unwrap()
@@ -660,48 +657,4 @@ async fn a_targets_secret_speaks_only_for_its_owner() {
         3,
         "a refused delivery leaves no id"
     );
-}
-
-/// A delivery that needs no durable record is decided on the worker thread: it is accepted
-/// and handed over even with the intake actor gone, while one that needs a record (a covered
-/// `queued` job) cannot be and is answered 503.
-#[actix_web::test]
-async fn a_delivery_without_a_record_never_waits_for_the_intake_actor() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, _) = Store::open(dir.path()).unwrap();
-    let (addr, seen) = recorder(64);
-    let handle = WebhookActor::new(addr.clone().recipient(), Some(store), Metrics::new())
-        .with_coverage([crate::vocab::LabelSet::new(&[
-            "self-hosted".to_string(),
-            "linux".to_string(),
-        ])])
-        .spawn();
-    handle.addr().send(crate::lifecycle::Stop).await.unwrap();
-    while handle.addr().connected() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let intake =
-        web::Data::new(WebhookIntake::new(Secret::new(SECRET), handle, Metrics::new()).unwrap());
-    let app = web_test::init_service(
-        App::new().service(WebhookIntake::resource(intake, "/webhook/github")),
-    )
-    .await;
-    let uncovered = queued_body(401, "queued").replace("\"linux\"", "\"gpu\"");
-    let cases = [
-        (queued_body(400, "queued"), "q1", 503),
-        (uncovered, "q2", 202),
-        (queued_body(400, "in_progress"), "q3", 202),
-    ];
-    for (body, id, want) in cases {
-        let r = web_test::call_service(&app, signed("workflow_job", id, &body).to_request()).await;
-        assert_eq!(r.status().as_u16(), want, "{id}");
-    }
-    addr.send(Stop).await.ok();
-    let handed: Vec<_> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| e.job.key.job_id)
-        .collect();
-    assert_eq!(handed, vec![401, 400]);
 }
