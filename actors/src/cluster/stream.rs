@@ -2,9 +2,10 @@
 //!
 //! A dedicated connection `LISTEN`s on [`super::CHANNEL`]. A job event's notification carries
 //! the event itself ([`Notice`]): it is handed over without a query. An empty one (a release,
-//! an event too large for a payload), a payload this binary cannot read, and a tick every
-//! [`BACKSTOP`] (for what was missed) make the listener read the events table from its cursor. Sequence numbers are handed out before their transaction commits, so a lower
-//! one can appear after a higher one: the [`Cursor`] keeps the numbers it has seen above its
+//! an event too large for a payload), a payload this binary cannot read, and [`BACKSTOP`]
+//! gone by since the last read (for what was missed) make the listener read the events table
+//! from its cursor. Sequence numbers are handed out before their transaction commits, so a
+//! lower one can appear after a higher one: the [`Cursor`] keeps the numbers it has seen above its
 //! low-water mark and waits up to [`GAP_PATIENCE`] for a missing one before taking it for a
 //! rolled-back transaction. When the connection breaks it reconnects with backoff and reads on
 //! from the cursor, so events recorded meanwhile are not lost.
@@ -19,7 +20,7 @@ use tokio_postgres::AsyncMessage;
 use super::{Ledger, LedgerError, Released};
 use crate::job::{JobAction, JobInfo, JobKey};
 
-/// How often the events table is read without a notification.
+/// How often the events table is read at least, whatever the notifications carried.
 pub const BACKSTOP: Duration = Duration::from_secs(5);
 /// How long a missing sequence number is waited for.
 pub const GAP_PATIENCE: Duration = Duration::from_secs(10);
@@ -189,9 +190,13 @@ async fn session(
             )
             .await?;
         let mut must_read = true;
+        let mut last_read = Instant::now();
         loop {
-            if must_read && !read(&client, &from_cursor, ledger.host(), cursor, to).await? {
-                return Ok(());
+            if must_read {
+                if !read(&client, &from_cursor, ledger.host(), cursor, to).await? {
+                    return Ok(());
+                }
+                last_read = Instant::now();
             }
             must_read = tokio::select! {
                 woke = wake.recv() => {
@@ -214,7 +219,8 @@ async fn session(
                         next = wake.try_recv().ok();
                     }
                     cursor.settle(Instant::now());
-                    read_after
+                    // The backstop runs on a busy stream too, not only after a quiet spell.
+                    read_after || last_read.elapsed() >= BACKSTOP
                 }
                 _ = tokio::time::sleep(BACKSTOP) => true,
             };
