@@ -90,7 +90,7 @@ async fn with_sleep() -> (f64, f64) {
     }
     wait_for(|| standin.count("generate_jitconfig") as u64 >= TOTAL).await;
     let latency = paired(&sent_ms, claim_ms(&standin));
-    system::drain(&handles, Duration::ZERO).await;
+    handles.shutdown(Duration::ZERO).await;
     latency
 }
 
@@ -125,6 +125,6 @@ async fn with_standin_runners() -> ((f64, f64), (f64, f64)) {
     let picked: Vec<u128> = jobs.iter().filter_map(|j| j.picked_at_ms).collect();
     let to_claim = paired(&sent_ms, claim_ms(&standin));
     let to_pick = paired(&sent_ms, picked);
-    system::drain(&handles, Duration::from_secs(30)).await;
+    handles.shutdown(Duration::from_secs(30)).await;
     (to_claim, to_pick)
 }
