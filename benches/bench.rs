@@ -317,7 +317,7 @@ fn retry_scale() {
                 repo: "app".into(),
                 run_id: id / 10,
                 run_attempt: 1,
-                labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
+                labels: vec!["self-hosted".into(), "linux".into(), "x64".into()].into(),
                 ..JobInfo::default()
             })
             .collect();
@@ -325,14 +325,14 @@ fn retry_scale() {
         let t0 = tokio::time::Instant::now();
         let started = StdInstant::now();
         for j in jobs {
-            q.record_failure(j, &failure, t0, 0, None, &mut rng);
+            q.record_failure(&j.key, &failure, t0, 0, None, &mut rng);
         }
         let add = started.elapsed();
         let rss1 = rss_bytes();
         let later = t0 + Duration::from_secs(3600);
         let started = StdInstant::now();
         for (j, _) in q.pop_due(later) {
-            q.record_failure(j, &failure, later, 0, None, &mut rng);
+            q.record_failure(&j, &failure, later, 0, None, &mut rng);
         }
         let fire = started.elapsed();
         let per = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
@@ -472,7 +472,7 @@ fn burst(jobs: u64) -> Vec<Duration> {
         let job = JobInfo {
             key: JobKey::new("acme", id),
             repo: "app".into(),
-            labels: vec!["self-hosted".into()],
+            labels: vec!["self-hosted".into()].into(),
             ..JobInfo::default()
         };
         let fx = s.on_job_event(JobAction::Queued, job, None, now.mono, now);

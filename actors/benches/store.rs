@@ -17,7 +17,7 @@ fn row(id: u64) -> JobRow {
             repo: "app".into(),
             run_id: id / 10,
             run_attempt: 1,
-            labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
+            labels: vec!["self-hosted".into(), "linux".into(), "x64".into()].into(),
             ..JobInfo::default()
         },
         received_unix: 1_800_000_000,

@@ -1,15 +1,15 @@
 //! The job vocabulary every actor shares: a job's identity, what is known about it, and the
 //! `workflow_job` actions. Plain data; no behaviour beyond label arithmetic.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
 /// A job's identity: GitHub job ids are global, the owner keeps several GitHub targets apart.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct JobKey {
-    /// The repository owner (lowercased).
-    pub owner: String,
+    /// The repository owner (lowercased). Shared: the scheduler keeps one copy per owner.
+    pub owner: Arc<str>,
     /// GitHub's job id.
     pub job_id: u64,
 }
@@ -17,10 +17,12 @@ pub struct JobKey {
 impl JobKey {
     /// A key; the owner is lowercased so `Acme` and `acme` are one owner.
     pub fn new(owner: &str, job_id: u64) -> Self {
-        JobKey {
-            owner: owner.to_ascii_lowercase(),
-            job_id,
-        }
+        let owner = if owner.bytes().any(|b| b.is_ascii_uppercase()) {
+            Arc::from(owner.to_ascii_lowercase())
+        } else {
+            Arc::from(owner)
+        };
+        JobKey { owner, job_id }
     }
 }
 
@@ -72,20 +74,20 @@ impl JobAction {
 pub struct JobInfo {
     /// Identity.
     pub key: JobKey,
-    /// Repository name (without the owner).
-    pub repo: String,
+    /// Repository name (without the owner). Shared, as the owner.
+    pub repo: Arc<str>,
     /// Workflow run id.
     pub run_id: u64,
     /// Run attempt (re-runs get new job ids).
     pub run_attempt: u32,
-    /// The job's `runs-on` labels.
-    pub labels: Vec<String>,
+    /// The job's `runs-on` labels. Shared: the scheduler keeps one copy per label set.
+    pub labels: Arc<[String]>,
     /// The runner that took it (`in_progress`, `completed`); may not be the one we made for it.
     pub runner_name: Option<String>,
     /// That runner's id.
     pub runner_id: Option<u64>,
-    /// `success`, `failure`, `cancelled`, ... once completed.
-    pub conclusion: Option<String>,
+    /// `success`, `failure`, `cancelled`, ... once completed. Shared, as the owner.
+    pub conclusion: Option<Arc<str>>,
     /// The App installation the delivery came from.
     pub installation_id: Option<u64>,
 }

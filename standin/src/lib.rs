@@ -370,7 +370,7 @@ impl Standin {
         s.next_job_id += 1;
         let info = ephemer_actors_core::job::JobInfo {
             key: ephemer_actors_core::job::JobKey::new(owner, id),
-            repo: repo.to_string(),
+            repo: repo.into(),
             run_id: id,
             run_attempt: 1,
             labels: labels.iter().map(|l| l.to_string()).collect(),

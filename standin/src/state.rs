@@ -372,13 +372,13 @@ impl State {
             .or(job.runner_id);
         let info = ephemer_actors_core::job::JobInfo {
             key: ephemer_actors_core::job::JobKey::new(&self.owner, job.id),
-            repo: job.repo.clone(),
+            repo: job.repo.as_str().into(),
             run_id: job.run_id,
             run_attempt: 1,
-            labels: job.labels.clone(),
+            labels: job.labels.clone().into(),
             runner_name: job.runner_name.clone(),
             runner_id,
-            conclusion: job.conclusion.clone(),
+            conclusion: job.conclusion.as_deref().map(Into::into),
             installation_id: None,
         };
         let body = ephemer_actors_core::github::event::render_workflow_job(action, &info);

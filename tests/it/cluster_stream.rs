@@ -73,7 +73,7 @@ async fn a_job_event_reaches_the_other_hosts_in_its_notification_without_a_read(
     let info = |id: u64| JobInfo {
         key: JobKey::new("acme", id),
         repo: "app".into(),
-        labels: vec!["self-hosted".into(), "linux".into()],
+        labels: ["self-hosted".to_string(), "linux".to_string()].into(),
         ..JobInfo::default()
     };
     for id in 1..=20 {

@@ -435,7 +435,7 @@ async fn deleting_a_runner_is_idempotent() {
         s.client.get_job("app", id).await.unwrap()
     };
     assert_eq!(status, "queued");
-    assert_eq!(job.labels, vec!["self-hosted"]);
+    assert_eq!(*job.labels, ["self-hosted"]);
 }
 
 /// Ten repos (and an archived one) with a queued job each; one repo answers 500. The pass
@@ -466,7 +466,7 @@ async fn a_reconcile_pass_isolates_a_failing_repo_and_an_unchanged_pass_costs_on
         None,
     );
     let first = client.reconcile(0).await.unwrap();
-    let found: Vec<&str> = first.jobs.iter().map(|j| j.repo.as_str()).collect();
+    let found: Vec<&str> = first.jobs.iter().map(|j| &*j.repo).collect();
     assert_eq!(found.len(), 9, "{found:?}");
     assert!(!found.contains(&"repo3"));
     assert_eq!(first.failed.len(), 1);
@@ -536,7 +536,7 @@ async fn a_reconcile_pass_leaves_the_rest_for_later_when_the_budget_runs_low() {
         .jobs
         .iter()
         .chain(second.jobs.iter())
-        .map(|j| j.repo.as_str())
+        .map(|j| &*j.repo)
         .collect();
     seen.sort_unstable();
     seen.dedup();

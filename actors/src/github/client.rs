@@ -10,6 +10,7 @@ use actix::Recipient;
 use actix_web::http::{Method, StatusCode, header::HeaderMap};
 use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::json;
+use std::sync::Arc;
 
 use super::{
     auth::{Credentials, parse_access_token},
@@ -396,13 +397,13 @@ impl GithubClient {
     pub(super) fn job_info(&self, repo: &str, j: ApiJob) -> JobInfo {
         JobInfo {
             key: JobKey::new(&self.inner.owner, j.id),
-            repo: repo.to_string(),
+            repo: repo.into(),
             run_id: j.run_id,
             run_attempt: j.run_attempt.unwrap_or(1),
-            labels: j.labels,
+            labels: j.labels.into(),
             runner_name: j.runner_name.filter(|n| !n.is_empty()),
             runner_id: j.runner_id.filter(|id| *id != 0),
-            conclusion: j.conclusion,
+            conclusion: j.conclusion.map(Arc::from),
             installation_id: None,
         }
     }

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Deserializer};
 
+use std::sync::Arc;
+
 use crate::job::{JobAction, JobInfo, JobKey};
 
 /// Why a body was not a usable `workflow_job` payload.
@@ -113,13 +115,13 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
         action: JobAction::parse(&payload.action),
         job: JobInfo {
             key: JobKey::new(&payload.repository.owner.login, payload.workflow_job.id),
-            repo: payload.repository.name,
+            repo: payload.repository.name.into(),
             run_id: payload.workflow_job.run_id,
             run_attempt: payload.workflow_job.run_attempt,
-            labels: payload.workflow_job.labels,
+            labels: payload.workflow_job.labels.into(),
             runner_name,
             runner_id: payload.workflow_job.runner_id.filter(|id| *id != 0),
-            conclusion: payload.workflow_job.conclusion,
+            conclusion: payload.workflow_job.conclusion.map(Arc::from),
             installation_id: payload.installation.map(|i| i.id),
         },
     })
@@ -218,7 +220,7 @@ mod tests {
         assert_eq!(d.action, Some(JobAction::Queued));
         assert_eq!(d.job.key, JobKey::new("acme", 29679449));
         assert_eq!(d.job.run_id, 10_000_000_001);
-        assert_eq!(d.job.labels, vec!["self-hosted", "linux"]);
+        assert_eq!(*d.job.labels, ["self-hosted", "linux"]);
         assert_eq!(d.job.installation_id, Some(42));
         assert_eq!(d.job.runner_name, None);
     }

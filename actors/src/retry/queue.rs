@@ -41,11 +41,9 @@ pub struct Failure {
     pub message: String,
 }
 
-/// A job on the ladder.
+/// A job on the ladder (the job itself is the caller's: the ladder keeps its key alone).
 #[derive(Debug, Clone)]
 pub struct RetryItem {
-    /// The job to dispatch again.
-    pub job: JobInfo,
     /// Failures so far.
     pub attempts: u32,
     /// When the first failure happened (the `max_age` clock).
@@ -134,17 +132,17 @@ impl RetryQueue {
         }
     }
 
-    /// Records a failed claim of `job` and decides its next attempt.
+    /// Records a failed claim of job `key` and decides its next attempt.
     pub fn record_failure(
         &mut self,
-        job: JobInfo,
+        key: &JobKey,
         failure: &Failure,
         now: Instant,
         now_unix: u64,
         rate: Option<&RateSnapshot>,
         rng: &mut impl Rng,
     ) -> Scheduled {
-        let key = job.key.clone();
+        let key = key.clone();
         if !failure.class.is_retryable() {
             self.remove(&key);
             return Scheduled::NotRetryable {
@@ -152,7 +150,6 @@ impl RetryQueue {
             };
         }
         let item = self.items.entry(key.clone()).or_insert_with(|| RetryItem {
-            job: job.clone(),
             attempts: 0,
             first_failure: now,
             next_attempt: None,
@@ -162,7 +159,6 @@ impl RetryQueue {
             seq: 0,
         });
         item.attempts += 1;
-        item.job = job;
         item.class = failure.class;
         item.last_error = failure.message.clone();
         let (attempts, class, first_failure) = (item.attempts, item.class, item.first_failure);
@@ -231,7 +227,6 @@ impl RetryQueue {
             self.items.insert(
                 r.job.key.clone(),
                 RetryItem {
-                    job: r.job.clone(),
                     attempts: r.attempts,
                     first_failure,
                     next_attempt: Some(at),
@@ -246,9 +241,9 @@ impl RetryQueue {
         }
     }
 
-    /// The durable form of an item.
-    pub fn row(&self, key: &JobKey, now: Instant, now_unix: u64) -> Option<RetryRow> {
-        let i = self.items.get(key)?;
+    /// The durable form of `job`'s item.
+    pub fn row(&self, job: &JobInfo, now: Instant, now_unix: u64) -> Option<RetryRow> {
+        let i = self.items.get(&job.key)?;
         let unix = |t: Instant| {
             if t >= now {
                 now_unix.saturating_add(t.duration_since(now).as_secs())
@@ -257,7 +252,7 @@ impl RetryQueue {
             }
         };
         Some(RetryRow {
-            job: i.job.clone(),
+            job: job.clone(),
             attempts: i.attempts,
             first_failure_unix: unix(i.first_failure),
             next_attempt_unix: i.next_attempt.map_or(now_unix, unix),
@@ -268,7 +263,7 @@ impl RetryQueue {
 
     /// Takes every item due at `now` out of the heap; they stay indexed, in flight, until
     /// [`RetryQueue::remove`] (success, abandon) or another `record_failure`.
-    pub fn pop_due(&mut self, now: Instant) -> Vec<(JobInfo, u32)> {
+    pub fn pop_due(&mut self, now: Instant) -> Vec<(JobKey, u32)> {
         let mut due = Vec::new();
         while let Some(Reverse((at, _, _))) = self.heap.peek() {
             if *at > now {
@@ -283,7 +278,7 @@ impl RetryQueue {
             {
                 item.next_attempt = None;
                 self.waiting -= 1;
-                due.push((item.job.clone(), item.attempts));
+                due.push((key, item.attempts));
             }
         }
         due
@@ -379,6 +374,17 @@ mod tests {
         crate::scheduler::fixtures::job(id, &["self-hosted"])
     }
 
+    /// Job `id`'s claim failed with `class` at `at` (no rate reading).
+    fn failed(
+        q: &mut RetryQueue,
+        id: u64,
+        class: ErrorClass,
+        at: Instant,
+        rng: &mut SmallRng,
+    ) -> Scheduled {
+        q.record_failure(&job(id).key, &fail(class), at, 0, None, rng)
+    }
+
     fn fail(class: ErrorClass) -> Failure {
         Failure {
             class,
@@ -397,14 +403,7 @@ mod tests {
         let t0 = Instant::now();
         let mut now = t0;
         let mut delays = Vec::new();
-        let mut outcome = q.record_failure(
-            job(1),
-            &fail(ErrorClass::ServerSide),
-            now,
-            0,
-            None,
-            &mut rng,
-        );
+        let mut outcome = failed(&mut q, 1, ErrorClass::ServerSide, now, &mut rng);
         // Bounded: a queue that forgot items on fire would retry every 30 s forever.
         for _ in 0..10 {
             let Scheduled::Retry { at, delay, .. } = outcome else {
@@ -420,7 +419,7 @@ mod tests {
                 "first failure kept"
             );
             outcome = q.record_failure(
-                due[0].0.clone(),
+                &due[0].0,
                 &fail(ErrorClass::ServerSide),
                 now,
                 0,
@@ -442,18 +441,17 @@ mod tests {
         let mut q = queue(&[30], 5400);
         let mut rng = SmallRng::seed_from_u64(0);
         let now = Instant::now();
-        q.record_failure(job(1), &fail(ErrorClass::Network), now, 0, None, &mut rng);
-        q.record_failure(job(2), &fail(ErrorClass::Network), now, 0, None, &mut rng);
+        failed(&mut q, 1, ErrorClass::Network, now, &mut rng);
+        failed(&mut q, 2, ErrorClass::Network, now, &mut rng);
         let due = q.pop_due(now + Duration::from_secs(30));
         assert_eq!(due.len(), 2);
         assert_eq!(q.len(), 0, "in flight items are not waiting");
         assert!(q.remove(&job(1).key), "success drops");
-        let again = q.record_failure(
-            job(2),
-            &fail(ErrorClass::Network),
+        let again = failed(
+            &mut q,
+            2,
+            ErrorClass::Network,
             now + Duration::from_secs(30),
-            0,
-            None,
             &mut rng,
         );
         assert!(matches!(again, Scheduled::Retry { attempts: 2, .. }));
@@ -468,7 +466,7 @@ mod tests {
         let now = Instant::now();
         assert_eq!(
             q.record_failure(
-                job(1),
+                &job(1).key,
                 &fail(ErrorClass::NonRetryable),
                 now,
                 0,
@@ -480,16 +478,9 @@ mod tests {
             }
         );
         assert!(q.is_empty());
-        q.record_failure(job(2), &fail(ErrorClass::RateLimit), now, 0, None, &mut rng);
+        failed(&mut q, 2, ErrorClass::RateLimit, now, &mut rng);
         q.pop_due(now + Duration::from_secs(30));
-        let out = q.record_failure(
-            job(2),
-            &fail(ErrorClass::ServerSide),
-            now,
-            0,
-            None,
-            &mut rng,
-        );
+        let out = failed(&mut q, 2, ErrorClass::ServerSide, now, &mut rng);
         assert!(matches!(
             out,
             Scheduled::Retry {
@@ -506,13 +497,12 @@ mod tests {
         let mut q = queue(&[30], 5400);
         let mut rng = SmallRng::seed_from_u64(0);
         let now = Instant::now();
-        q.record_failure(job(1), &fail(ErrorClass::Network), now, 0, None, &mut rng);
-        q.record_failure(
-            job(2),
-            &fail(ErrorClass::Network),
+        failed(&mut q, 1, ErrorClass::Network, now, &mut rng);
+        failed(
+            &mut q,
+            2,
+            ErrorClass::Network,
             now + Duration::from_secs(5),
-            0,
-            None,
             &mut rng,
         );
         assert!(q.remove(&job(1).key));
@@ -529,7 +519,7 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(0);
         let (now, unix) = (Instant::now(), 1_800_000_000);
         q.record_failure(
-            job(1),
+            &job(1).key,
             &fail(ErrorClass::RateLimit),
             now,
             unix,
@@ -545,7 +535,7 @@ mod tests {
             ..RateSnapshot::default()
         };
         let out = q.record_failure(
-            job(1),
+            &job(1).key,
             &fail(ErrorClass::ServerSide),
             later,
             unix + 30,
@@ -594,7 +584,7 @@ mod tests {
                     bucket: None,
                     message: "x".into(),
                 };
-                match q.record_failure(job(1), &failure, now, now_unix, Some(&reading), &mut rng) {
+                match q.record_failure(&job(1).key, &failure, now, now_unix, Some(&reading), &mut rng) {
                     Scheduled::Retry { at, attempts, .. } => {
                         let first = q.get(&job(1).key).unwrap().first_failure;
                         proptest::prop_assert!(

@@ -30,7 +30,7 @@ pub enum Observation {
         /// Delivery.
         delivery: Option<String>,
         /// Its labels.
-        labels: Vec<String>,
+        labels: std::sync::Arc<[String]>,
     },
     /// A job came back too often without running.
     ZombieCap {

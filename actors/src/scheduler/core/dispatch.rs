@@ -242,7 +242,7 @@ impl Scheduler {
         let request = ClaimRequest {
             repo: self.settings.targets[t]
                 .repo_level()
-                .then(|| self.jobs[&key].info.repo.clone()),
+                .then(|| self.jobs[&key].info.repo.to_string()),
             name_base: self.settings.runner_prefix(&provider),
             labels: spec.labels.clone(),
         };
@@ -352,7 +352,7 @@ impl Scheduler {
         let repo = self.settings.targets[t].repo_level().then(|| {
             self.jobs
                 .get(&key)
-                .map(|r| r.info.repo.clone())
+                .map(|r| r.info.repo.to_string())
                 .unwrap_or_default()
         });
         let started = self.jobs.get(&key).and_then(|r| r.started_at).is_some();
@@ -366,7 +366,7 @@ impl Scheduler {
                 Abandon::StartedDuringClaim
             };
             fx.push(Effect::DeleteRunner {
-                owner: key.owner.clone(),
+                owner: key.owner.to_string(),
                 repo,
                 runner_id: runner.id,
                 name: runner.name.clone(),
@@ -385,8 +385,9 @@ impl Scheduler {
                 .map(|i| self.settings.providers[i].labels.clone())
                 .unwrap_or_default(),
         };
+        let handle: Arc<str> = Arc::from(runner.name.as_str());
         self.runners.insert(
-            runner.name.clone(),
+            handle.clone(),
             RunnerRecord {
                 row: RunnerRow {
                     name: runner.name.clone(),
@@ -406,7 +407,7 @@ impl Scheduler {
                 tearing_down: false,
             },
         );
-        let row = self.runners[&runner.name].row.clone();
+        let row = self.runners[&*handle].row.clone();
         self.ops.push(Op::PutRunner(row));
         self.observe(Observation::RunnerAdded {
             provider: provider.clone(),
@@ -415,7 +416,7 @@ impl Scheduler {
             &key,
             Phase::Active {
                 provider: provider.clone(),
-                runner: runner.name.clone(),
+                runner: handle.clone(),
             },
         );
         // A job on the ladder keeps its item (attempts, first failure) until it is seen
@@ -424,7 +425,7 @@ impl Scheduler {
             &key,
             now,
             Note::Claimed {
-                runner: runner.name.as_str().into(),
+                runner: handle,
                 runner_id: runner.id,
                 provider: provider.clone(),
             },

@@ -15,6 +15,8 @@ impl Scheduler {
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
+        let mut job = job;
+        self.shared.job(&mut job);
         if let Some(reason) = self.out_of_scope(&job) {
             self.ignore(action, job, reason, received, now);
             return fx;
@@ -118,7 +120,7 @@ impl Scheduler {
             &key,
             now,
             Note::Queued {
-                delivery: delivery.map(str::to_string),
+                delivery: delivery.map(DeliveryId::new),
             },
         );
 
@@ -203,14 +205,8 @@ impl Scheduler {
             Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done => {}
         }
         self.leave_ladder(&key, fx);
-        self.note(
-            &key,
-            now,
-            Note::Observed {
-                action,
-                runner: runner_name.clone(),
-            },
-        );
+        let runner = runner_name.as_deref().map(|n| self.runner_handle(n));
+        self.note(&key, now, Note::Observed { action, runner });
         self.observe(Observation::JobObserved {
             job_id: key.job_id,
             delivery: delivery.map(str::to_string),
@@ -222,14 +218,14 @@ impl Scheduler {
         // A runner already gone that is named now did run a job: no registration to delete.
         if let Some(gone) = runner_name
             .as_ref()
-            .and_then(|n| self.recent_runners.get_mut(n))
+            .and_then(|n| self.recent_runners.get_mut(n.as_str()))
         {
             gone.3 = true;
         }
         // Ours only if the name *and* the id match (a name alone could be another's).
         let runner_id = job.runner_id;
         if let Some(name) = &runner_name
-            && let Some(runner) = self.runners.get_mut(name)
+            && let Some(runner) = self.runners.get_mut(name.as_str())
             && runner_id.is_none_or(|id| id == runner.id)
         {
             if runner.bound.is_none() {
@@ -244,11 +240,12 @@ impl Scheduler {
                     runner: name.clone(),
                     intended: intent.job_id,
                 });
+                let runner = self.runner_handle(name);
                 self.note(
                     &intent,
                     now,
                     Note::RunnerTookOther {
-                        runner: name.clone(),
+                        runner,
                         job_id: key.job_id,
                     },
                 );
@@ -310,7 +307,7 @@ impl Scheduler {
         }
         self.note(key, now, Note::Completed { conclusion });
         if let Some(name) = target {
-            self.tear_down(key, name, "job completed", now, fx);
+            self.tear_down(key, &name, "job completed", now, fx);
         }
     }
 }

@@ -46,7 +46,6 @@ impl Scheduler {
             self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
             return;
         }
-        let job = rec.info.clone();
         // The rate snap reads the bucket the failing call spent; a claim's is
         // actions_runner_registration when the answer did not say.
         let bucket = failure
@@ -54,7 +53,7 @@ impl Scheduler {
             .unwrap_or(RateBucket::ActionsRunnerRegistration);
         let reading = self.rates.get(&(self.target_index(key), bucket)).copied();
         let outcome = self.ladder.record_failure(
-            job,
+            key,
             &failure,
             now.mono,
             now.unix,
@@ -71,7 +70,11 @@ impl Scheduler {
             } => {
                 self.set_phase(key, Phase::Retrying);
                 self.observe(Observation::RetryScheduled { class });
-                if let Some(row) = self.ladder.row(key, now.mono, now.unix) {
+                if let Some(row) = self
+                    .jobs
+                    .get(key)
+                    .and_then(|rec| self.ladder.row(&rec.info, now.mono, now.unix))
+                {
                     self.ops.push(Op::PutRetry(row));
                 }
                 self.note(
@@ -134,8 +137,7 @@ impl Scheduler {
     pub fn on_retry_timer(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.retry_timer = None;
-        for (job, attempts) in self.ladder.pop_due(now.mono) {
-            let key = job.key.clone();
+        for (key, attempts) in self.ladder.pop_due(now.mono) {
             let phase = self.jobs.get(&key).map(|r| r.phase.clone());
             if phase != Some(Phase::Retrying) {
                 // Resolved while it waited (started elsewhere, completed): nothing to retry.

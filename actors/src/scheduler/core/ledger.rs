@@ -25,7 +25,7 @@ impl Scheduler {
                     runner_id,
                     name,
                 } => {
-                    let ran_a_job = self.recent_runners.get(&name).is_some_and(|r| r.3);
+                    let ran_a_job = self.recent_runners.get(&*name).is_some_and(|r| r.3);
                     if !ran_a_job {
                         fx.push(Effect::DeleteRunner {
                             owner,
@@ -55,12 +55,16 @@ impl Scheduler {
     pub fn on_runner_event(&mut self, name: &str, kind: RunnerEventKind, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         // An event for a runner no longer in the ledger changes nothing.
-        let Some(runner) = self.runners.get_mut(name) else {
+        let Some((handle, runner)) = self.runners.get_key_value(name) else {
             return fx;
         };
-        let intent = runner.intent.clone();
+        let (handle, intent) = (handle.clone(), runner.intent.clone());
         match kind {
             RunnerEventKind::Started => {
+                let runner = self
+                    .runners
+                    .get_mut(name)
+                    .unwrap_or_else(|| unreachable!("looked up above"));
                 runner.started_at = Some(now.mono);
                 let startup = now.mono.saturating_duration_since(runner.created_at);
                 let queue_wait = self
@@ -76,7 +80,7 @@ impl Scheduler {
                     &intent,
                     now,
                     Note::RunnerStarted {
-                        runner: name.to_string(),
+                        runner: handle,
                         after: startup,
                     },
                 );
@@ -87,7 +91,7 @@ impl Scheduler {
                     &intent,
                     now,
                     Note::RunnerGone {
-                        runner: name.to_string(),
+                        runner: handle,
                         reason,
                         code,
                     },
@@ -106,7 +110,7 @@ impl Scheduler {
                     .filter(|r| r.bound.is_none() && !r.registration_deleted)
                 {
                     let delete = Deferred::Delete {
-                        owner: r.row.intent.owner.clone(),
+                        owner: r.row.intent.owner.to_string(),
                         repo: r.row.repo.clone(),
                         runner_id: r.row.id,
                         name: r.row.name.clone(),
@@ -149,7 +153,7 @@ impl Scheduler {
                 let r = self.forget_runner(name, now);
                 if let Some(r) = &r {
                     fx.push(Effect::DeleteRunner {
-                        owner: r.row.intent.owner.clone(),
+                        owner: r.row.intent.owner.to_string(),
                         repo: r.row.repo.clone(),
                         runner_id: r.row.id,
                         name: r.row.name.clone(),
@@ -215,7 +219,7 @@ impl Scheduler {
             job,
             now,
             Note::EnvironmentFailed {
-                runner: runner.into(),
+                runner: self.runner_handle(runner),
                 error,
             },
         );
@@ -223,14 +227,14 @@ impl Scheduler {
 
     /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
     pub(super) fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
-        let r = self.runners.remove(name)?;
+        let (handle, r) = self.runners.remove_entry(name)?;
         self.ops.push(Op::DeleteRunner(r.name.clone()));
         self.release(&r.provider);
         self.observe(Observation::RunnerRemoved {
             provider: r.provider.clone(),
         });
         self.recent_runners.insert(
-            r.name.clone(),
+            handle,
             (
                 r.provider.clone(),
                 r.started_at,
@@ -239,7 +243,7 @@ impl Scheduler {
             ),
         );
         if let Some(rec) = self.jobs.get_mut(&r.intent)
-            && matches!(&rec.phase, Phase::Active { runner, .. } if runner == name)
+            && matches!(&rec.phase, Phase::Active { runner, .. } if **runner == *name)
         {
             rec.phase = if rec.started_at.is_some() {
                 Phase::Done

@@ -21,7 +21,9 @@ impl Scheduler {
                 .unwrap_or(now.mono)
         };
         for row in &snapshot.jobs {
-            let mut rec = JobRecord::new(row.info.clone(), Phase::Seen, ago(row.received_unix));
+            let mut info = row.info.clone();
+            self.shared.job(&mut info);
+            let mut rec = JobRecord::new(info, Phase::Seen, ago(row.received_unix));
             rec.seen_at = Some(now.mono);
             rec.started_at = row.started_unix.map(ago);
             if rec.started_at.is_some() {
@@ -31,7 +33,7 @@ impl Scheduler {
                 at: now.unix,
                 note: Note::Restored,
             });
-            self.jobs.insert(row.info.key.clone(), rec);
+            self.jobs.insert(rec.info.key.clone(), rec);
         }
         for r in &snapshot.runners {
             let Some(i) = self.provider_index(&r.provider) else {
@@ -44,8 +46,9 @@ impl Scheduler {
             self.observe(Observation::RunnerAdded {
                 provider: r.provider.clone(),
             });
+            let handle: Arc<str> = Arc::from(r.name.as_str());
             self.runners.insert(
-                r.name.clone(),
+                handle.clone(),
                 RunnerRecord {
                     row: r.clone(),
                     created_at: ago(r.created_unix),
@@ -70,7 +73,7 @@ impl Scheduler {
             if rec.started_at.is_none() {
                 rec.phase = Phase::Active {
                     provider: r.provider.clone(),
-                    runner: r.name.clone(),
+                    runner: handle,
                 };
             }
         }
@@ -79,10 +82,16 @@ impl Scheduler {
         self.ladder.restore(&snapshot.retries, now.mono, now.unix);
         let mut fx = Vec::new();
         for r in &snapshot.retries {
-            let rec = self
-                .jobs
-                .entry(r.job.key.clone())
-                .or_insert_with(|| JobRecord::new(r.job.clone(), Phase::Seen, now.mono));
+            if !self.jobs.contains_key(&r.job.key) {
+                let mut info = r.job.clone();
+                self.shared.job(&mut info);
+                let key = info.key.clone();
+                self.jobs
+                    .insert(key, JobRecord::new(info, Phase::Seen, now.mono));
+            }
+            let Some(rec) = self.jobs.get_mut(&r.job.key) else {
+                continue;
+            };
             if rec.started_at.is_none() && rec.phase == Phase::Seen {
                 rec.phase = Phase::Retrying;
                 rec.claim_failures = r.attempts;

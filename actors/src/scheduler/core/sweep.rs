@@ -60,7 +60,7 @@ impl Scheduler {
             }
         }
         for (name, _, _, why) in reap {
-            let Some(r) = self.runners.get_mut(&name) else {
+            let Some(r) = self.runners.get_mut(name.as_str()) else {
                 continue;
             };
             // The sweep runs on every `completed` in the org: without this, one runner whose
@@ -74,7 +74,7 @@ impl Scheduler {
             r.idle_checked_at = Some(now.mono);
             r.idle_check_pending = true;
             fx.push(Effect::CheckIdle {
-                owner: r.intent.owner.clone(),
+                owner: r.intent.owner.to_string(),
                 runner_id: r.id,
                 repo: r.repo.clone(),
                 name,
@@ -145,6 +145,7 @@ impl Scheduler {
         r.registration_deleted = matches!(busy, Ok(false));
         r.tearing_down |= matches!(busy, Ok(false));
         let (provider, intent) = (r.provider.clone(), r.intent.clone());
+        let handle = self.runner_handle(name);
         match busy {
             Ok(false) => {
                 self.observe(Observation::Reaping {
@@ -156,7 +157,7 @@ impl Scheduler {
                     &intent,
                     now,
                     Note::Reaped {
-                        runner: name.to_string(),
+                        runner: handle,
                         reason,
                     },
                 );
@@ -182,13 +183,13 @@ impl Scheduler {
     /// on GitHub when they report their exit.
     pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
-        let runners: Vec<(String, JobKey)> = self
+        let runners: Vec<(Arc<str>, JobKey)> = self
             .runners
-            .values()
-            .map(|r| (r.name.clone(), r.intent.clone()))
+            .iter()
+            .map(|(name, r)| (name.clone(), r.intent.clone()))
             .collect();
         for (name, intent) in runners {
-            self.tear_down(&intent, name, "shutdown timeout reached", now, &mut fx);
+            self.tear_down(&intent, &name, "shutdown timeout reached", now, &mut fx);
         }
         fx
     }
@@ -197,27 +198,28 @@ impl Scheduler {
     pub(super) fn tear_down(
         &mut self,
         key: &JobKey,
-        name: String,
+        name: &str,
         reason: &'static str,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(r) = self.runners.get_mut(&name) else {
+        let Some(r) = self.runners.get_mut(name) else {
             return;
         };
         r.tearing_down = true;
         let provider = r.provider.clone();
+        let handle = self.runner_handle(name);
         self.note(
             key,
             now,
             Note::TearingDown {
-                runner: name.clone(),
+                runner: handle,
                 reason,
             },
         );
         fx.push(Effect::Teardown {
             provider,
-            name,
+            name: name.to_string(),
             reason,
         });
     }
@@ -253,5 +255,6 @@ impl Scheduler {
         }
         self.recent_runners
             .retain(|_, (_, _, gone, _)| now.mono.saturating_duration_since(*gone) < seen_ttl);
+        self.shared.prune();
     }
 }

@@ -150,7 +150,7 @@ fn slots_follow_the_weights() {
         let next = claimed_keys(&run_to_end(&mut s, &key, 10 + n, at(t0, 2 + n)));
         next_started.extend(next);
     }
-    let owners: Vec<&str> = next_started.iter().map(|k| k.owner.as_str()).collect();
+    let owners: Vec<&str> = next_started.iter().map(|k| &*k.owner).collect();
     assert_eq!(owners, ["acme", "acme", "acme", "beta"]);
 }
 

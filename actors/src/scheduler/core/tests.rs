@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::{
-    config::{ClaimRetryConfig, Secret},
+    config::{ClaimRetryConfig, ProviderKind, Secret},
     github::error::HttpFailure,
     scheduler::fixtures::job,
 };

@@ -1,7 +1,7 @@
 //! A job's timeline: every decision taken about it, as data ([`Note`]), so tests match the
 //! decision and `jobs <id>` prints the sentence ([`std::fmt::Display`]).
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -95,20 +95,76 @@ impl fmt::Display for Abandon {
     }
 }
 
+/// A delivery's id as a note keeps it. GitHub's `X-GitHub-Delivery` is a UUID
+/// (`72d3162e-cc78-11e3-81ab-4c9367dc0958` in GitHub's "Webhook events and payloads"): held as
+/// its 16 bytes, not as 36 characters on the heap. Anything else (`reconcile`, an id spelt
+/// otherwise) is kept as it came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryId {
+    /// A lowercase hyphenated UUID.
+    Uuid([u8; 16]),
+    /// Any other id.
+    Other(Box<str>),
+}
+
+impl DeliveryId {
+    /// The id `s`, compact when it is a lowercase hyphenated UUID (so it prints back the same).
+    pub fn new(s: &str) -> Self {
+        Self::uuid(s).map_or_else(|| DeliveryId::Other(s.into()), DeliveryId::Uuid)
+    }
+
+    fn uuid(s: &str) -> Option<[u8; 16]> {
+        let b = s.as_bytes();
+        if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut digits = b.iter().filter(|&&c| c != b'-');
+        let mut out = [0u8; 16];
+        for byte in &mut out {
+            let hi = nibble(*digits.next()?)?;
+            let lo = nibble(*digits.next()?)?;
+            *byte = hi << 4 | lo;
+        }
+        Some(out)
+    }
+}
+
+impl fmt::Display for DeliveryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeliveryId::Uuid(bytes) => {
+                for (i, byte) in bytes.iter().enumerate() {
+                    if matches!(i, 4 | 6 | 8 | 10) {
+                        f.write_str("-")?;
+                    }
+                    write!(f, "{byte:02x}")?;
+                }
+                Ok(())
+            }
+            DeliveryId::Other(s) => f.write_str(s),
+        }
+    }
+}
+
 /// A decision about a job.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Note {
     /// A queued event passed the dedup gate.
     Queued {
         /// `X-GitHub-Delivery`, or `reconcile`.
-        delivery: Option<String>,
+        delivery: Option<DeliveryId>,
     },
     /// `waiting` for an environment approval.
     AwaitingApproval,
     /// No enabled provider covers the labels.
     Unroutable {
-        /// The job's labels.
-        labels: Vec<String>,
+        /// The job's labels (the job's own shared set).
+        labels: Arc<[String]>,
     },
     /// Outside the configured owner, repos or installation.
     OutOfScope {
@@ -138,8 +194,8 @@ pub enum Note {
     },
     /// A runner was registered for it.
     Claimed {
-        /// Runner name (boxed: this, the largest note, sets the size of every timeline entry).
-        runner: Box<str>,
+        /// Runner name (shared with the ledger's and the other notes' copies).
+        runner: Arc<str>,
         /// GitHub's runner id.
         runner_id: u64,
         /// Provider.
@@ -191,38 +247,38 @@ pub enum Note {
         /// Which.
         action: JobAction,
         /// On which runner.
-        runner: Option<String>,
+        runner: Option<Arc<str>>,
     },
     /// The runner made for this job took another.
     RunnerTookOther {
         /// Runner name.
-        runner: String,
+        runner: Arc<str>,
         /// The job it took.
         job_id: u64,
     },
     /// `completed`, with GitHub's conclusion.
     Completed {
-        /// Conclusion.
-        conclusion: String,
+        /// Conclusion (shared).
+        conclusion: Arc<str>,
     },
     /// Its runner is being torn down.
     TearingDown {
         /// Runner name.
-        runner: String,
+        runner: Arc<str>,
         /// Why.
         reason: &'static str,
     },
     /// Its runner's environment is up.
     RunnerStarted {
         /// Runner name.
-        runner: String,
+        runner: Arc<str>,
         /// Since the claim.
         after: Duration,
     },
     /// Its runner is gone.
     RunnerGone {
         /// Runner name.
-        runner: String,
+        runner: Arc<str>,
         /// Why.
         reason: ExitReason,
         /// Exit code, if any.
@@ -231,7 +287,7 @@ pub enum Note {
     /// Its runner's environment could not be made.
     EnvironmentFailed {
         /// Runner name.
-        runner: Box<str>,
+        runner: Arc<str>,
         /// What went wrong.
         error: String,
     },
@@ -248,7 +304,7 @@ pub enum Note {
     /// Its runner was reaped by the sweep.
     Reaped {
         /// Runner name.
-        runner: String,
+        runner: Arc<str>,
         /// Why.
         reason: &'static str,
     },
@@ -261,11 +317,10 @@ pub enum Note {
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Note::Queued { delivery } => write!(
-                f,
-                "queued event received (delivery {})",
-                delivery.as_deref().unwrap_or("-")
-            ),
+            Note::Queued { delivery: Some(id) } => {
+                write!(f, "queued event received (delivery {id})")
+            }
+            Note::Queued { delivery: None } => f.write_str("queued event received (delivery -)"),
             Note::AwaitingApproval => f.write_str("waiting for an environment approval"),
             Note::Unroutable { labels } => {
                 write!(
@@ -365,5 +420,35 @@ fn describe(reason: &DelayReason) -> String {
         DelayReason::Ladder { rung } => format!("ladder rung {}", rung + 1),
         DelayReason::RetryAfter => "Retry-After".into(),
         DelayReason::RateReset { reset } => format!("rate budget empty until {reset}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delivery_id_prints_back_as_it_came_and_a_uuid_is_held_compact() {
+        for id in [
+            "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            "00000000-0000-0000-0000-000000000000",
+            "72D3162E-CC78-11E3-81AB-4C9367DC0958",
+            "72d3162e-cc78-11e3-81ab-4c9367dc095",
+            "72d3162e_cc78-11e3-81ab-4c9367dc0958",
+            "72d3162e-cc78-11e3-81ab-4c9367dc095g",
+            "reconcile",
+            "",
+        ] {
+            assert_eq!(DeliveryId::new(id).to_string(), id);
+        }
+        assert!(matches!(
+            DeliveryId::new("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+            DeliveryId::Uuid(_)
+        ));
+        assert!(matches!(
+            DeliveryId::new("72D3162E-CC78-11E3-81AB-4C9367DC0958"),
+            DeliveryId::Other(_)
+        ));
+        assert!(std::mem::size_of::<Option<DeliveryId>>() <= 24);
     }
 }

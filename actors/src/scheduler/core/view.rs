@@ -41,7 +41,7 @@ impl Scheduler {
                     }
                     _ => "-".into(),
                 };
-                (r.info.repo.clone(), pool)
+                (r.info.repo.to_string(), pool)
             }
             None => ("-".into(), "-".into()),
         }
@@ -69,8 +69,8 @@ impl Scheduler {
         let item = self.ladder.get(&r.info.key);
         JobView {
             key: r.info.key.clone(),
-            repo: r.info.repo.clone(),
-            labels: r.info.labels.clone(),
+            repo: r.info.repo.to_string(),
+            labels: r.info.labels.to_vec(),
             phase: r.phase.clone(),
             pending: matches!(
                 r.phase,
