@@ -183,7 +183,13 @@ async fn a_runner_executable_removed_after_start_up_costs_a_few_claims_then_noth
     std::fs::remove_file(&runner).unwrap();
     standin.queue_jobs("app", &["self-hosted", "linux"], 1);
     let claims = few_claims_then_quiet(&standin, &daemon, 1).await;
-    assert!(claims <= 4, "the pool went down after its first failure");
+    // Seen once in a fresh-machine CI run (more than 4 claims), not reproduced in 4 local
+    // runs: say what the daemon saw, so the next failure explains itself.
+    if claims > 4 {
+        let status = daemon.ctl_json(&["status"]).await;
+        let jobs = daemon.ctl_json(&["jobs"]).await;
+        panic!("the pool went down after its first failure: {claims} claims; {status}; {jobs}");
+    }
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
