@@ -144,6 +144,8 @@ impl Standin {
                 window: config.rate_window,
             },
             faults: Default::default(),
+            fault_shares: Default::default(),
+            rng: rand::SeedableRng::seed_from_u64(0),
             archived: Vec::new(),
             repo_faults: Default::default(),
             calls: Vec::new(),
@@ -453,6 +455,27 @@ impl Standin {
         queue.extend(std::iter::repeat_n(fault, times));
     }
 
+    /// Answers `share` (0.0 to 1.0) of the calls of `endpoint` with `fault`, at random, once
+    /// its scripted faults are used up (several shares of one endpoint add up).
+    pub fn fail_share(&self, endpoint: &str, share: f64, fault: Fault) {
+        self.state()
+            .fault_shares
+            .entry(endpoint.to_string())
+            .or_default()
+            .push((share.clamp(0.0, 1.0), fault));
+    }
+
+    /// Stops every random fault of `fail_share`.
+    pub fn clear_fail_shares(&self) {
+        self.state().fault_shares.clear();
+    }
+
+    /// Seeds the random faults (`fail_share`, `DeliveryFaults::duplicate_share` and
+    /// `replay_old_queued`), so a run can be played again.
+    pub fn seed_faults(&self, seed: u64) {
+        self.state().rng = rand::SeedableRng::seed_from_u64(seed);
+    }
+
     /// Answers the next `times` calls about `repo` (any path under `/repos/<owner>/<repo>`)
     /// with `status`.
     pub fn fail_repo(&self, repo: &str, status: u16, times: usize) {
@@ -480,16 +503,7 @@ impl Standin {
 
     /// Answers the next `times` calls of `endpoint` with a bare `status` (with rate headers).
     pub fn fail_status(&self, endpoint: &str, status: u16, times: usize) {
-        self.fail_next(
-            endpoint,
-            times,
-            Fault::Status {
-                status,
-                message: routes::reason(status).to_string(),
-                retry_after: None,
-                rate_headers: true,
-            },
-        );
+        self.fail_next(endpoint, times, Fault::http(status, true));
     }
 }
 

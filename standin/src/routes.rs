@@ -595,6 +595,7 @@ fn generate_jitconfig(
         token,
         group_id,
         enterprise,
+        connected_at_ms: None,
     };
     let body = json!({ "runner": runner_json(&runner), "encoded_jit_config": B64.encode(files.to_string()) });
     s.runners.insert(id, runner);

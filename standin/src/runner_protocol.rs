@@ -33,10 +33,15 @@ pub(crate) fn answer(
             if let Some(pid) = body["pid"].as_u64() {
                 s.runner_pids.insert(name.clone(), pid as u32);
             }
+            let now_ms = crate::state::unix_now_ms();
+            let boot_ms = u128::from(s.behavior.boot_ms);
+            let mut booting = false;
             if let Some(r) = s.runners.get_mut(&runner_id) {
                 r.status = "online".into();
+                let since = *r.connected_at_ms.get_or_insert(now_ms);
+                booting = now_ms < since + boot_ms;
             }
-            if s.behavior.hold {
+            if s.behavior.hold || booting {
                 return (204, HttpResponse::NoContent().finish());
             }
             if s.behavior.crash_next > 0 {

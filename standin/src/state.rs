@@ -68,6 +68,9 @@ pub struct Runner {
     pub group_id: u64,
     /// An enterprise runner (registered under `/enterprises/{slug}`).
     pub enterprise: bool,
+    /// Unix milliseconds of its first `acquire` (its process came up).
+    #[serde(skip)]
+    pub connected_at_ms: Option<u128>,
 }
 
 /// A job.
@@ -111,6 +114,18 @@ pub enum Fault {
     },
     /// Close the connection without a complete answer.
     Drop,
+}
+
+impl Fault {
+    /// A bare `status` with its reason phrase as the message, with or without rate headers.
+    pub fn http(status: u16, rate_headers: bool) -> Fault {
+        Fault::Status {
+            status,
+            message: crate::routes::reason(status).to_string(),
+            retry_after: None,
+            rate_headers,
+        }
+    }
 }
 
 /// The rate budget of the one credential the stand-in serves.
@@ -169,6 +184,10 @@ pub struct RunnerBehavior {
     pub hang: bool,
     /// Runners get no job while this is set (they keep asking).
     pub hold: bool,
+    /// A runner gets no job for this long after it first asks, as the real runner spends its
+    /// first seconds starting its listener and opening its session before GitHub assigns it
+    /// anything (0: at once).
+    pub boot_ms: u64,
 }
 
 impl Default for RunnerBehavior {
@@ -178,6 +197,7 @@ impl Default for RunnerBehavior {
             crash_next: 0,
             hang: false,
             hold: false,
+            boot_ms: 0,
         }
     }
 }
@@ -203,7 +223,7 @@ pub struct WebhookTarget {
 }
 
 /// Scripted misbehaviour of webhook deliveries.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeliveryFaults {
     /// Send every delivery this many extra times, each with a fresh delivery id.
     pub extra_copies: usize,
@@ -213,6 +233,13 @@ pub struct DeliveryFaults {
     pub drop_next_queued: usize,
     /// Hold each `in_progress` back until after the job's `completed`.
     pub swap_in_progress_and_completed: bool,
+    /// Send this share of deliveries (0.0 to 1.0, drawn with the fault seed) once more, with a
+    /// fresh delivery id, as a second hook for the same events does.
+    pub duplicate_share: f64,
+    /// With each of the next this many `queued` deliveries, replay an earlier `queued`
+    /// delivery (same guid, same bytes, drawn with the fault seed), as GitHub's redelivery
+    /// of an old attempt does.
+    pub replay_old_queued: usize,
 }
 
 /// One webhook the stand-in sent: an attempt, as a hook's delivery log lists it.
@@ -318,6 +345,12 @@ pub struct State {
     pub registration: Budget,
     /// Faults per endpoint, consumed in order.
     pub faults: BTreeMap<String, VecDeque<Fault>>,
+    /// Faults per endpoint played at random once the scripted ones are used up: each
+    /// `(share, fault)` answers that share of the calls.
+    pub fault_shares: BTreeMap<String, Vec<(f64, Fault)>>,
+    /// The draws of `fault_shares` and of the random delivery faults (seeded, so a run can be
+    /// played again).
+    pub rng: rand::rngs::SmallRng,
     /// Every call.
     pub calls: Vec<Call>,
     /// Next ids.
@@ -334,14 +367,23 @@ impl State {
         self.calls.iter().filter(|c| c.endpoint == endpoint).count()
     }
 
-    /// The next fault scripted for `endpoint`, if any.
+    /// The next fault scripted for `endpoint`, if any, else one of its random faults drawn.
     pub fn take_fault(&mut self, endpoint: &str) -> Option<Fault> {
-        let queue = self.faults.get_mut(endpoint)?;
-        let fault = queue.pop_front();
-        if queue.is_empty() {
-            self.faults.remove(endpoint);
+        if let Some(queue) = self.faults.get_mut(endpoint) {
+            let fault = queue.pop_front();
+            if queue.is_empty() {
+                self.faults.remove(endpoint);
+            }
+            return fault;
         }
-        fault
+        use rand::RngExt as _;
+        let shares = self.fault_shares.get(endpoint)?;
+        let draw: f64 = self.rng.random();
+        let mut upto = 0.0;
+        shares.iter().find_map(|(share, fault)| {
+            upto += share;
+            (draw < upto).then(|| fault.clone())
+        })
     }
 
     /// Whether `bearer` is the PAT or a live installation token.
@@ -364,6 +406,21 @@ impl State {
         if action == "queued" && self.faults_webhook.drop_next_queued > 0 {
             self.faults_webhook.drop_next_queued -= 1;
             return;
+        }
+        if action == "queued" && self.faults_webhook.replay_old_queued > 0 {
+            use rand::seq::IndexedRandom as _;
+            let earlier: Vec<u64> = self
+                .deliveries
+                .iter()
+                .filter(|d| d.action == "queued" && !d.redelivery)
+                .map(|d| d.seq)
+                .collect();
+            if let Some(seq) = earlier.choose(&mut self.rng).copied() {
+                self.faults_webhook.replay_old_queued -= 1;
+                if let Some(outbox) = &self.outbox {
+                    let _ = outbox.send(Outgoing::Again(seq));
+                }
+            }
         }
         let runner_id = job
             .runner_name

@@ -72,10 +72,13 @@ pub(crate) async fn sender(state: Arc<Mutex<State>>, mut inbox: UnboundedReceive
             }
             Outgoing::New(action, job_id, body) => {
                 let (target, copies, replays) = {
-                    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+                    use rand::RngExt as _;
+                    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                    let share = s.faults_webhook.duplicate_share.clamp(0.0, 1.0);
+                    let duplicate = share > 0.0 && s.rng.random_bool(share);
                     (
                         s.webhook.clone(),
-                        s.faults_webhook.extra_copies,
+                        s.faults_webhook.extra_copies + usize::from(duplicate),
                         s.faults_webhook.replays,
                     )
                 };

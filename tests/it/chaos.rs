@@ -7,10 +7,13 @@
 //!
 //! Faults: 5xx storms and dropped connections on claims, an exhausted rate window, duplicated,
 //! replayed and out-of-order deliveries, lost `queued` deliveries (the reconcile finds those), a
-//! provisioner panic (its supervisor restarts it), a store that cannot write for 3 s, and an
+//! provisioner panic (its supervisor restarts it), a store that cannot write for 3 s, an
 //! abrupt stop of every actor (no drain; runner processes left running, as after `kill -9`)
-//! followed by a start on the same state, which adopts them. The real `kill -9` of the daemon
-//! binary is `durable.rs`'s.
+//! followed by a start on the same state, which adopts them, and a backlog: jobs of two label
+//! sets one pool covers, 50 ms apart, runners that take 2 s to come up, and a share of every
+//! claim and deletion failing for the whole wave, so older jobs wait on their ladder while the
+//! runners made for newer ones come up and, as GitHub hands out the oldest job first, take
+//! them. The real `kill -9` of the daemon binary is `durable.rs`'s and `backlog.rs`'s.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +22,7 @@ use ephemer_actors_core::{
     lifecycle::CrashProvisioner,
     store::StoreFaults,
 };
-use github_standin::{DeliveryFaults, Fault, Standin};
+use github_standin::{DeliveryFaults, Fault, RunnerBehavior, Standin};
 use rand::{RngExt as _, SeedableRng, rngs::SmallRng};
 
 use crate::support::{
@@ -28,6 +31,7 @@ use crate::support::{
 };
 
 const LINUX: &[&str] = &["self-hosted", "linux"];
+const X64: &[&str] = &["self-hosted", "linux", "x64"];
 const MACOS: &[&str] = &["self-hosted", "macos"];
 
 /// Two process pools (two label sets) of stand-in runners, a short ladder, a frequent
@@ -103,9 +107,10 @@ enum Chaos {
     ProvisionerPanic,
     UnwritableStore,
     Restart,
+    Backlog,
 }
 
-const ALL: [Chaos; 8] = [
+const ALL: [Chaos; 9] = [
     Chaos::ServerErrors,
     Chaos::DroppedConnections,
     Chaos::RateWindow,
@@ -114,6 +119,7 @@ const ALL: [Chaos; 8] = [
     Chaos::ProvisionerPanic,
     Chaos::UnwritableStore,
     Chaos::Restart,
+    Chaos::Backlog,
 ];
 
 #[actix_rt::test]
@@ -179,6 +185,7 @@ async fn chaos() {
                 replays: 1,
                 drop_next_queued: 0,
                 swap_in_progress_and_completed: true,
+                ..DeliveryFaults::default()
             }),
             Chaos::LostDeliveries => standin.set_delivery_faults(DeliveryFaults {
                 drop_next_queued: rng.random_range(1..10),
@@ -196,9 +203,29 @@ async fn chaos() {
                 assert!(handles.halt().await, "the store did not close");
                 (handles, addr) = crate::embed::instance(&standin, &config, faults.clone());
             }
+            Chaos::Backlog => {
+                standin.set_behavior(RunnerBehavior {
+                    job_ms: 500,
+                    boot_ms: 2000,
+                    ..RunnerBehavior::default()
+                });
+                standin.fail_share("generate_jitconfig", 0.15, Fault::http(502, false));
+                standin.fail_share("generate_jitconfig", 0.05, Fault::Drop);
+                standin.fail_share("delete_runner", 0.20, Fault::http(500, true));
+                standin.set_delivery_faults(DeliveryFaults {
+                    duplicate_share: 0.3,
+                    replay_old_queued: 10,
+                    ..DeliveryFaults::default()
+                });
+            }
         }
         injected.push(format!("{chaos:?}"));
         for i in 0..n {
+            if *chaos == Chaos::Backlog {
+                standin.queue_jobs("app", if i % 2 == 0 { X64 } else { LINUX }, 1);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
             let labels = if (queued + i) % 2 == 0 { LINUX } else { MACOS };
             standin.queue_jobs("app", labels, 1);
         }
@@ -211,6 +238,17 @@ async fn chaos() {
             }
             Chaos::MessyDeliveries | Chaos::LostDeliveries => {
                 standin.set_delivery_faults(DeliveryFaults::default())
+            }
+            Chaos::Backlog => {
+                // The faults last while the backlog drains (the jobs of this wave are still
+                // queued or on their ladder), then stop.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                standin.clear_fail_shares();
+                standin.set_delivery_faults(DeliveryFaults::default());
+                standin.set_behavior(RunnerBehavior {
+                    job_ms: 20,
+                    ..RunnerBehavior::default()
+                });
             }
             _ => {}
         }
