@@ -361,6 +361,22 @@ fn print_status(v: &StatusAnswer) {
     }
 }
 
+/// A job's state as `jobs` prints it: a parked job with why (`parked (zombie)`).
+fn state_text(p: &Phase) -> String {
+    match p {
+        Phase::Parked { reason, .. } => format!("parked ({})", reason.as_str()),
+        other => other.name().to_string(),
+    }
+}
+
+/// When a job is tried next: its retry, or a parked job's next look.
+fn next_try(j: &ephemer_actors_core::scheduler::core::JobView) -> Option<u64> {
+    match j.phase {
+        Phase::Parked { look_unix, .. } => Some(look_unix),
+        _ => j.next_attempt_unix,
+    }
+}
+
 fn phase_provider(p: &Phase) -> String {
     match p {
         Phase::Claiming { provider } | Phase::Active { provider, .. } => provider.to_string(),
@@ -409,19 +425,19 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
             return print_json(&v);
         }
         println!(
-            "{:<12} {:<16} {:<11} {:<9} {:<8} {:<18} NEXT ATTEMPT",
+            "{:<12} {:<16} {:<15} {:<9} {:<8} {:<18} NEXT ATTEMPT",
             "JOB", "REPO", "STATE", "POOL", "RETRIES", "CLASS"
         );
         for j in &v.jobs {
             println!(
-                "{:<12} {:<16} {:<11} {:<9} {:<8} {:<18} {}",
+                "{:<12} {:<16} {:<15} {:<9} {:<8} {:<18} {}",
                 j.key.job_id,
                 j.repo,
-                j.phase.name(),
+                state_text(&j.phase),
                 phase_provider(&j.phase),
                 j.retry_attempts,
                 or_dash(j.error_class),
-                j.next_attempt_unix.map_or("-".into(), when)
+                next_try(j).map_or("-".into(), when)
             );
         }
         return Ok(());
@@ -440,14 +456,23 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
     );
     println!(
         "state {}  provider {}  runner {}  retries {}  first failure class {}",
-        j.phase.name(),
+        state_text(&j.phase),
         phase_provider(&j.phase),
         or_dash(j.runner_name.as_deref()),
         j.retry_attempts,
         or_dash(j.error_class)
     );
-    if let Some(next) = j.next_attempt_unix {
-        println!("next attempt {}", when(next));
+    match j.phase {
+        Phase::Parked { look_unix, .. } => println!(
+            "looked at again {} (idle reaps {})",
+            when(look_unix),
+            j.idle_reaps
+        ),
+        _ => {
+            if let Some(next) = j.next_attempt_unix {
+                println!("next attempt {}", when(next));
+            }
+        }
     }
     if let Some(l) = &v.ledger {
         println!(

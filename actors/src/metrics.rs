@@ -79,6 +79,16 @@ pub struct Metrics {
     /// `ephemerd_reconcile_repo_failures_total`: repos whose listing failed in a reconcile
     /// pass (the other repos' jobs were still found; this one's wait for the next pass).
     pub reconcile_repo_failures: IntCounter,
+    /// `ephemerd_reconcile_readmitted_total{reason}`: jobs GitHub lists as queued that the
+    /// backstop admitted: `unknown` (the daemon did not know it), `idle` (held with nothing in
+    /// flight), `parked` (looked at again after its park).
+    pub reconcile_readmitted: IntCounterVec,
+    /// `ephemerd_reconcile_queued_idle`: jobs the last reconcile passes found queued on GitHub
+    /// that the daemon holds idle (parked before their next look, or cordoned).
+    pub reconcile_queued_idle: IntGauge,
+    /// `ephemerd_jobs_parked_total{reason}`: jobs parked (`zombie`: its runners always reaped
+    /// idle; `gave_up`: its claims failed past `max_age`; `not_retryable`).
+    pub jobs_parked: IntCounterVec,
     /// `ephemerd_store_healthy`: 1 while the state store's writes reach the disk, 0 while it
     /// holds changes in memory that the disk refused.
     pub store_healthy: IntGauge,
@@ -312,6 +322,20 @@ impl Metrics {
                 &["provider"],
             ),
             reconcile_repo_failures,
+            reconcile_readmitted: counter_vec(
+                "ephemerd_reconcile_readmitted_total",
+                "Jobs GitHub lists as queued that the backstop admitted, by reason (unknown, idle, parked).",
+                &["reason"],
+            ),
+            reconcile_queued_idle: gauge(
+                "ephemerd_reconcile_queued_idle",
+                "Jobs the last reconcile passes found queued on GitHub that the daemon holds idle (parked or cordoned).",
+            ),
+            jobs_parked: counter_vec(
+                "ephemerd_jobs_parked_total",
+                "Jobs parked until a later look, by reason (zombie, gave_up, not_retryable).",
+                &["reason"],
+            ),
             store_healthy: gauge(
                 "ephemerd_store_healthy",
                 "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",
@@ -469,6 +493,12 @@ impl Metrics {
         }
         for result in ["idle", "busy", "error"] {
             m.sweep_checks.with_label_values(&[result]);
+        }
+        for reason in ["unknown", "idle", "parked"] {
+            m.reconcile_readmitted.with_label_values(&[reason]);
+        }
+        for reason in ["zombie", "gave_up", "not_retryable"] {
+            m.jobs_parked.with_label_values(&[reason]);
         }
         for outcome in ["requested", "recovered", "failed"] {
             m.webhook_redeliveries.with_label_values(&[outcome]);

@@ -41,9 +41,10 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // The contract's 19, ephemerd_webhook_ignored_total, ephemerd_environment_failures_total,
     // ephemerd_orphan_sweep_checks_total, ephemerd_store_healthy,
     // ephemerd_reconcile_repo_failures_total, ephemerd_webhook_refused_total,
-    // ephemerd_jobs_uncovered_total, ephemerd_pool_up, ephemerd_build_info and
-    // ephemerd_ledger_up.
-    assert_eq!(exported.len(), 31, "{exported:?}");
+    // ephemerd_jobs_uncovered_total, ephemerd_pool_up, ephemerd_build_info,
+    // ephemerd_ledger_up, ephemerd_reconcile_readmitted_total (the contract's too),
+    // ephemerd_reconcile_queued_idle and ephemerd_jobs_parked_total.
+    assert_eq!(exported.len(), 34, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
@@ -124,6 +125,8 @@ fn alert_rules_use_only_exported_metrics() {
         "ephemerd_webhook_refused_total",
         "ephemerd_store_healthy",
         "ephemerd_claim_retry_given_up_total",
+        "ephemerd_reconcile_queued_idle",
+        "ephemerd_jobs_parked_total",
     ] {
         assert!(text.contains(metric), "no alert on {metric}");
     }

@@ -90,3 +90,29 @@ async fn a_lost_delivery_is_caught_by_the_reconcile() {
     assert_eq!(standin.count("generate_jitconfig"), 1);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A job the daemon holds idle while GitHub lists it queued (it came while the daemon was
+/// cordoned, and a second delivery inside the dedup window is a duplicate) is admitted by the
+/// next reconcile pass once the cordon is lifted, and counted.
+#[actix_rt::test]
+async fn a_job_held_idle_is_admitted_by_the_next_reconcile() {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let daemon = Daemon::start_reconciling(&standin, "2s", "", &local_provider(2)).await;
+    let (code, _, err) = daemon.ctl(&["cordon"]).await;
+    assert_eq!(code, 0, "{err}");
+    standin.queue_jobs("app", LABELS, 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(standin.count("generate_jitconfig"), 0);
+    let (code, _, err) = daemon.ctl(&["uncordon"]).await;
+    assert_eq!(code, 0, "{err}");
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
+    assert_eq!(standin.count("generate_jitconfig"), 1);
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_reconcile_readmitted_total{reason=\"idle\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

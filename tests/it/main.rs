@@ -1,6 +1,7 @@
 //! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners.
 
 mod admin;
+mod backlog;
 mod chaos;
 mod cli;
 mod cluster;

@@ -203,6 +203,11 @@ impl RetryQueue {
         }
     }
 
+    /// The jobs with an item, in no order.
+    pub fn keys(&self) -> impl Iterator<Item = &JobKey> {
+        self.items.keys()
+    }
+
     /// Keeps `key`'s item (its attempts and first failure) but takes it off the timer: its job
     /// has an attempt in flight (a claimed runner), which either starts the job or fails again.
     pub fn hold(&mut self, key: &JobKey) {

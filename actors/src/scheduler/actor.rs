@@ -25,7 +25,10 @@ use crate::{
     config::PoolName,
     github::{
         GithubError,
-        actor::{DeleteRunner, GenerateJitConfig, GetRunner, ListQueuedJobs, ListRunners},
+        actor::{
+            DeleteRunner, GenerateJitConfig, GetJob as GetGithubJob, GetRunner, ListQueuedJobs,
+            ListRunners,
+        },
     },
     job::JobAction,
     metrics::Metrics,
@@ -59,6 +62,8 @@ pub struct GithubHandle {
     pub list_queued: Recipient<ListQueuedJobs>,
     /// Runner listings (start-up cleanup of registrations no ledger names).
     pub list_runners: Recipient<ListRunners>,
+    /// One job's state (a parked job's look).
+    pub get_job: Recipient<GetGithubJob>,
 }
 
 impl GithubHandle {
@@ -70,7 +75,8 @@ impl GithubHandle {
             + Handler<DeleteRunner>
             + Handler<GetRunner>
             + Handler<ListQueuedJobs>
-            + Handler<ListRunners>,
+            + Handler<ListRunners>
+            + Handler<GetGithubJob>,
     {
         GithubHandle {
             claim: addr.clone().recipient(),
@@ -78,6 +84,7 @@ impl GithubHandle {
             get_runner: addr.clone().recipient(),
             list_queued: addr.clone().recipient(),
             list_runners: addr.clone().recipient(),
+            get_job: addr.clone().recipient(),
         }
     }
 }
@@ -251,27 +258,9 @@ impl SchedulerActor {
                     repo,
                     runner_id,
                     name,
-                } => {
-                    let delete = self.github(&owner).delete.clone();
-                    self.calls_in_flight += 1;
-                    let call = async move {
-                        match delete.send(DeleteRunner { repo, runner_id }).await {
-                            Ok(Ok(())) => {
-                                tracing::info!(runner = %name, "runner deleted on GitHub")
-                            }
-                            Ok(Err(e)) => {
-                                tracing::warn!(runner = %name, error_class = e.class().as_str(), error = %e, "deleting the runner failed")
-                            }
-                            Err(e) => {
-                                tracing::warn!(runner = %name, error = %e, "github actor unavailable")
-                            }
-                        }
-                    };
-                    ctx.spawn(
-                        call.into_actor(self)
-                            .map(|(), act, _| act.calls_in_flight -= 1),
-                    );
-                }
+                    attempt,
+                } => self.delete_runner(owner, repo, runner_id, name, attempt, ctx),
+                Effect::LookAtJob { key, repo } => self.look_at_job(key, repo, ctx),
                 Effect::ArmRetryTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
                 Effect::CheckIdle {
                     owner,
@@ -383,7 +372,7 @@ impl SchedulerActor {
     /// One target's reconcile pass.
     fn reconcile_target(&mut self, t: usize, ctx: &mut Context<Self>) {
         let list = self.deps.github[t].list_queued.clone();
-        ctx.spawn(async move { list.send(ListQueuedJobs).await }.into_actor(self).map(|result, act, ctx| {
+        ctx.spawn(async move { list.send(ListQueuedJobs).await }.into_actor(self).map(move |result, act, ctx| {
             let pass = match result {
                 Ok(Ok(pass)) => pass,
                 Ok(Err(e)) => {
@@ -403,11 +392,8 @@ impl SchedulerActor {
                 tracing::info!(deferred = pass.deferred, "reconcile: the core budget runs low; the remaining repos wait for the next pass");
             }
             tracing::info!(queued = pass.jobs.len(), repos = pass.listed, failed = pass.failed.len(), "reconcile: queued jobs on GitHub");
-            for job in pass.jobs {
-                let now = act.clock.tick();
-                let fx = act.core.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now);
-                act.run(fx, ctx);
-            }
+            let fx = act.core.on_reconcile(t, pass.jobs, act.clock.tick());
+            act.run(fx, ctx);
         }));
     }
 }
@@ -548,11 +534,25 @@ impl Handler<FlushDeferred> for SchedulerActor {
                     repo,
                     runner_id,
                     ..
-                } => Some(
-                    self.github(&owner)
-                        .delete
-                        .send(DeleteRunner { repo, runner_id }),
-                ),
+                } => {
+                    let delete = self.github(&owner).delete.clone();
+                    // The drain ends after this: a deletion that fails is tried twice more,
+                    // a second apart (the next start's cleanup finds what is still left).
+                    Some(async move {
+                        for attempt in 0..3 {
+                            let msg = DeleteRunner {
+                                repo: repo.clone(),
+                                runner_id,
+                            };
+                            if let Ok(Ok(())) = delete.send(msg).await {
+                                return;
+                            }
+                            if attempt < 2 {
+                                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                            }
+                        }
+                    })
+                }
                 _ => None,
             })
             .collect();

@@ -2,6 +2,7 @@
 //! [`actor`] carries decisions out, [`messages`] is what it receives.
 
 pub mod actor;
+mod calls;
 mod cleanup;
 pub mod core;
 mod fleet;

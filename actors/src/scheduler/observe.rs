@@ -32,12 +32,50 @@ pub enum Observation {
         /// Its labels.
         labels: std::sync::Arc<[String]>,
     },
-    /// A job came back too often without running.
-    ZombieCap {
+    /// A job was parked (its runners always reaped idle, or its claims given up on).
+    Parked {
         /// Job.
         job_id: u64,
-        /// Admissions so far.
-        admissions: u32,
+        /// Why.
+        reason: crate::scheduler::core::ParkReason,
+    },
+    /// A known job admitted again (`parked`, `idle`, `delivery`) or an unknown one admitted by
+    /// a reconcile pass (`unknown`).
+    Readmitted {
+        /// Job.
+        job_id: u64,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Jobs the last reconcile passes found queued on GitHub that the daemon holds idle.
+    QueuedIdle {
+        /// How many.
+        jobs: usize,
+    },
+    /// A spare runner was handed to a job waiting for one.
+    SpareHandedOver {
+        /// The job.
+        job_id: u64,
+        /// Runner.
+        runner: String,
+        /// The job it was made for.
+        from: u64,
+    },
+    /// A runner's registration was deleted on GitHub (or was gone already).
+    RegistrationDeleted {
+        /// Runner.
+        runner: String,
+    },
+    /// Deleting a runner's registration failed.
+    DeletionFailed {
+        /// Runner.
+        runner: String,
+        /// Class.
+        class: ErrorClass,
+        /// What went wrong.
+        error: String,
+        /// Whether it is tried again.
+        again: bool,
     },
     /// `in_progress` or `completed` seen.
     JobObserved {
@@ -216,7 +254,9 @@ impl Observation {
             O::Ignored { job_id, .. }
             | O::Duplicate { job_id, .. }
             | O::Unroutable { job_id, .. }
-            | O::ZombieCap { job_id, .. }
+            | O::Parked { job_id, .. }
+            | O::Readmitted { job_id, .. }
+            | O::SpareHandedOver { job_id, .. }
             | O::JobObserved { job_id, .. }
             | O::RunnerTookOther { job_id, .. }
             | O::Claiming { job_id, .. }
@@ -258,11 +298,65 @@ pub fn record(o: Observation, m: &Metrics) {
             m.job_uncovered(&labels);
             tracing::info!(job_id, delivery_id = delivery.as_deref(), labels = ?labels, "no provider covers the job's labels")
         }
-        O::ZombieCap { job_id, admissions } => tracing::warn!(
+        O::Parked { job_id, reason } => {
+            m.jobs_parked.with_label_values(&[reason.as_str()]).inc();
+            tracing::warn!(
+                job_id,
+                reason = reason.as_str(),
+                "job parked: nothing claimed for it until it is looked at again"
+            )
+        }
+        O::Readmitted { job_id, reason } => {
+            if reason != "delivery" {
+                m.reconcile_readmitted.with_label_values(&[reason]).inc();
+            }
+            tracing::info!(job_id, reason, "job admitted again")
+        }
+        O::QueuedIdle { jobs } => {
+            m.reconcile_queued_idle
+                .set(i64::try_from(jobs).unwrap_or(i64::MAX));
+            if jobs > 0 {
+                tracing::info!(
+                    jobs,
+                    "reconcile: jobs queued on GitHub that this daemon holds idle (parked or cordoned)"
+                )
+            }
+        }
+        O::SpareHandedOver {
             job_id,
-            admissions,
-            "job keeps coming back without running; zombie cap reached"
+            runner,
+            from,
+        } => tracing::info!(
+            job_id,
+            runner,
+            made_for = from,
+            "spare runner handed to a job waiting for one"
         ),
+        O::RegistrationDeleted { runner } => {
+            tracing::info!(runner, "runner deleted on GitHub")
+        }
+        O::DeletionFailed {
+            runner,
+            class,
+            error,
+            again,
+        } => {
+            if again {
+                tracing::warn!(
+                    runner,
+                    error_class = class.as_str(),
+                    error,
+                    "deleting the runner failed; trying again later"
+                )
+            } else {
+                tracing::error!(
+                    runner,
+                    error_class = class.as_str(),
+                    error,
+                    "deleting the runner failed; the next start's cleanup deletes it"
+                )
+            }
+        }
         O::JobObserved {
             job_id,
             delivery,

@@ -26,6 +26,13 @@ async fn survives_a_reopen_and_keeps_its_mode() {
                     started_unix: None,
                 }),
                 Op::JobStarted(JobKey::new("acme", 2), 12),
+                // Job 4's `in_progress` came before its `queued`: its start is kept.
+                Op::JobStarted(JobKey::new("acme", 4), 14),
+                Op::AddJob(JobRow {
+                    info: job(4),
+                    received_unix: 15,
+                    started_unix: None,
+                }),
                 Op::PutRunner(RunnerRow {
                     name: "r1".into(),
                     id: 7,
@@ -64,9 +71,14 @@ async fn survives_a_reopen_and_keeps_its_mode() {
     };
     let mut jobs = snap.jobs.clone();
     jobs.sort_by_key(|j| j.info.key.job_id);
-    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs.len(), 3);
     assert_eq!(jobs[0].received_unix, 10, "AddJob keeps the first");
     assert_eq!(jobs[1].started_unix, Some(12));
+    assert_eq!(
+        jobs[2].started_unix,
+        Some(14),
+        "a start before the queued row is kept: a restart does not dispatch it again"
+    );
     assert_eq!(snap.runners[0].id, 7);
     assert_eq!(snap.retries[0].attempts, 2);
     use std::os::unix::fs::PermissionsExt;

@@ -173,15 +173,27 @@ fn apply<'a>(
                         jobs.insert(k.as_str(), serde_json::to_vec(row)?.as_slice())?;
                     }
                 }
-                Op::JobStarted(k, at) => {
-                    let k = key(k);
+                Op::JobStarted(job, at) => {
+                    let k = key(job);
                     let row = jobs
                         .get(k.as_str())?
                         .map(|v| serde_json::from_slice::<JobRow>(v.value()));
-                    if let Some(Ok(mut row)) = row {
-                        row.started_unix.get_or_insert(*at);
-                        jobs.insert(k.as_str(), serde_json::to_vec(&row)?.as_slice())?;
-                    }
+                    // An `in_progress` may come before its `queued` (deliveries are not
+                    // ordered): the start is kept all the same, so the late `queued` (which
+                    // adds a row only where none is) cannot make a restart dispatch it again.
+                    let mut row = match row {
+                        Some(Ok(row)) => row,
+                        _ => JobRow {
+                            info: crate::job::JobInfo {
+                                key: job.clone(),
+                                ..crate::job::JobInfo::default()
+                            },
+                            received_unix: *at,
+                            started_unix: None,
+                        },
+                    };
+                    row.started_unix.get_or_insert(*at);
+                    jobs.insert(k.as_str(), serde_json::to_vec(&row)?.as_slice())?;
                 }
                 Op::DeleteJob(k) => {
                     jobs.remove(key(k).as_str())?;

@@ -356,9 +356,10 @@ impl Scheduler {
                 .unwrap_or_default()
         });
         let started = self.jobs.get(&key).and_then(|r| r.started_at).is_some();
-        if self.draining || started {
-            // The claim raced a cordon or the job starting elsewhere: the runner is not needed
-            // and has not connected yet, so delete it rather than start an environment.
+        if self.draining || (started && !self.waiting_for(&provider, &key)) {
+            // The claim raced a cordon or the job starting elsewhere, and no other job waits
+            // for a runner of this pool: the runner is not needed and has not connected yet,
+            // so delete it rather than start an environment.
             self.release(&provider);
             let why = if self.draining {
                 Abandon::CordonedDuringClaim
@@ -370,11 +371,15 @@ impl Scheduler {
                 repo,
                 runner_id: runner.id,
                 name: runner.name.clone(),
+                attempt: 0,
             });
             let phase = if started { Phase::Done } else { Phase::Seen };
             self.abandon(&key, phase, Note::Abandoned(why), now, fx);
             return;
         }
+        // Started elsewhere during the claim, with another job waiting: the runner is supply
+        // for that one (handed over below, as a spare).
+        let spare = started;
         let spec = RunnerSpec {
             name: runner.name.clone(),
             runner_id: runner.id,
@@ -399,6 +404,7 @@ impl Scheduler {
                     created_unix: now.unix,
                 },
                 created_at: now.mono,
+                intent_since: now.mono,
                 started_at: None,
                 idle_checked_at: None,
                 idle_check_pending: false,
@@ -412,13 +418,15 @@ impl Scheduler {
         self.observe(Observation::RunnerAdded {
             provider: provider.clone(),
         });
-        self.set_phase(
-            &key,
+        let phase = if spare {
+            Phase::Done
+        } else {
             Phase::Active {
                 provider: provider.clone(),
                 runner: handle.clone(),
-            },
-        );
+            }
+        };
+        self.set_phase(&key, phase);
         // A job on the ladder keeps its item (attempts, first failure) until it is seen
         // running: if this runner's environment fails, the same item climbs.
         self.note(
@@ -436,5 +444,24 @@ impl Scheduler {
             runner: runner.name.clone(),
         });
         fx.push(Effect::Provision { provider, spec });
+        if spare {
+            self.rebalance(now, fx);
+        }
+    }
+
+    /// Whether a job other than `except` waits for a runner `provider` could serve (pending
+    /// or on the ladder, not started).
+    fn waiting_for(&self, provider: &PoolName, except: &JobKey) -> bool {
+        let Some(i) = self.provider_index(provider) else {
+            return false;
+        };
+        self.pending.iter().chain(self.ladder.keys()).any(|k| {
+            k != except
+                && self.jobs.get(k).is_some_and(|j| {
+                    j.started_at.is_none()
+                        && matches!(j.phase, Phase::Pending | Phase::Retrying)
+                        && self.provider_sets[i].covers(&LabelSet::new(&j.info.labels))
+                })
+        })
     }
 }

@@ -1,5 +1,6 @@
-//! Intake: `workflow_job` events through the dedup gate, label coverage, cordon and the zombie
-//! cap; observed starts and completions bind runners and trigger teardown.
+//! Intake: `workflow_job` events through the dedup gate, label coverage and cordon; observed
+//! starts and completions bind runners (a runner bound to a sibling's job leaves its own job
+//! needing another) and trigger teardown.
 
 #[allow(unused_imports)]
 use super::*;
@@ -93,6 +94,12 @@ impl Scheduler {
         // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
         //    covers costs nothing when it is delivered again.
         if let Some(rec) = self.jobs.get(&key) {
+            // A parked job is looked at again when a delivery for it comes.
+            if matches!(rec.phase, Phase::Parked { .. }) && !self.draining {
+                self.admit_again(&key, "delivery", now);
+                self.pump(now, fx);
+                return;
+            }
             let in_flight = matches!(
                 rec.phase,
                 Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
@@ -141,30 +148,16 @@ impl Scheduler {
             });
             return;
         }
-        // 3. Cordon: no zombie charge, seen kept, not pending.
+        // 3. Cordon: seen kept, not pending (a reconcile pass after the uncordon admits it).
         if self.draining {
             self.set_phase(&key, Phase::Seen);
             self.note(&key, now, Note::CordonedNotAdmitted);
             return;
         }
-        // 4. Zombie cap.
-        let admissions = {
-            let rec = self.jobs.get_mut(&key).unwrap_or_else(|| unreachable!());
+        // 4. Pending: wait for a slot and a claim token (or a spare runner).
+        if let Some(rec) = self.jobs.get_mut(&key) {
             rec.admissions += 1;
-            rec.admissions
-        };
-        if admissions > self.settings.zombie_cap {
-            self.set_phase(&key, Phase::Seen);
-            self.note(&key, now, Note::ZombieCap { admissions });
-            if admissions == self.settings.zombie_cap + 1 {
-                self.observe(Observation::ZombieCap {
-                    job_id: key.job_id,
-                    admissions,
-                });
-            }
-            return;
         }
-        // 5. Pending: wait for a slot and a claim token.
         self.set_phase(&key, Phase::Pending);
         self.pending.push_back(key.clone());
         self.note(&key, now, Note::Admitted);
@@ -199,7 +192,12 @@ impl Scheduler {
             rec.info.conclusion = job.conclusion.clone();
         }
         match rec.phase {
-            Phase::Pending | Phase::Retrying | Phase::Seen | Phase::Unroutable | Phase::Ignored => {
+            Phase::Pending
+            | Phase::Retrying
+            | Phase::Seen
+            | Phase::Unroutable
+            | Phase::Ignored
+            | Phase::Parked { .. } => {
                 rec.phase = Phase::Done;
             }
             Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done => {}
@@ -215,12 +213,18 @@ impl Scheduler {
         });
 
         // Bind the runner named in the event, if it is ours.
-        // A runner already gone that is named now did run a job: no registration to delete.
+        // A runner already gone that is named now did run a job: no registration to delete,
+        // and a clean exit of it counted against its job is explained.
         if let Some(gone) = runner_name
             .as_ref()
             .and_then(|n| self.recent_runners.get_mut(n.as_str()))
+            && !gone.ran_a_job
         {
-            gone.3 = true;
+            gone.ran_a_job = true;
+            let intent = gone.intent.clone();
+            if let Some(j) = self.jobs.get_mut(&intent) {
+                j.quiet_exits = j.quiet_exits.saturating_sub(1);
+            }
         }
         // Ours only if the name *and* the id match (a name alone could be another's).
         let runner_id = job.runner_id;
@@ -245,16 +249,20 @@ impl Scheduler {
                     &intent,
                     now,
                     Note::RunnerTookOther {
-                        runner,
+                        runner: runner.clone(),
                         job_id: key.job_id,
                     },
                 );
+                self.runner_taken(&intent, &runner, now);
             }
         }
         if action == JobAction::Completed {
             self.on_completed(&key, runner_name.as_deref(), runner_id, now, fx);
             fx.extend(self.sweep(now));
+        } else {
+            self.rebalance(now, fx);
         }
+        self.pump(now, fx);
     }
 
     pub(super) fn on_completed(
@@ -295,7 +303,7 @@ impl Scheduler {
                 .or_else(|| {
                     self.recent_runners
                         .get(n)
-                        .map(|(p, started, _, _)| (p.clone(), *started))
+                        .map(|g| (g.provider.clone(), g.started_at))
                 })
         });
         if let Some((provider, started)) = ran_on {

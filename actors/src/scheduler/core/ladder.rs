@@ -29,9 +29,11 @@ impl Scheduler {
         rec.first_failure_class.get_or_insert(failure.class);
         let attempts = rec.claim_failures;
         if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
+            let mut park = None;
             let why = if self.draining {
                 Abandon::CordonedNoRetry
             } else if !failure.class.is_retryable() {
+                park = Some(ParkReason::NotRetryable);
                 // Retrying cannot help (a claim GitHub refuses, an environment the engine
                 // rejects as invalid): the job's attempts end here, counted as given up.
                 self.observe(Observation::RetryGivenUp {
@@ -44,6 +46,11 @@ impl Scheduler {
                 Abandon::RetryDisabled
             };
             self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+            // Not forgotten: looked at again on the slow lane (an operator may fix what the
+            // claim refused), like a job given up on after `max_age`.
+            if let Some(reason) = park {
+                self.park(key, reason, now, fx);
+            }
             return;
         }
         // The rate snap reads the bucket the failing call spent; a claim's is
@@ -106,6 +113,7 @@ impl Scheduler {
                     class,
                 };
                 self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+                self.park(key, ParkReason::GaveUp, now, fx);
             }
             Scheduled::NotRetryable { class } => {
                 unreachable!("a {class} failure was given up before the ladder")

@@ -1,5 +1,6 @@
-//! The runner ledger: provisioner reports, forgetting runners, the stranded self-heal, deferred
-//! deletions, provider status and cordon.
+//! The runner ledger: provisioner reports and what each way a runner ends means for its job
+//! (it ran a job, its environment failed, it exited cleanly with no job seen, it was torn
+//! down), forgetting runners, deferred deletions and their retries, provider status and cordon.
 
 use super::*;
 #[allow(unused_imports)]
@@ -24,18 +25,21 @@ impl Scheduler {
                     repo,
                     runner_id,
                     name,
+                    attempt,
                 } => {
-                    let ran_a_job = self.recent_runners.get(&*name).is_some_and(|r| r.3);
+                    let ran_a_job = self.recent_runners.get(&*name).is_some_and(|r| r.ran_a_job);
                     if !ran_a_job {
                         fx.push(Effect::DeleteRunner {
                             owner,
                             repo,
                             runner_id,
                             name,
+                            attempt,
                         });
                     }
                 }
                 Deferred::Heal { key, why } => self.heal_now(&key, why, now, fx),
+                Deferred::Look { key } => self.look_at(&key, now, fx),
             }
         }
         // One wake-up timer serves everything: ask for the next one still waiting.
@@ -96,68 +100,14 @@ impl Scheduler {
                         code,
                     },
                 );
-                // A runner that exits by itself may well have run a job whose `in_progress` is
-                // still on its way: wait a little before deciding it never ran one (GitHub then
-                // still lists it, and it is deleted). Its own job, if never seen running, is
-                // dispatched again at once (a spare is reaped later; a job is never lost).
-                let delay = if reason == ExitReason::Exited {
-                    DELETE_DELAY
-                } else {
-                    Duration::ZERO
-                };
-                if let Some(r) = runner
-                    .as_ref()
-                    .filter(|r| r.bound.is_none() && !r.registration_deleted)
-                {
-                    let delete = Deferred::Delete {
-                        owner: r.row.intent.owner.to_string(),
-                        repo: r.row.repo.clone(),
-                        runner_id: r.row.id,
-                        name: r.row.name.clone(),
-                    };
-                    self.defer(now.mono + delay, delete, &mut fx);
-                }
-                // A runner that exited with an error before it was seen with any job never came
-                // up: its environment failed, and the job climbs its ladder item. One that ran
-                // (or may have run) a sibling's job left its own stranded: dispatched again now.
-                let crashed = reason == ExitReason::Exited
-                    && code.is_some_and(|c| c != 0)
-                    && runner.as_ref().is_some_and(|r| r.bound.is_none());
-                let waiting = self
-                    .jobs
-                    .get(&intent)
-                    .is_some_and(|r| r.phase == Phase::Seen && r.started_at.is_none());
-                if let Some(r) = runner.as_ref().filter(|_| crashed && waiting) {
-                    let error = format!(
-                        "the runner exited with code {} before its job started",
-                        code.unwrap_or_default()
-                    );
-                    self.environment_failed(r.provider.clone(), &intent, name, error.clone(), now);
-                    let failure = Failure {
-                        class: ErrorClass::UnknownRetryable,
-                        retry_after: None,
-                        bucket: None,
-                        message: error,
-                    };
-                    self.failed(&intent, failure, now, &mut fx);
-                } else {
-                    let why = if reason == ExitReason::ProvisionerDied {
-                        "its provisioner died before the job started"
-                    } else {
-                        "its runner exited but the job was never observed running (stranded)"
-                    };
-                    self.heal_stranded(&intent, why, now, &mut fx);
+                if let Some(r) = runner {
+                    self.runner_ended(&intent, name, r, code, reason, now, &mut fx);
                 }
             }
             RunnerEventKind::Failed { error } => {
                 let r = self.forget_runner(name, now);
                 if let Some(r) = &r {
-                    fx.push(Effect::DeleteRunner {
-                        owner: r.row.intent.owner.to_string(),
-                        repo: r.row.repo.clone(),
-                        runner_id: r.row.id,
-                        name: r.row.name.clone(),
-                    });
+                    fx.push(Self::deletion(r, 0));
                 }
                 if let Some(r) = &r {
                     self.environment_failed(
@@ -192,6 +142,157 @@ impl Scheduler {
             }
         }
         self.pump(now, &mut fx);
+        fx
+    }
+
+    /// What a runner's end means for its registration and for the job it was made for. It
+    /// ended one of four ways:
+    /// - it **ran a job** (an event named it, or it exited 0 by itself: a JIT runner exits 0
+    ///   after its one job and GitHub removes its registration): if the job was a sibling's,
+    ///   its own job was dispatched again when the event named it. Never a failure.
+    /// - it **failed** before any job (a non-zero exit by itself): its job's ladder climbs.
+    /// - it was **torn down** (reaped by the sweep, its job cancelled, a drain) or its
+    ///   provisioner died: its job, if still waiting, is dispatched again. An idle reap was
+    ///   counted toward the zombie cap when the sweep decided it.
+    /// - it exited 0 with no event naming it (a **quiet exit**): most likely a job whose
+    ///   events are late; dispatched again at once, unless its job's runners keep doing so.
+    #[allow(clippy::too_many_arguments)]
+    fn runner_ended(
+        &mut self,
+        intent: &JobKey,
+        name: &str,
+        r: RunnerRecord,
+        code: Option<i32>,
+        reason: ExitReason,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let by_itself = reason == ExitReason::Exited;
+        let clean = by_itself && code == Some(0);
+        let ran_a_job = r.bound.is_some() || clean;
+        if clean && let Some(gone) = self.recent_runners.get_mut(name) {
+            gone.ran_a_job = true;
+        }
+        // A runner that may not have run a job leaves a registration GitHub keeps: delete it.
+        // One that exits by itself, or was found gone after a restart, may still be named by a
+        // late `in_progress`: wait a little.
+        if !ran_a_job && !r.registration_deleted {
+            let delay = if by_itself || reason == ExitReason::Lost {
+                DELETE_DELAY
+            } else {
+                Duration::ZERO
+            };
+            self.defer(now.mono + delay, Deferred::from_runner(&r), fx);
+        }
+        // Its job, if it still waits for this runner (it is `Seen` now), goes on.
+        let waiting = self
+            .jobs
+            .get(intent)
+            .is_some_and(|j| j.phase == Phase::Seen && j.started_at.is_none());
+        if !waiting || r.bound.is_some() {
+            if waiting {
+                self.heal_stranded(intent, "its runner ran a sibling's job", now, fx);
+            }
+            return;
+        }
+        if by_itself && !clean {
+            let error = match code {
+                Some(c) => format!("the runner exited with code {c} before its job started"),
+                None => "the runner was killed before its job started".into(),
+            };
+            return self.attempt_failed(&r, intent, name, error, now, fx);
+        }
+        if clean {
+            let quiet = self.jobs.get_mut(intent).map_or(0, |j| {
+                j.quiet_exits = j.quiet_exits.saturating_add(1);
+                j.quiet_exits
+            });
+            if quiet > QUIET_EXITS_FREE {
+                let error =
+                    format!("{quiet} of its runners exited cleanly without being seen with a job");
+                return self.attempt_failed(&r, intent, name, error, now, fx);
+            }
+        }
+        let why = match reason {
+            ExitReason::ProvisionerDied => "its provisioner died before the job started",
+            ExitReason::Exited => {
+                "its runner exited cleanly but no job was seen on it (its events may be late)"
+            }
+            _ => "its runner went before the job started",
+        };
+        self.heal_stranded(intent, why, now, fx);
+    }
+
+    /// An attempt for `intent` failed in its environment: counted for the pool, and the job's
+    /// ladder item climbs.
+    fn attempt_failed(
+        &mut self,
+        r: &RunnerRecord,
+        intent: &JobKey,
+        name: &str,
+        error: String,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.environment_failed(r.provider.clone(), intent, name, error.clone(), now);
+        let failure = Failure {
+            class: ErrorClass::UnknownRetryable,
+            retry_after: None,
+            bucket: None,
+            message: error,
+        };
+        self.failed(intent, failure, now, fx);
+    }
+
+    /// The deletion of `r`'s registration, as an effect.
+    pub(super) fn deletion(r: &RunnerRecord, attempt: u32) -> Effect {
+        Effect::DeleteRunner {
+            owner: r.row.intent.owner.to_string(),
+            repo: r.row.repo.clone(),
+            runner_id: r.row.id,
+            name: r.row.name.clone(),
+            attempt,
+        }
+    }
+
+    /// GitHub's answer to a registration's deletion: one that failed is tried again later
+    /// (5 s, then doubling to 5 min, `DELETE_ATTEMPTS` in all; a registration still left after
+    /// that is found by the next start's cleanup). Already gone counts as deleted.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_runner_deleted(
+        &mut self,
+        owner: String,
+        repo: Option<String>,
+        runner_id: u64,
+        name: String,
+        attempt: u32,
+        result: Result<(), GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let Err(e) = result else {
+            self.observe(Observation::RegistrationDeleted { runner: name });
+            return fx;
+        };
+        let attempt = attempt + 1;
+        let again = attempt < DELETE_ATTEMPTS && !self.shutting_down;
+        self.observe(Observation::DeletionFailed {
+            runner: name.clone(),
+            class: e.class(),
+            error: e.to_string(),
+            again,
+        });
+        if again {
+            let wait = (DELETE_RETRY_FIRST * 2u32.saturating_pow(attempt - 1)).min(MAX_WAIT_DELETE);
+            let what = Deferred::Delete {
+                owner,
+                repo,
+                runner_id,
+                name,
+                attempt,
+            };
+            self.defer(now.mono + wait, what, &mut fx);
+        }
         fx
     }
 
@@ -235,12 +336,13 @@ impl Scheduler {
         });
         self.recent_runners.insert(
             handle,
-            (
-                r.provider.clone(),
-                r.started_at,
-                now.mono,
-                r.bound.is_some(),
-            ),
+            GoneRunner {
+                provider: r.provider.clone(),
+                started_at: r.started_at,
+                gone_at: now.mono,
+                ran_a_job: r.bound.is_some(),
+                intent: r.intent.clone(),
+            },
         );
         if let Some(rec) = self.jobs.get_mut(&r.intent)
             && matches!(&rec.phase, Phase::Active { runner, .. } if **runner == *name)
@@ -254,10 +356,9 @@ impl Scheduler {
         Some(r)
     }
 
-    /// Stranded self-heal: runners are fungible, so the runner made for a job may have run a
-    /// sibling and exited, leaving its own job queued on GitHub, which never re-sends the
-    /// webhook. A job whose runner went while it was never observed running is dispatched again
-    /// at once, counted against the zombie cap.
+    /// Stranded self-heal: GitHub never re-sends a queued webhook, so a job whose runner went
+    /// while it was never observed running is dispatched again at once. Nothing here counts
+    /// toward the zombie cap (only an idle reap does: `on_idle_checked`).
     /// With a heal grace (pull mode), the job is looked at again once the grace has passed:
     /// a poll that has not yet seen it running is not a stranded job.
     pub(super) fn heal_stranded(
@@ -285,7 +386,6 @@ impl Scheduler {
     }
 
     fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {
-        let cap = self.settings.zombie_cap;
         let Some(rec) = self.jobs.get_mut(key) else {
             return;
         };
@@ -293,12 +393,6 @@ impl Scheduler {
             return;
         }
         rec.admissions += 1;
-        if rec.admissions > cap {
-            let dispatches = rec.admissions;
-            self.note(key, now, Note::StrandedCap { dispatches });
-            self.leave_ladder(key, fx);
-            return;
-        }
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;
         self.pending.push_back(key.clone());

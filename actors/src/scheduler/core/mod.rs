@@ -43,9 +43,11 @@ mod fleet_tests;
 mod intake;
 mod ladder;
 mod ledger;
+mod parking;
 mod restore;
 mod settings;
 mod shared;
+mod supply;
 mod sweep;
 pub mod timeline;
 mod view;
@@ -62,11 +64,26 @@ pub use view::{
 pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);
 /// How long an observed start is remembered when there is no job timeout.
 pub const STARTED_TTL_NO_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
-/// Admissions after which a job GitHub keeps listing but never runs is left alone.
+/// Idle reaps after which a job is parked: runners made for it sat idle until the orphan sweep
+/// reaped them this many times, so GitHub lists it queued but never assigns it (a superseded
+/// run, say). Only this counts: a runner that ran a sibling's job, or crashed, does not.
 pub const ZOMBIE_CAP: u32 = 5;
+/// How long a parked job waits before it is looked at again (its state asked of GitHub; a
+/// reconcile pass that lists it queued after this time, or a new delivery, admits it too).
+pub const PARK_LOOK: Duration = Duration::from_secs(30 * 60);
+/// Runners of one job that may exit cleanly with no job seen before the next such exit is
+/// taken for an environment that failed (its ladder climbs): a JIT runner exits 0 after its
+/// one job, so a clean exit is a job ran whose event is late, unless it keeps happening.
+pub const QUIET_EXITS_FREE: u8 = 2;
 /// How long a runner that exited by itself may wait for its job's `in_progress` before it is
 /// taken for one that never ran a job (and deleted on GitHub).
 pub const DELETE_DELAY: Duration = Duration::from_secs(10);
+/// Deletions of one registration tried before it is left to the next start's cleanup.
+pub const DELETE_ATTEMPTS: u32 = 8;
+/// The wait after a registration's first failed deletion (doubling after each).
+const DELETE_RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest wait between two deletions of one registration.
+const MAX_WAIT_DELETE: Duration = Duration::from_secs(300);
 
 pub use crate::vocab::runner_prefix;
 
@@ -109,7 +126,8 @@ pub enum Effect {
         /// Why.
         reason: &'static str,
     },
-    /// Delete a runner registration on GitHub (it never ran a job, so it will not go by itself).
+    /// Delete a runner registration on GitHub (it never ran a job, so it will not go by itself);
+    /// report the answer with `on_runner_deleted`.
     DeleteRunner {
         /// The owner whose target registered it.
         owner: String,
@@ -119,6 +137,15 @@ pub enum Effect {
         runner_id: u64,
         /// Runner name, for logs.
         name: String,
+        /// Deletions of it that failed before this one.
+        attempt: u32,
+    },
+    /// Ask GitHub for a parked job's state; report it with `on_job_looked`.
+    LookAtJob {
+        /// The job.
+        key: JobKey,
+        /// Its repo.
+        repo: String,
     },
     /// Arm the retry timer for the ladder's earliest due item (`None`: nothing waits); when
     /// it fires, call `on_retry_timer`.
@@ -173,6 +200,37 @@ pub enum Phase {
     },
     /// Observed in progress or completed (on any runner); nothing more to do.
     Done,
+    /// Not running, and not claimed for now: looked at again at `look_unix` (GitHub asked
+    /// whether it is still queued), or sooner when a delivery or a reconcile pass brings it.
+    Parked {
+        /// Why.
+        reason: ParkReason,
+        /// Unix seconds of the next look.
+        look_unix: u64,
+    },
+}
+
+/// Why a job is parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParkReason {
+    /// Its runners sat idle until reaped `ZOMBIE_CAP` times: GitHub never assigns it.
+    Zombie,
+    /// Its claims kept failing past `max_age`.
+    GaveUp,
+    /// Its last failure cannot be helped by retrying right away (a claim GitHub refused).
+    NotRetryable,
+}
+
+impl ParkReason {
+    /// The reason's name (the `reason` label, and `jobs`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkReason::Zombie => "zombie",
+            ParkReason::GaveUp => "gave_up",
+            ParkReason::NotRetryable => "not_retryable",
+        }
+    }
 }
 
 impl Phase {
@@ -187,6 +245,7 @@ impl Phase {
             Phase::Retrying => "retrying",
             Phase::Active { .. } => "active",
             Phase::Done => "done",
+            Phase::Parked { .. } => "parked",
         }
     }
 }
@@ -204,8 +263,13 @@ pub struct JobRecord {
     pub started_at: Option<Instant>,
     /// When the first queued event for it arrived.
     pub received_at: Instant,
-    /// Admissions so far (the zombie counter).
+    /// Admissions so far (each a dispatch: a delivery, a reconcile, a heal).
     pub admissions: u32,
+    /// Runners made for it that sat idle until the sweep reaped them (the zombie counter).
+    pub idle_reaps: u8,
+    /// Runners made for it that exited cleanly with no job seen on them, not yet explained by
+    /// a late event.
+    pub quiet_exits: u8,
     /// Claims (or environments) that failed for it so far: its history, kept after it leaves
     /// the ladder. The ladder's own item (attempts, next attempt) lives in the ladder alone.
     pub claim_failures: u32,
@@ -226,6 +290,8 @@ impl JobRecord {
             started_at: None,
             received_at,
             admissions: 0,
+            idle_reaps: 0,
+            quiet_exits: 0,
             claim_failures: 0,
             first_failure_class: None,
             timeline: Vec::new(),
@@ -242,6 +308,9 @@ pub struct RunnerRecord {
     pub row: RunnerRow,
     /// Claimed at.
     pub created_at: Instant,
+    /// Made for its intent job at (its claim, or when it was handed over as a spare): the
+    /// orphan grace runs from here.
+    pub intent_since: Instant,
     /// Environment up at.
     pub started_at: Option<Instant>,
     /// When the sweep last asked GitHub whether it is busy (at most once a minute, and never
@@ -317,9 +386,9 @@ pub struct Scheduler {
     /// Fleet mode: jobs whose claim is in flight here that another host was heard to hold
     /// (the host): a claim still waiting for its offer delay does not ask the ledger.
     held_notices: HashMap<JobKey, String>,
-    /// Runners gone recently (name -> provider, started, gone at): a `completed` often arrives
-    /// after its runner exited, and must still be counted as ours.
-    recent_runners: HashMap<Arc<str>, (PoolName, Option<Instant>, Instant, bool)>,
+    /// Runners gone recently, by name: a `completed` often arrives after its runner exited,
+    /// and must still be counted as ours.
+    recent_runners: HashMap<Arc<str>, GoneRunner>,
     /// One copy of each owner, repository, label set and conclusion the jobs repeat.
     shared: shared::Shared,
     draining: bool,
@@ -338,22 +407,57 @@ pub struct Scheduler {
     observed: Vec<Observation>,
     /// State changes waiting to be made durable.
     ops: Vec<Op>,
-    /// Decisions waiting for a late delivery (see `DELETE_DELAY`, `HEAL_DELAY`).
+    /// Decisions waiting for a late delivery (see `DELETE_DELAY`, `HEAL_DELAY`), failed
+    /// deletions waiting to be tried again, and parked jobs' next looks.
     deferred: Vec<(Instant, Deferred)>,
+    /// Per target: jobs its last reconcile pass found queued on GitHub that the daemon holds
+    /// idle (parked before their look, or cordoned).
+    held_idle: Vec<usize>,
+}
+
+/// A runner that left the ledger a moment ago.
+#[derive(Debug, Clone)]
+struct GoneRunner {
+    provider: PoolName,
+    /// Its environment came up at.
+    started_at: Option<Instant>,
+    gone_at: Instant,
+    /// It ran a job (an event named it, or it exited cleanly by itself): GitHub removes its
+    /// registration, so it is not deleted.
+    ran_a_job: bool,
+    /// The job it was made for last.
+    intent: JobKey,
+}
+
+impl Deferred {
+    /// The deletion of `r`'s registration (its first attempt).
+    fn from_runner(r: &RunnerRecord) -> Self {
+        Deferred::Delete {
+            owner: r.row.intent.owner.to_string(),
+            repo: r.row.repo.clone(),
+            runner_id: r.row.id,
+            name: r.row.name.clone(),
+            attempt: 0,
+        }
+    }
 }
 
 /// A decision taken later, once a late `in_progress` had its chance to arrive.
 #[derive(Debug, Clone)]
 enum Deferred {
-    /// Delete a runner registration unless the runner turns out to have run a job.
+    /// Delete a runner registration unless the runner turns out to have run a job
+    /// (`attempt`: deletions of it that failed so far).
     Delete {
         owner: String,
         repo: Option<String>,
         runner_id: u64,
         name: String,
+        attempt: u32,
     },
     /// Dispatch a stranded job again unless it has been observed running by then.
     Heal { key: JobKey, why: &'static str },
+    /// Look at a parked job again.
+    Look { key: JobKey },
 }
 
 /// Counters for status views and tests.
@@ -377,6 +481,7 @@ impl Scheduler {
     /// A scheduler with no jobs, climbing `backoff` on failures; `seed` fixes the ladder's
     /// jitter (tests), else it is random.
     pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: Option<u64>) -> Self {
+        let targets = settings.targets.len();
         let provider_sets = settings
             .providers
             .iter()
@@ -426,6 +531,7 @@ impl Scheduler {
             observed: Vec::new(),
             ops: Vec::new(),
             deferred: Vec::new(),
+            held_idle: vec![0; targets],
         }
     }
 
@@ -538,6 +644,10 @@ fn bounded_conclusion(c: &str) -> &'static str {
     }
 }
 
+#[cfg(test)]
+mod parking_tests;
+#[cfg(test)]
+mod sim_tests;
 #[cfg(test)]
 mod targets_tests;
 #[cfg(test)]

@@ -52,6 +52,7 @@ impl Scheduler {
                 RunnerRecord {
                     row: r.clone(),
                     created_at: ago(r.created_unix),
+                    intent_since: ago(r.created_unix),
                     started_at: Some(now.mono),
                     idle_checked_at: None,
                     idle_check_pending: false,

@@ -8,63 +8,45 @@ use crate::config::PoolName;
 /// The sweep asks GitHub about one runner at most this often.
 pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
 
+/// Why the sweep reaps a spare: its job ran elsewhere and no waiting job can use it.
+pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued job needs it";
+/// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
+pub const REAP_ORPHAN: &str = "orphan: no job took it within the grace";
+
 impl Scheduler {
-    /// The orphan sweep. An unbound runner older than the grace is reaped (nobody wanted it).
-    /// A *spare* (an unbound runner whose own job ran elsewhere) covers one unit of uncovered
-    /// demand (a queued job its labels cover that no live runner was made for), newest spare
-    /// first; the surplus is reaped at once instead of waiting out the grace. Reaped runners are
-    /// deleted on GitHub when they report their exit (they never ran a job).
+    /// The orphan sweep. Spares (unbound runners whose job no longer needs them) are first
+    /// handed to jobs that wait for a runner (`rebalance`); the spares left are surplus and
+    /// reaped at once. An unbound runner its own job still waits for, older than the grace,
+    /// is an orphan: GitHub did not hand it that job (or any) while it sat idle, which is the
+    /// one thing that counts toward the job's zombie cap. Each is deleted on GitHub first
+    /// (`CheckIdle`), which GitHub refuses for a runner that runs a job.
     pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
+        self.rebalance(now, &mut fx);
         let Some(grace) = self.settings.orphan_grace else {
             return fx;
         };
-        // The uncovered demand is counted only when a spare is there to weigh against it: it
-        // walks every tracked job, and the sweep runs on every `completed`.
-        let mut demand: Option<Vec<(JobKey, LabelSet)>> = None;
-        let mut unbound: Vec<&RunnerRecord> = self
+        let mut reap: Vec<(String, &'static str)> = self
             .runners
             .values()
             .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
-            .collect();
-        unbound.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
-        let mut reap: Vec<(String, PoolName, JobKey, &'static str)> = Vec::new();
-        for r in unbound {
-            let intent_started = self
-                .jobs
-                .get(&r.intent)
-                .is_none_or(|j| j.started_at.is_some());
-            if intent_started {
-                let offered = self
-                    .provider_index(&r.provider)
-                    .map(|i| self.provider_sets[i].clone())
-                    .unwrap_or_default();
-                let demand = demand.get_or_insert_with(|| self.uncovered_demand());
-                if let Some(pos) = demand.iter().position(|(_, wanted)| offered.covers(wanted)) {
-                    demand.remove(pos);
-                    continue;
+            .filter_map(|r| {
+                if self.is_spare(r) {
+                    Some((r.name.clone(), REAP_SPARE))
+                } else if now.mono.saturating_duration_since(r.intent_since) >= grace {
+                    Some((r.name.clone(), REAP_ORPHAN))
+                } else {
+                    None
                 }
-                reap.push((
-                    r.name.clone(),
-                    r.provider.clone(),
-                    r.intent.clone(),
-                    "spare runner: its job ran elsewhere and no queued job needs it",
-                ));
-            } else if now.mono.saturating_duration_since(r.created_at) >= grace {
-                reap.push((
-                    r.name.clone(),
-                    r.provider.clone(),
-                    r.intent.clone(),
-                    "orphan: no job took it within the grace",
-                ));
-            }
-        }
-        for (name, _, _, why) in reap {
+            })
+            .collect();
+        reap.sort();
+        for (name, why) in reap {
             let Some(r) = self.runners.get_mut(name.as_str()) else {
                 continue;
             };
             // The sweep runs on every `completed` in the org: without this, one runner whose
-            // `in_progress` was lost would cost a GET per completed job.
+            // `in_progress` was lost would cost a call per completed job.
             let recently = r
                 .idle_checked_at
                 .is_some_and(|t| now.mono.saturating_duration_since(t) < IDLE_CHECK_EVERY);
@@ -82,39 +64,6 @@ impl Scheduler {
             });
         }
         fx
-    }
-
-    /// Queued demand no live runner was made for: each job that has not started, is not past
-    /// the zombie cap, is waiting, claiming, retrying or active, and whose own runner (if any)
-    /// is no longer free to take it; sorted, with the labels it wants.
-    fn uncovered_demand(&self) -> Vec<(JobKey, LabelSet)> {
-        // A job still needs a runner if it has not started and no runner made for it is still
-        // free to take it (its own runner may have been given a sibling).
-        let has_free_runner = |j: &JobRecord| match &j.phase {
-            Phase::Active { runner, .. } => {
-                self.runners.get(runner).is_some_and(|r| r.bound.is_none())
-            }
-            _ => false,
-        };
-        let mut demand: Vec<(JobKey, LabelSet)> = self
-            .jobs
-            .values()
-            .filter(|j| {
-                j.started_at.is_none()
-                    && j.admissions <= self.settings.zombie_cap
-                    && matches!(
-                        j.phase,
-                        Phase::Pending
-                            | Phase::Claiming { .. }
-                            | Phase::Retrying
-                            | Phase::Active { .. }
-                    )
-                    && !has_free_runner(j)
-            })
-            .map(|j| (j.info.key.clone(), LabelSet::new(&j.info.labels)))
-            .collect();
-        demand.sort();
-        demand
     }
 
     /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was
@@ -161,6 +110,9 @@ impl Scheduler {
                         reason,
                     },
                 );
+                if reason == REAP_ORPHAN {
+                    self.idle_reaped(&intent, name, now, &mut fx);
+                }
                 fx.push(Effect::Teardown {
                     provider,
                     name: name.to_string(),
@@ -254,7 +206,7 @@ impl Scheduler {
             self.ops.push(Op::DeleteJob(k.clone()));
         }
         self.recent_runners
-            .retain(|_, (_, _, gone, _)| now.mono.saturating_duration_since(*gone) < seen_ttl);
+            .retain(|_, g| now.mono.saturating_duration_since(g.gone_at) < seen_ttl);
         self.shared.prune();
     }
 }

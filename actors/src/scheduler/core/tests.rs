@@ -13,7 +13,7 @@ use crate::{
     scheduler::fixtures::job,
 };
 
-const UNIX0: u64 = 1_800_000_000;
+pub(super) const UNIX0: u64 = 1_800_000_000;
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
 pub(super) fn settings() -> SchedulerSettings {
@@ -298,7 +298,8 @@ fn an_environment_that_failed_once_climbs_the_ladder() {
                 owner: "acme".into(),
                 repo: None,
                 runner_id: 7,
-                name: name.clone()
+                name: name.clone(),
+                attempt: 0,
             },
             Effect::ArmRetryTimer {
                 at: Some(t0 + Duration::from_secs(32))
@@ -334,7 +335,8 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
             owner: "acme".into(),
             repo: None,
             runner_id: 7,
-            name
+            name,
+            attempt: 0,
         }]
     );
     assert_eq!(phase(&s, 1), Phase::Pending, "waits for the pool");

@@ -173,10 +173,30 @@ pub enum Note {
     },
     /// Cordoned when it arrived.
     CordonedNotAdmitted,
-    /// Admitted too often without running (the zombie cap).
-    ZombieCap {
-        /// Admissions so far.
-        admissions: u32,
+    /// Parked: not claimed for until its next look.
+    Parked {
+        /// Why.
+        reason: crate::scheduler::core::ParkReason,
+        /// Unix seconds of the next look.
+        look_unix: u64,
+    },
+    /// Admitted again (a parked job looked at, a job held idle found queued by a reconcile
+    /// pass, a delivery for a parked job).
+    Readmitted {
+        /// `parked`, `idle`, `delivery`.
+        reason: &'static str,
+    },
+    /// A parked job looked at: GitHub says it is no longer queued.
+    LookedAt {
+        /// `in_progress`, `completed` or `gone`.
+        status: &'static str,
+    },
+    /// A spare runner (made for another job, which no longer needs it) was handed to it.
+    SpareHandedOver {
+        /// Runner name.
+        runner: Arc<str>,
+        /// The job it was made for.
+        from: u64,
     },
     /// Admitted; waiting for a slot and a claim token.
     Admitted,
@@ -291,11 +311,6 @@ pub enum Note {
         /// What went wrong.
         error: String,
     },
-    /// Stranded too often: left alone.
-    StrandedCap {
-        /// Dispatches so far.
-        dispatches: u32,
-    },
     /// Dispatched again (stranded, or its provisioner died).
     Requeued {
         /// Why.
@@ -333,9 +348,21 @@ impl fmt::Display for Note {
                 "outside this daemon's {reason} (github.owner, github.repos, the App installation): ignored, no API call"
             ),
             Note::CordonedNotAdmitted => f.write_str("cordoned: not admitted"),
-            Note::ZombieCap { admissions } => {
-                write!(f, "admitted {admissions} times without running: left alone")
+            Note::Parked { reason, look_unix } => write!(
+                f,
+                "parked ({}): nothing claimed until it is looked at again at {}, or a delivery \
+                 or a reconcile pass brings it",
+                reason.as_str(),
+                crate::clock::rfc3339(*look_unix)
+            ),
+            Note::Readmitted { reason } => write!(f, "admitted again ({reason})"),
+            Note::LookedAt { status } => {
+                write!(f, "looked at: GitHub says it is {status}; nothing to claim")
             }
+            Note::SpareHandedOver { runner, from } => write!(
+                f,
+                "spare runner {runner} (made for job {from}, which no longer needs it) handed to it"
+            ),
             Note::Admitted => f.write_str("admitted; waiting for a slot"),
             Note::Claiming { provider } => write!(f, "routed to {provider}; claiming a runner"),
             Note::ClaimFailed { class, error } => write!(f, "claim failed ({class}): {error}"),
@@ -403,10 +430,6 @@ impl fmt::Display for Note {
             Note::EnvironmentFailed { runner, error } => {
                 write!(f, "environment for {runner} failed: {error}")
             }
-            Note::StrandedCap { dispatches } => write!(
-                f,
-                "stranded after {dispatches} dispatches: left alone (zombie cap)"
-            ),
             Note::Requeued { why } => write!(f, "re-queued: {why}"),
             Note::Reaped { runner, reason } => write!(f, "runner {runner} reaped: {reason}"),
             Note::Restored => f.write_str("restored from the state store after a restart"),

@@ -81,6 +81,7 @@ impl Scheduler {
                 .is_some_and(|t| now.mono.saturating_duration_since(t) < self.settings.seen_ttl),
             started: r.started_at.is_some(),
             admissions: r.admissions,
+            idle_reaps: r.idle_reaps,
             retry_attempts: item.map_or(r.claim_failures, |i| i.attempts),
             error_class: item.map(|i| i.class).or(r.first_failure_class),
             next_attempt_unix: item.and_then(|i| i.next_attempt).map(|at| {
@@ -228,8 +229,11 @@ pub struct JobView {
     pub seen: bool,
     /// Observed in progress or completed.
     pub started: bool,
-    /// Admissions (zombie counter).
+    /// Admissions (dispatches: deliveries, heals, re-admissions).
     pub admissions: u32,
+    /// Runners made for it that sat idle until reaped (the zombie counter; parked at the cap).
+    #[serde(default)]
+    pub idle_reaps: u8,
     /// Ladder failures.
     pub retry_attempts: u32,
     /// First failure's class.

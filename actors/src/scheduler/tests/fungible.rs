@@ -15,8 +15,12 @@ fn runner_of(st: &SchedulerState, job_id: u64) -> String {
 }
 
 async fn exited(h: &Harness, name: &str) {
+    exited_with(h, name, 0).await
+}
+
+async fn exited_with(h: &Harness, name: &str, code: i32) {
     let kind = RunnerEventKind::Exited {
-        code: Some(0),
+        code: Some(code),
         reason: ExitReason::Exited,
     };
     h.sched
@@ -29,18 +33,20 @@ async fn exited(h: &Harness, name: &str) {
         .unwrap();
 }
 
-/// Runner A (made for job 1) runs sibling job 2 and exits; job 1 never ran and its own runner
-/// crashed: job 1 is dispatched again at once.
+/// Runner a (made for job 1) takes sibling job 2 (whose own runner b crashed): job 1 needs a
+/// runner again, and gets one claimed at once, not when a exits (its sibling may run for an
+/// hour). The swap is no failure: nothing counts toward job 1's cap, and a's exit after job 2
+/// claims nothing more.
 #[actix_rt::test]
-async fn a_stranded_job_is_dispatched_again_at_once() {
+async fn a_job_whose_runner_takes_a_sibling_is_dispatched_again_at_once() {
     let h = harness(Setup::default()).await;
     h.queued(1, LINUX).await;
     h.queued(2, LINUX).await;
     h.run_for(Duration::from_secs(1)).await;
     let st = h.state().await;
     let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
-    // Runner b (made for job 2) crashes at boot; runner a takes job 2, completes it, exits.
-    exited(&h, &b).await;
+    // Runner b (made for job 2) crashes at boot; runner a takes job 2.
+    exited_with(&h, &b, 1).await;
     h.send(
         JobAction::InProgress,
         JobInfo {
@@ -49,26 +55,18 @@ async fn a_stranded_job_is_dispatched_again_at_once() {
         },
     )
     .await;
-    h.send(
-        JobAction::Completed,
-        JobInfo {
-            runner_name: Some(a.clone()),
-            conclusion: Some("success".into()),
-            ..job(2, LINUX)
-        },
-    )
-    .await;
-    h.run_for(Duration::from_secs(1)).await;
-    // Job 2's runner crashing re-dispatched job 2 once (it had not started yet then); job 1's
-    // runner a exiting after running job 2 re-dispatches job 1.
-    exited(&h, &a).await;
     h.run_for(Duration::from_secs(1)).await;
     let st = h.state().await;
-    assert!(
-        st.runners.iter().any(|r| r.intent.job_id == 1),
-        "job 1 has a new runner: {:?}",
-        st.runners
-    );
+    let new = st
+        .runners
+        .iter()
+        .find(|r| r.intent.job_id == 1 && r.name != a)
+        .unwrap_or_else(|| {
+            panic!(
+                "job 1 has a new runner while a runs job 2: {:?}",
+                st.runners
+            )
+        });
     let timeline = st
         .jobs
         .iter()
@@ -79,9 +77,26 @@ async fn a_stranded_job_is_dispatched_again_at_once() {
     assert!(
         timeline
             .iter()
-            .any(|e| matches!(&e.note, Note::Requeued { why } if why.contains("stranded"))),
+            .any(|e| matches!(&e.note, Note::Requeued { why } if why.contains("sibling"))),
         "{timeline:#?}"
     );
+    let claims = h.claims();
+    h.send(
+        JobAction::Completed,
+        JobInfo {
+            runner_name: Some(a.clone()),
+            conclusion: Some("success".into()),
+            ..job(2, LINUX)
+        },
+    )
+    .await;
+    exited(&h, &a).await;
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.claims(), claims, "a's exit after job 2 claims nothing");
+    let st = h.state().await;
+    assert!(st.runners.iter().any(|r| r.name == new.name));
+    let j1 = st.jobs.iter().find(|j| j.key.job_id == 1).unwrap();
+    assert_eq!(j1.idle_reaps, 0);
 }
 
 /// Two same-label jobs whose runners swapped: no re-dispatch, and completing one job tears down
@@ -246,6 +261,7 @@ async fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
     );
     let j1 = st.jobs.iter().find(|j| j.key.job_id == 1).unwrap();
     assert_eq!(j1.admissions, 2, "job 1 dispatched again once");
+    assert_eq!(j1.idle_reaps, 1, "an idle reap is the zombie signal");
 }
 
 /// A spare whose `in_progress` is late (GitHub says busy) is not reaped, nor asked about again:
@@ -336,7 +352,8 @@ async fn a_spare_handed_a_job_after_it_looked_idle_is_not_killed() {
 }
 
 /// A runner that exits by itself before its `in_progress` arrives ran a job: GitHub removed
-/// it, so no deletion is spent on it. One that ran nothing is deleted once the wait is over.
+/// it, so no deletion is spent on it. One that failed (a non-zero exit, nothing named it) is
+/// deleted once the wait for a late event is over.
 #[actix_rt::test]
 async fn late_in_progress_spares_a_needless_deletion() {
     let h = harness(Setup::default()).await;
@@ -346,7 +363,7 @@ async fn late_in_progress_spares_a_needless_deletion() {
     let st = h.state().await;
     let (a, b) = (runner_of(&st, 1), runner_of(&st, 2));
     exited(&h, &a).await;
-    exited(&h, &b).await;
+    exited_with(&h, &b, 1).await;
     h.send(
         JobAction::InProgress,
         JobInfo {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::*;
 
 /// The seed's ladder bug, through the real fire path: 30s, 1m, 2m, 2m, then given up at
-/// max_age; the first failure's time is kept across fires.
+/// max_age and parked; the first failure's time is kept across fires. Nothing is claimed
+/// until the parked job is looked at (GitHub asked 30 min later): gone, it is done with.
 #[actix_rt::test]
 async fn ladder_climbs_through_the_fire_path_and_gives_up_at_max_age() {
     let h = harness(Setup {
@@ -28,7 +29,17 @@ async fn ladder_climbs_through_the_fire_path_and_gives_up_at_max_age() {
             .get(),
         4
     );
-    assert_eq!(h.phase(1).await, Phase::Seen);
+    assert!(
+        matches!(
+            h.phase(1).await,
+            Phase::Parked {
+                reason: ParkReason::GaveUp,
+                ..
+            }
+        ),
+        "{:?}",
+        h.phase(1).await
+    );
     let (q, armed) = h.ladder().await;
     assert_eq!((q.depth, q.items.len(), armed), (0, 0, 0));
     let st = h.state().await;
@@ -46,8 +57,17 @@ async fn ladder_climbs_through_the_fire_path_and_gives_up_at_max_age() {
             .any(|n| matches!(n, Note::Abandoned(Abandon::GaveUp { attempts: 5, .. }))),
         "{timeline:#?}"
     );
+    h.run_for(Duration::from_secs(1500)).await;
+    assert_eq!(h.claims(), 5, "nothing after giving up, before the look");
+    h.gh.lock().unwrap().job_status = "completed".into();
     h.run_for(Duration::from_secs(3600)).await;
-    assert_eq!(h.claims(), 5, "nothing after giving up");
+    assert_eq!(h.claims(), 5, "GitHub says it completed: nothing more");
+    let st = h.state().await;
+    let job = st.jobs.iter().find(|j| j.key.job_id == 1);
+    assert!(
+        job.is_none_or(|j| j.phase == Phase::Done),
+        "done with (and pruned later): {job:?}"
+    );
 }
 
 #[actix_rt::test]
@@ -212,8 +232,15 @@ async fn not_found_and_validation_failures_are_not_retried() {
     assert_eq!(h.claims(), 2);
     let (q, _) = h.ladder().await;
     assert_eq!(q.items.len(), 0);
-    assert_eq!(h.phase(1).await, Phase::Seen);
-    assert_eq!(h.phase(2).await, Phase::Seen);
+    for id in [1, 2] {
+        assert!(matches!(
+            h.phase(id).await,
+            Phase::Parked {
+                reason: ParkReason::NotRetryable,
+                ..
+            }
+        ));
+    }
     assert_eq!(
         h.metrics
             .jit_registration_errors

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::{
     actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in},
-    core::{Abandon, Note, Phase, RetryQueueView, SchedulerSettings, SchedulerState},
+    core::{Abandon, Note, ParkReason, Phase, RetryQueueView, SchedulerSettings, SchedulerState},
     messages::{EventSource, GetRetryQueue, GetSchedulerState, JobEvent, SetCordon},
 };
 use crate::{
@@ -25,7 +25,7 @@ use crate::{
         actor::{DeleteRunner, GenerateJitConfig, GetRunner},
         error::HttpFailure,
     },
-    job::{JobAction, JobInfo},
+    job::{JobAction, JobInfo, JobKey},
     metrics::Metrics,
     provision::{
         ExitReason, Provision, ProvisionError, ProvisionerHandle, RunnerEvent, RunnerEventKind,
@@ -50,6 +50,8 @@ struct GhLog {
     busy_since_looked: Vec<u64>,
     script: VecDeque<Result<(), GithubError>>,
     otherwise: Option<GithubError>,
+    /// What a look at a job answers (`queued` unless set).
+    job_status: String,
 }
 
 struct FakeGithub {
@@ -123,6 +125,25 @@ impl Handler<crate::github::actor::ListRunners> for FakeGithub {
         _: &mut Context<Self>,
     ) -> Self::Result {
         Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+impl Handler<crate::github::actor::GetJob> for FakeGithub {
+    type Result = ResponseFuture<Result<(JobInfo, String), GithubError>>;
+    fn handle(&mut self, m: crate::github::actor::GetJob, _: &mut Context<Self>) -> Self::Result {
+        let status = match self.log.lock().unwrap().job_status.as_str() {
+            "" => "queued".to_string(),
+            other => other.to_string(),
+        };
+        Box::pin(async move {
+            Ok((
+                JobInfo {
+                    key: JobKey::new("acme", m.job_id),
+                    ..JobInfo::default()
+                },
+                status,
+            ))
+        })
     }
 }
 

@@ -1,0 +1,192 @@
+//! Parking and the backstop. A job is never forgotten while GitHub lists it queued: one the
+//! daemon stops claiming for (its runners always reaped idle, its claims given up on) is
+//! *parked* with a time to look at it again, and a reconcile pass admits every job GitHub
+//! lists as queued that the daemon holds in no active phase.
+
+use super::*;
+
+impl Scheduler {
+    /// The sweep reaped `runner`, made for `key`, after it sat idle for the whole grace: GitHub
+    /// did not hand it that job. The one zombie signal: after `zombie_cap` of these the job is
+    /// parked; before, its runner's exit dispatches it again.
+    pub(super) fn idle_reaped(
+        &mut self,
+        key: &JobKey,
+        runner: &str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let cap = self.settings.zombie_cap;
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return;
+        };
+        let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if **r == *runner);
+        if rec.started_at.is_some() || !its_own {
+            return;
+        }
+        rec.idle_reaps = rec.idle_reaps.saturating_add(1);
+        if u32::from(rec.idle_reaps) >= cap {
+            self.park(key, ParkReason::Zombie, now, fx);
+        }
+    }
+
+    /// Parks `key`: nothing claimed for it until its next look (`PARK_LOOK` from now), a
+    /// delivery for it, or a reconcile pass that lists it queued after that time.
+    pub(super) fn park(
+        &mut self,
+        key: &JobKey,
+        reason: ParkReason,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let look_unix = now.unix.saturating_add(PARK_LOOK.as_secs());
+        self.set_phase(key, Phase::Parked { reason, look_unix });
+        self.leave_ladder(key, fx);
+        self.observe(Observation::Parked {
+            job_id: key.job_id,
+            reason,
+        });
+        self.note(key, now, Note::Parked { reason, look_unix });
+        self.defer(
+            now.mono + PARK_LOOK,
+            Deferred::Look { key: key.clone() },
+            fx,
+        );
+    }
+
+    /// A parked job's look is due: GitHub is asked whether it is still queued.
+    pub(super) fn look_at(&mut self, key: &JobKey, now: Now, fx: &mut Vec<Effect>) {
+        let Some(rec) = self.jobs.get(key) else {
+            return;
+        };
+        match rec.phase {
+            // Admitted or run meanwhile; or parked again since, with a later look of its own.
+            Phase::Parked { look_unix, .. } if look_unix <= now.unix => {}
+            _ => return,
+        }
+        let repo = rec.info.repo.to_string();
+        fx.push(Effect::LookAtJob {
+            key: key.clone(),
+            repo,
+        });
+    }
+
+    /// GitHub's answer about a parked job: still queued, it is admitted again; started or
+    /// completed, nothing is left to do; unknown to GitHub, it is done with. A failed look is
+    /// tried again after `PARK_LOOK`.
+    pub fn on_job_looked(
+        &mut self,
+        key: &JobKey,
+        status: Result<String, GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if !matches!(
+            self.jobs.get(key).map(|j| &j.phase),
+            Some(Phase::Parked { .. })
+        ) {
+            return fx;
+        }
+        match status.as_deref() {
+            Ok("queued") if !self.draining => {
+                self.admit_again(key, "parked", now);
+                self.pump(now, &mut fx);
+            }
+            Ok(status @ ("in_progress" | "completed")) => {
+                let status = if status == "completed" {
+                    "completed"
+                } else {
+                    "in_progress"
+                };
+                self.set_phase(key, Phase::Done);
+                self.note(key, now, Note::LookedAt { status });
+            }
+            Err(GithubError::Http(f)) if f.status == 404 => {
+                self.set_phase(key, Phase::Done);
+                self.note(key, now, Note::LookedAt { status: "gone" });
+            }
+            _ => {
+                if let Some(Phase::Parked { look_unix, .. }) =
+                    self.jobs.get_mut(key).map(|j| &mut j.phase)
+                {
+                    *look_unix = now.unix.saturating_add(PARK_LOOK.as_secs());
+                }
+                self.defer(
+                    now.mono + PARK_LOOK,
+                    Deferred::Look { key: key.clone() },
+                    &mut fx,
+                );
+            }
+        }
+        fx
+    }
+
+    /// Admits a known job again (a parked job looked at, a job held idle that a reconcile pass
+    /// found queued): past the dedup window, without spending anything toward its cap.
+    pub(super) fn admit_again(&mut self, key: &JobKey, reason: &'static str, now: Now) {
+        let Some(rec) = self.jobs.get_mut(key) else {
+            return;
+        };
+        if rec.started_at.is_some() || self.draining {
+            return;
+        }
+        rec.phase = Phase::Pending;
+        rec.seen_at = Some(now.mono);
+        rec.admissions += 1;
+        self.pending.push_back(key.clone());
+        self.observe(Observation::Readmitted {
+            job_id: key.job_id,
+            reason,
+        });
+        self.note(key, now, Note::Readmitted { reason });
+    }
+
+    /// A reconcile pass over target `target`: the jobs GitHub lists as queued. A job the daemon
+    /// does not know is admitted as a delivery would be; one it holds in no active phase (seen
+    /// and idle, or parked past its look) is admitted again. What stays held idle (parked
+    /// before its look, or cordoned) is counted for the `ephemerd_reconcile_queued_idle` gauge.
+    pub fn on_reconcile(&mut self, target: usize, jobs: Vec<JobInfo>, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let mut idle = 0;
+        for job in jobs {
+            let key = job.key.clone();
+            let Some(rec) = self.jobs.get(&key) else {
+                self.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now)
+                    .into_iter()
+                    .for_each(|e| fx.push(e));
+                let admitted = self.jobs.get(&key).is_some_and(|r| {
+                    matches!(
+                        r.phase,
+                        Phase::Pending | Phase::Claiming { .. } | Phase::Active { .. }
+                    )
+                });
+                if admitted {
+                    self.observe(Observation::Readmitted {
+                        job_id: key.job_id,
+                        reason: "unknown",
+                    });
+                }
+                continue;
+            };
+            if rec.started_at.is_some() {
+                continue;
+            }
+            match rec.phase {
+                Phase::Seen if !self.draining => self.admit_again(&key, "idle", now),
+                Phase::Parked { look_unix, .. } if look_unix <= now.unix && !self.draining => {
+                    self.admit_again(&key, "parked", now)
+                }
+                Phase::Seen | Phase::Parked { .. } => idle += 1,
+                _ => {}
+            }
+        }
+        if let Some(held) = self.held_idle.get_mut(target) {
+            *held = idle;
+        }
+        self.observe(Observation::QueuedIdle {
+            jobs: self.held_idle.iter().sum(),
+        });
+        self.pump(now, &mut fx);
+        fx
+    }
+}
