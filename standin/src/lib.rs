@@ -145,6 +145,7 @@ impl Standin {
             },
             faults: Default::default(),
             fault_shares: Default::default(),
+            rename_next_runner: None,
             rng: rand::SeedableRng::seed_from_u64(0),
             archived: Vec::new(),
             repo_faults: Default::default(),
@@ -463,6 +464,12 @@ impl Standin {
             .entry(endpoint.to_string())
             .or_default()
             .push((share.clamp(0.0, 1.0), fault));
+    }
+
+    /// Registers the next JIT runner under `name` instead of the name asked for, as a hostile
+    /// server would.
+    pub fn rename_next_runner(&self, name: &str) {
+        self.state().rename_next_runner = Some(name.to_string());
     }
 
     /// Stops every random fault of `fail_share`.

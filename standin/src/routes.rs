@@ -563,6 +563,11 @@ fn generate_jitconfig(
     }
     let id = s.next_runner_id;
     s.next_runner_id += 1;
+    // A hostile server (or a TLS-intercepting proxy) may register it under another name.
+    let mut req = req;
+    if let Some(name) = s.rename_next_runner.take() {
+        req.name = name;
+    }
     let token = format!("runner-token-{id}-{}", random(12));
     let work = req.work_folder.unwrap_or_else(|| "_work".into());
     let runner_file = json!({

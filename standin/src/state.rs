@@ -345,6 +345,8 @@ pub struct State {
     pub registration: Budget,
     /// Faults per endpoint, consumed in order.
     pub faults: BTreeMap<String, VecDeque<Fault>>,
+    /// The next JIT runner is registered (and answered) under this name, not the one asked.
+    pub rename_next_runner: Option<String>,
     /// Faults per endpoint played at random once the scripted ones are used up: each
     /// `(share, fault)` answers that share of the calls.
     pub fault_shares: BTreeMap<String, Vec<(f64, Fault)>>,

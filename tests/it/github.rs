@@ -150,6 +150,30 @@ async fn a_taken_name_is_retried_with_a_fresh_one_up_to_three_times() {
     assert_eq!(s.standin.count("generate_jitconfig"), 6);
 }
 
+/// A runner registered under another name than the one asked (`../../..`, from a hostile
+/// server or a proxy trusted through `ca_file`) is refused and its registration deleted: the
+/// name would become a path for root (a directory removed recursively, log and pid files).
+#[actix_rt::test]
+async fn a_jit_answer_that_renames_the_runner_is_refused_and_deleted() {
+    let s = setup();
+    s.standin.rename_next_runner("../../..");
+    let err = s
+        .client
+        .generate_jitconfig(None, "ephemer-local-", &labels())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GithubError::RenamedRunner { answered, .. } if answered == "../../.."),
+        "{err:?}"
+    );
+    assert_eq!(err.class(), ErrorClass::NonRetryable);
+    assert!(
+        s.standin.runners().is_empty(),
+        "the registration is deleted"
+    );
+    assert_eq!(s.standin.count("delete_runner"), 1);
+}
+
 /// The claim's bucket: a JIT config spends `actions_runner_registration`.
 const REGISTRATION: RateBucket = RateBucket::ActionsRunnerRegistration;
 

@@ -314,6 +314,15 @@ impl GithubClient {
             {
                 Ok(answer) => {
                     let jit: JitAnswer = decode("generate_jitconfig", &answer.body)?;
+                    if jit.runner.name != name {
+                        // A hostile or broken server (or a proxy trusted through ca_file):
+                        // the name it gave would become a path for root. Not followed.
+                        let _ = self.delete_runner(repo, jit.runner.id).await;
+                        return Err(GithubError::RenamedRunner {
+                            asked: name,
+                            answered: jit.runner.name,
+                        });
+                    }
                     return Ok(JitRunner {
                         id: jit.runner.id,
                         name: jit.runner.name,

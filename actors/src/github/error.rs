@@ -70,6 +70,18 @@ pub enum GithubError {
         /// What failed.
         detail: String,
     },
+    /// GitHub registered a runner under another name than the one asked for. The name becomes
+    /// a directory, a removal as root, log, pid and cgroup paths and an argv: an answer that
+    /// changes it is refused (the registration is deleted), never followed.
+    #[error(
+        "generate_jitconfig: asked for runner {asked:?}, the answer named it {answered:?}: refused and deleted"
+    )]
+    RenamedRunner {
+        /// The name asked for.
+        asked: String,
+        /// The name in the answer.
+        answered: String,
+    },
     /// Three fresh runner names in a row were taken (409 each time).
     #[error("generate_jitconfig: runner name conflict {attempts} times in a row")]
     NameConflict {
@@ -115,7 +127,9 @@ impl GithubError {
             GithubError::Decode { .. } | GithubError::NameConflict { .. } => {
                 ErrorClass::UnknownRetryable
             }
-            GithubError::Auth(_) | GithubError::NoRunnerGroup { .. } => ErrorClass::NonRetryable,
+            GithubError::Auth(_)
+            | GithubError::NoRunnerGroup { .. }
+            | GithubError::RenamedRunner { .. } => ErrorClass::NonRetryable,
             GithubError::TokenExchange(inner) => inner.class(),
         }
     }
