@@ -70,6 +70,7 @@ listen = "127.0.0.1:0"
 [providers.local]
 command = "{command}"
 args = {args}
+allow_same_user = true
 labels = ["self-hosted", "linux", "x64"]
 max_concurrent = 2000
 "#,
@@ -436,7 +437,7 @@ fn burst(jobs: u64) -> Vec<Duration> {
         mono: t0,
         unix: 1_800_000_000,
     };
-    let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[runner]\nmax_concurrent = 2000\n[providers.local]\ncommand = \"/bin/true\"\nmax_concurrent = 2000\n";
+    let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[runner]\nmax_concurrent = 2000\n[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\nmax_concurrent = 2000\n";
     let cfg = Config::from_toml_str(text, None, &Environment::default()).unwrap();
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
     let mut s = Scheduler::new(SchedulerSettings::from_config(&cfg), backoff, Some(7));

@@ -190,6 +190,14 @@ pub fn run() -> ExitCode {
                 for warning in config.warnings() {
                     eprintln!("warning: {warning}");
                 }
+                let unreachable = runner_paths(&config);
+                if !unreachable.is_empty() {
+                    eprintln!("{}: runners cannot start:", config_path.path.display());
+                    for (key, problem) in &unreachable {
+                        eprintln!("  {key}: {problem}");
+                    }
+                    return ExitCode::from(EXIT_CONFIG);
+                }
                 let providers: Vec<_> = config
                     .providers
                     .enabled()
@@ -233,6 +241,41 @@ pub fn run() -> ExitCode {
             }
         }
     }
+}
+
+/// On the host the config is for (as root, with its `run_as` users and its runner install
+/// present), proves that each process pool's `run_as` users can reach and start their runners,
+/// as `doctor` does: `(key, problem)` for each that cannot. Elsewhere (a laptop, CI's package
+/// check without the users) nothing can be proved and nothing is said.
+fn runner_paths(config: &Config) -> Vec<(String, String)> {
+    use ephemer_actors_core::provision::{
+        build::{PoolSettings, pool_settings},
+        reach,
+        runner_env::write_ca_bundle,
+    };
+    let mut out = Vec::new();
+    for pool in config.providers.enabled() {
+        let settings = pool_settings(config, pool, "check", None, std::env::temp_dir());
+        let PoolSettings::Process(s) = settings else {
+            continue;
+        };
+        if reach::skipped(&s).is_some() {
+            continue;
+        }
+        let ca = match write_ca_bundle(config) {
+            Ok(ca) => ca,
+            Err(e) => {
+                out.push(("github.ca_file".into(), e));
+                continue;
+            }
+        };
+        for found in reach::probe(&s, ca.as_deref()) {
+            if let Err(e) = found {
+                out.push((format!("providers.{}.work_root", pool.name), e.to_string()));
+            }
+        }
+    }
+    out
 }
 
 fn ctl_result(r: anyhow::Result<()>) -> ExitCode {

@@ -215,7 +215,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Err(e) => anyhow::bail!("the GitHub actor is gone: {e}"),
         }
     }
-    let listeners = listen(&config, &handles)?;
+    let listeners = match listen(&config, &handles) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            // A listener that cannot bind stops the start: the actors go first, inside the
+            // runtime (dropped after it, their timers would panic on the way out).
+            handles.shutdown(Duration::from_secs(0)).await;
+            return Err(e);
+        }
+    };
 
     handles.health.set_ready();
     let notifier = std::rc::Rc::new(crate::notify::Notifier::from_env());

@@ -37,11 +37,38 @@ pub fn private_file(path: &Path, append: bool) -> io::Result<File> {
         .open(path)
 }
 
+/// Makes `dir` (and what is missing above it) a directory runners can pass through to their
+/// own job directories but nobody else can list: `0711`, set explicitly whatever the umask (a
+/// unit's `UMask=0077` would make it `0700` and lock every `run_as` user out). A directory of
+/// another owner is left as it is (the path probe of `doctor` says whether runners can pass).
+pub fn passable_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    std::fs::create_dir_all(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.permissions().mode() & 0o7777 != 0o711
+    {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn a_passable_dir_is_0711_under_any_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+        let work = dir.path().join("state-work");
+        let made = passable_dir(&work);
+        nix::sys::stat::umask(old);
+        made.unwrap();
+        let mode = std::fs::metadata(&work).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o711);
+    }
 
     #[test]
     fn private_files_are_0600_from_their_creation() {

@@ -114,7 +114,7 @@ fn answer(s: &mut Scheduler, fx: Vec<Effect>, now: Now, mix: Mix) {
 fn measure(mix: Mix) -> (f64, Scheduler, Now) {
     let text = format!(
         "[github]\nowner = \"acme\"\ntoken = \"t\"\nmax_claims_per_minute = 10000\n[webhook]\nsecret = \"s\"\n\
-         [runner]\nmax_concurrent = {JOBS}\n[providers.local]\ncommand = \"/bin/true\"\nmax_concurrent = {JOBS}\n"
+         [runner]\nmax_concurrent = {JOBS}\n[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\nmax_concurrent = {JOBS}\n"
     );
     let cfg = Config::from_toml_str(&text, None, &Environment::default()).unwrap();
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();

@@ -22,7 +22,12 @@ pub async fn pool_checks(config: &Config) -> Vec<Check> {
     let mut out = Vec::new();
     for pool in config.providers.enabled() {
         let name = format!("pool.{}", pool.name);
-        let settings = pool_settings(config, pool, &install_id, None, std::env::temp_dir());
+        // The CA bundle runners get, where serve writes it (the path probe reads it as each
+        // run_as user).
+        let ca_bundle = ephemer_actors_core::provision::runner_env::write_ca_bundle(config)
+            .ok()
+            .flatten();
+        let settings = pool_settings(config, pool, &install_id, ca_bundle, std::env::temp_dir());
         let backend = match backend(settings) {
             Ok(b) => b,
             Err(e) => {
@@ -60,11 +65,11 @@ pub fn host_checks(config: &Config) -> Vec<Check> {
     if !dir.exists() {
         let parent = dir.parent().filter(|p| p.exists());
         out.push(match parent {
-            Some(p) => Check::warn(
+            Some(p) => Check::ok(
                 "state.dir",
-                format!("{} does not exist yet", dir.display()),
                 format!(
-                    "serve creates it (in {}); the unit's StateDirectory does too",
+                    "{} does not exist yet: serve creates it (in {}); the unit's StateDirectory does too",
+                    dir.display(),
                     p.display()
                 ),
             ),

@@ -151,11 +151,15 @@ async fn run(seed: u64) -> Outcome {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let registrations_left = standin.runners().len();
-    let state = daemon.state_dir();
+    let work = daemon.runner_dir();
     let (code, logs) = daemon.stop(Duration::from_secs(60)).await;
     assert_eq!(code, Some(0), "the drain failed:\n{logs}");
-    let environments_left = std::fs::read_dir(state.join("work"))
-        .map(|d| d.count())
+    let environments_left = std::fs::read_dir(work)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with('b'))
+                .count()
+        })
         .unwrap_or(0);
     let claims = standin
         .calls_to("generate_jitconfig")

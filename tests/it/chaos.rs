@@ -144,8 +144,9 @@ async fn chaos() {
             .try_init();
     }
     let standin = support::standin(20);
-    let state = tempfile::tempdir().unwrap();
-    let config = config(&standin, state.path());
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = config(&standin, &state);
     let faults = StoreFaults::default();
     let (mut handles, mut addr) = crate::embed::instance(&standin, &config, faults.clone());
     let started = Instant::now();
@@ -287,7 +288,8 @@ async fn chaos() {
     let ran = started.elapsed();
     handles.shutdown(Duration::from_secs(30)).await;
     let registrations_left = standin.runners().len();
-    let runners_left = std::fs::read_dir(state.path().join("work"))
+    let work = ephemer_actors_core::config::StateConfig { dir: state }.runner_dir();
+    let runners_left = std::fs::read_dir(work)
         .map(|d| {
             d.flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("chaos-"))

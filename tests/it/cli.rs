@@ -262,3 +262,26 @@ async fn demo_runs_every_job_and_exits_0() {
         "{stdout}"
     );
 }
+
+/// A listener that cannot bind stops `serve` with exit 1 and the reason, and nothing panics on
+/// the way out (the actors stop inside the runtime).
+#[actix_rt::test]
+async fn serve_on_a_taken_port_exits_1_with_the_reason() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nlisten = \"127.0.0.1:{port}\"\n\
+         secret = \"s\"\nreconcile_interval = \"0s\"\n[state]\ndir = \"{}\"\n[admin]\n\
+         listen = \"127.0.0.1:{}\"\n[providers.local]\ncommand = \"/bin/true\"\nallow_root = true\n",
+        dir.path().join("state").display(),
+        support::daemon::free_port()
+    );
+    let config = support::write_file(dir.path(), "c.toml", &text);
+    let mut cmd = daemon();
+    cmd.args(["serve", "--config"]).arg(&config);
+    let (code, _, stderr) = output(cmd).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("cannot bind webhook.listen"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

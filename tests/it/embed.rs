@@ -195,7 +195,7 @@ fn start_outside_an_actix_system_is_an_error() {
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().join("state");
     let text = format!(
-        "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[state]\ndir = \"{}\"\n[providers.local]\ncommand = \"/bin/true\"\n",
+        "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[state]\ndir = \"{}\"\n[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\n",
         dir.display()
     );
     let config = Config::from_toml_str(&text, None, &Environment::default()).unwrap();

@@ -80,7 +80,7 @@ async fn github_calls_tunnel_through_the_proxy_and_runners_get_the_network_setti
     assert!(tunnels.iter().all(|t| *t == target), "{tunnels:?}");
     assert_eq!(proxy.refused(), 0, "every CONNECT carried the credentials");
 
-    let bundle = daemon.state_dir().join("ca-bundle.pem");
+    let bundle = daemon.runner_dir().join("ca-bundle.pem");
     let bundle_text = std::fs::read_to_string(&bundle).unwrap();
     assert!(
         bundle_text.contains(&test_ca_marker(&ca)),

@@ -188,7 +188,7 @@ async fn start_up_reaps_only_this_installs_leftover_environments() {
     let daemon = Daemon::start(&standin, "", &support::daemon::local_provider(1)).await;
     let state = daemon.state_dir();
     let id = std::fs::read_to_string(state.join("install-id")).unwrap();
-    let work = state.join("work");
+    let work = daemon.runner_dir();
     let ours = work.join(format!("{}-local-{}leftover1", daemon.prefix(), id.trim()));
     let theirs = work.join(format!("{}-local-zzzzzzleftover", daemon.prefix()));
     for dir in [&ours, &theirs] {

@@ -46,7 +46,7 @@ async fn a_process_of_the_daemons_own_user_cannot_read_its_environment() {
             "[github]\nowner = \"acme\"\napi_url = \"http://127.0.0.1:9\"\n\
              [webhook]\nlisten = \"127.0.0.1:{port}\"\nreconcile_interval = \"0s\"\n\
              [state]\ndir = \"{}\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-             [providers.local]\ncommand = \"/bin/true\"\n",
+             [providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\n",
             state.display()
         ),
     );

@@ -349,8 +349,24 @@ pub struct OrphanSweepConfig {
 /// `[state]`
 #[derive(Debug, Clone)]
 pub struct StateConfig {
-    /// Absolute directory for the durable store and per-job work directories.
+    /// Absolute directory for the durable store, the admin token and the logs: the daemon's
+    /// alone (the unit makes it 0700).
     pub dir: PathBuf,
+}
+
+impl StateConfig {
+    /// What runners must reach, beside the daemon's private state: `<dir>-work`
+    /// (`/var/lib/ephemer-actors-work` by default), made `0711` by the daemon whatever its
+    /// umask, so a `run_as` user can pass through to its own job directory (`0700`, its own)
+    /// but nobody can list it. The default work root of the `local` pools, and where the CA
+    /// bundle for runners goes.
+    pub fn runner_dir(&self) -> PathBuf {
+        let name = self
+            .dir
+            .file_name()
+            .map_or_else(|| "ephemer-actors".into(), |n| n.to_string_lossy());
+        self.dir.with_file_name(format!("{name}-work"))
+    }
 }
 
 /// `[metrics]`

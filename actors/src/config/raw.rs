@@ -184,6 +184,8 @@ pub(crate) struct RawPool {
     pub work_root: Option<String>,
     pub run_as: Option<RawUsers>,
     pub allow_root: Option<bool>,
+    /// Accept jobs as the daemon's own (non-root) user.
+    pub allow_same_user: Option<bool>,
     // `linux`.
     pub socket: Option<String>,
     pub image: Option<String>,
@@ -219,13 +221,14 @@ impl RawPool {
         const LINUX: &[&str] = &["linux"];
         const VM: &[&str] = &["vm_macos"];
         const PROCESS_OR_LINUX: &[&str] = &["local", "native_macos", "linux"];
-        let keys: [(&'static str, bool, &'static [&'static str]); 29] = [
+        let keys: [(&'static str, bool, &'static [&'static str]); 30] = [
             ("runner_dir", self.runner_dir.is_some(), PROCESS),
             ("command", self.command.is_some(), PROCESS_OR_LINUX),
             ("args", self.args.is_some(), PROCESS),
             ("work_root", self.work_root.is_some(), PROCESS),
             ("run_as", self.run_as.is_some(), PROCESS),
             ("allow_root", self.allow_root.is_some(), PROCESS),
+            ("allow_same_user", self.allow_same_user.is_some(), PROCESS),
             ("socket", self.socket.is_some(), LINUX),
             ("image", self.image.is_some(), LINUX),
             ("network", self.network.is_some(), LINUX),

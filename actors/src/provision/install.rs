@@ -20,13 +20,16 @@
 //! (`copy_file_range`), and the caller is told so it can say so once.
 
 use std::{
+    ffi::OsStr,
     fs,
     io::{self, ErrorKind},
-    os::unix::fs::{DirBuilderExt, PermissionsExt},
+    os::unix::fs::PermissionsExt,
     path::Path,
 };
 
 use nix::unistd::{Gid, Uid};
+
+use super::jobdir::Tree;
 
 /// Files and directories at the install's root that the runner writes (see the module docs):
 /// never linked, so the runner creates its own in the copy.
@@ -63,48 +66,45 @@ pub struct CopyReport {
 }
 
 /// Makes `dest` (which must not exist) a private copy of the install at `src`; its directories
-/// belong to `owner` when set. On error the partial copy is left for the caller to remove.
+/// belong to `owner` when set. It is built root's and `0700` through directory descriptors and
+/// handed over last ([`super::jobdir`]), so no link `owner` plants meanwhile is ever followed.
+/// On error the partial copy is left for the caller to remove.
 pub fn copy_install(src: &Path, dest: &Path, owner: Option<(Uid, Gid)>) -> io::Result<CopyReport> {
     let mut report = CopyReport::default();
-    make_dir(dest, 0o700, owner)?;
-    copy_tree(src, dest, true, owner, &mut report)?;
+    let top = Tree::create(dest, owner)?;
+    copy_tree(src, &top, true, &mut report)?;
     for name in FRESH_DIRS {
-        make_dir(&dest.join(name), 0o700, owner)?;
+        top.dir(OsStr::new(name), 0o700)?;
     }
+    top.hand_over()?;
     Ok(report)
 }
 
-fn copy_tree(
-    src: &Path,
-    dest: &Path,
-    root: bool,
-    owner: Option<(Uid, Gid)>,
-    report: &mut CopyReport,
-) -> io::Result<()> {
+fn copy_tree(src: &Path, dest: &Tree, root: bool, report: &mut CopyReport) -> io::Result<()> {
     for entry in fs::read_dir(src)? {
         let entry = entry?;
         let name = entry.file_name();
         if root && name.to_str().is_some_and(|n| RUNNER_WRITES.contains(&n)) {
             continue;
         }
-        let (from, to) = (entry.path(), dest.join(&name));
+        let from = entry.path();
         let meta = fs::symlink_metadata(&from)?;
         let kind = meta.file_type();
         if kind.is_dir() {
             // Owner-writable at least, so the runner (as `owner`) may add files, as it may in
             // its own install.
-            make_dir(&to, meta.permissions().mode() & 0o7777 | 0o700, owner)?;
-            copy_tree(&from, &to, false, owner, report)?;
+            let sub = dest.dir(&name, meta.permissions().mode() & 0o7777 | 0o700)?;
+            copy_tree(&from, &sub, false, report)?;
         } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
+            dest.symlink(&fs::read_link(&from)?, &name)?;
         } else if kind.is_file() {
-            match fs::hard_link(&from, &to) {
+            match dest.link(&from, &name) {
                 Ok(()) => report.linked += 1,
                 Err(e) if link_refused(&e) => {
-                    fs::copy(&from, &to)?;
+                    dest.copy(&from, &name, meta.permissions().mode())?;
                     report.copied += 1;
                 }
-                Err(e) => return Err(with_path(e, &to)),
+                Err(e) => return Err(with_path(e, &from)),
             }
         }
         // Sockets, fifos and devices are no part of an install: left out.
@@ -116,21 +116,6 @@ fn copy_tree(
 /// `fs.protected_hardlinks` refusing a file the daemon does not own (`EPERM`).
 fn link_refused(e: &io::Error) -> bool {
     e.kind() == ErrorKind::CrossesDevices || e.raw_os_error() == Some(nix::libc::EPERM)
-}
-
-/// Creates `dir` with exactly `mode`, belonging to `owner` when set.
-pub fn make_dir(dir: &Path, mode: u32, owner: Option<(Uid, Gid)>) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .mode(mode)
-        .create(dir)
-        .map_err(|e| with_path(e, dir))?;
-    // The umask may have narrowed the mode; set it exactly.
-    fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| with_path(e, dir))?;
-    if let Some((uid, gid)) = owner {
-        nix::unistd::chown(dir, Some(uid), Some(gid))
-            .map_err(|e| with_path(io::Error::from(e), dir))?;
-    }
-    Ok(())
 }
 
 fn with_path(e: io::Error, path: &Path) -> io::Error {

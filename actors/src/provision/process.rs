@@ -29,7 +29,8 @@ use super::{
     Backend, LocalFuture, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner,
     cgroup::CgroupRoot,
     check_executable,
-    install::{check_install, copy_install, make_dir, same_filesystem},
+    install::{check_install, copy_install, same_filesystem},
+    jobdir::command_dir,
     procgroup::{self, group_alive, kill_group},
     spawn_error,
 };
@@ -147,6 +148,15 @@ impl ProcessBackend {
         (*self.cgroups).as_ref().map(|c| c.runner(name))
     }
 
+    /// The work root, passable by `run_as` users (`0711`), and its private `.run` (`0700`).
+    async fn make_work_root(&self) -> std::io::Result<()> {
+        let root = self.s.work_root.clone();
+        tokio::task::spawn_blocking(move || crate::harden::passable_dir(&root))
+            .await
+            .map_err(std::io::Error::other)??;
+        create_private_dir(&self.s.work_root.join(".run")).await
+    }
+
     fn pid_file(&self, name: &str) -> PathBuf {
         self.s.work_root.join(".run").join(format!("{name}.pid"))
     }
@@ -244,7 +254,7 @@ impl ProcessBackend {
                         }
                     })
             }
-            RunnerProgram::Command(_) => make_job_dir(dir, owner),
+            RunnerProgram::Command(_) => command_dir(dir, owner),
         };
         made.map_err(|e| {
             let _ = std::fs::remove_dir_all(dir);
@@ -259,9 +269,9 @@ impl ProcessBackend {
         let dir = self.s.work_root.join(&spec.name);
         let fail =
             |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
-        create_private_dir(&self.s.work_root.join(".run"))
+        self.make_work_root()
             .await
-            .map_err(|e| fail("cannot create the pid directory", e))?;
+            .map_err(|e| fail("cannot create the work root", e))?;
         tokio::fs::create_dir_all(&self.s.log_dir)
             .await
             .map_err(|e| fail("cannot create the log directory", e))?;
@@ -311,14 +321,12 @@ impl ProcessBackend {
         for user in &self.s.run_as {
             user_named(user)?;
         }
-        create_private_dir(&self.s.work_root.join(".run"))
-            .await
-            .map_err(|e| {
-                ProvisionError::HostUnavailable(format!(
-                    "cannot write the work root {}: {e}",
-                    self.s.work_root.display()
-                ))
-            })?;
+        self.make_work_root().await.map_err(|e| {
+            ProvisionError::HostUnavailable(format!(
+                "cannot write the work root {}: {e}",
+                self.s.work_root.display()
+            ))
+        })?;
         let no_cgroups = self.no_cgroups.borrow_mut().take();
         if let Some(why) = no_cgroups {
             tracing::warn!(
@@ -429,6 +437,30 @@ impl Backend for ProcessBackend {
         Box::pin(self.clone().check_host())
     }
 
+    /// `doctor`: each `run_as` user can reach and start its runner (a real probe as the user).
+    fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
+        let s = self.s.clone();
+        Box::pin(async move {
+            use super::Finding;
+            if let Some(why) = super::reach::skipped(&s) {
+                return vec![Finding::Ok(format!("runner path probe not needed: {why}"))];
+            }
+            let settings = (*s).clone();
+            let found = tokio::task::spawn_blocking(move || {
+                super::reach::probe(&settings, settings.env.ca_bundle.as_deref())
+            })
+            .await
+            .unwrap_or_default();
+            found
+                .into_iter()
+                .map(|r| match r {
+                    Ok(ok) => Finding::Ok(ok),
+                    Err(e) => Finding::Fail(e.to_string()),
+                })
+                .collect()
+        })
+    }
+
     fn startup_warning(&self) -> Option<String> {
         (self.s.kind == ProviderKind::NativeMacos).then(|| {
             "native_macos runs jobs directly on this host: they share its files, network and \
@@ -450,17 +482,6 @@ fn user_named(user: &str) -> Result<nix::unistd::User, ProvisionError> {
             ProvisionError::Misconfigured(format!("cannot look up run_as user {user}: {e}"))
         })?
         .ok_or_else(|| ProvisionError::Misconfigured(format!("run_as user {user} does not exist")))
-}
-
-/// The directory of a `command` runner: empty but for its own `HOME` and `TMPDIR`.
-fn make_job_dir(
-    dir: &Path,
-    owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>,
-) -> std::io::Result<()> {
-    for d in [dir.to_path_buf(), dir.join("_home"), dir.join("_tmp")] {
-        make_dir(&d, 0o700, owner)?;
-    }
-    Ok(())
 }
 
 /// `NAME=value` for `env`.

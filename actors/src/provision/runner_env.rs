@@ -10,7 +10,8 @@ use crate::{
     vocab::runner_vars,
 };
 
-/// Writes `state.dir/ca-bundle.pem`, the system's roots followed by `github.ca_file`, when a
+/// Writes `ca-bundle.pem` in the runners' directory (`StateConfig::runner_dir`: the state
+/// directory is the daemon's alone), the system's roots followed by `github.ca_file`, when a
 /// CA file is configured: runners point `SSL_CERT_FILE` at it, which replaces OpenSSL's
 /// default bundle, so it must keep the public roots too. `None` without a CA file.
 pub fn write_ca_bundle(config: &Config) -> Result<Option<PathBuf>, String> {
@@ -23,7 +24,9 @@ pub fn write_ca_bundle(config: &Config) -> Result<Option<PathBuf>, String> {
         bundle.push(b'\n');
     }
     bundle.extend_from_slice(&extra);
-    let path = config.state.dir.join("ca-bundle.pem");
+    let dir = config.state.runner_dir();
+    crate::harden::passable_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("ca-bundle.pem");
     let tmp = path.with_extension("pem.tmp");
     std::fs::write(&tmp, &bundle)
         .and_then(|()| {

@@ -382,6 +382,14 @@ impl Daemon {
         self._dir.path().join("state")
     }
 
+    /// Where its runners' directories go (`<state.dir>-work`).
+    pub fn runner_dir(&self) -> PathBuf {
+        ephemer_actors_core::config::StateConfig {
+            dir: self.state_dir(),
+        }
+        .runner_dir()
+    }
+
     /// What the daemon logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

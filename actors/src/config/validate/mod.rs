@@ -210,7 +210,8 @@ fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) ->
 
 fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
     let state = build_state(raw.state.dir, p);
-    let providers = build_providers(raw.providers, &state.dir, env, p);
+    let secrets = targets::secret_references(&raw.github);
+    let providers = build_providers(raw.providers, &state.dir, env, &secrets, p);
     // `[github]`'s problems are listed before `[webhook]`'s, as in the file.
     let mut webhook_problems = Problems::default();
     let webhook = build_webhook(

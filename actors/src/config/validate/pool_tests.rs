@@ -45,6 +45,7 @@ fn pools_of_one_kind_sit_beside_an_old_style_table() {
         devices = ["/dev/nvidia0", "nvidia.com/gpu=all"]
         max_concurrent = 1
         [providers.local]
+        allow_same_user = true
         command = "/usr/bin/runner"
         "#,
         &Environment::default(),
@@ -81,6 +82,7 @@ fn a_pool_needs_a_known_kind_and_only_its_kinds_keys() {
         runner_dir = "/opt/actions-runner"
         base_image = "x"
         [providers.local]
+        allow_same_user = true
         kind = "linux"
         "#,
     );
@@ -124,6 +126,7 @@ fn env_expands_the_daemons_variables_and_refuses_what_the_daemon_sets() {
     let c = load(
         r#"
         [providers.local]
+        allow_same_user = true
         command = "/usr/bin/runner"
         env = { NPM_TOKEN = "${NPM_TOKEN}", TEAM = "ci-$team", ACTIONS_RUNNER_HOOK_JOB_STARTED = "/opt/hooks/start.sh" }
         "#,
@@ -148,6 +151,7 @@ fn env_expands_the_daemons_variables_and_refuses_what_the_daemon_sets() {
     let problems = load(
         r#"
         [providers.local]
+        allow_same_user = true
         command = "/usr/bin/runner"
         env = { ACTIONS_RUNNER_INPUT_JITCONFIG = "x", HOME = "/root", https_proxy = "http://p:1", GITHUB_TOKEN = "x", LEAK = "${GITHUB_TOKEN}", MISSING = "${NOT_SET}", OPEN = "${X", "1BAD" = "x" }
         "#,
@@ -218,7 +222,7 @@ fn the_proxy_comes_from_the_file_or_the_environment_and_never_shows_its_password
         no_proxy: Some("localhost, .corp.example".into()),
         ..Environment::default()
     };
-    let pools = "[providers.local]\ncommand = \"/bin/true\"\n";
+    let pools = "[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\n";
     let c = load(pools, &env).unwrap();
     let proxy = c.github.proxy.as_ref().unwrap();
     assert_eq!(proxy.url.expose(), "http://alice:hunter2@proxy.corp:3128");

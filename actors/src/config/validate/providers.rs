@@ -38,6 +38,7 @@ fn build_common(
     kind: ProviderKind,
     r: &mut RawPool,
     env: &Environment,
+    secrets: &std::collections::BTreeSet<String>,
     p: &mut Problems,
 ) -> ProviderCommon {
     let d = kind_defaults(kind);
@@ -72,7 +73,7 @@ fn build_common(
         labels,
         max_concurrent,
         restart: build_restart(&format!("{key}.restart"), r.restart.take(), p),
-        env: super::runner_env::build_env(&format!("{key}.env"), r.env.take(), env, p),
+        env: super::runner_env::build_env(&format!("{key}.env"), r.env.take(), env, secrets, p),
         targets: r.targets.take(),
     }
 }
@@ -133,6 +134,7 @@ pub(super) fn build_providers(
     raw: RawProviders,
     state_dir: &Path,
     env: &Environment,
+    secrets: &std::collections::BTreeSet<String>,
     p: &mut Problems,
 ) -> ProvidersConfig {
     let mut pools = Vec::new();
@@ -194,7 +196,7 @@ pub(super) fn build_providers(
                 );
             }
         }
-        let common = build_common(&key, kind, &mut r, env, p);
+        let common = build_common(&key, kind, &mut r, env, secrets, p);
         let enabled = common.enabled;
         let spec = match kind {
             ProviderKind::Local => PoolSpec::Local(build_process(
@@ -202,7 +204,10 @@ pub(super) fn build_providers(
                 r,
                 enabled,
                 common.max_concurrent,
-                state_dir.join("work"),
+                crate::config::StateConfig {
+                    dir: state_dir.to_path_buf(),
+                }
+                .runner_dir(),
                 env.as_root,
                 p,
             )),
@@ -211,7 +216,11 @@ pub(super) fn build_providers(
                 r,
                 enabled,
                 common.max_concurrent,
-                state_dir.join("native-work"),
+                crate::config::StateConfig {
+                    dir: state_dir.to_path_buf(),
+                }
+                .runner_dir()
+                .join("native"),
                 env.as_root,
                 p,
             )),
@@ -396,6 +405,17 @@ fn build_process(
         }
     }
     let allow_root = r.allow_root.unwrap_or(false);
+    let allow_same_user = r.allow_same_user.unwrap_or(false) || allow_root;
+    if enabled && !as_root && run_as.is_empty() && !allow_same_user {
+        // A job as the daemon's own uid can read the admin token, the store, the config and
+        // its key files, signal the daemon and edit its pid files.
+        p.push(
+            key("run_as"),
+            "jobs would run as the daemon's own user, with its admin token, state, config and \
+             credentials in reach of every job: set run_as to a dedicated user (the daemon then \
+             needs root, or sudo rights to it), or allow_same_user = true to accept that",
+        );
+    }
     if enabled && as_root && run_as.is_empty() && !allow_root {
         // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
         // (actions/runner src/Misc/layoutroot/run-helper.sh.template); a job as root could read the daemon's

@@ -5,15 +5,17 @@
 use super::*;
 
 /// The daemon's own secrets: neither a name in `env` nor a `${NAME}` reference may reach them,
-/// or every job would hold the daemon's GitHub credential.
-fn daemons_own(name: &str) -> bool {
-    name == "GITHUB_TOKEN" || name.starts_with("EPHEMER_")
+/// or every job would hold the daemon's GitHub credential. Besides its fixed names, every
+/// variable a target's secret references (`secrets`) is its own.
+fn daemons_own(name: &str, secrets: &std::collections::BTreeSet<String>) -> bool {
+    name == "GITHUB_TOKEN" || name.starts_with("EPHEMER_") || secrets.contains(name)
 }
 
 pub(super) fn build_env(
     key: &str,
     raw: Option<std::collections::BTreeMap<String, String>>,
     env: &Environment,
+    secrets: &std::collections::BTreeSet<String>,
     p: &mut Problems,
 ) -> Vec<(String, Secret)> {
     let mut out = Vec::new();
@@ -40,14 +42,14 @@ pub(super) fn build_env(
             );
             continue;
         }
-        if daemons_own(&name) {
+        if daemons_own(&name, secrets) {
             p.push(
                 &k,
                 "is one of the daemon's own variables; a runner never gets them",
             );
             continue;
         }
-        match expand(&value, env) {
+        match expand(&value, env, secrets) {
             Ok(v) => out.push((name, Secret::new(v))),
             Err(reason) => p.push(&k, reason),
         }
@@ -56,7 +58,11 @@ pub(super) fn build_env(
 }
 
 /// `${NAME}` becomes the daemon's `NAME`; any other `$` is kept as written.
-fn expand(value: &str, env: &Environment) -> Result<String, String> {
+fn expand(
+    value: &str,
+    env: &Environment,
+    secrets: &std::collections::BTreeSet<String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(at) = rest.find("${") {
@@ -69,7 +75,7 @@ fn expand(value: &str, env: &Environment) -> Result<String, String> {
         if name.is_empty() {
             return Err("has an empty ${}".into());
         }
-        if daemons_own(name) {
+        if daemons_own(name, secrets) {
             return Err(format!(
                 "references ${{{name}}}, one of the daemon's own secrets; a runner never gets them"
             ));

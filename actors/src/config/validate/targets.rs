@@ -219,6 +219,30 @@ fn name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
 }
 
+/// The variables a target's secret references (`token = "${ORG_B_TOKEN}"`, its webhook secret,
+/// its App key's path): the daemon's own, which no pool's `env` may hand a runner.
+pub(super) fn secret_references(github: &RawGithub) -> std::collections::BTreeSet<String> {
+    let named = |value: &Option<String>| {
+        value
+            .as_deref()
+            .and_then(|v| v.strip_prefix("${").and_then(|v| v.strip_suffix('}')))
+            .map(str::to_string)
+    };
+    github
+        .targets
+        .iter()
+        .flatten()
+        .flat_map(|t| {
+            [
+                named(&t.token),
+                named(&t.webhook_secret),
+                named(&t.private_key_path),
+            ]
+        })
+        .flatten()
+        .collect()
+}
+
 /// A secret written as `"${NAME}"` is the daemon's `NAME`; anything else is the value itself.
 fn env_reference(value: &str, env: &Environment) -> Result<String, String> {
     let Some(name) = value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) else {

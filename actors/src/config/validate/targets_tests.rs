@@ -2,7 +2,8 @@
 
 use super::*;
 
-const POOLS: &str = "[providers.local]\nrunner_dir = \"/opt/actions-runner\"\n";
+const POOLS: &str =
+    "[providers.local]\nrunner_dir = \"/opt/actions-runner\"\nallow_same_user = true\n";
 
 fn load_with(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
     let env = Environment {
@@ -141,4 +142,49 @@ fn shared_network_keys_are_checked_with_targets() {
                 [[github.targets]]\nowner = \"acme\"\ntoken = \"t\"\nwebhook_secret = \"s\"\n\
                 [[github.targets]]\nowner = \"beta\"\ntoken = \"t\"\nwebhook_secret = \"s\"\n";
     assert_eq!(keys(text), vec!["github.ca_file", "github.proxy"]);
+}
+
+/// A variable a target's credential is read from is the daemon's own: a pool's `env` may
+/// neither reference it (`LEAK = "${ORG_B_TOKEN}"` would hand org B's token to every job) nor
+/// name it.
+#[test]
+fn a_pool_may_not_hand_a_targets_credential_to_its_runners() {
+    let text = r#"
+[[github.targets]]
+owner = "acme"
+token = "${ORG_A_TOKEN}"
+[[github.targets]]
+owner = "org-b"
+token = "${ORG_B_TOKEN}"
+webhook_secret = "${ORG_B_SECRET}"
+[webhook]
+secret = "shared"
+[providers.jobs]
+kind = "local"
+command = "/bin/true"
+allow_same_user = true
+env = { LEAK = "${ORG_B_TOKEN}", HOOK = "x-${ORG_B_SECRET}", ORG_A_TOKEN = "mine", FINE = "${HOME}" }
+"#;
+    let vars = [
+        ("ORG_A_TOKEN", "tok-a"),
+        ("ORG_B_TOKEN", "tok-b"),
+        ("ORG_B_SECRET", "sec-b"),
+        ("HOME", "/root"),
+    ];
+    let err = load_with(text, &vars).unwrap_err();
+    let mut keys: Vec<&str> = err.0.iter().map(|e| e.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "providers.jobs.env.HOOK",
+            "providers.jobs.env.LEAK",
+            "providers.jobs.env.ORG_A_TOKEN"
+        ],
+        "{err:?}"
+    );
+    assert!(
+        !format!("{err:?}").contains("tok-b"),
+        "the secret is never quoted"
+    );
 }

@@ -13,6 +13,7 @@ pub(super) const MINIMAL: &str = r#"
     [webhook]
     secret = "hooksecret"
     [providers.local]
+    allow_same_user = true
     runner_dir = "/opt/actions-runner"
 "#;
 
@@ -53,7 +54,7 @@ fn minimal_config_gets_the_contract_defaults() {
             .process()
             .unwrap()
             .work_root,
-        PathBuf::from("/var/lib/ephemer-actors/work")
+        PathBuf::from("/var/lib/ephemer-actors-work")
     );
     assert_eq!(
         c.providers.get("local").unwrap().common.restart,
@@ -169,6 +170,7 @@ fn unknown_key_bad_duration_and_missing_owner_are_reported_together() {
         secret = "s"
         reconcile_interval = "soon"
         [providers.local]
+        allow_same_user = true
         command = "/bin/true"
         [providers.local.restart]
         policy = "never"
@@ -234,6 +236,7 @@ fn addresses_providers_and_state_dir_are_checked() {
         [state]
         dir = "relative/dir"
         [providers.local]
+        allow_same_user = true
         enabled = false
         [providers.linux]
         enabled = true
@@ -271,6 +274,7 @@ fn secrets_may_come_from_the_environment() {
         [github]
         owner = "acme"
         [providers.local]
+        allow_same_user = true
         command = "/bin/true"
     "#;
     assert_eq!(keys(text), vec!["github.token", "webhook.secret"]);
@@ -293,6 +297,7 @@ fn half_configured_app_auth_names_each_missing_key() {
         [webhook]
         secret = "s"
         [providers.local]
+        allow_same_user = true
         command = "/bin/true"
     "#;
     assert_eq!(
@@ -308,6 +313,7 @@ fn half_configured_app_auth_names_each_missing_key() {
         [webhook]
         secret = "s"
         [providers.local]
+        allow_same_user = true
         command = "/bin/true"
     "#;
     assert_eq!(keys(unreadable), vec!["github.private_key_path"]);
@@ -334,6 +340,7 @@ fn no_problem_message_quotes_a_secret() {
         secret = "TOPSECRETHOOK"
         reconcile_interval = "nope"
         [providers.local]
+        allow_same_user = true
         command = "/bin/true"
         "#,
         pem.display()
@@ -473,7 +480,7 @@ fn an_admin_listener_off_loopback_is_valid_but_warned_about() {
 
 #[test]
 fn a_runner_group_by_name_is_org_level_and_excludes_an_id() {
-    let org = "[github]\nowner = \"acme\"\ntoken = \"t\"\nrunner_group = \"ci-linux\"\n[webhook]\nsecret = \"s\"\n[providers.local]\nrunner_dir = \"/opt/actions-runner\"\n";
+    let org = "[github]\nowner = \"acme\"\ntoken = \"t\"\nrunner_group = \"ci-linux\"\n[webhook]\nsecret = \"s\"\n[providers.local]\nrunner_dir = \"/opt/actions-runner\"\nallow_same_user = true\n";
     let c = Config::from_toml_str(org, None, &env()).unwrap();
     assert_eq!(c.github.runner_group.as_deref(), Some("ci-linux"));
     let both = org.replace("runner_group = ", "runner_group_id = 3\nrunner_group = ");
@@ -484,11 +491,42 @@ fn a_runner_group_by_name_is_org_level_and_excludes_an_id() {
 
 #[test]
 fn an_enterprise_is_a_slug_and_not_repo_level() {
-    let base = "[github]\nowner = \"acme\"\ntoken = \"t\"\nenterprise = \"acme-corp\"\n[webhook]\nsecret = \"s\"\n[providers.local]\nrunner_dir = \"/opt/actions-runner\"\n";
+    let base = "[github]\nowner = \"acme\"\ntoken = \"t\"\nenterprise = \"acme-corp\"\n[webhook]\nsecret = \"s\"\n[providers.local]\nrunner_dir = \"/opt/actions-runner\"\nallow_same_user = true\n";
     let c = Config::from_toml_str(base, None, &env()).unwrap();
     assert_eq!(c.github.enterprise.as_deref(), Some("acme-corp"));
     let bad = base
         .replace("acme-corp", "enterprises/acme corp")
         .replace("token = \"t\"\n", "token = \"t\"\nrepos = [\"app\"]\n");
     assert_eq!(keys(&bad), vec!["github.enterprise", "github.enterprise"]);
+}
+
+#[test]
+fn jobs_as_the_daemons_own_user_need_run_as_or_an_explicit_yes() {
+    let pool = |extra: &str| {
+        format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [providers.local]\ncommand = \"/bin/true\"\n{extra}\n"
+        )
+    };
+    // Not root (the tests' environment): the job would be the daemon's own uid.
+    let errors = problems(&pool(""));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].key, "providers.local.run_as");
+    assert!(errors[0].reason.contains("allow_same_user"), "{errors:?}");
+    for fine in [
+        "allow_same_user = true",
+        "run_as = \"nobody\"",
+        "allow_root = true",
+    ] {
+        assert!(problems(&pool(fine)).is_empty(), "{fine}");
+    }
+    // As root, saying yes to the same user is not saying yes to root.
+    let root = Environment {
+        as_root: true,
+        ..Environment::default()
+    };
+    let errors = Config::from_toml_str(&pool("allow_same_user = true"), None, &root)
+        .unwrap_err()
+        .0;
+    assert!(errors[0].reason.contains("allow_root"), "{errors:?}");
 }

@@ -8,7 +8,7 @@ use crate::config::WebhookMode;
 /// A config with `webhook` as its `[webhook]` table.
 fn load(webhook: &str) -> Result<Config, ConfigErrors> {
     let text = format!(
-        "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\n{webhook}\n[providers.local]\nenabled = true\nrunner_dir = \"/opt/actions-runner\"\n"
+        "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\n{webhook}\n[providers.local]\nenabled = true\nrunner_dir = \"/opt/actions-runner\"\nallow_same_user = true\n"
     );
     Config::from_toml_str(&text, None, &Environment::default())
 }
