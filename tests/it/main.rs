@@ -20,6 +20,7 @@ mod groups;
 mod install;
 mod intake;
 mod jobdir;
+mod leftovers;
 mod network;
 mod ops;
 mod package;

@@ -239,6 +239,15 @@ async fn the_package_runs_jobs_as_installed() {
     let (code, out) = run("dpkg", &["-i", deb.to_str().unwrap()]).await;
     assert_eq!(code, 0, "dpkg -i: {out}");
     let uids: Vec<u32> = USERS.iter().map(|u| uid_of(u)).collect();
+    for deny in ["/etc/cron.deny", "/etc/at.deny"] {
+        let text = std::fs::read_to_string(deny).unwrap_or_default();
+        for user in USERS {
+            assert!(
+                text.lines().any(|l| l == user),
+                "{deny} does not list {user}: a job could leave a schedule for the next"
+            );
+        }
+    }
     let mode = std::fs::metadata(CONFIG).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the config may hold secrets");
     assert!(Path::new("/usr/share/doc/ephemer-actors/alerts.yml").exists());

@@ -89,10 +89,15 @@ impl Access {
 
     /// The API listens on `addr`: only its address is a valid `Host`, and reads need the token
     /// unless it is loopback.
+    /// Bound to every address (`0.0.0.0`, `::`), the listener has no one name, so any `Host`
+    /// is taken: every call then needs the token, which a rebinding page cannot send.
     pub fn listening_on(&self, addr: SocketAddr) {
         let mut hosts = vec![addr.to_string()];
         if addr.ip().is_loopback() {
             hosts.push(format!("localhost:{}", addr.port()));
+        }
+        if addr.ip().is_unspecified() {
+            hosts.clear();
         }
         let _ = self.listener.set(Listener {
             hosts,
@@ -259,6 +264,21 @@ mod tests {
         assert_eq!(status(a.check(&rebound.to_http_request(), Want::Read)), 421);
         let read = TestRequest::get().insert_header((header::HOST, "localhost:9091"));
         assert_eq!(status(a.check(&read.to_http_request(), Want::Read)), 200);
+    }
+
+    #[test]
+    fn bound_to_every_address_any_host_is_taken_and_everything_needs_the_token() {
+        let a = access("0.0.0.0:9091");
+        let remote = || TestRequest::get().insert_header((header::HOST, "10.1.2.3:9091"));
+        assert_eq!(
+            status(a.check(&remote().to_http_request(), Want::Read)),
+            401
+        );
+        let with_token = remote().insert_header((header::AUTHORIZATION, "Bearer s3cret"));
+        assert_eq!(
+            status(a.check(&with_token.to_http_request(), Want::Read)),
+            200
+        );
     }
 
     #[test]

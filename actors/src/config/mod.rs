@@ -429,6 +429,16 @@ impl Config {
         for pool in self.providers.enabled() {
             let key = format!("providers.{}", pool.name);
             if let Some(p) = pool.process()
+                && !p.run_as.is_empty()
+                && !nix::unistd::geteuid().is_root()
+            {
+                w.push(format!(
+                    "{key}.run_as: the daemon is not root, so it cannot give job directories to \
+                     the run_as users (that needs CAP_CHOWN) nor clear what their jobs leave; \
+                     see docs/security.md"
+                ));
+            }
+            if let Some(p) = pool.process()
                 && p.run_as.len() == 1
                 && pool.common.max_concurrent > 1
             {
@@ -438,6 +448,23 @@ impl Config {
                      per runner in run_as where that matters",
                     pool.common.max_concurrent, p.run_as[0]
                 ));
+            }
+            if let Some(l) = pool.linux() {
+                let dangerous: Vec<&str> = l
+                    .limits
+                    .cap_add
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|c| DANGEROUS_CAPS.contains(c))
+                    .collect();
+                if !dangerous.is_empty() {
+                    w.push(format!(
+                        "{key}.cap_add: {} lets every job out of its container (mounts, other \
+                         processes, raw devices or the kernel); keep it for pools whose jobs \
+                         you trust with the host",
+                        dangerous.join(", ")
+                    ));
+                }
             }
             if let Some(l) = pool.linux()
                 && l.mounts.docker_access
@@ -453,6 +480,18 @@ impl Config {
         w
     }
 }
+
+/// Capabilities that let a container's process out of its container.
+const DANGEROUS_CAPS: [&str; 8] = [
+    "SYS_ADMIN",
+    "SYS_PTRACE",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "DAC_READ_SEARCH",
+    "NET_ADMIN",
+    "SYS_BOOT",
+    "MAC_ADMIN",
+];
 
 impl fmt::Display for AdminListen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

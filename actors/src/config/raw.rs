@@ -29,6 +29,7 @@ pub(crate) struct RawCluster {
     pub host: Option<String>,
     pub lease: Option<String>,
     pub pool_size: Option<i64>,
+    pub allow_insecure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -186,6 +187,8 @@ pub(crate) struct RawPool {
     pub allow_root: Option<bool>,
     /// Accept jobs as the daemon's own (non-root) user.
     pub allow_same_user: Option<bool>,
+    /// Let a container pool bind host paths that reach the engine or the daemon.
+    pub allow_host_paths: Option<bool>,
     // `linux`.
     pub socket: Option<String>,
     pub image: Option<String>,
@@ -221,7 +224,7 @@ impl RawPool {
         const LINUX: &[&str] = &["linux"];
         const VM: &[&str] = &["vm_macos"];
         const PROCESS_OR_LINUX: &[&str] = &["local", "native_macos", "linux"];
-        let keys: [(&'static str, bool, &'static [&'static str]); 30] = [
+        let keys: [(&'static str, bool, &'static [&'static str]); 31] = [
             ("runner_dir", self.runner_dir.is_some(), PROCESS),
             ("command", self.command.is_some(), PROCESS_OR_LINUX),
             ("args", self.args.is_some(), PROCESS),
@@ -240,6 +243,7 @@ impl RawPool {
             ("cap_add", self.cap_add.is_some(), LINUX),
             ("pull", self.pull.is_some(), LINUX),
             ("volumes", self.volumes.is_some(), LINUX),
+            ("allow_host_paths", self.allow_host_paths.is_some(), LINUX),
             ("tmpfs", self.tmpfs.is_some(), LINUX),
             ("shm_size", self.shm_size.is_some(), LINUX),
             ("devices", self.devices.is_some(), LINUX),

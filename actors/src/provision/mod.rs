@@ -12,6 +12,7 @@ mod error;
 mod image;
 pub mod install;
 pub mod jobdir;
+pub mod leftovers;
 mod named;
 pub mod process;
 mod procgroup;

@@ -132,14 +132,17 @@ impl ProcessBackend {
         }
         let mut reserved = self.reserved.borrow_mut();
         for user in users {
-            if reserved.contains(user) || taken.contains(&user_named(user)?.uid.as_raw()) {
+            let uid = user_named(user)?.uid.as_raw();
+            // A uid that still runs something (a leftover the teardown could not end) is not
+            // handed to the next job.
+            if reserved.contains(user) || taken.contains(&uid) || super::leftovers::uid_busy(uid) {
                 continue;
             }
             reserved.insert(user.clone());
             return Ok(Some(user.clone()));
         }
         Err(ProvisionError::HostUnavailable(format!(
-            "each of the {} run_as users already runs a job",
+            "each of the {} run_as users already runs a job (or still runs a job's leftovers)",
             users.len()
         )))
     }
@@ -350,6 +353,11 @@ impl ProcessBackend {
     }
 
     async fn stop_runner(self, name: String) {
+        let dir = self.s.work_root.join(&name);
+        let uid = tokio::fs::metadata(&dir)
+            .await
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
         let pid_file = self.pid_file(&name);
         if let Some(pgid) = procgroup::read(&pid_file).await {
             kill_group(pgid, self.s.grace).await;
@@ -359,11 +367,51 @@ impl ProcessBackend {
             cgroup.kill_and_remove().await;
         }
         let _ = tokio::fs::remove_file(&pid_file).await;
-        let dir = self.s.work_root.join(&name);
+        if let Some(uid) = uid {
+            self.clear_leftovers(&name, uid).await;
+        }
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await
             && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(runner = %name, dir = %dir.display(), error = %e, "cannot remove the runner directory");
+        }
+    }
+
+    /// After the last runner of a `run_as` user: whatever the uid still runs or left (see
+    /// [`super::leftovers`]) goes before the uid runs another job. Not while another runner of
+    /// the same user lives (a shared `run_as` user), nor for the daemon's own uid.
+    async fn clear_leftovers(&self, name: &str, uid: u32) {
+        let Some(user) = self
+            .s
+            .run_as
+            .iter()
+            .find(|u| user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
+            .cloned()
+        else {
+            return;
+        };
+        let sibling = std::fs::read_dir(&self.s.work_root).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let other = e.file_name().to_string_lossy().into_owned();
+                other != name
+                    && other.starts_with(&self.s.name_prefix)
+                    && e.metadata()
+                        .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
+            })
+        });
+        if sibling || !self.reserved.borrow_mut().insert(user.clone()) {
+            return;
+        }
+        // Reserved meanwhile: the user is not handed to a new runner before it is clear.
+        let (work_root, who) = (self.s.work_root.clone(), user.clone());
+        let cleared = tokio::task::spawn_blocking(move || {
+            super::leftovers::clear(uid, &who, &[work_root.as_path()])
+        })
+        .await
+        .unwrap_or_default();
+        self.reserved.borrow_mut().remove(&user);
+        if cleared.any() {
+            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, "cleared what the job's user left behind");
         }
     }
 

@@ -26,7 +26,7 @@ pub(super) fn build_cluster(
             Secret::new(String::new())
         }
         Some(url) => {
-            check_url(url.expose(), p);
+            check_url(url.expose(), raw.allow_insecure.unwrap_or(false), p);
             url
         }
     };
@@ -73,8 +73,10 @@ pub(super) fn build_cluster(
 }
 
 /// The URL must parse as a PostgreSQL connection string; the message never quotes it (it may
-/// hold a password).
-fn check_url(url: &str, p: &mut Problems) {
+/// hold a password). A ledger off this host must be reached over TLS that cannot be stripped
+/// (`sslmode=require`: the default `prefer` falls back to plain text when an attacker on the
+/// path says the server has no TLS), unless `allow_insecure` says so.
+fn check_url(url: &str, allow_insecure: bool, p: &mut Problems) {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         p.push("cluster.url", "must be a postgres:// or postgresql:// URL");
         return;
@@ -85,6 +87,26 @@ fn check_url(url: &str, p: &mut Problems) {
         Ok(c) if c.get_dbname().is_none() => {
             p.push("cluster.url", "names no database (…/DBNAME at the end)")
         }
-        Ok(_) => {}
+        Ok(c) => {
+            let local = c.get_hosts().iter().all(|h| match h {
+                tokio_postgres::config::Host::Tcp(name) => {
+                    name == "localhost"
+                        || name
+                            .trim_matches(['[', ']'])
+                            .parse::<std::net::IpAddr>()
+                            .is_ok_and(|ip| ip.is_loopback())
+                }
+                tokio_postgres::config::Host::Unix(_) => true,
+            });
+            let tls = c.get_ssl_mode() == tokio_postgres::config::SslMode::Require;
+            if !local && !tls && !allow_insecure {
+                p.push(
+                    "cluster.url",
+                    "reaches a ledger off this host without sslmode=require: with the default \
+                     (prefer) anyone on the path can strip TLS and read or change the ledger; \
+                     add ?sslmode=require, or cluster.allow_insecure = true to accept that",
+                );
+            }
+        }
     }
 }

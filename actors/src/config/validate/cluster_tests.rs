@@ -23,22 +23,31 @@ fn no_cluster_table_is_one_host_even_with_the_variable_set() {
 #[test]
 fn a_cluster_table_gets_its_defaults_and_the_url_from_the_environment() {
     let env = Environment {
-        cluster_url: Some(Secret::new("postgresql://u:pw@db.internal/ephemer")),
+        cluster_url: Some(Secret::new(
+            "postgresql://u:pw@db.internal/ephemer?sslmode=require",
+        )),
         ..Environment::default()
     };
     let c = load("[cluster]\nhost = \"mini-07\"", &env).unwrap();
     let cluster = c.cluster.unwrap();
     assert_eq!(
         cluster.url.expose(),
-        "postgresql://u:pw@db.internal/ephemer"
+        "postgresql://u:pw@db.internal/ephemer?sslmode=require"
     );
     assert_eq!(cluster.host, "mini-07");
     assert_eq!(cluster.lease, Duration::from_secs(30));
     assert_eq!(cluster.heartbeat(), Duration::from_secs(10));
     assert_eq!(cluster.pool_size, 4);
     // The file's url wins over the variable.
-    let c = load("[cluster]\nurl = \"postgres://other/db2\"", &env).unwrap();
-    assert_eq!(c.cluster.unwrap().url.expose(), "postgres://other/db2");
+    let c = load(
+        "[cluster]\nurl = \"postgres://other/db2?sslmode=require\"",
+        &env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.cluster.unwrap().url.expose(),
+        "postgres://other/db2?sslmode=require"
+    );
     // No host: the hostname.
     let c = load("[cluster]", &env).unwrap();
     assert!(!c.cluster.unwrap().host.is_empty());
@@ -80,4 +89,46 @@ fn every_cluster_problem_is_named_and_the_url_never_quoted() {
     assert_eq!(errors[0].key, "cluster.url");
     assert!(errors[0].reason.contains("names no database"), "{errors:?}");
     assert!(!errors[0].reason.contains("hunter2"));
+}
+
+/// A ledger off this host is reached over TLS nobody on the path can strip (`sslmode=require`),
+/// or `allow_insecure` says otherwise; one on this host (loopback, a unix socket) needs neither.
+#[test]
+fn a_ledger_off_this_host_needs_tls_that_cannot_be_stripped() {
+    let env = Environment::default();
+    for (url, extra, ok) in [
+        ("postgresql://u:pw@db.internal/ephemer", "", false),
+        (
+            "postgresql://u:pw@db.internal/ephemer?sslmode=prefer",
+            "",
+            false,
+        ),
+        (
+            "postgresql://u:pw@db.internal/ephemer?sslmode=disable",
+            "",
+            false,
+        ),
+        (
+            "postgresql://u:pw@db.internal/ephemer?sslmode=require",
+            "",
+            true,
+        ),
+        (
+            "postgresql://u:pw@db.internal/ephemer",
+            "allow_insecure = true",
+            true,
+        ),
+        ("postgresql://u:pw@127.0.0.1:5432/ephemer", "", true),
+        ("postgresql://u:pw@localhost/ephemer", "", true),
+        ("postgresql://u:pw@[::1]/ephemer", "", true),
+        ("postgresql:///ephemer?host=/run/postgresql", "", true),
+    ] {
+        let text = format!("[cluster]\nurl = \"{url}\"\n{extra}");
+        let got = load(&text, &env);
+        assert_eq!(got.is_ok(), ok, "{url} {extra}: {got:?}");
+        if let Err(e) = got {
+            assert!(e.0[0].reason.contains("sslmode=require"), "{e:?}");
+            assert!(!e.0[0].reason.contains("pw@"));
+        }
+    }
 }

@@ -266,3 +266,50 @@ fn a_ca_file_must_hold_a_certificate() {
         .0;
     assert!(errs.iter().any(|e| e.key == "github.ca_file"), "{errs:?}");
 }
+
+/// A container pool may not bind what reaches the engine or the daemon (the engine's socket,
+/// the state directory, the runners' directory, the config, the host's own trees) unless it
+/// says `allow_host_paths = true`; a dangerous capability is warned about.
+#[test]
+fn binds_that_reach_the_engine_or_the_daemon_are_refused() {
+    let pool = |volumes: &str, extra: &str| {
+        format!(
+            "[state]\ndir = \"/var/lib/ephemer-actors\"\n[providers.linux]\nimage = \"runner:1\"\n\
+             socket = \"unix:///run/podman/podman.sock\"\nvolumes = [{volumes}]\n{extra}\n"
+        )
+    };
+    let k = keys(&pool(
+        r#""/run/podman:/run/podman", "/var/lib/ephemer-actors:/s", "/var/lib:/l", "/var/lib/ephemer-actors-work/x:/w", "/etc:/e", "/srv/cache:/cache", "cache:/c""#,
+        "",
+    ));
+    assert_eq!(
+        k,
+        [
+            "providers.linux.volumes[0]",
+            "providers.linux.volumes[1]",
+            "providers.linux.volumes[2]",
+            "providers.linux.volumes[3]",
+            "providers.linux.volumes[4]",
+        ],
+        "a cache dir and a named volume are fine"
+    );
+    assert!(
+        keys(&pool(
+            r#""/run/podman:/run/podman""#,
+            "allow_host_paths = true"
+        ))
+        .is_empty()
+    );
+    let c = load(
+        &pool(r#""cache:/c""#, r#"cap_add = ["CHOWN", "SYS_ADMIN"]"#),
+        &Environment::default(),
+    )
+    .unwrap();
+    let warnings = c.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("providers.linux.cap_add") && w.contains("SYS_ADMIN")),
+        "{warnings:?}"
+    );
+}

@@ -224,9 +224,9 @@ pub(super) fn build_providers(
                 env.as_root,
                 p,
             )),
-            ProviderKind::Linux => {
-                PoolSpec::Linux(super::containers::build_linux(&key, r, enabled, p))
-            }
+            ProviderKind::Linux => PoolSpec::Linux(super::containers::build_linux(
+                &key, r, enabled, state_dir, p,
+            )),
             ProviderKind::VmMacos => PoolSpec::VmMacos(build_vm(&key, r, &common, p)),
         };
         pools.push(PoolConfig {

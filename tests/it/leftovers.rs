@@ -1,0 +1,127 @@
+//! One uid never carries a job's leftovers to the next job.
+//!
+//! Two jobs in a row on one `run_as` user (one slot). The first leaves what a job can leave
+//! outside its process group and directory: a daemonized process (`setsid`), a crontab entry,
+//! a file in `/tmp` and one in `/dev/shm`, and a System V shared memory segment. The second
+//! looks for each before it runs its job, and writes what it saw to its log. It sees none.
+
+use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
+
+use github_standin::{Standin, StandinConfig};
+
+use crate::support::{self, daemon::Daemon};
+
+const USER: &str = "ephemer-leftover";
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+/// The job's code around the stand-in runner: report what the uid already has, leave
+/// leftovers, then run the job.
+fn script() -> String {
+    format!(
+        r#"#!/bin/sh
+me=$(id -u)
+pgrep -u "$me" -f 'sleep 4242' >/dev/null && echo "SAW process"
+crontab -l 2>/dev/null | grep -q leftover-cron && echo "SAW crontab"
+ls /tmp/leftover-file-* >/dev/null 2>&1 && echo "SAW tmp file"
+ls /dev/shm/leftover-shm-* >/dev/null 2>&1 && echo "SAW shm file"
+awk -v u="$me" 'NR > 1 && $8 == u' /proc/sysvipc/shm | grep -q . && echo "SAW ipc"
+echo "LOOKED"
+setsid sleep 4242 >/dev/null 2>&1 < /dev/null &
+echo '* * * * * true # leftover-cron' | crontab - 2>/dev/null
+echo secret > "/tmp/leftover-file-$$"
+echo secret > "/dev/shm/leftover-shm-$$"
+ipcmk -M 4096 >/dev/null 2>&1
+exec '{bin}' standin-runner "$@"
+"#,
+        bin = env!("CARGO_BIN_EXE_ephemer-actors")
+    )
+}
+
+fn ensure_user() -> bool {
+    if nix::unistd::User::from_name(USER).unwrap().is_some() {
+        return true;
+    }
+    std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            USER,
+        ])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[actix_rt::test]
+async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
+    if !nix::unistd::geteuid().is_root() || support::which("sudo").is_none() {
+        return support::skip(
+            "leftovers",
+            "run_as needs root and sudo (bash .ci/run installs it)",
+        );
+    }
+    if support::which("crontab").is_none() {
+        return support::skip(
+            "leftovers",
+            "crontab is not installed (bash .ci/run installs cron)",
+        );
+    }
+    assert!(ensure_user(), "cannot create the user {USER}");
+    // Whatever an earlier run left is not this run's to see.
+    let uid = nix::unistd::User::from_name(USER)
+        .unwrap()
+        .unwrap()
+        .uid
+        .as_raw();
+    ephemer_actors_core::provision::leftovers::clear(uid, USER, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runner = support::write_file(dir.path(), "runner.sh", &script());
+    std::fs::set_permissions(&runner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let providers = format!(
+        "[providers.local]\ncommand = \"{}\"\nrun_as = [\"{USER}\"]\nlabels = [\"self-hosted\", \"linux\"]\nmax_concurrent = 1\n",
+        runner.display()
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+    for n in 1..=2 {
+        standin.queue_jobs("app", LABELS, 1);
+        daemon
+            .wait_completed(&standin, n, Duration::from_secs(60))
+            .await;
+        // The runner is torn down after its job's `completed`; wait for its directory to go.
+        let work = daemon.runner_dir();
+        let prefix = daemon.prefix();
+        support::provision::eventually("the runner torn down", Duration::from_secs(20), || {
+            std::fs::read_dir(&work).is_ok_and(|d| {
+                !d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            })
+        })
+        .await;
+    }
+    let logs: Vec<String> = std::fs::read_dir(daemon.state_dir().join("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert_eq!(logs.len(), 2, "{logs:#?}");
+    assert!(logs.iter().all(|l| l.contains("LOOKED")), "{logs:#?}");
+    let seen: Vec<&str> = logs
+        .iter()
+        .flat_map(|l| l.lines())
+        .filter(|l| l.starts_with("SAW"))
+        .collect();
+    assert!(
+        seen.is_empty(),
+        "the next job saw the last one's leftovers: {seen:?}\n{}",
+        daemon.logs()
+    );
+    assert!(
+        !Path::new("/var/spool/cron/crontabs").join(USER).exists(),
+        "{}",
+        daemon.logs()
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
