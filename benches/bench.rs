@@ -23,6 +23,8 @@ use ephemer_actors_core::{
 };
 use github_standin::{DeliveryFaults, RunnerBehavior, Standin, StandinConfig};
 
+#[path = "sections/flood.rs"]
+mod flood;
 #[path = "sections/outside.rs"]
 mod outside;
 #[path = "sections/pickup.rs"]
@@ -527,11 +529,12 @@ fn pacing() {
 }
 
 /// Every section, in the order a full run takes them.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "retry",
     "pacing",
     "intake",
     "wrk",
+    "flood",
     "pickup",
     "economy",
     "footprint",
@@ -589,6 +592,13 @@ fn main() {
             let api = standin.url();
             // wrk and the processes it loads run outside this System: block a thread, not it.
             tokio::task::spawn_blocking(move || outside::intake_wrk(&api))
+                .await
+                .unwrap();
+        }
+        if want("flood") {
+            let standin = Standin::start(StandinConfig::default()).unwrap();
+            let api = standin.url();
+            tokio::task::spawn_blocking(move || flood::flood(&api))
                 .await
                 .unwrap();
         }

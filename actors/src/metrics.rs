@@ -407,7 +407,7 @@ impl Metrics {
             ),
             webhook_refused: counter_vec(
                 "ephemerd_webhook_refused_total",
-                "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full, ledger_down).",
+                "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full, ledger_down, overloaded).",
                 &["reason"],
             ),
             webhook_redeliveries: counter_vec(
@@ -460,6 +460,7 @@ impl Metrics {
             "too_large",
             "slow_body",
             "mailbox_full",
+            "overloaded",
             "ledger_down",
         ] {
             m.webhook_refused.with_label_values(&[reason]);

@@ -153,7 +153,7 @@ fn wrk(url: &str, script: &Path, run: &str) -> (f64, u64) {
 
 /// Runs on a blocking thread (the section runs under `spawn_blocking`), never an arbiter.
 #[allow(clippy::disallowed_methods)]
-fn wait_ready(addr: &str) {
+pub(super) fn wait_ready(addr: &str) {
     for _ in 0..200 {
         if std::net::TcpStream::connect(addr).is_ok() {
             std::thread::sleep(Duration::from_millis(300));
@@ -164,7 +164,7 @@ fn wait_ready(addr: &str) {
     panic!("{addr} did not come up");
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -173,7 +173,7 @@ fn free_port() -> u16 {
 }
 
 /// The daemon's config: a local pool whose labels the load's jobs do not have.
-fn serve_config(dir: &Path, api: &str, port: u16) -> std::path::PathBuf {
+pub(super) fn serve_config(dir: &Path, api: &str, port: u16) -> std::path::PathBuf {
     let text = format!(
         r#"
 [github]
@@ -210,7 +210,7 @@ allow_root = true
     path
 }
 
-struct Killed(Child);
+pub(super) struct Killed(pub(super) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {

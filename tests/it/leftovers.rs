@@ -125,3 +125,62 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A job directory the teardown cannot remove (a mount inside it, here) does not keep its user
+/// taken for ever: the next job on that user still runs.
+#[actix_rt::test]
+async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
+    if !nix::unistd::geteuid().is_root() || support::which("sudo").is_none() {
+        return support::skip(
+            "stale directory",
+            "run_as needs root and sudo (bash .ci/run installs it)",
+        );
+    }
+    assert!(ensure_user(), "cannot create the user {USER}");
+    let standin = support::standin(3000);
+    let providers = format!(
+        "[providers.local]\ncommand = \"{}\"\nargs = [\"standin-runner\"]\nrun_as = [\"{USER}\"]\n\
+         labels = [\"self-hosted\", \"linux\"]\nmax_concurrent = 1\n",
+        env!("CARGO_BIN_EXE_ephemer-actors")
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+    standin.queue_jobs("app", LABELS, 1);
+    let (work, prefix) = (daemon.runner_dir(), daemon.prefix());
+    let job_dir = || {
+        std::fs::read_dir(&work).ok().and_then(|d| {
+            d.flatten().map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&prefix)
+            })
+        })
+    };
+    support::provision::eventually("the first job's directory", Duration::from_secs(30), || {
+        job_dir().is_some_and(|d| d.join("_tmp").is_dir())
+    })
+    .await;
+    let stuck = job_dir().unwrap().join("_tmp");
+    let source = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["--bind"])
+        .arg(source.path())
+        .arg(&stuck)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        return support::skip("stale directory", "cannot bind-mount here");
+    }
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(60))
+        .await;
+    standin.queue_jobs("app", LABELS, 1);
+    let ran = tokio::time::timeout(
+        Duration::from_secs(60),
+        daemon.wait_completed(&standin, 2, Duration::from_secs(60)),
+    )
+    .await;
+    let _ = std::process::Command::new("umount").arg(&stuck).status();
+    assert!(ran.is_ok(), "the second job never ran:\n{}", daemon.logs());
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -373,7 +373,17 @@ impl ProcessBackend {
         if let Err(e) = tokio::fs::remove_dir_all(&dir).await
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, "cannot remove the runner directory");
+            // Left behind, it must not keep its user taken for ever (a user is free when no
+            // directory of the pool's runners is its): root takes it back; the next start's
+            // reaping tries the removal again.
+            let disowned = nix::unistd::fchownat(
+                nix::fcntl::AT_FDCWD,
+                &dir,
+                Some(nix::unistd::Uid::from_raw(0)),
+                Some(nix::unistd::Gid::from_raw(0)),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            );
+            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, disowned = disowned.is_ok(), "cannot remove the runner directory; root keeps it until the next start tries again");
         }
     }
 

@@ -130,6 +130,9 @@ pub enum Verdict {
     TooLarge(usize),
     /// The body did not arrive in time (408).
     SlowBody,
+    /// Too many unverified deliveries: of this peer, in all, or a peer that sent bad
+    /// signatures just now (429, before the body is read).
+    Overloaded,
 }
 
 /// A verified, parsed `workflow_job` delivery to accept or refuse.

@@ -3,9 +3,12 @@
 //!
 //! Order for every delivery: before any of the body is read, a well-formed
 //! `X-Hub-Signature-256` (401 without one: an unsigned 25 MB body costs nothing), the event
-//! (anything but `workflow_job` and `ping` is answered 200 unread), a sane delivery id, and the
-//! declared length (413 over `webhook.max_body`); then the body, within the limit and
-//! [`BODY_TIMEOUT`]; then the signature over the raw body (constant time, fail closed), the
+//! (anything but `workflow_job` and `ping` is answered 200 unread), a sane delivery id, the
+//! declared length (413 over `webhook.max_body`), and the [`gate::Gate`] (429: the peer has
+//! too many deliveries being read, or sent bad signatures just now); then the body, within the
+//! limit, [`BODY_TIMEOUT`] and the budget of unverified bytes; then the signature over the raw
+//! body (constant time, fail closed; with several targets, only the key of the owner the
+//! payload names is tried), the
 //! JSON (for a form delivery, the `payload` field's) and its shape and bounds; all on the worker
 //! thread. Then the
 //! actor decides: replay check, durable record of a `queued` job, hand-over to the scheduler
@@ -13,6 +16,7 @@
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
 
 pub mod actor;
+pub mod gate;
 pub mod pull;
 pub mod redeliver;
 
@@ -58,6 +62,7 @@ impl Verdict {
             Verdict::SlowBody => "slow_body",
             Verdict::Busy => "mailbox_full",
             Verdict::LedgerDown => "ledger_down",
+            Verdict::Overloaded => "overloaded",
             _ => return None,
         })
     }
@@ -86,6 +91,9 @@ impl Verdict {
                 .json(json!({ "error": format!("body over webhook.max_body ({limit} bytes)") })),
             Verdict::SlowBody => HttpResponse::RequestTimeout()
                 .json(json!({ "error": "the body did not arrive in time" })),
+            Verdict::Overloaded => HttpResponse::TooManyRequests()
+                .insert_header(("Retry-After", "10"))
+                .json(json!({ "error": "too many unverified deliveries; redeliver later" })),
         }
     }
 }
@@ -115,6 +123,11 @@ pub struct WebhookIntake {
     actor: Addr<WebhookActor>,
     metrics: Metrics,
     max_body: usize,
+    gate: gate::Gate,
+    /// Bodies over [`gate::SMALL`] are verified one at a time (across every worker): a flood
+    /// of large unverified bodies gets one core's worth of hashing at most, and GitHub's few-KB
+    /// deliveries are hashed at once beside it.
+    large: tokio::sync::Semaphore,
 }
 
 /// A secret deliveries may be signed with, and the owner whose deliveries it signs (`None`:
@@ -178,14 +191,36 @@ impl WebhookIntake {
             actor,
             metrics,
             max_body: MAX_BODY,
+            gate: gate::Gate::new(MAX_BODY),
+            large: tokio::sync::Semaphore::new(1),
         })
     }
 
-    /// Which keys `body` is signed with (a bit per key), or why none.
-    fn verified_keys(&self, body: &[u8], signature: Option<&[u8]>) -> Result<u128, Verdict> {
+    /// Which keys `body` is signed with (a bit per key), or why none. With several targets,
+    /// only the key of the owner `json` names is tried (one HMAC, not one per target); a body
+    /// naming no target's owner is tried against each.
+    fn verified_keys(
+        &self,
+        body: &[u8],
+        json: &[u8],
+        signature: Option<&[u8]>,
+    ) -> Result<u128, Verdict> {
         let mut verified = 0u128;
         let mut error = SignatureError::Mismatch;
+        let named = (self.keys.len() > 1)
+            .then(|| owner_named(json))
+            .flatten()
+            .and_then(|owner| {
+                self.keys.iter().position(|k| {
+                    k.owner
+                        .as_deref()
+                        .is_some_and(|o| o.eq_ignore_ascii_case(&owner))
+                })
+            });
         for (i, key) in self.keys.iter().enumerate() {
+            if named.is_some_and(|n| n != i) {
+                continue;
+            }
             match verify(key.secret.expose().as_bytes(), body, signature) {
                 Ok(()) => verified |= 1 << i,
                 Err(e) => error = e,
@@ -216,6 +251,7 @@ impl WebhookIntake {
     /// Deliveries larger than `bytes` are answered 413.
     pub fn with_max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
+        self.gate = gate::Gate::new(bytes);
         self
     }
 
@@ -261,19 +297,28 @@ impl WebhookIntake {
     /// Everything the worker thread checks: signature, event, shape.
     fn check(&self, req: &HttpRequest, body: &[u8], now: Instant) -> Result<JobEvent, Verdict> {
         let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
-        let verified = self.verified_keys(body, header("x-hub-signature-256"))?;
-        if header("x-github-event") != Some(b"workflow_job".as_slice()) {
-            return Err(Verdict::OtherEvent);
-        }
         // A hook's content type is `json` or `form` (`payload=<url-encoded JSON>`); the
-        // signature covers the raw body either way, so decode only after verifying it.
+        // signature covers the raw body either way. Nothing decoded is trusted before it is
+        // verified (the owner only picks the key to try).
         let form;
         let json = if is_form(header("content-type")) {
-            form = form_payload(body)?;
-            form.as_bytes()
+            match form_payload(body) {
+                Ok(f) => {
+                    form = f;
+                    form.as_bytes()
+                }
+                Err(e) => {
+                    self.verified_keys(body, b"", header("x-hub-signature-256"))?;
+                    return Err(e);
+                }
+            }
         } else {
             body
         };
+        let verified = self.verified_keys(body, json, header("x-hub-signature-256"))?;
+        if header("x-github-event") != Some(b"workflow_job".as_slice()) {
+            return Err(Verdict::OtherEvent);
+        }
         let delivery = match parse_workflow_job(json) {
             Ok(d) => d,
             Err(PayloadError::Malformed(e)) => return Err(Verdict::Malformed(e)),
@@ -329,8 +374,31 @@ fn form_payload(body: &[u8]) -> Result<String, Verdict> {
         .ok_or_else(|| Verdict::Malformed("form delivery without a payload field".into()))
 }
 
-/// The body, up to `limit` bytes and within [`BODY_TIMEOUT`].
-async fn read_body(payload: &mut web::Payload, limit: usize) -> Result<web::Bytes, Verdict> {
+/// The owner login a payload names (`repository.owner.login`), to pick the key to try.
+fn owner_named(json: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Payload {
+        repository: Repository,
+    }
+    #[derive(serde::Deserialize)]
+    struct Repository {
+        owner: Owner,
+    }
+    #[derive(serde::Deserialize)]
+    struct Owner {
+        login: String,
+    }
+    serde_json::from_slice::<Payload>(json)
+        .ok()
+        .map(|p| p.repository.owner.login)
+}
+
+/// The body, up to `limit` bytes, within [`BODY_TIMEOUT`] and the gate's budget.
+async fn read_body(
+    payload: &mut web::Payload,
+    limit: usize,
+    pass: &mut gate::Pass<'_>,
+) -> Result<web::Bytes, Verdict> {
     use futures_util::StreamExt as _;
     let read = async {
         let mut body = web::BytesMut::new();
@@ -338,6 +406,9 @@ async fn read_body(payload: &mut web::Payload, limit: usize) -> Result<web::Byte
             let chunk = chunk.map_err(|e| Verdict::Malformed(format!("reading the body: {e}")))?;
             if body.len() + chunk.len() > limit {
                 return Err(Verdict::TooLarge(limit));
+            }
+            if !pass.hold(chunk.len()) {
+                return Err(Verdict::Overloaded);
             }
             body.extend_from_slice(&chunk);
         }
@@ -353,14 +424,35 @@ async fn receive(
     mut payload: web::Payload,
     intake: web::Data<WebhookIntake>,
 ) -> HttpResponse {
+    let peer = req.peer_addr().map(|a| a.ip());
     let checked = match intake.before_body(&req) {
         Some(verdict) => Err(verdict),
-        None => match read_body(&mut payload, intake.max_body).await {
-            Ok(body) => intake.check(&req, &body, Instant::now()),
-            Err(verdict) => Err(verdict),
+        None => match intake.gate.enter(peer, std::time::Instant::now()) {
+            Err(_) => Err(Verdict::Overloaded),
+            Ok(mut pass) => match read_body(&mut payload, intake.max_body, &mut pass).await {
+                Ok(body) => {
+                    let _turn = if body.len() > gate::SMALL {
+                        intake.large.acquire().await.ok()
+                    } else {
+                        None
+                    };
+                    let checked = intake.check(&req, &body, Instant::now());
+                    if matches!(checked, Err(Verdict::Unauthorized(_))) {
+                        intake.gate.strike(peer, std::time::Instant::now());
+                    }
+                    checked
+                }
+                Err(verdict) => Err(verdict),
+            },
         },
     };
     let verdict = match checked {
+        // Refused for the load it brings: answered after a pause, which costs a sleeping
+        // connection here and the flood most of its rate.
+        Err(Verdict::Overloaded) => {
+            tokio::time::sleep(gate::TARPIT).await;
+            Verdict::Overloaded
+        }
         Err(verdict) => verdict,
         // A stopped actor (an instance shut down) is a 503, never a 202.
         Ok(event) => intake
@@ -382,6 +474,10 @@ async fn receive(
             delivery_id = delivery,
             "delivery not accepted (scheduler busy or instance stopped); answered 503"
         ),
+        // A flood must not become a flood of log lines: the metric counts these.
+        Verdict::Overloaded => {
+            tracing::debug!(delivery_id = delivery, peer = ?peer, "delivery refused unread: too many unverified deliveries")
+        }
         refused => {
             tracing::warn!(delivery_id = delivery, verdict = ?refused, "webhook delivery refused")
         }
