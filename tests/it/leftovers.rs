@@ -127,7 +127,8 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
 }
 
 /// A job directory the teardown cannot remove (a mount inside it, here) does not keep its user
-/// taken for ever: the next job on that user still runs.
+/// taken for ever (a user is free when no runner directory is its): root takes the directory
+/// back, and the next jobs run.
 #[actix_rt::test]
 async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
     if !nix::unistd::geteuid().is_root() || support::which("sudo").is_none() {
@@ -136,11 +137,24 @@ async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
             "run_as needs root and sudo (bash .ci/run installs it)",
         );
     }
+    const OTHER: &str = "ephemer-leftover2";
     assert!(ensure_user(), "cannot create the user {USER}");
+    if nix::unistd::User::from_name(OTHER).unwrap().is_none() {
+        let made = std::process::Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                OTHER,
+            ])
+            .status();
+        assert!(made.is_ok_and(|s| s.success()), "useradd {OTHER}");
+    }
     let standin = support::standin(3000);
     let providers = format!(
-        "[providers.local]\ncommand = \"{}\"\nargs = [\"standin-runner\"]\nrun_as = [\"{USER}\"]\n\
-         labels = [\"self-hosted\", \"linux\"]\nmax_concurrent = 1\n",
+        "[providers.local]\ncommand = \"{}\"\nargs = [\"standin-runner\"]\nrun_as = [\"{USER}\", \"{OTHER}\"]\n\
+         labels = [\"self-hosted\", \"linux\"]\nmax_concurrent = 2\n",
         env!("CARGO_BIN_EXE_ephemer-actors")
     );
     let daemon = Daemon::start(&standin, "", &providers).await;
@@ -160,7 +174,8 @@ async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
         job_dir().is_some_and(|d| d.join("_tmp").is_dir())
     })
     .await;
-    let stuck = job_dir().unwrap().join("_tmp");
+    let dir = job_dir().unwrap();
+    let stuck = dir.join("_tmp");
     let source = tempfile::tempdir().unwrap();
     let mounted = std::process::Command::new("mount")
         .args(["--bind"])
@@ -174,13 +189,21 @@ async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
     daemon
         .wait_completed(&standin, 1, Duration::from_secs(60))
         .await;
-    standin.queue_jobs("app", LABELS, 1);
+    support::provision::eventually(
+        "the teardown gave up on it",
+        Duration::from_secs(20),
+        || daemon.logs().contains("cannot remove the runner directory"),
+    )
+    .await;
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&dir).unwrap());
+    standin.queue_jobs("app", LABELS, 2);
     let ran = tokio::time::timeout(
         Duration::from_secs(60),
-        daemon.wait_completed(&standin, 2, Duration::from_secs(60)),
+        daemon.wait_completed(&standin, 3, Duration::from_secs(60)),
     )
     .await;
     let _ = std::process::Command::new("umount").arg(&stuck).status();
-    assert!(ran.is_ok(), "the second job never ran:\n{}", daemon.logs());
+    assert_eq!(owner, 0, "root took the directory back from the job's user");
+    assert!(ran.is_ok(), "the next jobs never ran:\n{}", daemon.logs());
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
