@@ -131,6 +131,25 @@ async fn four_jobs_as_another_user_from_one_install() {
     let tmp = tempfile::tempdir().unwrap();
     // The user must be able to reach the install and its copies.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
-    four_jobs_from_one_install(tmp.path(), "run_as = \"nobody\"", nobody.uid.as_raw()).await;
+    // A user of its own (never `nobody`): the teardown ends everything a run_as user runs.
+    const USER: &str = "ephemer-install";
+    if nix::unistd::User::from_name(USER).unwrap().is_none() {
+        let made = std::process::Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
+            .status();
+        assert!(made.is_ok_and(|s| s.success()), "useradd {USER}");
+    }
+    let user = nix::unistd::User::from_name(USER).unwrap().unwrap();
+    four_jobs_from_one_install(
+        tmp.path(),
+        "run_as = \"ephemer-install\"",
+        user.uid.as_raw(),
+    )
+    .await;
 }

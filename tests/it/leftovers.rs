@@ -37,8 +37,9 @@ exec '{bin}' standin-runner "$@"
     )
 }
 
-fn ensure_user() -> bool {
-    if nix::unistd::User::from_name(USER).unwrap().is_some() {
+/// The system user `user`, made if missing.
+fn ensure(user: &str) -> bool {
+    if nix::unistd::User::from_name(user).unwrap().is_some() {
         return true;
     }
     std::process::Command::new("useradd")
@@ -47,7 +48,7 @@ fn ensure_user() -> bool {
             "--no-create-home",
             "--shell",
             "/usr/sbin/nologin",
-            USER,
+            user,
         ])
         .status()
         .is_ok_and(|s| s.success())
@@ -67,7 +68,7 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
             "crontab is not installed (bash .ci/run installs cron)",
         );
     }
-    assert!(ensure_user(), "cannot create the user {USER}");
+    assert!(ensure(USER), "cannot create the user {USER}");
     // Whatever an earlier run left is not this run's to see.
     let uid = nix::unistd::User::from_name(USER)
         .unwrap()
@@ -137,25 +138,18 @@ async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
             "run_as needs root and sudo (bash .ci/run installs it)",
         );
     }
-    const OTHER: &str = "ephemer-leftover2";
-    assert!(ensure_user(), "cannot create the user {USER}");
-    if nix::unistd::User::from_name(OTHER).unwrap().is_none() {
-        let made = std::process::Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                OTHER,
-            ])
-            .status();
-        assert!(made.is_ok_and(|s| s.success()), "useradd {OTHER}");
+    // Users of its own: the other test here clears everything its user runs.
+    const USERS: [&str; 2] = ["ephemer-stale1", "ephemer-stale2"];
+    for user in USERS {
+        assert!(ensure(user), "cannot create the user {user}");
     }
     let standin = support::standin(3000);
     let providers = format!(
-        "[providers.local]\ncommand = \"{}\"\nargs = [\"standin-runner\"]\nrun_as = [\"{USER}\", \"{OTHER}\"]\n\
+        "[providers.local]\ncommand = \"{}\"\nargs = [\"standin-runner\"]\nrun_as = [\"{}\", \"{}\"]\n\
          labels = [\"self-hosted\", \"linux\"]\nmax_concurrent = 2\n",
-        env!("CARGO_BIN_EXE_ephemer-actors")
+        env!("CARGO_BIN_EXE_ephemer-actors"),
+        USERS[0],
+        USERS[1]
     );
     let daemon = Daemon::start(&standin, "", &providers).await;
     standin.queue_jobs("app", LABELS, 1);
