@@ -37,6 +37,17 @@ pub fn private_file(path: &Path, append: bool) -> io::Result<File> {
         .open(path)
 }
 
+/// Makes `dir` a directory only its owner can enter (`0700`, whatever the umask); what is
+/// missing above it is created too.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Makes `dir` (and what is missing above it) a directory runners can pass through to their
 /// own job directories but nobody else can list: `0711`, set explicitly whatever the umask (a
 /// unit's `UMask=0077` would make it `0700` and lock every `run_as` user out). A directory of

@@ -34,3 +34,4 @@ mod support;
 mod systemd;
 mod targets;
 mod targets_fleet;
+mod tart;

@@ -291,6 +291,32 @@ pub struct VmMacosConfig {
     pub ssh_path: PathBuf,
     /// How long a cloned VM may take to get an IP address.
     pub boot_timeout: Duration,
+    /// Whose ssh host key a VM must present before it gets a JIT config.
+    pub host_keys: HostKeys,
+    /// Extra arguments of `tart run` (e.g. `--net-softnet`).
+    pub run_args: Vec<String>,
+}
+
+/// `host_keys`: how the daemon knows a VM's ssh host key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostKeys {
+    /// Each clone makes its own keys at boot, and the daemon learns the public one through
+    /// `tart exec` (a channel bound to that VM, not the network): no other VM can pose as it.
+    #[default]
+    PerVm,
+    /// The base image's keys, learned from the first VM booted from it and required of every
+    /// later one: every clone, and so every job with root in its guest, holds the same key.
+    Image,
+}
+
+impl HostKeys {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostKeys::PerVm => "per_vm",
+            HostKeys::Image => "image",
+        }
+    }
 }
 
 /// `[providers.native_macos]`

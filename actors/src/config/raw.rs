@@ -214,6 +214,8 @@ pub(crate) struct RawPool {
     pub tart_path: Option<String>,
     pub ssh_path: Option<String>,
     pub boot_timeout: Option<String>,
+    pub host_keys: Option<String>,
+    pub run_args: Option<Vec<String>>,
 }
 
 impl RawPool {
@@ -224,7 +226,7 @@ impl RawPool {
         const LINUX: &[&str] = &["linux"];
         const VM: &[&str] = &["vm_macos"];
         const PROCESS_OR_LINUX: &[&str] = &["local", "native_macos", "linux"];
-        let keys: [(&'static str, bool, &'static [&'static str]); 31] = [
+        let keys: [(&'static str, bool, &'static [&'static str]); 33] = [
             ("runner_dir", self.runner_dir.is_some(), PROCESS),
             ("command", self.command.is_some(), PROCESS_OR_LINUX),
             ("args", self.args.is_some(), PROCESS),
@@ -256,6 +258,8 @@ impl RawPool {
             ("tart_path", self.tart_path.is_some(), VM),
             ("ssh_path", self.ssh_path.is_some(), VM),
             ("boot_timeout", self.boot_timeout.is_some(), VM),
+            ("host_keys", self.host_keys.is_some(), VM),
+            ("run_args", self.run_args.is_some(), VM),
         ];
         keys.into_iter()
             .filter(|(_, set, _)| *set)

@@ -74,7 +74,10 @@ pub fn pool_settings(
             boot_timeout: v.boot_timeout,
             name_prefix,
             log_dir,
+            host_keys: v.host_keys,
+            run_args: v.run_args.clone(),
             known_hosts: config.state.dir.join("tart-known-hosts"),
+            vm_hosts: config.state.dir.join("tart-hosts"),
         }),
     }
 }

@@ -12,7 +12,7 @@ use std::{
 
 use super::{
     AdminConfig, AdminListen, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors,
-    ContainerLimits, ContainerMounts, Environment, GithubAuth, GithubConfig, LinuxConfig,
+    ContainerLimits, ContainerMounts, Environment, GithubAuth, GithubConfig, HostKeys, LinuxConfig,
     LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig, PoolConfig, PoolName, PoolSpec,
     ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig, ProxyConfig, PullPolicy,
     RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig,

@@ -313,3 +313,34 @@ fn binds_that_reach_the_engine_or_the_daemon_are_refused() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn a_vm_pool_holds_each_vm_to_its_own_host_key_unless_told_otherwise() {
+    let vm = |toml: &str| {
+        let c = load(toml, &Environment::default()).unwrap();
+        let pool = c
+            .providers
+            .pools
+            .iter()
+            .find(|p| p.name.as_str() == "vm_macos");
+        match pool.map(|p| &p.spec) {
+            Some(PoolSpec::VmMacos(v)) => v.host_keys,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(vm("[providers.vm_macos]\n"), HostKeys::PerVm);
+    assert_eq!(
+        vm("[providers.vm_macos]\nhost_keys = \"image\"\n"),
+        HostKeys::Image
+    );
+    let k = keys(
+        "[providers.vm_macos]\nhost_keys = \"trust_me\"\nrun_args = [\"--net-softnet\", \"rm -rf\"]\n",
+    );
+    assert_eq!(
+        k,
+        vec![
+            "providers.vm_macos.host_keys".to_string(),
+            "providers.vm_macos.run_args".to_string()
+        ]
+    );
+}

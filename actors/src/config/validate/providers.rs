@@ -280,7 +280,31 @@ fn build_vm(key: &str, v: RawPool, common: &ProviderCommon, p: &mut Problems) ->
             ),
         );
     }
+    let host_keys = match v.host_keys.as_deref() {
+        None | Some("per_vm") => HostKeys::PerVm,
+        Some("image") => HostKeys::Image,
+        Some(other) => {
+            p.push(
+                k("host_keys"),
+                format!("{other:?} must be \"per_vm\" or \"image\""),
+            );
+            HostKeys::PerVm
+        }
+    };
+    let run_args = v.run_args.unwrap_or_default();
+    for arg in &run_args {
+        if !arg.starts_with("--") || arg.contains(char::is_whitespace) {
+            p.push(
+                k("run_args"),
+                format!(
+                    "{arg:?} is not an option of `tart run` (one `--name` or `--name=value` each)"
+                ),
+            );
+        }
+    }
     VmMacosConfig {
+        host_keys,
+        run_args,
         base_image: non_empty(
             &k("base_image"),
             v.base_image,

@@ -1,10 +1,14 @@
 //! `TartBackend`: one cloned macOS VM per job, driven by the `tart` CLI.
 //!
 //! Per job: `tart clone <base_image> <name>`, `tart run --no-graphics <name>` kept as a child
-//! (it lives as long as the VM), `tart ip --wait <boot_timeout> <name>`, then the runner over
-//! ssh with the JIT config on stdin (never argv). At the end, or on any failure, `tart stop` and
-//! `tart delete` (both idempotent); at start-up the same for every VM named with our prefix. The
-//! pool is capped at two VMs by config validation: Apple's limit per host.
+//! (it lives as long as the VM), `tart ip --wait <boot_timeout> <name>`, the VM's host key
+//! pinned ([`host_keys`]), then the runner over ssh with the JIT config on stdin (never argv;
+//! [`guest`]). At the end, or on any failure, `tart stop` and `tart delete` (both idempotent);
+//! at start-up the same for every VM named with our prefix. The pool is capped at two VMs by
+//! config validation: Apple's limit per host.
+
+mod guest;
+mod host_keys;
 
 use std::{path::PathBuf, process::Stdio, rc::Rc, time::Duration};
 
@@ -14,7 +18,9 @@ use super::RunnerEnv;
 use super::{
     Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable, spawn_error,
 };
-use crate::config::{PoolName, ProviderKind};
+use crate::config::{HostKeys, PoolName, ProviderKind};
+use guest::{remote_command, stdin_payload};
+use host_keys::keyscan_path;
 
 /// Settings of the tart backend.
 #[derive(Debug, Clone)]
@@ -39,8 +45,15 @@ pub struct TartSettings {
     pub name_prefix: String,
     /// Where `tart run` and ssh output go.
     pub log_dir: PathBuf,
-    /// The pinned host keys of the base images (`state.dir/tart-known-hosts`).
+    /// Whose host key a VM must present: its own (made at boot) or the base image's.
+    pub host_keys: HostKeys,
+    /// Extra arguments of `tart run` (`run_args`, e.g. `--net-softnet`).
+    pub run_args: Vec<String>,
+    /// The pinned host keys of the base images (`host_keys = "image"`;
+    /// `state.dir/tart-known-hosts`).
     pub known_hosts: PathBuf,
+    /// One pin file per running VM (`host_keys = "per_vm"`; `state.dir/tart-hosts`, 0700).
+    pub vm_hosts: PathBuf,
 }
 
 /// Runs runners in tart VMs.
@@ -111,7 +124,9 @@ impl TartBackend {
         self.tart(&["clone", &self.s.base_image, name]).await?;
         let log = self.log(name)?;
         let mut vm = Command::new(&self.s.tart)
-            .args(["run", "--no-graphics", name])
+            .args(["run", "--no-graphics"])
+            .args(&self.s.run_args)
+            .arg(name)
             .stdin(Stdio::null())
             .stdout(dup(&log)?)
             .stderr(dup(&log)?)
@@ -124,18 +139,15 @@ impl TartBackend {
             Ok(_) => return Err(failed("the VM did not report an address")),
             Err(e) => return Err(failed(&format!("the VM did not boot: {e}"))),
         };
-        let alias = self.pin_host_key(&ip).await?;
+        let pin = self.pin_for(name, &ip).await?;
         // The pool's variables, the CA and the JIT config go on stdin; the remote shell reads
         // them into the runner's environment.
         let remote = remote_command(&self.s.runner_command);
         let mut ssh = Command::new(&self.s.ssh)
             .args(["-o", "StrictHostKeyChecking=yes", "-o"])
-            .arg(format!(
-                "UserKnownHostsFile={}",
-                self.s.known_hosts.display()
-            ))
-            .arg("-o")
-            .arg(format!("HostKeyAlias={alias}"))
+            .arg(format!("UserKnownHostsFile={}", pin.file.display()))
+            .args(["-o", "GlobalKnownHostsFile=/dev/null", "-o"])
+            .arg(format!("HostKeyAlias={}", pin.alias))
             .args(["-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"])
             .arg(format!("{}@{ip}", self.s.ssh_user))
             .arg(remote)
@@ -162,46 +174,29 @@ impl TartBackend {
         })
     }
 
-    /// The host key every clone of the base image carries (clones share the image's disk, so
-    /// its keys): learned from the first VM booted from it (`ssh-keyscan`, once, on tart's
-    /// host-only network), kept in `known_hosts` under an alias named after the image, and
-    /// required of every later VM, so the JIT config never crosses an ssh connection to a host
-    /// whose key was not checked. Returns the alias.
-    async fn pin_host_key(&self, ip: &str) -> Result<String, ProvisionError> {
-        let alias = host_alias(&self.s.base_image);
-        let known = std::fs::read_to_string(&self.s.known_hosts).unwrap_or_default();
-        if known.lines().any(|l| l.starts_with(&format!("{alias} "))) {
-            return Ok(alias);
+    /// `doctor`: can this tart reach a guest's agent (`tart exec`), which the per-VM host keys
+    /// need; a pool that trusts the image's key is told what that costs.
+    async fn host_key_finding(&self) -> super::Finding {
+        use super::Finding;
+        match self.s.host_keys {
+            HostKeys::Image => Finding::Warn(
+                "host_keys = \"image\": every VM of the image presents the same ssh host key, \
+                 so a job with root in its guest could pose as a booting sibling; use \"per_vm\" \
+                 with an image that runs the Tart Guest Agent (docs/security.md)"
+                    .to_string(),
+            ),
+            HostKeys::PerVm => match self.tart(&["exec", "--help"]).await {
+                Ok(_) => Finding::Ok(
+                    "tart exec is available: each VM gets host keys of its own at boot (the \
+                     image needs the Tart Guest Agent and passwordless sudo)"
+                        .to_string(),
+                ),
+                Err(e) => Finding::Fail(format!(
+                    "this tart has no `exec` ({e}): update tart (2.x), or set host_keys = \
+                     \"image\" and accept a shared host key (docs/providers.md)"
+                )),
+            },
         }
-        let out = Command::new(keyscan_path(&self.s.ssh))
-            .args(["-T", "10", ip])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| spawn_error("cannot run ssh-keyscan", &e))?;
-        let keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-            .filter_map(|l| l.split_once(' ').map(|(_, key)| format!("{alias} {key}")))
-            .collect();
-        if keys.is_empty() {
-            return Err(ProvisionError::EnvironmentFailed(format!(
-                "cannot learn the host key of the VM at {ip} (ssh-keyscan found none)"
-            )));
-        }
-        let mut file = crate::harden::private_file(&self.s.known_hosts, true).map_err(|e| {
-            ProvisionError::HostUnavailable(format!(
-                "cannot write {}: {e}",
-                self.s.known_hosts.display()
-            ))
-        })?;
-        for key in &keys {
-            std::io::Write::write_all(&mut file, format!("{key}\n").as_bytes()).map_err(|e| {
-                ProvisionError::HostUnavailable(format!("cannot pin the host key: {e}"))
-            })?;
-        }
-        tracing::info!(image = %self.s.base_image, alias = %alias, "pinned the base image's ssh host key");
-        Ok(alias)
     }
 
     async fn stop_runner(self, name: String) {
@@ -211,6 +206,7 @@ impl TartBackend {
         if let Err(e) = self.tart(&["delete", &name]).await {
             tracing::debug!(runner = %name, error = %e, "tart delete");
         }
+        self.forget_pin(&name);
     }
 
     /// The names `tart list` shows (VMs and pulled OCI images).
@@ -240,6 +236,9 @@ impl TartBackend {
         for name in &names {
             self.clone().stop_runner(name.clone()).await;
         }
+        for name in self.stale_pins(&keep) {
+            self.forget_pin(&name);
+        }
         names
     }
 }
@@ -266,7 +265,10 @@ impl Backend for TartBackend {
         Box::pin(async move {
             check_executable(&s.tart, "tart")?;
             check_executable(&s.ssh, "ssh")?;
-            check_executable(&keyscan_path(&s.ssh), "ssh-keyscan")
+            match s.host_keys {
+                HostKeys::Image => check_executable(&keyscan_path(&s.ssh), "ssh-keyscan"),
+                HostKeys::PerVm => Ok(()),
+            }
         })
     }
 
@@ -286,7 +288,8 @@ impl Backend for TartBackend {
                 Err(e) => return vec![Finding::Fail(format!("tart list failed: {e}"))],
             };
             let oci = image.contains('/');
-            vec![if names.contains(&image) {
+            let keys = this.host_key_finding().await;
+            let image = if names.contains(&image) {
                 Finding::Ok(format!("base image {image} is in tart's list"))
             } else if oci {
                 Finding::Warn(format!(
@@ -298,7 +301,8 @@ impl Backend for TartBackend {
                     "no VM named {image} in tart's list: build it (docs/providers.md) or fix \
                      base_image"
                 ))
-            }]
+            };
+            vec![image, keys]
         })
     }
 
@@ -307,125 +311,5 @@ impl Backend for TartBackend {
     /// had not started).
     fn adopt(&self, _name: String) -> LocalFuture<Option<RunningRunner>> {
         Box::pin(async { None })
-    }
-}
-
-/// `ssh-keyscan` beside the configured `ssh` (on `PATH` when `ssh` is a bare name).
-fn keyscan_path(ssh: &std::path::Path) -> PathBuf {
-    if ssh.components().count() == 1 {
-        PathBuf::from("ssh-keyscan")
-    } else {
-        ssh.with_file_name("ssh-keyscan")
-    }
-}
-
-/// The known-hosts name of a base image's VMs: `ephemer-` and the image with every character
-/// outside `[A-Za-z0-9.-]` as `-`.
-fn host_alias(image: &str) -> String {
-    let clean: String = image
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("ephemer-{clean}")
-}
-
-/// The guest's file for the CA bundle.
-const GUEST_CA: &str = "$HOME/.ephemer-actors-ca.pem";
-
-/// The remote shell command: reads `NAME=<base64>` lines up to an empty one into the
-/// environment (`_CA` into [`GUEST_CA`], pointed at by the CA variables), then the JIT config
-/// (the rest of stdin), then runs the runner. Nothing secret is on the command line.
-pub(super) fn remote_command(runner_command: &str) -> String {
-    let ca_vars: String = super::CA_VARS
-        .iter()
-        .map(|v| format!("export {v}=\"{GUEST_CA}\"; "))
-        .collect();
-    format!(
-        "umask 077; while IFS= read -r l && [ -n \"$l\" ]; do n=${{l%%=*}}; \
-         v=$(printf %s \"${{l#*=}}\" | base64 -d) || exit 1; \
-         if [ \"$n\" = _CA ]; then printf '%s\\n' \"$v\" > \"{GUEST_CA}\"; {ca_vars}\
-         else export \"$n=$v\"; fi; done; \
-         c=$(cat) && ACTIONS_RUNNER_INPUT_JITCONFIG=\"$c\" RUNNER_MANUALLY_TRAP_SIG=1 exec {runner_command}"
-    )
-}
-
-/// What [`remote_command`] reads on stdin.
-pub(super) fn stdin_payload(env: &RunnerEnv, jit_config: &str) -> Vec<u8> {
-    use base64::Engine;
-    let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
-    let mut out = String::new();
-    for (name, value) in &env.vars {
-        out.push_str(&format!("{name}={}\n", b64(value.expose().as_bytes())));
-    }
-    if let Some(ca) = env.ca_bundle.as_ref().and_then(|p| std::fs::read(p).ok()) {
-        out.push_str(&format!("_CA={}\n", b64(&ca)));
-    }
-    out.push('\n');
-    out.push_str(jit_config);
-    out.into_bytes()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Secret;
-
-    /// The guest side runs in a POSIX shell; this one is the host's, which reads the same.
-    #[test]
-    fn the_guest_shell_gets_the_variables_the_ca_and_the_jit_config_from_stdin() {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(
-            &ca,
-            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
-        let env = RunnerEnv {
-            vars: vec![
-                ("https_proxy".into(), Secret::new("http://u:p@proxy:3128")),
-                ("TEAM".into(), Secret::new("a b $c \"d\"")),
-            ],
-            ca_bundle: Some(ca),
-        };
-        let out = dir.path().join("env");
-        let script = remote_command(&format!("env > {}", out.display()));
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .env_clear()
-            .env("HOME", dir.path())
-            .env("PATH", std::env::var("PATH").unwrap())
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&stdin_payload(&env, "JIT-123"))
-            .unwrap();
-        assert!(child.wait().unwrap().success());
-        let seen = std::fs::read_to_string(&out).unwrap();
-        assert!(
-            seen.contains("https_proxy=http://u:p@proxy:3128\n"),
-            "{seen}"
-        );
-        assert!(seen.contains("TEAM=a b $c \"d\"\n"), "{seen}");
-        assert!(
-            seen.contains("ACTIONS_RUNNER_INPUT_JITCONFIG=JIT-123\n"),
-            "{seen}"
-        );
-        let guest_ca = dir.path().join(".ephemer-actors-ca.pem");
-        assert!(
-            seen.contains(&format!("SSL_CERT_FILE={}", guest_ca.display())),
-            "{seen}"
-        );
-        assert!(std::fs::read_to_string(guest_ca).unwrap().contains("AAAA"));
     }
 }
