@@ -106,6 +106,23 @@ async fn run(cmd: &str, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// The answer to `GET path` at `addr`, head and body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
 /// The package's config, filled in as its comments say: GitHub's API URL (a GHES's, here the
 /// stand-in's) beside the owner it already names.
 fn fill_in_config(standin: &Standin) {
@@ -374,6 +391,43 @@ async fn the_package_runs_jobs_as_installed() {
     assert!(
         uids.iter().all(|u| ran_as.contains(u)),
         "both users ran jobs: {ran_as:?}"
+    );
+
+    // What the jobs' users and the public port see of the daemon: nothing. `status` works for
+    // root over the admin socket in the 0700 state directory; nothing answers on the contract's
+    // loopback admin port; /metrics is on loopback, not on the webhook port.
+    let (code, out) = run("/usr/bin/ephemer-actors", &["status"]).await;
+    assert_eq!(
+        code, 0,
+        "status as root, over the package's admin socket: {out}"
+    );
+    assert!(out.contains("local"), "{out}");
+    let sock = Path::new(STATE).join("admin.sock");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", sock.display());
+    let (code, out) = run(
+        "sudo",
+        &[
+            "-n",
+            "-u",
+            USERS[0],
+            "/usr/bin/ephemer-actors",
+            "status",
+            "--admin",
+            "unix:/var/lib/ephemer-actors/admin.sock",
+        ],
+    )
+    .await;
+    assert_ne!(code, 0, "a job's user reached the admin API: {out}");
+    assert!(
+        std::net::TcpStream::connect("127.0.0.1:9091").is_err(),
+        "the admin API also listens on loopback TCP"
+    );
+    assert!(http_get("127.0.0.1:8080", "/metrics").starts_with("HTTP/1.1 404"));
+    let metrics = http_get("127.0.0.1:9090", "/metrics");
+    assert!(
+        metrics.starts_with("HTTP/1.1 200") && metrics.contains("ephemerd_"),
+        "{metrics}"
     );
 
     // `systemctl stop`: KillSignal to the main process, a drain within TimeoutStopSec.

@@ -426,6 +426,30 @@ impl Config {
                  token there, but keep it on loopback or a unix: socket unless you need it"
             ));
         }
+        if self.metrics.listen.is_none() && !self.webhook.listen.ip().is_loopback() {
+            w.push(format!(
+                "metrics.listen is not set, so /metrics is served on the webhook listener {}: \
+                 whoever can send webhooks can read queued jobs' label sets, pool and target \
+                 names and the version; set metrics.listen = \"127.0.0.1:9090\"",
+                self.webhook.listen
+            ));
+        }
+        let isolated = self
+            .providers
+            .enabled()
+            .into_iter()
+            .find(|p| p.process().is_some_and(|p| !p.run_as.is_empty()));
+        if let (Some(pool), Some(addr)) = (isolated, self.admin.listen.tcp())
+            && addr.ip().is_loopback()
+        {
+            w.push(format!(
+                "admin.listen {addr}: reads are open on loopback, and providers.{}'s jobs run on \
+                 this host as run_as users, so a job can list every job of every target; set \
+                 admin.listen = \"unix:{}\" (a 0600 socket)",
+                pool.name,
+                self.state.dir.join("admin.sock").display()
+            ));
+        }
         for pool in self.providers.enabled() {
             let key = format!("providers.{}", pool.name);
             if let Some(p) = pool.process()
