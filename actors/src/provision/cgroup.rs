@@ -90,16 +90,26 @@ impl RunnerCgroup {
         self.dir.join("cgroup.procs")
     }
 
-    /// Kills every process in it until none is left (or 5 s passed), then removes it.
+    /// Kills every process in it until none is left, then removes it. First the cgroup may
+    /// not fork any more (`pids.max` = 0, where the pids controller is on it): a fork bomb
+    /// then cannot outrun the kill, on cgroup v1 too, where there is no `cgroup.kill` and each
+    /// pid is signalled alone. Gives up only after [`KILL_FOR`], loudly.
     pub async fn kill_and_remove(&self) {
         if !self.dir.exists() {
             return;
         }
+        let pids_max = self.dir.join("pids.max");
+        if pids_max.exists()
+            && let Err(e) = std::fs::write(&pids_max, "0")
+        {
+            tracing::debug!(cgroup = %self.dir.display(), error = %e, "cannot stop forks");
+        }
         let kill_file = self.dir.join("cgroup.kill");
-        for _ in 0..100 {
+        let deadline = tokio::time::Instant::now() + KILL_FOR;
+        let left = loop {
             let pids = members(&self.procs());
-            if pids.is_empty() {
-                break;
+            if pids.is_empty() || tokio::time::Instant::now() >= deadline {
+                break pids.len();
             }
             if self.v2 && kill_file.exists() {
                 let _ = std::fs::write(&kill_file, "1");
@@ -108,7 +118,15 @@ impl RunnerCgroup {
                     let _ = kill(pid, Signal::SIGKILL);
                 }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if left > 0 {
+            tracing::error!(
+                cgroup = %self.dir.display(),
+                left,
+                "processes of a runner survived {}s of SIGKILL",
+                KILL_FOR.as_secs()
+            );
         }
         if let Err(e) = std::fs::remove_dir(&self.dir)
             && e.kind() != io::ErrorKind::NotFound
@@ -116,7 +134,22 @@ impl RunnerCgroup {
             tracing::warn!(cgroup = %self.dir.display(), error = %e, "cannot remove a runner's cgroup");
         }
     }
+
+    /// Caps the processes it may hold (`pids.max`), where the pids controller is on it.
+    #[cfg(test)]
+    fn limit_pids(&self, max: u32) -> io::Result<()> {
+        std::fs::write(self.dir.join("pids.max"), max.to_string())
+    }
+
+    /// How many processes it holds.
+    #[cfg(test)]
+    fn count(&self) -> usize {
+        members(&self.procs()).len()
+    }
 }
+
+/// How long teardown goes on killing a runner's processes before it gives up.
+const KILL_FOR: Duration = Duration::from_secs(60);
 
 fn members(procs: &Path) -> Vec<Pid> {
     std::fs::read_to_string(procs)
@@ -177,6 +210,66 @@ mod tests {
         assert_eq!(
             own_path(own, "", "pids").as_deref(),
             Some("/system.slice/ephemer.service")
+        );
+    }
+
+    /// A fork bomb in a cgroup v1 runner cgroup (every process forks as fast as it can, capped
+    /// at 64 so the host survives the test) is gone after one teardown: no fork outruns the
+    /// kill.
+    #[actix_rt::test]
+    async fn a_fork_bomb_does_not_outlive_its_teardown() {
+        let required =
+            std::env::var_os("EPHEMER_REQUIRE_ENGINES").is_some_and(|v| !v.is_empty() && v != "0");
+        // The v1 pids hierarchy, where each pid is killed alone (no `cgroup.kill`).
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let v1 = find_mount(&mounts, "cgroup", Some("pids"))
+            .zip(own_path(&own, "", "pids"))
+            .map(|(mount, own)| CgroupRoot {
+                dir: mount.join(own.trim_start_matches('/')).join(PARENT),
+                v2: false,
+            })
+            .filter(|root| std::fs::create_dir_all(&root.dir).is_ok());
+        let root = match v1 {
+            Some(root) if nix::unistd::geteuid().is_root() => root,
+            _ => {
+                assert!(
+                    !required,
+                    "EPHEMER_REQUIRE_ENGINES is set, but no v1 pids cgroup can be made"
+                );
+                eprintln!(
+                    "\n!!! SKIPPING the fork-bomb test: no v1 pids cgroup can be made here\n"
+                );
+                return;
+            }
+        };
+        let cgroup = root.runner(&format!("ephemer-test-bomb-{}", std::process::id()));
+        cgroup.create().unwrap();
+        cgroup
+            .limit_pids(64)
+            .unwrap_or_else(|e| panic!("{}: {e}", cgroup.dir.display()));
+        let bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n";
+        let mut leader = tokio::process::Command::new("sh")
+            .args(["-c", "echo $$ > \"$0\" && exec python3 -c \"$1\""])
+            .arg(cgroup.procs())
+            .arg(bomb)
+            .spawn()
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        while cgroup.count() < 64 && start.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            cgroup.count() >= 32,
+            "the bomb did not go off: {}",
+            cgroup.count()
+        );
+        cgroup.kill_and_remove().await;
+        let _ = leader.wait().await;
+        assert!(
+            !cgroup.dir.exists(),
+            "the cgroup is still there: {} in it",
+            cgroup.count()
         );
     }
 }
