@@ -211,6 +211,28 @@ fn check_root(root: &Path, me: &Identity, job_dir: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The install's version, as the real one answers it: `bin/Runner.Listener --version` ("?" when
+/// it cannot say).
+pub fn own_version(root: &Path) -> String {
+    std::process::Command::new(root.join("bin/Runner.Listener"))
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Whether the runner's settings (`.runner`, from its JIT config) turn self-updates off
+/// (`DisableUpdate`, as `config.sh --disableupdate` sets it for the real runner).
+fn updates_disabled(root: &Path) -> bool {
+    std::fs::read(root.join(".runner"))
+        .ok()
+        .and_then(|raw| serde_json::from_slice::<Value>(&raw).ok())
+        .is_some_and(|v| v["DisableUpdate"] == Value::Bool(true))
+}
+
 /// Runs the stand-in runner with its install root at `root`; returns the process exit code.
 pub fn run_in(root: &Path) -> i32 {
     let Ok(encoded) = std::env::var("ACTIONS_RUNNER_INPUT_JITCONFIG") else {
@@ -234,24 +256,46 @@ pub fn run_in(root: &Path) -> i32 {
         |_| "?".to_string(),
         |m| std::os::unix::fs::MetadataExt::uid(&m).to_string(),
     );
+    let mut version = own_version(root);
+    let updates_off = updates_disabled(root);
     println!(
-        "standin-runner {} connecting to {} (root {}, HOME {}, TMPDIR {}) as uid {uid}",
+        "standin-runner {} {version} connecting to {} (root {}, HOME {}, TMPDIR {}) as uid {uid}",
         me.name,
         me.server,
         root.display(),
         var("HOME"),
         var("TMPDIR")
     );
-    let hello = format!(
-        "{{\"name\":\"{}\",\"pid\":{}}}",
-        me.name,
-        std::process::id()
-    );
+    let hello = |version: &str| {
+        serde_json::json!({
+            "name": me.name,
+            "pid": std::process::id(),
+            "version": version,
+            "disable_update": updates_off,
+        })
+        .to_string()
+    };
     let started = Instant::now();
     let mut failures = 0;
     let job = loop {
-        match post(&me.server, "/_runner/acquire", &me.token, &hello) {
-            Ok((200, body)) => break serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+        match post(&me.server, "/_runner/acquire", &me.token, &hello(&version)) {
+            Ok((200, body)) => {
+                let answer = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null);
+                if answer["action"] == "update" {
+                    // The real runner downloads the release into its root and restarts; a JIT
+                    // runner does so in every job's fresh copy, on every job.
+                    let to = answer["version"].as_str().unwrap_or("?").to_string();
+                    println!(
+                        "standin-runner {}: self-updating from {version} to {to} in {}",
+                        me.name,
+                        root.display()
+                    );
+                    pause(Duration::from_millis(answer["ms"].as_u64().unwrap_or(500)));
+                    version = to;
+                    continue;
+                }
+                break answer;
+            }
             Ok((204, _)) => failures = 0,
             Ok((401 | 404, _)) => {
                 println!("standin-runner {}: registration gone; exiting", me.name);
@@ -336,6 +380,19 @@ pub fn run_in(root: &Path) -> i32 {
 /// (which starts `program` with `args` and `--root <root>`), `bin/`, `externals/`, `.env`,
 /// `.path`, and a `.runner` left from an earlier configuration.
 pub fn write_install(dir: &Path, program: &Path, args: &[&str]) -> std::io::Result<()> {
+    write_install_version(dir, program, args, DEFAULT_VERSION)
+}
+
+/// The version [`write_install`] lays out.
+pub const DEFAULT_VERSION: &str = "2.330.0";
+
+/// [`write_install`] of a given version: `bin/Runner.Listener --version` prints it.
+pub fn write_install_version(
+    dir: &Path,
+    program: &Path,
+    args: &[&str],
+    version: &str,
+) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let quoted: Vec<String> = std::iter::once(program.display().to_string())
         .chain(args.iter().map(|a| a.to_string()))
@@ -351,12 +408,16 @@ pub fn write_install(dir: &Path, program: &Path, args: &[&str]) -> std::io::Resu
         "#!/bin/sh\n{find_root}exec {} --root \"$DIR\" \"$@\"\n",
         quoted.join(" ")
     );
+    let listener = format!(
+        "#!/bin/sh\n# The stand-in's listener: answers --version as the real one does.\n\
+         [ \"$1\" = --version ] && echo {version} && exit 0\necho 'stand-in listener' >&2; exit 1\n"
+    );
     let files: [(&str, &str, u32); 9] = [
         ("run.sh", &run, 0o755),
         ("run-helper.sh.template", &helper, 0o755),
         ("run-helper.sh", &helper, 0o755),
         ("config.sh", "#!/bin/sh\necho configured\n", 0o755),
-        ("bin/Runner.Listener", "stand-in listener\n", 0o755),
+        ("bin/Runner.Listener", &listener, 0o755),
         ("bin/Runner.Worker", "stand-in worker\n", 0o755),
         ("externals/node20/bin/node", "stand-in node\n", 0o755),
         (".env", "LANG=C.UTF-8\n", 0o644),
@@ -369,4 +430,26 @@ pub fn write_install(dir: &Path, program: &Path, args: &[&str]) -> std::io::Resu
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
     }
     std::fs::write(dir.join(".path"), "/usr/local/bin:/usr/bin:/bin\n")
+}
+
+/// A release archive of a stand-in install of `version` (`actions-runner-<os>-<arch>-<version>.tar.gz`
+/// as GitHub publishes it: the install's files at the top, no leading directory).
+pub fn release_archive(version: &str, program: &Path, args: &[&str]) -> std::io::Result<Vec<u8>> {
+    let dir = std::env::temp_dir().join(format!(
+        "standin-release-{version}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    write_install_version(&dir, program, args, version)?;
+    // An install as released holds no identity of an earlier configuration.
+    std::fs::remove_file(dir.join(".runner"))?;
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    tar.append_dir_all(".", &dir)?;
+    let bytes = tar.into_inner()?.finish()?;
+    std::fs::remove_dir_all(&dir)?;
+    Ok(bytes)
 }

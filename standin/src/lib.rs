@@ -9,6 +9,7 @@
 mod app;
 mod hook_log;
 pub mod org;
+mod releases;
 mod routes;
 mod runner_protocol;
 mod state;
@@ -21,6 +22,7 @@ use std::{
 };
 
 use actix_web::{App, HttpServer, dev::ServerHandle, web};
+pub use releases::{Release, Releases};
 pub use state::{
     Budget, Call, Delivery, DeliveryFaults, Fault, Job, Runner, RunnerBehavior, State,
     WebhookTarget, unix_now, unix_now_ms,
@@ -110,6 +112,7 @@ impl Standin {
         let now = unix_now();
         let (outbox, inbox) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(State {
+            releases: Default::default(),
             token_scopes: None,
             hooks: Vec::new(),
             behavior: RunnerBehavior::default(),
@@ -464,6 +467,39 @@ impl Standin {
             .entry(endpoint.to_string())
             .or_default()
             .push((share.clamp(0.0, 1.0), fault));
+    }
+
+    /// Publishes release `version` of the runner (`archive` as built by
+    /// `standin_runner::release_archive`), with the archive's own SHA-256 as its digest.
+    pub fn publish_release(&self, version: &str, archive: Vec<u8>) {
+        use sha2::Digest;
+        let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&archive)));
+        self.publish_release_with_digest(version, archive, &digest);
+    }
+
+    /// Publishes a release whose stated digest is `digest` (a wrong one: a tampered archive).
+    pub fn publish_release_with_digest(&self, version: &str, archive: Vec<u8>, digest: &str) {
+        self.state().releases.published.push(Release {
+            version: version.into(),
+            published_at: unix_now(),
+            archive,
+            digest: digest.into(),
+        });
+    }
+
+    /// Makes the releases API answer 503 (github.com out of reach), or answer again.
+    pub fn set_releases_unreachable(&self, unreachable: bool) {
+        self.state().releases.unreachable = unreachable;
+    }
+
+    /// (API requests, of which 304, archive downloads) of the releases API.
+    pub fn release_requests(&self) -> (usize, usize, usize) {
+        let s = self.state();
+        (
+            s.releases.api_requests,
+            s.releases.not_modified,
+            s.releases.downloads,
+        )
     }
 
     /// Registers the next JIT runner under `name` instead of the name asked for, as a hostile

@@ -84,9 +84,15 @@ pub(crate) async fn dispatch(
 ) -> HttpResponse {
     let path = req.path().to_string();
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(endpoint) = crate::releases::endpoint(req.method().as_str(), &segs) {
+        // github.com's releases API, not the GHES's REST budget.
+        let info = req.connection_info();
+        let base = format!("{}://{}", info.scheme(), info.host());
+        return crate::releases::answer(&mut s.releases, &base, &req, endpoint, &segs);
+    }
     let endpoint = endpoint(req.method(), &segs);
     let now = unix_now();
-    let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
     if endpoint.starts_with("runner_") {
         // The runner protocol is not GitHub's REST API: no budget, no record.
         return crate::runner_protocol::answer(&mut s, &req, endpoint, &body).1;
@@ -579,7 +585,9 @@ fn generate_jitconfig(
         "GitHubUrl": format!("{}/{}{}", s.base_url, s.owner, repo.map(|r| format!("/{r}")).unwrap_or_default()),
         "WorkFolder": work,
         "Ephemeral": true,
-        "DisableUpdate": true,
+        // As GitHub mints it: the REST call has no way to turn the runner's own updates off,
+        // so a JIT runner behind the latest release updates itself unless its settings are
+        // changed before it starts.
         "UseV2Flow": true,
     });
     let credentials = json!({ "Scheme": "OAuthAccessToken", "Data": { "token": token } });

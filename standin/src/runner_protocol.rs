@@ -44,6 +44,19 @@ pub(crate) fn answer(
             if s.behavior.hold || booting {
                 return (204, HttpResponse::NoContent().finish());
             }
+            // A runner behind the latest release that may update itself is told to, as GitHub
+            // does; it downloads the release and restarts before it takes a job.
+            let latest = s.releases.published.last().map(|r| r.version.clone());
+            if let (Some(latest), Some(mine)) = (latest, body["version"].as_str())
+                && body["disable_update"] != Value::Bool(true)
+                && older(mine, &latest)
+            {
+                return (
+                    200,
+                    HttpResponse::Ok()
+                        .json(json!({ "action": "update", "version": latest, "ms": 500 })),
+                );
+            }
             if s.behavior.crash_next > 0 {
                 s.behavior.crash_next -= 1;
                 return (
@@ -113,4 +126,10 @@ pub(crate) fn answer(
             (200, HttpResponse::Ok().json(json!({ "ok": true })))
         }
     }
+}
+
+/// Whether dotted version `a` is older than `b` (`2.330.0` < `2.331.0`).
+fn older(a: &str, b: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    parts(a) < parts(b)
 }

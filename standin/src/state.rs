@@ -292,6 +292,8 @@ pub enum Outgoing {
 /// Everything the stand-in knows.
 #[derive(Debug)]
 pub struct State {
+    /// `actions/runner` releases (github.com's releases API).
+    pub releases: crate::releases::Releases,
     /// A classic PAT's scopes (`None`: a token that says none, as fine-grained ones and Apps).
     pub token_scopes: Option<Vec<String>>,
     /// Webhooks of the org and its repos.
