@@ -256,9 +256,18 @@ fn runner_paths(config: &Config) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for pool in config.providers.enabled() {
         let settings = pool_settings(config, pool, "check", None, std::env::temp_dir());
-        let PoolSettings::Process(s) = settings else {
+        let PoolSettings::Process(mut s) = settings else {
             continue;
         };
+        if s.program == ephemer_actors_core::config::RunnerProgram::Managed {
+            // The daemon-managed install as it is on disk; none yet: nothing to prove.
+            let installs =
+                ephemer_actors_core::release::installs::ManagedInstalls::for_config(config);
+            let Some(dir) = installs.and_then(|m| m.current().map(|v| m.dir_of(&v))) else {
+                continue;
+            };
+            s.program = ephemer_actors_core::config::RunnerProgram::Install(dir);
+        }
         if reach::skipped(&s).is_some() {
             continue;
         }

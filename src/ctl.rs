@@ -333,6 +333,9 @@ fn print_status(v: &StatusAnswer) {
             );
         }
     }
+    if let Some(runner) = &v.runner {
+        print_runner(runner);
+    }
     if let Some(fleet) = &v.fleet {
         println!(
             "\n{:<20} {:<6} {:<10} {:<9} {:<8} POOLS   (this host: {}; {} queued in the fleet)",
@@ -358,6 +361,45 @@ fn print_status(v: &StatusAnswer) {
                 pools.join(",")
             );
         }
+    }
+}
+
+/// The runner's latest release and each pool's version.
+fn print_runner(r: &ephemer_actors_core::release::actor::RunnerReleaseView) {
+    let latest = match (&r.latest, r.latest_published_unix) {
+        (Some(v), Some(at)) if at > 0 => format!(
+            "{v} (published {})",
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(at))
+        ),
+        (Some(v), _) => v.to_string(),
+        (None, _) => "unknown".into(),
+    };
+    println!(
+        "\nrunner        latest release {latest}; auto_update {}",
+        if r.auto_update { "on" } else { "off" }
+    );
+    if let Some(problem) = &r.problem {
+        println!("  problem: {problem}");
+    }
+    for p in &r.pools {
+        let version = p
+            .version
+            .as_ref()
+            .map_or("none yet".into(), |v| v.to_string());
+        let lag = match p.behind_seconds {
+            Some(0) => "current".to_string(),
+            Some(s) => format!(
+                "behind by {}",
+                humantime::format_duration(Duration::from_secs(s))
+            ),
+            None => "latest unknown".to_string(),
+        };
+        let who = if p.managed {
+            "kept current by the daemon"
+        } else {
+            "operator's install"
+        };
+        println!("  {:<18} {version} ({lag}; {who})", p.pool);
     }
 }
 

@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod provision;
 pub mod rate;
+pub mod release;
 pub mod retry;
 pub mod scheduler;
 pub mod store;

@@ -27,8 +27,11 @@ pub const IGNORE_REASONS: [&str; 3] = ["owner", "repo", "installation"];
 /// The `workflow_job` actions counted in `ephemerd_github_webhook_events_total`.
 pub const WEBHOOK_ACTIONS: [&str; 5] = ["queued", "in_progress", "completed", "waiting", "other"];
 
+/// The `version` label of a pool whose runner version is not known (yet).
+pub const UNKNOWN_VERSION: &str = "unknown";
+
 /// Every metric name CONTRACT.md lists.
-pub const CONTRACT_METRICS: [&str; 19] = [
+pub const CONTRACT_METRICS: [&str; 22] = [
     "ephemerd_github_api_rate_remaining",
     "ephemerd_github_api_rate_limit",
     "ephemerd_github_api_rate_reset_seconds",
@@ -48,6 +51,9 @@ pub const CONTRACT_METRICS: [&str; 19] = [
     "ephemerd_concurrent_capacity",
     "ephemerd_draining",
     "ephemerd_uptime_seconds",
+    "ephemerd_reconcile_readmitted_total",
+    "ephemerd_runner_version_info",
+    "ephemerd_runner_release_behind_seconds",
 ];
 
 /// Every metric the daemon exports. Cloning is cheap: each field is a shared handle.
@@ -89,6 +95,17 @@ pub struct Metrics {
     /// `ephemerd_jobs_parked_total{reason}`: jobs parked (`zombie`: its runners always reaped
     /// idle; `gave_up`: its claims failed past `max_age`; `not_retryable`).
     pub jobs_parked: IntCounterVec,
+    /// `ephemerd_runner_version_info{pool,version}`: 1 for the runner version each pool starts.
+    pub runner_version_info: IntGaugeVec,
+    /// `ephemerd_runner_release_behind_seconds{pool}`: how long a newer runner release than the
+    /// pool's has been out (0 when current, -1 when the pool's version or the latest release is
+    /// unknown); GitHub wants updates within 30 days.
+    pub runner_release_behind: IntGaugeVec,
+    /// `ephemerd_runner_release_refused_total{reason}`: releases downloaded and not installed
+    /// (`digest`: the archive does not match its published SHA-256; `no_checksum`; `unpack`).
+    pub runner_release_refused: IntCounterVec,
+    /// `ephemerd_runner_release_check_failures_total`: release lookups that failed.
+    pub runner_release_check_failures: IntCounter,
     /// `ephemerd_store_healthy`: 1 while the state store's writes reach the disk, 0 while it
     /// holds changes in memory that the disk refused.
     pub store_healthy: IntGauge,
@@ -281,6 +298,11 @@ impl Metrics {
             "Repos whose listing failed in a reconcile pass (their jobs wait for the next pass).",
         ));
         must(registry.register(Box::new(reconcile_repo_failures.clone())));
+        let runner_release_check_failures = must(IntCounter::new(
+            "ephemerd_runner_release_check_failures_total",
+            "Runner release lookups (the releases API, a download) that failed.",
+        ));
+        must(registry.register(Box::new(runner_release_check_failures.clone())));
 
         let m = Metrics {
             started: Instant::now(),
@@ -336,6 +358,22 @@ impl Metrics {
                 "Jobs parked until a later look, by reason (zombie, gave_up, not_retryable).",
                 &["reason"],
             ),
+            runner_version_info: gauge_vec(
+                "ephemerd_runner_version_info",
+                "1 for the actions/runner version each pool starts.",
+                &["pool", "version"],
+            ),
+            runner_release_behind: gauge_vec(
+                "ephemerd_runner_release_behind_seconds",
+                "Seconds since a runner release newer than the pool's came out (0: current).",
+                &["pool"],
+            ),
+            runner_release_refused: counter_vec(
+                "ephemerd_runner_release_refused_total",
+                "Runner releases downloaded and not installed, by reason (digest, no_checksum, unpack).",
+                &["reason"],
+            ),
+            runner_release_check_failures,
             store_healthy: gauge(
                 "ephemerd_store_healthy",
                 "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",
@@ -498,6 +536,9 @@ impl Metrics {
         for reason in ["unknown", "idle", "parked"] {
             m.reconcile_readmitted.with_label_values(&[reason]);
         }
+        for reason in ["digest", "no_checksum", "unpack"] {
+            m.runner_release_refused.with_label_values(&[reason]);
+        }
         for reason in ["zombie", "gave_up", "not_retryable"] {
             m.jobs_parked.with_label_values(&[reason]);
         }
@@ -518,6 +559,17 @@ impl Metrics {
         self.provisioner_restarts.with_label_values(&[provider]);
         self.jobs_total.with_label_values(&[provider, "success"]);
         self.pool_up.with_label_values(&[provider]);
+    }
+
+    /// A pool whose runner version is not known yet: `version="unknown"` at 0, and -1 behind
+    /// (the `ReleaseActor` replaces both once it knows).
+    pub fn init_runner_version(&self, pool: &str) {
+        self.runner_version_info
+            .with_label_values(&[pool, UNKNOWN_VERSION])
+            .set(0);
+        self.runner_release_behind
+            .with_label_values(&[pool])
+            .set(-1);
     }
 
     /// The registry, for a host app that wants to serve or merge it itself.
@@ -581,6 +633,7 @@ mod tests {
         let a = Metrics::new();
         let b = Metrics::new();
         a.init_provider("local");
+        a.init_runner_version("local");
         a.api_requests
             .with_label_values(&["generate_jitconfig", "201"])
             .inc();

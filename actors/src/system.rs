@@ -110,6 +110,9 @@ pub struct Handles {
     pub redeliver: Vec<Addr<crate::webhook::redeliver::RedeliverActor>>,
     /// Pull mode: polls GitHub for what changed, one per target.
     pub pull: Vec<Addr<crate::webhook::pull::PullActor>>,
+    /// Looks at the runner's releases and keeps the managed installs current (when a pool's
+    /// runner version can be told, or `runner.release_check_interval` is not `"0s"`).
+    pub release: Option<Addr<crate::release::actor::ReleaseActor>>,
 }
 
 /// The readiness check of the store (the others are core actors).
@@ -197,6 +200,9 @@ impl Handles {
         for redeliver in &self.redeliver {
             let _ = redeliver.send(Stop).await;
         }
+        if let Some(release) = &self.release {
+            let _ = release.send(Stop).await;
+        }
         for pull in &self.pull {
             let _ = pull.send(Stop).await;
         }
@@ -274,7 +280,17 @@ pub fn start(
 
     // 4. A supervised provisioner per enabled provider: LocalProvisioner, LinuxProvisioner,
     //    VmMacosProvisioner, NativeMacosProvisioner.
+    // The daemon-managed runner installs (pools with neither runner_dir nor command), filled
+    // and kept current by the ReleaseActor.
+    let managed = crate::release::installs::ManagedInstalls::for_config(config);
+    for pool in config.providers.enabled() {
+        metrics.init_runner_version(pool.name.as_str());
+    }
+    let release = crate::release::actor::ReleaseActor::wanted(config).then(|| {
+        crate::release::actor::ReleaseActor::new(config, managed.clone(), metrics.clone()).start()
+    });
     let wiring = |pool: &PoolName, restart: &crate::config::RestartConfig| PoolWiring {
+        managed: managed.clone(),
         restart: restart.clone(),
         job_timeout: config.runner.job_timeout,
         events: scheduler.downgrade().recipient(),
@@ -515,6 +531,7 @@ pub fn start(
         ledger: options.ledger,
         redeliver,
         pull,
+        release,
     };
     for (name, alive) in handles.core_actors() {
         handles.health.add_check(name, alive);

@@ -20,6 +20,11 @@ pub async fn pool_checks(config: &Config) -> Vec<Check> {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "doctor".into());
     let mut out = Vec::new();
+    // What serve would find on disk (doctor does not download).
+    let managed = ephemer_actors_core::release::installs::ManagedInstalls::for_config(config);
+    if let Some(installs) = &managed {
+        installs.settle(None);
+    }
     for pool in config.providers.enabled() {
         let name = format!("pool.{}", pool.name);
         // The CA bundle runners get, where serve writes it (the path probe reads it as each
@@ -28,7 +33,18 @@ pub async fn pool_checks(config: &Config) -> Vec<Check> {
             .ok()
             .flatten();
         let settings = pool_settings(config, pool, &install_id, ca_bundle, std::env::temp_dir());
-        let backend = match backend(settings) {
+        let on_managed = pool
+            .process()
+            .is_some_and(|p| p.program == ephemer_actors_core::config::RunnerProgram::Managed);
+        if on_managed && managed.as_ref().and_then(|m| m.current()).is_none() {
+            out.push(Check::ok(
+                &name,
+                "no runner install yet: serve downloads, verifies and installs the release at \
+                 start (runner.auto_update)",
+            ));
+            continue;
+        }
+        let backend = match backend(settings, managed.as_ref()) {
             Ok(b) => b,
             Err(e) => {
                 out.push(Check::fail(&name, e, "fix the pool's settings"));

@@ -9,6 +9,7 @@
 mod cluster;
 mod github;
 mod host;
+mod runner;
 mod webhook;
 
 use std::process::ExitCode;
@@ -105,6 +106,7 @@ pub fn run(config: &Config, json: bool) -> ExitCode {
             }));
         }
         found.extend(host::pool_checks(config).await);
+        found.extend(runner::checks(config).await);
         found.extend(cluster::checks(config).await);
         found
     });

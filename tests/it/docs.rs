@@ -26,6 +26,7 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
 fn exported() -> std::collections::BTreeSet<String> {
     let registry = ephemer_actors_core::metrics::Metrics::new();
     registry.init_provider("local");
+    registry.init_runner_version("local");
     registry.set_build_info("0.0.0", "test");
     registry.job_uncovered(&["self-hosted".to_string()]);
     registry
@@ -43,8 +44,9 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // ephemerd_reconcile_repo_failures_total, ephemerd_webhook_refused_total,
     // ephemerd_jobs_uncovered_total, ephemerd_pool_up, ephemerd_build_info,
     // ephemerd_ledger_up, ephemerd_reconcile_readmitted_total (the contract's too),
-    // ephemerd_reconcile_queued_idle and ephemerd_jobs_parked_total.
-    assert_eq!(exported.len(), 34, "{exported:?}");
+    // ephemerd_reconcile_queued_idle, ephemerd_jobs_parked_total, the runner's version and
+    // lag (the contract's too), and its releases refused and lookups failed.
+    assert_eq!(exported.len(), 38, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");

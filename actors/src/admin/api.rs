@@ -29,6 +29,9 @@ pub struct StatusAnswer {
     /// Fleet mode: every host with its lease, pools and load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::cluster::FleetView>,
+    /// The runner's latest release and each pool's version (when they are looked at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<crate::release::actor::RunnerReleaseView>,
 }
 
 /// `POST /api/v1/cordon`, `/uncordon`

@@ -41,6 +41,8 @@ pub struct Admin {
     access: Access,
     /// Fleet mode: `status` shows the fleet, `jobs ID` who holds the job.
     ledger: Option<crate::cluster::Ledger>,
+    /// The runner's releases and each pool's version.
+    release: Option<Addr<crate::release::actor::ReleaseActor>>,
 }
 
 impl Admin {
@@ -56,6 +58,7 @@ impl Admin {
             started: Instant::now(),
             access: Access::new(access::new_token()),
             ledger: handles.ledger.clone(),
+            release: handles.release.clone(),
         }
     }
 
@@ -126,7 +129,15 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
         },
         None => None,
     };
+    let runner = match &admin.release {
+        Some(release) => release
+            .send(crate::release::actor::GetRunnerRelease)
+            .await
+            .ok(),
+        None => None,
+    };
     HttpResponse::Ok().json(StatusAnswer {
+        runner,
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: admin.started.elapsed().as_secs(),
         scheduler: state,

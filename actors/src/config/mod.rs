@@ -82,6 +82,10 @@ pub mod defaults {
     pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
     /// `runner.name_prefix`
     pub const NAME_PREFIX: &str = "ephemer";
+    /// `runner.releases_url`: github.com's releases of actions/runner.
+    pub const RELEASES_URL: &str = "https://api.github.com/repos/actions/runner/releases";
+    /// `runner.release_check_interval`
+    pub const RELEASE_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
     /// `runner.claim_retry.schedule`
     pub const RETRY_SCHEDULE: [Duration; 5] = [
         Duration::from_secs(30),
@@ -308,6 +312,37 @@ pub struct RunnerConfig {
     pub claim_retry: ClaimRetryConfig,
     /// `[runner.orphan_sweep]`
     pub orphan_sweep: OrphanSweepConfig,
+    /// `auto_update`, `runner_version` and where releases are read.
+    pub update: RunnerUpdateConfig,
+}
+
+/// How the runner is kept current (`[runner]`'s `auto_update`, `runner_version`,
+/// `releases_url`, `release_check_interval`, `min_version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerUpdateConfig {
+    /// Keep daemon-managed installs at the wanted release (process pools without `runner_dir`
+    /// or `command`).
+    pub auto_update: bool,
+    /// `"latest"` (`None`) or a pinned version.
+    pub version: Option<String>,
+    /// The releases API of `actions/runner` (github.com's, or a mirror's).
+    pub releases_url: String,
+    /// How often the latest release is looked up (conditional requests); `None`: never.
+    pub check_interval: Option<Duration>,
+    /// Runners older than this fail `doctor` (GitHub refuses registrations below its minimum).
+    pub min_version: Option<String>,
+}
+
+impl Default for RunnerUpdateConfig {
+    fn default() -> Self {
+        RunnerUpdateConfig {
+            auto_update: true,
+            version: None,
+            releases_url: defaults::RELEASES_URL.into(),
+            check_interval: Some(defaults::RELEASE_CHECK_INTERVAL),
+            min_version: None,
+        }
+    }
 }
 
 /// `[runner.claim_retry]`: the ladder a failed claim climbs.

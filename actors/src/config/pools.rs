@@ -148,6 +148,10 @@ pub enum RunnerProgram {
     Install(PathBuf),
     /// `command`: an executable that keeps no state beside itself, run in the job's directory.
     Command(PathBuf),
+    /// Neither, with `runner.auto_update`: the daemon downloads, verifies and keeps current an
+    /// actions/runner release under `<state.dir>-work/runners/<version>`, copied per job as
+    /// `runner_dir` is.
+    Managed,
 }
 
 impl RunnerProgram {
@@ -156,6 +160,7 @@ impl RunnerProgram {
         match self {
             RunnerProgram::Install(dir) => dir.join("run.sh"),
             RunnerProgram::Command(path) => path.clone(),
+            RunnerProgram::Managed => PathBuf::from("run.sh"),
         }
     }
 }

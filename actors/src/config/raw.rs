@@ -106,6 +106,11 @@ pub(crate) struct RawRunner {
     pub job_timeout: Option<String>,
     pub shutdown_timeout: Option<String>,
     pub name_prefix: Option<String>,
+    pub auto_update: Option<bool>,
+    pub runner_version: Option<String>,
+    pub releases_url: Option<String>,
+    pub release_check_interval: Option<String>,
+    pub min_version: Option<String>,
     pub claim_retry: RawClaimRetry,
     pub orphan_sweep: RawOrphanSweep,
 }

@@ -181,7 +181,7 @@ pub(super) struct Answer {
 /// The client's connector: TLS trusting the bundled, system and `ca_file` roots; TCP direct
 /// or through the proxy. The config was validated, so a failure here is a file that changed
 /// since: it is logged, and the client goes on with what it has (a call then fails visibly).
-fn connector(config: &GithubConfig) -> awc::Connector<super::proxy::ProxyConnector> {
+pub(crate) fn connector(config: &GithubConfig) -> awc::Connector<super::proxy::ProxyConnector> {
     let tls = super::tls::client_config(config.ca_file.as_deref()).unwrap_or_else(|e| {
         tracing::error!(error = %e, "github.ca_file: cannot load it; trusting the bundled and system roots only");
         super::tls::client_config(None).expect("the bundled roots load")

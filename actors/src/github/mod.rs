@@ -18,5 +18,6 @@ pub mod reconcile;
 pub mod signature;
 pub mod tls;
 
+pub(crate) use client::connector;
 pub use client::{GithubClient, JitRunner, RunnerInfo};
 pub use error::{ErrorClass, GithubError};

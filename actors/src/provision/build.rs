@@ -82,10 +82,20 @@ pub fn pool_settings(
     }
 }
 
-/// A backend for `settings`, unsupervised: for checks (`doctor`), not for running jobs.
-pub fn backend(settings: PoolSettings) -> Result<Rc<dyn Backend>, String> {
+/// A backend for `settings`, unsupervised: for checks (`doctor`), not for running jobs. A
+/// process pool on the daemon-managed installs sees `managed` (as they are on disk).
+pub fn backend(
+    settings: PoolSettings,
+    managed: Option<&crate::release::installs::ManagedInstalls>,
+) -> Result<Rc<dyn Backend>, String> {
     Ok(match settings {
-        PoolSettings::Process(s) => Rc::new(ProcessBackend::new(s)),
+        PoolSettings::Process(s) => {
+            let backend = ProcessBackend::new(s);
+            Rc::new(match managed {
+                Some(installs) => backend.with_managed(installs.clone()),
+                None => backend,
+            })
+        }
         PoolSettings::Container(s) => Rc::new(ContainerBackend::new(s)?),
         PoolSettings::Tart(s) => Rc::new(TartBackend::new(s)),
     })

@@ -34,6 +34,8 @@ pub struct PoolWiring {
     pub clock: Clock,
     /// Runners an earlier run started (from the ledger): adopted, not reaped.
     pub adopt: Vec<String>,
+    /// The daemon-managed runner installs, for process pools that use them.
+    pub managed: Option<crate::release::installs::ManagedInstalls>,
 }
 
 impl PoolWiring {
@@ -72,7 +74,8 @@ pub struct LocalProvisioner;
 impl LocalProvisioner {
     /// Starts the pool.
     pub fn start(settings: ProcessSettings, wiring: PoolWiring) -> Addr<ProvisionerSupervisor> {
-        wiring.start(Rc::new(ProcessBackend::new(settings)))
+        let backend = process_backend(settings, &wiring);
+        wiring.start(backend)
     }
 }
 
@@ -109,6 +112,16 @@ pub struct NativeMacosProvisioner;
 impl NativeMacosProvisioner {
     /// Starts the pool.
     pub fn start(settings: ProcessSettings, wiring: PoolWiring) -> Addr<ProvisionerSupervisor> {
-        wiring.start(Rc::new(ProcessBackend::new(settings)))
+        let backend = process_backend(settings, &wiring);
+        wiring.start(backend)
     }
+}
+
+/// A process backend, on the managed installs when its pool uses them.
+fn process_backend(settings: ProcessSettings, wiring: &PoolWiring) -> Rc<dyn Backend> {
+    let backend = ProcessBackend::new(settings);
+    Rc::new(match &wiring.managed {
+        Some(installs) => backend.with_managed(installs.clone()),
+        None => backend,
+    })
 }

@@ -34,8 +34,16 @@ use super::{
     procgroup::{self, group_alive, kill_group},
     spawn_error,
 };
-use crate::config::{PoolName, ProviderKind, RunnerProgram};
+use crate::{
+    config::{PoolName, ProviderKind, RunnerProgram},
+    release::{
+        self,
+        installs::{Lease, ManagedInstalls},
+    },
+};
 
+/// How long a managed pool's first host check waits for the first install.
+const MANAGED_FIRST_LOOK: Duration = Duration::from_secs(120);
 /// How long a runner may take to exit after SIGTERM before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
 /// Runner logs older than this are removed at start-up.
@@ -86,6 +94,8 @@ pub struct ProcessBackend {
     no_cgroups: Rc<RefCell<Option<String>>>,
     /// `run_as` users taken by runners whose directories are still being made.
     reserved: Rc<RefCell<HashSet<String>>>,
+    /// The daemon-managed installs, for a pool with neither `runner_dir` nor `command`.
+    managed: Option<ManagedInstalls>,
 }
 
 impl ProcessBackend {
@@ -105,7 +115,26 @@ impl ProcessBackend {
             cgroups: Rc::new(cgroups),
             no_cgroups: Rc::new(RefCell::new(why)),
             reserved: Rc::default(),
+            managed: None,
         }
+    }
+
+    /// The same backend starting runners from the daemon-managed installs (a pool whose
+    /// program is [`RunnerProgram::Managed`]).
+    pub fn with_managed(mut self, installs: ManagedInstalls) -> Self {
+        self.managed = Some(installs);
+        self
+    }
+
+    /// Its settings with the managed install resolved to the current one's directory (`None`
+    /// when the pool is managed and there is no install yet).
+    fn resolved(&self) -> Option<ProcessSettings> {
+        let mut s = (*self.s).clone();
+        if s.program == RunnerProgram::Managed {
+            let installs = self.managed.as_ref()?;
+            s.program = RunnerProgram::Install(installs.dir_of(&installs.current()?));
+        }
+        Some(s)
     }
 
     /// The user a new runner runs as. With one `run_as` user every runner is it; with several,
@@ -167,13 +196,14 @@ impl ProcessBackend {
     fn command(
         &self,
         spec: &RunnerSpec,
+        jit_config: &str,
         dir: &Path,
         user: Option<&str>,
         log: std::fs::File,
     ) -> std::io::Result<Command> {
         let s = &self.s;
         let program = match &s.program {
-            RunnerProgram::Install(_) => dir.join("run.sh"),
+            RunnerProgram::Install(_) | RunnerProgram::Managed => dir.join("run.sh"),
             RunnerProgram::Command(command) => command.clone(),
         };
         let (home, tmp) = (dir.join("_home"), dir.join("_tmp"));
@@ -213,7 +243,7 @@ impl ProcessBackend {
             .envs(extra)
             .env("HOME", &home)
             .env("TMPDIR", &tmp)
-            .env("ACTIONS_RUNNER_INPUT_JITCONFIG", spec.jit_config.expose())
+            .env("ACTIONS_RUNNER_INPUT_JITCONFIG", jit_config)
             .env("RUNNER_MANUALLY_TRAP_SIG", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -228,7 +258,11 @@ impl ProcessBackend {
 
     /// Makes the runner's directory: a copy of the install, or an empty directory for a
     /// command; with its own `HOME` and `TMPDIR` either way.
-    async fn prepare_dir(&self, dir: &Path, user: Option<&str>) -> Result<(), ProvisionError> {
+    async fn prepare_dir(
+        &self,
+        dir: &Path,
+        user: Option<&str>,
+    ) -> Result<Option<Lease>, ProvisionError> {
         let owner = match user {
             Some(user) => {
                 let u = user_named(user)?;
@@ -237,9 +271,28 @@ impl ProcessBackend {
             None => None,
         };
         let _ = tokio::fs::remove_dir_all(dir).await;
-        let made = match &self.s.program {
-            RunnerProgram::Install(install) => {
-                let (install, dest) = (install.clone(), dir.to_path_buf());
+        // A managed pool's job is copied from the current install, held until it ends.
+        let lease = match &self.s.program {
+            RunnerProgram::Managed => Some(
+                self.managed
+                    .as_ref()
+                    .and_then(ManagedInstalls::lease)
+                    .ok_or_else(|| {
+                        ProvisionError::HostUnavailable(
+                            "no runner install yet (the daemon downloads one)".into(),
+                        )
+                    })?,
+            ),
+            _ => None,
+        };
+        let install = match (&self.s.program, &lease) {
+            (_, Some(lease)) => Some(lease.dir.clone()),
+            (RunnerProgram::Install(install), None) => Some(install.clone()),
+            _ => None,
+        };
+        let made = match install {
+            Some(install) => {
+                let dest = dir.to_path_buf();
                 tokio::task::spawn_blocking(move || copy_install(&install, &dest, owner))
                     .await
                     .map_err(std::io::Error::other)
@@ -257,9 +310,9 @@ impl ProcessBackend {
                         }
                     })
             }
-            RunnerProgram::Command(_) => command_dir(dir, owner),
+            None => command_dir(dir, owner),
         };
-        made.map_err(|e| {
+        made.map(|()| lease).map_err(|e| {
             let _ = std::fs::remove_dir_all(dir);
             ProvisionError::HostUnavailable(format!(
                 "cannot prepare the runner directory {}: {e}",
@@ -284,7 +337,15 @@ impl ProcessBackend {
             // From here the directory's owner says the user is taken (until teardown).
             self.reserved.borrow_mut().remove(user);
         }
-        prepared?;
+        let lease = prepared?;
+        // A runner the daemon keeps current must not update itself inside the job's copy.
+        let jit = match &lease {
+            Some(_) => release::without_self_update(spec.jit_config.expose()).unwrap_or_else(|e| {
+                tracing::warn!(runner = %spec.name, error = %e, "cannot turn the runner's own updates off");
+                spec.jit_config.expose().to_string()
+            }),
+            None => spec.jit_config.expose().to_string(),
+        };
         if let Some(cgroup) = self.cgroup(&spec.name)
             && let Err(e) = cgroup.create()
         {
@@ -294,7 +355,7 @@ impl ProcessBackend {
         let log = crate::harden::private_file(&log_path, false)
             .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
         let mut child = self
-            .command(&spec, &dir, user.as_deref(), log)
+            .command(&spec, &jit, &dir, user.as_deref(), log)
             .and_then(|mut c| c.spawn())
             .map_err(|e| {
                 let program = self.s.program.executable();
@@ -308,7 +369,11 @@ impl ProcessBackend {
             .map_err(|e| fail("cannot write the pid file", e))?;
         tracing::info!(provider = self.s.pool.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
         Ok(RunningRunner {
-            exited: Box::pin(async move { child.wait().await.ok().and_then(|s| s.code()) }),
+            exited: Box::pin(async move {
+                let code = child.wait().await.ok().and_then(|s| s.code());
+                drop(lease);
+                code
+            }),
         })
     }
 
@@ -320,6 +385,19 @@ impl ProcessBackend {
                 check_install(dir).map_err(ProvisionError::Misconfigured)?
             }
             RunnerProgram::Command(command) => check_executable(command, "runner command")?,
+            RunnerProgram::Managed => {
+                let installs = self.managed.as_ref().ok_or_else(|| {
+                    ProvisionError::Misconfigured("no managed runner installs were given".into())
+                })?;
+                // The first start waits for the first look at the releases.
+                installs.settled(MANAGED_FIRST_LOOK).await;
+                let current = installs.current().ok_or_else(|| {
+                    ProvisionError::HostUnavailable(installs.problem().unwrap_or_else(|| {
+                        "no runner install yet: the releases were not looked at".into()
+                    }))
+                })?;
+                check_install(&installs.dir_of(&current)).map_err(ProvisionError::Misconfigured)?
+            }
         }
         for user in &self.s.run_as {
             user_named(user)?;
@@ -498,12 +576,19 @@ impl Backend for ProcessBackend {
     /// `doctor`: each `run_as` user can reach and start its runner (a real probe as the user).
     fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
         let s = self.s.clone();
+        let resolved = self.resolved();
         Box::pin(async move {
             use super::Finding;
             if let Some(why) = super::reach::skipped(&s) {
                 return vec![Finding::Ok(format!("runner path probe not needed: {why}"))];
             }
-            let settings = (*s).clone();
+            let Some(settings) = resolved else {
+                return vec![Finding::Ok(
+                    "no runner install yet: the daemon downloads one at start, and the path \
+                     probe runs once it is there"
+                        .into(),
+                )];
+            };
             let found = tokio::task::spawn_blocking(move || {
                 super::reach::probe(&settings, settings.env.ca_bundle.as_deref())
             })

@@ -59,6 +59,15 @@ pub fn skipped(s: &ProcessSettings) -> Option<String> {
 /// Call [`skipped`] first; blocking (it copies the install and runs `sudo`).
 pub fn probe(s: &ProcessSettings, ca_bundle: Option<&Path>) -> Vec<Result<String, Unreachable>> {
     let mut out = Vec::new();
+    if s.program == RunnerProgram::Managed {
+        // The caller resolves a managed pool to its current install; there is none yet.
+        out.push(Ok(
+            "no runner install yet: the daemon downloads one at start, and the path probe runs \
+             once it is there"
+                .into(),
+        ));
+        return out;
+    }
     if let Err(e) = crate::harden::passable_dir(&s.work_root) {
         let user = s.run_as.first().cloned().unwrap_or_default();
         out.push(Err(Unreachable {
@@ -93,7 +102,7 @@ fn probe_user(s: &ProcessSettings, user: &str, ca: Option<&Path>) -> Result<Stri
     let owner = Some((u.uid, u.gid));
     let made = match &s.program {
         RunnerProgram::Install(install) => copy_install(install, &dir, owner).map(drop),
-        RunnerProgram::Command(_) => command_dir(&dir, owner),
+        RunnerProgram::Command(_) | RunnerProgram::Managed => command_dir(&dir, owner),
     };
     let result = match made {
         Err(e) => Err(fail(
@@ -119,7 +128,7 @@ fn run_checks(
     ca: Option<&Path>,
 ) -> Result<(), (String, String)> {
     let program = match &s.program {
-        RunnerProgram::Install(_) => dir.join("run.sh"),
+        RunnerProgram::Install(_) | RunnerProgram::Managed => dir.join("run.sh"),
         RunnerProgram::Command(c) => c.clone(),
     };
     let script = r#"cd "$1" 2>/dev/null || { echo enter; exit 3; }
@@ -154,6 +163,9 @@ t="$1/_tmp/.reach-probe"
                     i.display()
                 ),
                 RunnerProgram::Command(c) => format!("chmod o+rx {}", c.display()),
+                RunnerProgram::Managed => {
+                    "remove the daemon-managed install so it is made again".into()
+                }
             },
         )),
         "read" => Err((

@@ -95,21 +95,39 @@ level = "debug"
             format!("api_url = \"{}\"", standin.url())
         },
         state = state.display(),
+        // The runner's releases come from the stand-in (github.com is out of reach here).
         runner = if extra.contains("[runner]\n") {
             String::new()
         } else {
-            format!("[runner]\nname_prefix = \"{}\"", prefix(port))
-        },
-        // A test that sets its own name_prefix (the default, say) keeps it.
-        extra = if extra.contains("name_prefix") {
-            extra.clone()
-        } else {
-            extra.replace(
-                "[runner]\n",
-                &format!("[runner]\nname_prefix = \"{}\"\n", prefix(port)),
+            format!(
+                "[runner]\nname_prefix = \"{}\"\nreleases_url = \"{}\"",
+                prefix(port),
+                releases_url(standin)
             )
         },
+        // A test that sets its own name_prefix (the default, say) keeps it.
+        extra = {
+            let mut extra = extra.clone();
+            if !extra.contains("releases_url") {
+                extra = extra.replace(
+                    "[runner]\n",
+                    &format!("[runner]\nreleases_url = \"{}\"\n", releases_url(standin)),
+                );
+            }
+            if !extra.contains("name_prefix") {
+                extra = extra.replace(
+                    "[runner]\n",
+                    &format!("[runner]\nname_prefix = \"{}\"\n", prefix(port)),
+                );
+            }
+            extra
+        },
     )
+}
+
+/// The stand-in's releases API of `actions/runner`.
+pub fn releases_url(standin: &Standin) -> String {
+    format!("{}/repos/actions/runner/releases", standin.url())
 }
 
 /// The keys of table `header` in `toml` (up to the next table), and `toml` without that table.

@@ -15,8 +15,8 @@ use super::{
     ContainerLimits, ContainerMounts, Environment, GithubAuth, GithubConfig, HostKeys, LinuxConfig,
     LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig, PoolConfig, PoolName, PoolSpec,
     ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig, ProxyConfig, PullPolicy,
-    RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, Secret, StateConfig, VmMacosConfig,
-    WebhookConfig, defaults,
+    RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, RunnerUpdateConfig, Secret,
+    StateConfig, VmMacosConfig, WebhookConfig, defaults,
     raw::{RawCommand, RawConfig, RawPool, RawProviders, RawRestart, RawUsers},
 };
 
@@ -252,8 +252,29 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
         cluster: cluster::build_cluster(raw.cluster, env, p),
     };
     check_listeners(&config, p);
+    check_managed_installs(&config, p);
     targets::check_with_webhook(&config, p);
     config
+}
+
+/// A process pool with neither `runner_dir` nor `command` runs a daemon-managed install, which
+/// needs `runner.auto_update`.
+fn check_managed_installs(c: &Config, p: &mut Problems) {
+    if c.runner.update.auto_update {
+        return;
+    }
+    for pool in c.providers.enabled() {
+        if let Some(proc) = pool.process()
+            && proc.program == RunnerProgram::Managed
+        {
+            p.push(
+                format!("providers.{}.runner_dir", pool.name),
+                "an enabled process provider needs runner_dir (an actions/runner install) or \
+                 command (an executable that keeps no state beside itself), or \
+                 runner.auto_update = true for an install the daemon downloads and keeps current",
+            );
+        }
+    }
 }
 
 /// Two listeners on one address would fail at bind time with a less helpful message.

@@ -388,16 +388,8 @@ fn build_process(
             }
             RunnerProgram::Install(PathBuf::from(dir))
         }
-        (None, None) => {
-            if enabled {
-                p.push(
-                    key("runner_dir"),
-                    "an enabled process provider needs runner_dir (an actions/runner install) \
-                     or command (an executable that keeps no state beside itself)",
-                );
-            }
-            RunnerProgram::Command(PathBuf::new())
-        }
+        // A daemon-managed install, if runner.auto_update allows (checked once [runner] is read).
+        (None, None) => RunnerProgram::Managed,
     };
     let run_as: Vec<String> = match r.run_as {
         None => Vec::new(),

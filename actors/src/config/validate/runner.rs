@@ -4,6 +4,7 @@
 use super::*;
 
 pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems) -> RunnerConfig {
+    let update = build_update(&raw, p);
     let name_prefix = raw
         .name_prefix
         .unwrap_or_else(|| defaults::NAME_PREFIX.into());
@@ -39,6 +40,7 @@ pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems)
             p,
         ),
         name_prefix,
+        update,
         claim_retry: build_claim_retry(raw.claim_retry, p),
         orphan_sweep: OrphanSweepConfig {
             enabled: raw.orphan_sweep.enabled.unwrap_or(true),
@@ -49,6 +51,49 @@ pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems)
                 p,
             ),
         },
+    }
+}
+
+/// `auto_update`, `runner_version`, `releases_url`, `release_check_interval`, `min_version`.
+fn build_update(raw: &crate::config::raw::RawRunner, p: &mut Problems) -> RunnerUpdateConfig {
+    let version = |key: &str, v: &Option<String>, p: &mut Problems| -> Option<String> {
+        let v = v.as_deref().map(str::trim).filter(|v| !v.is_empty())?;
+        let v = v.strip_prefix('v').unwrap_or(v);
+        let ok = v.split('.').count() == 3
+            && v.split('.')
+                .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if !ok {
+            p.push(key, format!("{v:?} must be a version such as \"2.330.0\""));
+        }
+        Some(v.to_string())
+    };
+    let pinned = match raw.runner_version.as_deref().map(str::trim) {
+        None | Some("") | Some("latest") => None,
+        Some(_) => version("runner.runner_version", &raw.runner_version, p),
+    };
+    let releases_url = raw
+        .releases_url
+        .clone()
+        .unwrap_or_else(|| defaults::RELEASES_URL.into())
+        .trim_end_matches('/')
+        .to_string();
+    if !releases_url.starts_with("https://") && !releases_url.starts_with("http://") {
+        p.push(
+            "runner.releases_url",
+            format!("{releases_url:?} must be an http(s) URL"),
+        );
+    }
+    RunnerUpdateConfig {
+        auto_update: raw.auto_update.unwrap_or(true),
+        version: pinned,
+        releases_url,
+        check_interval: optional_duration(
+            "runner.release_check_interval",
+            raw.release_check_interval.clone(),
+            defaults::RELEASE_CHECK_INTERVAL,
+            p,
+        ),
+        min_version: version("runner.min_version", &raw.min_version, p),
     }
 }
 

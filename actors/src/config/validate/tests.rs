@@ -79,7 +79,22 @@ fn a_process_pool_takes_exactly_one_of_runner_dir_and_command() {
     let both = problems(&with(
         "runner_dir = \"/opt/r\"\ncommand = \"/opt/r/run.sh\"",
     ));
-    let neither = problems(&with("labels = [\"x\"]"));
+    // Neither: the daemon-managed install, which needs runner.auto_update.
+    let neither = problems(&format!(
+        "[runner]\nauto_update = false\n{}",
+        with("labels = [\"x\"]")
+    ));
+    let managed = Config::from_toml_str(&with("allow_same_user = true"), None, &env()).unwrap();
+    assert_eq!(
+        managed
+            .providers
+            .get("local")
+            .unwrap()
+            .process()
+            .unwrap()
+            .program,
+        RunnerProgram::Managed
+    );
     for (errs, says) in [(&both, "not both"), (&neither, "needs runner_dir")] {
         for kind in ["local", "native_macos"] {
             let key = format!("providers.{kind}.runner_dir");

@@ -1,0 +1,493 @@
+//! `ReleaseActor`: looks at the runner's releases every `release_check_interval`, installs a
+//! new one for the managed pools (downloaded, verified against its published SHA-256,
+//! unpacked, switched to for new jobs), and reports each pool's version.
+//!
+//! Nothing here blocks a job: offline or failing, what is installed stays in use, the failure
+//! is logged and counted, and the next look tries again.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Release, Version,
+    check::{Looked, ReleaseClient},
+    installs::{ManagedInstalls, unpack},
+};
+use crate::{
+    config::{Config, PoolName, RunnerProgram, RunnerUpdateConfig},
+    metrics::Metrics,
+};
+
+/// Where a pool's runner comes from, for its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerSource {
+    /// The daemon-managed install.
+    Managed,
+    /// An operator's install (`runner_dir`): `bin/Runner.Listener --version`.
+    Install(PathBuf),
+}
+
+/// The pools whose runner version the daemon can tell, by source.
+pub fn runner_sources(config: &Config) -> Vec<(PoolName, RunnerSource)> {
+    config
+        .providers
+        .enabled()
+        .into_iter()
+        .filter_map(|pool| {
+            let source = match &pool.process()?.program {
+                RunnerProgram::Managed => RunnerSource::Managed,
+                RunnerProgram::Install(dir) => RunnerSource::Install(dir.clone()),
+                RunnerProgram::Command(_) => return None,
+            };
+            Some((pool.name.clone(), source))
+        })
+        .collect()
+}
+
+/// `status`: the releases as last seen and each pool's runner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerReleaseView {
+    /// The latest release (or the pinned one), when known.
+    pub latest: Option<Version>,
+    /// When it was published (unix seconds).
+    pub latest_published_unix: Option<u64>,
+    /// When the releases were last looked at (unix seconds).
+    pub checked_unix: Option<u64>,
+    /// What went wrong last (the releases API out of reach, a refused archive, ...).
+    pub problem: Option<String>,
+    /// `runner.auto_update`
+    pub auto_update: bool,
+    /// Each pool whose runner version is known.
+    pub pools: Vec<PoolRunnerView>,
+}
+
+/// One pool's runner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRunnerView {
+    /// The pool.
+    pub pool: String,
+    /// The version its new jobs start (`None`: no install yet, or it cannot say).
+    pub version: Option<Version>,
+    /// The daemon keeps it current.
+    pub managed: bool,
+    /// Seconds since a newer release came out (0: current; `None`: the latest is unknown).
+    pub behind_seconds: Option<u64>,
+}
+
+/// The version of the install at `dir`, as its listener says (`bin/Runner.Listener
+/// --version`, at most 20 s).
+pub async fn install_version(dir: &Path) -> Result<Version, String> {
+    let listener = dir.join("bin/Runner.Listener");
+    let run = tokio::process::Command::new(&listener)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .map_err(|_| format!("{} --version did not answer", listener.display()))?
+        .map_err(|e| format!("cannot run {}: {e}", listener.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(Version::parse)
+        .ok_or_else(|| format!("{} --version said {:?}", listener.display(), text.trim()))
+}
+
+/// Seconds a runner of `version` has been behind `latest` (0 when it is not).
+pub fn behind(version: &Version, latest: &Release, now: u64) -> u64 {
+    if version < &latest.version {
+        now.saturating_sub(latest.published_unix)
+    } else {
+        0
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Looks at the releases and keeps the managed installs current.
+#[derive(Debug)]
+pub struct ReleaseActor {
+    update: RunnerUpdateConfig,
+    client: ReleaseClient,
+    installs: Option<ManagedInstalls>,
+    sources: Vec<(PoolName, RunnerSource)>,
+    metrics: Metrics,
+    etag: Option<String>,
+    latest: Option<Release>,
+    checked_unix: Option<u64>,
+    problem: Option<String>,
+    /// Versions of operator installs, by directory and the listener's modification time.
+    seen: HashMap<PathBuf, (SystemTime, Version)>,
+    /// The version label each pool's info series carries now.
+    labelled: HashMap<PoolName, String>,
+    /// A release whose archive did not match its digest, with the digest stated: not
+    /// downloaded again until the release says something else.
+    refused: Option<(Version, [u8; 32])>,
+    busy: bool,
+}
+
+impl ReleaseActor {
+    /// Whether `config` needs one: a managed install to keep, or pools whose runner version
+    /// can be told, with release checks on.
+    pub fn wanted(config: &Config) -> bool {
+        let managed = super::installs::ManagedInstalls::for_config(config).is_some();
+        managed
+            || (!runner_sources(config).is_empty() && config.runner.update.check_interval.is_some())
+    }
+
+    /// An actor for `config`'s pools; `installs` when a pool runs the managed install.
+    pub fn new(config: &Config, installs: Option<ManagedInstalls>, metrics: Metrics) -> Self {
+        let update = config.runner.update.clone();
+        let client = ReleaseClient::new(&config.github, &update.releases_url, &super::platform());
+        ReleaseActor {
+            update,
+            client,
+            installs,
+            sources: runner_sources(config),
+            metrics,
+            etag: None,
+            latest: None,
+            checked_unix: None,
+            problem: None,
+            seen: HashMap::new(),
+            labelled: HashMap::new(),
+            refused: None,
+            busy: false,
+        }
+    }
+
+    fn pinned(&self) -> Option<Version> {
+        self.update.version.as_deref().and_then(Version::parse)
+    }
+
+    /// One look: the releases, then an install if one is due, then the report.
+    fn look(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            return;
+        }
+        self.busy = true;
+        let client = self.client.clone();
+        let (pinned, etag) = (self.pinned(), self.etag.clone());
+        let installs = self.installs.clone().filter(|_| self.update.auto_update);
+        let known = self.latest.clone();
+        let metrics = self.metrics.clone();
+        let refused = self.refused.clone();
+        let work = async move {
+            let looked = client.look(pinned.as_ref(), etag.as_deref()).await;
+            let (release, etag, mut problem) = match looked {
+                Ok(Looked::Unchanged) => (known, etag, None),
+                Ok(Looked::Found(r, new_etag)) => (Some(r), new_etag, None),
+                Ok(Looked::NotFound) => {
+                    let why = pinned
+                        .as_ref()
+                        .map(|v| format!("runner release v{v} (runner_version) does not exist"));
+                    (None, None, why)
+                }
+                Err(e) => {
+                    metrics.runner_release_check_failures.inc();
+                    (known, etag, Some(e))
+                }
+            };
+            let stated = release
+                .as_ref()
+                .and_then(|r| Some((r.version.clone(), r.archive.as_ref()?.sha256?)));
+            let mut refused = refused.filter(|r| Some(r) == stated.as_ref());
+            match (&installs, &release) {
+                (Some(_), Some(release)) if refused.is_some() => {
+                    problem = problem.or_else(|| {
+                        Some(format!(
+                            "runner release {} was refused (its archive does not match its \
+                             digest); waiting for the release to change",
+                            release.version
+                        ))
+                    });
+                }
+                (Some(installs), Some(release)) => {
+                    match install(&client, installs, release, pinned.is_some(), &metrics).await {
+                        Ok(()) => {}
+                        Err(Install::Refused(e)) => {
+                            refused = stated;
+                            problem = Some(e);
+                        }
+                        Err(Install::Failed(e)) => problem = Some(e),
+                    }
+                }
+                _ => {}
+            }
+            (release, etag, problem, refused)
+        };
+        ctx.spawn(fut::wrap_future(work).map(
+            |(release, etag, problem, refused), act: &mut Self, ctx| {
+                act.busy = false;
+                act.refused = refused;
+                act.latest = release;
+                act.etag = etag;
+                act.checked_unix = Some(unix_now());
+                if let Some(p) = &problem {
+                    tracing::warn!(problem = %p, "runner releases: keeping what is installed");
+                }
+                act.problem = problem.clone();
+                if let Some(installs) = &act.installs {
+                    let missing = installs.current().is_none();
+                    let why = match (missing, problem) {
+                        (true, Some(p)) => Some(format!("no runner install yet: {p}")),
+                        (true, None) => Some("no runner install yet: no release found".into()),
+                        (false, p) => p,
+                    };
+                    installs.settle(why);
+                }
+                act.report(ctx);
+            },
+        ));
+    }
+
+    /// Each pool's version and lag to `/metrics` (operator installs read again only when their
+    /// listener changed).
+    fn report(&mut self, ctx: &mut Context<Self>) {
+        let sources = self.sources.clone();
+        let seen = self.seen.clone();
+        let managed = self.installs.as_ref().and_then(ManagedInstalls::current);
+        let work = async move {
+            let mut found = Vec::new();
+            for (pool, source) in sources {
+                let version = match source {
+                    RunnerSource::Managed => managed.clone().map(|v| (None, v)),
+                    RunnerSource::Install(dir) => {
+                        let stamp = std::fs::metadata(dir.join("bin/Runner.Listener"))
+                            .and_then(|m| m.modified())
+                            .ok();
+                        match (stamp, seen.get(&dir)) {
+                            (Some(t), Some((at, v))) if *at == t => {
+                                Some((Some((dir, t)), v.clone()))
+                            }
+                            (stamp, _) => match install_version(&dir).await {
+                                Ok(v) => Some((stamp.map(|t| (dir, t)), v)),
+                                Err(e) => {
+                                    tracing::warn!(pool = pool.as_str(), error = %e, "cannot tell the runner's version");
+                                    None
+                                }
+                            },
+                        }
+                    }
+                };
+                found.push((pool, version));
+            }
+            found
+        };
+        ctx.spawn(fut::wrap_future(work).map(|found, act: &mut Self, _| {
+            let now = unix_now();
+            for (pool, version) in found {
+                let Some((stamp, version)) = version else {
+                    continue;
+                };
+                if let Some((dir, t)) = stamp {
+                    act.seen.insert(dir, (t, version.clone()));
+                }
+                let label = version.to_string();
+                let old = act
+                    .labelled
+                    .insert(pool.clone(), label.clone())
+                    .unwrap_or_else(|| crate::metrics::UNKNOWN_VERSION.to_string());
+                if old != label {
+                    let _ = act
+                        .metrics
+                        .runner_version_info
+                        .remove_label_values(&[pool.as_str(), &old]);
+                }
+                act.metrics
+                    .runner_version_info
+                    .with_label_values(&[pool.as_str(), &label])
+                    .set(1);
+                if let Some(latest) = &act.latest {
+                    act.metrics
+                        .runner_release_behind
+                        .with_label_values(&[pool.as_str()])
+                        .set(behind(&version, latest, now) as i64);
+                }
+            }
+        }));
+    }
+
+    fn view(&self) -> RunnerReleaseView {
+        let now = unix_now();
+        let managed = self.installs.as_ref().and_then(ManagedInstalls::current);
+        let pools = self
+            .sources
+            .iter()
+            .map(|(pool, source)| {
+                let version = match source {
+                    RunnerSource::Managed => managed.clone(),
+                    RunnerSource::Install(dir) => self.seen.get(dir).map(|(_, v)| v.clone()),
+                };
+                PoolRunnerView {
+                    pool: pool.to_string(),
+                    behind_seconds: version
+                        .as_ref()
+                        .zip(self.latest.as_ref())
+                        .map(|(v, l)| behind(v, l, now)),
+                    version,
+                    managed: *source == RunnerSource::Managed,
+                }
+            })
+            .collect();
+        RunnerReleaseView {
+            latest: self.latest.as_ref().map(|r| r.version.clone()),
+            latest_published_unix: self.latest.as_ref().map(|r| r.published_unix),
+            checked_unix: self.checked_unix,
+            problem: self.problem.clone(),
+            auto_update: self.update.auto_update,
+            pools,
+        }
+    }
+}
+
+/// Installs `release` for new jobs if it is due: a newer one than the current (or the pinned
+/// one), downloaded, verified against its published SHA-256, unpacked. An archive that does not
+/// match is refused: counted, logged, and nothing is switched.
+async fn install(
+    client: &ReleaseClient,
+    installs: &ManagedInstalls,
+    release: &Release,
+    pinned: bool,
+    metrics: &Metrics,
+) -> Result<(), Install> {
+    let version = &release.version;
+    let current = installs.current();
+    let due = match &current {
+        None => true,
+        Some(c) if pinned => c != version,
+        Some(c) => c < version,
+    };
+    if !due {
+        return Ok(());
+    }
+    if installs.installed().contains(version) {
+        installs.switch_to(version.clone());
+        return Ok(());
+    }
+    let platform = super::platform();
+    let archive = release.archive.as_ref().ok_or_else(|| {
+        Install::Failed(format!(
+            "runner release {version} has no archive for {platform}"
+        ))
+    })?;
+    let Some(want) = archive.sha256 else {
+        metrics
+            .runner_release_refused
+            .with_label_values(&["no_checksum"])
+            .inc();
+        return Err(Install::Refused(format!(
+            "runner release {version} publishes no SHA-256 for {}: not installed",
+            archive.name
+        )));
+    };
+    let root = installs.root();
+    std::fs::create_dir_all(&root)
+        .map_err(|e| Install::Failed(format!("cannot create {}: {e}", root.display())))?;
+    let download = root.join(format!(".download-{version}.tar.gz"));
+    let got = client.download(archive, &download).await;
+    let got = match got {
+        Ok(sha) => sha,
+        Err(e) => {
+            let _ = std::fs::remove_file(&download);
+            metrics.runner_release_check_failures.inc();
+            return Err(Install::Failed(e));
+        }
+    };
+    if got != want {
+        let _ = std::fs::remove_file(&download);
+        metrics
+            .runner_release_refused
+            .with_label_values(&["digest"])
+            .inc();
+        let why = format!(
+            "runner release {version} refused: {} has SHA-256 {}, but the release says {}; \
+             staying on {}",
+            archive.name,
+            hex::encode(got),
+            hex::encode(want),
+            current.map_or("no install".into(), |c| c.to_string())
+        );
+        tracing::error!("{why}");
+        return Err(Install::Refused(why));
+    }
+    let (from, to, v) = (download.clone(), root.clone(), version.clone());
+    let unpacked = tokio::task::spawn_blocking(move || unpack(&from, &to, &v, &want))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    let _ = std::fs::remove_file(&download);
+    if let Err(e) = unpacked {
+        metrics
+            .runner_release_refused
+            .with_label_values(&["unpack"])
+            .inc();
+        return Err(Install::Failed(format!(
+            "cannot unpack runner release {version}: {e}"
+        )));
+    }
+    tracing::info!(
+        version = %version,
+        from = %current.as_ref().map_or("none".into(), |c| c.to_string()),
+        "runner release verified and installed: new jobs use it, running jobs finish on theirs"
+    );
+    installs.switch_to(version.clone());
+    Ok(())
+}
+
+/// Why a release was not installed.
+enum Install {
+    /// Its archive cannot be trusted (it does not match, or nothing to match against): not
+    /// tried again until the release changes.
+    Refused(String),
+    /// Something that may pass (the network, the disk): tried again at the next look.
+    Failed(String),
+}
+
+impl Actor for ReleaseActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.report(ctx);
+        self.look(ctx);
+        if let Some(every) = self.update.check_interval {
+            ctx.run_interval(every, |act, ctx| act.look(ctx));
+        }
+    }
+}
+
+/// `status`: the releases and each pool's runner.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "RunnerReleaseView")]
+pub struct GetRunnerRelease;
+
+impl Handler<GetRunnerRelease> for ReleaseActor {
+    type Result = MessageResult<GetRunnerRelease>;
+    fn handle(&mut self, _: GetRunnerRelease, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.view())
+    }
+}
+
+/// Look now (tests; an operator's `SIGHUP` could).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct LookNow;
+
+impl Handler<LookNow> for ReleaseActor {
+    type Result = ();
+    fn handle(&mut self, _: LookNow, ctx: &mut Context<Self>) {
+        self.look(ctx);
+    }
+}
+
+crate::stop_on_request!(ReleaseActor);

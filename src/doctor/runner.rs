@@ -1,0 +1,131 @@
+//! `doctor`'s look at the runner's version: each pool's against the latest release (or the
+//! pinned one) and `runner.min_version`. GitHub stops assigning jobs to a runner that is too old:
+//! behind the latest by more than 14 days is a warning, below the minimum a failure. The
+//! releases API out of reach is a warning: jobs keep running on what is installed.
+
+use ephemer_actors_core::{
+    config::Config,
+    release::{
+        Version,
+        actor::{RunnerSource, behind, install_version, runner_sources},
+        check::{Looked, ReleaseClient},
+        installs::ManagedInstalls,
+        platform,
+    },
+};
+
+use super::Check;
+
+/// Behind the latest release by more than this is a warning (GitHub wants an update within
+/// 30 days).
+const BEHIND_WARN: u64 = 14 * 24 * 3600;
+
+/// One line per pool whose runner version can be told, and one for the releases.
+pub async fn checks(config: &Config) -> Vec<Check> {
+    let sources = runner_sources(config);
+    if sources.is_empty() {
+        return Vec::new();
+    }
+    let update = &config.runner.update;
+    let pinned = update.version.as_deref().and_then(Version::parse);
+    let client = ReleaseClient::new(&config.github, &update.releases_url, &platform());
+    let mut out = Vec::new();
+    let latest = match client.look(pinned.as_ref(), None).await {
+        Ok(Looked::Found(release, _)) => {
+            out.push(Check::ok(
+                "runner.release",
+                format!(
+                    "{} is runner release {}",
+                    if pinned.is_some() {
+                        "the pinned"
+                    } else {
+                        "the latest"
+                    },
+                    release.version
+                ),
+            ));
+            Some(release)
+        }
+        Ok(_) => {
+            out.push(Check::warn(
+                "runner.release",
+                format!("no runner release found at {}", update.releases_url),
+                "check runner.releases_url and runner.runner_version",
+            ));
+            None
+        }
+        Err(e) => {
+            out.push(Check::warn(
+                "runner.release",
+                format!("cannot look at the runner's releases: {e}; jobs keep running on what is installed"),
+                "let this host reach runner.releases_url (through github.proxy), or point it at a mirror",
+            ));
+            None
+        }
+    };
+    let min = update.min_version.as_deref().and_then(Version::parse);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let managed = ManagedInstalls::for_config(config);
+    for (pool, source) in sources {
+        let name = format!("pool.{pool}.runner");
+        let (version, fix) = match &source {
+            RunnerSource::Managed => (
+                managed
+                    .as_ref()
+                    .and_then(ManagedInstalls::current)
+                    .ok_or_else(|| {
+                        "no daemon-managed install yet: serve downloads the release at start"
+                            .to_string()
+                    }),
+                "the daemon keeps it current (runner.auto_update); see docs/operations.md",
+            ),
+            RunnerSource::Install(dir) => (
+                install_version(dir).await,
+                "unpack the new actions/runner release into runner_dir (or drop runner_dir and let the daemon keep it current)",
+            ),
+        };
+        let version = match version {
+            Ok(v) => v,
+            Err(e) => {
+                out.push(Check::warn(&name, e, fix));
+                continue;
+            }
+        };
+        if let Some(min) = min.as_ref().filter(|m| &version < m) {
+            out.push(Check::fail(
+                &name,
+                format!("runner {version} is below runner.min_version {min}: GitHub refuses runners that are too old"),
+                fix,
+            ));
+            continue;
+        }
+        let lag = latest.as_ref().map(|l| (l, behind(&version, l, now)));
+        out.push(match lag {
+            Some((l, lag)) if lag > BEHIND_WARN => Check::warn(
+                &name,
+                format!(
+                    "runner {version} is behind release {} by {} days",
+                    l.version,
+                    lag / 86_400
+                ),
+                fix,
+            ),
+            Some((l, lag)) if lag > 0 => Check::ok(
+                &name,
+                format!(
+                    "runner {version}; release {} came out {} days ago",
+                    l.version,
+                    lag / 86_400
+                ),
+            ),
+            Some(_) => Check::ok(&name, format!("runner {version} is current")),
+            None => Check::ok(
+                &name,
+                format!("runner {version} (the latest release is unknown)"),
+            ),
+        });
+    }
+    out
+}

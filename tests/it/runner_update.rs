@@ -1,0 +1,213 @@
+//! The runner stays current: a pool without `runner_dir` or `command` runs a release the daemon
+//! downloads, verifies and switches to by itself, without dropping a job. The stand-in GitHub
+//! serves the releases API and the archives; its runner tells a runner behind the latest
+//! release to update itself, as GitHub does, unless its settings turn that off.
+
+use std::{path::Path, time::Duration};
+
+use crate::support::{self, daemon::Daemon, provision::eventually};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ephemer-actors");
+
+fn archive(version: &str) -> Vec<u8> {
+    standin_runner::release_archive(version, Path::new(BIN), &["standin-runner"]).unwrap()
+}
+
+/// The log of the runner that ran `job` (the stand-in records which runner took it).
+fn runner_log(daemon: &Daemon, standin: &github_standin::Standin, job: u64) -> String {
+    let runner = standin
+        .jobs()
+        .into_iter()
+        .find(|j| j.id == job)
+        .and_then(|j| j.runner_name)
+        .unwrap_or_else(|| panic!("no runner took job {job}"));
+    std::fs::read_to_string(
+        daemon
+            .state_dir()
+            .join("logs")
+            .join(format!("{runner}.log")),
+    )
+    .unwrap_or_default()
+}
+
+async fn wait_done(standin: &github_standin::Standin, job: u64, daemon: &Daemon) {
+    eventually("the job to complete", Duration::from_secs(60), || {
+        standin
+            .jobs()
+            .iter()
+            .any(|j| j.id == job && j.status == "completed")
+    })
+    .await;
+    let _ = daemon;
+}
+
+/// Release N installed at start; N+1 with an archive that does not match its digest is refused
+/// (metric, log, `status`) and the pool stays on N; a job then runs on N and its runner does not
+/// update itself, while a runner of an operator's install would. N+2, published while a job
+/// runs: installed within one check; the running job finishes on N, the next runs on N+2, and N
+/// is removed. With the releases out of reach, jobs keep running and `doctor` warns.
+#[actix_rt::test]
+async fn a_managed_pool_follows_the_releases_without_dropping_a_job() {
+    let standin = support::standin(300);
+    standin.publish_release("2.330.0", archive("2.330.0"));
+    let operator = tempfile::tempdir().unwrap();
+    standin_runner::write_install_version(
+        operator.path(),
+        Path::new(BIN),
+        &["standin-runner"],
+        "2.330.0",
+    )
+    .unwrap();
+    let providers = format!(
+        r#"
+[providers.local]
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 1
+allow_root = true
+
+[providers.operator]
+kind = "local"
+runner_dir = "{}"
+labels = ["self-hosted", "linux", "operator"]
+max_concurrent = 1
+allow_root = true
+"#,
+        operator.path().display()
+    );
+    let daemon = Daemon::start(
+        &standin,
+        "[runner]\nrelease_check_interval = \"1s\"\n",
+        &providers,
+    )
+    .await;
+    let runners = daemon.runner_dir().join("runners");
+    eventually("release N to be installed", Duration::from_secs(30), || {
+        runners.join("2.330.0/.ephemer-verified").exists()
+    })
+    .await;
+
+    // N+1: its archive does not match the digest the release states.
+    standin.publish_release_with_digest(
+        "2.331.0",
+        archive("2.331.0"),
+        &format!("sha256:{}", "0".repeat(64)),
+    );
+    eventually("N+1 to be refused", Duration::from_secs(30), || {
+        daemon.logs().contains("runner release 2.331.0 refused")
+    })
+    .await;
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_runner_release_refused_total{reason=\"digest\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ephemerd_runner_version_info{pool=\"local\",version=\"2.330.0\"} 1"),
+        "{metrics}"
+    );
+    assert!(!runners.join("2.331.0").exists(), "nothing switched");
+    let status = daemon.ctl_json(&["status"]).await;
+    let problem = status["runner"]["problem"].as_str().unwrap_or_default();
+    assert!(problem.contains("refused"), "{status:#}");
+
+    // A job on N: the daemon told its runner not to update itself, though N+1 is out.
+    let job = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    wait_done(&standin, job, &daemon).await;
+    let log = runner_log(&daemon, &standin, job);
+    assert!(log.contains(" 2.330.0 connecting"), "{log}");
+    assert!(!log.contains("self-updating"), "{log}");
+    // The operator's install (not the daemon's to keep) does update itself in the job's copy:
+    // the stand-in runner would, so the line above proves something.
+    let job = standin.queue_jobs("app", &["self-hosted", "linux", "operator"], 1)[0];
+    wait_done(&standin, job, &daemon).await;
+    let log = runner_log(&daemon, &standin, job);
+    assert!(
+        log.contains("self-updating from 2.330.0 to 2.331.0"),
+        "{log}"
+    );
+
+    // N+2 comes out while a job runs on N.
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 4000,
+        ..Default::default()
+    });
+    let long = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    eventually("the long job to run", Duration::from_secs(30), || {
+        standin
+            .jobs()
+            .iter()
+            .any(|j| j.id == long && j.status == "in_progress")
+    })
+    .await;
+    standin.publish_release("2.332.0", archive("2.332.0"));
+    eventually("N+2 to be installed", Duration::from_secs(10), || {
+        runners.join("2.332.0/.ephemer-verified").exists()
+    })
+    .await;
+    assert!(
+        runners.join("2.330.0").exists(),
+        "N is removed while a job still runs from it"
+    );
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 300,
+        ..Default::default()
+    });
+    wait_done(&standin, long, &daemon).await;
+    assert!(runner_log(&daemon, &standin, long).contains(" 2.330.0 connecting"));
+    let next = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    wait_done(&standin, next, &daemon).await;
+    let log = runner_log(&daemon, &standin, next);
+    assert!(log.contains(" 2.332.0 connecting"), "{log}");
+    assert!(!log.contains("self-updating"), "{log}");
+    eventually(
+        "N to be removed once unused",
+        Duration::from_secs(10),
+        || !runners.join("2.330.0").exists(),
+    )
+    .await;
+    let (_, out, _) = daemon.ctl(&["status"]).await;
+    assert!(out.contains("latest release 2.332.0"), "{out}");
+    assert!(
+        out.contains("2.332.0 (current; kept current by the daemon)")
+            && out.contains("operator           2.330.0 (behind by"),
+        "{out}"
+    );
+    let (_, _, downloads) = standin.release_requests();
+    assert_eq!(
+        downloads, 3,
+        "each release downloaded once (N, N+1 refused, N+2)"
+    );
+
+    // github.com out of reach: jobs keep running on what is installed; doctor warns.
+    standin.set_releases_unreachable(true);
+    let offline = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    wait_done(&standin, offline, &daemon).await;
+    let (_, out, _) = daemon.ctl(&["doctor"]).await;
+    assert!(
+        out.contains("warn runner.release: cannot look at the runner's releases"),
+        "{out}"
+    );
+    assert!(out.contains("pool.local.runner: runner 2.332.0"), "{out}");
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// Checks cost nothing when nothing changed: every look after the first is answered 304.
+#[actix_rt::test]
+async fn an_unchanged_release_costs_nothing() {
+    let standin = support::standin(300);
+    standin.publish_release("2.330.0", archive("2.330.0"));
+    let daemon = Daemon::start(
+        &standin,
+        "[runner]\nrelease_check_interval = \"1s\"\n",
+        "[providers.local]\nallow_root = true\nmax_concurrent = 1\n",
+    )
+    .await;
+    eventually("three looks", Duration::from_secs(30), || {
+        standin.release_requests().0 >= 4
+    })
+    .await;
+    let (asked, unchanged, downloads) = standin.release_requests();
+    assert_eq!(unchanged, asked - 1, "only the first look gets a body");
+    assert_eq!(downloads, 1);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
