@@ -101,6 +101,9 @@ pub struct Metrics {
     /// pool's has been out (0 when current, -1 when the pool's version or the latest release is
     /// unknown); GitHub wants updates within 30 days.
     pub runner_release_behind: IntGaugeVec,
+    /// `ephemerd_runner_below_minimum{pool}`: 1 while the pool's runner is older than
+    /// `runner.min_version`.
+    pub runner_below_minimum: IntGaugeVec,
     /// `ephemerd_runner_release_refused_total{reason}`: releases downloaded and not installed
     /// (`digest`: the archive does not match its published SHA-256; `no_checksum`; `unpack`).
     pub runner_release_refused: IntCounterVec,
@@ -368,6 +371,11 @@ impl Metrics {
                 "Seconds since a runner release newer than the pool's came out (0: current).",
                 &["pool"],
             ),
+            runner_below_minimum: gauge_vec(
+                "ephemerd_runner_below_minimum",
+                "1 while the pool's runner is older than runner.min_version.",
+                &["pool"],
+            ),
             runner_release_refused: counter_vec(
                 "ephemerd_runner_release_refused_total",
                 "Runner releases downloaded and not installed, by reason (digest, no_checksum, unpack).",
@@ -570,6 +578,7 @@ impl Metrics {
         self.runner_release_behind
             .with_label_values(&[pool])
             .set(-1);
+        self.runner_below_minimum.with_label_values(&[pool]).set(0);
     }
 
     /// The registry, for a host app that wants to serve or merge it itself.

@@ -291,6 +291,7 @@ pub fn start(
     });
     let wiring = |pool: &PoolName, restart: &crate::config::RestartConfig| PoolWiring {
         managed: managed.clone(),
+        versions: release.as_ref().map(|r| r.downgrade().recipient()),
         restart: restart.clone(),
         job_timeout: config.runner.job_timeout,
         events: scheduler.downgrade().recipient(),

@@ -81,6 +81,8 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     }),
                 "the daemon keeps it current (runner.auto_update); see docs/operations.md",
             ),
+            // A container pool's image: its own pool check says (it is not a source here).
+            RunnerSource::Reported => continue,
             RunnerSource::Install(dir) => (
                 install_version(dir).await,
                 "unpack the new actions/runner release into runner_dir (or drop runner_dir and let the daemon keep it current)",

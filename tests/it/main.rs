@@ -29,6 +29,7 @@ mod provision;
 mod pull;
 mod redeliver;
 mod reliability;
+mod runner_images;
 mod runner_update;
 mod security;
 mod support;

@@ -66,6 +66,8 @@ pub struct ContainerSettings {
     pub limits: crate::config::ContainerLimits,
     /// A container's saved log stops at this many bytes ([`LOG_CAP`] unless a test says).
     pub log_cap: u64,
+    /// `runner.min_version`: an image whose runner is older fails `doctor`.
+    pub min_runner: Option<crate::release::Version>,
 }
 
 impl ContainerSettings {
@@ -93,6 +95,7 @@ impl ContainerSettings {
             log_dir,
             limits: crate::config::ContainerLimits::default(),
             log_cap: LOG_CAP,
+            min_runner: None,
         }
     }
 }
@@ -107,6 +110,7 @@ pub struct ContainerBackend {
     docker: Docker,
     s: Rc<ContainerSettings>,
     images: super::image::ImageGate,
+    versions: super::container_version::VersionCache,
 }
 
 impl ContainerBackend {
@@ -123,7 +127,21 @@ impl ContainerBackend {
             docker,
             s: Rc::new(settings),
             images: super::image::ImageGate::default(),
+            versions: Default::default(),
         })
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &ContainerSettings {
+        &self.s
+    }
+
+    pub(super) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub(super) fn versions(&self) -> &super::container_version::VersionCache {
+        &self.versions
     }
 
     async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
@@ -433,6 +451,17 @@ impl Backend for ContainerBackend {
 
     fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
         let this = self.clone();
-        Box::pin(async move { vec![super::image::doctor(&this.docker, &this.s).await] })
+        Box::pin(async move {
+            let image = super::image::doctor(&this.docker, &this.s).await;
+            let version = this.clone().image_runner_version().await;
+            vec![
+                image,
+                super::version_finding(&this.s.image, version, this.s.min_runner.as_ref()),
+            ]
+        })
+    }
+
+    fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {
+        Box::pin(self.clone().image_runner_version())
     }
 }

@@ -8,6 +8,7 @@ mod actor;
 pub mod build;
 mod cgroup;
 pub mod container;
+mod container_version;
 mod error;
 mod image;
 pub mod install;
@@ -125,6 +126,11 @@ pub trait Backend: std::fmt::Debug + 'static {
     /// A line to warn operators with at start-up, if this backend deserves one.
     fn startup_warning(&self) -> Option<String> {
         None
+    }
+    /// The runner version the pool's new jobs start, where the backend can tell (a container
+    /// pool's image); `Ok(None)`: it cannot (yet).
+    fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {
+        Box::pin(async { Ok(None) })
     }
     /// What `doctor` checks beyond [`Backend::probe`] (the container pool: is its image there,
     /// or can it be pulled).
@@ -257,3 +263,26 @@ pub struct ProvisionerHandle {
 
 #[cfg(test)]
 mod tests;
+
+/// `doctor`'s line on the runner in `what` (an image): its version, and a failure below
+/// `runner.min_version`.
+pub fn version_finding(
+    what: &str,
+    version: Result<Option<crate::release::Version>, String>,
+    min: Option<&crate::release::Version>,
+) -> Finding {
+    match version {
+        Ok(Some(v)) => match min.filter(|m| &v < m) {
+            Some(m) => Finding::Fail(format!(
+                "the runner in {what} is {v}, below runner.min_version {m}: GitHub refuses \
+                 runners that are too old; rebuild the image on a current actions/runner \
+                 release (docs/providers.md)"
+            )),
+            None => Finding::Ok(format!("the runner in {what} is {v}")),
+        },
+        Ok(None) => Finding::Ok(format!(
+            "the runner version in {what} cannot be told yet (not on the engine, or no command)"
+        )),
+        Err(e) => Finding::Warn(e),
+    }
+}

@@ -36,6 +36,8 @@ pub struct PoolWiring {
     pub adopt: Vec<String>,
     /// The daemon-managed runner installs, for process pools that use them.
     pub managed: Option<crate::release::installs::ManagedInstalls>,
+    /// Where a runner version the backend can tell goes (the `ReleaseActor`).
+    pub versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
 }
 
 impl PoolWiring {
@@ -63,6 +65,7 @@ impl PoolWiring {
             self.clock,
         )
         .with_adopted(self.adopt)
+        .with_versions(self.versions)
         .start()
     }
 }

@@ -35,6 +35,8 @@ use crate::{
 
 /// How often a pool whose host check failed is checked again.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// How often a pool's runner version is asked again (an image re-pulled under its tag).
+pub const VERSION_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Builds one incarnation of the provisioner: (events to, stopped to, generation) -> child.
 pub type Factory = Box<
@@ -73,6 +75,8 @@ pub struct ProvisionerSupervisor {
     down_cause: Option<String>,
     /// A host re-check is waiting to run.
     recheck_armed: bool,
+    /// Where the runner version the backend can tell goes (the `ReleaseActor`).
+    versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
 }
 
 impl std::fmt::Debug for ProvisionerSupervisor {
@@ -112,7 +116,31 @@ impl ProvisionerSupervisor {
             accepting: false,
             down_cause: None,
             recheck_armed: false,
+            versions: None,
         }
+    }
+
+    /// Reports the runner version the backend can tell (a container pool's image) to
+    /// `versions`, after each passing host check and every [`VERSION_INTERVAL`].
+    pub fn with_versions(
+        mut self,
+        versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
+    ) -> Self {
+        self.versions = versions;
+        self
+    }
+
+    fn tell_version(&mut self, ctx: &mut Context<Self>) {
+        let Some(to) = self.versions.clone() else {
+            return;
+        };
+        let pool = self.backend.pool().clone();
+        let asked = self.backend.runner_version();
+        ctx.spawn(asked.into_actor(self).map(move |found, _, _| match found {
+            Ok(Some(version)) => tell(&to, crate::release::actor::RunnerVersionSeen { pool, version }),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(provider = pool.as_str(), error = %e, "cannot tell the runner's version"),
+        }));
     }
 
     /// Runners an earlier run started (from the ledger): adopted at start, not reaped.
@@ -151,6 +179,7 @@ impl ProvisionerSupervisor {
                         tracing::info!(provider = provider.as_str(), provisioner, previous_cause = %was, "host check passes again; the pool takes runners");
                     }
                     act.accepting = true;
+                    act.tell_version(ctx);
                     tell(&act.status, ProviderStatus {
                         provider,
                         up: true,
@@ -243,6 +272,13 @@ impl Actor for ProvisionerSupervisor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
+        if self.versions.is_some() {
+            ctx.run_interval(VERSION_INTERVAL, |act, ctx| {
+                if act.accepting {
+                    act.tell_version(ctx);
+                }
+            });
+        }
         if let Some(warning) = self.backend.startup_warning() {
             tracing::warn!(
                 provider = self.backend.pool().as_str(),

@@ -31,6 +31,8 @@ pub enum RunnerSource {
     Managed,
     /// An operator's install (`runner_dir`): `bin/Runner.Listener --version`.
     Install(PathBuf),
+    /// What the pool's provisioner reports (a container pool's image).
+    Reported,
 }
 
 /// The pools whose runner version the daemon can tell, by source.
@@ -130,6 +132,8 @@ pub struct ReleaseActor {
     seen: HashMap<PathBuf, (SystemTime, Version)>,
     /// The version label each pool's info series carries now.
     labelled: HashMap<PoolName, String>,
+    /// Versions the provisioners reported (container pools).
+    reported: HashMap<PoolName, Version>,
     /// A release whose archive did not match its digest, with the digest stated: not
     /// downloaded again until the release says something else.
     refused: Option<(Version, [u8; 32])>,
@@ -137,12 +141,11 @@ pub struct ReleaseActor {
 }
 
 impl ReleaseActor {
-    /// Whether `config` needs one: a managed install to keep, or pools whose runner version
-    /// can be told, with release checks on.
+    /// Whether `config` needs one: a managed install to keep, or pools with release checks on.
     pub fn wanted(config: &Config) -> bool {
         let managed = super::installs::ManagedInstalls::for_config(config).is_some();
-        managed
-            || (!runner_sources(config).is_empty() && config.runner.update.check_interval.is_some())
+        let pools = !config.providers.enabled().is_empty();
+        managed || (pools && config.runner.update.check_interval.is_some())
     }
 
     /// An actor for `config`'s pools; `installs` when a pool runs the managed install.
@@ -162,6 +165,7 @@ impl ReleaseActor {
             seen: HashMap::new(),
             labelled: HashMap::new(),
             refused: None,
+            reported: HashMap::new(),
             busy: false,
         }
     }
@@ -257,11 +261,13 @@ impl ReleaseActor {
         let sources = self.sources.clone();
         let seen = self.seen.clone();
         let managed = self.installs.as_ref().and_then(ManagedInstalls::current);
+        let reported = self.reported.clone();
         let work = async move {
             let mut found = Vec::new();
             for (pool, source) in sources {
                 let version = match source {
                     RunnerSource::Managed => managed.clone().map(|v| (None, v)),
+                    RunnerSource::Reported => reported.get(&pool).cloned().map(|v| (None, v)),
                     RunnerSource::Install(dir) => {
                         let stamp = std::fs::metadata(dir.join("bin/Runner.Listener"))
                             .and_then(|m| m.modified())
@@ -314,6 +320,12 @@ impl ReleaseActor {
                         .with_label_values(&[pool.as_str()])
                         .set(behind(&version, latest, now) as i64);
                 }
+                if let Some(min) = act.update.min_version.as_deref().and_then(Version::parse) {
+                    act.metrics
+                        .runner_below_minimum
+                        .with_label_values(&[pool.as_str()])
+                        .set(i64::from(version < min));
+                }
             }
         }));
     }
@@ -327,6 +339,7 @@ impl ReleaseActor {
             .map(|(pool, source)| {
                 let version = match source {
                     RunnerSource::Managed => managed.clone(),
+                    RunnerSource::Reported => self.reported.get(pool).cloned(),
                     RunnerSource::Install(dir) => self.seen.get(dir).map(|(_, v)| v.clone()),
                 };
                 PoolRunnerView {
@@ -475,6 +488,28 @@ impl Handler<GetRunnerRelease> for ReleaseActor {
     type Result = MessageResult<GetRunnerRelease>;
     fn handle(&mut self, _: GetRunnerRelease, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.view())
+    }
+}
+
+/// A pool's provisioner learned the runner version its new jobs start (a container pool's
+/// image).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RunnerVersionSeen {
+    /// The pool.
+    pub pool: PoolName,
+    /// The version.
+    pub version: Version,
+}
+
+impl Handler<RunnerVersionSeen> for ReleaseActor {
+    type Result = ();
+    fn handle(&mut self, m: RunnerVersionSeen, ctx: &mut Context<Self>) {
+        if !self.sources.iter().any(|(p, _)| *p == m.pool) {
+            self.sources.push((m.pool.clone(), RunnerSource::Reported));
+        }
+        self.reported.insert(m.pool, m.version);
+        self.report(ctx);
     }
 }
 

@@ -224,10 +224,15 @@ impl Podman {
             format!("FROM {IMAGE}\nLABEL ephemer.variant={label}\n"),
         )
         .unwrap();
+        self.build(tag, &ctx).await;
+    }
+
+    /// Builds the `Containerfile` in `ctx` as `tag` (no pulls: from [`IMAGE`] and local files).
+    pub async fn build(&self, tag: &str, ctx: &Path) {
         let out = self
             .cli()
             .args(["build", "--pull=never", "-t", tag])
-            .arg(&ctx)
+            .arg(ctx)
             .output()
             .await
             .unwrap();
