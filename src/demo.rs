@@ -76,6 +76,8 @@ reconcile_interval = "0s"
 [runner]
 max_concurrent = 8
 shutdown_timeout = "20s"
+# The stand-in serves actions/runner's releases too (github.com is not needed).
+releases_url = "{api}/repos/actions/runner/releases"
 
 [runner.claim_retry]
 schedule = ["1s", "2s", "4s"]

@@ -52,6 +52,14 @@ pub fn config_with_github(
     } else {
         admin
     };
+    // The runner's releases come from the stand-in too, through the same host as its API when
+    // a test names one (through a proxy, say).
+    let releases = github
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("api_url = \""))
+        .and_then(|rest| rest.split('"').next())
+        .map(|api| format!("{api}/repos/actions/runner/releases"))
+        .unwrap_or_else(|| releases_url(standin));
     // `[github]` keys given replace the defaults written here.
     let repos = if github.contains("repos =") {
         ""
@@ -100,9 +108,8 @@ level = "debug"
             String::new()
         } else {
             format!(
-                "[runner]\nname_prefix = \"{}\"\nreleases_url = \"{}\"",
+                "[runner]\nname_prefix = \"{}\"\nreleases_url = \"{releases}\"",
                 prefix(port),
-                releases_url(standin)
             )
         },
         // A test that sets its own name_prefix (the default, say) keeps it.
@@ -111,7 +118,7 @@ level = "debug"
             if !extra.contains("releases_url") {
                 extra = extra.replace(
                     "[runner]\n",
-                    &format!("[runner]\nreleases_url = \"{}\"\n", releases_url(standin)),
+                    &format!("[runner]\nreleases_url = \"{releases}\"\n"),
                 );
             }
             if !extra.contains("name_prefix") {
