@@ -20,9 +20,14 @@ use super::Check;
 /// 30 days).
 const BEHIND_WARN: u64 = 14 * 24 * 3600;
 
-/// One line per pool whose runner version can be told, and one for the releases.
+/// One line for the releases and one per pool: its runner's version against them.
 pub async fn checks(config: &Config) -> Vec<Check> {
-    let sources = runner_sources(config);
+    let mut sources = runner_sources(config);
+    for pool in config.providers.enabled() {
+        if !sources.iter().any(|(p, _)| *p == pool.name) {
+            sources.push((pool.name.clone(), RunnerSource::Reported));
+        }
+    }
     if sources.is_empty() {
         return Vec::new();
     }
@@ -81,8 +86,22 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     }),
                 "the daemon keeps it current (runner.auto_update); see docs/operations.md",
             ),
-            // A container pool's image: its own pool check says (it is not a source here).
-            RunnerSource::Reported => continue,
+            // What the pool's backend can tell (a container pool asks its image).
+            RunnerSource::Reported => match reported(config, &pool).await {
+                Ok(Some(v)) => (
+                    Ok(v),
+                    "rebuild the pool's image on a current actions/runner release (docs/providers.md)",
+                ),
+                Ok(None) => {
+                    out.push(Check::ok(
+                        &name,
+                        "its runner version cannot be told here (a command pool, a tart pool \
+                         before its first job, or an image not on the engine yet)",
+                    ));
+                    continue;
+                }
+                Err(e) => (Err(e), "see docs/providers.md"),
+            },
             RunnerSource::Install(dir) => (
                 install_version(dir).await,
                 "unpack the new actions/runner release into runner_dir (or drop runner_dir and let the daemon keep it current)",
@@ -130,4 +149,17 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         });
     }
     out
+}
+
+/// The version `pool`'s backend can tell (a container pool's image).
+async fn reported(
+    config: &Config,
+    pool: &ephemer_actors_core::config::PoolName,
+) -> Result<Option<Version>, String> {
+    use ephemer_actors_core::provision::build::{backend, pool_settings};
+    let Some(pool) = config.providers.get(pool.as_str()) else {
+        return Ok(None);
+    };
+    let settings = pool_settings(config, pool, "doctor", None, std::env::temp_dir());
+    backend(settings, None)?.runner_version().await
 }

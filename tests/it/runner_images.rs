@@ -124,13 +124,13 @@ max_concurrent = 1
     let (code, out, _) = daemon.ctl(&["doctor"]).await;
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.lines().any(|l| l.starts_with("FAIL pool.old:")
-            && l.contains("2.300.0, below runner.min_version 2.320.0")),
+        out.lines().any(|l| l.starts_with("FAIL pool.old.runner:")
+            && l.contains("runner 2.300.0 is below runner.min_version 2.320.0")),
         "{out}"
     );
     assert!(
         out.lines()
-            .any(|l| l.starts_with("ok   pool.new:") && l.contains("is 2.330.0")),
+            .any(|l| l.starts_with("ok   pool.new.runner:") && l.contains("runner 2.330.0")),
         "{out}"
     );
     // A job still runs on the current image.

@@ -70,6 +70,7 @@ case "$1" in
   exec)
     [ "$2" = "--help" ] && exit 0
     [ "{agent}" = "true" ] || {{ echo "Error: guest agent is not running" >&2; exit 1; }}
+    case "$*" in *Runner.Listener*) echo 2.330.0; exit 0 ;; esac
     cat "$D/vmkey-$2"; echo "$*" > "$D/exec-args-$2" ;;
 esac
 "#,
@@ -153,7 +154,8 @@ async fn vm_lifecycle_for_one_job() {
             .settings()
             .clone()
     });
-    let (sup, events) = supervise(Rc::new(backend), None);
+    let backend = Rc::new(backend);
+    let (sup, events) = supervise(backend.clone(), None);
     let runner = fake_runner("ephemer-vm-macos-abc12345");
     let n = &runner.name;
     std::fs::write(
@@ -214,6 +216,21 @@ async fn vm_lifecycle_for_one_job() {
         "it goes on stdin"
     );
 
+    // The base image's runner version, asked of the VM through the same channel.
+    assert!(
+        c.iter().any(|l| l
+            == &format!("tart exec {n} /bin/sh -c ~/actions-runner/bin/Runner.Listener --version")),
+        "{c:#?}"
+    );
+    assert_eq!(
+        backend
+            .runner_version()
+            .await
+            .unwrap()
+            .map(|v| v.to_string()),
+        Some("2.330.0".to_string())
+    );
+
     let second = fake_runner("ephemer-vm-macos-def67890");
     std::fs::write(
         dir.join(format!("vmkey-{}", second.name)),
@@ -250,7 +267,11 @@ async fn an_image_key_is_learned_once_and_required_after() {
         1,
         "{c:#?}"
     );
-    assert!(!c.iter().any(|l| l.starts_with("tart exec")), "{c:#?}");
+    assert!(
+        !c.iter()
+            .any(|l| l.starts_with("tart exec") && l.contains("ssh-keygen")),
+        "no key is made in the VM: {c:#?}"
+    );
     let known = dir.join("known_hosts");
     let alias = "ephemer-ghcr.io-cirruslabs-macos-base-latest";
     let ssh = position(&c, "ssh -o");

@@ -48,12 +48,6 @@ pub fn pool_settings(
             grace: KILL_GRACE,
         }),
         PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
-            min_runner: config
-                .runner
-                .update
-                .min_version
-                .as_deref()
-                .and_then(crate::release::Version::parse),
             pool: name,
             env,
             socket: l.socket.clone(),

@@ -66,8 +66,6 @@ pub struct ContainerSettings {
     pub limits: crate::config::ContainerLimits,
     /// A container's saved log stops at this many bytes ([`LOG_CAP`] unless a test says).
     pub log_cap: u64,
-    /// `runner.min_version`: an image whose runner is older fails `doctor`.
-    pub min_runner: Option<crate::release::Version>,
 }
 
 impl ContainerSettings {
@@ -95,7 +93,6 @@ impl ContainerSettings {
             log_dir,
             limits: crate::config::ContainerLimits::default(),
             log_cap: LOG_CAP,
-            min_runner: None,
         }
     }
 }
@@ -451,14 +448,7 @@ impl Backend for ContainerBackend {
 
     fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
         let this = self.clone();
-        Box::pin(async move {
-            let image = super::image::doctor(&this.docker, &this.s).await;
-            let version = this.clone().image_runner_version().await;
-            vec![
-                image,
-                super::version_finding(&this.s.image, version, this.s.min_runner.as_ref()),
-            ]
-        })
+        Box::pin(async move { vec![super::image::doctor(&this.docker, &this.s).await] })
     }
 
     fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {

@@ -263,26 +263,3 @@ pub struct ProvisionerHandle {
 
 #[cfg(test)]
 mod tests;
-
-/// `doctor`'s line on the runner in `what` (an image): its version, and a failure below
-/// `runner.min_version`.
-pub fn version_finding(
-    what: &str,
-    version: Result<Option<crate::release::Version>, String>,
-    min: Option<&crate::release::Version>,
-) -> Finding {
-    match version {
-        Ok(Some(v)) => match min.filter(|m| &v < m) {
-            Some(m) => Finding::Fail(format!(
-                "the runner in {what} is {v}, below runner.min_version {m}: GitHub refuses \
-                 runners that are too old; rebuild the image on a current actions/runner \
-                 release (docs/providers.md)"
-            )),
-            None => Finding::Ok(format!("the runner in {what} is {v}")),
-        },
-        Ok(None) => Finding::Ok(format!(
-            "the runner version in {what} cannot be told yet (not on the engine, or no command)"
-        )),
-        Err(e) => Finding::Warn(e),
-    }
-}

@@ -108,7 +108,7 @@ impl TartBackend {
     }
 
     /// `tart exec NAME ARGS...`: its standard output, or why not.
-    async fn exec(&self, name: &str, args: &[&str]) -> Result<String, String> {
+    pub(super) async fn exec(&self, name: &str, args: &[&str]) -> Result<String, String> {
         let child = Command::new(&self.s.tart)
             .arg("exec")
             .arg(name)

@@ -60,7 +60,13 @@ pub struct TartSettings {
 #[derive(Debug, Clone)]
 pub struct TartBackend {
     s: Rc<TartSettings>,
+    /// The runner version of the base image, as its last VM said, and when.
+    version: Rc<std::cell::RefCell<Option<(crate::release::Version, std::time::Instant)>>>,
 }
+
+/// How long the base image's runner version is trusted before a VM is asked again (the base
+/// may have been rebuilt or pulled anew).
+const VERSION_FOR: Duration = Duration::from_secs(3600);
 
 impl TartBackend {
     /// Its settings.
@@ -72,6 +78,7 @@ impl TartBackend {
     pub fn new(settings: TartSettings) -> Self {
         TartBackend {
             s: Rc::new(settings),
+            version: Rc::default(),
         }
     }
 
@@ -140,6 +147,7 @@ impl TartBackend {
             Err(e) => return Err(failed(&format!("the VM did not boot: {e}"))),
         };
         let pin = self.pin_for(name, &ip).await?;
+        self.learn_version(name).await;
         // The pool's variables, the CA and the JIT config go on stdin; the remote shell reads
         // them into the runner's environment.
         let remote = remote_command(&self.s.runner_command);
@@ -196,6 +204,39 @@ impl TartBackend {
                      \"image\" and accept a shared host key (docs/providers.md)"
                 )),
             },
+        }
+    }
+
+    /// The base image's runner version, read from this VM (`tart exec`, the install beside
+    /// `runner_command`) when not known or older than [`VERSION_FOR`]; a failure only logs.
+    async fn learn_version(&self, name: &str) {
+        let fresh = self
+            .version
+            .borrow()
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() < VERSION_FOR);
+        if fresh {
+            return;
+        }
+        let dir = self
+            .s
+            .runner_command
+            .rsplit_once('/')
+            .map_or(".", |(dir, _)| dir)
+            .to_string();
+        let ask = format!("{dir}/bin/Runner.Listener --version");
+        match self.exec(name, &["/bin/sh", "-c", &ask]).await {
+            Ok(out) => match out.lines().find_map(crate::release::Version::parse) {
+                Some(v) => {
+                    *self.version.borrow_mut() = Some((v, std::time::Instant::now()));
+                }
+                None => {
+                    tracing::debug!(vm = %name, said = %out.trim(), "the VM did not tell its runner version")
+                }
+            },
+            Err(e) => {
+                tracing::debug!(vm = %name, error = %e, "cannot ask the VM for its runner version")
+            }
         }
     }
 
@@ -304,6 +345,12 @@ impl Backend for TartBackend {
             };
             vec![image, keys]
         })
+    }
+
+    /// What the base image's last VM said (none before the first job).
+    fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {
+        let known = self.version.borrow().as_ref().map(|(v, _)| v.clone());
+        Box::pin(async move { Ok(known) })
     }
 
     /// The `tart run` child that held the VM died with the old daemon, so a VM cannot be
