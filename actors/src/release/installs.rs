@@ -83,7 +83,7 @@ impl ManagedInstalls {
     }
 
     /// The installs under `root`: the newest verified one is current (or, with a pinned
-    /// `version`, that one if it is there). Partial unpacks are removed.
+    /// `version`, that one if it is there). Partial unpacks and downloads are removed.
     pub fn open(root: &Path, pinned: Option<&Version>) -> ManagedInstalls {
         let installs = ManagedInstalls(Rc::new(RefCell::new(Inner {
             root: root.to_path_buf(),
@@ -101,8 +101,12 @@ impl ManagedInstalls {
         installs.0.borrow_mut().current = current;
         if let Ok(dir) = std::fs::read_dir(root) {
             for entry in dir.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(".partial-") {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with(".partial-") {
                     let _ = std::fs::remove_dir_all(entry.path());
+                } else if name.starts_with(".download-") {
+                    // A download a stop cut short.
+                    let _ = std::fs::remove_file(entry.path());
                 }
             }
         }
@@ -339,9 +343,11 @@ mod tests {
         // A crash mid-unpack of a newer one: no marker, never current, removed at open.
         std::fs::create_dir_all(root.join("2.332.0")).unwrap();
         std::fs::create_dir_all(root.join(".partial-2.333.0")).unwrap();
+        std::fs::write(root.join(".download-2.334.0.tar.gz"), "cut short").unwrap();
         let installs = ManagedInstalls::open(&root, None);
         assert_eq!(installs.current(), Some(old.clone()));
         assert!(!root.join(".partial-2.333.0").exists());
+        assert!(!root.join(".download-2.334.0.tar.gz").exists());
         let lease = installs.lease().unwrap();
         assert_eq!(lease.dir, root.join("2.330.0"));
         unpack(&a, &root, &new, &[2; 32]).unwrap();
