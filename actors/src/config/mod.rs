@@ -469,6 +469,17 @@ impl Config {
                 self.webhook.listen
             ));
         }
+        if let Some(every) = self.runner.update.check_interval
+            && every < defaults::RELEASE_CHECK_INTERVAL
+            && self.runner.update.releases_url == defaults::RELEASES_URL
+        {
+            w.push(format!(
+                "runner.release_check_interval {}: github.com answers 60 unauthenticated requests \
+                 an hour per address, shared with everything else on this host; hourly is \
+                 enough (GitHub allows 30 days to update)",
+                humantime::format_duration(every)
+            ));
+        }
         let isolated = self
             .providers
             .enabled()

@@ -584,3 +584,22 @@ fn what_the_defaults_expose_is_warned_about() {
     let w = with("listen = \"127.0.0.1:8080\"|");
     assert!(!w.iter().any(|w| w.starts_with("metrics.listen")), "{w:?}");
 }
+
+#[test]
+fn release_checks_more_often_than_hourly_on_github_com_are_warned_about() {
+    let with = |runner: &str| {
+        let text = format!("{MINIMAL}\n[runner]\n{runner}\n");
+        Config::from_toml_str(&text, None, &env())
+            .unwrap()
+            .warnings()
+    };
+    let said = |w: Vec<String>| {
+        w.iter()
+            .any(|w| w.starts_with("runner.release_check_interval"))
+    };
+    assert!(said(with("release_check_interval = \"5m\"")));
+    assert!(!said(with("release_check_interval = \"1h\"")));
+    assert!(!said(with(
+        "release_check_interval = \"5m\"\nreleases_url = \"https://mirror.example/runner/releases\""
+    )));
+}
