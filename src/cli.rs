@@ -1,7 +1,7 @@
 //! The command line: `serve`, `check-config`, and their shared `--config` argument.
 //!
 //! This is the binary's edge: `anyhow` is allowed here and nowhere in the library. Exit codes
-//! follow CONTRACT.md: 0 ok, 1 runtime failure, 2 usage or config error.
+//! are the documented ones (docs/operations.md): 0 ok, 1 runtime failure, 2 usage or config error.
 
 use std::{path::PathBuf, process::ExitCode};
 

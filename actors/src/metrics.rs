@@ -1,4 +1,4 @@
-//! `Metrics`: every metric of CONTRACT.md, in one value that owns its own registry.
+//! `Metrics`: every metric docs/metrics.md lists, in one value that owns its own registry.
 //!
 //! The names are the original daemon's (`ephemerd_*`) so its Grafana dashboards keep working.
 //! Labels are bounded: provider kind, error class, webhook action, endpoint template and HTTP
@@ -30,7 +30,8 @@ pub const WEBHOOK_ACTIONS: [&str; 5] = ["queued", "in_progress", "completed", "w
 /// The `version` label of a pool whose runner version is not known (yet).
 pub const UNKNOWN_VERSION: &str = "unknown";
 
-/// Every metric name CONTRACT.md lists.
+/// The metric names the daemon promises to every deployment (kept from the original daemon,
+/// so its dashboards work); docs/metrics.md lists them with the rest.
 pub const CONTRACT_METRICS: [&str; 22] = [
     "ephemerd_github_api_rate_remaining",
     "ephemerd_github_api_rate_limit",

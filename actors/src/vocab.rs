@@ -23,7 +23,7 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
-    /// All classes, in the order of CONTRACT.md.
+    /// All classes, in the order docs/metrics.md lists them.
     pub const ALL: [ErrorClass; 5] = [
         ErrorClass::NonRetryable,
         ErrorClass::RateLimit,

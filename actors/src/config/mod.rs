@@ -1,4 +1,4 @@
-//! The daemon's configuration: typed, validated, and loadable from the TOML of CONTRACT.md.
+//! The daemon's configuration: typed, validated, and loadable from the TOML that docs/configuration.md describes.
 //!
 //! Loading runs in two stages. [`raw`] lets serde read the file into all-optional structs and
 //! collects every unknown key; [`validate`] then applies defaults, parses durations, addresses
