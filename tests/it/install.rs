@@ -133,18 +133,7 @@ async fn four_jobs_as_another_user_from_one_install() {
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // A user of its own (never `nobody`): the teardown ends everything a run_as user runs.
     const USER: &str = "ephemer-install";
-    if nix::unistd::User::from_name(USER).unwrap().is_none() {
-        let made = std::process::Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                USER,
-            ])
-            .status();
-        assert!(made.is_ok_and(|s| s.success()), "useradd {USER}");
-    }
+    assert!(crate::support::ensure_user(USER), "useradd {USER}");
     let user = nix::unistd::User::from_name(USER).unwrap().unwrap();
     four_jobs_from_one_install(
         tmp.path(),

@@ -37,23 +37,6 @@ exec '{bin}' standin-runner "$@"
     )
 }
 
-/// The system user `user`, made if missing.
-fn ensure(user: &str) -> bool {
-    if nix::unistd::User::from_name(user).unwrap().is_some() {
-        return true;
-    }
-    std::process::Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            user,
-        ])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 #[actix_rt::test]
 async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
     if !nix::unistd::geteuid().is_root() || support::which("sudo").is_none() {
@@ -68,7 +51,7 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
             "crontab is not installed (bash .ci/run installs cron)",
         );
     }
-    assert!(ensure(USER), "cannot create the user {USER}");
+    assert!(support::ensure_user(USER), "cannot create the user {USER}");
     // Whatever an earlier run left is not this run's to see.
     let uid = nix::unistd::User::from_name(USER)
         .unwrap()
@@ -141,7 +124,7 @@ async fn a_job_directory_that_cannot_be_removed_does_not_retire_its_user() {
     // Users of its own: the other test here clears everything its user runs.
     const USERS: [&str; 2] = ["ephemer-stale1", "ephemer-stale2"];
     for user in USERS {
-        assert!(ensure(user), "cannot create the user {user}");
+        assert!(support::ensure_user(user), "cannot create the user {user}");
     }
     let standin = support::standin(3000);
     let providers = format!(

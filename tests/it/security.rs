@@ -150,18 +150,7 @@ async fn a_job_cannot_reach_the_daemons_secrets_or_its_siblings_environment() {
         return;
     }
     for user in PROBE_USERS {
-        if nix::unistd::User::from_name(user).unwrap().is_none() {
-            let made = std::process::Command::new("useradd")
-                .args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    user,
-                ])
-                .status();
-            assert!(made.is_ok_and(|s| s.success()), "useradd {user}");
-        }
+        assert!(support::ensure_user(user), "useradd {user}");
     }
     let tmp = tempfile::tempdir().unwrap();
     let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));

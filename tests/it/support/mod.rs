@@ -128,6 +128,25 @@ pub fn skip(what: &str, why: &str) {
     eprintln!("\n!!!!!!!!\n!!! SKIPPING {what} test: {why}\n!!!!!!!!\n");
 }
 
+/// Makes the system user `user` (no home, no login) if it is missing; whether it exists now.
+/// Tests that run jobs as another user give each test a user of its own: a teardown ends
+/// everything its run_as user runs.
+pub fn ensure_user(user: &str) -> bool {
+    if nix::unistd::User::from_name(user).unwrap().is_some() {
+        return true;
+    }
+    std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            user,
+        ])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// `tool` on `PATH`.
 pub fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
