@@ -478,11 +478,7 @@ async fn a_sibling_holding_the_image_key_cannot_pose_as_a_booting_vm() {
     keygen("vm_key");
     std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys")).unwrap();
     std::fs::create_dir_all("/run/sshd").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::daemon::free_port();
     let d = dir.display();
     // The stand-in tart's `exec` reports the key the booting VM made for itself.
     fake_tart(dir, &GUEST);

@@ -13,13 +13,24 @@ pub const SECRET: &str = "e2e-webhook-secret";
 /// The stand-in's token.
 pub const TOKEN: &str = "ghp_standin_token";
 
-/// A free loopback port (bound and released; a tiny race, acceptable in tests).
+/// A free loopback port (bound and released), never one this test process handed out before:
+/// the kernel may give a just-released port to the next bind, and a config whose webhook and
+/// admin listeners got the same one is refused (a CI run failed on exactly that). Another
+/// process taking the port between release and use remains a tiny race, acceptable in tests.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The config of an e2e daemon: `providers` is TOML for the `[providers.*]` tables.
