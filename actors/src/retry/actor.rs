@@ -1,7 +1,9 @@
-//! `RetryActor`: the ladder's timer, and nothing else. The scheduler owns the ladder and hands
-//! this actor the earliest due time ([`ArmRetryTimer`]); it keeps exactly one `run_later` armed
-//! for it and sends [`RetryDue`] back when it comes. Because the scheduler sends every arm in
-//! order from its own handler, a newer time always replaces an older one.
+//! `RetryActor`: the scheduler's one timer, and nothing else. The scheduler owns the ladder, its
+//! deferred decisions and its claim pacing, and hands this actor the earliest due time of them
+//! all ([`ArmRetryTimer`]); it keeps exactly one `run_later` armed for it and sends
+//! [`RetryDue`] back when it comes. Because the scheduler sends every arm in order from its own
+//! handler, a newer time always replaces an older one. Nothing else in the scheduler arms a
+//! timer of its own.
 //!
 //! One timer, not one per job: actix polls every spawned future of a context on each wake, so a
 //! timer per job would make every message cost O(jobs). The timer dies with the actor.

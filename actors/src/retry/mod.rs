@@ -1,5 +1,6 @@
 //! The claim retry ladder: the pure [`Backoff`] and [`RetryQueue`], and the [`RetryActor`] that
-//! arms one timer for the earliest due item.
+//! arms the scheduler's one timer (the earliest of its ladder's next item, its deferred
+//! decisions and its claim pacing's next token).
 
 mod actor;
 mod backoff;

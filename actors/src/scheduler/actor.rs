@@ -8,9 +8,8 @@ use std::collections::{HashMap, VecDeque};
 
 use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, MessageResult, Recipient,
-    ResponseFuture, SpawnHandle, WrapFuture, prelude::SendError,
+    ResponseFuture, WrapFuture, prelude::SendError,
 };
-use tokio::time::Instant;
 
 use super::{
     core::{Effect, Scheduler, SchedulerSettings},
@@ -123,11 +122,11 @@ pub struct SchedulerActor {
     pub(super) deps: SchedulerDeps,
     /// Store changes mirrored to the cluster ledger, in order (fleet mode).
     pub(super) mirror: Option<crate::cluster::Mirror>,
-    /// The ladder's timer; owned (held strongly) by this actor.
+    /// The one timer (the ladder, deferred decisions, claim pacing); owned (held strongly)
+    /// by this actor.
     retry: actix::Addr<RetryActor>,
     metrics: Metrics,
     pub(super) clock: Clock,
-    wake: Option<(SpawnHandle, Instant)>,
     /// GitHub calls started and not answered yet (a drain waits for them).
     pub(super) calls_in_flight: usize,
     /// Of those, claims (whose runners are not in the ledger until answered).
@@ -171,7 +170,6 @@ pub fn start_in(
         retry: retry.clone(),
         metrics,
         clock,
-        wake: None,
         calls_in_flight: 0,
         claims_in_flight: 0,
     };
@@ -202,7 +200,7 @@ impl SchedulerActor {
     fn carry_out_restored(&mut self, effects: Vec<Effect>) {
         self.persist();
         for e in effects {
-            if let Effect::ArmRetryTimer { at } = e {
+            if let Effect::ArmTimer { at } = e {
                 self.retry.do_send(ArmRetryTimer { at });
             }
         }
@@ -261,7 +259,7 @@ impl SchedulerActor {
                     attempt,
                 } => self.delete_runner(owner, repo, runner_id, name, attempt, ctx),
                 Effect::LookAtJob { key, repo } => self.look_at_job(key, repo, ctx),
-                Effect::ArmRetryTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
+                Effect::ArmTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
                 Effect::CheckIdle {
                     owner,
                     name,
@@ -293,7 +291,6 @@ impl SchedulerActor {
                         act.run(fx, ctx);
                     }));
                 }
-                Effect::WakeAt(at) => self.arm_wake(at, ctx),
             }
         }
     }
@@ -325,22 +322,6 @@ impl SchedulerActor {
         self.metrics
             .retry_queue_depth
             .set(i64::try_from(self.core.ladder_depth()).unwrap_or(i64::MAX));
-    }
-
-    fn arm_wake(&mut self, at: Instant, ctx: &mut Context<Self>) {
-        if self.wake.as_ref().is_some_and(|(_, armed)| *armed <= at) {
-            return;
-        }
-        if let Some((h, _)) = self.wake.take() {
-            ctx.cancel_future(h);
-        }
-        let delay = at.saturating_duration_since(self.clock.now());
-        let handle = ctx.run_later(delay, |act, ctx| {
-            act.wake = None;
-            let fx = act.core.wake(act.clock.tick());
-            act.run(fx, ctx);
-        });
-        self.wake = Some((handle, at));
     }
 }
 
@@ -455,7 +436,7 @@ impl Handler<RetryDue> for SchedulerActor {
     type Result = ();
 
     fn handle(&mut self, _: RetryDue, ctx: &mut Context<Self>) {
-        let fx = self.core.on_retry_timer(self.clock.tick());
+        let fx = self.core.on_timer(self.clock.tick());
         self.run(fx, ctx);
     }
 }

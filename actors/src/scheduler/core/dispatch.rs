@@ -137,13 +137,12 @@ impl Scheduler {
             }
             self.start_claim(key, i, t, now, fx);
         }
-        if let Some(at) = wake {
-            fx.push(Effect::WakeAt(at));
-        }
+        self.pace_wake = wake;
         for (mut skipped, queue) in skipped.into_iter().zip(queues) {
             skipped.extend(queue);
             self.pending.extend(skipped);
         }
+        self.rearm_timer(fx);
     }
 
     /// The target whose turn it is: of those with a job to try and a claim token, the one
@@ -272,14 +271,6 @@ impl Scheduler {
             provider,
             request,
         });
-    }
-
-    /// Called by the shell when the claim pacing timer fires.
-    pub fn wake(&mut self, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        self.run_deferred(now, false, &mut fx);
-        self.pump(now, &mut fx);
-        fx
     }
 
     /// The answer to a claim.

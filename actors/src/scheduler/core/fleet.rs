@@ -172,7 +172,7 @@ impl Scheduler {
                 self.ladder
                     .restore(std::slice::from_ref(&row), now.mono, now.unix);
                 self.ops.push(Op::PutRetry(row));
-                self.rearm_retry_timer(&mut fx);
+                self.rearm_timer(&mut fx);
             }
             _ => {
                 if let Some(rec) = self.jobs.get_mut(&key) {

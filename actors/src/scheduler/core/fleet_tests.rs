@@ -60,12 +60,17 @@ fn a_paced_claim_waits_at_the_front_and_wakes_when_the_fleet_allows() {
         },
         at(t0, 1),
     );
-    assert_eq!(fx, vec![Effect::WakeAt(t0 + Duration::from_secs(21))]);
+    assert_eq!(
+        fx,
+        vec![Effect::ArmTimer {
+            at: Some(t0 + Duration::from_secs(21))
+        }]
+    );
     assert_eq!(
         s.job(&JobKey::new("acme", 1)).unwrap().phase,
         Phase::Pending
     );
-    let fx = s.wake(at(t0, 21));
+    let fx = s.on_timer(at(t0, 21));
     assert!(matches!(fx[..], [Effect::Claim { .. }]), "{fx:?}");
 }
 
@@ -76,7 +81,7 @@ fn a_released_job_comes_back_with_its_ladder() {
     let fx = s.readmit(released(1, 2, 1_800_000_005), "h2".into(), at(t0, 0));
     assert_eq!(
         fx,
-        vec![Effect::ArmRetryTimer {
+        vec![Effect::ArmTimer {
             at: Some(t0 + Duration::from_secs(5))
         }]
     );
@@ -88,7 +93,7 @@ fn a_released_job_comes_back_with_its_ladder() {
             by: "h2".into(),
             attempts: 2
         }));
-    let fx = s.on_retry_timer(at(t0, 5));
+    let fx = s.on_timer(at(t0, 5));
     assert!(matches!(fx[0], Effect::Claim { .. }), "{fx:?}");
 }
 

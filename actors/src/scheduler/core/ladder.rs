@@ -119,32 +119,39 @@ impl Scheduler {
                 unreachable!("a {class} failure was given up before the ladder")
             }
         }
-        self.rearm_retry_timer(fx);
+        self.rearm_timer(fx);
     }
 
     /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).
     pub(super) fn leave_ladder(&mut self, key: &JobKey, fx: &mut Vec<Effect>) {
         if self.ladder.remove(key) {
             self.ops.push(Op::DeleteRetry(key.clone()));
-            self.rearm_retry_timer(fx);
+            self.rearm_timer(fx);
         }
     }
 
-    /// Hands the retry timer the earliest due time, when it changed.
-    pub(super) fn rearm_retry_timer(&mut self, fx: &mut Vec<Effect>) {
-        let next = self.ladder.next_due();
-        if next != self.retry_timer {
-            self.retry_timer = next;
-            fx.push(Effect::ArmRetryTimer { at: next });
+    /// Hands the timer the earliest due time of everything timed (the ladder's next item, a
+    /// deferred decision, the claim pacing's next token), when it changed: one timer serves
+    /// them all.
+    pub(super) fn rearm_timer(&mut self, fx: &mut Vec<Effect>) {
+        let deferred = self.deferred.iter().map(|(at, _)| *at).min();
+        let next = [self.ladder.next_due(), deferred, self.pace_wake]
+            .into_iter()
+            .flatten()
+            .min();
+        if next != self.timer {
+            self.timer = next;
+            fx.push(Effect::ArmTimer { at: next });
         }
     }
 
-    /// The retry timer fired: every item due now goes back through dispatch. An item stays on
-    /// the ladder (in flight) until its attempt resolves, so a retry that fails again keeps its
-    /// attempts and first failure.
-    pub fn on_retry_timer(&mut self, now: Now) -> Vec<Effect> {
+    /// The timer fired: deferred decisions that are due are taken, every ladder item due now
+    /// goes back through dispatch, and the pacing's waiting jobs get their tokens. An item
+    /// stays on the ladder (in flight) until its attempt resolves, so a retry that fails again
+    /// keeps its attempts and first failure.
+    pub fn on_timer(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
-        self.retry_timer = None;
+        self.run_deferred(now, false, &mut fx);
         for (key, attempts) in self.ladder.pop_due(now.mono) {
             let phase = self.jobs.get(&key).map(|r| r.phase.clone());
             if phase != Some(Phase::Retrying) {
@@ -167,7 +174,11 @@ impl Scheduler {
             self.note(&key, now, Note::RetryDue { attempt: attempts });
         }
         self.pump(now, &mut fx);
-        self.rearm_retry_timer(&mut fx);
+        // The timer that fired holds nothing now: only the time everything left points to is
+        // handed to it, not the steps on the way there.
+        fx.retain(|e| !matches!(e, Effect::ArmTimer { .. }));
+        self.timer = None;
+        self.rearm_timer(&mut fx);
         fx
     }
 

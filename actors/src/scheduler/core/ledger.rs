@@ -9,7 +9,7 @@ use crate::config::PoolName;
 impl Scheduler {
     pub(super) fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
         self.deferred.push((due, what));
-        fx.push(Effect::WakeAt(due));
+        self.rearm_timer(fx);
     }
 
     /// Carries out deferred decisions that are due (all of them with `all`).
@@ -42,10 +42,7 @@ impl Scheduler {
                 Deferred::Look { key } => self.look_at(&key, now, fx),
             }
         }
-        // One wake-up timer serves everything: ask for the next one still waiting.
-        if let Some(next) = self.deferred.iter().map(|(at, _)| *at).min() {
-            fx.push(Effect::WakeAt(next));
-        }
+        self.rearm_timer(fx);
     }
 
     /// Deletes, now, every registration still waiting for a late delivery (end of a drain).
@@ -372,17 +369,11 @@ impl Scheduler {
         if grace.is_zero() {
             return self.heal_now(key, why, now, fx);
         }
-        let due = now.mono + grace;
-        self.deferred.push((
-            due,
-            Deferred::Heal {
-                key: key.clone(),
-                why,
-            },
-        ));
-        if let Some(next) = self.deferred.iter().map(|(at, _)| *at).min() {
-            fx.push(Effect::WakeAt(next));
-        }
+        let what = Deferred::Heal {
+            key: key.clone(),
+            why,
+        };
+        self.defer(now.mono + grace, what, fx);
     }
 
     fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {

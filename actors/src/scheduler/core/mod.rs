@@ -147,9 +147,10 @@ pub enum Effect {
         /// Its repo.
         repo: String,
     },
-    /// Arm the retry timer for the ladder's earliest due item (`None`: nothing waits); when
-    /// it fires, call `on_retry_timer`.
-    ArmRetryTimer {
+    /// Arm the one timer for the earliest due time of everything timed (a ladder item, a
+    /// deferred decision, the claim pacing's next token; `None`: nothing waits); when it
+    /// fires, call `on_timer`.
+    ArmTimer {
         /// Due time.
         at: Option<Instant>,
     },
@@ -168,8 +169,6 @@ pub enum Effect {
         /// Why it would be reaped.
         reason: &'static str,
     },
-    /// Call `wake` at this time (the claim pacing has no token before then).
-    WakeAt(Instant),
 }
 
 /// Where a job stands.
@@ -401,8 +400,10 @@ pub struct Scheduler {
     rng: SmallRng,
     /// The latest rate-limit reading of each bucket of each target's credential.
     rates: HashMap<(usize, RateBucket), RateSnapshot>,
-    /// The due time the retry timer was last handed.
-    retry_timer: Option<Instant>,
+    /// When the claim pacing next has a token for a job that waits for one.
+    pace_wake: Option<Instant>,
+    /// The due time the timer was last handed.
+    timer: Option<Instant>,
     /// What operators count or read, waiting for the shell.
     observed: Vec<Observation>,
     /// State changes waiting to be made durable.
@@ -527,7 +528,8 @@ impl Scheduler {
             ladder: RetryQueue::new(backoff),
             rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),
             rates: HashMap::new(),
-            retry_timer: None,
+            pace_wake: None,
+            timer: None,
             observed: Vec::new(),
             ops: Vec::new(),
             deferred: Vec::new(),

@@ -192,7 +192,7 @@ fn a_job_whose_runners_are_always_reaped_idle_is_parked_after_the_cap_and_looked
     );
     // ... and the slow lane looks at it at its time: GitHub is asked, not claimed from.
     let due = look_unix - super::tests::UNIX0;
-    let fx = s.wake(at(t0, due));
+    let fx = s.on_timer(at(t0, due));
     assert_eq!(
         fx.iter()
             .filter(|e| matches!(e, Effect::LookAtJob { key, .. } if key.job_id == 1))
@@ -212,7 +212,7 @@ fn a_job_whose_runners_are_always_reaped_idle_is_parked_after_the_cap_and_looked
         unreachable!()
     };
     let due = look_unix - super::tests::UNIX0;
-    s.wake(at(t0, due));
+    s.on_timer(at(t0, due));
     let fx = s.on_job_looked(&key(1), Ok("completed".into()), at(t0, due + 1));
     assert!(claims(&fx).is_empty());
     assert_eq!(phase(&s, 1), Phase::Done);
@@ -281,7 +281,7 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     let (a, _) = grant(&mut s, 1, 11, at(t0, 1));
     // Crashed at boot: its registration is deleted after the wait for a late event.
     exited(&mut s, &a, Some(2), ExitReason::Exited, at(t0, 2));
-    let fx = s.wake(at(t0, 12));
+    let fx = s.on_timer(at(t0, 12));
     let delete = fx
         .iter()
         .find(|e| matches!(e, Effect::DeleteRunner { attempt: 0, .. }))
@@ -318,8 +318,13 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
         fail(),
         at(t0, 12),
     );
-    assert_eq!(fx, vec![Effect::WakeAt(t0 + Duration::from_secs(17))]);
-    let fx = s.wake(at(t0, 17));
+    assert_eq!(
+        fx,
+        vec![Effect::ArmTimer {
+            at: Some(t0 + Duration::from_secs(17))
+        }]
+    );
+    let fx = s.on_timer(at(t0, 17));
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::DeleteRunner { attempt: 1, .. })),
@@ -336,14 +341,16 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     );
     assert_eq!(
         fx,
-        vec![Effect::WakeAt(t0 + Duration::from_secs(27))],
+        vec![Effect::ArmTimer {
+            at: Some(t0 + Duration::from_secs(27))
+        }],
         "the wait doubles"
     );
     // A runner that exits 0 by itself ran a job: GitHub removed it; nothing is deleted.
     queued(&mut s, 2, at(t0, 30));
     let (b, _) = grant(&mut s, 2, 12, at(t0, 31));
     let fx = exited(&mut s, &b, Some(0), ExitReason::Exited, at(t0, 40));
-    let fx: Vec<Effect> = fx.into_iter().chain(s.wake(at(t0, 60))).collect();
+    let fx: Vec<Effect> = fx.into_iter().chain(s.on_timer(at(t0, 60))).collect();
     assert!(
         fx.iter()
             .all(|e| !matches!(e, Effect::DeleteRunner { runner_id: 12, .. })),
@@ -406,7 +413,7 @@ fn a_spare_is_handed_to_a_job_on_the_ladder_instead_of_a_new_claim() {
             })
     );
     // Its retry does not fire a claim while a serves it.
-    let fx = s.on_retry_timer(at(t0, 120));
+    let fx = s.on_timer(at(t0, 120));
     assert!(claims(&fx).is_empty(), "{fx:?}");
     // a crashing now climbs job 2's own item.
     exited(&mut s, &a, Some(1), ExitReason::Exited, at(t0, 121));

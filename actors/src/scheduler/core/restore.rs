@@ -105,7 +105,7 @@ impl Scheduler {
                 self.leave_ladder(&r.job.key, &mut fx);
             }
         }
-        self.rearm_retry_timer(&mut fx);
+        self.rearm_timer(&mut fx);
         let redo: Vec<JobInfo> = self
             .jobs
             .values_mut()

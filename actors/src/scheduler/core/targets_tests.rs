@@ -172,7 +172,7 @@ fn an_empty_budget_pauses_only_its_target() {
     assert!(claimed_keys(&fx_a).is_empty(), "{fx_a:?}");
     assert!(
         fx_a.iter()
-            .any(|e| matches!(e, Effect::WakeAt(at) if *at >= now.mono + Duration::from_secs(600))),
+            .any(|e| matches!(e, Effect::ArmTimer { at: Some(at) } if *at >= now.mono + Duration::from_secs(600))),
         "A waits for its reset: {fx_a:?}"
     );
     assert_eq!(claimed_keys(&fx_b), vec![JobKey::new("beta", 2)]);

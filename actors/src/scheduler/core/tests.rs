@@ -164,7 +164,7 @@ fn a_failed_claim_goes_on_the_ladder_and_arms_the_timer() {
     );
     assert_eq!(
         fx,
-        vec![Effect::ArmRetryTimer {
+        vec![Effect::ArmTimer {
             at: Some(t0 + Duration::from_secs(31))
         }]
     );
@@ -185,17 +185,17 @@ fn a_due_retry_claims_again_and_a_second_failure_keeps_the_first_failure() {
         at(t0, 0),
     );
     assert_eq!(
-        s.on_retry_timer(at(t0, 29)),
-        vec![Effect::ArmRetryTimer {
+        s.on_timer(at(t0, 29)),
+        vec![Effect::ArmTimer {
             at: Some(t0 + Duration::from_secs(30))
         }],
         "an early fire is re-armed for the same item"
     );
-    assert_eq!(s.on_retry_timer(at(t0, 30)), vec![claim(1)]);
+    assert_eq!(s.on_timer(at(t0, 30)), vec![claim(1)]);
     let fx = s.on_claim_result(key, PoolName::from("local"), Err(bad_gateway()), at(t0, 31));
     assert_eq!(
         fx,
-        vec![Effect::ArmRetryTimer {
+        vec![Effect::ArmTimer {
             at: Some(t0 + Duration::from_secs(91))
         }],
         "the second rung, 60 s"
@@ -220,10 +220,10 @@ fn in_progress_while_retrying_leaves_the_ladder_and_disarms_the_timer() {
         ..job(1, LABELS)
     };
     let fx = s.on_job_event(JobAction::InProgress, started, Some("d2"), t0, at(t0, 5));
-    assert_eq!(fx, vec![Effect::ArmRetryTimer { at: None }]);
+    assert_eq!(fx, vec![Effect::ArmTimer { at: None }]);
     assert_eq!(phase(&s, 1), Phase::Done);
     assert_eq!(s.ladder_depth(), 0);
-    assert_eq!(s.on_retry_timer(at(t0, 60)), vec![], "no claim once it ran");
+    assert_eq!(s.on_timer(at(t0, 60)), vec![], "no claim once it ran");
 }
 
 #[test]
@@ -301,7 +301,7 @@ fn an_environment_that_failed_once_climbs_the_ladder() {
                 name: name.clone(),
                 attempt: 0,
             },
-            Effect::ArmRetryTimer {
+            Effect::ArmTimer {
                 at: Some(t0 + Duration::from_secs(32))
             },
         ]

@@ -59,8 +59,7 @@ enum Ev {
     Crash(String),
     JobDone(String),
     Exit(String, Option<i32>, ExitReason),
-    Wake(u32),
-    RetryTimer(u32, u64),
+    Timer(u32, u64),
     IdleAnswer(u32, String, Result<bool, GithubError>, &'static str),
     Deleted(u32, Effect, Result<(), GithubError>),
     Looked(u32, JobKey, Result<String, GithubError>),
@@ -102,7 +101,7 @@ pub(super) struct Sim {
     core: Scheduler,
     /// Bumped on a restart: answers to the old incarnation's calls are dropped.
     epoch: u32,
-    retry_armed: Option<u64>,
+    timer_armed: Option<u64>,
     quiet_after: u64,
     gh_jobs: BTreeMap<u64, GhJob>,
     regs: BTreeMap<u64, Reg>,
@@ -237,7 +236,7 @@ impl Sim {
             events: Vec::new(),
             core,
             epoch: 0,
-            retry_armed: None,
+            timer_armed: None,
             gh_jobs: BTreeMap::new(),
             regs: BTreeMap::new(),
             ran: HashMap::new(),
@@ -431,10 +430,9 @@ impl Sim {
                 let kind = RunnerEventKind::Exited { code, reason };
                 self.core.on_runner_event(&name, kind, now)
             }
-            Ev::Wake(ep) if ep == e => self.core.wake(now),
-            Ev::RetryTimer(ep, at) if ep == e && self.retry_armed == Some(at) => {
-                self.retry_armed = None;
-                self.core.on_retry_timer(now)
+            Ev::Timer(ep, at) if ep == e && self.timer_armed == Some(at) => {
+                self.timer_armed = None;
+                self.core.on_timer(now)
             }
             Ev::IdleAnswer(ep, name, busy, reason) if ep == e => {
                 self.core.on_idle_checked(&name, busy, reason, now)
@@ -484,7 +482,7 @@ impl Sim {
     fn restart(&mut self) {
         let now = self.now();
         self.epoch += 1;
-        self.retry_armed = None;
+        self.timer_armed = None;
         self.core = new_core(self.plan.slots, self.plan.seed ^ u64::from(self.epoch));
         self.core
             .on_provider_status(PoolName::from("local"), true, None, now);

@@ -109,16 +109,12 @@ impl Sim {
                 let latency = self.jitter(5, 200);
                 self.after(latency, Ev::IdleAnswer(e, name, result, reason));
             }
-            Effect::ArmRetryTimer { at } => {
-                self.retry_armed = at.map(|at| {
+            Effect::ArmTimer { at } => {
+                self.timer_armed = at.map(|at| {
                     let ms = self.ms(at);
-                    self.at(ms, Ev::RetryTimer(e, ms));
+                    self.at(ms, Ev::Timer(e, ms));
                     ms
                 });
-            }
-            Effect::WakeAt(at) => {
-                let ms = self.ms(at);
-                self.at(ms, Ev::Wake(e));
             }
             Effect::LookAtJob { key, .. } => {
                 let status = match self.gh_jobs.get(&key.job_id) {
