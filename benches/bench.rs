@@ -309,6 +309,7 @@ fn retry_scale() {
         class: ErrorClass::ServerSide,
         retry_after: None,
         bucket: None,
+        reading: None,
         message: "502".into(),
     };
     for n in [1_000u64, 10_000, 100_000] {
@@ -464,9 +465,8 @@ fn burst(jobs: u64) -> Vec<Duration> {
                     };
                     queue.extend(s.on_claim_result(key, provider, Ok(runner), now));
                 }
-                Effect::WakeAt(at) => {
-                    *wake = Some(wake.map_or(at, |w: tokio::time::Instant| w.min(at)))
-                }
+                // The one timer: the latest arm replaces the one before.
+                Effect::ArmTimer { at } => *wake = at,
                 _ => {}
             }
         }
@@ -487,7 +487,7 @@ fn burst(jobs: u64) -> Vec<Duration> {
             mono: at,
             unix: now.unix + at.duration_since(now.mono).as_secs(),
         };
-        let fx = s.wake(now);
+        let fx = s.on_timer(now);
         handle(fx, now, &mut s, &mut claims, &mut wake);
     }
     claims.iter().map(|c| c.duration_since(t0)).collect()

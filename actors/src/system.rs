@@ -257,7 +257,8 @@ pub fn start(
 
     // 1-2. Rate readings, and a GitHub client per target (its own credential, budget and
     //      App token).
-    let rate = RateActor::new(metrics.clone()).start();
+    let rate_book = crate::rate::RateBook::default();
+    let rate = RateActor::new(rate_book.clone(), metrics.clone()).start();
     let mut credentials = Vec::with_capacity(targets.len());
     let mut githubs = Vec::with_capacity(targets.len());
     for target in &targets {
@@ -350,7 +351,7 @@ pub fn start(
     let deps = SchedulerDeps {
         github: githubs.iter().map(|(_, g)| GithubHandle::of(g)).collect(),
         rate: Some(RateHandle {
-            subscribe: rate.clone().recipient(),
+            book: rate_book,
             credentials,
         }),
         provisioners: handles,

@@ -38,7 +38,7 @@ fn config(standin: &Standin, auth: GithubAuth, repos: &[&str]) -> GithubConfig {
 fn setup_with(standin_config: StandinConfig, auth: Option<GithubAuth>) -> Setup {
     let standin = Standin::start(standin_config).unwrap();
     let metrics = Metrics::new();
-    let rate = RateActor::new(metrics.clone()).start();
+    let rate = RateActor::new(Default::default(), metrics.clone()).start();
     let auth = auth.unwrap_or_else(|| GithubAuth::Token(Secret::new("ghp_standin_token")));
     let client = GithubClient::new(
         &config(&standin, auth, &["app"]),

@@ -37,6 +37,9 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
     /// The rate-limit bucket the failed call spent (its reading decides a rate snap).
     pub bucket: Option<crate::vocab::RateBucket>,
+    /// The failed answer's own reading of that bucket, when it carried one: it decides the
+    /// delay before any other reading.
+    pub reading: Option<RateSnapshot>,
     /// What went wrong, for the timeline (never a secret).
     pub message: String,
 }
@@ -304,17 +307,13 @@ impl RetryQueue {
         None
     }
 
-    /// Drops `key` (success, picked up elsewhere, cancelled). True if it was there.
-    pub fn remove(&mut self, key: &JobKey) -> bool {
-        match self.items.remove(key) {
-            Some(item) => {
-                if item.next_attempt.is_some() {
-                    self.waiting -= 1;
-                }
-                true
-            }
-            None => false,
+    /// Drops `key` (success, picked up elsewhere, cancelled), handing back its item.
+    pub fn remove(&mut self, key: &JobKey) -> Option<RetryItem> {
+        let item = self.items.remove(key)?;
+        if item.next_attempt.is_some() {
+            self.waiting -= 1;
         }
+        Some(item)
     }
 
     /// The item for `key`, waiting or in flight.
@@ -395,6 +394,7 @@ mod tests {
             class,
             retry_after: None,
             bucket: None,
+            reading: None,
             message: "boom".into(),
         }
     }
@@ -451,7 +451,7 @@ mod tests {
         let due = q.pop_due(now + Duration::from_secs(30));
         assert_eq!(due.len(), 2);
         assert_eq!(q.len(), 0, "in flight items are not waiting");
-        assert!(q.remove(&job(1).key), "success drops");
+        assert!(q.remove(&job(1).key).is_some(), "success drops");
         let again = failed(
             &mut q,
             2,
@@ -510,7 +510,7 @@ mod tests {
             now + Duration::from_secs(5),
             &mut rng,
         );
-        assert!(q.remove(&job(1).key));
+        assert!(q.remove(&job(1).key).is_some());
         assert_eq!(q.next_due(), Some(now + Duration::from_secs(35)));
         assert_eq!(q.pop_due(now + Duration::from_secs(31)).len(), 0);
         assert_eq!(q.len(), 1);
@@ -587,6 +587,7 @@ mod tests {
                     class: classes[class],
                     retry_after: after.map(Duration::from_secs),
                     bucket: None,
+                    reading: None,
                     message: "x".into(),
                 };
                 match q.record_failure(&job(1).key, &failure, now, now_unix, Some(&reading), &mut rng) {

@@ -34,7 +34,6 @@ use crate::{
     provision::{
         ProviderStatus, Provision, ProvisionError, ProvisionerHandle, RunnerEvent, RunnerEventKind,
     },
-    rate::{RateReading, SubscribeRate},
     retry::{ArmRetryTimer, Backoff, RetryActor, RetryDue},
     store::{Snapshot, Store},
 };
@@ -88,11 +87,12 @@ impl GithubHandle {
     }
 }
 
-/// Where the scheduler subscribes to the rate readings of its targets' credentials.
+/// Where the scheduler reads the rate readings of its targets' credentials: the rate actor's
+/// book (the one copy of each reading).
 #[derive(Debug, Clone)]
 pub struct RateHandle {
-    /// The rate actor.
-    pub subscribe: Recipient<SubscribeRate>,
+    /// The rate actor's book.
+    pub book: crate::rate::RateBook,
     /// Each target's credential key (`GithubClient::rate_key`), in target order.
     pub credentials: Vec<String>,
 }
@@ -154,14 +154,13 @@ pub fn start_in(
     }
     let mut core = Scheduler::new(settings, backoff, seed);
     let mut deps = deps;
+    if let Some(rate) = &deps.rate {
+        core.read_rates(rate.book.clone(), rate.credentials.clone());
+    }
     let (redo, fx) = match deps.restore.take() {
         Some(snapshot) if deps.store.is_some() => core.restore(&snapshot, clock.tick()),
         _ => (Vec::new(), Vec::new()),
     };
-    if let Some(rate) = &deps.rate {
-        let to = addr.downgrade().recipient();
-        SubscribeRate::each(&rate.subscribe, &rate.credentials, &to);
-    }
     let mirror = deps.ledger.clone().map(crate::cluster::Mirror::spawn);
     let mut actor = SchedulerActor {
         core,
@@ -438,20 +437,6 @@ impl Handler<RetryDue> for SchedulerActor {
     fn handle(&mut self, _: RetryDue, ctx: &mut Context<Self>) {
         let fx = self.core.on_timer(self.clock.tick());
         self.run(fx, ctx);
-    }
-}
-
-impl Handler<RateReading> for SchedulerActor {
-    type Result = ();
-
-    fn handle(&mut self, m: RateReading, _: &mut Context<Self>) {
-        // Targets that share a credential share its budget.
-        let Some(rate) = &self.deps.rate else { return };
-        for (t, credential) in rate.credentials.iter().enumerate() {
-            if *credential == m.credential {
-                self.core.on_rate_reading(t, m.bucket, m.reading);
-            }
-        }
     }
 }
 

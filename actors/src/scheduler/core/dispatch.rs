@@ -176,12 +176,15 @@ impl Scheduler {
     /// A registration budget a fresh reading proves empty is not spent: every claim of the
     /// target waits for its reset (a second past it, as readings count whole seconds).
     fn hold_claims_while_budget_empty(&mut self, t: usize, now: Now) {
-        let bucket = RateBucket::ActionsRunnerRegistration;
-        let Some(reset) = self
-            .rates
-            .get(&(t, bucket))
-            .and_then(|r| r.exhausted_until(now.unix, RATE_READING_FRESH))
-        else {
+        if let Some(reading) = self.reading(t, RateBucket::ActionsRunnerRegistration) {
+            self.hold_claims_until_reset(t, &reading, now);
+        }
+    }
+
+    /// Holds target `t`'s claims until the reset of a registration budget `reading` proves
+    /// empty.
+    fn hold_claims_until_reset(&mut self, t: usize, reading: &RateSnapshot, now: Now) {
+        let Some(reset) = reading.exhausted_until(now.unix, RATE_READING_FRESH) else {
             return;
         };
         let wait = Duration::from_secs(reset.saturating_sub(now.unix).saturating_add(1));
@@ -290,14 +293,20 @@ impl Scheduler {
             Err(e) => {
                 self.release(&provider);
                 self.stats.claim_failures += 1;
-                if let Some((bucket, remaining, reset)) = e.rate_reading() {
-                    // The failed answer's own reading decides its retry, whether or not the rate
-                    // actor's copy of it has arrived yet.
-                    let reading = self.rates.entry((t, bucket)).or_default();
-                    reading.remaining = Some(remaining);
-                    reading.reset = Some(reset);
-                    reading.updated = now.unix;
-                }
+                // The failed answer's own reading decides its retry and holds the target's claims
+                // back, whether or not the rate actor has folded it into its book yet.
+                let reading = e.rate_reading().map(|(bucket, remaining, reset)| {
+                    let reading = RateSnapshot {
+                        remaining: Some(remaining),
+                        reset: Some(reset),
+                        updated: now.unix,
+                        ..RateSnapshot::default()
+                    };
+                    if bucket == RateBucket::ActionsRunnerRegistration {
+                        self.hold_claims_until_reset(t, &reading, now);
+                    }
+                    reading
+                });
                 if let Some(wait) = e.secondary_limit_wait() {
                     // A secondary limit is the credential's, not this job's: every claim waits.
                     self.pause_claims(t, wait, "GitHub answered a secondary rate limit", now);
@@ -322,6 +331,7 @@ impl Scheduler {
                     class,
                     retry_after: e.retry_after(),
                     bucket: e.rate_bucket(),
+                    reading,
                     message: e.to_string(),
                 };
                 self.failed(&key, failure, now, &mut fx);

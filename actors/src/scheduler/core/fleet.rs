@@ -166,8 +166,6 @@ impl Scheduler {
                 rec.info = job.info.clone();
                 rec.phase = Phase::Retrying;
                 rec.seen_at = Some(now.mono);
-                rec.claim_failures = row.attempts;
-                rec.first_failure_class = Some(row.class);
                 self.note(&key, now, released);
                 self.ladder
                     .restore(std::slice::from_ref(&row), now.mono, now.unix);

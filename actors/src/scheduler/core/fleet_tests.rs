@@ -87,7 +87,9 @@ fn a_released_job_comes_back_with_its_ladder() {
     );
     let rec = s.job(&JobKey::new("acme", 1)).unwrap();
     assert_eq!(rec.phase, Phase::Retrying);
-    assert_eq!(rec.claim_failures, 2);
+    assert_eq!(rec.ladder_left, None, "its count is on the ladder");
+    let q = s.retry_queue(at(t0, 0));
+    assert_eq!((q.depth, q.items[0].attempts), (1, 2));
     assert!(rec.timeline.iter().any(|e| e.note
         == Note::Released {
             by: "h2".into(),

@@ -1,8 +1,8 @@
 //! The claim retry ladder. The scheduler owns it: each failed claim's item (attempts, first
 //! failure, class, next attempt) lives in its [`RetryQueue`], and every delay is decided here
-//! with the rate reading the scheduler holds. The `RetryActor` is only the timer: it is handed
-//! the earliest due time ([`Effect::ArmRetryTimer`]) and says when it has come
-//! ([`Scheduler::on_retry_timer`]).
+//! with the failed answer's own rate reading, else the rate actor's latest one (read from its
+//! book). The `RetryActor` is only the timer: it is handed the earliest due time of everything
+//! timed ([`Effect::ArmTimer`]) and says when it has come ([`Scheduler::on_timer`]).
 
 #[allow(unused_imports)]
 use super::*;
@@ -25,9 +25,8 @@ impl Scheduler {
             self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
             return;
         }
-        rec.claim_failures += 1;
-        rec.first_failure_class.get_or_insert(failure.class);
-        let attempts = rec.claim_failures;
+        // The ladder's item counts the job's failures (this one included once it is recorded).
+        let attempts = self.ladder.get(key).map_or(0, |i| i.attempts) + 1;
         if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
             let mut park = None;
             let why = if self.draining {
@@ -46,6 +45,9 @@ impl Scheduler {
                 Abandon::RetryDisabled
             };
             self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+            if let Some(rec) = self.jobs.get_mut(key) {
+                rec.ladder_left = Some((attempts, failure.class));
+            }
             // Not forgotten: looked at again on the slow lane (an operator may fix what the
             // claim refused), like a job given up on after `max_age`.
             if let Some(reason) = park {
@@ -58,7 +60,9 @@ impl Scheduler {
         let bucket = failure
             .bucket
             .unwrap_or(RateBucket::ActionsRunnerRegistration);
-        let reading = self.rates.get(&(self.target_index(key), bucket)).copied();
+        let reading = failure
+            .reading
+            .or_else(|| self.reading(self.target_index(key), bucket));
         let outcome = self.ladder.record_failure(
             key,
             &failure,
@@ -101,6 +105,10 @@ impl Scheduler {
                 age,
                 class,
             } => {
+                // The ladder dropped its item: what it held stays on the record.
+                if let Some(rec) = self.jobs.get_mut(key) {
+                    rec.ladder_left = Some((attempts, class));
+                }
                 self.ops.push(Op::DeleteRetry(key.clone()));
                 self.observe(Observation::RetryGivenUp {
                     job_id: key.job_id,
@@ -124,7 +132,10 @@ impl Scheduler {
 
     /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).
     pub(super) fn leave_ladder(&mut self, key: &JobKey, fx: &mut Vec<Effect>) {
-        if self.ladder.remove(key) {
+        if let Some(item) = self.ladder.remove(key) {
+            if let Some(rec) = self.jobs.get_mut(key) {
+                rec.ladder_left = Some((item.attempts, item.class));
+            }
             self.ops.push(Op::DeleteRetry(key.clone()));
             self.rearm_timer(fx);
         }
@@ -180,12 +191,5 @@ impl Scheduler {
         self.timer = None;
         self.rearm_timer(&mut fx);
         fx
-    }
-
-    /// A fresh rate-limit reading of one bucket of target `target`'s credential (pushed by
-    /// the rate actor): the ladder snaps a rate-limited retry of its jobs to the reset of the
-    /// bucket its failing call spent, when the reading proves that bucket empty.
-    pub fn on_rate_reading(&mut self, target: usize, bucket: RateBucket, reading: RateSnapshot) {
-        self.rates.insert((target, bucket), reading);
     }
 }

@@ -132,6 +132,7 @@ impl Scheduler {
                         class: error.class(),
                         retry_after: None,
                         bucket: None,
+                        reading: None,
                         message: format!("provisioning failed: {error}"),
                     };
                     self.failed(&intent, failure, now, &mut fx);
@@ -236,6 +237,7 @@ impl Scheduler {
             class: ErrorClass::UnknownRetryable,
             retry_after: None,
             bucket: None,
+            reading: None,
             message: error,
         };
         self.failed(intent, failure, now, fx);

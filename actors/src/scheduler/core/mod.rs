@@ -29,7 +29,7 @@ use crate::{
     github::{ErrorClass, GithubError, JitRunner},
     job::{JobAction, JobInfo, JobKey},
     provision::{ExitReason, RunnerEventKind, RunnerSpec},
-    rate::RateSnapshot,
+    rate::{RateBook, RateSnapshot},
     retry::{Backoff, Failure, MAX_WAIT, RATE_READING_FRESH, RetryQueue, RetryView, Scheduled},
     scheduler::messages::ShuttingDown,
     store::{Op, RunnerRow, Snapshot},
@@ -269,11 +269,9 @@ pub struct JobRecord {
     /// Runners made for it that exited cleanly with no job seen on them, not yet explained by
     /// a late event.
     pub quiet_exits: u8,
-    /// Claims (or environments) that failed for it so far: its history, kept after it leaves
-    /// the ladder. The ladder's own item (attempts, next attempt) lives in the ladder alone.
-    pub claim_failures: u32,
-    /// Class of its first failure.
-    pub first_failure_class: Option<ErrorClass>,
+    /// What its ladder item held when it left the ladder (failures, the latest one's
+    /// class): its history. While it is on the ladder, the item there is the one count.
+    pub ladder_left: Option<(u32, ErrorClass)>,
     /// Every decision taken about it.
     pub timeline: Vec<TimelineEntry>,
     /// Fleet mode: delivered to another host's intake, which asks the ledger first.
@@ -291,8 +289,7 @@ impl JobRecord {
             admissions: 0,
             idle_reaps: 0,
             quiet_exits: 0,
-            claim_failures: 0,
-            first_failure_class: None,
+            ladder_left: None,
             timeline: Vec::new(),
             delivered_elsewhere: false,
         })
@@ -398,8 +395,9 @@ pub struct Scheduler {
     ladder: RetryQueue,
     /// Jitter for the ladder (seeded in tests).
     rng: SmallRng,
-    /// The latest rate-limit reading of each bucket of each target's credential.
-    rates: HashMap<(usize, RateBucket), RateSnapshot>,
+    /// Where the rate-limit readings are kept (the rate actor's book), and each target's
+    /// credential in it: read when a delay is decided, never copied.
+    rates: Option<(RateBook, Vec<String>)>,
     /// When the claim pacing next has a token for a job that waits for one.
     pace_wake: Option<Instant>,
     /// The due time the timer was last handed.
@@ -527,7 +525,7 @@ impl Scheduler {
             stats: Stats::default(),
             ladder: RetryQueue::new(backoff),
             rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),
-            rates: HashMap::new(),
+            rates: None,
             pace_wake: None,
             timer: None,
             observed: Vec::new(),
@@ -535,6 +533,19 @@ impl Scheduler {
             deferred: Vec::new(),
             held_idle: vec![0; targets],
         }
+    }
+
+    /// Reads rate-limit readings from `book`, target `t`'s under `credentials[t]` (targets
+    /// that share a credential share its budget). Without it, a rate-limited claim climbs the
+    /// plain ladder.
+    pub fn read_rates(&mut self, book: RateBook, credentials: Vec<String>) {
+        self.rates = Some((book, credentials));
+    }
+
+    /// The latest reading of `bucket` of target `t`'s credential.
+    fn reading(&self, t: usize, bucket: RateBucket) -> Option<RateSnapshot> {
+        let (book, credentials) = self.rates.as_ref()?;
+        book.get(credentials.get(t)?, bucket)
     }
 
     /// Runner `name` as its notes share it: the ledger's copy, a recently gone runner's, or a

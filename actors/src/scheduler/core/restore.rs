@@ -95,11 +95,8 @@ impl Scheduler {
             };
             if rec.started_at.is_none() && rec.phase == Phase::Seen {
                 rec.phase = Phase::Retrying;
-                rec.claim_failures = r.attempts;
-                rec.first_failure_class = Some(r.class);
             } else if rec.started_at.is_none() && matches!(rec.phase, Phase::Active { .. }) {
                 // An attempt was in flight (a runner in the ledger): the item waits for it.
-                rec.claim_failures = r.attempts;
                 self.ladder.hold(&r.job.key);
             } else {
                 self.leave_ladder(&r.job.key, &mut fx);

@@ -159,14 +159,19 @@ fn slots_follow_the_weights() {
 fn an_empty_budget_pauses_only_its_target() {
     let (mut s, t0) = two_targets(8, [1, 1], vec![pool("local", 8, None)]);
     let now = at(t0, 0);
-    let empty = RateSnapshot {
+    // The rate actor's book holds acme's empty registration budget; beta's credential is
+    // another.
+    let book = crate::rate::RateBook::default();
+    let headers = crate::vocab::RateHeaders {
         remaining: Some(0),
         limit: Some(10),
         reset: Some(now.unix + 600),
-        updated: now.unix,
-        ..RateSnapshot::default()
+        used: None,
+        resource: RateBucket::ActionsRunnerRegistration,
     };
-    s.on_rate_reading(0, RateBucket::ActionsRunnerRegistration, empty);
+    let bucket = RateBucket::ActionsRunnerRegistration;
+    book.observe("acme-token", bucket, Some(headers), None, now.unix);
+    s.read_rates(book, vec!["acme-token".into(), "beta-token".into()]);
     let fx_a = queue(&mut s, "acme", 1, now);
     let fx_b = queue(&mut s, "beta", 2, now);
     assert!(claimed_keys(&fx_a).is_empty(), "{fx_a:?}");

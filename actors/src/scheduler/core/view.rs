@@ -82,8 +82,11 @@ impl Scheduler {
             started: r.started_at.is_some(),
             admissions: r.admissions,
             idle_reaps: r.idle_reaps,
-            retry_attempts: item.map_or(r.claim_failures, |i| i.attempts),
-            error_class: item.map(|i| i.class).or(r.first_failure_class),
+            retry_attempts: item
+                .map(|i| i.attempts)
+                .or(r.ladder_left.map(|(n, _)| n))
+                .unwrap_or(0),
+            error_class: item.map(|i| i.class).or(r.ladder_left.map(|(_, c)| c)),
             next_attempt_unix: item.and_then(|i| i.next_attempt).map(|at| {
                 now.unix
                     .saturating_add(at.saturating_duration_since(now.mono).as_secs())

@@ -300,7 +300,8 @@ async fn harness(s: Setup) -> Harness {
         next_id: 0,
     }
     .start();
-    let rate = RateActor::new(metrics.clone()).start();
+    let rate_book = crate::rate::RateBook::default();
+    let rate = RateActor::new(rate_book.clone(), metrics.clone()).start();
     let provisioned = Arc::new(Mutex::new(Vec::new()));
     let mut provisioners = HashMap::new();
     let mut fakes = Vec::new();
@@ -358,7 +359,7 @@ async fn harness(s: Setup) -> Harness {
     let deps = SchedulerDeps {
         github: vec![GithubHandle::of(&github)],
         rate: Some(RateHandle {
-            subscribe: rate.clone().recipient(),
+            book: rate_book,
             credentials: vec!["token".into()],
         }),
         provisioners,

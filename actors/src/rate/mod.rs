@@ -9,7 +9,9 @@
 //! decision; the actor only forwards and mirrors the latest reading into the four gauges. An
 //! observation without `X-RateLimit-Remaining` changes no reading and no gauge.
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
+
+mod book;
 
 pub use crate::vocab::RateSnapshot;
 use crate::{
@@ -17,62 +19,7 @@ use crate::{
     vocab::{RateBucket, RateHeaders},
 };
 use actix::{Actor, Context, Handler, Message, MessageResult, Recipient, WeakRecipient};
-
-/// Readings per credential and bucket. Pure: the time of each observation is passed in.
-#[derive(Debug, Default)]
-pub struct RateTracker {
-    readings: HashMap<(String, RateBucket), RateSnapshot>,
-}
-
-impl RateTracker {
-    /// Folds one answer's headers into the credential's reading. Returns the new reading when
-    /// it changed.
-    pub fn observe(&mut self, o: &ObserveRate) -> Option<RateSnapshot> {
-        if o.headers.is_none() && o.retry_after.is_none() {
-            return None;
-        }
-        let r = self
-            .readings
-            .entry((o.credential.clone(), o.bucket))
-            .or_default();
-        if let Some(h) = o.headers {
-            // `X-RateLimit-Remaining` was present (else `headers` would be `None`): this is a
-            // reading, even if some values did not parse.
-            if h.remaining.is_some() {
-                r.remaining = h.remaining;
-            }
-            r.limit = h.limit.or(r.limit);
-            r.reset = h.reset.or(r.reset);
-            r.used = h.used.or(r.used);
-            r.updated = o.at_unix;
-        }
-        if let Some(after) = o.retry_after {
-            r.retry_after = Some(after);
-            r.retry_after_at = Some(o.at_unix);
-        }
-        Some(*r)
-    }
-
-    /// The reading of one bucket of `credential` (all empty if never observed).
-    pub fn snapshot(&self, credential: &str, bucket: RateBucket) -> RateSnapshot {
-        self.readings
-            .get(&(credential.to_string(), bucket))
-            .copied()
-            .unwrap_or_default()
-    }
-
-    /// Every bucket of `credential` read so far.
-    pub fn snapshots(&self, credential: &str) -> Vec<(RateBucket, RateSnapshot)> {
-        let mut v: Vec<(RateBucket, RateSnapshot)> = self
-            .readings
-            .iter()
-            .filter(|((c, _), _)| c == credential)
-            .map(|((_, b), r)| (*b, *r))
-            .collect();
-        v.sort_by_key(|(b, _)| *b);
-        v
-    }
-}
+pub use book::{RateBook, RateTracker};
 
 /// One GitHub answer's rate information.
 #[derive(Debug, Clone, Message)]
@@ -146,16 +93,17 @@ impl SubscribeRate {
 /// Actor shell over [`RateTracker`]; mirrors readings into the rate gauges.
 #[derive(Debug)]
 pub struct RateActor {
-    tracker: RateTracker,
+    book: RateBook,
     metrics: Metrics,
     subscribers: Vec<(String, WeakRecipient<RateReading>)>,
 }
 
 impl RateActor {
-    /// A rate actor writing into `metrics`.
-    pub fn new(metrics: Metrics) -> Self {
+    /// A rate actor keeping its readings in `book` (which the scheduler reads) and writing
+    /// into `metrics`.
+    pub fn new(book: RateBook, metrics: Metrics) -> Self {
         RateActor {
-            tracker: RateTracker::default(),
+            book,
             metrics,
             subscribers: Vec::new(),
         }
@@ -175,7 +123,13 @@ impl Handler<ObserveRate> for RateActor {
 
     fn handle(&mut self, msg: ObserveRate, _: &mut Context<Self>) {
         let is_reading = msg.headers.is_some();
-        let changed = self.tracker.observe(&msg);
+        let changed = self.book.observe(
+            &msg.credential,
+            msg.bucket,
+            msg.headers,
+            msg.retry_after,
+            msg.at_unix,
+        );
         if let Some(r) = changed
             && is_reading
         {
@@ -219,7 +173,7 @@ impl Handler<SubscribeRate> for RateActor {
     fn handle(&mut self, m: SubscribeRate, _: &mut Context<Self>) {
         // The current readings first, so the subscriber starts from what is known.
         if let Some(to) = m.to.upgrade() {
-            for (bucket, reading) in self.tracker.snapshots(&m.credential) {
+            for (bucket, reading) in self.book.snapshots(&m.credential) {
                 to.do_send(RateReading {
                     credential: m.credential.clone(),
                     bucket,
@@ -235,98 +189,6 @@ impl Handler<GetRateSnapshot> for RateActor {
     type Result = MessageResult<GetRateSnapshot>;
 
     fn handle(&mut self, msg: GetRateSnapshot, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.tracker.snapshots(&msg.credential))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn obs(remaining: Option<u64>, reset: u64, at: u64) -> ObserveRate {
-        ObserveRate {
-            credential: "token".into(),
-            target: "acme".into(),
-            bucket: RateBucket::Core,
-            headers: Some(RateHeaders {
-                remaining,
-                limit: Some(5000),
-                reset: Some(reset),
-                used: None,
-                resource: RateBucket::Core,
-            }),
-            retry_after: None,
-            status: 200,
-            at_unix: at,
-        }
-    }
-
-    #[test]
-    fn missing_headers_change_nothing() {
-        let mut t = RateTracker::default();
-        t.observe(&obs(Some(10), 2000, 1000));
-        let before = t.snapshot("token", RateBucket::Core);
-        let none = ObserveRate {
-            headers: None,
-            ..obs(None, 0, 1500)
-        };
-        assert_eq!(t.observe(&none), None);
-        assert_eq!(t.snapshot("token", RateBucket::Core), before);
-        assert_eq!(before.updated, 1000);
-    }
-
-    /// The registration bucket is its own reading: a claim's answer never moves `core`.
-    #[test]
-    fn readings_are_kept_per_bucket() {
-        let mut t = RateTracker::default();
-        t.observe(&obs(Some(4000), 2000, 1000));
-        t.observe(&ObserveRate {
-            bucket: RateBucket::ActionsRunnerRegistration,
-            ..obs(Some(0), 3000, 1001)
-        });
-        assert_eq!(t.snapshot("token", RateBucket::Core).remaining, Some(4000));
-        let reg = t.snapshot("token", RateBucket::ActionsRunnerRegistration);
-        assert_eq!((reg.remaining, reg.reset), (Some(0), Some(3000)));
-        assert_eq!(t.snapshots("token").len(), 2);
-    }
-
-    #[test]
-    fn readings_are_kept_per_credential() {
-        let mut t = RateTracker::default();
-        t.observe(&obs(Some(10), 2000, 1000));
-        t.observe(&ObserveRate {
-            credential: "app-installation-9".into(),
-            ..obs(Some(0), 3000, 1001)
-        });
-        assert_eq!(t.snapshot("token", RateBucket::Core).remaining, Some(10));
-        assert_eq!(
-            t.snapshot("app-installation-9", RateBucket::Core).remaining,
-            Some(0)
-        );
-        assert_eq!(
-            t.snapshot("other", RateBucket::Core),
-            RateSnapshot::default()
-        );
-    }
-
-    #[test]
-    fn exhausted_only_when_fresh_empty_and_reset_ahead() {
-        let five_min = Duration::from_secs(300);
-        let mut t = RateTracker::default();
-        t.observe(&obs(Some(0), 1090, 1000));
-        let s = t.snapshot("token", RateBucket::Core);
-        assert_eq!(s.exhausted_until(1000, five_min), Some(1090));
-        assert_eq!(
-            s.exhausted_until(1000 + 600, five_min),
-            None,
-            "stale reading"
-        );
-        assert_eq!(s.exhausted_until(1095, five_min), None, "reset passed");
-        t.observe(&obs(Some(3), 1090, 1001));
-        assert_eq!(
-            t.snapshot("token", RateBucket::Core)
-                .exhausted_until(1001, five_min),
-            None
-        );
+        MessageResult(self.book.snapshots(&msg.credential))
     }
 }
