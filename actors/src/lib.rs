@@ -12,6 +12,7 @@ pub mod admin;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod durable;
 pub mod github;
 pub mod harden;
 pub mod http;

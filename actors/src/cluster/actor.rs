@@ -12,7 +12,7 @@ use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, WrapFuture,
 };
 
-use super::{DeadRegistration, Ledger, RunnerIdentity, stream::FleetEvent};
+use super::{DeadRegistration, Ledger, Load, RunnerIdentity, stream::FleetEvent};
 use crate::{
     github::actor::{DeleteRunner, ListRunners},
     rate::{RateReading, SubscribeRate},
@@ -21,17 +21,6 @@ use crate::{
 
 /// How often old rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(300);
-
-/// What this host reports with its lease.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Load {
-    /// Its pools: name, kind, labels, slots, up.
-    pub pools: serde_json::Value,
-    /// Runners it has.
-    pub used: usize,
-    /// Its slots.
-    pub capacity: usize,
-}
 
 /// Ask the scheduler for this host's [`Load`].
 #[derive(Debug, Clone, Copy, Message)]

@@ -8,7 +8,7 @@ use std::{collections::HashSet, time::Duration};
 use tokio::sync::mpsc;
 
 use super::{Ledger, LedgerError};
-use crate::store::{Op, RetryRow, RunnerRow};
+use crate::durable::{Op, RetryRow, RunnerRow};
 
 /// A handle on the mirroring task. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{job::JobInfo, store::RetryRow, vocab::ErrorClass};
+use crate::{durable::RetryRow, job::JobInfo, vocab::ErrorClass};
 
 /// The answer to a claim request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,4 +168,15 @@ mod tests {
         );
         assert_eq!(row.class, ErrorClass::RateLimit);
     }
+}
+
+/// What this host reports with its lease.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Load {
+    /// Its pools: name, kind, labels, slots, up.
+    pub pools: serde_json::Value,
+    /// Runners it has.
+    pub used: usize,
+    /// Its slots.
+    pub capacity: usize,
 }

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::backoff::{Backoff, DelayReason};
 use crate::{
+    durable::RetryRow,
     job::{JobInfo, JobKey},
-    store::RetryRow,
     vocab::{ErrorClass, RateSnapshot},
 };
 

@@ -8,11 +8,7 @@ use actix::{ActorFutureExt, AsyncContext, Context, Handler, MessageResult, WrapF
 
 use super::{SchedulerActor, core::ClaimRequest};
 use crate::{
-    cluster::{
-        Acquire, PACED_LEDGER,
-        actor::{GetLoad, Load},
-        stream::FleetEvent,
-    },
+    cluster::{Acquire, Load, PACED_LEDGER, actor::GetLoad, stream::FleetEvent},
     config::PoolName,
     github::{GithubError, actor::GenerateJitConfig},
     job::{JobAction, JobInfo, JobKey},

@@ -43,10 +43,7 @@ pub struct SetCordon(pub bool);
 #[rtype(result = "()")]
 pub struct BeginShutdown;
 
-/// A cordon cannot be lifted: the daemon is draining to shut down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the daemon is draining to shut down; it cannot be uncordoned")]
-pub struct ShuttingDown;
+pub use super::core::ShuttingDown;
 
 /// Tear down every runner now (a drain's deadline passed).
 #[derive(Debug, Clone, Copy, Message)]

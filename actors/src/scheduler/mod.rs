@@ -8,14 +8,13 @@ pub mod core;
 mod fleet;
 pub mod messages;
 pub mod observe;
-mod pacing;
 
 pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in};
+pub use core::ClaimPacer;
 pub use core::{
     ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState, TargetSpec,
 };
 pub use messages::JobEvent;
-pub use pacing::ClaimPacer;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

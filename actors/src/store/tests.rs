@@ -1,7 +1,7 @@
 //! The store against a real file.
 
 use super::*;
-use crate::config::PoolName;
+use crate::{config::PoolName, job::JobInfo, vocab::ErrorClass};
 
 fn job(id: u64) -> JobInfo {
     crate::scheduler::fixtures::job(id, &["self-hosted"])

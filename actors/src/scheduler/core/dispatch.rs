@@ -1,43 +1,27 @@
 //! Dispatch: routing a pending job to a covering provider with a free slot, claim pacing, and
 //! what a claim's answer leads to.
 
-use super::*;
-#[allow(unused_imports)]
-use crate::config::PoolName;
+use super::{
+    Abandon, ClaimRequest, Effect, Note, Phase, RunnerRecord, Scheduler, capacity::Pick,
+    observation::Observation,
+};
+use crate::{
+    clock::Now,
+    config::PoolName,
+    durable::{Op, RunnerRow},
+    github::{GithubError, JitRunner},
+    job::JobKey,
+    provision::RunnerSpec,
+    retry::{Failure, MAX_WAIT, RATE_READING_FRESH},
+    vocab::{LabelSet, RateBucket, RateSnapshot},
+};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
+use tokio::time::Instant;
 
 impl Scheduler {
-    /// The pool for a job of `target` with `labels`: the covering pool (of those that serve
-    /// the target) with the fewest extra labels, a free one first among equals.
+    /// The pool for a job of `target` with `labels` (see [`SlotTable::pick`]).
     pub(super) fn pick(&self, labels: &[String], target: usize) -> Pick {
-        let wanted = LabelSet::new(labels);
-        let mut best: Option<(usize, usize, bool)> = None; // (extra labels, index, free)
-        let mut covered = false;
-        for (i, offered) in self.provider_sets.iter().enumerate() {
-            let spec = &self.settings.providers[i];
-            let serves = spec.targets.as_ref().is_none_or(|t| t.contains(&target));
-            if !serves || !offered.covers(&wanted) {
-                continue;
-            }
-            covered = true;
-            let slot = &self.slots[i];
-            if !slot.up {
-                continue;
-            }
-            let extra = offered.extra_over(&wanted);
-            let free = slot.used < spec.max_concurrent;
-            let better = match best {
-                None => true,
-                Some((e, _, f)) => extra < e || (extra == e && free && !f),
-            };
-            if better {
-                best = Some((extra, i, free));
-            }
-        }
-        match best {
-            Some((_, i, true)) => Pick::Provider(i),
-            _ if covered => Pick::Wait,
-            _ => Pick::Uncovered,
-        }
+        self.capacity.pick(&self.settings.providers, labels, target)
     }
 
     /// The target of a job (the first, for an owner no target has: such a job is ignored at
@@ -49,10 +33,10 @@ impl Scheduler {
     /// Slots each target holds now: its claims in flight and its runners.
     pub(super) fn held_per_target(&self) -> Vec<usize> {
         let mut held = vec![0; self.settings.targets.len()];
-        for t in self.claiming.values() {
+        for t in self.capacity.claiming.values() {
             held[*t] += 1;
         }
-        for r in self.runners.values() {
+        for r in self.book.runners.values() {
             held[self.target_index(&r.intent)] += 1;
         }
         held
@@ -65,7 +49,7 @@ impl Scheduler {
     pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let n = self.settings.targets.len();
         let mut queues: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); n];
-        for key in std::mem::take(&mut self.pending) {
+        for key in std::mem::take(&mut self.admission.pending) {
             let t = self.target_index(&key);
             queues[t].push_back(key);
         }
@@ -81,7 +65,7 @@ impl Scheduler {
             let Some(key) = queues[t].pop_front() else {
                 break;
             };
-            let Some(rec) = self.jobs.get(&key) else {
+            let Some(rec) = self.admission.jobs.get(&key) else {
                 continue;
             };
             if rec.phase != Phase::Pending {
@@ -102,7 +86,7 @@ impl Scheduler {
                 self.abandon(&key, Phase::Done, Note::RanElsewhere, now, fx);
                 continue;
             }
-            if self.used_total >= self.settings.max_concurrent {
+            if self.capacity.host_full() {
                 queues[t].push_front(key);
                 break;
             }
@@ -125,8 +109,8 @@ impl Scheduler {
                 }
             };
             self.hold_claims_while_budget_empty(t, now);
-            if !self.pacers[t].try_take(now.mono) {
-                let at = self.pacers[t].next_slot_at(now.mono);
+            if !self.capacity.pacers[t].try_take(now.mono) {
+                let at = self.capacity.pacers[t].next_slot_at(now.mono);
                 wake = Some(wake.map_or(at, |w| w.min(at)));
                 paced[t] = true;
                 queues[t].push_front(key);
@@ -140,7 +124,7 @@ impl Scheduler {
         self.pace_wake = wake;
         for (mut skipped, queue) in skipped.into_iter().zip(queues) {
             skipped.extend(queue);
-            self.pending.extend(skipped);
+            self.admission.pending.extend(skipped);
         }
         self.rearm_timer(fx);
     }
@@ -161,7 +145,7 @@ impl Scheduler {
         let age = |t: usize| {
             queues[t]
                 .front()
-                .and_then(|k| self.jobs.get(k))
+                .and_then(|k| self.admission.jobs.get(k))
                 .map(|r| r.received_at)
         };
         (0..queues.len())
@@ -176,7 +160,10 @@ impl Scheduler {
     /// A registration budget a fresh reading proves empty is not spent: every claim of the
     /// target waits for its reset (a second past it, as readings count whole seconds).
     fn hold_claims_while_budget_empty(&mut self, t: usize, now: Now) {
-        if let Some(reading) = self.reading(t, RateBucket::ActionsRunnerRegistration) {
+        if let Some(reading) = self
+            .ladder
+            .reading(t, RateBucket::ActionsRunnerRegistration)
+        {
             self.hold_claims_until_reset(t, &reading, now);
         }
     }
@@ -199,8 +186,11 @@ impl Scheduler {
     /// Holds every claim of target `t` back for `wait` (a pause already longer stays).
     pub(super) fn pause_claims(&mut self, t: usize, wait: Duration, why: &'static str, now: Now) {
         let until = now.mono + wait;
-        if self.pacers[t].paused(now.mono).is_none_or(|p| p < until) {
-            self.pacers[t].pause_until(until);
+        if self.capacity.pacers[t]
+            .paused(now.mono)
+            .is_none_or(|p| p < until)
+        {
+            self.capacity.pacers[t].pause_until(until);
             self.observe(Observation::ClaimsPaused {
                 target: self.settings.targets[t].name.clone(),
                 until_unix: now.unix.saturating_add(wait.as_secs()),
@@ -244,14 +234,13 @@ impl Scheduler {
         let request = ClaimRequest {
             repo: self.settings.targets[t]
                 .repo_level()
-                .then(|| self.jobs[&key].info.repo.to_string()),
+                .then(|| self.admission.jobs[&key].info.repo.to_string()),
             name_base: self.settings.runner_prefix(&provider),
             labels: spec.labels.clone(),
         };
-        self.slots[i].used += 1;
-        self.used_total += 1;
+        self.capacity.take(i);
         self.stats.claims += 1;
-        self.claiming.insert(key.clone(), t);
+        self.capacity.claiming.insert(key.clone(), t);
         self.set_phase(
             &key,
             Phase::Claiming {
@@ -285,7 +274,7 @@ impl Scheduler {
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
-        self.claiming.remove(&key);
+        self.capacity.claiming.remove(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match result {
@@ -351,12 +340,18 @@ impl Scheduler {
     ) {
         let t = self.target_index(&key);
         let repo = self.settings.targets[t].repo_level().then(|| {
-            self.jobs
+            self.admission
+                .jobs
                 .get(&key)
                 .map(|r| r.info.repo.to_string())
                 .unwrap_or_default()
         });
-        let started = self.jobs.get(&key).and_then(|r| r.started_at).is_some();
+        let started = self
+            .admission
+            .jobs
+            .get(&key)
+            .and_then(|r| r.started_at)
+            .is_some();
         if self.draining || (started && !self.waiting_for(&provider, &key)) {
             // The claim raced a cordon or the job starting elsewhere, and no other job waits
             // for a runner of this pool: the runner is not needed and has not connected yet,
@@ -392,7 +387,7 @@ impl Scheduler {
                 .unwrap_or_default(),
         };
         let handle: Arc<str> = Arc::from(runner.name.as_str());
-        self.runners.insert(
+        self.book.runners.insert(
             handle.clone(),
             RunnerRecord {
                 row: RunnerRow {
@@ -414,7 +409,7 @@ impl Scheduler {
                 tearing_down: false,
             },
         );
-        let row = self.runners[&*handle].row.clone();
+        let row = self.book.runners[&*handle].row.clone();
         self.ops.push(Op::PutRunner(row));
         self.observe(Observation::RunnerAdded {
             provider: provider.clone(),
@@ -456,13 +451,15 @@ impl Scheduler {
         let Some(i) = self.provider_index(provider) else {
             return false;
         };
-        self.pending.iter().chain(self.ladder.keys()).any(|k| {
-            k != except
-                && self.jobs.get(k).is_some_and(|j| {
-                    j.started_at.is_none()
-                        && matches!(j.phase, Phase::Pending | Phase::Retrying)
-                        && self.provider_sets[i].covers(&LabelSet::new(&j.info.labels))
-                })
-        })
+        let covers = |k: &JobKey| {
+            self.admission.jobs.get(k).is_some_and(|j| {
+                self.capacity.provider_sets[i].covers(&LabelSet::new(&j.info.labels))
+            })
+        };
+        self.admission
+            .pending
+            .iter()
+            .chain(self.ladder.queue.keys())
+            .any(|k| k != except && self.admission.needs_runner(k) && covers(k))
     }
 }

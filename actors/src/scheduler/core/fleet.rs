@@ -2,8 +2,17 @@
 //! arbitrates (one holder per job across the fleet, one budget per credential); the core
 //! only hears the outcome.
 
-use super::*;
-use crate::cluster::{Acquire, Released, actor::Load};
+use super::{Effect, JobRecord, Note, Phase, Scheduler, capacity::Pick};
+use crate::cluster::{Acquire, Load, Released};
+use crate::{
+    clock::Now,
+    config::PoolName,
+    durable::Op,
+    job::{JobAction, JobInfo, JobKey},
+    retry::MAX_WAIT,
+    vocab::LabelSet,
+};
+use std::time::Duration;
 
 /// How much later a host whose pool has one more label than the job needs asks the ledger,
 /// so that the most specific pool in the fleet wins as it does on one host.
@@ -20,7 +29,7 @@ pub const OFFER_STEP_FOR_ELSEWHERE: Duration = Duration::from_millis(15);
 impl Scheduler {
     /// The job as last heard of.
     pub fn job_info(&self, key: &JobKey) -> Option<JobInfo> {
-        self.jobs.get(key).map(|r| r.info.clone())
+        self.admission.jobs.get(key).map(|r| r.info.clone())
     }
 
     /// How long to wait before asking the ledger for `key` on `provider`: nothing for a pool
@@ -29,11 +38,11 @@ impl Scheduler {
         let Some(i) = self.provider_index(provider) else {
             return Duration::ZERO;
         };
-        let (extra, elsewhere) = self.jobs.get(key).map_or((0, false), |r| {
-            let extra = self.provider_sets[i].extra_over(&LabelSet::new(&r.info.labels));
+        let (extra, elsewhere) = self.admission.jobs.get(key).map_or((0, false), |r| {
+            let extra = self.capacity.provider_sets[i].extra_over(&LabelSet::new(&r.info.labels));
             (extra, r.delivered_elsewhere)
         });
-        let load = self.used_total as f64 / self.settings.max_concurrent.max(1) as f64;
+        let load = self.capacity.used_total as f64 / self.settings.max_concurrent.max(1) as f64;
         let elsewhere = if elsewhere {
             OFFER_STEP_FOR_ELSEWHERE
         } else {
@@ -54,7 +63,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let key = info.key.clone();
         let fx = self.on_job_event(action, info, None, now.mono, now);
-        if let Some(rec) = self.jobs.get_mut(&key) {
+        if let Some(rec) = self.admission.jobs.get_mut(&key) {
             rec.delivered_elsewhere = true;
         }
         fx
@@ -65,7 +74,7 @@ impl Scheduler {
     /// ([`Scheduler::take_held_notice`]).
     pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
-        match self.jobs.get(&key).map(|r| &r.phase) {
+        match self.admission.jobs.get(&key).map(|r| &r.phase) {
             Some(Phase::Pending) => self.held_elsewhere(&key, host, now, &mut fx),
             Some(Phase::Claiming { .. }) => {
                 self.held_notices.insert(key, host);
@@ -98,7 +107,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.release(&provider);
-        self.claiming.remove(&key);
+        self.capacity.claiming.remove(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match answer {
@@ -110,7 +119,7 @@ impl Scheduler {
             }
             Acquire::Paced { wait, why } => {
                 self.set_phase(&key, Phase::Pending);
-                self.pending.push_front(key.clone());
+                self.admission.pending.push_front(key.clone());
                 self.note(
                     &key,
                     now,
@@ -135,7 +144,7 @@ impl Scheduler {
         if self.out_of_scope(&job.info).is_some() {
             return fx;
         }
-        if let Some(rec) = self.jobs.get(&key)
+        if let Some(rec) = self.admission.jobs.get(&key)
             && (rec.started_at.is_some()
                 || matches!(
                     rec.phase,
@@ -158,8 +167,9 @@ impl Scheduler {
             attempts: job.attempts.max(0) as u32,
         };
         match ladder {
-            Some(row) if self.ladder.get(&key).is_none() => {
+            Some(row) if self.ladder.queue.get(&key).is_none() => {
                 let rec = self
+                    .admission
                     .jobs
                     .entry(key.clone())
                     .or_insert_with(|| JobRecord::new(job.info.clone(), Phase::Seen, now.mono));
@@ -168,12 +178,13 @@ impl Scheduler {
                 rec.seen_at = Some(now.mono);
                 self.note(&key, now, released);
                 self.ladder
+                    .queue
                     .restore(std::slice::from_ref(&row), now.mono, now.unix);
                 self.ops.push(Op::PutRetry(row));
                 self.rearm_timer(&mut fx);
             }
             _ => {
-                if let Some(rec) = self.jobs.get_mut(&key) {
+                if let Some(rec) = self.admission.jobs.get_mut(&key) {
                     rec.seen_at = None;
                 }
                 self.on_queued(job.info, None, now.mono, now, &mut fx);
@@ -189,7 +200,7 @@ impl Scheduler {
             .settings
             .providers
             .iter()
-            .zip(&self.slots)
+            .zip(&self.capacity.slots)
             .map(|(p, s)| {
                 serde_json::json!({
                     "name": p.name.as_str(),
@@ -203,7 +214,7 @@ impl Scheduler {
             .collect();
         Load {
             pools: serde_json::Value::Array(pools),
-            used: self.used_total,
+            used: self.capacity.used_total,
             capacity: self.settings.max_concurrent,
         }
     }

@@ -1,5 +1,6 @@
 //! Fleet mode in the core: the ledger's refusals and another host's releases.
 
+use crate::job::JobAction;
 use std::time::Duration;
 
 use super::{

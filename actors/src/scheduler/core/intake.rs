@@ -2,8 +2,16 @@
 //! starts and completions bind runners (a runner bound to a sibling's job leaves its own job
 //! needing another) and trigger teardown.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    DeliveryId, Effect, JobRecord, Note, Phase, Scheduler, bounded_conclusion, capacity::Pick,
+    observation::Observation,
+};
+use crate::{
+    clock::Now,
+    durable::Op,
+    job::{JobAction, JobInfo, JobKey},
+};
+use tokio::time::Instant;
 
 impl Scheduler {
     /// A `workflow_job` event (webhook or reconcile).
@@ -17,7 +25,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         let mut job = job;
-        self.shared.job(&mut job);
+        self.admission.shared.job(&mut job);
         if let Some(reason) = self.out_of_scope(&job) {
             self.ignore(action, job, reason, received, now);
             return fx;
@@ -73,6 +81,7 @@ impl Scheduler {
         }
         let key = job.key.clone();
         let rec = self
+            .admission
             .jobs
             .entry(key.clone())
             .or_insert_with(|| JobRecord::new(job, Phase::Ignored, received));
@@ -93,7 +102,7 @@ impl Scheduler {
         let key = job.key.clone();
         // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
         //    covers costs nothing when it is delivered again.
-        if let Some(rec) = self.jobs.get(&key) {
+        if let Some(rec) = self.admission.jobs.get(&key) {
             // A parked job is looked at again when a delivery for it comes.
             if matches!(rec.phase, Phase::Parked { .. }) && !self.draining {
                 self.admit_again(&key, "delivery", now);
@@ -117,6 +126,7 @@ impl Scheduler {
             }
         }
         let rec = self
+            .admission
             .jobs
             .entry(key.clone())
             .or_insert_with(|| JobRecord::new(job.clone(), Phase::Seen, received));
@@ -155,11 +165,11 @@ impl Scheduler {
             return;
         }
         // 4. Pending: wait for a slot and a claim token (or a spare runner).
-        if let Some(rec) = self.jobs.get_mut(&key) {
+        if let Some(rec) = self.admission.jobs.get_mut(&key) {
             rec.admissions += 1;
         }
         self.set_phase(&key, Phase::Pending);
-        self.pending.push_back(key.clone());
+        self.admission.pending.push_back(key.clone());
         self.note(&key, now, Note::Admitted);
         self.pump(now, fx);
     }
@@ -175,6 +185,7 @@ impl Scheduler {
         let key = job.key.clone();
         let runner_name = job.runner_name.clone();
         let rec = self
+            .admission
             .jobs
             .entry(key.clone())
             .or_insert_with(|| JobRecord::new(job.clone(), Phase::Done, now.mono));
@@ -183,6 +194,7 @@ impl Scheduler {
             self.ops.push(Op::JobStarted(key.clone(), now.unix));
         }
         let rec = self
+            .admission
             .jobs
             .get_mut(&key)
             .unwrap_or_else(|| unreachable!("inserted above"));
@@ -215,21 +227,17 @@ impl Scheduler {
         // Bind the runner named in the event, if it is ours.
         // A runner already gone that is named now did run a job: no registration to delete,
         // and a clean exit of it counted against its job is explained.
-        if let Some(gone) = runner_name
+        if let Some(intent) = runner_name
             .as_ref()
-            .and_then(|n| self.recent_runners.get_mut(n.as_str()))
-            && !gone.ran_a_job
+            .and_then(|n| self.book.recent.ran_a_job(n.as_str()))
+            && let Some(j) = self.admission.jobs.get_mut(&intent)
         {
-            gone.ran_a_job = true;
-            let intent = gone.intent.clone();
-            if let Some(j) = self.jobs.get_mut(&intent) {
-                j.quiet_exits = j.quiet_exits.saturating_sub(1);
-            }
+            j.quiet_exits = j.quiet_exits.saturating_sub(1);
         }
         // Ours only if the name *and* the id match (a name alone could be another's).
         let runner_id = job.runner_id;
         if let Some(name) = &runner_name
-            && let Some(runner) = self.runners.get_mut(name.as_str())
+            && let Some(runner) = self.book.runners.get_mut(name.as_str())
             && runner_id.is_none_or(|id| id == runner.id)
         {
             if runner.bound.is_none() {
@@ -277,6 +285,7 @@ impl Scheduler {
         // runner was made for.
         let target = match runner_name {
             Some(name) => self
+                .book
                 .runners
                 .get(name)
                 .filter(|r| runner_id.is_none_or(|id| id == r.id))
@@ -284,12 +293,14 @@ impl Scheduler {
             // Cancelled before any runner took it: the runner made for it may go, if it is
             // not busy with another job.
             None => self
+                .book
                 .runners
                 .values()
                 .find(|r| &r.intent == key && r.bound.as_ref().is_none_or(|b| b == key))
                 .map(|r| r.name.clone()),
         };
         let conclusion = self
+            .admission
             .jobs
             .get(key)
             .and_then(|r| r.info.conclusion.clone())
@@ -297,11 +308,13 @@ impl Scheduler {
         // Count the job if it ran on a runner of ours, live or just gone (a runner often exits
         // before GitHub's `completed` delivery arrives).
         let ran_on = runner_name.and_then(|n| {
-            self.runners
+            self.book
+                .runners
                 .get(n)
                 .map(|r| (r.provider.clone(), r.started_at))
                 .or_else(|| {
-                    self.recent_runners
+                    self.book
+                        .recent
                         .get(n)
                         .map(|g| (g.provider.clone(), g.started_at))
                 })

@@ -4,8 +4,75 @@
 //! book). The `RetryActor` is only the timer: it is handed the earliest due time of everything
 //! timed ([`Effect::ArmTimer`]) and says when it has come ([`Scheduler::on_timer`]).
 
-#[allow(unused_imports)]
-use super::*;
+use rand::{SeedableRng, rngs::SmallRng};
+
+use super::{Abandon, Effect, Note, ParkReason, Phase, Scheduler, observation::Observation};
+use crate::{
+    clock::Now,
+    durable::Op,
+    job::JobKey,
+    rate::RateBook,
+    retry::{Backoff, Failure, RetryQueue, Scheduled},
+    vocab::{RateBucket, RateSnapshot},
+};
+
+/// The ladder: each failed job's item (the one count of its failures), the jitter, and where
+/// the rate readings its delays are decided with are read.
+#[derive(Debug)]
+pub(super) struct Ladder {
+    pub(super) queue: RetryQueue,
+    /// Jitter (seeded in tests).
+    rng: SmallRng,
+    /// The rate actor's book, and each target's credential in it: read, never copied.
+    rates: Option<(RateBook, Vec<String>)>,
+}
+
+impl Ladder {
+    /// An empty ladder climbing `backoff`; `seed` fixes its jitter (tests), else it is random.
+    pub(super) fn new(backoff: Backoff, seed: Option<u64>) -> Self {
+        Ladder {
+            queue: RetryQueue::new(backoff),
+            rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),
+            rates: None,
+        }
+    }
+
+    /// Reads rate readings from `book`, target `t`'s under `credentials[t]`.
+    pub(super) fn read_rates(&mut self, book: RateBook, credentials: Vec<String>) {
+        self.rates = Some((book, credentials));
+    }
+
+    /// The latest reading of `bucket` of target `t`'s credential.
+    pub(super) fn reading(&self, t: usize, bucket: RateBucket) -> Option<RateSnapshot> {
+        let (book, credentials) = self.rates.as_ref()?;
+        book.get(credentials.get(t)?, bucket)
+    }
+
+    /// Puts `key` (of target `t`) on the ladder after `failure`, or gives it up. The delay
+    /// snaps to a rate reset with the failed answer's own reading, else the latest reading of
+    /// the bucket the failing call spent (a claim's is actions_runner_registration when the
+    /// answer did not say).
+    pub(super) fn record_failure(
+        &mut self,
+        key: &JobKey,
+        t: usize,
+        failure: &Failure,
+        now: Now,
+    ) -> Scheduled {
+        let bucket = failure
+            .bucket
+            .unwrap_or(RateBucket::ActionsRunnerRegistration);
+        let reading = failure.reading.or_else(|| self.reading(t, bucket));
+        self.queue.record_failure(
+            key,
+            failure,
+            now.mono,
+            now.unix,
+            reading.as_ref(),
+            &mut self.rng,
+        )
+    }
+}
 
 impl Scheduler {
     /// An attempt for the job failed (its claim, its environment, or its runner before the job
@@ -18,7 +85,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(rec) = self.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.jobs.get_mut(key) else {
             return;
         };
         if rec.started_at.is_some() {
@@ -26,7 +93,7 @@ impl Scheduler {
             return;
         }
         // The ladder's item counts the job's failures (this one included once it is recorded).
-        let attempts = self.ladder.get(key).map_or(0, |i| i.attempts) + 1;
+        let attempts = self.ladder.queue.get(key).map_or(0, |i| i.attempts) + 1;
         if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
             let mut park = None;
             let why = if self.draining {
@@ -45,7 +112,7 @@ impl Scheduler {
                 Abandon::RetryDisabled
             };
             self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
-            if let Some(rec) = self.jobs.get_mut(key) {
+            if let Some(rec) = self.admission.jobs.get_mut(key) {
                 rec.ladder_left = Some((attempts, failure.class));
             }
             // Not forgotten: looked at again on the slow lane (an operator may fix what the
@@ -55,22 +122,9 @@ impl Scheduler {
             }
             return;
         }
-        // The rate snap reads the bucket the failing call spent; a claim's is
-        // actions_runner_registration when the answer did not say.
-        let bucket = failure
-            .bucket
-            .unwrap_or(RateBucket::ActionsRunnerRegistration);
-        let reading = failure
-            .reading
-            .or_else(|| self.reading(self.target_index(key), bucket));
-        let outcome = self.ladder.record_failure(
-            key,
-            &failure,
-            now.mono,
-            now.unix,
-            reading.as_ref(),
-            &mut self.rng,
-        );
+        let outcome = self
+            .ladder
+            .record_failure(key, self.target_index(key), &failure, now);
         match outcome {
             Scheduled::Retry {
                 delay,
@@ -82,9 +136,10 @@ impl Scheduler {
                 self.set_phase(key, Phase::Retrying);
                 self.observe(Observation::RetryScheduled { class });
                 if let Some(row) = self
+                    .admission
                     .jobs
                     .get(key)
-                    .and_then(|rec| self.ladder.row(&rec.info, now.mono, now.unix))
+                    .and_then(|rec| self.ladder.queue.row(&rec.info, now.mono, now.unix))
                 {
                     self.ops.push(Op::PutRetry(row));
                 }
@@ -106,7 +161,7 @@ impl Scheduler {
                 class,
             } => {
                 // The ladder dropped its item: what it held stays on the record.
-                if let Some(rec) = self.jobs.get_mut(key) {
+                if let Some(rec) = self.admission.jobs.get_mut(key) {
                     rec.ladder_left = Some((attempts, class));
                 }
                 self.ops.push(Op::DeleteRetry(key.clone()));
@@ -132,8 +187,8 @@ impl Scheduler {
 
     /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).
     pub(super) fn leave_ladder(&mut self, key: &JobKey, fx: &mut Vec<Effect>) {
-        if let Some(item) = self.ladder.remove(key) {
-            if let Some(rec) = self.jobs.get_mut(key) {
+        if let Some(item) = self.ladder.queue.remove(key) {
+            if let Some(rec) = self.admission.jobs.get_mut(key) {
                 rec.ladder_left = Some((item.attempts, item.class));
             }
             self.ops.push(Op::DeleteRetry(key.clone()));
@@ -145,11 +200,14 @@ impl Scheduler {
     /// deferred decision, the claim pacing's next token), when it changed: one timer serves
     /// them all.
     pub(super) fn rearm_timer(&mut self, fx: &mut Vec<Effect>) {
-        let deferred = self.deferred.iter().map(|(at, _)| *at).min();
-        let next = [self.ladder.next_due(), deferred, self.pace_wake]
-            .into_iter()
-            .flatten()
-            .min();
+        let next = [
+            self.ladder.queue.next_due(),
+            self.book.next_due(),
+            self.pace_wake,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if next != self.timer {
             self.timer = next;
             fx.push(Effect::ArmTimer { at: next });
@@ -163,8 +221,8 @@ impl Scheduler {
     pub fn on_timer(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.run_deferred(now, false, &mut fx);
-        for (key, attempts) in self.ladder.pop_due(now.mono) {
-            let phase = self.jobs.get(&key).map(|r| r.phase.clone());
+        for (key, attempts) in self.ladder.queue.pop_due(now.mono) {
+            let phase = self.admission.jobs.get(&key).map(|r| r.phase.clone());
             if phase != Some(Phase::Retrying) {
                 // Resolved while it waited (started elsewhere, completed): nothing to retry.
                 self.leave_ladder(&key, &mut fx);
@@ -181,7 +239,7 @@ impl Scheduler {
                 continue;
             }
             self.set_phase(&key, Phase::Pending);
-            self.pending.push_back(key.clone());
+            self.admission.pending.push_back(key.clone());
             self.note(&key, now, Note::RetryDue { attempt: attempts });
         }
         self.pump(now, &mut fx);

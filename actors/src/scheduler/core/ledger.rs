@@ -2,23 +2,32 @@
 //! (it ran a job, its environment failed, it exited cleanly with no job seen, it was torn
 //! down), forgetting runners, deferred deletions and their retries, provider status and cordon.
 
-use super::*;
-#[allow(unused_imports)]
-use crate::config::PoolName;
+use super::{
+    DELETE_ATTEMPTS, DELETE_DELAY, DELETE_RETRY_FIRST, Effect, MAX_WAIT_DELETE, Note, Phase,
+    QUIET_EXITS_FREE, RunnerRecord, Scheduler, ShuttingDown, observation::Observation,
+    runner_book::Deferred,
+};
+use crate::{
+    clock::Now,
+    config::PoolName,
+    durable::Op,
+    github::{ErrorClass, GithubError},
+    job::JobKey,
+    provision::{ExitReason, RunnerEventKind},
+    retry::Failure,
+};
+use std::time::Duration;
+use tokio::time::Instant;
 
 impl Scheduler {
     pub(super) fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
-        self.deferred.push((due, what));
+        self.book.defer(due, what);
         self.rearm_timer(fx);
     }
 
     /// Carries out deferred decisions that are due (all of them with `all`).
     pub(super) fn run_deferred(&mut self, now: Now, all: bool, fx: &mut Vec<Effect>) {
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
-            .into_iter()
-            .partition(|(at, _)| all || *at <= now.mono);
-        self.deferred = later;
-        for (_, what) in due {
+        for what in self.book.take_due(now.mono, all) {
             match what {
                 Deferred::Delete {
                     owner,
@@ -27,7 +36,7 @@ impl Scheduler {
                     name,
                     attempt,
                 } => {
-                    let ran_a_job = self.recent_runners.get(&*name).is_some_and(|r| r.ran_a_job);
+                    let ran_a_job = self.book.recent.get(&name).is_some_and(|r| r.ran_a_job);
                     if !ran_a_job {
                         fx.push(Effect::DeleteRunner {
                             owner,
@@ -56,19 +65,21 @@ impl Scheduler {
     pub fn on_runner_event(&mut self, name: &str, kind: RunnerEventKind, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         // An event for a runner no longer in the ledger changes nothing.
-        let Some((handle, runner)) = self.runners.get_key_value(name) else {
+        let Some((handle, runner)) = self.book.runners.get_key_value(name) else {
             return fx;
         };
         let (handle, intent) = (handle.clone(), runner.intent.clone());
         match kind {
             RunnerEventKind::Started => {
                 let runner = self
+                    .book
                     .runners
                     .get_mut(name)
                     .unwrap_or_else(|| unreachable!("looked up above"));
                 runner.started_at = Some(now.mono);
                 let startup = now.mono.saturating_duration_since(runner.created_at);
                 let queue_wait = self
+                    .admission
                     .jobs
                     .get(&intent)
                     .map(|rec| now.mono.saturating_duration_since(rec.received_at));
@@ -115,12 +126,15 @@ impl Scheduler {
                         now,
                     );
                 }
-                let waiting = matches!(self.jobs.get(&intent).map(|r| &r.phase), Some(Phase::Seen));
+                let waiting = matches!(
+                    self.admission.jobs.get(&intent).map(|r| &r.phase),
+                    Some(Phase::Seen)
+                );
                 if waiting && error.takes_pool_down() {
                     // The pool itself cannot run jobs (its supervisor reported it down first):
                     // the job waits for it or goes to another covering pool; no rung is spent.
                     self.set_phase(&intent, Phase::Pending);
-                    self.pending.push_back(intent.clone());
+                    self.admission.pending.push_back(intent.clone());
                     let why = "its pool cannot run jobs right now";
                     self.observe(Observation::Requeued {
                         job_id: intent.job_id,
@@ -168,8 +182,8 @@ impl Scheduler {
         let by_itself = reason == ExitReason::Exited;
         let clean = by_itself && code == Some(0);
         let ran_a_job = r.bound.is_some() || clean;
-        if clean && let Some(gone) = self.recent_runners.get_mut(name) {
-            gone.ran_a_job = true;
+        if clean {
+            self.book.recent.ran_a_job(name);
         }
         // A runner that may not have run a job leaves a registration GitHub keeps: delete it.
         // One that exits by itself, or was found gone after a restart, may still be named by a
@@ -184,6 +198,7 @@ impl Scheduler {
         }
         // Its job, if it still waits for this runner (it is `Seen` now), goes on.
         let waiting = self
+            .admission
             .jobs
             .get(intent)
             .is_some_and(|j| j.phase == Phase::Seen && j.started_at.is_none());
@@ -201,7 +216,7 @@ impl Scheduler {
             return self.attempt_failed(&r, intent, name, error, now, fx);
         }
         if clean {
-            let quiet = self.jobs.get_mut(intent).map_or(0, |j| {
+            let quiet = self.admission.jobs.get_mut(intent).map_or(0, |j| {
                 j.quiet_exits = j.quiet_exits.saturating_add(1);
                 j.quiet_exits
             });
@@ -306,8 +321,8 @@ impl Scheduler {
         now: Now,
     ) {
         if let Some(i) = self.provider_index(&provider) {
-            self.slots[i].env_failures += 1;
-            self.slots[i].last_env_failure = Some(error.clone());
+            self.capacity.slots[i].env_failures += 1;
+            self.capacity.slots[i].last_env_failure = Some(error.clone());
         }
         self.observe(Observation::EnvironmentFailed {
             job_id: job.job_id,
@@ -327,23 +342,14 @@ impl Scheduler {
 
     /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
     pub(super) fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
-        let (handle, r) = self.runners.remove_entry(name)?;
+        let (handle, r) = self.book.runners.remove_entry(name)?;
         self.ops.push(Op::DeleteRunner(r.name.clone()));
         self.release(&r.provider);
         self.observe(Observation::RunnerRemoved {
             provider: r.provider.clone(),
         });
-        self.recent_runners.insert(
-            handle,
-            GoneRunner {
-                provider: r.provider.clone(),
-                started_at: r.started_at,
-                gone_at: now.mono,
-                ran_a_job: r.bound.is_some(),
-                intent: r.intent.clone(),
-            },
-        );
-        if let Some(rec) = self.jobs.get_mut(&r.intent)
+        self.book.recent.remember(handle, &r, now.mono);
+        if let Some(rec) = self.admission.jobs.get_mut(&r.intent)
             && matches!(&rec.phase, Phase::Active { runner, .. } if **runner == *name)
         {
             rec.phase = if rec.started_at.is_some() {
@@ -379,7 +385,7 @@ impl Scheduler {
     }
 
     fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {
-        let Some(rec) = self.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.jobs.get_mut(key) else {
             return;
         };
         if rec.started_at.is_some() || rec.phase != Phase::Seen || self.draining {
@@ -388,7 +394,7 @@ impl Scheduler {
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;
-        self.pending.push_back(key.clone());
+        self.admission.pending.push_back(key.clone());
         self.observe(Observation::Requeued {
             job_id: key.job_id,
             why,
@@ -412,8 +418,8 @@ impl Scheduler {
             cause: cause.clone(),
         });
         if let Some(i) = self.provider_index(&provider) {
-            self.slots[i].up = up;
-            self.slots[i].down_cause = if up { None } else { cause };
+            self.capacity.slots[i].up = up;
+            self.capacity.slots[i].down_cause = if up { None } else { cause };
         }
         self.pump(now, &mut fx);
         fx

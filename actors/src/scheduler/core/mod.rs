@@ -13,29 +13,24 @@
 //! as plain-data [`Effect`]s; the actor shell carries all three out.
 
 use crate::config::PoolName;
-use std::{
-    collections::{HashMap, VecDeque},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use rand::{SeedableRng, rngs::SmallRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{observe::Observation, pacing::ClaimPacer};
 use crate::{
     clock::Now,
-    github::{ErrorClass, GithubError, JitRunner},
-    job::{JobAction, JobInfo, JobKey},
-    provision::{ExitReason, RunnerEventKind, RunnerSpec},
-    rate::{RateBook, RateSnapshot},
-    retry::{Backoff, Failure, MAX_WAIT, RATE_READING_FRESH, RetryQueue, RetryView, Scheduled},
-    scheduler::messages::ShuttingDown,
-    store::{Op, RunnerRow, Snapshot},
-    vocab::{LabelSet, RateBucket},
+    durable::{Op, RunnerRow},
+    github::ErrorClass,
+    job::{JobInfo, JobKey},
+    provision::RunnerSpec,
+    rate::RateBook,
+    retry::Backoff,
 };
+use observation::Observation;
 
+mod admission;
+mod capacity;
 mod dispatch;
 mod fleet;
 #[cfg(test)]
@@ -43,8 +38,11 @@ mod fleet_tests;
 mod intake;
 mod ladder;
 mod ledger;
+pub mod observation;
+mod pacing;
 mod parking;
 mod restore;
+mod runner_book;
 mod settings;
 mod shared;
 mod supply;
@@ -52,8 +50,12 @@ mod sweep;
 pub mod timeline;
 mod view;
 
+use admission::Admission;
+use capacity::SlotTable;
+use ladder::Ladder;
+pub use pacing::ClaimPacer;
+use runner_book::RunnerBook;
 pub use settings::{ProviderSpec, SchedulerSettings, TargetSpec};
-use timeline::TIMELINE_CAP;
 pub use timeline::{Abandon, DeliveryId, Note, TimelineEntry};
 pub use view::{
     Capacity, JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState,
@@ -337,67 +339,28 @@ impl std::ops::DerefMut for RunnerRecord {
     }
 }
 
-#[derive(Debug, Default, Clone)]
-struct Slots {
-    used: usize,
-    up: bool,
-    /// Why the provider is down, as its supervisor reported.
-    down_cause: Option<String>,
-    /// Environments of this pool that failed to come up, or exited before their job started.
-    env_failures: u64,
-    /// The latest such failure.
-    last_env_failure: Option<String>,
-}
-
-/// Outcome of routing one job.
-#[derive(PartialEq, Eq)]
-enum Pick {
-    /// No enabled provider covers the job.
-    Uncovered,
-    /// Covering providers exist but none is up with a free slot right now.
-    Wait,
-    /// This provider has a free slot.
-    Provider(usize),
-}
-
-/// The scheduler.
+/// The scheduler: its owned parts, and what crosses them (the settings, cordon, the one
+/// timer, and what waits for the shell).
 #[derive(Debug)]
 pub struct Scheduler {
     settings: SchedulerSettings,
-    provider_sets: Vec<LabelSet>,
-    /// Boxed: a map slot is then a pointer, and its spare slots (a hash map keeps about a
-    /// quarter free) cost 40 B each instead of the record's 300.
-    jobs: HashMap<JobKey, Box<JobRecord>>,
-    runners: HashMap<Arc<str>, RunnerRecord>,
-    pending: VecDeque<JobKey>,
-    slots: Vec<Slots>,
-    used_total: usize,
-    /// Claim pacing per target: the sliding window, and pauses while its credential is
-    /// limited.
-    pacers: Vec<ClaimPacer>,
     /// Target index per owner (lowercased).
     owners: HashMap<String, usize>,
-    /// Jobs whose claim is in flight, with their target (the fair share counts them).
-    claiming: HashMap<JobKey, usize>,
+    /// The job table, the pending queue, shared strings, jobs held idle.
+    admission: Admission,
+    /// Slots, pacing, claims in flight.
+    capacity: SlotTable,
+    /// Runners of ours, runners just gone, deferred decisions.
+    book: RunnerBook,
+    /// The claim retry ladder: the one owner of every failed job's retry state.
+    ladder: Ladder,
     /// Fleet mode: jobs whose claim is in flight here that another host was heard to hold
     /// (the host): a claim still waiting for its offer delay does not ask the ledger.
     held_notices: HashMap<JobKey, String>,
-    /// Runners gone recently, by name: a `completed` often arrives after its runner exited,
-    /// and must still be counted as ours.
-    recent_runners: HashMap<Arc<str>, GoneRunner>,
-    /// One copy of each owner, repository, label set and conclusion the jobs repeat.
-    shared: shared::Shared,
     draining: bool,
     /// The shutdown drain has begun: the cordon can no longer be lifted.
     shutting_down: bool,
     stats: Stats,
-    /// The claim retry ladder: the one owner of every failed job's retry state.
-    ladder: RetryQueue,
-    /// Jitter for the ladder (seeded in tests).
-    rng: SmallRng,
-    /// Where the rate-limit readings are kept (the rate actor's book), and each target's
-    /// credential in it: read when a delay is decided, never copied.
-    rates: Option<(RateBook, Vec<String>)>,
     /// When the claim pacing next has a token for a job that waits for one.
     pace_wake: Option<Instant>,
     /// The due time the timer was last handed.
@@ -406,58 +369,12 @@ pub struct Scheduler {
     observed: Vec<Observation>,
     /// State changes waiting to be made durable.
     ops: Vec<Op>,
-    /// Decisions waiting for a late delivery (see `DELETE_DELAY`, `HEAL_DELAY`), failed
-    /// deletions waiting to be tried again, and parked jobs' next looks.
-    deferred: Vec<(Instant, Deferred)>,
-    /// Per target: jobs its last reconcile pass found queued on GitHub that the daemon holds
-    /// idle (parked before their look, or cordoned).
-    held_idle: Vec<usize>,
 }
 
-/// A runner that left the ledger a moment ago.
-#[derive(Debug, Clone)]
-struct GoneRunner {
-    provider: PoolName,
-    /// Its environment came up at.
-    started_at: Option<Instant>,
-    gone_at: Instant,
-    /// It ran a job (an event named it, or it exited cleanly by itself): GitHub removes its
-    /// registration, so it is not deleted.
-    ran_a_job: bool,
-    /// The job it was made for last.
-    intent: JobKey,
-}
-
-impl Deferred {
-    /// The deletion of `r`'s registration (its first attempt).
-    fn from_runner(r: &RunnerRecord) -> Self {
-        Deferred::Delete {
-            owner: r.row.intent.owner.to_string(),
-            repo: r.row.repo.clone(),
-            runner_id: r.row.id,
-            name: r.row.name.clone(),
-            attempt: 0,
-        }
-    }
-}
-
-/// A decision taken later, once a late `in_progress` had its chance to arrive.
-#[derive(Debug, Clone)]
-enum Deferred {
-    /// Delete a runner registration unless the runner turns out to have run a job
-    /// (`attempt`: deletions of it that failed so far).
-    Delete {
-        owner: String,
-        repo: Option<String>,
-        runner_id: u64,
-        name: String,
-        attempt: u32,
-    },
-    /// Dispatch a stranded job again unless it has been observed running by then.
-    Heal { key: JobKey, why: &'static str },
-    /// Look at a parked job again.
-    Look { key: JobKey },
-}
+/// A cordon cannot be lifted: the daemon is draining to shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the daemon is draining to shut down; it cannot be uncordoned")]
+pub struct ShuttingDown;
 
 /// Counters for status views and tests.
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -480,58 +397,26 @@ impl Scheduler {
     /// A scheduler with no jobs, climbing `backoff` on failures; `seed` fixes the ladder's
     /// jitter (tests), else it is random.
     pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: Option<u64>) -> Self {
-        let targets = settings.targets.len();
-        let provider_sets = settings
-            .providers
-            .iter()
-            .map(|p| LabelSet::new(&p.labels))
-            .collect();
-        let slots = settings
-            .providers
-            .iter()
-            // Down until its supervisor reports the host check passed: no job is claimed for a
-            // pool that cannot run it.
-            .map(|_| Slots {
-                up: false,
-                down_cause: Some("starting: host check not done yet".into()),
-                ..Slots::default()
-            })
-            .collect();
         Scheduler {
-            pacers: settings
-                .targets
-                .iter()
-                .map(|t| ClaimPacer::new(t.claims_per_minute))
-                .collect(),
             owners: settings
                 .targets
                 .iter()
                 .enumerate()
                 .map(|(i, t)| (t.owner.to_ascii_lowercase(), i))
                 .collect(),
-            claiming: HashMap::new(),
+            admission: Admission::new(settings.targets.len()),
+            capacity: SlotTable::new(&settings),
+            book: RunnerBook::default(),
+            ladder: Ladder::new(backoff, seed),
             held_notices: HashMap::new(),
             settings,
-            provider_sets,
-            jobs: HashMap::new(),
-            runners: HashMap::new(),
-            pending: VecDeque::new(),
-            slots,
-            used_total: 0,
-            recent_runners: HashMap::new(),
-            shared: shared::Shared::default(),
             draining: false,
             shutting_down: false,
             stats: Stats::default(),
-            ladder: RetryQueue::new(backoff),
-            rng: SmallRng::seed_from_u64(seed.unwrap_or_else(rand::random)),
-            rates: None,
             pace_wake: None,
             timer: None,
             observed: Vec::new(),
             ops: Vec::new(),
-            deferred: Vec::new(),
-            held_idle: vec![0; targets],
         }
     }
 
@@ -539,43 +424,16 @@ impl Scheduler {
     /// that share a credential share its budget). Without it, a rate-limited claim climbs the
     /// plain ladder.
     pub fn read_rates(&mut self, book: RateBook, credentials: Vec<String>) {
-        self.rates = Some((book, credentials));
+        self.ladder.read_rates(book, credentials);
     }
 
-    /// The latest reading of `bucket` of target `t`'s credential.
-    fn reading(&self, t: usize, bucket: RateBucket) -> Option<RateSnapshot> {
-        let (book, credentials) = self.rates.as_ref()?;
-        book.get(credentials.get(t)?, bucket)
-    }
-
-    /// Runner `name` as its notes share it: the ledger's copy, a recently gone runner's, or a
-    /// fresh one for a runner that is not ours (a name repeated in five notes of a job is then
-    /// held once).
+    /// Runner `name` as its notes share it (see [`RunnerBook::handle`]).
     fn runner_handle(&self, name: &str) -> Arc<str> {
-        self.runners
-            .get_key_value(name)
-            .map(|(k, _)| k.clone())
-            .or_else(|| {
-                self.recent_runners
-                    .get_key_value(name)
-                    .map(|(k, _)| k.clone())
-            })
-            .unwrap_or_else(|| Arc::from(name))
+        self.book.handle(name)
     }
 
     fn note(&mut self, key: &JobKey, now: Now, note: Note) {
-        if let Some(rec) = self.jobs.get_mut(key) {
-            if rec.timeline.len() == TIMELINE_CAP {
-                rec.timeline.remove(1);
-            } else if rec.timeline.len() == rec.timeline.capacity() {
-                // Grown two entries at a time, not doubled: most jobs keep a handful of notes
-                // and 100,000 of them may be held at once (docs/benchmarks.md: a done job's
-                // nine notes reserved sixteen entries when doubled, twelve four at a time,
-                // ten now; the few reallocations cost less than the room).
-                rec.timeline.reserve_exact(2);
-            }
-            rec.timeline.push(TimelineEntry { at: now.unix, note });
-        }
+        self.admission.note(key, now, note);
     }
 
     fn observe(&mut self, o: Observation) {
@@ -592,16 +450,12 @@ impl Scheduler {
     }
 
     fn set_phase(&mut self, key: &JobKey, phase: Phase) {
-        if let Some(rec) = self.jobs.get_mut(key) {
-            rec.phase = phase;
-        }
+        self.admission.set_phase(key, phase);
     }
 
     fn release(&mut self, provider: &PoolName) {
-        if let Some(i) = self.provider_index(provider) {
-            self.slots[i].used = self.slots[i].used.saturating_sub(1);
-        }
-        self.used_total = self.used_total.saturating_sub(1);
+        let i = self.provider_index(provider);
+        self.capacity.free(i);
     }
 
     /// `runner.name_prefix`.

@@ -3,7 +3,15 @@
 //! *parked* with a time to look at it again, and a reconcile pass admits every job GitHub
 //! lists as queued that the daemon holds in no active phase.
 
-use super::*;
+use super::{
+    Effect, Note, PARK_LOOK, ParkReason, Phase, Scheduler, observation::Observation,
+    runner_book::Deferred,
+};
+use crate::{
+    clock::Now,
+    github::GithubError,
+    job::{JobAction, JobInfo, JobKey},
+};
 
 impl Scheduler {
     /// The sweep reaped `runner`, made for `key`, after it sat idle for the whole grace: GitHub
@@ -17,7 +25,7 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let cap = self.settings.zombie_cap;
-        let Some(rec) = self.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.jobs.get_mut(key) else {
             return;
         };
         let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if **r == *runner);
@@ -56,7 +64,7 @@ impl Scheduler {
 
     /// A parked job's look is due: GitHub is asked whether it is still queued.
     pub(super) fn look_at(&mut self, key: &JobKey, now: Now, fx: &mut Vec<Effect>) {
-        let Some(rec) = self.jobs.get(key) else {
+        let Some(rec) = self.admission.jobs.get(key) else {
             return;
         };
         match rec.phase {
@@ -82,7 +90,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         if !matches!(
-            self.jobs.get(key).map(|j| &j.phase),
+            self.admission.jobs.get(key).map(|j| &j.phase),
             Some(Phase::Parked { .. })
         ) {
             return fx;
@@ -107,7 +115,7 @@ impl Scheduler {
             }
             _ => {
                 if let Some(Phase::Parked { look_unix, .. }) =
-                    self.jobs.get_mut(key).map(|j| &mut j.phase)
+                    self.admission.jobs.get_mut(key).map(|j| &mut j.phase)
                 {
                     *look_unix = now.unix.saturating_add(PARK_LOOK.as_secs());
                 }
@@ -124,7 +132,7 @@ impl Scheduler {
     /// Admits a known job again (a parked job looked at, a job held idle that a reconcile pass
     /// found queued): past the dedup window, without spending anything toward its cap.
     pub(super) fn admit_again(&mut self, key: &JobKey, reason: &'static str, now: Now) {
-        let Some(rec) = self.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.jobs.get_mut(key) else {
             return;
         };
         if rec.started_at.is_some() || self.draining {
@@ -133,7 +141,7 @@ impl Scheduler {
         rec.phase = Phase::Pending;
         rec.seen_at = Some(now.mono);
         rec.admissions += 1;
-        self.pending.push_back(key.clone());
+        self.admission.pending.push_back(key.clone());
         self.observe(Observation::Readmitted {
             job_id: key.job_id,
             reason,
@@ -150,11 +158,11 @@ impl Scheduler {
         let mut idle = 0;
         for job in jobs {
             let key = job.key.clone();
-            let Some(rec) = self.jobs.get(&key) else {
+            let Some(rec) = self.admission.jobs.get(&key) else {
                 self.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now)
                     .into_iter()
                     .for_each(|e| fx.push(e));
-                let admitted = self.jobs.get(&key).is_some_and(|r| {
+                let admitted = self.admission.jobs.get(&key).is_some_and(|r| {
                     matches!(
                         r.phase,
                         Phase::Pending | Phase::Claiming { .. } | Phase::Active { .. }
@@ -180,11 +188,11 @@ impl Scheduler {
                 _ => {}
             }
         }
-        if let Some(held) = self.held_idle.get_mut(target) {
+        if let Some(held) = self.admission.held_idle.get_mut(target) {
             *held = idle;
         }
         self.observe(Observation::QueuedIdle {
-            jobs: self.held_idle.iter().sum(),
+            jobs: self.admission.held_idle.iter().sum(),
         });
         self.pump(now, &mut fx);
         fx

@@ -3,6 +3,11 @@
 //! original's zombie guard), a parked job looked at again on the slow lane, the backstop's
 //! re-admission of a job held idle, and failed deletions tried again.
 
+use crate::{
+    github::{GithubError, JitRunner},
+    job::JobAction,
+    provision::{ExitReason, RunnerEventKind},
+};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -108,7 +113,10 @@ fn a_runner_that_takes_a_sibling_leaves_its_job_claiming_again_at_once_and_uncou
     );
     let j1 = s.job(&key(1)).unwrap();
     assert_eq!((j1.idle_reaps, j1.quiet_exits), (0, 0));
-    assert!(s.ladder.get(&key(2)).is_none(), "job 2 left its ladder");
+    assert!(
+        s.ladder.queue.get(&key(2)).is_none(),
+        "job 2 left its ladder"
+    );
     // a finishes job 2 and exits cleanly: nothing for job 1, no deletion (GitHub removed it).
     let fx = exited(&mut s, &a, Some(0), ExitReason::Exited, at(t0, 9));
     assert!(
@@ -418,5 +426,5 @@ fn a_spare_is_handed_to_a_job_on_the_ladder_instead_of_a_new_claim() {
     // a crashing now climbs job 2's own item.
     exited(&mut s, &a, Some(1), ExitReason::Exited, at(t0, 121));
     assert_eq!(phase(&s, 2), Phase::Retrying);
-    assert_eq!(s.ladder.get(&key(2)).unwrap().attempts, 2);
+    assert_eq!(s.ladder.queue.get(&key(2)).unwrap().attempts, 2);
 }

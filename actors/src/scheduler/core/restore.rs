@@ -1,7 +1,15 @@
 //! Durability: the state changes handed to the store, and rebuilding state after a restart.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{
+    Effect, JobRecord, Note, Phase, RunnerRecord, Scheduler, TimelineEntry,
+    observation::Observation,
+};
+use crate::{
+    clock::Now,
+    durable::{Op, Snapshot},
+    job::JobInfo,
+};
+use std::{sync::Arc, time::Duration};
 
 impl Scheduler {
     /// State changes to make durable since the last call (the actor hands them to the store).
@@ -22,7 +30,7 @@ impl Scheduler {
         };
         for row in &snapshot.jobs {
             let mut info = row.info.clone();
-            self.shared.job(&mut info);
+            self.admission.shared.job(&mut info);
             let mut rec = JobRecord::new(info, Phase::Seen, ago(row.received_unix));
             rec.seen_at = Some(now.mono);
             rec.started_at = row.started_unix.map(ago);
@@ -33,7 +41,7 @@ impl Scheduler {
                 at: now.unix,
                 note: Note::Restored,
             });
-            self.jobs.insert(rec.info.key.clone(), rec);
+            self.admission.jobs.insert(rec.info.key.clone(), rec);
         }
         for r in &snapshot.runners {
             let Some(i) = self.provider_index(&r.provider) else {
@@ -41,13 +49,12 @@ impl Scheduler {
                 self.ops.push(Op::DeleteRunner(r.name.clone()));
                 continue;
             };
-            self.slots[i].used += 1;
-            self.used_total += 1;
+            self.capacity.take(i);
             self.observe(Observation::RunnerAdded {
                 provider: r.provider.clone(),
             });
             let handle: Arc<str> = Arc::from(r.name.as_str());
-            self.runners.insert(
+            self.book.runners.insert(
                 handle.clone(),
                 RunnerRecord {
                     row: r.clone(),
@@ -61,16 +68,20 @@ impl Scheduler {
                     tearing_down: false,
                 },
             );
-            let rec = self.jobs.entry(r.intent.clone()).or_insert_with(|| {
-                JobRecord::new(
-                    JobInfo {
-                        key: r.intent.clone(),
-                        ..JobInfo::default()
-                    },
-                    Phase::Seen,
-                    now.mono,
-                )
-            });
+            let rec = self
+                .admission
+                .jobs
+                .entry(r.intent.clone())
+                .or_insert_with(|| {
+                    JobRecord::new(
+                        JobInfo {
+                            key: r.intent.clone(),
+                            ..JobInfo::default()
+                        },
+                        Phase::Seen,
+                        now.mono,
+                    )
+                });
             if rec.started_at.is_none() {
                 rec.phase = Phase::Active {
                     provider: r.provider.clone(),
@@ -80,30 +91,34 @@ impl Scheduler {
         }
         // The ladder comes back with its original times; an item whose job has moved on
         // (started, or a runner in the ledger) leaves it.
-        self.ladder.restore(&snapshot.retries, now.mono, now.unix);
+        self.ladder
+            .queue
+            .restore(&snapshot.retries, now.mono, now.unix);
         let mut fx = Vec::new();
         for r in &snapshot.retries {
-            if !self.jobs.contains_key(&r.job.key) {
+            if !self.admission.jobs.contains_key(&r.job.key) {
                 let mut info = r.job.clone();
-                self.shared.job(&mut info);
+                self.admission.shared.job(&mut info);
                 let key = info.key.clone();
-                self.jobs
+                self.admission
+                    .jobs
                     .insert(key, JobRecord::new(info, Phase::Seen, now.mono));
             }
-            let Some(rec) = self.jobs.get_mut(&r.job.key) else {
+            let Some(rec) = self.admission.jobs.get_mut(&r.job.key) else {
                 continue;
             };
             if rec.started_at.is_none() && rec.phase == Phase::Seen {
                 rec.phase = Phase::Retrying;
             } else if rec.started_at.is_none() && matches!(rec.phase, Phase::Active { .. }) {
                 // An attempt was in flight (a runner in the ledger): the item waits for it.
-                self.ladder.hold(&r.job.key);
+                self.ladder.queue.hold(&r.job.key);
             } else {
                 self.leave_ladder(&r.job.key, &mut fx);
             }
         }
         self.rearm_timer(&mut fx);
         let redo: Vec<JobInfo> = self
+            .admission
             .jobs
             .values_mut()
             .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())

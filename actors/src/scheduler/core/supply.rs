@@ -9,7 +9,10 @@
 //!   oldest waiting job it can serve (`rebalance`) before any new claim is made for it; a
 //!   spare nobody can use is surplus, which the sweep reaps.
 
-use super::*;
+use super::{Effect, Note, Phase, RunnerRecord, Scheduler, observation::Observation};
+use crate::{clock::Now, durable::Op, job::JobKey, vocab::LabelSet};
+use std::sync::Arc;
+use tokio::time::Instant;
 
 impl Scheduler {
     /// Whether `r` is free to serve another job: alive, unbound, not on its way out, and the
@@ -18,7 +21,7 @@ impl Scheduler {
         if r.bound.is_some() || r.tearing_down || r.registration_deleted || r.seen_busy {
             return false;
         }
-        self.jobs.get(&r.intent).is_none_or(|j| {
+        self.admission.jobs.get(&r.intent).is_none_or(|j| {
             j.started_at.is_some()
                 || !matches!(&j.phase, Phase::Active { runner, .. } if **runner == *r.name)
         })
@@ -27,7 +30,7 @@ impl Scheduler {
     /// Runner `runner`, made for `intent`, was named in another job's event: `intent` lost its
     /// supply and waits for a runner again (a spare, or a new claim), at once.
     pub(super) fn runner_taken(&mut self, intent: &JobKey, runner: &Arc<str>, now: Now) {
-        let Some(rec) = self.jobs.get_mut(intent) else {
+        let Some(rec) = self.admission.jobs.get_mut(intent) else {
             return;
         };
         let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if r == runner);
@@ -37,7 +40,7 @@ impl Scheduler {
         rec.phase = Phase::Pending;
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
-        self.pending.push_back(intent.clone());
+        self.admission.pending.push_back(intent.clone());
         let why = "its runner ran a sibling's job";
         self.observe(Observation::Requeued {
             job_id: intent.job_id,
@@ -50,6 +53,7 @@ impl Scheduler {
     /// spare that can serve it (same target, same repo for repo-level runners, labels covered).
     pub(super) fn rebalance(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let mut spares: Vec<(Instant, Arc<str>)> = self
+            .book
             .runners
             .iter()
             .filter(|(_, r)| self.is_spare(r))
@@ -59,30 +63,19 @@ impl Scheduler {
             return;
         }
         spares.sort_by(|a, b| b.cmp(a));
-        let mut waiting: Vec<(Instant, JobKey)> = self
-            .pending
-            .iter()
-            .chain(self.ladder.keys())
-            .filter_map(|k| {
-                let j = self.jobs.get(k)?;
-                let needs =
-                    j.started_at.is_none() && matches!(j.phase, Phase::Pending | Phase::Retrying);
-                needs.then(|| (j.received_at, k.clone()))
-            })
-            .collect();
-        waiting.sort();
-        waiting.dedup();
+        let waiting = self.admission.waiting(self.ladder.queue.keys());
         for (_, key) in waiting {
             if spares.is_empty() {
                 break;
             }
-            let Some(job) = self.jobs.get(&key) else {
+            let Some(job) = self.admission.jobs.get(&key) else {
                 continue;
             };
             let wanted = LabelSet::new(&job.info.labels);
             let target = self.target_index(&key);
             let serves = |name: &Arc<str>| {
-                self.runners
+                self.book
+                    .runners
                     .get(name)
                     .is_some_and(|r| self.can_serve(r, target, &job.info.repo, &wanted))
             };
@@ -101,13 +94,13 @@ impl Scheduler {
                 .is_none_or(|own| own.eq_ignore_ascii_case(repo))
             && self
                 .provider_index(&r.provider)
-                .is_some_and(|i| self.provider_sets[i].covers(wanted))
+                .is_some_and(|i| self.capacity.provider_sets[i].covers(wanted))
     }
 
     /// Makes spare `name` the runner of waiting job `key` (its ladder item, if any, waits for
     /// this attempt, as for a claimed runner).
     fn hand_over(&mut self, key: &JobKey, name: Arc<str>, now: Now, _fx: &mut Vec<Effect>) {
-        let Some(r) = self.runners.get_mut(&name) else {
+        let Some(r) = self.book.runners.get_mut(&name) else {
             return;
         };
         let from = std::mem::replace(&mut r.row.intent, key.clone());
@@ -116,7 +109,7 @@ impl Scheduler {
         let provider = r.provider.clone();
         let row = r.row.clone();
         self.ops.push(Op::PutRunner(row));
-        self.ladder.hold(key);
+        self.ladder.queue.hold(key);
         self.set_phase(
             key,
             Phase::Active {

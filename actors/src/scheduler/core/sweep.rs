@@ -1,9 +1,9 @@
 //! The orphan sweep (spares, surplus, grace-expired orphans; each checked idle on GitHub first),
 //! the drain's teardown of every runner, and pruning of forgotten jobs.
 
-use super::*;
-#[allow(unused_imports)]
-use crate::config::PoolName;
+use super::{Effect, Note, Scheduler, observation::Observation};
+use crate::{clock::Now, durable::Op, github::GithubError, job::JobKey};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 /// The sweep asks GitHub about one runner at most this often.
 pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
@@ -27,6 +27,7 @@ impl Scheduler {
             return fx;
         };
         let mut reap: Vec<(String, &'static str)> = self
+            .book
             .runners
             .values()
             .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
@@ -42,7 +43,7 @@ impl Scheduler {
             .collect();
         reap.sort();
         for (name, why) in reap {
-            let Some(r) = self.runners.get_mut(name.as_str()) else {
+            let Some(r) = self.book.runners.get_mut(name.as_str()) else {
                 continue;
             };
             // The sweep runs on every `completed` in the org: without this, one runner whose
@@ -83,7 +84,7 @@ impl Scheduler {
                 Err(_) => "error",
             },
         });
-        let Some(r) = self.runners.get_mut(name) else {
+        let Some(r) = self.book.runners.get_mut(name) else {
             return fx;
         };
         r.idle_check_pending = false;
@@ -136,6 +137,7 @@ impl Scheduler {
     pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         let runners: Vec<(Arc<str>, JobKey)> = self
+            .book
             .runners
             .iter()
             .map(|(name, r)| (name.clone(), r.intent.clone()))
@@ -155,7 +157,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(r) = self.runners.get_mut(name) else {
+        let Some(r) = self.book.runners.get_mut(name) else {
             return;
         };
         r.tearing_down = true;
@@ -176,37 +178,20 @@ impl Scheduler {
         });
     }
 
-    /// Forgets jobs whose dedup and started windows have passed.
+    /// Forgets jobs whose dedup and started windows have passed (and no runner points at),
+    /// and runners gone longer than the dedup window.
     pub fn prune(&mut self, now: Now) {
-        let seen_ttl = self.settings.seen_ttl;
-        let started_ttl = self.settings.started_ttl;
-        let referenced: std::collections::HashSet<&JobKey> = self
+        let referenced: HashSet<&JobKey> = self
+            .book
             .runners
             .values()
             .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
             .collect();
-        let expired = |at: Option<Instant>, ttl: Duration| {
-            at.is_none_or(|t| now.mono.saturating_duration_since(t) >= ttl)
-        };
-        let gone: Vec<JobKey> = self
-            .jobs
-            .iter()
-            .filter(|(k, r)| {
-                matches!(
-                    r.phase,
-                    Phase::Seen | Phase::Unroutable | Phase::Ignored | Phase::Done
-                ) && expired(r.seen_at, seen_ttl)
-                    && expired(r.started_at, started_ttl)
-                    && !referenced.contains(k)
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in gone {
-            self.jobs.remove(&k);
-            self.ops.push(Op::DeleteJob(k.clone()));
-        }
-        self.recent_runners
-            .retain(|_, g| now.mono.saturating_duration_since(g.gone_at) < seen_ttl);
-        self.shared.prune();
+        let (seen_ttl, started_ttl) = (self.settings.seen_ttl, self.settings.started_ttl);
+        let gone = self
+            .admission
+            .prune(now, seen_ttl, started_ttl, &referenced);
+        self.ops.extend(gone.into_iter().map(Op::DeleteJob));
+        self.book.recent.prune(now.mono, seen_ttl);
     }
 }

@@ -1,12 +1,15 @@
 //! Several GitHub targets in one scheduler: slots shared in proportion to weight, pacing and
 //! rate readings kept per target, pools restricted to targets.
 
+use crate::{github::JitRunner, job::JobAction};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::tests::at;
 use super::*;
+use crate::vocab::RateBucket;
 use crate::{
     config::{ClaimRetryConfig, Secret},
     provision::{ExitReason, RunnerEventKind},

@@ -2,6 +2,11 @@
 //! timers; the actor-level tests (`scheduler/tests/`) cover the wiring.
 
 use crate::config::PoolName;
+use crate::{
+    github::{GithubError, JitRunner},
+    job::JobAction,
+    provision::RunnerEventKind,
+};
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -1,8 +1,11 @@
 //! Read-only views of the scheduler for the admin API and tests.
 
-use super::*;
-#[allow(unused_imports)]
-use crate::config::PoolName;
+use super::{JobRecord, Phase, RunnerRecord, Scheduler, Stats, TimelineEntry};
+use crate::{
+    clock::Now, config::PoolName, durable::RunnerRow, github::ErrorClass, job::JobKey,
+    retry::RetryView, vocab::RateSnapshot,
+};
+use serde::Serialize;
 
 impl Scheduler {
     /// True while cordoned.
@@ -12,17 +15,17 @@ impl Scheduler {
 
     /// Runners alive.
     pub fn runner_count(&self) -> usize {
-        self.runners.len()
+        self.book.runners.len()
     }
 
     /// Runners of ours, by name.
     pub fn runners(&self) -> impl Iterator<Item = &RunnerRecord> {
-        self.runners.values()
+        self.book.runners.values()
     }
 
     /// A job's record.
     pub fn job(&self, key: &JobKey) -> Option<&JobRecord> {
-        self.jobs.get(key).map(Box::as_ref)
+        self.admission.jobs.get(key).map(Box::as_ref)
     }
 
     /// The repo and pool of a target's job `job_id`, for its log span (`-` where unknown: a
@@ -32,7 +35,7 @@ impl Scheduler {
             .settings
             .targets
             .iter()
-            .find_map(|t| self.jobs.get(&JobKey::new(&t.owner, job_id)));
+            .find_map(|t| self.admission.jobs.get(&JobKey::new(&t.owner, job_id)));
         match record {
             Some(r) => {
                 let pool = match &r.phase {
@@ -54,19 +57,19 @@ impl Scheduler {
 
     /// Items waiting on the retry ladder.
     pub fn ladder_depth(&self) -> usize {
-        self.ladder.len()
+        self.ladder.queue.len()
     }
 
     /// The ladder's items, for status pages.
     pub fn retry_queue(&self, now: Now) -> RetryQueueView {
         RetryQueueView {
-            depth: self.ladder.len(),
-            items: self.ladder.views(now.mono),
+            depth: self.ladder.queue.len(),
+            items: self.ladder.queue.views(now.mono),
         }
     }
 
     fn job_view(&self, r: &JobRecord, now: Now, timeline: bool) -> JobView {
-        let item = self.ladder.get(&r.info.key);
+        let item = self.ladder.queue.get(&r.info.key);
         JobView {
             key: r.info.key.clone(),
             repo: r.info.repo.to_string(),
@@ -102,6 +105,7 @@ impl Scheduler {
 
     fn job_views(&self, now: Now, timelines: bool) -> Vec<JobView> {
         let mut jobs: Vec<JobView> = self
+            .admission
             .jobs
             .values()
             .map(|r| self.job_view(r, now, timelines))
@@ -112,6 +116,7 @@ impl Scheduler {
 
     fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRow> {
         let mut runners: Vec<RunnerRow> = self
+            .book
             .runners
             .values()
             .filter(|r| keep(r))
@@ -128,12 +133,12 @@ impl Scheduler {
             shutting_down: self.shutting_down,
             capacity: Capacity {
                 max_concurrent: self.settings.max_concurrent,
-                used: self.used_total,
+                used: self.capacity.used_total,
             },
             providers: self.provider_views(),
-            pending: self.pending.len(),
-            runners: self.runners.len(),
-            retry_queue_depth: self.ladder.len(),
+            pending: self.admission.pending.len(),
+            runners: self.book.runners.len(),
+            retry_queue_depth: self.ladder.queue.len(),
             stats: self.stats,
             targets: self.target_views(),
         }
@@ -142,7 +147,7 @@ impl Scheduler {
     fn target_views(&self) -> Vec<TargetView> {
         let held = self.held_per_target();
         let mut pending = vec![0; self.settings.targets.len()];
-        for key in &self.pending {
+        for key in &self.admission.pending {
             pending[self.target_index(key)] += 1;
         }
         self.settings
@@ -164,7 +169,7 @@ impl Scheduler {
         self.settings
             .providers
             .iter()
-            .zip(&self.slots)
+            .zip(&self.capacity.slots)
             .map(|(p, s)| ProviderView {
                 provider: p.name.clone(),
                 kind: p.kind,
@@ -191,12 +196,17 @@ impl Scheduler {
     /// One job by id, with its timeline, its ladder item and the runners made for or bound
     /// to it, for `jobs <id>`.
     pub fn job_detail(&self, job_id: u64, now: Now) -> Option<JobDetail> {
-        let r = self.jobs.values().find(|r| r.info.key.job_id == job_id)?;
+        let r = self
+            .admission
+            .jobs
+            .values()
+            .find(|r| r.info.key.job_id == job_id)?;
         let key = &r.info.key;
         Some(JobDetail {
             job: self.job_view(r, now, true),
             retry: self
                 .ladder
+                .queue
                 .views(now.mono)
                 .into_iter()
                 .find(|v| &v.key == key),

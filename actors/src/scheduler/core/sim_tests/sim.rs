@@ -1,6 +1,11 @@
 //! The simulated world the core runs in: GitHub's jobs and registrations, the durable store,
 //! virtual time, faults, and the daemon's events in order.
 
+use crate::{
+    github::{GithubError, JitRunner},
+    job::JobAction,
+    provision::{ExitReason, RunnerEventKind},
+};
 mod github;
 
 use std::{
@@ -15,9 +20,9 @@ use rand::{SeedableRng, rngs::SmallRng};
 use crate::scheduler::core::*;
 use crate::{
     config::{ClaimRetryConfig, Secret},
+    durable::{JobRow, RetryRow, Snapshot},
     github::error::HttpFailure,
     scheduler::fixtures::job,
-    store::{JobRow, RetryRow},
 };
 
 const UNIX0: u64 = 1_800_000_000;

@@ -3,6 +3,11 @@
 
 use super::*;
 use crate::scheduler::core::*;
+use crate::{
+    github::{GithubError, JitRunner},
+    job::JobAction,
+    provision::ExitReason,
+};
 
 impl Sim {
     pub(super) fn carry_out(&mut self, fx: Vec<Effect>) {
