@@ -194,7 +194,7 @@ async fn chaos() {
             }),
             Chaos::ProvisionerPanic => {
                 for pool in handles.provisioners.values() {
-                    pool.do_send(CrashProvisioner);
+                    pool.crash_child.do_send(CrashProvisioner);
                 }
             }
             Chaos::UnwritableStore => faults.set_unwritable(true),

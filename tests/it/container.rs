@@ -1,7 +1,7 @@
 //! The container pool against a real engine: a private Podman service (`support/podman.rs`),
 //! a job end to end in a container, and the limits every runner container runs under.
 
-use std::{rc::Rc, time::Duration};
+use std::time::Duration;
 
 use ephemer_actors_core::{
     config::ContainerLimits,
@@ -55,7 +55,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
         ..settings(&podman, "ptest-linux-")
     })
     .unwrap();
-    let (sup, events) = supervise(Rc::new(backend), None);
+    let (sup, events) = supervise(backend, None);
     sup.send(Provision(spec(&runner, job))).await.unwrap();
     events
         .wait_for(&runner.name, Duration::from_secs(60), |k| {
@@ -159,7 +159,7 @@ async fn container_run(
         ..settings(podman, "plim-linux-")
     })
     .unwrap();
-    let (sup, events) = supervise(Rc::new(backend), None);
+    let (sup, events) = supervise(backend, None);
     sup.send(Provision(spec(&fake_runner(name), 1)))
         .await
         .unwrap();

@@ -105,8 +105,16 @@ fn watch(handles: &Handles) -> Vec<Watched> {
         w("WebhookActor", &handles.webhook),
     ];
     for pool in handles.provisioners.values() {
-        v.push(w("LocalProvisioner", pool));
+        let weak = pool.stop.downgrade();
+        v.push((
+            "LocalProvisioner",
+            Box::new(move || weak.upgrade().is_some_and(|p| p.connected())),
+        ));
     }
+    v.extend(handles.redeliver.iter().map(|a| w("RedeliverActor", a)));
+    v.extend(handles.pull.iter().map(|a| w("PullActor", a)));
+    v.extend(handles.release.iter().map(|a| w("ReleaseActor", a)));
+    v.extend(handles.fleet.iter().map(|a| w("FleetActor", a)));
     v
 }
 
@@ -127,7 +135,14 @@ async fn an_embedded_instance_runs_a_job_shuts_down_and_starts_again_on_the_same
     .await;
 
     let actors = watch(&handles);
-    assert_eq!(alive(&actors).len(), actors.len());
+    // A redelivery actor with no hook to watch stops by itself; every other one runs.
+    let running = alive(&actors);
+    assert!(
+        actors
+            .iter()
+            .all(|(name, _)| *name == "RedeliverActor" || running.contains(name)),
+        "{running:?}"
+    );
     handles.shutdown(Duration::from_secs(20)).await;
     assert!(
         alive(&actors).is_empty(),
@@ -202,4 +217,77 @@ fn start_outside_an_actix_system_is_an_error() {
     let err = example::start_instance(&config).unwrap_err();
     assert_eq!(err, ephemer_actors_core::system::StartError::NoSystem);
     assert!(!dir.exists(), "nothing created");
+}
+
+/// Fleet mode: an embedded instance with a ledger runs a job, and `Handles::shutdown` leaves
+/// nothing running. Every actor (the fleet actor, the redelivery and release actors too) is
+/// gone when asked through a weak address, and no task keeps writing the gauges the instance
+/// mirrored: set to a sentinel after the shutdown, `ephemerd_ledger_up` and
+/// `ephemerd_store_healthy` keep it (a task left looping would overwrite it within 250 ms).
+#[actix_rt::test]
+async fn a_fleet_instance_shuts_down_with_no_actor_or_task_left_running() {
+    use ephemer_actors_core::{clock::Clock, cluster::Ledger, metrics::Metrics, system};
+    let Some(pg) = crate::support::postgres::Postgres::start() else {
+        return;
+    };
+    let standin = crate::support::standin(100);
+    let state = tempfile::tempdir().unwrap();
+    let extra = crate::cluster::extra(&pg, "h1", "30s", "");
+    let text = daemon_config(
+        &standin,
+        free_port(),
+        state.path(),
+        "1s",
+        &extra,
+        &local_provider(2),
+    );
+    let config = Config::from_toml_str(&text, None, &Environment::default()).unwrap();
+    let cluster = config.cluster.as_ref().unwrap();
+    let ledger = Ledger::connect(cluster, &config, Duration::from_secs(30))
+        .await
+        .unwrap();
+    ledger.take_lease().await.unwrap();
+    let options = system::StartOptions {
+        ledger: Some(ledger),
+        ..system::StartOptions::default()
+    };
+    let handles = system::start(&config, Metrics::new(), Clock::real(), options).unwrap();
+    handles.health.set_ready();
+    let (addr, server) = host(&handles, "/ci");
+    standin.send_webhooks_to(&format!("http://{addr}/ci/webhook/github"), SECRET);
+    standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1);
+    eventually("the job to complete", Duration::from_secs(30), || {
+        standin.jobs_in("completed") == 1
+    })
+    .await;
+
+    let actors = watch(&handles);
+    assert!(
+        actors.iter().any(|(name, _)| *name == "FleetActor"),
+        "fleet mode starts a fleet actor"
+    );
+    // A redelivery actor with no hook to watch stops by itself; every other one runs.
+    let running = alive(&actors);
+    assert!(
+        actors
+            .iter()
+            .all(|(name, _)| *name == "RedeliverActor" || running.contains(name)),
+        "{running:?}"
+    );
+    let metrics = handles.metrics.clone();
+    handles.shutdown(Duration::from_secs(20)).await;
+    assert!(
+        alive(&actors).is_empty(),
+        "alive after shutdown: {:?}",
+        alive(&actors)
+    );
+    metrics.ledger_up.set(7);
+    metrics.store_healthy.set(7);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        (metrics.ledger_up.get(), metrics.store_healthy.get()),
+        (7, 7),
+        "a task still writes the gauges after the shutdown"
+    );
+    server.stop(true).await;
 }

@@ -1,7 +1,7 @@
 //! The real process provisioner against the stand-in GitHub and its stand-in runner (tart VMs:
 //! `tart.rs`).
 
-use std::{path::Path, rc::Rc, time::Duration};
+use std::{path::Path, time::Duration};
 
 use ephemer_actors_core::{
     config::{ProviderKind, RunnerProgram},
@@ -15,8 +15,8 @@ use crate::support::provision::{alive, claim, eventually, spec, supervise, wait_
 
 pub(crate) const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 
-fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> Rc<dyn Backend> {
-    Rc::new(ProcessBackend::new(ProcessSettings {
+fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> ProcessBackend {
+    ProcessBackend::new(ProcessSettings {
         kind: ProviderKind::Local,
         pool: "local".into(),
         env: Default::default(),
@@ -27,7 +27,7 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
         run_as: Vec::new(),
         name_prefix: "ephemer-local-".into(),
         grace,
-    }))
+    })
 }
 
 pub(crate) fn is_exit(k: &RunnerEventKind) -> bool {
@@ -192,7 +192,7 @@ async fn started_tree(
     script: &Path,
     name: &str,
 ) -> (
-    actix::Addr<ephemer_actors_core::provision::ProvisionerSupervisor>,
+    actix::Addr<ephemer_actors_core::provision::LocalProvisioner>,
     crate::support::provision::Events,
     i32,
     i32,

@@ -161,7 +161,10 @@ async fn a_core_actor_that_panics_is_noticed_within_two_seconds() {
             "rate" => handles.rate.do_send(Crash),
             "github" => handles.github.do_send(Crash),
             "webhook" => handles.webhook.do_send(Crash),
-            _ => handles.provisioners.values().for_each(|p| p.do_send(Crash)),
+            _ => handles
+                .provisioners
+                .values()
+                .for_each(|p| p.crash.do_send(Crash)),
         }
         let started = tokio::time::Instant::now();
         while handles.dead_core_actor().is_none() {

@@ -1,7 +1,7 @@
 //! The tart provisioner with a stand-in `tart` (and a stand-in or real `ssh`): a VM's life for
 //! one job, and whose host key it must present before it gets a JIT config.
 
-use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio, rc::Rc, time::Duration};
+use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio, time::Duration};
 
 use ephemer_actors_core::{
     config::HostKeys,
@@ -154,7 +154,6 @@ async fn vm_lifecycle_for_one_job() {
             .settings()
             .clone()
     });
-    let backend = Rc::new(backend);
     let (sup, events) = supervise(backend.clone(), None);
     let runner = fake_runner("ephemer-vm-macos-abc12345");
     let n = &runner.name;
@@ -251,7 +250,7 @@ async fn vm_lifecycle_for_one_job() {
 async fn an_image_key_is_learned_once_and_required_after() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (sup, events) = supervise(Rc::new(tart_fixture(dir, &GUEST, HostKeys::Image)), None);
+    let (sup, events) = supervise(tart_fixture(dir, &GUEST, HostKeys::Image), None);
     for (i, name) in ["ephemer-vm-macos-img00001", "ephemer-vm-macos-img00002"]
         .into_iter()
         .enumerate()
@@ -301,7 +300,7 @@ async fn a_vm_that_cannot_make_its_own_key_gets_no_jit_config() {
     };
     tart_fixture(dir, &guest, HostKeys::PerVm);
     let backend = TartBackend::new(settings(dir, HostKeys::PerVm, Duration::from_secs(2)));
-    let (sup, events) = supervise(Rc::new(backend), None);
+    let (sup, events) = supervise(backend, None);
     let runner = fake_runner("ephemer-vm-macos-noagent1");
     sup.send(Provision(spec(&runner, 1))).await.unwrap();
     let failed = events
@@ -334,7 +333,7 @@ async fn vm_boot_failure_cleans_up_and_reports() {
         ..GUEST
     };
     let backend = tart_fixture(tmp.path(), &guest, HostKeys::PerVm);
-    let (sup, events) = supervise(Rc::new(backend), None);
+    let (sup, events) = supervise(backend, None);
     let runner = fake_runner("ephemer-vm-macos-noboot1");
     sup.send(Provision(spec(&runner, 1))).await.unwrap();
     let failed = events
@@ -369,7 +368,7 @@ async fn leftover_vms_are_removed_at_start_up() {
         ..GUEST
     };
     let backend = tart_fixture(dir, &guest, HostKeys::PerVm);
-    let (_sup, _events) = supervise(Rc::new(backend), None);
+    let (_sup, _events) = supervise(backend, None);
     eventually(
         "the leftover to be deleted",
         Duration::from_secs(10),
@@ -495,7 +494,7 @@ async fn a_sibling_holding_the_image_key_cannot_pose_as_a_booting_vm() {
         "sh -c 'printf %s \"$ACTIONS_RUNNER_INPUT_JITCONFIG\" > {}'",
         got.display()
     );
-    let (sup, events) = supervise(Rc::new(TartBackend::new(tart)), None);
+    let (sup, events) = supervise(TartBackend::new(tart), None);
 
     for (round, (host_key, genuine)) in [("image_key", false), ("vm_key", true)]
         .into_iter()

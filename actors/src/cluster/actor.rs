@@ -19,6 +19,8 @@ use crate::{
     vocab::RateSnapshot,
 };
 
+/// How often `ephemerd_ledger_up` is brought up to date.
+const LEDGER_UP_EVERY: Duration = Duration::from_millis(250);
 /// How often old rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(300);
 
@@ -41,6 +43,9 @@ pub struct FleetWiring {
     pub identity: RunnerIdentity,
     /// Rate readings of the targets' credentials (shared with the fleet when low).
     pub rate: Option<(Recipient<SubscribeRate>, Vec<String>)>,
+    /// `ephemerd_ledger_up`: whether the ledger's last operation succeeded, kept current by
+    /// the actor (it stops with it).
+    pub ledger_up: prometheus::IntGauge,
 }
 
 /// One GitHub target, as the fleet actor reaches it.
@@ -235,6 +240,10 @@ impl Actor for FleetActor {
             SubscribeRate::each(subscribe, credentials, &to);
         }
         self.beat(ctx);
+        ctx.run_interval(LEDGER_UP_EVERY, |act, _| {
+            let up = act.ledger.health().is_up();
+            act.wiring.ledger_up.set(i64::from(up));
+        });
         let every = (self.ledger.lease() / 3).max(Duration::from_millis(500));
         ctx.run_interval(every, |act, ctx| act.beat(ctx));
         ctx.run_interval(PRUNE_EVERY, |act, ctx| {

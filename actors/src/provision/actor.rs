@@ -5,7 +5,7 @@
 //! When it dies (a panic included) its `stopped()` tells its supervisor, which cleans up the
 //! runners it had and applies the restart policy. `stopped()` only sends; it cannot panic.
 
-use std::{collections::HashMap, rc::Rc, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, SpawnHandle, WeakRecipient,
@@ -38,10 +38,10 @@ struct Live {
     timeout: Option<SpawnHandle>,
 }
 
-/// One incarnation of a provider's provisioner.
+/// One incarnation of a provider's provisioner, over its backend `B`.
 #[derive(Debug)]
-pub struct ProvisionerActor {
-    backend: Rc<dyn Backend>,
+pub struct ProvisionerActor<B: Backend> {
+    backend: B,
     /// Weak: the supervisor owns this actor, not the other way round.
     events: WeakRecipient<RunnerEvent>,
     stopped_to: WeakRecipient<ChildStopped>,
@@ -50,10 +50,10 @@ pub struct ProvisionerActor {
     runners: HashMap<String, Live>,
 }
 
-impl ProvisionerActor {
+impl<B: Backend> ProvisionerActor<B> {
     /// A provisioner reporting runner events to `events` and its own end to `stopped_to`.
     pub fn new(
-        backend: Rc<dyn Backend>,
+        backend: B,
         events: WeakRecipient<RunnerEvent>,
         stopped_to: WeakRecipient<ChildStopped>,
         generation: u64,
@@ -106,7 +106,7 @@ impl ProvisionerActor {
     }
 }
 
-impl Actor for ProvisionerActor {
+impl<B: Backend> Actor for ProvisionerActor<B> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
@@ -125,9 +125,23 @@ impl Actor for ProvisionerActor {
     }
 }
 
-crate::stop_on_request!(ProvisionerActor);
+impl<B: Backend> Handler<crate::lifecycle::Stop> for ProvisionerActor<B> {
+    type Result = ();
 
-impl Handler<Provision> for ProvisionerActor {
+    fn handle(&mut self, _: crate::lifecycle::Stop, ctx: &mut Self::Context) {
+        actix::ActorContext::stop(ctx);
+    }
+}
+
+impl<B: Backend> Handler<crate::lifecycle::Crash> for ProvisionerActor<B> {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::lifecycle::Crash, _: &mut Self::Context) {
+        panic!("ProvisionerActor crashed on request (a fault test)");
+    }
+}
+
+impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
     type Result = ();
 
     fn handle(&mut self, Provision(spec): Provision, ctx: &mut Context<Self>) {
@@ -172,7 +186,7 @@ impl Handler<Provision> for ProvisionerActor {
     }
 }
 
-impl Handler<Adopt> for ProvisionerActor {
+impl<B: Backend> Handler<Adopt> for ProvisionerActor<B> {
     type Result = ();
 
     fn handle(&mut self, m: Adopt, ctx: &mut Context<Self>) {
@@ -212,7 +226,7 @@ impl Handler<Adopt> for ProvisionerActor {
     }
 }
 
-impl Handler<Teardown> for ProvisionerActor {
+impl<B: Backend> Handler<Teardown> for ProvisionerActor<B> {
     type Result = ();
 
     fn handle(&mut self, m: Teardown, ctx: &mut Context<Self>) {

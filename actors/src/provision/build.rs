@@ -1,10 +1,10 @@
 //! A pool's provisioner settings from the config: what `system::start` hands each named
 //! provisioner, and what `doctor` probes without starting one.
 
-use std::{path::PathBuf, rc::Rc};
+use std::path::PathBuf;
 
 use super::{
-    Backend,
+    Backend, Finding, ProvisionError,
     container::{ContainerBackend, ContainerSettings},
     process::{KILL_GRACE, ProcessBackend, ProcessSettings},
     tart::{TartBackend, TartSettings},
@@ -82,21 +82,61 @@ pub fn pool_settings(
     }
 }
 
-/// A backend for `settings`, unsupervised: for checks (`doctor`), not for running jobs. A
-/// process pool on the daemon-managed installs sees `managed` (as they are on disk).
+/// One pool's backend, unsupervised: for checks (`doctor`), not for running jobs.
+#[derive(Debug, Clone)]
+pub enum PoolBackend {
+    /// `local` and `native_macos`.
+    Process(ProcessBackend),
+    /// `linux`.
+    Container(ContainerBackend),
+    /// `vm_macos`.
+    Tart(TartBackend),
+}
+
+impl PoolBackend {
+    /// See [`Backend::probe`].
+    pub async fn probe(&self) -> Result<(), ProvisionError> {
+        match self {
+            PoolBackend::Process(b) => b.probe().await,
+            PoolBackend::Container(b) => b.probe().await,
+            PoolBackend::Tart(b) => b.probe().await,
+        }
+    }
+
+    /// See [`Backend::doctor_checks`].
+    pub async fn doctor_checks(&self) -> Vec<Finding> {
+        match self {
+            PoolBackend::Process(b) => b.doctor_checks().await,
+            PoolBackend::Container(b) => b.doctor_checks().await,
+            PoolBackend::Tart(b) => b.doctor_checks().await,
+        }
+    }
+
+    /// See [`Backend::runner_version`].
+    pub async fn runner_version(&self) -> Result<Option<crate::release::Version>, String> {
+        match self {
+            PoolBackend::Process(b) => b.runner_version().await,
+            PoolBackend::Container(b) => b.runner_version().await,
+            PoolBackend::Tart(b) => b.runner_version().await,
+        }
+    }
+}
+
+/// The backend for `settings`, unsupervised. A process pool on the daemon-managed installs
+/// sees `managed` (as they are on disk).
 pub fn backend(
     settings: PoolSettings,
     managed: Option<&crate::release::installs::ManagedInstalls>,
-) -> Result<Rc<dyn Backend>, String> {
+) -> Result<PoolBackend, String> {
     Ok(match settings {
         PoolSettings::Process(s) => {
             let backend = ProcessBackend::new(s);
-            Rc::new(match managed {
+            PoolBackend::Process(match managed {
                 Some(installs) => backend.with_managed(installs.clone()),
                 None => backend,
             })
         }
-        PoolSettings::Container(s) => Rc::new(ContainerBackend::new(s)?),
-        PoolSettings::Tart(s) => Rc::new(TartBackend::new(s)),
+        PoolSettings::Container(s) => PoolBackend::Container(ContainerBackend::new(s)?),
+        PoolSettings::Tart(s) => PoolBackend::Tart(TartBackend::new(s)),
     })
 }

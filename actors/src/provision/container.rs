@@ -25,7 +25,7 @@ use bollard::{
 use futures_util::StreamExt;
 
 use super::RunnerEnv;
-use super::{Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner};
+use super::{Backend, ProvisionError, RunnerSpec, RunningRunner};
 use crate::config::{PoolName, ProviderKind};
 
 /// Label marking a container as ours, with our runner-name prefix as its value.
@@ -426,32 +426,37 @@ impl Backend for ContainerBackend {
         &self.s.pool
     }
 
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
-        Box::pin(self.clone().start_runner(spec))
+    fn start(
+        &self,
+        spec: RunnerSpec,
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
+        self.clone().start_runner(spec)
     }
 
-    fn stop(&self, name: String) -> LocalFuture<()> {
-        Box::pin(self.clone().stop_runner(name))
+    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
+        self.clone().stop_runner(name)
     }
 
-    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
-        Box::pin(self.clone().reap(keep))
+    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
+        self.clone().reap(keep)
     }
 
-    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
-        Box::pin(self.clone().adopt_runner(name))
+    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
+        self.clone().adopt_runner(name)
     }
 
-    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
-        Box::pin(self.clone().probe_engine())
+    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<> {
+        self.clone().probe_engine()
     }
 
-    fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
+    fn doctor_checks(&self) -> impl Future<Output = Vec<super::Finding>> + use<> {
         let this = self.clone();
-        Box::pin(async move { vec![super::image::doctor(&this.docker, &this.s).await] })
+        async move { vec![super::image::doctor(&this.docker, &this.s).await] }
     }
 
-    fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {
-        Box::pin(self.clone().image_runner_version())
+    fn runner_version(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> + use<> {
+        self.clone().image_runner_version()
     }
 }

@@ -22,15 +22,16 @@ pub mod runner_env;
 mod supervisor;
 pub mod tart;
 
-use std::{future::Future, pin::Pin};
+use std::pin::Pin;
 
 use actix::{Message, Recipient};
 pub use actor::{Adopt, ChildStopped, ProvisionerActor};
 pub use error::{ProvisionError, check_executable, spawn_error};
 pub use named::{
     LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, VmMacosProvisioner,
+    start_linux, start_local, start_native_macos, start_vm_macos,
 };
-pub use supervisor::{Factory, ProvisionerSupervisor};
+pub use supervisor::ProvisionerSupervisor;
 
 use crate::{
     config::{PoolName, ProviderKind, Secret},
@@ -108,40 +109,49 @@ pub enum Finding {
 
 /// How one kind of environment is made and destroyed. Stateless by runner name, so a freshly
 /// re-created provisioner (or a restarted daemon) can tear down what an earlier one started.
-pub trait Backend: std::fmt::Debug + 'static {
+///
+/// Each pool's supervisor and provisioner are generic over their backend (static dispatch):
+/// every operation hands back a `'static` future (it owns what it needs, as a backend is cheap
+/// to clone), which the actor spawns on its context.
+pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     /// Which kind of provisioner this is.
     fn kind(&self) -> ProviderKind;
     /// The pool it serves (`[providers.NAME]`).
     fn pool(&self) -> &PoolName;
     /// Creates the environment and starts the runner in it.
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>>;
+    fn start(
+        &self,
+        spec: RunnerSpec,
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<Self>;
     /// Stops the runner and removes its environment. Idempotent; never fails (it logs).
-    fn stop(&self, name: String) -> LocalFuture<()>;
+    fn stop(&self, name: String) -> impl Future<Output = ()> + use<Self>;
     /// Removes environments of ours left from an earlier run (named or labelled with our
     /// prefix), except those in `keep` (adopted); returns the names removed.
-    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>>;
+    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<Self>;
     /// Re-attaches to a runner an earlier run started: `Some` while its environment is still
     /// alive (resolving when it ends), `None` when it is gone or cannot be re-attached.
-    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>>;
+    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<Self>;
     /// A line to warn operators with at start-up, if this backend deserves one.
     fn startup_warning(&self) -> Option<String> {
         None
     }
     /// The runner version the pool's new jobs start, where the backend can tell (a container
     /// pool's image); `Ok(None)`: it cannot (yet).
-    fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {
-        Box::pin(async { Ok(None) })
+    fn runner_version(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> + use<Self> {
+        async { Ok(None) }
     }
     /// What `doctor` checks beyond [`Backend::probe`] (the container pool: is its image there,
     /// or can it be pulled).
-    fn doctor_checks(&self) -> LocalFuture<Vec<Finding>> {
-        Box::pin(async { Vec::new() })
+    fn doctor_checks(&self) -> impl Future<Output = Vec<Finding>> + use<Self> {
+        async { Vec::new() }
     }
     /// Checks that the host can make an environment at all (engine reachable, its init
     /// installed, the image present), before any job is claimed for this pool. `Err` carries
     /// the cause and what to install; the pool stays down and is probed again later.
-    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
-        Box::pin(async { Ok(()) })
+    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<Self> {
+        async { Ok(()) }
     }
 }
 
@@ -252,13 +262,37 @@ pub struct ProviderStatus {
     pub cause: Option<String>,
 }
 
-/// How the scheduler reaches one provider.
+/// How the scheduler and the instance reach one pool's supervisor, whatever its backend.
 #[derive(Debug, Clone)]
 pub struct ProvisionerHandle {
     /// Start runners.
     pub provision: Recipient<Provision>,
     /// Stop runners.
     pub teardown: Recipient<Teardown>,
+    /// Stop the supervisor (and its provisioner).
+    pub stop: Recipient<crate::lifecycle::Stop>,
+    /// Make the supervisor panic (fault tests).
+    pub crash: Recipient<crate::lifecycle::Crash>,
+    /// Make its current provisioner panic (fault tests).
+    pub crash_child: Recipient<crate::lifecycle::CrashProvisioner>,
+}
+
+impl ProvisionerHandle {
+    /// The handle of `supervisor`.
+    pub fn of<B: Backend>(supervisor: &actix::Addr<ProvisionerSupervisor<B>>) -> Self {
+        ProvisionerHandle {
+            provision: supervisor.clone().recipient(),
+            teardown: supervisor.clone().recipient(),
+            stop: supervisor.clone().recipient(),
+            crash: supervisor.clone().recipient(),
+            crash_child: supervisor.clone().recipient(),
+        }
+    }
+
+    /// Whether the supervisor still runs.
+    pub fn connected(&self) -> bool {
+        self.stop.connected()
+    }
 }
 
 #[cfg(test)]

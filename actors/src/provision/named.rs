@@ -1,21 +1,41 @@
-//! The four provisioners by the names the design card gives them: [`LocalProvisioner`],
-//! [`LinuxProvisioner`], [`VmMacosProvisioner`] and [`NativeMacosProvisioner`]. Each is a thin
-//! named shell: it builds its backend and starts it under the one shared
-//! [`ProvisionerSupervisor`] (restart policy, host check) over the one shared
-//! [`ProvisionerActor`] (watch, timeout, teardown). What differs between them is only the
-//! backend; everything else stays shared.
+//! The four provisioners of the design card, as types: each is the one generic
+//! [`ProvisionerSupervisor`] (restart policy, host check) over the one generic
+//! [`ProvisionerActor`] (watch, timeout, teardown), statically bound to its backend:
+//!
+//! | provisioner | backend | each runner in |
+//! |---|---|---|
+//! | [`LinuxProvisioner`] | [`ContainerBackend`] | its own container on a Docker-compatible engine |
+//! | [`VmMacosProvisioner`] | [`TartBackend`] | its own cloned macOS VM, driven by `tart` |
+//! | [`LocalProvisioner`] | [`ProcessBackend`] | a process on this host, from its own directory |
+//! | [`NativeMacosProvisioner`] | [`ProcessBackend`] | a process directly on a macOS host |
+//!
+//! `native_macos` and `local` share a backend on purpose: both run the runner as a process
+//! under a `run_as` user, with a per-job `HOME` and `TMPDIR`, in a directory only that user can
+//! enter. What `native_macos` does not do is documented in docs/providers.md: no launchd GUI
+//! session and no per-job keychain (jobs that need either belong in a `vm_macos` pool); its
+//! start-up warning says jobs share the host.
 
-use std::{rc::Rc, time::Duration};
+use std::time::Duration;
 
-use actix::{Actor, Addr, WeakRecipient};
+use actix::{Actor, WeakRecipient};
 
 use super::{
-    Backend, Factory, ProviderStatus, ProvisionerActor, ProvisionerSupervisor, RunnerEvent,
+    Backend, ProviderStatus, ProvisionerHandle, ProvisionerSupervisor, RunnerEvent,
     container::{ContainerBackend, ContainerSettings},
     process::{ProcessBackend, ProcessSettings},
     tart::{TartBackend, TartSettings},
 };
 use crate::{clock::Clock, config::RestartConfig, metrics::Metrics};
+
+/// `LinuxProvisioner`: each runner in its own container on a Docker-compatible engine.
+pub type LinuxProvisioner = ProvisionerSupervisor<ContainerBackend>;
+/// `VmMacosProvisioner`: each runner in its own cloned macOS VM, driven by `tart`.
+pub type VmMacosProvisioner = ProvisionerSupervisor<TartBackend>;
+/// `LocalProvisioner`: each runner a process on this host, from its own work directory.
+pub type LocalProvisioner = ProvisionerSupervisor<ProcessBackend>;
+/// `NativeMacosProvisioner`: each runner a process directly on a macOS host (weak isolation,
+/// opt-in; see the module's notes for what it shares with `local`).
+pub type NativeMacosProvisioner = ProvisionerSupervisor<ProcessBackend>;
 
 /// What every provisioner is wired to, whatever it runs runners in.
 #[derive(Debug, Clone)]
@@ -41,23 +61,12 @@ pub struct PoolWiring {
 }
 
 impl PoolWiring {
-    /// Starts `backend` under a supervisor that re-creates its provisioner per the policy.
-    fn start(self, backend: Rc<dyn Backend>) -> Addr<ProvisionerSupervisor> {
-        let job_timeout = self.job_timeout;
-        let child_backend = backend.clone();
-        let factory: Factory = Box::new(move |events, stopped, generation| {
-            ProvisionerActor::new(
-                child_backend.clone(),
-                events,
-                stopped,
-                generation,
-                job_timeout,
-            )
-            .start()
-        });
-        ProvisionerSupervisor::new(
+    /// Starts a supervisor over `backend` that re-creates its provisioner per the policy;
+    /// returns how to reach it, whatever its backend.
+    pub fn start<B: Backend>(self, backend: B) -> ProvisionerHandle {
+        let supervisor = ProvisionerSupervisor::new(
             backend,
-            factory,
+            self.job_timeout,
             self.restart,
             self.events,
             self.status,
@@ -66,65 +75,40 @@ impl PoolWiring {
         )
         .with_adopted(self.adopt)
         .with_versions(self.versions)
-        .start()
+        .start();
+        ProvisionerHandle::of(&supervisor)
+    }
+
+    /// A process backend over `settings`, on the managed installs when its pool uses them.
+    pub fn process_backend(&self, settings: ProcessSettings) -> ProcessBackend {
+        let backend = ProcessBackend::new(settings);
+        match &self.managed {
+            Some(installs) => backend.with_managed(installs.clone()),
+            None => backend,
+        }
     }
 }
 
-/// `LocalProvisioner`: each runner a process on this host, from its own work directory.
-#[derive(Debug, Clone, Copy)]
-pub struct LocalProvisioner;
-
-impl LocalProvisioner {
-    /// Starts the pool.
-    pub fn start(settings: ProcessSettings, wiring: PoolWiring) -> Addr<ProvisionerSupervisor> {
-        let backend = process_backend(settings, &wiring);
-        wiring.start(backend)
-    }
+/// Starts a `local` pool.
+pub fn start_local(settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    let backend = wiring.process_backend(settings);
+    wiring.start(backend)
 }
 
-/// `LinuxProvisioner`: each runner in its own container on a Docker-compatible engine.
-#[derive(Debug, Clone, Copy)]
-pub struct LinuxProvisioner;
-
-impl LinuxProvisioner {
-    /// Starts the pool; fails when the engine address cannot be used at all.
-    pub fn start(
-        settings: ContainerSettings,
-        wiring: PoolWiring,
-    ) -> Result<Addr<ProvisionerSupervisor>, String> {
-        Ok(wiring.start(Rc::new(ContainerBackend::new(settings)?)))
-    }
+/// Starts a `native_macos` pool.
+pub fn start_native_macos(settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    start_local(settings, wiring)
 }
 
-/// `VmMacosProvisioner`: each runner in its own cloned macOS VM, driven by `tart`.
-#[derive(Debug, Clone, Copy)]
-pub struct VmMacosProvisioner;
-
-impl VmMacosProvisioner {
-    /// Starts the pool.
-    pub fn start(settings: TartSettings, wiring: PoolWiring) -> Addr<ProvisionerSupervisor> {
-        wiring.start(Rc::new(TartBackend::new(settings)))
-    }
+/// Starts a `linux` pool; fails when the engine address cannot be used at all.
+pub fn start_linux(
+    settings: ContainerSettings,
+    wiring: PoolWiring,
+) -> Result<ProvisionerHandle, String> {
+    Ok(wiring.start(ContainerBackend::new(settings)?))
 }
 
-/// `NativeMacosProvisioner`: each runner a process directly on a macOS host (weak isolation,
-/// opt-in).
-#[derive(Debug, Clone, Copy)]
-pub struct NativeMacosProvisioner;
-
-impl NativeMacosProvisioner {
-    /// Starts the pool.
-    pub fn start(settings: ProcessSettings, wiring: PoolWiring) -> Addr<ProvisionerSupervisor> {
-        let backend = process_backend(settings, &wiring);
-        wiring.start(backend)
-    }
-}
-
-/// A process backend, on the managed installs when its pool uses them.
-fn process_backend(settings: ProcessSettings, wiring: &PoolWiring) -> Rc<dyn Backend> {
-    let backend = ProcessBackend::new(settings);
-    Rc::new(match &wiring.managed {
-        Some(installs) => backend.with_managed(installs.clone()),
-        None => backend,
-    })
+/// Starts a `vm_macos` pool.
+pub fn start_vm_macos(settings: TartSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    wiring.start(TartBackend::new(settings))
 }

@@ -26,7 +26,7 @@ use std::{
 use tokio::process::Command;
 
 use super::{
-    Backend, LocalFuture, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner,
+    Backend, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner,
     cgroup::CgroupRoot,
     check_executable,
     install::{check_install, copy_install, same_filesystem},
@@ -553,31 +553,34 @@ impl Backend for ProcessBackend {
         &self.s.pool
     }
 
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
-        Box::pin(self.clone().start_runner(spec))
+    fn start(
+        &self,
+        spec: RunnerSpec,
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
+        self.clone().start_runner(spec)
     }
 
-    fn stop(&self, name: String) -> LocalFuture<()> {
-        Box::pin(self.clone().stop_runner(name))
+    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
+        self.clone().stop_runner(name)
     }
 
-    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
-        Box::pin(self.clone().reap(keep))
+    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
+        self.clone().reap(keep)
     }
 
-    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
-        Box::pin(self.clone().adopt_runner(name))
+    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
+        self.clone().adopt_runner(name)
     }
 
-    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
-        Box::pin(self.clone().check_host())
+    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<> {
+        self.clone().check_host()
     }
 
     /// `doctor`: each `run_as` user can reach and start its runner (a real probe as the user).
-    fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
+    fn doctor_checks(&self) -> impl Future<Output = Vec<super::Finding>> + use<> {
         let s = self.s.clone();
         let resolved = self.resolved();
-        Box::pin(async move {
+        async move {
             use super::Finding;
             if let Some(why) = super::reach::skipped(&s) {
                 return vec![Finding::Ok(format!("runner path probe not needed: {why}"))];
@@ -601,7 +604,7 @@ impl Backend for ProcessBackend {
                     Err(e) => Finding::Fail(e.to_string()),
                 })
                 .collect()
-        })
+        }
     }
 
     fn startup_warning(&self) -> Option<String> {

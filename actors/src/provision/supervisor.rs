@@ -3,7 +3,7 @@
 //! actix's own `Supervisor` restarts only actors that stop themselves and does nothing for a
 //! panic, so supervision is ours: the parent forwards `Provision`/`Teardown` to its current
 //! child and relays the child's runner events, so it always knows which runners the child holds.
-//! When the child dies, the parent re-creates it from its factory after `backoff`, and the new
+//! When the child dies, the parent creates the next one after `backoff`, and the new
 //! child adopts the runners the dead one held (backends find an environment by name), so a job
 //! half done goes on; one that is gone is reported lost. Unless the policy (`permanent` |
 //! `transient` | `never`) or the budget (`max_restarts` within `within`) says no: then those
@@ -13,7 +13,6 @@
 
 use std::{
     collections::{HashSet, VecDeque},
-    rc::Rc,
     time::Duration,
 };
 
@@ -38,11 +37,6 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(30);
 /// How often a pool's runner version is asked again (an image re-pulled under its tag).
 pub const VERSION_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// Builds one incarnation of the provisioner: (events to, stopped to, generation) -> child.
-pub type Factory = Box<
-    dyn Fn(WeakRecipient<RunnerEvent>, WeakRecipient<ChildStopped>, u64) -> Addr<ProvisionerActor>,
->;
-
 /// Sends `m` to `to` if it is still alive.
 fn tell<M>(to: &WeakRecipient<M>, m: M)
 where
@@ -54,12 +48,13 @@ where
     }
 }
 
-/// The parent of one provider's provisioner.
-pub struct ProvisionerSupervisor {
-    backend: Rc<dyn Backend>,
-    factory: Factory,
+/// The parent of one provider's provisioner, over its backend `B`.
+pub struct ProvisionerSupervisor<B: Backend> {
+    backend: B,
+    /// `runner.job_timeout`, each child's.
+    job_timeout: Option<Duration>,
     restart: RestartConfig,
-    child: Option<Addr<ProvisionerActor>>,
+    child: Option<Addr<ProvisionerActor<B>>>,
     generation: u64,
     live: HashSet<String>,
     restarts: VecDeque<Instant>,
@@ -79,7 +74,7 @@ pub struct ProvisionerSupervisor {
     versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
 }
 
-impl std::fmt::Debug for ProvisionerSupervisor {
+impl<B: Backend> std::fmt::Debug for ProvisionerSupervisor<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProvisionerSupervisor")
             .field("provider", self.backend.pool())
@@ -89,11 +84,11 @@ impl std::fmt::Debug for ProvisionerSupervisor {
     }
 }
 
-impl ProvisionerSupervisor {
-    /// A supervisor for the provisioner `factory` builds over `backend`.
+impl<B: Backend> ProvisionerSupervisor<B> {
+    /// A supervisor of provisioners over `backend`, each killing a runner after `job_timeout`.
     pub fn new(
-        backend: Rc<dyn Backend>,
-        factory: Factory,
+        backend: B,
+        job_timeout: Option<Duration>,
         restart: RestartConfig,
         scheduler: WeakRecipient<RunnerEvent>,
         status: WeakRecipient<ProviderStatus>,
@@ -102,7 +97,7 @@ impl ProvisionerSupervisor {
     ) -> Self {
         ProvisionerSupervisor {
             backend,
-            factory,
+            job_timeout,
             restart,
             child: None,
             generation: 0,
@@ -152,11 +147,14 @@ impl ProvisionerSupervisor {
     fn spawn_child(&mut self, ctx: &mut Context<Self>) {
         self.generation += 1;
         let me = ctx.address();
-        self.child = Some((self.factory)(
+        let child = ProvisionerActor::new(
+            self.backend.clone(),
             me.downgrade().recipient(),
             me.downgrade().recipient(),
             self.generation,
-        ));
+            self.job_timeout,
+        );
+        self.child = Some(child.start());
         self.check_host(true, ctx);
     }
 
@@ -267,7 +265,7 @@ impl ProvisionerSupervisor {
     }
 }
 
-impl Actor for ProvisionerSupervisor {
+impl<B: Backend> Actor for ProvisionerSupervisor<B> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
@@ -303,7 +301,7 @@ impl Actor for ProvisionerSupervisor {
     }
 }
 
-impl Handler<crate::lifecycle::Stop> for ProvisionerSupervisor {
+impl<B: Backend> Handler<crate::lifecycle::Stop> for ProvisionerSupervisor<B> {
     type Result = ();
 
     /// Stops the provisioner it owns, then itself; no restart follows.
@@ -316,7 +314,7 @@ impl Handler<crate::lifecycle::Stop> for ProvisionerSupervisor {
     }
 }
 
-impl Handler<crate::lifecycle::Crash> for ProvisionerSupervisor {
+impl<B: Backend> Handler<crate::lifecycle::Crash> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, _: crate::lifecycle::Crash, _: &mut Context<Self>) {
@@ -324,7 +322,7 @@ impl Handler<crate::lifecycle::Crash> for ProvisionerSupervisor {
     }
 }
 
-impl Handler<crate::lifecycle::CrashProvisioner> for ProvisionerSupervisor {
+impl<B: Backend> Handler<crate::lifecycle::CrashProvisioner> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, _: crate::lifecycle::CrashProvisioner, _: &mut Context<Self>) {
@@ -334,7 +332,7 @@ impl Handler<crate::lifecycle::CrashProvisioner> for ProvisionerSupervisor {
     }
 }
 
-impl Handler<Provision> for ProvisionerSupervisor {
+impl<B: Backend> Handler<Provision> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
@@ -357,7 +355,7 @@ impl Handler<Provision> for ProvisionerSupervisor {
     }
 }
 
-impl Handler<Teardown> for ProvisionerSupervisor {
+impl<B: Backend> Handler<Teardown> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, m: Teardown, ctx: &mut Context<Self>) {
@@ -375,7 +373,7 @@ impl Handler<Teardown> for ProvisionerSupervisor {
     }
 }
 
-impl Handler<RunnerEvent> for ProvisionerSupervisor {
+impl<B: Backend> Handler<RunnerEvent> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, m: RunnerEvent, ctx: &mut Context<Self>) {
@@ -397,7 +395,7 @@ impl Handler<RunnerEvent> for ProvisionerSupervisor {
     }
 }
 
-impl Handler<ChildStopped> for ProvisionerSupervisor {
+impl<B: Backend> Handler<ChildStopped> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, m: ChildStopped, ctx: &mut Context<Self>) {

@@ -38,31 +38,34 @@ impl Backend for Fake {
         static LOCAL: std::sync::OnceLock<PoolName> = std::sync::OnceLock::new();
         LOCAL.get_or_init(|| PoolName::new("local"))
     }
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
+    fn start(
+        &self,
+        spec: RunnerSpec,
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
         assert!(
             !*self.0.explode.borrow(),
             "provisioner blew up (on purpose)"
         );
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.0.exits.borrow_mut().insert(spec.name, tx);
-        Box::pin(async move {
+        async move {
             Ok(RunningRunner {
                 exited: Box::pin(async move { rx.await.unwrap_or(None) }),
             })
-        })
+        }
     }
-    fn stop(&self, name: String) -> LocalFuture<()> {
+    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
         self.0.stopped.borrow_mut().push(name.clone());
         if let Some(tx) = self.0.exits.borrow_mut().remove(&name) {
             let _ = tx.send(Some(143));
         }
-        Box::pin(async {})
+        async {}
     }
-    fn reap_leftovers(&self, _keep: Vec<String>) -> LocalFuture<Vec<String>> {
-        Box::pin(async { Vec::new() })
+    fn reap_leftovers(&self, _keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
+        async { Vec::new() }
     }
     /// A runner started earlier and not stopped is still there: watched again.
-    fn adopt(&self, name: String) -> LocalFuture<Option<RunningRunner>> {
+    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
         let mut exits = self.0.exits.borrow_mut();
         let found = exits.contains_key(&name).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -71,7 +74,7 @@ impl Backend for Fake {
                 exited: Box::pin(async move { rx.await.unwrap_or(None) }),
             }
         });
-        Box::pin(async move { found })
+        async move { found }
     }
 }
 
@@ -114,18 +117,18 @@ fn spec(name: &str) -> RunnerSpec {
 async fn supervised(
     policy: RestartPolicy,
     max_restarts: u32,
-) -> (Addr<ProvisionerSupervisor>, Fake, Arc<Mutex<Seen>>, Metrics) {
+) -> (
+    Addr<ProvisionerSupervisor<Fake>>,
+    Fake,
+    Arc<Mutex<Seen>>,
+    Metrics,
+) {
     tokio::time::pause();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let recorder = Recorder(seen.clone()).start();
     // The supervisor holds its parent weakly: keep the recorder alive for the whole test.
     std::mem::forget(recorder.clone());
     let fake = Fake(Rc::new(FakeBackend::default()));
-    let backend: Rc<dyn Backend> = Rc::new(fake.clone());
-    let child_backend = backend.clone();
-    let factory: Factory = Box::new(move |events, stopped, generation| {
-        ProvisionerActor::new(child_backend.clone(), events, stopped, generation, None).start()
-    });
     let metrics = Metrics::new();
     let restart = RestartConfig {
         policy,
@@ -134,8 +137,8 @@ async fn supervised(
         backoff: Duration::from_secs(1),
     };
     let sup = ProvisionerSupervisor::new(
-        backend,
-        factory,
+        fake.clone(),
+        None,
         restart,
         recorder.downgrade().recipient(),
         recorder.downgrade().recipient(),

@@ -1,7 +1,6 @@
 //! Running one provisioner under its supervisor, outside the daemon, and watching its events.
 
 use std::{
-    rc::Rc,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -14,8 +13,8 @@ use ephemer_actors_core::{
     job::JobKey,
     metrics::Metrics,
     provision::{
-        Backend, ExitReason, Factory, ProviderStatus, ProvisionerActor, ProvisionerSupervisor,
-        RunnerEvent, RunnerEventKind, RunnerSpec,
+        Backend, ExitReason, ProviderStatus, ProvisionerSupervisor, RunnerEvent, RunnerEventKind,
+        RunnerSpec,
     },
 };
 use github_standin::Standin;
@@ -72,21 +71,17 @@ impl Handler<ProviderStatus> for Recorder {
 }
 
 /// Starts `backend` under a supervisor (default restart policy) with `job_timeout`.
-pub fn supervise(
-    backend: Rc<dyn Backend>,
+pub fn supervise<B: Backend>(
+    backend: B,
     job_timeout: Option<Duration>,
-) -> (Addr<ProvisionerSupervisor>, Events) {
+) -> (Addr<ProvisionerSupervisor<B>>, Events) {
     let events = Events::default();
     let recorder = Recorder(events.clone()).start();
     // The supervisor holds its parent weakly: keep the recorder alive for the whole test.
     std::mem::forget(recorder.clone());
-    let child_backend = backend.clone();
-    let factory: Factory = Box::new(move |ev, stopped, generation| {
-        ProvisionerActor::new(child_backend.clone(), ev, stopped, generation, job_timeout).start()
-    });
     let sup = ProvisionerSupervisor::new(
         backend,
-        factory,
+        job_timeout,
         RestartConfig::default(),
         recorder.downgrade().recipient(),
         recorder.downgrade().recipient(),

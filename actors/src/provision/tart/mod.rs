@@ -15,9 +15,7 @@ use std::{path::PathBuf, process::Stdio, rc::Rc, time::Duration};
 use tokio::{io::AsyncWriteExt, process::Command};
 
 use super::RunnerEnv;
-use super::{
-    Backend, LocalFuture, ProvisionError, RunnerSpec, RunningRunner, check_executable, spawn_error,
-};
+use super::{Backend, ProvisionError, RunnerSpec, RunningRunner, check_executable, spawn_error};
 use crate::config::{HostKeys, PoolName, ProviderKind};
 use guest::{remote_command, stdin_payload};
 use host_keys::keyscan_path;
@@ -293,35 +291,38 @@ impl Backend for TartBackend {
         &self.s.pool
     }
 
-    fn start(&self, spec: RunnerSpec) -> LocalFuture<Result<RunningRunner, ProvisionError>> {
-        Box::pin(self.clone().start_runner(spec))
+    fn start(
+        &self,
+        spec: RunnerSpec,
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
+        self.clone().start_runner(spec)
     }
 
-    fn stop(&self, name: String) -> LocalFuture<()> {
-        Box::pin(self.clone().stop_runner(name))
+    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
+        self.clone().stop_runner(name)
     }
 
-    fn probe(&self) -> LocalFuture<Result<(), ProvisionError>> {
+    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<> {
         let s = self.s.clone();
-        Box::pin(async move {
+        async move {
             check_executable(&s.tart, "tart")?;
             check_executable(&s.ssh, "ssh")?;
             match s.host_keys {
                 HostKeys::Image => check_executable(&keyscan_path(&s.ssh), "ssh-keyscan"),
                 HostKeys::PerVm => Ok(()),
             }
-        })
+        }
     }
 
-    fn reap_leftovers(&self, keep: Vec<String>) -> LocalFuture<Vec<String>> {
-        Box::pin(self.clone().reap(keep))
+    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
+        self.clone().reap(keep)
     }
 
     /// `doctor`: is the base image in tart's list (a local VM, or an OCI image pulled
     /// before)? An OCI name not pulled yet is pulled by the first clone.
-    fn doctor_checks(&self) -> LocalFuture<Vec<super::Finding>> {
+    fn doctor_checks(&self) -> impl Future<Output = Vec<super::Finding>> + use<> {
         let this = self.clone();
-        Box::pin(async move {
+        async move {
             use super::Finding;
             let image = this.s.base_image.clone();
             let names = match this.vm_names().await {
@@ -344,19 +345,21 @@ impl Backend for TartBackend {
                 ))
             };
             vec![image, keys]
-        })
+        }
     }
 
     /// What the base image's last VM said (none before the first job).
-    fn runner_version(&self) -> LocalFuture<Result<Option<crate::release::Version>, String>> {
+    fn runner_version(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> + use<> {
         let known = self.version.borrow().as_ref().map(|(v, _)| v.clone());
-        Box::pin(async move { Ok(known) })
+        async move { Ok(known) }
     }
 
     /// The `tart run` child that held the VM died with the old daemon, so a VM cannot be
     /// watched again: it is reported lost and cleaned up (the job is dispatched again if it
     /// had not started).
-    fn adopt(&self, _name: String) -> LocalFuture<Option<RunningRunner>> {
-        Box::pin(async { None })
+    fn adopt(&self, _name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
+        async { None }
     }
 }

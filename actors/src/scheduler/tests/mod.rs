@@ -188,6 +188,14 @@ impl Actor for FakeProvisioner {
 #[rtype(result = "()")]
 struct SetSink(Recipient<RunnerEvent>);
 
+crate::stop_on_request!(FakeProvisioner);
+
+impl Handler<crate::lifecycle::CrashProvisioner> for FakeProvisioner {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::lifecycle::CrashProvisioner, _: &mut Context<Self>) {}
+}
+
 impl Handler<SetSink> for FakeProvisioner {
     type Result = ();
     fn handle(&mut self, m: SetSink, _: &mut Context<Self>) {
@@ -318,6 +326,9 @@ async fn harness(s: Setup) -> Harness {
             ProvisionerHandle {
                 provision: fake.clone().recipient(),
                 teardown: fake.clone().recipient(),
+                stop: fake.clone().recipient(),
+                crash: fake.clone().recipient(),
+                crash_child: fake.clone().recipient(),
             },
         );
         fakes.push(fake);
