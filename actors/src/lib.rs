@@ -26,5 +26,6 @@ pub mod retry;
 pub mod scheduler;
 pub mod store;
 pub mod system;
+pub mod tls;
 pub mod vocab;
 pub mod webhook;

@@ -19,7 +19,7 @@ impl std::fmt::Debug for Tls {
 
 /// The connector for `config`'s roots.
 pub(super) fn tls(config: &Config) -> Result<Tls, LedgerError> {
-    let tls = crate::github::tls::client_config(config.github.ca_file.as_deref())
+    let tls = crate::tls::client_config(config.github.ca_file.as_deref())
         .map_err(|e| LedgerError::Pool(format!("TLS roots: {e}")))?;
     Ok(Tls(MakeRustlsConnect::new((*tls).clone())))
 }

@@ -182,9 +182,9 @@ pub(super) struct Answer {
 /// or through the proxy. The config was validated, so a failure here is a file that changed
 /// since: it is logged, and the client goes on with what it has (a call then fails visibly).
 pub(crate) fn connector(config: &GithubConfig) -> awc::Connector<super::proxy::ProxyConnector> {
-    let tls = super::tls::client_config(config.ca_file.as_deref()).unwrap_or_else(|e| {
+    let tls = crate::tls::client_config(config.ca_file.as_deref()).unwrap_or_else(|e| {
         tracing::error!(error = %e, "github.ca_file: cannot load it; trusting the bundled and system roots only");
-        super::tls::client_config(None).expect("the bundled roots load")
+        crate::tls::client_config(None).expect("the bundled roots load")
     });
     use super::proxy::ProxyConnector;
     let tcp = match &config.proxy {

@@ -16,7 +16,6 @@ pub mod proxy;
 pub mod rate;
 pub mod reconcile;
 pub mod signature;
-pub mod tls;
 
 pub(crate) use client::connector;
 pub use client::{GithubClient, JitRunner, RunnerInfo};

@@ -19,7 +19,7 @@ pub fn write_ca_bundle(config: &Config) -> Result<Option<PathBuf>, String> {
         return Ok(None);
     };
     let extra = std::fs::read(ca_file).map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    let mut bundle = crate::github::tls::system_bundle().unwrap_or_default();
+    let mut bundle = crate::tls::system_bundle().unwrap_or_default();
     if !bundle.is_empty() && !bundle.ends_with(b"\n") {
         bundle.push(b'\n');
     }

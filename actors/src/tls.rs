@@ -1,5 +1,6 @@
-//! The TLS roots the GitHub client trusts: the bundled Mozilla roots, the system's bundle, and
-//! `github.ca_file` (a GHES behind a private CA).
+//! The TLS roots the daemon trusts for every connection it makes (GitHub, the fleet's
+//! PostgreSQL ledger) and hands its runners as a CA bundle: the bundled Mozilla roots, the
+//! system's bundle, and `github.ca_file` (a GHES or proxy behind a private CA).
 
 use std::{path::Path, sync::Arc};
 
