@@ -91,7 +91,10 @@ fn is_test_file(file: &Path) -> bool {
 /// at the end of a file are not code the module runs. Inside a grouped import
 /// (`use crate::{store::Op, ...}`) each item is read with its root (`crate::store::Op`).
 fn violations(text: &str) -> Vec<(usize, &'static str, &'static str)> {
-    let code = text.split("\n#[cfg(test)]\nmod ").next().unwrap_or_default();
+    let code = text
+        .split("\n#[cfg(test)]\nmod ")
+        .next()
+        .unwrap_or_default();
     let mut found = Vec::new();
     let mut group: Option<&str> = None;
     for (i, line) in code.lines().enumerate() {

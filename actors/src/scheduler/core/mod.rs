@@ -512,6 +512,12 @@ fn bounded_conclusion(c: &str) -> &'static str {
 }
 
 #[cfg(test)]
+mod driver;
+#[cfg(test)]
+mod fungible_tests;
+#[cfg(test)]
+mod ladder_tests;
+#[cfg(test)]
 mod parking_tests;
 #[cfg(test)]
 mod sim_tests;

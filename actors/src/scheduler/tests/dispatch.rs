@@ -3,7 +3,6 @@
 use crate::config::PoolName;
 use std::time::Duration;
 
-#[allow(unused_imports)]
 use super::*;
 
 #[actix_rt::test]

@@ -1,9 +1,10 @@
-//! The retry ladder through the real fire path: rungs, max_age, rate snaps, Retry-After, what
-//! stops retries.
+//! The retry ladder through the real fire path: the `RetryActor`'s timer, readings reaching the
+//! core through the rate actor's book, the scheduler's mailbox. The ladder's decisions (rungs,
+//! snaps, stale readings, `Retry-After`, what stops retries) are tested at the core
+//! (`core/ladder_tests.rs`).
 
 use std::time::Duration;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// The seed's ladder bug, through the real fire path: 30s, 1m, 2m, 2m, then given up at
@@ -71,71 +72,12 @@ async fn ladder_climbs_through_the_fire_path_and_gives_up_at_max_age() {
     );
 }
 
-#[actix_rt::test]
-async fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
-    let h = harness(Setup {
-        script: vec![Err(http(502, None, None)), Err(http(503, None, None))],
-        ..Setup::default()
-    })
-    .await;
-    h.queued(1, LINUX).await;
-    h.run_for(Duration::from_secs(45)).await;
-    let (q, _) = h.ladder().await;
-    assert_eq!(
-        (q.depth, q.items[0].attempts),
-        (1, 2),
-        "the failed retry is back on the ladder"
-    );
-    h.run_for(Duration::from_secs(600)).await;
-    assert_eq!(h.claim_offsets(), vec![0, 30, 90]);
-    assert!(matches!(h.phase(1).await, Phase::Active { .. }));
-    let (q, _) = h.ladder().await;
-    assert_eq!(
-        (q.depth, q.items.len(), q.items[0].attempts),
-        (0, 1, 2),
-        "a claimed runner holds the item (in flight) until the job is seen running"
-    );
-    assert_eq!(h.provisioned.lock().unwrap().len(), 1);
-    h.send(JobAction::InProgress, job(1, LINUX)).await;
-    h.run_for(Duration::from_secs(1)).await;
-    let (q, armed) = h.ladder().await;
-    assert_eq!(
-        (q.depth, q.items.len(), armed),
-        (0, 0, 0),
-        "a started job drops it"
-    );
-}
-
-#[actix_rt::test]
-async fn an_empty_budget_snaps_the_retry_to_the_reset() {
-    let offsets = claim_offsets_for(vec![Err(limited(403, 90))], None, 200).await;
-    assert_eq!(offsets.len(), 2, "{offsets:?}");
-    assert!(
-        (95..115).contains(&offsets[1]),
-        "retry at reset + [5s, 25s): {offsets:?}"
-    );
-}
-
 /// A budget a fresh reading proves empty is not spent: a job queued meanwhile waits for the
 /// reset before its first claim.
 #[actix_rt::test]
 async fn no_claim_is_sent_into_a_budget_the_reading_proves_empty() {
     let offsets = claim_offsets_for(Vec::new(), Some((0, 90, 0)), 200).await;
     assert_eq!(offsets, vec![91]);
-}
-
-#[actix_rt::test]
-async fn a_stale_reading_falls_back_to_the_ladder() {
-    let offsets = claim_offsets_for(vec![Err(http(403, Some(0), None))], Some((0, 90, 600)), 200);
-    assert_eq!(offsets.await, vec![0, 30]);
-}
-
-/// `Retry-After` is a floor: alone it is obeyed, but it never sends a claim into a budget the
-/// reading proves empty.
-#[actix_rt::test]
-async fn retry_after_is_obeyed() {
-    let offsets = claim_offsets_for(vec![Err(http(429, Some(10), Some(7)))], None, 200);
-    assert_eq!(offsets.await, vec![0, 7]);
 }
 
 #[actix_rt::test]
@@ -153,22 +95,6 @@ async fn retry_after_never_spends_a_budget_the_reading_proves_empty() {
 }
 
 #[actix_rt::test]
-async fn a_label_mismatched_job_delivered_ten_times_costs_nothing() {
-    let h = harness(Setup::default()).await;
-    for _ in 0..10 {
-        h.queued(9, &["self-hosted", "gpu"]).await;
-    }
-    h.run_for(Duration::from_secs(1)).await;
-    assert_eq!(h.claims(), 0);
-    assert!(h.gh.lock().unwrap().deletes.is_empty());
-    let st = h.state().await;
-    let j = &st.jobs[0];
-    assert!(j.seen && !j.pending, "{j:?}");
-    assert_eq!(j.phase, Phase::Unroutable);
-    assert_eq!(st.status.stats.duplicates, 9);
-}
-
-#[actix_rt::test]
 async fn the_same_job_delivered_five_times_at_once_is_claimed_once() {
     let h = harness(Setup::default()).await;
     for _ in 0..5 {
@@ -179,76 +105,6 @@ async fn the_same_job_delivered_five_times_at_once_is_claimed_once() {
     h.run_for(Duration::from_secs(1)).await;
     assert_eq!(h.claims(), 1);
     assert_eq!(h.provisioned.lock().unwrap().len(), 1);
-}
-
-#[actix_rt::test]
-async fn in_progress_or_completed_while_retrying_stops_the_retries() {
-    let h = harness(Setup {
-        otherwise: Some(http(502, None, None)),
-        ..Setup::default()
-    })
-    .await;
-    h.queued(1, LINUX).await;
-    h.queued(2, LINUX).await;
-    h.run_for(Duration::from_secs(5)).await;
-    assert_eq!(h.claims(), 2);
-    h.send(
-        JobAction::InProgress,
-        JobInfo {
-            runner_name: Some("someone-else".into()),
-            ..job(1, LINUX)
-        },
-    )
-    .await;
-    h.send(
-        JobAction::Completed,
-        JobInfo {
-            conclusion: Some("cancelled".into()),
-            ..job(2, LINUX)
-        },
-    )
-    .await;
-    h.run_for(Duration::from_secs(3600)).await;
-    assert_eq!(h.claims(), 2, "no claim after the job was seen elsewhere");
-    let (q, _) = h.ladder().await;
-    assert_eq!((q.depth, q.items.len()), (0, 0));
-    assert_eq!(h.phase(1).await, Phase::Done);
-    assert_eq!(h.phase(2).await, Phase::Done);
-}
-
-#[actix_rt::test]
-async fn not_found_and_validation_failures_are_not_retried() {
-    let h = harness(Setup {
-        script: vec![
-            Err(http(404, Some(10), None)),
-            Err(http(422, Some(10), None)),
-        ],
-        ..Setup::default()
-    })
-    .await;
-    h.queued(1, LINUX).await;
-    h.run_for(Duration::from_secs(1)).await;
-    h.queued(2, LINUX).await;
-    h.run_for(Duration::from_secs(300)).await;
-    assert_eq!(h.claims(), 2);
-    let (q, _) = h.ladder().await;
-    assert_eq!(q.items.len(), 0);
-    for id in [1, 2] {
-        assert!(matches!(
-            h.phase(id).await,
-            Phase::Parked {
-                reason: ParkReason::NotRetryable,
-                ..
-            }
-        ));
-    }
-    assert_eq!(
-        h.metrics
-            .jit_registration_errors
-            .with_label_values(&["non_retryable"])
-            .get(),
-        2
-    );
 }
 
 /// 10,000 parked jobs hold exactly one armed timer, and all fire when due.

@@ -5,7 +5,6 @@
 use crate::config::PoolName;
 use std::time::Duration;
 
-#[allow(unused_imports)]
 use super::*;
 
 fn timeline(st: &SchedulerState, id: u64) -> Vec<Note> {

@@ -1,0 +1,219 @@
+//! Fungible runners at the core, each effect carried out by the test driver: stranded jobs,
+//! swapped runners, spares, orphans, busy runners, late `in_progress`.
+
+use super::{Note, driver::Driver};
+use crate::{
+    job::{JobAction, JobInfo},
+    scheduler::fixtures::job,
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+fn on(runner: &str, id: u64) -> JobInfo {
+    JobInfo {
+        runner_name: Some(runner.into()),
+        ..job(id, LABELS)
+    }
+}
+
+fn done_on(runner: &str, id: u64) -> JobInfo {
+    JobInfo {
+        conclusion: Some("success".into()),
+        ..on(runner, id)
+    }
+}
+
+/// Runner a (made for job 1) takes sibling job 2 (whose own runner b crashed): job 1 needs a
+/// runner again, and gets one claimed at once, not when a exits (its sibling may run for an
+/// hour). The swap is no failure: nothing counts toward job 1's cap, and a's exit after job 2
+/// claims nothing more.
+#[test]
+fn a_job_whose_runner_takes_a_sibling_is_dispatched_again_at_once() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    d.queued(2, LABELS);
+    let (a, b) = (d.runner_of(1), d.runner_of(2));
+    d.exited(&b, 1);
+    d.send(JobAction::InProgress, on(&a, 2));
+    let new =
+        d.s.runners()
+            .find(|r| r.intent.job_id == 1 && *r.name != *a)
+            .map(|r| r.name.clone())
+            .expect("job 1 has a new runner while a runs job 2");
+    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| matches!(&e.note, Note::Requeued { why } if why.contains("sibling"))),
+        "{timeline:#?}"
+    );
+    let claims = d.claims.len();
+    d.send(JobAction::Completed, done_on(&a, 2));
+    d.exited(&a, 0);
+    d.advance(1);
+    assert_eq!(
+        d.claims.len(),
+        claims,
+        "a's exit after job 2 claims nothing"
+    );
+    assert!(d.has_runner(&new));
+    assert_eq!(d.s.job(&job(1, LABELS).key).unwrap().idle_reaps, 0);
+}
+
+/// Two same-label jobs whose runners swapped: no re-dispatch, and completing one job tears
+/// down only the runner that ran it, never the other job's live runner.
+#[test]
+fn same_label_jobs_that_swap_runners_are_left_alone() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    d.queued(2, LABELS);
+    let (a, b) = (d.runner_of(1), d.runner_of(2));
+    d.send(JobAction::InProgress, on(&b, 1));
+    d.send(JobAction::InProgress, on(&a, 2));
+    d.send(JobAction::Completed, done_on(&b, 1));
+    let left: Vec<String> = d.s.runners().map(|r| r.name.clone()).collect();
+    assert_eq!(left, vec![a.clone()], "only b (which ran job 1) went");
+    d.exited(&a, 0);
+    d.advance(1);
+    assert_eq!(d.claims.len(), 2, "no re-dispatch");
+}
+
+/// Spares: a runner whose own job ran elsewhere covers a queued job its labels cover (here
+/// the job whose runner went to a sibling); a spare nothing needs is reaped at the next sweep
+/// (after any `completed`) and deleted on GitHub.
+#[test]
+fn spare_runners_cover_demand_and_the_surplus_is_reaped() {
+    let mut d = Driver::new();
+    for id in 1..=4 {
+        d.queued(id, LABELS);
+    }
+    let (a, b, c, spare) = (
+        d.runner_of(1),
+        d.runner_of(2),
+        d.runner_of(3),
+        d.runner_of(4),
+    );
+    // a takes job 2: b (made for job 2) is a spare, but job 1 still needs a runner.
+    d.send(JobAction::InProgress, on(&a, 2));
+    // Job 4 runs on a peer's runner: its runner is a spare nothing needs.
+    d.send(JobAction::InProgress, on("peer-runner", 4));
+    // A completed anywhere triggers the sweep.
+    d.send(JobAction::InProgress, on(&c, 3));
+    d.send(JobAction::Completed, done_on(&c, 3));
+    assert!(d.has_runner(&a) && d.has_runner(&b), "b covers job 1");
+    assert!(!d.has_runner(&spare), "the surplus spare is reaped");
+    assert!(!d.has_runner(&c), "c ran its job and went");
+    assert_eq!(d.claims.len(), 4, "no new claim");
+    assert_eq!(d.deletes.len(), 1, "the reaped spare is deleted on GitHub");
+}
+
+/// A runner nobody takes is reaped after the grace and deleted on GitHub (its job, never seen
+/// running, is dispatched again, counting toward the zombie cap); a job cancelled before any
+/// runner took it has its runner torn down at once.
+#[test]
+fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    d.queued(2, LABELS);
+    let first = d.runner_of(1);
+    let cancelled = JobInfo {
+        conclusion: Some("cancelled".into()),
+        ..job(2, LABELS)
+    };
+    d.send(JobAction::Completed, cancelled);
+    d.advance(1);
+    assert_eq!(
+        d.s.runner_count(),
+        1,
+        "the cancelled job's runner went at once"
+    );
+    assert_eq!(d.deletes.len(), 1);
+    d.advance(630);
+    assert!(!d.has_runner(&first), "the orphan went after the grace");
+    assert_eq!(d.deletes.len(), 2, "and was deleted on GitHub");
+    let j1 = d.s.job(&job(1, LABELS).key).unwrap();
+    assert_eq!(j1.admissions, 2, "job 1 dispatched again once");
+    assert_eq!(j1.idle_reaps, 1, "an idle reap is the zombie signal");
+}
+
+/// A spare whose `in_progress` is late (GitHub refuses to delete it: it runs a job) is not
+/// reaped, nor asked about again: the job it runs ends it (a JIT runner exits after one job).
+#[test]
+fn a_busy_spare_is_not_reaped_and_asked_once() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    d.queued(2, LABELS);
+    let b = d.runner_of(2);
+    d.busy.push(d.id_of(&b));
+    // Job 2 ran on a peer: b is a spare with no demand, but GitHub says it is busy.
+    d.send(JobAction::InProgress, on("peer", 2));
+    d.send(JobAction::Completed, done_on("peer", 2));
+    assert!(d.has_runner(&b), "busy spare kept");
+    assert_eq!(d.asks, 1);
+    for id in 10..30 {
+        d.send(JobAction::Completed, job(id, LABELS));
+    }
+    d.advance(120);
+    assert!(d.has_runner(&b));
+    assert_eq!(d.asks, 1, "a busy runner is asked once");
+}
+
+/// A runner that exits by itself before its `in_progress` arrives ran a job: GitHub removed
+/// it, so no deletion is spent on it. One that failed (a non-zero exit, nothing named it) is
+/// deleted once the wait for a late event is over.
+#[test]
+fn late_in_progress_spares_a_needless_deletion() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    d.queued(2, LABELS);
+    let (a, b) = (d.runner_of(1), d.runner_of(2));
+    let (a_id, b_id) = (d.id_of(&a), d.id_of(&b));
+    d.exited(&a, 0);
+    d.exited(&b, 1);
+    d.send(JobAction::InProgress, on(&a, 1));
+    d.send(JobAction::Completed, done_on(&a, 1));
+    d.advance(5);
+    assert!(
+        !d.deletes.contains(&b_id),
+        "nothing deleted before the wait is over"
+    );
+    d.advance(40);
+    assert!(
+        d.deletes.contains(&b_id),
+        "the runner that ran nothing is deleted"
+    );
+    assert!(
+        !d.deletes.contains(&a_id),
+        "the runner that ran job 1 is not"
+    );
+}
+
+/// The whole exchange leaves nothing behind: every runner made went, every registration that
+/// ran no job was deleted, and the status shows no job waiting.
+#[test]
+fn a_swap_chain_ends_with_every_job_run_and_nothing_left() {
+    let mut d = Driver::new();
+    for id in 1..=3 {
+        d.queued(id, LABELS);
+    }
+    // Each runner takes the next job: 1's runs 2, 2's runs 3, 3's runs 1.
+    let runners: Vec<String> = (1..=3).map(|id| d.runner_of(id)).collect();
+    for (i, runner) in runners.iter().enumerate() {
+        let ran = (i as u64 + 1) % 3 + 1;
+        d.send(JobAction::InProgress, on(runner, ran));
+    }
+    for (i, runner) in runners.iter().enumerate() {
+        let ran = (i as u64 + 1) % 3 + 1;
+        d.send(JobAction::Completed, done_on(runner, ran));
+        d.exited(runner, 0);
+    }
+    d.advance(60);
+    assert_eq!(d.s.runner_count(), 0);
+    assert_eq!(d.claims.len(), 3, "a swap costs no claim");
+    assert!(d.deletes.is_empty(), "every runner ran a job");
+    assert!(
+        d.state().jobs.iter().all(|j| !j.pending),
+        "{:?}",
+        d.elapsed()
+    );
+}
