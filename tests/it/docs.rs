@@ -274,13 +274,45 @@ fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeS
     graph
 }
 
-/// The import graph between the top-level modules of `actors/src` has no cycle
-/// (ARCHITECTURE.md shows it).
+/// The module edges ARCHITECTURE.md lists: `module -> dep, dep` (or `(nothing)`), one line
+/// per module, in the `text` block under "Module edges".
+fn documented_edges() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let text = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let section = &text[text.find("### Module edges").expect("a Module edges section")..];
+    let start = section.find("```text\n").expect("a text block") + "```text\n".len();
+    let block = &section[start..start + section[start..].find("```").unwrap()];
+    block
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let (module, deps) = line.split_once("->").expect("module -> deps");
+            let deps = deps.trim();
+            let deps = if deps == "(nothing)" {
+                Default::default()
+            } else {
+                deps.split(',').map(|d| d.trim().to_string()).collect()
+            };
+            (module.trim().to_string(), deps)
+        })
+        .collect()
+}
+
+/// The import graph between the top-level modules of `actors/src` is exactly the one
+/// ARCHITECTURE.md lists (an edge added or dropped in the code fails until the map says so),
+/// and it has no cycle.
 #[test]
-fn the_library_module_graph_has_no_cycle() {
+fn the_library_module_edges_are_as_documented() {
     let graph = module_graph();
-    assert!(graph.contains_key("scheduler") && graph.contains_key("vocab"));
-    assert!(graph["vocab"].is_empty(), "vocab depends on nothing");
+    let documented = documented_edges();
+    let mut diff = Vec::new();
+    for module in graph.keys().chain(documented.keys()) {
+        let (code, doc) = (graph.get(module), documented.get(module));
+        if code != doc {
+            diff.push(format!("{module}: code {code:?}, ARCHITECTURE.md {doc:?}"));
+        }
+    }
+    diff.dedup();
+    assert!(diff.is_empty(), "module edges differ:\n{}", diff.join("\n"));
     // Depth-first search for a back edge.
     fn visit<'a>(
         node: &'a str,
@@ -305,4 +337,39 @@ fn the_library_module_graph_has_no_cycle() {
     for node in graph.keys() {
         visit(node, &graph, &mut Vec::new(), &mut done);
     }
+}
+
+/// Every test an invariant of ARCHITECTURE.md names exists (`module::name`, or `module::*`
+/// for a whole file of tests).
+#[test]
+fn the_tests_architecture_md_names_exist() {
+    let text = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let section = &text[text.find("## Invariants").unwrap()..text.find("## Cross-cutting").unwrap()];
+    let mut sources = String::new();
+    let mut stack = vec![repo_root().join("actors"), repo_root().join("tests")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                sources.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut named = 0;
+    for quoted in section.split('`').skip(1).step_by(2) {
+        let Some((_, last)) = quoted.rsplit_once("::") else {
+            continue;
+        };
+        if last == "*" || !last.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            continue;
+        }
+        named += 1;
+        assert!(
+            sources.contains(&format!("fn {last}(")) || sources.contains(&format!("mod {last}")),
+            "ARCHITECTURE.md names `{quoted}`, which is no test"
+        );
+    }
+    assert!(named >= 10, "only {named} tests named");
 }
