@@ -278,7 +278,9 @@ fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeS
 /// per module, in the `text` block under "Module edges".
 fn documented_edges() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
     let text = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
-    let section = &text[text.find("### Module edges").expect("a Module edges section")..];
+    let section = &text[text
+        .find("### Module edges")
+        .expect("a Module edges section")..];
     let start = section.find("```text\n").expect("a text block") + "```text\n".len();
     let block = &section[start..start + section[start..].find("```").unwrap()];
     block
@@ -344,7 +346,8 @@ fn the_library_module_edges_are_as_documented() {
 #[test]
 fn the_tests_architecture_md_names_exist() {
     let text = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
-    let section = &text[text.find("## Invariants").unwrap()..text.find("## Cross-cutting").unwrap()];
+    let section =
+        &text[text.find("## Invariants").unwrap()..text.find("## Cross-cutting").unwrap()];
     let mut sources = String::new();
     let mut stack = vec![repo_root().join("actors"), repo_root().join("tests")];
     while let Some(dir) = stack.pop() {

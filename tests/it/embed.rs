@@ -88,6 +88,17 @@ fn alive(weak: &[Watched]) -> Vec<&'static str> {
         .collect()
 }
 
+/// Every watched actor runs (a redelivery actor with no hook to watch stops by itself).
+fn assert_all_running(actors: &[Watched]) {
+    let running = alive(actors);
+    assert!(
+        actors
+            .iter()
+            .all(|(name, _)| *name == "RedeliverActor" || running.contains(name)),
+        "{running:?}"
+    );
+}
+
 /// Every actor of the instance, held weakly.
 fn watch(handles: &Handles) -> Vec<Watched> {
     fn w<A: actix::Actor>(name: &'static str, a: &actix::Addr<A>) -> Watched {
@@ -135,14 +146,7 @@ async fn an_embedded_instance_runs_a_job_shuts_down_and_starts_again_on_the_same
     .await;
 
     let actors = watch(&handles);
-    // A redelivery actor with no hook to watch stops by itself; every other one runs.
-    let running = alive(&actors);
-    assert!(
-        actors
-            .iter()
-            .all(|(name, _)| *name == "RedeliverActor" || running.contains(name)),
-        "{running:?}"
-    );
+    assert_all_running(&actors);
     handles.shutdown(Duration::from_secs(20)).await;
     assert!(
         alive(&actors).is_empty(),
@@ -266,14 +270,7 @@ async fn a_fleet_instance_shuts_down_with_no_actor_or_task_left_running() {
         actors.iter().any(|(name, _)| *name == "FleetActor"),
         "fleet mode starts a fleet actor"
     );
-    // A redelivery actor with no hook to watch stops by itself; every other one runs.
-    let running = alive(&actors);
-    assert!(
-        actors
-            .iter()
-            .all(|(name, _)| *name == "RedeliverActor" || running.contains(name)),
-        "{running:?}"
-    );
+    assert_all_running(&actors);
     let metrics = handles.metrics.clone();
     handles.shutdown(Duration::from_secs(20)).await;
     assert!(

@@ -352,7 +352,10 @@ async fn a_stale_pid_file_never_signals_an_unrelated_process() {
         format!("{pid} 1 {}", boot.trim()),
     )
     .unwrap();
-    assert!(backend.adopt(name.into()).await.is_none(), "not adopted");
+    assert!(
+        backend.clone().adopt(name.into()).await.is_none(),
+        "not adopted"
+    );
     backend.stop(name.into()).await;
     assert!(alive(pid as i32), "the unrelated process was signalled");
     let _ = bystander.kill().await;

@@ -90,7 +90,7 @@ impl<B: Backend> ProvisionerActor<B> {
         if let Some(h) = live.and_then(|l| l.timeout) {
             ctx.cancel_future(h);
         }
-        let cleanup = self.backend.stop(name.clone());
+        let cleanup = self.backend.clone().stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
             tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, ?reason, code, "runner finished and cleaned up");
             act.report(&name, RunnerEventKind::Exited { code, reason });
@@ -102,7 +102,7 @@ impl<B: Backend> ProvisionerActor<B> {
         if let Some(live) = self.runners.get_mut(name) {
             live.reason.get_or_insert(reason);
         }
-        ctx.spawn(self.backend.stop(name.to_string()).into_actor(self));
+        ctx.spawn(self.backend.clone().stop(name.to_string()).into_actor(self));
     }
 }
 
@@ -153,7 +153,7 @@ impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
                 timeout: None,
             },
         );
-        let start = self.backend.start(spec);
+        let start = self.backend.clone().start(spec);
         ctx.spawn(start.into_actor(self).map(move |result, act, ctx| match result {
             Ok(running) => {
                 let torn_down_while_starting = act.runners.get(&name).and_then(|l| l.reason).is_some();
@@ -169,7 +169,7 @@ impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
                     }
                 }
                 if torn_down_while_starting {
-                    ctx.spawn(act.backend.stop(name.clone()).into_actor(act));
+                    ctx.spawn(act.backend.clone().stop(name.clone()).into_actor(act));
                 }
                 let n = name.clone();
                 ctx.spawn(running.exited.into_actor(act).map(move |code, act, ctx| act.on_exit(n, code, ctx)));
@@ -177,7 +177,7 @@ impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
             Err(error) => {
                 act.runners.remove(&name);
                 tracing::warn!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, %error, "runner environment failed to start");
-                let cleanup = act.backend.stop(name.clone());
+                let cleanup = act.backend.clone().stop(name.clone());
                 ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
                     act.report(&name, RunnerEventKind::Failed { error });
                 }));
@@ -198,7 +198,7 @@ impl<B: Backend> Handler<Adopt> for ProvisionerActor<B> {
                     timeout: None,
                 },
             );
-            let adopt = self.backend.adopt(name.clone());
+            let adopt = self.backend.clone().adopt(name.clone());
             ctx.spawn(
                 adopt
                     .into_actor(self)
@@ -214,7 +214,7 @@ impl<B: Backend> Handler<Adopt> for ProvisionerActor<B> {
                         }
                         None => {
                             act.runners.remove(&name);
-                            let cleanup = act.backend.stop(name.clone());
+                            let cleanup = act.backend.clone().stop(name.clone());
                             ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
                         tracing::info!(runner = %name, "runner from before the restart is gone");
                         act.report(&name, RunnerEventKind::gone(ExitReason::Lost));
@@ -237,7 +237,7 @@ impl<B: Backend> Handler<Teardown> for ProvisionerActor<B> {
         }
         // Not ours (any more): make sure nothing is left, and say so, so no slot leaks.
         let name = m.name;
-        let cleanup = self.backend.stop(name.clone());
+        let cleanup = self.backend.clone().stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
             act.report(&name, RunnerEventKind::gone(ExitReason::TornDown));
         }));

@@ -97,27 +97,27 @@ impl PoolBackend {
     /// See [`Backend::probe`].
     pub async fn probe(&self) -> Result<(), ProvisionError> {
         match self {
-            PoolBackend::Process(b) => b.probe().await,
-            PoolBackend::Container(b) => b.probe().await,
-            PoolBackend::Tart(b) => b.probe().await,
+            PoolBackend::Process(b) => b.clone().probe().await,
+            PoolBackend::Container(b) => b.clone().probe().await,
+            PoolBackend::Tart(b) => b.clone().probe().await,
         }
     }
 
     /// See [`Backend::doctor_checks`].
     pub async fn doctor_checks(&self) -> Vec<Finding> {
         match self {
-            PoolBackend::Process(b) => b.doctor_checks().await,
-            PoolBackend::Container(b) => b.doctor_checks().await,
-            PoolBackend::Tart(b) => b.doctor_checks().await,
+            PoolBackend::Process(b) => b.clone().doctor_checks().await,
+            PoolBackend::Container(b) => b.clone().doctor_checks().await,
+            PoolBackend::Tart(b) => b.clone().doctor_checks().await,
         }
     }
 
     /// See [`Backend::runner_version`].
     pub async fn runner_version(&self) -> Result<Option<crate::release::Version>, String> {
         match self {
-            PoolBackend::Process(b) => b.runner_version().await,
-            PoolBackend::Container(b) => b.runner_version().await,
-            PoolBackend::Tart(b) => b.runner_version().await,
+            PoolBackend::Process(b) => b.clone().runner_version().await,
+            PoolBackend::Container(b) => b.clone().runner_version().await,
+            PoolBackend::Tart(b) => b.clone().runner_version().await,
         }
     }
 }

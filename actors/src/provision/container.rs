@@ -141,58 +141,6 @@ impl ContainerBackend {
         &self.versions
     }
 
-    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
-        let name = spec.name.clone();
-        self.images.ready(&self.docker, &self.s).await?;
-        let mut env: Vec<String> = self
-            .s
-            .env
-            .with_ca_at(super::CONTAINER_CA_PATH)
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        env.extend([
-            format!(
-                "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
-                spec.jit_config.expose()
-            ),
-            "RUNNER_ALLOW_RUNASROOT=1".into(),
-            "RUNNER_MANUALLY_TRAP_SIG=1".into(),
-        ]);
-        let cmd = (!self.s.command.is_empty()).then(|| self.s.command.clone());
-        let body = self.body(&name, cmd, Some(env));
-        let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = self
-            .docker
-            .create_container(Some(options.clone()), body.clone())
-            .await;
-        if let Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409, ..
-        }) = created
-        {
-            // A container of that name is left over: remove it and try once more.
-            self.clone().stop_runner(name.clone()).await;
-            self.docker
-                .create_container(Some(options), body)
-                .await
-                .map_err(|e| self.engine_error(&e))?;
-        } else {
-            created.map_err(|e| self.engine_error(&e))?;
-        }
-        self.docker
-            .start_container(
-                &name,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| self.engine_error(&e))?;
-        tracing::info!(runner = %name, image = %self.s.image, "runner container started");
-        let docker = self.docker.clone();
-        Ok(RunningRunner {
-            exited: watch(docker, name),
-        })
-    }
-
     /// A container like every runner's: our labels, the init, never privileged.
     fn body(
         &self,
@@ -232,34 +180,6 @@ impl ContainerBackend {
             readonly_rootfs: Some(l.read_only_root),
             ..super::image::mounts(&self.s)
         }
-    }
-
-    /// Creates and removes one container like a job's (with the init), so a host that cannot
-    /// run any is found before a job is claimed for it.
-    async fn probe_engine(self) -> Result<(), ProvisionError> {
-        if !super::image::present(&self.docker, &self.s.image)
-            .await
-            .map_err(|e| self.engine_error(&e))?
-        {
-            // The image comes with the first job (pulled, or that job fails as the pool's
-            // `pull` says); the engine answered, which is what this check can know now.
-            return Ok(());
-        }
-        let name = format!(
-            "{}-probe-{}",
-            self.s.name_prefix,
-            crate::vocab::random_suffix()
-        );
-        let body = self.body(&name, Some(vec!["true".into()]), None);
-        let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = self.docker.create_container(Some(options), body).await;
-        if created.is_ok() {
-            let remove = RemoveContainerOptionsBuilder::new().force(true).build();
-            if let Err(e) = self.docker.remove_container(&name, Some(remove)).await {
-                tracing::warn!(container = %name, error = %e, "cannot remove the probe container");
-            }
-        }
-        created.map(|_| ()).map_err(|e| self.engine_error(&e))
     }
 
     /// What an engine's answer means for the pool, in words an operator can act on: the
@@ -303,27 +223,6 @@ impl ContainerBackend {
         }
     }
 
-    async fn stop_runner(self, name: String) {
-        let stop = StopContainerOptionsBuilder::new()
-            .t(STOP_GRACE_SECS)
-            .build();
-        let _ = self.docker.stop_container(&name, Some(stop)).await;
-        self.save_logs(&name).await;
-        let remove = RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build();
-        match self.docker.remove_container(&name, Some(remove)).await {
-            Ok(())
-            | Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(e) => {
-                tracing::warn!(runner = %name, error = %e, "cannot remove the runner container")
-            }
-        }
-    }
-
     /// Streams the container's output to its log file, up to its cap.
     async fn save_logs(&self, name: &str) {
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
@@ -351,52 +250,6 @@ impl ContainerBackend {
                 return;
             }
         }
-    }
-
-    async fn adopt_runner(self, name: String) -> Option<RunningRunner> {
-        let inspect = self
-            .docker
-            .inspect_container(
-                &name,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-            .ok()?;
-        if !inspect.state.and_then(|s| s.running).unwrap_or(false) {
-            return None;
-        }
-        tracing::info!(runner = %name, "adopted a runner container from before the restart");
-        let docker = self.docker.clone();
-        Some(RunningRunner {
-            exited: watch(docker, name),
-        })
-    }
-
-    async fn reap(self, keep: Vec<String>) -> Vec<String> {
-        let filters = HashMap::from([(
-            "label",
-            vec![format!("{PREFIX_LABEL}={}", self.s.name_prefix)],
-        )]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let names: Vec<String> = match self.docker.list_containers(Some(options)).await {
-            Ok(list) => list
-                .into_iter()
-                .filter_map(|c| c.names.and_then(|n| n.into_iter().next()))
-                .map(|n| n.trim_start_matches('/').to_string())
-                .filter(|n| !keep.contains(n))
-                .collect(),
-            Err(e) => {
-                tracing::warn!(socket = %self.s.socket, error = %e, "cannot list containers to remove leftovers");
-                return Vec::new();
-            }
-        };
-        for name in &names {
-            self.clone().stop_runner(name.clone()).await;
-        }
-        names
     }
 }
 
@@ -426,37 +279,158 @@ impl Backend for ContainerBackend {
         &self.s.pool
     }
 
-    fn start(
-        &self,
-        spec: RunnerSpec,
-    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
-        self.clone().start_runner(spec)
+    async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
+        let name = spec.name.clone();
+        self.images.ready(&self.docker, &self.s).await?;
+        let mut env: Vec<String> = self
+            .s
+            .env
+            .with_ca_at(super::CONTAINER_CA_PATH)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.extend([
+            format!(
+                "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
+                spec.jit_config.expose()
+            ),
+            "RUNNER_ALLOW_RUNASROOT=1".into(),
+            "RUNNER_MANUALLY_TRAP_SIG=1".into(),
+        ]);
+        let cmd = (!self.s.command.is_empty()).then(|| self.s.command.clone());
+        let body = self.body(&name, cmd, Some(env));
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let created = self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        if let Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) = created
+        {
+            // A container of that name is left over: remove it and try once more.
+            self.clone().stop(name.clone()).await;
+            self.docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|e| self.engine_error(&e))?;
+        } else {
+            created.map_err(|e| self.engine_error(&e))?;
+        }
+        self.docker
+            .start_container(
+                &name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| self.engine_error(&e))?;
+        tracing::info!(runner = %name, image = %self.s.image, "runner container started");
+        let docker = self.docker.clone();
+        Ok(RunningRunner {
+            exited: watch(docker, name),
+        })
     }
 
-    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
-        self.clone().stop_runner(name)
+    async fn stop(self, name: String) {
+        let stop = StopContainerOptionsBuilder::new()
+            .t(STOP_GRACE_SECS)
+            .build();
+        let _ = self.docker.stop_container(&name, Some(stop)).await;
+        self.save_logs(&name).await;
+        let remove = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        match self.docker.remove_container(&name, Some(remove)).await {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(e) => {
+                tracing::warn!(runner = %name, error = %e, "cannot remove the runner container")
+            }
+        }
     }
 
-    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
-        self.clone().reap(keep)
+    async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
+        let filters = HashMap::from([(
+            "label",
+            vec![format!("{PREFIX_LABEL}={}", self.s.name_prefix)],
+        )]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let names: Vec<String> = match self.docker.list_containers(Some(options)).await {
+            Ok(list) => list
+                .into_iter()
+                .filter_map(|c| c.names.and_then(|n| n.into_iter().next()))
+                .map(|n| n.trim_start_matches('/').to_string())
+                .filter(|n| !keep.contains(n))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(socket = %self.s.socket, error = %e, "cannot list containers to remove leftovers");
+                return Vec::new();
+            }
+        };
+        for name in &names {
+            self.clone().stop(name.clone()).await;
+        }
+        names
     }
 
-    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
-        self.clone().adopt_runner(name)
+    async fn adopt(self, name: String) -> Option<RunningRunner> {
+        let inspect = self
+            .docker
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()?;
+        if !inspect.state.and_then(|s| s.running).unwrap_or(false) {
+            return None;
+        }
+        tracing::info!(runner = %name, "adopted a runner container from before the restart");
+        let docker = self.docker.clone();
+        Some(RunningRunner {
+            exited: watch(docker, name),
+        })
     }
 
-    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<> {
-        self.clone().probe_engine()
+    /// Creates and removes one container like a job's (with the init), so a host that cannot
+    /// run any is found before a job is claimed for it.
+    async fn probe(self) -> Result<(), ProvisionError> {
+        if !super::image::present(&self.docker, &self.s.image)
+            .await
+            .map_err(|e| self.engine_error(&e))?
+        {
+            // The image comes with the first job (pulled, or that job fails as the pool's
+            // `pull` says); the engine answered, which is what this check can know now.
+            return Ok(());
+        }
+        let name = format!(
+            "{}-probe-{}",
+            self.s.name_prefix,
+            crate::vocab::random_suffix()
+        );
+        let body = self.body(&name, Some(vec!["true".into()]), None);
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let created = self.docker.create_container(Some(options), body).await;
+        if created.is_ok() {
+            let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+            if let Err(e) = self.docker.remove_container(&name, Some(remove)).await {
+                tracing::warn!(container = %name, error = %e, "cannot remove the probe container");
+            }
+        }
+        created.map(|_| ()).map_err(|e| self.engine_error(&e))
     }
 
-    fn doctor_checks(&self) -> impl Future<Output = Vec<super::Finding>> + use<> {
-        let this = self.clone();
-        async move { vec![super::image::doctor(&this.docker, &this.s).await] }
+    async fn doctor_checks(self) -> Vec<super::Finding> {
+        vec![super::image::doctor(&self.docker, &self.s).await]
     }
 
-    fn runner_version(
-        &self,
-    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> + use<> {
-        self.clone().image_runner_version()
+    async fn runner_version(self) -> Result<Option<crate::release::Version>, String> {
+        self.image_runner_version().await
     }
 }

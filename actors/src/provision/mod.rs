@@ -110,27 +110,25 @@ pub enum Finding {
 /// How one kind of environment is made and destroyed. Stateless by runner name, so a freshly
 /// re-created provisioner (or a restarted daemon) can tear down what an earlier one started.
 ///
-/// Each pool's supervisor and provisioner are generic over their backend (static dispatch):
-/// every operation hands back a `'static` future (it owns what it needs, as a backend is cheap
-/// to clone), which the actor spawns on its context.
+/// Each pool's supervisor and provisioner are generic over their backend (static dispatch).
+/// Every operation takes the backend by value (it is cheap to clone) so its future owns what it
+/// needs and the actor can spawn it on its context.
 pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     /// Which kind of provisioner this is.
     fn kind(&self) -> ProviderKind;
     /// The pool it serves (`[providers.NAME]`).
     fn pool(&self) -> &PoolName;
     /// Creates the environment and starts the runner in it.
-    fn start(
-        &self,
-        spec: RunnerSpec,
-    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<Self>;
+    fn start(self, spec: RunnerSpec)
+    -> impl Future<Output = Result<RunningRunner, ProvisionError>>;
     /// Stops the runner and removes its environment. Idempotent; never fails (it logs).
-    fn stop(&self, name: String) -> impl Future<Output = ()> + use<Self>;
+    fn stop(self, name: String) -> impl Future<Output = ()>;
     /// Removes environments of ours left from an earlier run (named or labelled with our
     /// prefix), except those in `keep` (adopted); returns the names removed.
-    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<Self>;
+    fn reap_leftovers(self, keep: Vec<String>) -> impl Future<Output = Vec<String>>;
     /// Re-attaches to a runner an earlier run started: `Some` while its environment is still
     /// alive (resolving when it ends), `None` when it is gone or cannot be re-attached.
-    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<Self>;
+    fn adopt(self, name: String) -> impl Future<Output = Option<RunningRunner>>;
     /// A line to warn operators with at start-up, if this backend deserves one.
     fn startup_warning(&self) -> Option<String> {
         None
@@ -138,19 +136,19 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     /// The runner version the pool's new jobs start, where the backend can tell (a container
     /// pool's image); `Ok(None)`: it cannot (yet).
     fn runner_version(
-        &self,
-    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> + use<Self> {
+        self,
+    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> {
         async { Ok(None) }
     }
     /// What `doctor` checks beyond [`Backend::probe`] (the container pool: is its image there,
     /// or can it be pulled).
-    fn doctor_checks(&self) -> impl Future<Output = Vec<Finding>> + use<Self> {
+    fn doctor_checks(self) -> impl Future<Output = Vec<Finding>> {
         async { Vec::new() }
     }
     /// Checks that the host can make an environment at all (engine reachable, its init
     /// installed, the image present), before any job is claimed for this pool. `Err` carries
     /// the cause and what to install; the pool stays down and is probed again later.
-    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<Self> {
+    fn probe(self) -> impl Future<Output = Result<(), ProvisionError>> {
         async { Ok(()) }
     }
 }

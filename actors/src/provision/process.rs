@@ -321,7 +321,55 @@ impl ProcessBackend {
         })
     }
 
-    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
+    /// After the last runner of a `run_as` user: whatever the uid still runs or left (see
+    /// [`super::leftovers`]) goes before the uid runs another job. Not while another runner of
+    /// the same user lives (a shared `run_as` user), nor for the daemon's own uid.
+    async fn clear_leftovers(&self, name: &str, uid: u32) {
+        let Some(user) = self
+            .s
+            .run_as
+            .iter()
+            .find(|u| user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
+            .cloned()
+        else {
+            return;
+        };
+        let sibling = std::fs::read_dir(&self.s.work_root).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let other = e.file_name().to_string_lossy().into_owned();
+                other != name
+                    && other.starts_with(&self.s.name_prefix)
+                    && e.metadata()
+                        .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
+            })
+        });
+        if sibling || !self.reserved.borrow_mut().insert(user.clone()) {
+            return;
+        }
+        // Reserved meanwhile: the user is not handed to a new runner before it is clear.
+        let (work_root, who) = (self.s.work_root.clone(), user.clone());
+        let cleared = tokio::task::spawn_blocking(move || {
+            super::leftovers::clear(uid, &who, &[work_root.as_path()])
+        })
+        .await
+        .unwrap_or_default();
+        self.reserved.borrow_mut().remove(&user);
+        if cleared.any() {
+            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, "cleared what the job's user left behind");
+        }
+    }
+}
+
+impl Backend for ProcessBackend {
+    fn kind(&self) -> ProviderKind {
+        self.s.kind
+    }
+
+    fn pool(&self) -> &PoolName {
+        &self.s.pool
+    }
+
+    async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let dir = self.s.work_root.join(&spec.name);
         let fail =
             |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
@@ -377,9 +425,84 @@ impl ProcessBackend {
         })
     }
 
+    async fn stop(self, name: String) {
+        let dir = self.s.work_root.join(&name);
+        let uid = tokio::fs::metadata(&dir)
+            .await
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+        let pid_file = self.pid_file(&name);
+        if let Some(pgid) = procgroup::read(&pid_file).await {
+            kill_group(pgid, self.s.grace).await;
+        }
+        // Whatever left the group (a double fork into a new session) is still in the cgroup.
+        if let Some(cgroup) = self.cgroup(&name) {
+            cgroup.kill_and_remove().await;
+        }
+        let _ = tokio::fs::remove_file(&pid_file).await;
+        if let Some(uid) = uid {
+            self.clear_leftovers(&name, uid).await;
+        }
+        if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            // Left behind, it must not keep its user taken for ever (a user is free when no
+            // directory of the pool's runners is its): root takes it back; the next start's
+            // reaping tries the removal again.
+            let disowned = nix::unistd::fchownat(
+                nix::fcntl::AT_FDCWD,
+                &dir,
+                Some(nix::unistd::Uid::from_raw(0)),
+                Some(nix::unistd::Gid::from_raw(0)),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            );
+            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, disowned = disowned.is_ok(), "cannot remove the runner directory; root keeps it until the next start tries again");
+        }
+    }
+
+    async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
+        let mut names = Vec::new();
+        for dir in [self.s.work_root.join(".run"), self.s.work_root.clone()] {
+            let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
+                continue;
+            };
+            while let Ok(Some(entry)) = entries.next_entry().await {
+                let file = entry.file_name().to_string_lossy().into_owned();
+                let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
+                if name.starts_with(&self.s.name_prefix)
+                    && !names.contains(&name)
+                    && !keep.contains(&name)
+                {
+                    names.push(name);
+                }
+            }
+        }
+        for name in &names {
+            self.clone().stop(name.clone()).await;
+        }
+        prune_logs(&self.s.log_dir).await;
+        names
+    }
+
+    async fn adopt(self, name: String) -> Option<RunningRunner> {
+        let pgid = procgroup::read(&self.pid_file(&name)).await?;
+        if !group_alive(pgid) {
+            return None;
+        }
+        tracing::info!(runner = %name, pgid = pgid.as_raw(), "adopted a runner process from before the restart");
+        Some(RunningRunner {
+            exited: Box::pin(async move {
+                while group_alive(pgid) {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                None
+            }),
+        })
+    }
+
     /// The host check: the runner install has an executable `run.sh` (or the command is an
     /// executable), the `run_as` user exists, and the work root can be written.
-    async fn check_host(self) -> Result<(), ProvisionError> {
+    async fn probe(self) -> Result<(), ProvisionError> {
         match &self.s.program {
             RunnerProgram::Install(dir) => {
                 check_install(dir).map_err(ProvisionError::Misconfigured)?
@@ -430,154 +553,8 @@ impl ProcessBackend {
         Ok(())
     }
 
-    async fn stop_runner(self, name: String) {
-        let dir = self.s.work_root.join(&name);
-        let uid = tokio::fs::metadata(&dir)
-            .await
-            .ok()
-            .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-        let pid_file = self.pid_file(&name);
-        if let Some(pgid) = procgroup::read(&pid_file).await {
-            kill_group(pgid, self.s.grace).await;
-        }
-        // Whatever left the group (a double fork into a new session) is still in the cgroup.
-        if let Some(cgroup) = self.cgroup(&name) {
-            cgroup.kill_and_remove().await;
-        }
-        let _ = tokio::fs::remove_file(&pid_file).await;
-        if let Some(uid) = uid {
-            self.clear_leftovers(&name, uid).await;
-        }
-        if let Err(e) = tokio::fs::remove_dir_all(&dir).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            // Left behind, it must not keep its user taken for ever (a user is free when no
-            // directory of the pool's runners is its): root takes it back; the next start's
-            // reaping tries the removal again.
-            let disowned = nix::unistd::fchownat(
-                nix::fcntl::AT_FDCWD,
-                &dir,
-                Some(nix::unistd::Uid::from_raw(0)),
-                Some(nix::unistd::Gid::from_raw(0)),
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            );
-            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, disowned = disowned.is_ok(), "cannot remove the runner directory; root keeps it until the next start tries again");
-        }
-    }
-
-    /// After the last runner of a `run_as` user: whatever the uid still runs or left (see
-    /// [`super::leftovers`]) goes before the uid runs another job. Not while another runner of
-    /// the same user lives (a shared `run_as` user), nor for the daemon's own uid.
-    async fn clear_leftovers(&self, name: &str, uid: u32) {
-        let Some(user) = self
-            .s
-            .run_as
-            .iter()
-            .find(|u| user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
-            .cloned()
-        else {
-            return;
-        };
-        let sibling = std::fs::read_dir(&self.s.work_root).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                let other = e.file_name().to_string_lossy().into_owned();
-                other != name
-                    && other.starts_with(&self.s.name_prefix)
-                    && e.metadata()
-                        .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
-            })
-        });
-        if sibling || !self.reserved.borrow_mut().insert(user.clone()) {
-            return;
-        }
-        // Reserved meanwhile: the user is not handed to a new runner before it is clear.
-        let (work_root, who) = (self.s.work_root.clone(), user.clone());
-        let cleared = tokio::task::spawn_blocking(move || {
-            super::leftovers::clear(uid, &who, &[work_root.as_path()])
-        })
-        .await
-        .unwrap_or_default();
-        self.reserved.borrow_mut().remove(&user);
-        if cleared.any() {
-            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, "cleared what the job's user left behind");
-        }
-    }
-
-    async fn adopt_runner(self, name: String) -> Option<RunningRunner> {
-        let pgid = procgroup::read(&self.pid_file(&name)).await?;
-        if !group_alive(pgid) {
-            return None;
-        }
-        tracing::info!(runner = %name, pgid = pgid.as_raw(), "adopted a runner process from before the restart");
-        Some(RunningRunner {
-            exited: Box::pin(async move {
-                while group_alive(pgid) {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                None
-            }),
-        })
-    }
-
-    async fn reap(self, keep: Vec<String>) -> Vec<String> {
-        let mut names = Vec::new();
-        for dir in [self.s.work_root.join(".run"), self.s.work_root.clone()] {
-            let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
-                continue;
-            };
-            while let Ok(Some(entry)) = entries.next_entry().await {
-                let file = entry.file_name().to_string_lossy().into_owned();
-                let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
-                if name.starts_with(&self.s.name_prefix)
-                    && !names.contains(&name)
-                    && !keep.contains(&name)
-                {
-                    names.push(name);
-                }
-            }
-        }
-        for name in &names {
-            self.clone().stop_runner(name.clone()).await;
-        }
-        prune_logs(&self.s.log_dir).await;
-        names
-    }
-}
-
-impl Backend for ProcessBackend {
-    fn kind(&self) -> ProviderKind {
-        self.s.kind
-    }
-
-    fn pool(&self) -> &PoolName {
-        &self.s.pool
-    }
-
-    fn start(
-        &self,
-        spec: RunnerSpec,
-    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
-        self.clone().start_runner(spec)
-    }
-
-    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
-        self.clone().stop_runner(name)
-    }
-
-    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
-        self.clone().reap(keep)
-    }
-
-    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
-        self.clone().adopt_runner(name)
-    }
-
-    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<> {
-        self.clone().check_host()
-    }
-
     /// `doctor`: each `run_as` user can reach and start its runner (a real probe as the user).
-    fn doctor_checks(&self) -> impl Future<Output = Vec<super::Finding>> + use<> {
+    fn doctor_checks(self) -> impl Future<Output = Vec<super::Finding>> {
         let s = self.s.clone();
         let resolved = self.resolved();
         async move {

@@ -130,7 +130,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
             return;
         };
         let pool = self.backend.pool().clone();
-        let asked = self.backend.runner_version();
+        let asked = self.backend.clone().runner_version();
         ctx.spawn(asked.into_actor(self).map(move |found, _, _| match found {
             Ok(Some(version)) => tell(&to, crate::release::actor::RunnerVersionSeen { pool, version }),
             Ok(None) => {}
@@ -164,7 +164,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
     /// holds the mailbox (`blocking`), so runners sent meanwhile wait for its answer.
     fn check_host(&mut self, blocking: bool, ctx: &mut Context<Self>) {
         let generation = self.generation;
-        let probe = self.backend.probe();
+        let probe = self.backend.clone().probe();
         let answer = probe.into_actor(self).map(move |result, act: &mut Self, ctx| {
             if act.generation != generation || act.child.is_none() {
                 return;
@@ -285,7 +285,7 @@ impl<B: Backend> Actor for ProvisionerSupervisor<B> {
             );
         }
         // Leftovers of an earlier run go before the first runner starts.
-        let reap = self.backend.reap_leftovers(self.adopt.clone());
+        let reap = self.backend.clone().reap_leftovers(self.adopt.clone());
         ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
             if !removed.is_empty() {
                 tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), count = removed.len(), names = ?removed, "removed leftover runner environments");
@@ -363,7 +363,7 @@ impl<B: Backend> Handler<Teardown> for ProvisionerSupervisor<B> {
             Some(child) if child.connected() => child.do_send(m),
             _ => {
                 let name = m.name;
-                let cleanup = self.backend.stop(name.clone());
+                let cleanup = self.backend.clone().stop(name.clone());
                 ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
                     act.live.remove(&name);
                     act.report(&name, RunnerEventKind::gone(ExitReason::TornDown));
@@ -418,7 +418,7 @@ impl<B: Backend> Handler<ChildStopped> for ProvisionerSupervisor<B> {
             // Nobody will watch what the dead child held: torn down and reported, so the
             // scheduler sends those jobs elsewhere.
             for name in std::mem::take(&mut self.live) {
-                let cleanup = self.backend.stop(name.clone());
+                let cleanup = self.backend.clone().stop(name.clone());
                 ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
                     act.report(&name, RunnerEventKind::gone(ExitReason::ProvisionerDied));
                 }));

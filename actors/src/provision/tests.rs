@@ -39,9 +39,9 @@ impl Backend for Fake {
         LOCAL.get_or_init(|| PoolName::new("local"))
     }
     fn start(
-        &self,
+        self,
         spec: RunnerSpec,
-    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> {
         assert!(
             !*self.0.explode.borrow(),
             "provisioner blew up (on purpose)"
@@ -54,18 +54,18 @@ impl Backend for Fake {
             })
         }
     }
-    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
+    fn stop(self, name: String) -> impl Future<Output = ()> {
         self.0.stopped.borrow_mut().push(name.clone());
         if let Some(tx) = self.0.exits.borrow_mut().remove(&name) {
             let _ = tx.send(Some(143));
         }
         async {}
     }
-    fn reap_leftovers(&self, _keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
-        async { Vec::new() }
+    async fn reap_leftovers(self, _keep: Vec<String>) -> Vec<String> {
+        Vec::new()
     }
     /// A runner started earlier and not stopped is still there: watched again.
-    fn adopt(&self, name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
+    fn adopt(self, name: String) -> impl Future<Output = Option<RunningRunner>> {
         let mut exits = self.0.exits.borrow_mut();
         let found = exits.contains_key(&name).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();

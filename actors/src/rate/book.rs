@@ -1,5 +1,4 @@
-//! The rate-limit readings themselves: one [`RateTracker`] per daemon, shared as a
-//! [`RateBook`]. The `RateActor` is its one writer (it folds every answer's headers in, with
+//! The rate-limit readings themselves, one [`RateBook`] per daemon. The `RateActor` is its one writer (it folds every answer's headers in, with
 //! the no-clobber rule); the scheduler's core reads it when it decides a retry's delay or holds
 //! claims back, so a reading is kept once. Pure: the time of each observation is passed in.
 
@@ -11,17 +10,18 @@ use std::{
 
 use crate::vocab::{RateBucket, RateHeaders, RateSnapshot};
 
-/// Readings per credential and bucket. Pure: the time of each observation is passed in.
-#[derive(Debug, Default)]
-pub struct RateTracker {
-    readings: HashMap<(String, RateBucket), RateSnapshot>,
-}
+/// The daemon's readings per credential and bucket, shared: the rate actor writes, the
+/// scheduler's core reads. Cloning shares the same readings.
+#[derive(Debug, Clone, Default)]
+pub struct RateBook(Arc<RwLock<Readings>>);
 
-impl RateTracker {
+type Readings = HashMap<(String, RateBucket), RateSnapshot>;
+
+impl RateBook {
     /// Folds one answer's headers into the credential's reading. Returns the new reading when
     /// it changed.
     pub fn observe(
-        &mut self,
+        &self,
         credential: &str,
         bucket: RateBucket,
         headers: Option<RateHeaders>,
@@ -31,8 +31,8 @@ impl RateTracker {
         if headers.is_none() && retry_after.is_none() {
             return None;
         }
-        let r = self
-            .readings
+        let mut readings = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let r = readings
             .entry((credential.to_string(), bucket))
             .or_default();
         if let Some(h) = headers {
@@ -53,60 +53,27 @@ impl RateTracker {
         Some(*r)
     }
 
+    /// The reading of one bucket of `credential`, if it was ever read.
+    pub fn get(&self, credential: &str, bucket: RateBucket) -> Option<RateSnapshot> {
+        let readings = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        readings.get(&(credential.to_string(), bucket)).copied()
+    }
+
     /// The reading of one bucket of `credential` (all empty if never observed).
     pub fn snapshot(&self, credential: &str, bucket: RateBucket) -> RateSnapshot {
-        self.readings
-            .get(&(credential.to_string(), bucket))
-            .copied()
-            .unwrap_or_default()
+        self.get(credential, bucket).unwrap_or_default()
     }
 
     /// Every bucket of `credential` read so far.
     pub fn snapshots(&self, credential: &str) -> Vec<(RateBucket, RateSnapshot)> {
-        let mut v: Vec<(RateBucket, RateSnapshot)> = self
-            .readings
+        let readings = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let mut v: Vec<(RateBucket, RateSnapshot)> = readings
             .iter()
             .filter(|((c, _), _)| c == credential)
             .map(|((_, b), r)| (*b, *r))
             .collect();
         v.sort_by_key(|(b, _)| *b);
         v
-    }
-}
-
-/// The daemon's readings, shared: the rate actor writes, the scheduler's core reads. Cloning
-/// shares the same readings.
-#[derive(Debug, Clone, Default)]
-pub struct RateBook(Arc<RwLock<RateTracker>>);
-
-impl RateBook {
-    /// Folds one answer's rate information in (see [`RateTracker::observe`]).
-    pub fn observe(
-        &self,
-        credential: &str,
-        bucket: RateBucket,
-        headers: Option<RateHeaders>,
-        retry_after: Option<Duration>,
-        at_unix: u64,
-    ) -> Option<RateSnapshot> {
-        self.0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .observe(credential, bucket, headers, retry_after, at_unix)
-    }
-
-    /// The reading of one bucket of `credential`, if it was ever read.
-    pub fn get(&self, credential: &str, bucket: RateBucket) -> Option<RateSnapshot> {
-        let t = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        t.readings.get(&(credential.to_string(), bucket)).copied()
-    }
-
-    /// Every bucket of `credential` read so far.
-    pub fn snapshots(&self, credential: &str) -> Vec<(RateBucket, RateSnapshot)> {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshots(credential)
     }
 }
 
@@ -125,7 +92,7 @@ mod tests {
     }
 
     /// An answer on `token`'s `core` bucket.
-    fn obs(t: &mut RateTracker, remaining: Option<u64>, reset: u64, at: u64) {
+    fn obs(t: &RateBook, remaining: Option<u64>, reset: u64, at: u64) {
         t.observe(
             "token",
             RateBucket::Core,
@@ -137,8 +104,8 @@ mod tests {
 
     #[test]
     fn missing_headers_change_nothing() {
-        let mut t = RateTracker::default();
-        obs(&mut t, Some(10), 2000, 1000);
+        let t = RateBook::default();
+        obs(&t, Some(10), 2000, 1000);
         let before = t.snapshot("token", RateBucket::Core);
         assert_eq!(t.observe("token", RateBucket::Core, None, None, 1500), None);
         assert_eq!(t.snapshot("token", RateBucket::Core), before);
@@ -148,8 +115,8 @@ mod tests {
     /// The registration bucket is its own reading: a claim's answer never moves `core`.
     #[test]
     fn readings_are_kept_per_bucket() {
-        let mut t = RateTracker::default();
-        obs(&mut t, Some(4000), 2000, 1000);
+        let t = RateBook::default();
+        obs(&t, Some(4000), 2000, 1000);
         let reg = RateBucket::ActionsRunnerRegistration;
         t.observe("token", reg, headers(Some(0), 3000), None, 1001);
         assert_eq!(t.snapshot("token", RateBucket::Core).remaining, Some(4000));
@@ -160,8 +127,8 @@ mod tests {
 
     #[test]
     fn readings_are_kept_per_credential() {
-        let mut t = RateTracker::default();
-        obs(&mut t, Some(10), 2000, 1000);
+        let t = RateBook::default();
+        obs(&t, Some(10), 2000, 1000);
         let app = "app-installation-9";
         t.observe(app, RateBucket::Core, headers(Some(0), 3000), None, 1001);
         assert_eq!(t.snapshot("token", RateBucket::Core).remaining, Some(10));
@@ -178,8 +145,8 @@ mod tests {
     #[test]
     fn exhausted_only_when_fresh_empty_and_reset_ahead() {
         let five_min = Duration::from_secs(300);
-        let mut t = RateTracker::default();
-        obs(&mut t, Some(0), 1090, 1000);
+        let t = RateBook::default();
+        obs(&t, Some(0), 1090, 1000);
         let s = t.snapshot("token", RateBucket::Core);
         assert_eq!(s.exhausted_until(1000, five_min), Some(1090));
         assert_eq!(
@@ -188,7 +155,7 @@ mod tests {
             "stale reading"
         );
         assert_eq!(s.exhausted_until(1095, five_min), None, "reset passed");
-        obs(&mut t, Some(3), 1090, 1001);
+        obs(&t, Some(3), 1090, 1001);
         assert_eq!(
             t.snapshot("token", RateBucket::Core)
                 .exhausted_until(1001, five_min),

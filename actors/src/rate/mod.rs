@@ -1,13 +1,13 @@
-//! `RateActor`: the one keeper of GitHub rate-limit readings, one per credential and bucket
+//! `RateActor`: the one writer of GitHub rate-limit readings, one per credential and bucket
 //! (`X-RateLimit-Resource`: `core`, `actions_runner_registration`, ...), each with the
-//! no-clobber rule.
+//! no-clobber rule, kept in the [`RateBook`] (`book.rs`, pure).
 //!
-//! The GitHub client reports every answer's headers (`ObserveRate`); each new reading is pushed,
-//! in order, to the subscribers of its credential (`SubscribeRate`: the scheduler, whose retry
-//! ladder snaps to the reset), so no reading is fetched on the side and none can overtake a
-//! decision. `GetRateSnapshot` answers status pages. The pure [`RateTracker`] makes every
-//! decision; the actor only forwards and mirrors the latest reading into the four gauges. An
-//! observation without `X-RateLimit-Remaining` changes no reading and no gauge.
+//! The GitHub client reports every answer's headers (`ObserveRate`); the actor folds each into
+//! the book, mirrors it into the four gauges, and pushes it to the subscribers of its
+//! credential (`SubscribeRate`: the fleet actor, which shares low readings). The scheduler's
+//! core reads the book itself when it decides, so a reading is held once. `GetRateSnapshot`
+//! answers status pages. An observation without `X-RateLimit-Remaining` changes no reading and
+//! no gauge.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::{
     vocab::{RateBucket, RateHeaders},
 };
 use actix::{Actor, Context, Handler, Message, MessageResult, Recipient, WeakRecipient};
-pub use book::{RateBook, RateTracker};
+pub use book::RateBook;
 
 /// One GitHub answer's rate information.
 #[derive(Debug, Clone, Message)]
@@ -90,7 +90,7 @@ impl SubscribeRate {
     }
 }
 
-/// Actor shell over [`RateTracker`]; mirrors readings into the rate gauges.
+/// Actor shell over the [`RateBook`]; mirrors readings into the rate gauges.
 #[derive(Debug)]
 pub struct RateActor {
     book: RateBook,

@@ -12,7 +12,7 @@ use actix::{
 };
 
 use super::{
-    core::{Effect, Scheduler, SchedulerSettings},
+    core::{Deletion, Effect, Scheduler, SchedulerSettings},
     messages::{
         BeginShutdown, FlushDeferred, GetJob, GetJobs, GetRetryQueue, GetSchedulerState, GetStatus,
         JobEvent, SetCordon, ShuttingDown, TeardownAll,
@@ -250,13 +250,7 @@ impl SchedulerActor {
                         tracing::warn!(runner = %name, provider = provider.as_str(), "teardown could not reach the provisioner");
                     }
                 }
-                Effect::DeleteRunner {
-                    owner,
-                    repo,
-                    runner_id,
-                    name,
-                    attempt,
-                } => self.delete_runner(owner, repo, runner_id, name, attempt, ctx),
+                Effect::DeleteRunner(deletion) => self.delete_runner(deletion, ctx),
                 Effect::LookAtJob { key, repo } => self.look_at_job(key, repo, ctx),
                 Effect::ArmTimer { at } => self.retry.do_send(ArmRetryTimer { at }),
                 Effect::CheckIdle {
@@ -495,12 +489,12 @@ impl Handler<FlushDeferred> for SchedulerActor {
         let sends: Vec<_> = fx
             .into_iter()
             .filter_map(|e| match e {
-                Effect::DeleteRunner {
+                Effect::DeleteRunner(Deletion {
                     owner,
                     repo,
                     runner_id,
                     ..
-                } => {
+                }) => {
                     let delete = self.github(&owner).delete.clone();
                     // The drain ends after this: a deletion that fails is tried twice more,
                     // a second apart (the next start's cleanup finds what is still left).

@@ -3,7 +3,7 @@
 
 use actix::{ActorFutureExt, AsyncContext, Context, WrapFuture};
 
-use super::actor::SchedulerActor;
+use super::{actor::SchedulerActor, core::Deletion};
 use crate::{
     github::{
         GithubError,
@@ -14,28 +14,18 @@ use crate::{
 
 impl SchedulerActor {
     /// Deletes a registration and tells the core how it went.
-    pub(super) fn delete_runner(
-        &mut self,
-        owner: String,
-        repo: Option<String>,
-        runner_id: u64,
-        name: String,
-        attempt: u32,
-        ctx: &mut Context<Self>,
-    ) {
-        let delete = self.github(&owner).delete.clone();
+    pub(super) fn delete_runner(&mut self, deletion: Deletion, ctx: &mut Context<Self>) {
+        let delete = self.github(&deletion.owner).delete.clone();
         self.calls_in_flight += 1;
         let msg = DeleteRunner {
-            repo: repo.clone(),
-            runner_id,
+            repo: deletion.repo.clone(),
+            runner_id: deletion.runner_id,
         };
         let call = async move { flatten(delete.send(msg).await, "delete_runner") };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
             act.calls_in_flight -= 1;
             let now = act.clock.tick();
-            let fx = act
-                .core
-                .on_runner_deleted(owner, repo, runner_id, name, attempt, result, now);
+            let fx = act.core.on_runner_deleted(deletion, result, now);
             act.run(fx, ctx);
         }));
     }

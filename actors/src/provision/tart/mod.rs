@@ -109,15 +109,6 @@ impl TartBackend {
             .map_err(|e| host("open the runner log", e))
     }
 
-    async fn start_runner(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
-        let name = spec.name.clone();
-        let result = self.boot_and_run(spec).await;
-        if result.is_err() {
-            self.clone().stop_runner(name).await;
-        }
-        result
-    }
-
     async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = &spec.name;
         let failed = |what: &str| ProvisionError::EnvironmentFailed(what.to_string());
@@ -238,16 +229,6 @@ impl TartBackend {
         }
     }
 
-    async fn stop_runner(self, name: String) {
-        if let Err(e) = self.tart(&["stop", "--timeout", "30", &name]).await {
-            tracing::debug!(runner = %name, error = %e, "tart stop");
-        }
-        if let Err(e) = self.tart(&["delete", &name]).await {
-            tracing::debug!(runner = %name, error = %e, "tart delete");
-        }
-        self.forget_pin(&name);
-    }
-
     /// The names `tart list` shows (VMs and pulled OCI images).
     async fn vm_names(&self) -> Result<Vec<String>, ProvisionError> {
         #[derive(serde::Deserialize)]
@@ -262,24 +243,6 @@ impl TartBackend {
             .map(|v| v.name)
             .collect())
     }
-
-    async fn reap(self, keep: Vec<String>) -> Vec<String> {
-        let listed = self.vm_names().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot list VMs to remove leftovers");
-            Vec::new()
-        });
-        let names: Vec<String> = listed
-            .into_iter()
-            .filter(|n| n.starts_with(&self.s.name_prefix) && !keep.contains(n))
-            .collect();
-        for name in &names {
-            self.clone().stop_runner(name.clone()).await;
-        }
-        for name in self.stale_pins(&keep) {
-            self.forget_pin(&name);
-        }
-        names
-    }
 }
 
 impl Backend for TartBackend {
@@ -291,75 +254,89 @@ impl Backend for TartBackend {
         &self.s.pool
     }
 
-    fn start(
-        &self,
-        spec: RunnerSpec,
-    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> + use<> {
-        self.clone().start_runner(spec)
+    async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
+        let name = spec.name.clone();
+        let result = self.boot_and_run(spec).await;
+        if result.is_err() {
+            self.clone().stop(name).await;
+        }
+        result
     }
 
-    fn stop(&self, name: String) -> impl Future<Output = ()> + use<> {
-        self.clone().stop_runner(name)
+    async fn stop(self, name: String) {
+        if let Err(e) = self.tart(&["stop", "--timeout", "30", &name]).await {
+            tracing::debug!(runner = %name, error = %e, "tart stop");
+        }
+        if let Err(e) = self.tart(&["delete", &name]).await {
+            tracing::debug!(runner = %name, error = %e, "tart delete");
+        }
+        self.forget_pin(&name);
     }
 
-    fn probe(&self) -> impl Future<Output = Result<(), ProvisionError>> + use<> {
-        let s = self.s.clone();
-        async move {
-            check_executable(&s.tart, "tart")?;
-            check_executable(&s.ssh, "ssh")?;
-            match s.host_keys {
-                HostKeys::Image => check_executable(&keyscan_path(&s.ssh), "ssh-keyscan"),
-                HostKeys::PerVm => Ok(()),
-            }
+    async fn probe(self) -> Result<(), ProvisionError> {
+        let s = &self.s;
+        check_executable(&s.tart, "tart")?;
+        check_executable(&s.ssh, "ssh")?;
+        match s.host_keys {
+            HostKeys::Image => check_executable(&keyscan_path(&s.ssh), "ssh-keyscan"),
+            HostKeys::PerVm => Ok(()),
         }
     }
 
-    fn reap_leftovers(&self, keep: Vec<String>) -> impl Future<Output = Vec<String>> + use<> {
-        self.clone().reap(keep)
+    async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
+        let listed = self.vm_names().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot list VMs to remove leftovers");
+            Vec::new()
+        });
+        let names: Vec<String> = listed
+            .into_iter()
+            .filter(|n| n.starts_with(&self.s.name_prefix) && !keep.contains(n))
+            .collect();
+        for name in &names {
+            self.clone().stop(name.clone()).await;
+        }
+        for name in self.stale_pins(&keep) {
+            self.forget_pin(&name);
+        }
+        names
     }
 
     /// `doctor`: is the base image in tart's list (a local VM, or an OCI image pulled
     /// before)? An OCI name not pulled yet is pulled by the first clone.
-    fn doctor_checks(&self) -> impl Future<Output = Vec<super::Finding>> + use<> {
-        let this = self.clone();
-        async move {
-            use super::Finding;
-            let image = this.s.base_image.clone();
-            let names = match this.vm_names().await {
-                Ok(names) => names,
-                Err(e) => return vec![Finding::Fail(format!("tart list failed: {e}"))],
-            };
-            let oci = image.contains('/');
-            let keys = this.host_key_finding().await;
-            let image = if names.contains(&image) {
-                Finding::Ok(format!("base image {image} is in tart's list"))
-            } else if oci {
-                Finding::Warn(format!(
-                    "base image {image} is not pulled yet: the first job's clone pulls it \
-                     (minutes; tart pull {image} beforehand)"
-                ))
-            } else {
-                Finding::Fail(format!(
-                    "no VM named {image} in tart's list: build it (docs/providers.md) or fix \
-                     base_image"
-                ))
-            };
-            vec![image, keys]
-        }
+    async fn doctor_checks(self) -> Vec<super::Finding> {
+        use super::Finding;
+        let image = self.s.base_image.clone();
+        let names = match self.vm_names().await {
+            Ok(names) => names,
+            Err(e) => return vec![Finding::Fail(format!("tart list failed: {e}"))],
+        };
+        let oci = image.contains('/');
+        let keys = self.host_key_finding().await;
+        let image = if names.contains(&image) {
+            Finding::Ok(format!("base image {image} is in tart's list"))
+        } else if oci {
+            Finding::Warn(format!(
+                "base image {image} is not pulled yet: the first job's clone pulls it \
+                 (minutes; tart pull {image} beforehand)"
+            ))
+        } else {
+            Finding::Fail(format!(
+                "no VM named {image} in tart's list: build it (docs/providers.md) or fix \
+                 base_image"
+            ))
+        };
+        vec![image, keys]
     }
 
     /// What the base image's last VM said (none before the first job).
-    fn runner_version(
-        &self,
-    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> + use<> {
-        let known = self.version.borrow().as_ref().map(|(v, _)| v.clone());
-        async move { Ok(known) }
+    async fn runner_version(self) -> Result<Option<crate::release::Version>, String> {
+        Ok(self.version.borrow().as_ref().map(|(v, _)| v.clone()))
     }
 
     /// The `tart run` child that held the VM died with the old daemon, so a VM cannot be
     /// watched again: it is reported lost and cleaned up (the job is dispatched again if it
     /// had not started).
-    fn adopt(&self, _name: String) -> impl Future<Output = Option<RunningRunner>> + use<> {
-        async { None }
+    async fn adopt(self, _name: String) -> Option<RunningRunner> {
+        None
     }
 }

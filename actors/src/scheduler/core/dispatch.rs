@@ -2,7 +2,7 @@
 //! what a claim's answer leads to.
 
 use super::{
-    Abandon, ClaimRequest, Effect, Note, Phase, RunnerRecord, Scheduler, capacity::Pick,
+    Abandon, ClaimRequest, Deletion, Effect, Note, Phase, RunnerRecord, Scheduler, capacity::Pick,
     observation::Observation,
 };
 use crate::{
@@ -362,13 +362,13 @@ impl Scheduler {
             } else {
                 Abandon::StartedDuringClaim
             };
-            fx.push(Effect::DeleteRunner {
+            fx.push(Effect::DeleteRunner(Deletion {
                 owner: key.owner.to_string(),
                 repo,
                 runner_id: runner.id,
                 name: runner.name.clone(),
                 attempt: 0,
-            });
+            }));
             let phase = if started { Phase::Done } else { Phase::Seen };
             self.abandon(&key, phase, Note::Abandoned(why), now, fx);
             return;
@@ -389,8 +389,8 @@ impl Scheduler {
         let handle: Arc<str> = Arc::from(runner.name.as_str());
         self.book.runners.insert(
             handle.clone(),
-            RunnerRecord {
-                row: RunnerRow {
+            RunnerRecord::new(
+                RunnerRow {
                     name: runner.name.clone(),
                     id: runner.id,
                     provider: provider.clone(),
@@ -399,15 +399,8 @@ impl Scheduler {
                     bound: None,
                     created_unix: now.unix,
                 },
-                created_at: now.mono,
-                intent_since: now.mono,
-                started_at: None,
-                idle_checked_at: None,
-                idle_check_pending: false,
-                seen_busy: false,
-                registration_deleted: false,
-                tearing_down: false,
-            },
+                now.mono,
+            ),
         );
         let row = self.book.runners[&*handle].row.clone();
         self.ops.push(Op::PutRunner(row));

@@ -192,16 +192,9 @@ impl Driver {
                     let gone = RunnerEventKind::gone(ExitReason::TornDown);
                     self.s.on_runner_event(&name, gone, now)
                 }
-                Effect::DeleteRunner {
-                    owner,
-                    repo,
-                    runner_id,
-                    name,
-                    attempt,
-                } => {
-                    let result = self.delete(runner_id);
-                    self.s
-                        .on_runner_deleted(owner, repo, runner_id, name, attempt, result, now)
+                Effect::DeleteRunner(deletion) => {
+                    let result = self.delete(deletion.runner_id);
+                    self.s.on_runner_deleted(deletion, result, now)
                 }
                 Effect::CheckIdle {
                     name,

@@ -2,41 +2,14 @@
 //! that fails again keeps its item, rate readings snap a retry to the reset (fresh ones only),
 //! `Retry-After` is obeyed, a job seen running leaves the ladder, refusals are not retried.
 
-use std::time::Duration;
-
-use super::{ParkReason, Phase, driver::Driver, tests::UNIX0};
+use super::{ParkReason, Phase, driver::Driver};
 use crate::{
-    github::{GithubError, error::HttpFailure},
+    github::GithubError,
     job::{JobAction, JobInfo, JobKey},
-    scheduler::fixtures::job,
-    vocab::RateBucket,
+    scheduler::fixtures::{http, job, limited},
 };
 
 const LABELS: &[&str] = &["self-hosted", "linux"];
-
-/// A claim answer: `status`, with a registration reading of `remaining` when given, and
-/// `Retry-After` when given.
-fn http(status: u16, remaining: Option<u64>, retry_after: Option<u64>) -> GithubError {
-    GithubError::Http(HttpFailure {
-        endpoint: "generate_jitconfig",
-        status,
-        message: "scripted".into(),
-        documentation_url: None,
-        rate_remaining: remaining,
-        rate_bucket: remaining.map(|_| RateBucket::ActionsRunnerRegistration),
-        rate_reset: None,
-        retry_after: retry_after.map(Duration::from_secs),
-    })
-}
-
-/// A rate-limited answer whose own reading says the budget is empty until second `reset_at`.
-fn limited(status: u16, reset_at: u64) -> GithubError {
-    let mut e = http(status, Some(0), None);
-    if let GithubError::Http(f) = &mut e {
-        f.rate_reset = Some(UNIX0 + reset_at);
-    }
-    e
-}
 
 /// The claim times of one job queued at 0, answered `script` first, after `secs`.
 fn claim_times(script: Vec<GithubError>, reading: Option<(u64, u64, u64)>, secs: u64) -> Vec<u64> {

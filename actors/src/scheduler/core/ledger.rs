@@ -3,8 +3,8 @@
 //! down), forgetting runners, deferred deletions and their retries, provider status and cordon.
 
 use super::{
-    DELETE_ATTEMPTS, DELETE_DELAY, DELETE_RETRY_FIRST, Effect, MAX_WAIT_DELETE, Note, Phase,
-    QUIET_EXITS_FREE, RunnerRecord, Scheduler, ShuttingDown, observation::Observation,
+    DELETE_ATTEMPTS, DELETE_DELAY, DELETE_RETRY_FIRST, Deletion, Effect, MAX_WAIT_DELETE, Note,
+    Phase, QUIET_EXITS_FREE, RunnerRecord, Scheduler, ShuttingDown, observation::Observation,
     runner_book::Deferred,
 };
 use crate::{
@@ -29,22 +29,10 @@ impl Scheduler {
     pub(super) fn run_deferred(&mut self, now: Now, all: bool, fx: &mut Vec<Effect>) {
         for what in self.book.take_due(now.mono, all) {
             match what {
-                Deferred::Delete {
-                    owner,
-                    repo,
-                    runner_id,
-                    name,
-                    attempt,
-                } => {
-                    let ran_a_job = self.book.recent.get(&name).is_some_and(|r| r.ran_a_job);
-                    if !ran_a_job {
-                        fx.push(Effect::DeleteRunner {
-                            owner,
-                            repo,
-                            runner_id,
-                            name,
-                            attempt,
-                        });
+                Deferred::Delete(deletion) => {
+                    let gone = self.book.recent.get(&deletion.name);
+                    if !gone.is_some_and(|r| r.ran_a_job) {
+                        fx.push(Effect::DeleteRunner(deletion));
                     }
                 }
                 Deferred::Heal { key, why } => self.heal_now(&key, why, now, fx),
@@ -115,7 +103,7 @@ impl Scheduler {
             RunnerEventKind::Failed { error } => {
                 let r = self.forget_runner(name, now);
                 if let Some(r) = &r {
-                    fx.push(Self::deletion(r, 0));
+                    fx.push(Effect::DeleteRunner(Deletion::of(r)));
                 }
                 if let Some(r) = &r {
                     self.environment_failed(
@@ -194,7 +182,7 @@ impl Scheduler {
             } else {
                 Duration::ZERO
             };
-            self.defer(now.mono + delay, Deferred::from_runner(&r), fx);
+            self.defer(now.mono + delay, Deferred::Delete(Deletion::of(&r)), fx);
         }
         // Its job, if it still waits for this runner (it is `Seen` now), goes on.
         let waiting = self
@@ -258,53 +246,35 @@ impl Scheduler {
         self.failed(intent, failure, now, fx);
     }
 
-    /// The deletion of `r`'s registration, as an effect.
-    pub(super) fn deletion(r: &RunnerRecord, attempt: u32) -> Effect {
-        Effect::DeleteRunner {
-            owner: r.row.intent.owner.to_string(),
-            repo: r.row.repo.clone(),
-            runner_id: r.row.id,
-            name: r.row.name.clone(),
-            attempt,
-        }
-    }
-
     /// GitHub's answer to a registration's deletion: one that failed is tried again later
     /// (5 s, then doubling to 5 min, `DELETE_ATTEMPTS` in all; a registration still left after
     /// that is found by the next start's cleanup). Already gone counts as deleted.
-    #[allow(clippy::too_many_arguments)]
     pub fn on_runner_deleted(
         &mut self,
-        owner: String,
-        repo: Option<String>,
-        runner_id: u64,
-        name: String,
-        attempt: u32,
+        deletion: Deletion,
         result: Result<(), GithubError>,
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         let Err(e) = result else {
-            self.observe(Observation::RegistrationDeleted { runner: name });
+            let runner = deletion.name;
+            self.observe(Observation::RegistrationDeleted { runner });
             return fx;
         };
-        let attempt = attempt + 1;
+        let attempt = deletion.attempt + 1;
         let again = attempt < DELETE_ATTEMPTS && !self.shutting_down;
         self.observe(Observation::DeletionFailed {
-            runner: name.clone(),
+            runner: deletion.name.clone(),
             class: e.class(),
             error: e.to_string(),
             again,
         });
         if again {
             let wait = (DELETE_RETRY_FIRST * 2u32.saturating_pow(attempt - 1)).min(MAX_WAIT_DELETE);
-            let what = Deferred::Delete {
-                owner,
-                repo,
-                runner_id,
-                name,
+            let what = Deferred::Delete(Deletion {
                 attempt,
-            };
+                ..deletion
+            });
             self.defer(now.mono + wait, what, &mut fx);
         }
         fx

@@ -130,18 +130,7 @@ pub enum Effect {
     },
     /// Delete a runner registration on GitHub (it never ran a job, so it will not go by itself);
     /// report the answer with `on_runner_deleted`.
-    DeleteRunner {
-        /// The owner whose target registered it.
-        owner: String,
-        /// Repo for repo-level runners.
-        repo: Option<String>,
-        /// Runner id.
-        runner_id: u64,
-        /// Runner name, for logs.
-        name: String,
-        /// Deletions of it that failed before this one.
-        attempt: u32,
-    },
+    DeleteRunner(Deletion),
     /// Ask GitHub for a parked job's state; report it with `on_job_looked`.
     LookAtJob {
         /// The job.
@@ -171,6 +160,34 @@ pub enum Effect {
         /// Why it would be reaped.
         reason: &'static str,
     },
+}
+
+/// One registration to delete, and how many deletions of it failed before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    /// The owner whose target registered it.
+    pub owner: String,
+    /// Repo for repo-level runners.
+    pub repo: Option<String>,
+    /// Runner id.
+    pub runner_id: u64,
+    /// Runner name, for logs.
+    pub name: String,
+    /// Deletions of it that failed before this one.
+    pub attempt: u32,
+}
+
+impl Deletion {
+    /// The first deletion of `r`'s registration.
+    pub(crate) fn of(r: &RunnerRow) -> Self {
+        Deletion {
+            owner: r.intent.owner.to_string(),
+            repo: r.repo.clone(),
+            runner_id: r.id,
+            name: r.name.clone(),
+            attempt: 0,
+        }
+    }
 }
 
 /// Where a job stands.
@@ -323,6 +340,24 @@ pub struct RunnerRecord {
     pub registration_deleted: bool,
     /// A teardown was asked for: the sweep leaves it to that.
     pub tearing_down: bool,
+}
+
+impl RunnerRecord {
+    /// A runner of `row`, claimed at `created_at` (and made for its intent job then), not up
+    /// yet and never asked about.
+    pub(crate) fn new(row: RunnerRow, created_at: Instant) -> Self {
+        RunnerRecord {
+            row,
+            created_at,
+            intent_since: created_at,
+            started_at: None,
+            idle_checked_at: None,
+            idle_check_pending: false,
+            seen_busy: false,
+            registration_deleted: false,
+            tearing_down: false,
+        }
+    }
 }
 
 impl std::ops::Deref for RunnerRecord {

@@ -149,9 +149,8 @@ fn a_swap_chain_longer_than_the_cap_never_parks_the_job() {
         // no job waits for this runner, so it is deleted before it boots.
         let (_, fx) = grant(&mut s, sibling, 900 + round, at(t0, t + 6));
         assert!(
-            fx.iter().any(
-                |e| matches!(e, Effect::DeleteRunner { runner_id, .. } if *runner_id == 900 + round)
-            ),
+            fx.iter()
+                .any(|e| matches!(e, Effect::DeleteRunner(d) if d.runner_id == 900 + round)),
             "round {round}: {fx:?}"
         );
     }
@@ -292,17 +291,10 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     let fx = s.on_timer(at(t0, 12));
     let delete = fx
         .iter()
-        .find(|e| matches!(e, Effect::DeleteRunner { attempt: 0, .. }))
+        .find(|e| matches!(e, Effect::DeleteRunner(d) if d.attempt == 0))
         .cloned()
         .unwrap_or_else(|| panic!("{fx:?}"));
-    let Effect::DeleteRunner {
-        owner,
-        repo,
-        runner_id,
-        name,
-        ..
-    } = delete
-    else {
+    let Effect::DeleteRunner(deletion) = delete else {
         unreachable!()
     };
     let fail = || {
@@ -318,11 +310,10 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
         }))
     };
     let fx = s.on_runner_deleted(
-        owner.clone(),
-        repo.clone(),
-        runner_id,
-        name.clone(),
-        0,
+        Deletion {
+            attempt: 0,
+            ..deletion.clone()
+        },
         fail(),
         at(t0, 12),
     );
@@ -335,15 +326,14 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     let fx = s.on_timer(at(t0, 17));
     assert!(
         fx.iter()
-            .any(|e| matches!(e, Effect::DeleteRunner { attempt: 1, .. })),
+            .any(|e| matches!(e, Effect::DeleteRunner(d) if d.attempt == 1)),
         "{fx:?}"
     );
     let fx = s.on_runner_deleted(
-        owner.clone(),
-        repo.clone(),
-        runner_id,
-        name.clone(),
-        1,
+        Deletion {
+            attempt: 1,
+            ..deletion.clone()
+        },
         fail(),
         at(t0, 17),
     );
@@ -361,7 +351,7 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     let fx: Vec<Effect> = fx.into_iter().chain(s.on_timer(at(t0, 60))).collect();
     assert!(
         fx.iter()
-            .all(|e| !matches!(e, Effect::DeleteRunner { runner_id: 12, .. })),
+            .all(|e| !matches!(e, Effect::DeleteRunner(d) if d.runner_id == 12)),
         "{fx:?}"
     );
 }

@@ -57,15 +57,8 @@ impl Scheduler {
             self.book.runners.insert(
                 handle.clone(),
                 RunnerRecord {
-                    row: r.clone(),
-                    created_at: ago(r.created_unix),
-                    intent_since: ago(r.created_unix),
                     started_at: Some(now.mono),
-                    idle_checked_at: None,
-                    idle_check_pending: false,
-                    seen_busy: false,
-                    registration_deleted: false,
-                    tearing_down: false,
+                    ..RunnerRecord::new(r.clone(), ago(r.created_unix))
                 },
             );
             let rec = self

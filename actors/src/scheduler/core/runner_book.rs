@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
-use super::RunnerRecord;
+use super::{Deletion, RunnerRecord};
 use crate::{config::PoolName, job::JobKey};
 
 /// A runner that left the ledger a moment ago.
@@ -65,32 +65,12 @@ impl RecentRunners {
 /// A decision taken later, once a late `in_progress` had its chance to arrive.
 #[derive(Debug, Clone)]
 pub(super) enum Deferred {
-    /// Delete a runner registration unless the runner turns out to have run a job
-    /// (`attempt`: deletions of it that failed so far).
-    Delete {
-        owner: String,
-        repo: Option<String>,
-        runner_id: u64,
-        name: String,
-        attempt: u32,
-    },
+    /// Delete a runner registration unless the runner turns out to have run a job.
+    Delete(Deletion),
     /// Dispatch a stranded job again unless it has been observed running by then.
     Heal { key: JobKey, why: &'static str },
     /// Look at a parked job again.
     Look { key: JobKey },
-}
-
-impl Deferred {
-    /// The deletion of `r`'s registration (its first attempt).
-    pub(super) fn from_runner(r: &RunnerRecord) -> Self {
-        Deferred::Delete {
-            owner: r.row.intent.owner.to_string(),
-            repo: r.row.repo.clone(),
-            runner_id: r.row.id,
-            name: r.row.name.clone(),
-            attempt: 0,
-        }
-    }
 }
 
 /// The runners of ours, the ones just gone, and the deferred decisions.
@@ -141,25 +121,16 @@ mod tests {
     use crate::durable::RunnerRow;
 
     fn record(name: &str, intent: u64, bound: bool, now: Instant) -> RunnerRecord {
-        RunnerRecord {
-            row: RunnerRow {
-                name: name.into(),
-                id: 1,
-                provider: PoolName::from("local"),
-                repo: None,
-                intent: JobKey::new("acme", intent),
-                bound: bound.then(|| JobKey::new("acme", intent + 100)),
-                created_unix: 0,
-            },
-            created_at: now,
-            intent_since: now,
-            started_at: None,
-            idle_checked_at: None,
-            idle_check_pending: false,
-            seen_busy: false,
-            registration_deleted: false,
-            tearing_down: false,
-        }
+        let row = RunnerRow {
+            name: name.into(),
+            id: 1,
+            provider: PoolName::from("local"),
+            repo: None,
+            intent: JobKey::new("acme", intent),
+            bound: bound.then(|| JobKey::new("acme", intent + 100)),
+            created_unix: 0,
+        };
+        RunnerRecord::new(row, now)
     }
 
     #[test]

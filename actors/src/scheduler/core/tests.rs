@@ -18,7 +18,7 @@ use crate::{
     scheduler::fixtures::job,
 };
 
-pub(super) const UNIX0: u64 = 1_800_000_000;
+pub(super) use crate::scheduler::fixtures::UNIX0;
 const LABELS: &[&str] = &["self-hosted", "linux"];
 
 pub(super) fn settings() -> SchedulerSettings {
@@ -299,13 +299,13 @@ fn an_environment_that_failed_once_climbs_the_ladder() {
     assert_eq!(
         fx,
         vec![
-            Effect::DeleteRunner {
+            Effect::DeleteRunner(Deletion {
                 owner: "acme".into(),
                 repo: None,
                 runner_id: 7,
                 name: name.clone(),
                 attempt: 0,
-            },
+            }),
             Effect::ArmTimer {
                 at: Some(t0 + Duration::from_secs(32))
             },
@@ -336,13 +336,13 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
     let fx = s.on_runner_event(&name, RunnerEventKind::Failed { error }, at(t0, 2));
     assert_eq!(
         fx,
-        vec![Effect::DeleteRunner {
+        vec![Effect::DeleteRunner(Deletion {
             owner: "acme".into(),
             repo: None,
             runner_id: 7,
             name,
             attempt: 0,
-        }]
+        })]
     );
     assert_eq!(phase(&s, 1), Phase::Pending, "waits for the pool");
     assert_eq!(s.ladder_depth(), 0, "no rung spent");

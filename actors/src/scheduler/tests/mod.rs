@@ -35,7 +35,7 @@ use crate::{
     retry::{Backoff, GetRetryTimer, RetryActor},
 };
 
-const UNIX0: u64 = 1_800_000_000;
+use crate::scheduler::fixtures::{UNIX0, http, limited};
 
 // ----- fakes ---------------------------------------------------------------------------------
 
@@ -426,30 +426,6 @@ fn event(action: JobAction, job: JobInfo) -> JobEvent {
         received: Instant::now(),
         source: EventSource::Webhook,
     }
-}
-
-fn http(status: u16, remaining: Option<u64>, retry_after: Option<u64>) -> GithubError {
-    GithubError::Http(HttpFailure {
-        endpoint: "generate_jitconfig",
-        status,
-        message: "scripted".into(),
-        documentation_url: None,
-        rate_remaining: remaining,
-        // A claim's answer with rate headers names the registration bucket.
-        rate_bucket: remaining.map(|_| crate::vocab::RateBucket::ActionsRunnerRegistration),
-        rate_reset: None,
-        retry_after: retry_after.map(Duration::from_secs),
-    })
-}
-
-/// A rate-limited claim answer that carries its reading: the registration bucket is empty
-/// until `reset_at` seconds after the harness started.
-fn limited(status: u16, reset_at: u64) -> GithubError {
-    let mut e = http(status, Some(0), None);
-    if let GithubError::Http(f) = &mut e {
-        f.rate_reset = Some(UNIX0 + reset_at);
-    }
-    e
 }
 
 impl Harness {

@@ -443,18 +443,10 @@ impl Sim {
                 self.core.on_idle_checked(&name, busy, reason, now)
             }
             Ev::Deleted(ep, effect, result) if ep == e => {
-                let Effect::DeleteRunner {
-                    owner,
-                    repo,
-                    runner_id,
-                    name,
-                    attempt,
-                } = effect
-                else {
+                let Effect::DeleteRunner(deletion) = effect else {
                     unreachable!()
                 };
-                self.core
-                    .on_runner_deleted(owner, repo, runner_id, name, attempt, result, now)
+                self.core.on_runner_deleted(deletion, result, now)
             }
             Ev::Looked(ep, key, status) if ep == e => self.core.on_job_looked(&key, status, now),
             Ev::Sweep => {

@@ -80,11 +80,11 @@ impl Sim {
                 self.procs.get_mut(&name).unwrap().1 = Proc::Dead;
                 self.after(10, Ev::Exit(name, None, ExitReason::TornDown));
             }
-            Effect::DeleteRunner {
+            Effect::DeleteRunner(Deletion {
                 runner_id,
                 ref name,
                 ..
-            } => {
+            }) => {
                 let fails = self.plan.failed_deletes;
                 let result = if self.faulty(fails) {
                     Err(http(500, "delete_runner"))
