@@ -1,8 +1,12 @@
 //! `[providers.NAME]` of kind `linux`: the engine socket, the image and how it is pulled, what
 //! each container may use, and what it gets mounted.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{
+    ContainerLimits, ContainerMounts, LinuxConfig, Problems, PullPolicy, RawCommand, RawPool,
+    defaults, loopback, non_empty, parse_size,
+};
 
 pub(super) fn build_linux(
     key: &str,

@@ -1,7 +1,11 @@
 //! `[github]`: API URL, owner and repos, PAT or App credentials.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{
+    AppAuth, Environment, GithubAuth, GithubConfig, Problems, ProxyConfig, Secret, defaults,
+    loopback,
+};
 
 /// `[github]` (`k` = `github`), or one `[[github.targets]]` entry (`k` =
 /// `github.targets[i]`): problems are keyed under `k`. Only the `[github]` table falls back on

@@ -4,11 +4,7 @@
 //! single run reports all problems with their key paths. Defaults are applied here and only
 //! here. No problem message ever quotes a secret.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{net::SocketAddr, path::Path, time::Duration};
 
 use super::{
     AdminConfig, AdminListen, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors,

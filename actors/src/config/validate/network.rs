@@ -1,7 +1,8 @@
 //! `github.ca_file`, `github.proxy` and `github.no_proxy` (or `HTTPS_PROXY` and `NO_PROXY`).
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::Path;
+
+use super::{Environment, Problems, ProxyConfig, Secret};
 
 pub(super) fn check_ca_file(path: &Path) -> Result<(), String> {
     crate::config::net::read_pem_certs(path).map(|_| ())

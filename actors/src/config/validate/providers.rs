@@ -1,7 +1,13 @@
 //! `[providers.*]`: the keys every pool takes, its restart policy, and each kind's own keys.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{
+    Environment, HostKeys, PoolConfig, PoolName, PoolSpec, Problems, ProcessPoolConfig,
+    ProviderCommon, ProviderKind, ProvidersConfig, RawCommand, RawPool, RawProviders, RawRestart,
+    RawUsers, RestartConfig, RestartPolicy, RunnerProgram, VmMacosConfig, count, defaults,
+    duration, non_empty, positive_duration,
+};
 
 /// What a pool of a kind has when its table leaves a key out.
 struct KindDefaults {

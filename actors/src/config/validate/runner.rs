@@ -1,7 +1,12 @@
 //! `[runner]` (with its claim retry ladder and orphan sweep), `[state]` and `[log]`.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::PathBuf;
+
+use super::{
+    ClaimRetryConfig, LogConfig, LogFormat, OrphanSweepConfig, Problems, RunnerConfig,
+    RunnerUpdateConfig, StateConfig, count, defaults, duration, optional_duration, parse_duration,
+    positive_duration,
+};
 
 pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems) -> RunnerConfig {
     let update = build_update(&raw, p);

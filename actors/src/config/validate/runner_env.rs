@@ -1,8 +1,7 @@
 //! `providers.NAME.env`: extra variables for a pool's runners, `${NAME}` expanded from the
 //! daemon's environment, with the names the daemon sets itself (or keeps to itself) refused.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{Environment, Problems, Secret};
 
 /// The daemon's own secrets: neither a name in `env` nor a `${NAME}` reference may reach them,
 /// or every job would hold the daemon's GitHub credential. Besides its fixed names, every

@@ -1,8 +1,13 @@
 //! `[[github.targets]]`: several owners, each with its own credential, scope, webhook secret,
 //! pacing and weight; or the one target `[github]` and `webhook.secret` make.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{
+    Config, Environment, GithubConfig, Problems, ProvidersConfig, ProxyConfig, Secret,
+    WebhookConfig, build_github, defaults,
+};
+
 use crate::config::{
     Target,
     raw::{RawGithub, RawTarget},

@@ -1,6 +1,7 @@
 //! Config validation: every problem with its key path, defaults, secrets never quoted.
 
 use super::*;
+use std::path::PathBuf;
 
 fn env() -> Environment {
     Environment::default()

@@ -1,8 +1,13 @@
 //! `[webhook]`: the listener and its secret, push or pull mode, and the redelivery of failed
 //! deliveries.
 
-#[allow(unused_imports)]
-use super::*;
+use std::time::Duration;
+
+use super::{
+    Environment, Problems, Secret, WebhookConfig, defaults, optional_duration, parse_size,
+    positive_duration, socket_addr,
+};
+
 use crate::config::{
     WebhookMode,
     raw::{RawShare, RawWebhook},
