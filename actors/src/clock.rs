@@ -73,6 +73,16 @@ pub struct Now {
     pub unix: u64,
 }
 
+/// Unix seconds of an RFC 3339 time as GitHub writes them (`2026-12-02T08:00:00Z`, with or
+/// without the `Z` or fractions); `None` when it is no such time or before 1970.
+pub fn unix_of_rfc3339(text: &str) -> Option<u64> {
+    humantime::parse_rfc3339_weak(text.trim_end_matches('Z'))
+        .ok()?
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
+}
+
 /// Unix seconds as RFC 3339, or the number itself where no calendar date fits.
 pub fn rfc3339(unix: u64) -> String {
     UNIX_EPOCH
@@ -82,4 +92,24 @@ pub fn rfc3339(unix: u64) -> String {
             || format!("unix {unix}"),
             |t| humantime::format_rfc3339_seconds(t).to_string(),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn github_times_read_back_as_unix_seconds() {
+        assert_eq!(unix_of_rfc3339("2026-12-02T08:00:00Z"), Some(1_796_198_400));
+        assert_eq!(unix_of_rfc3339("2026-12-02T08:00:00"), Some(1_796_198_400));
+        assert_eq!(
+            unix_of_rfc3339("2026-12-02T08:00:00.250Z"),
+            Some(1_796_198_400)
+        );
+        assert_eq!(
+            unix_of_rfc3339(&rfc3339(1_796_198_400)),
+            Some(1_796_198_400)
+        );
+        assert_eq!(unix_of_rfc3339("yesterday"), None);
+    }
 }

@@ -69,9 +69,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         }
     };
     let min = update.min_version.as_deref().and_then(Version::parse);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = ephemer_actors_core::clock::unix_now();
     let managed = ManagedInstalls::for_config(config);
     for (pool, source) in sources {
         let name = format!("pool.{pool}.runner");

@@ -2,13 +2,7 @@
 //! RS256 JWT, cached, refreshed five minutes before it expires, with one exchange in flight at a
 //! time (concurrent callers share it). Token length and format are never assumed.
 
-use std::{
-    cell::RefCell,
-    future::Future,
-    pin::Pin,
-    rc::Rc,
-    time::{Duration, UNIX_EPOCH},
-};
+use std::{cell::RefCell, future::Future, pin::Pin, rc::Rc, time::Duration};
 
 use futures_util::future::{FutureExt, Shared};
 use serde::{Deserialize, Serialize};
@@ -178,11 +172,8 @@ impl Credentials {
 pub(crate) fn parse_access_token(body: &[u8]) -> Result<(Secret, u64), GithubError> {
     let t: AccessToken = serde_json::from_slice(body)
         .map_err(|e| GithubError::Auth(format!("unreadable access token answer: {e}")))?;
-    let expires = humantime::parse_rfc3339_weak(&t.expires_at)
-        .map_err(|e| GithubError::Auth(format!("bad expires_at: {e}")))?
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let expires = crate::clock::unix_of_rfc3339(&t.expires_at)
+        .ok_or_else(|| GithubError::Auth(format!("bad expires_at: {:?}", t.expires_at)))?;
     if t.token.is_empty() {
         return Err(GithubError::Auth("empty installation token".into()));
     }

@@ -88,10 +88,7 @@ impl HookDelivery {
 
     /// When it was attempted, in unix seconds (`None` when GitHub's timestamp is unreadable).
     pub fn at_unix(&self) -> Option<u64> {
-        humantime::parse_rfc3339_weak(self.delivered_at.trim_end_matches('Z'))
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs())
+        crate::clock::unix_of_rfc3339(&self.delivered_at)
     }
 }
 

@@ -8,7 +8,7 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use actix::prelude::*;
@@ -20,6 +20,7 @@ use super::{
     installs::{ManagedInstalls, unpack},
 };
 use crate::{
+    clock::unix_now,
     config::{Config, PoolName, RunnerProgram, RunnerUpdateConfig},
     metrics::Metrics,
 };
@@ -108,12 +109,6 @@ pub fn behind(version: &Version, latest: &Release, now: u64) -> u64 {
     } else {
         0
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Looks at the releases and keeps the managed installs current.

@@ -128,9 +128,8 @@ impl Release {
         let published_unix = raw
             .published_at
             .as_deref()
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
+            .and_then(crate::clock::unix_of_rfc3339)
+            .unwrap_or(0);
         let name = format!("actions-runner-{platform}-{version}.tar.gz");
         let archive = raw.assets.iter().find(|a| a.name == name).map(|a| Archive {
             name: name.clone(),
