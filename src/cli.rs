@@ -254,20 +254,16 @@ fn runner_paths(config: &Config) -> Vec<(String, String)> {
         runner_env::write_ca_bundle,
     };
     let mut out = Vec::new();
+    let managed = ephemer_actors_core::release::installs::ManagedInstalls::for_config(config);
     for pool in config.providers.enabled() {
         let settings = pool_settings(config, pool, "check", None, std::env::temp_dir());
-        let PoolSettings::Process(mut s) = settings else {
+        let PoolSettings::Process(s) = settings else {
             continue;
         };
-        if s.program == ephemer_actors_core::config::RunnerProgram::Managed {
-            // The daemon-managed install as it is on disk; none yet: nothing to prove.
-            let installs =
-                ephemer_actors_core::release::installs::ManagedInstalls::for_config(config);
-            let Some(dir) = installs.and_then(|m| m.current().map(|v| m.dir_of(&v))) else {
-                continue;
-            };
-            s.program = ephemer_actors_core::config::RunnerProgram::Install(dir);
-        }
+        // The daemon-managed install as it is on disk; none yet: nothing to prove.
+        let Some(s) = s.on_current_install(managed.as_ref()) else {
+            continue;
+        };
         if reach::skipped(&s).is_some() {
             continue;
         }

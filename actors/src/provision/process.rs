@@ -82,6 +82,20 @@ pub struct ProcessSettings {
     pub grace: Duration,
 }
 
+impl ProcessSettings {
+    /// These settings with a daemon-managed install resolved to the current one's directory
+    /// in `managed` (`None` when the pool is managed and there is no install yet): what a job
+    /// started now would run, for the path probes of `check-config` and `doctor`.
+    pub fn on_current_install(&self, managed: Option<&ManagedInstalls>) -> Option<Self> {
+        let mut s = self.clone();
+        if s.program == RunnerProgram::Managed {
+            let installs = managed?;
+            s.program = RunnerProgram::Install(installs.dir_of(&installs.current()?));
+        }
+        Some(s)
+    }
+}
+
 /// Runs runners as host processes.
 #[derive(Debug, Clone)]
 pub struct ProcessBackend {
@@ -124,17 +138,6 @@ impl ProcessBackend {
     pub fn with_managed(mut self, installs: ManagedInstalls) -> Self {
         self.managed = Some(installs);
         self
-    }
-
-    /// Its settings with the managed install resolved to the current one's directory (`None`
-    /// when the pool is managed and there is no install yet).
-    fn resolved(&self) -> Option<ProcessSettings> {
-        let mut s = (*self.s).clone();
-        if s.program == RunnerProgram::Managed {
-            let installs = self.managed.as_ref()?;
-            s.program = RunnerProgram::Install(installs.dir_of(&installs.current()?));
-        }
-        Some(s)
     }
 
     /// The user a new runner runs as. With one `run_as` user every runner is it; with several,
@@ -556,7 +559,7 @@ impl Backend for ProcessBackend {
     /// `doctor`: each `run_as` user can reach and start its runner (a real probe as the user).
     fn doctor_checks(self) -> impl Future<Output = Vec<super::Finding>> {
         let s = self.s.clone();
-        let resolved = self.resolved();
+        let resolved = self.s.on_current_install(self.managed.as_ref());
         async move {
             use super::Finding;
             if let Some(why) = super::reach::skipped(&s) {
