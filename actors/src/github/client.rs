@@ -24,6 +24,9 @@ use crate::{
     rate::ObserveRate,
 };
 
+/// What every request of the daemon to GitHub (the API, the runner's releases) says it is.
+pub const USER_AGENT: &str = concat!("ephemer-actors/", env!("CARGO_PKG_VERSION"));
+
 /// Per-request timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a connection (and a proxy's tunnel) may take to open.
@@ -210,10 +213,7 @@ impl GithubClient {
         let http = awc::Client::builder()
             .connector(connector(config))
             .timeout(REQUEST_TIMEOUT)
-            .add_default_header((
-                "User-Agent",
-                concat!("ephemer-actors/", env!("CARGO_PKG_VERSION")),
-            ))
+            .add_default_header(("User-Agent", USER_AGENT))
             .add_default_header(("Accept", "application/vnd.github+json"))
             .add_default_header(("X-GitHub-Api-Version", API_VERSION))
             .finish();

@@ -130,11 +130,7 @@ pub fn backend(
 ) -> Result<PoolBackend, String> {
     Ok(match settings {
         PoolSettings::Process(s) => {
-            let backend = ProcessBackend::new(s);
-            PoolBackend::Process(match managed {
-                Some(installs) => backend.with_managed(installs.clone()),
-                None => backend,
-            })
+            PoolBackend::Process(ProcessBackend::new(s).with_managed(managed))
         }
         PoolSettings::Container(s) => PoolBackend::Container(ContainerBackend::new(s)?),
         PoolSettings::Tart(s) => PoolBackend::Tart(TartBackend::new(s)),

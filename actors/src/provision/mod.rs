@@ -29,7 +29,7 @@ pub use actor::{Adopt, ChildStopped, ProvisionerActor};
 pub use error::{ProvisionError, check_executable, spawn_error};
 pub use named::{
     LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, VmMacosProvisioner,
-    start_linux, start_local, start_native_macos, start_vm_macos,
+    start_linux, start_process, start_vm_macos,
 };
 pub use supervisor::ProvisionerSupervisor;
 

@@ -78,26 +78,14 @@ impl PoolWiring {
         .start();
         ProvisionerHandle::of(&supervisor)
     }
-
-    /// A process backend over `settings`, on the managed installs when its pool uses them.
-    pub fn process_backend(&self, settings: ProcessSettings) -> ProcessBackend {
-        let backend = ProcessBackend::new(settings);
-        match &self.managed {
-            Some(installs) => backend.with_managed(installs.clone()),
-            None => backend,
-        }
-    }
 }
 
-/// Starts a `local` pool.
-pub fn start_local(settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
-    let backend = wiring.process_backend(settings);
+/// Starts a `local` or `native_macos` pool (a `LocalProvisioner` or a
+/// `NativeMacosProvisioner`: one type, see the module's notes), on the managed installs when
+/// the pool uses them.
+pub fn start_process(settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    let backend = ProcessBackend::new(settings).with_managed(wiring.managed.as_ref());
     wiring.start(backend)
-}
-
-/// Starts a `native_macos` pool.
-pub fn start_native_macos(settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
-    start_local(settings, wiring)
 }
 
 /// Starts a `linux` pool; fails when the engine address cannot be used at all.

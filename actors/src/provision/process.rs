@@ -133,10 +133,10 @@ impl ProcessBackend {
         }
     }
 
-    /// The same backend starting runners from the daemon-managed installs (a pool whose
-    /// program is [`RunnerProgram::Managed`]).
-    pub fn with_managed(mut self, installs: ManagedInstalls) -> Self {
-        self.managed = Some(installs);
+    /// The same backend starting a managed pool's runners from `installs`, the daemon-managed
+    /// installs (a pool whose program is [`RunnerProgram::Managed`]), when there are any.
+    pub fn with_managed(mut self, installs: Option<&ManagedInstalls>) -> Self {
+        self.managed = installs.cloned();
         self
     }
 

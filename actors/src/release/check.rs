@@ -51,10 +51,7 @@ impl ReleaseClient {
             .connector(crate::github::connector(github))
             .timeout(Duration::from_secs(60))
             .max_redirects(5)
-            .add_default_header((
-                "User-Agent",
-                concat!("ephemer-actors/", env!("CARGO_PKG_VERSION")),
-            ))
+            .add_default_header(("User-Agent", crate::github::client::USER_AGENT))
             .finish();
         ReleaseClient {
             http,

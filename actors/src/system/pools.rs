@@ -10,13 +10,13 @@ use actix::{Actor, Addr};
 use super::StartError;
 use crate::{
     clock::Clock,
-    config::{Config, PoolName, ProviderKind},
+    config::{Config, PoolName},
     durable::RunnerRow,
     metrics::Metrics,
     provision::{
         PoolWiring, ProviderStatus, ProvisionerHandle, RunnerEvent,
         build::{PoolSettings, pool_settings},
-        start_linux, start_local, start_native_macos, start_vm_macos,
+        start_linux, start_process, start_vm_macos,
     },
     release::{actor::ReleaseActor, installs::ManagedInstalls},
 };
@@ -76,8 +76,7 @@ pub(super) fn start(
         };
         let settings = pool_settings(config, pool, install_id, ca_bundle.clone(), log_dir.clone());
         let supervisor = match settings {
-            PoolSettings::Process(s) if s.kind == ProviderKind::Local => start_local(s, wired),
-            PoolSettings::Process(s) => start_native_macos(s, wired),
+            PoolSettings::Process(s) => start_process(s, wired),
             PoolSettings::Container(s) => {
                 start_linux(s, wired).map_err(|detail| StartError::Provider {
                     provider: name.clone(),
