@@ -65,8 +65,8 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
     let intake = handles.intake.clone();
     let path = config.webhook.path.clone();
     let metrics_on_webhook = config.metrics.listen.is_none();
-    // Pull mode takes no delivery: the listener serves health (and metrics) only.
-    let push = !config.webhook.pull();
+    // Pull and scale-set modes take no delivery: the listener serves health (and metrics) only.
+    let push = config.webhook.push();
     let webhook = {
         let (metrics, health) = (metrics.clone(), health.clone());
         HttpServer::new(move || {
@@ -242,7 +242,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         webhook = %listeners.webhook,
         admin = %listeners.admin,
         path = %config.webhook.path,
-        mode = if config.webhook.pull() { "pull" } else { "push" },
+        mode = config.webhook.mode.as_str(),
         providers = ?config.providers.enabled().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         version = env!("CARGO_PKG_VERSION"),
         "ephemer-actors serving"

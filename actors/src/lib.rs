@@ -23,6 +23,7 @@ pub mod provision;
 pub mod rate;
 pub mod release;
 pub mod retry;
+pub mod scaleset;
 pub mod scheduler;
 pub mod store;
 pub mod system;

@@ -12,6 +12,7 @@ pub mod org;
 mod releases;
 mod routes;
 mod runner_protocol;
+pub mod scaleset;
 mod state;
 mod webhooks;
 
@@ -156,6 +157,7 @@ impl Standin {
             next_runner_id: 1,
             next_job_id: 1000,
             base_url: String::new(),
+            scalesets: Default::default(),
         }));
         let shared = web::Data::new(routes::Shared {
             state: state.clone(),
@@ -165,6 +167,10 @@ impl Standin {
             App::new()
                 .app_data(shared.clone())
                 .app_data(web::PayloadConfig::new(4 * 1024 * 1024))
+                .route(
+                    "/_services/queue/{set}/{session}",
+                    web::get().to(scaleset::poll),
+                )
                 .default_service(web::to(routes::dispatch))
         })
         .workers(1)
@@ -339,6 +345,24 @@ impl Standin {
             job.conclusion = Some("cancelled".into());
         }
         s.emit("completed", job_id);
+    }
+
+    /// The scale sets: (id, name, labels, the owner of its open session).
+    pub fn scale_sets(&self) -> Vec<(u64, String, Vec<String>, Option<String>)> {
+        self.state()
+            .scalesets
+            .sets
+            .values()
+            .map(|x| {
+                let owner = x.session.as_ref().map(|s| s.owner.clone());
+                (x.id, x.name.clone(), x.labels.clone(), owner)
+            })
+            .collect()
+    }
+
+    /// Sets the Actions service's timings (long poll, session lapse, token lifetimes).
+    pub fn set_scaleset_timings(&self, t: scaleset::ServiceTimings) {
+        self.state().scalesets.set_timings(t);
     }
 
     /// Jobs in a status.

@@ -71,9 +71,16 @@ fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
         ("GET", ["rate_limit"]) => "rate_limit",
         ("GET", ["app", "hook", "deliveries"]) => "list_app_hook_deliveries",
         ("POST", ["app", "hook", "deliveries", _, "attempts"]) => "redeliver_app_hook_delivery",
+        ("POST", ["orgs", _, "actions", "runners", "registration-token"])
+        | ("POST", ["repos", _, _, "actions", "runners", "registration-token"])
+        | ("POST", ["enterprises", _, "actions", "runners", "registration-token"]) => {
+            "registration_token"
+        }
         ("POST", ["_runner", "acquire"]) => "runner_acquire",
         ("POST", ["_runner", "complete"]) => "runner_complete",
-        _ => crate::org::endpoint(m, segs).unwrap_or("unknown"),
+        _ => crate::scaleset::endpoint(m, segs)
+            .or_else(|| crate::org::endpoint(m, segs))
+            .unwrap_or("unknown"),
     }
 }
 
@@ -101,7 +108,15 @@ pub(crate) async fn dispatch(
         "" => path.clone(),
         q => format!("{path}?{q}"),
     };
-    let (status, response) = answer(&mut s, &shared, &req, endpoint, &segs, &body, now);
+    let (status, response) = if endpoint.starts_with("actions_") {
+        // The Actions service: its own tokens, no REST budget.
+        match s.take_fault(endpoint) {
+            Some(fault) => play(fault),
+            None => crate::scaleset::answer(&mut s, &req, endpoint, &segs, &body),
+        }
+    } else {
+        answer(&mut s, &shared, &req, endpoint, &segs, &body, now)
+    };
     s.calls.push(Call {
         endpoint: endpoint.to_string(),
         method: req.method().to_string(),
@@ -183,37 +198,20 @@ fn answer(
     s.registration.roll(now);
     let bucket = crate::state::bucket_of(endpoint);
     if let Some(fault) = s.take_fault(endpoint) {
-        return match fault {
-            Fault::Drop => {
-                let broken = futures_util::stream::once(async {
-                    Err::<web::Bytes, io::Error>(io::Error::new(
-                        io::ErrorKind::ConnectionReset,
-                        "dropped by the stand-in",
-                    ))
-                });
-                (0, HttpResponse::Ok().streaming(broken))
-            }
+        let with_headers = matches!(
+            fault,
             Fault::Status {
-                status,
-                message,
-                retry_after,
-                rate_headers,
-            } => {
-                let (status, mut r) = error(status, &message);
-                if let Some(secs) = retry_after
-                    && let Ok(v) = actix_web::http::header::HeaderValue::from_str(&secs.to_string())
-                {
-                    r.headers_mut()
-                        .insert(actix_web::http::header::RETRY_AFTER, v);
-                }
-                if rate_headers {
-                    let b = s.budget_mut(bucket);
-                    b.remaining = b.remaining.saturating_sub(1);
-                    r = with_rate(r, s, bucket);
-                }
-                (status, r)
+                rate_headers: true,
+                ..
             }
-        };
+        );
+        let (status, r) = play(fault);
+        if !with_headers {
+            return (status, r);
+        }
+        let b = s.budget_mut(bucket);
+        b.remaining = b.remaining.saturating_sub(1);
+        return (status, with_rate(r, s, bucket));
     }
     match endpoint {
         "access_tokens" => return crate::app::access_token(s, shared, req, segs, now),
@@ -325,6 +323,7 @@ fn route(
         | "list_hook_deliveries"
         | "redeliver_hook_delivery" => crate::org::answer(s, req, endpoint, segs, repo),
         "generate_jitconfig" => generate_jitconfig(s, repo, enterprise, body),
+        "registration_token" => crate::scaleset::registration_token(s),
         "list_runners" => {
             let runners: Vec<Value> = s
                 .runners
@@ -567,23 +566,82 @@ fn generate_jitconfig(
             ),
         );
     }
-    let id = s.next_runner_id;
-    s.next_runner_id += 1;
     // A hostile server (or a TLS-intercepting proxy) may register it under another name.
     let mut req = req;
     if let Some(name) = s.rename_next_runner.take() {
         req.name = name;
     }
+    let (runner, encoded) = mint_runner(
+        s,
+        Mint {
+            name: req.name,
+            labels: req.labels,
+            repo: repo.map(str::to_string),
+            group_id,
+            enterprise,
+            work: req.work_folder.unwrap_or_else(|| "_work".into()),
+            scale_set: None,
+        },
+    );
+    let body = json!({ "runner": runner_json(&runner), "encoded_jit_config": encoded });
+    (201, HttpResponse::Created().json(body))
+}
+
+/// A scripted fault's answer (status 0: the connection dropped), rate headers not added.
+pub(crate) fn play(fault: Fault) -> (u16, HttpResponse) {
+    match fault {
+        Fault::Drop => {
+            let broken = futures_util::stream::once(async {
+                Err::<web::Bytes, io::Error>(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "dropped by the stand-in",
+                ))
+            });
+            (0, HttpResponse::Ok().streaming(broken))
+        }
+        Fault::Status {
+            status,
+            message,
+            retry_after,
+            ..
+        } => {
+            let (status, mut r) = error(status, &message);
+            if let Some(secs) = retry_after
+                && let Ok(v) = actix_web::http::header::HeaderValue::from_str(&secs.to_string())
+            {
+                r.headers_mut()
+                    .insert(actix_web::http::header::RETRY_AFTER, v);
+            }
+            (status, r)
+        }
+    }
+}
+
+/// What a new runner registration is made of.
+pub(crate) struct Mint {
+    pub(crate) name: String,
+    pub(crate) labels: Vec<String>,
+    pub(crate) repo: Option<String>,
+    pub(crate) group_id: u64,
+    pub(crate) enterprise: bool,
+    pub(crate) work: String,
+    pub(crate) scale_set: Option<u64>,
+}
+
+/// Registers a JIT runner and mints its encoded config, as both the REST call and a scale
+/// set's `generatejitconfig` do.
+pub(crate) fn mint_runner(s: &mut State, m: Mint) -> (Runner, String) {
+    let id = s.next_runner_id;
+    s.next_runner_id += 1;
     let token = format!("runner-token-{id}-{}", random(12));
-    let work = req.work_folder.unwrap_or_else(|| "_work".into());
     let runner_file = json!({
         "AgentId": id,
-        "AgentName": req.name,
+        "AgentName": m.name,
         "PoolId": 1,
         "PoolName": "Default",
         "ServerUrl": s.base_url,
-        "GitHubUrl": format!("{}/{}{}", s.base_url, s.owner, repo.map(|r| format!("/{r}")).unwrap_or_default()),
-        "WorkFolder": work,
+        "GitHubUrl": format!("{}/{}{}", s.base_url, s.owner, m.repo.as_deref().map(|r| format!("/{r}")).unwrap_or_default()),
+        "WorkFolder": m.work,
         "Ephemeral": true,
         // As GitHub mints it: the REST call has no way to turn the runner's own updates off,
         // so a JIT runner behind the latest release updates itself unless its settings are
@@ -596,23 +654,23 @@ fn generate_jitconfig(
         ".credentials": B64.encode(credentials.to_string()),
         ".credentials_rsaparams": B64.encode("{}"),
     });
-    s.registrations.push((req.name.clone(), group_id));
+    s.registrations.push((m.name.clone(), m.group_id));
     let runner = Runner {
         id,
-        name: req.name,
-        labels: req.labels,
-        repo: repo.map(str::to_string),
+        name: m.name,
+        labels: m.labels,
+        repo: m.repo,
         status: "offline".into(),
         busy: false,
         job_id: None,
         token,
-        group_id,
-        enterprise,
+        group_id: m.group_id,
+        enterprise: m.enterprise,
         connected_at_ms: None,
+        scale_set: m.scale_set,
     };
-    let body = json!({ "runner": runner_json(&runner), "encoded_jit_config": B64.encode(files.to_string()) });
-    s.runners.insert(id, runner);
-    (201, HttpResponse::Created().json(body))
+    s.runners.insert(id, runner.clone());
+    (runner, B64.encode(files.to_string()))
 }
 
 pub(crate) fn random(n: usize) -> String {

@@ -70,19 +70,23 @@ pub(crate) fn answer(
                 .map(|l| l.to_ascii_lowercase())
                 .collect();
             let scope = s.runners[&runner_id].repo.clone();
+            let scale_set = s.runners[&runner_id].scale_set;
             let pick = s
                 .jobs
                 .values()
                 .filter(|j| j.status == "queued")
+                .filter(|j| crate::scaleset::may_take(s, scale_set, j.id))
                 .filter(|j| {
                     scope
                         .as_ref()
                         .is_none_or(|repo| repo.eq_ignore_ascii_case(&j.repo))
                 })
                 .filter(|j| {
-                    j.labels
-                        .iter()
-                        .all(|l| offered.contains(&l.to_ascii_lowercase()))
+                    // A scale set's runner takes what was assigned to its scale set.
+                    scale_set.is_some()
+                        || j.labels
+                            .iter()
+                            .all(|l| offered.contains(&l.to_ascii_lowercase()))
                 })
                 .min_by_key(|j| (j.queued_at_ms, j.id))
                 .map(|j| j.id);

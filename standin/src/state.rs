@@ -71,6 +71,8 @@ pub struct Runner {
     /// Unix milliseconds of its first `acquire` (its process came up).
     #[serde(skip)]
     pub connected_at_ms: Option<u128>,
+    /// The scale set it was made for (`generatejitconfig` of a scale set), if any.
+    pub scale_set: Option<u64>,
 }
 
 /// A job.
@@ -363,6 +365,8 @@ pub struct State {
     pub next_job_id: u64,
     /// `ServerUrl` written into JIT configs.
     pub base_url: String,
+    /// The Actions service's scale sets, sessions and message queues.
+    pub scalesets: crate::scaleset::ScaleSets,
 }
 
 impl State {
@@ -401,6 +405,7 @@ impl State {
 
     /// Queues a `workflow_job` webhook about `job` (if a target is set), applying the faults.
     pub fn emit(&mut self, action: &str, job_id: u64) {
+        crate::scaleset::on_job_event(self, action, job_id);
         let Some(job) = self.jobs.get(&job_id).cloned() else {
             return;
         };

@@ -111,6 +111,7 @@ mod redeliver;
 mod reliability;
 mod runner_images;
 mod runner_update;
+mod scaleset;
 mod security;
 mod support;
 mod systemd;

@@ -289,6 +289,20 @@ pub enum WebhookMode {
     Push,
     /// No delivery comes in: queued jobs are found by conditional polls.
     Pull,
+    /// No delivery comes in: each pool is a runner scale set, and GitHub's message queue says
+    /// which jobs are assigned to it.
+    ScaleSet,
+}
+
+impl WebhookMode {
+    /// The config's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookMode::Push => "push",
+            WebhookMode::Pull => "pull",
+            WebhookMode::ScaleSet => "scaleset",
+        }
+    }
 }
 
 impl WebhookConfig {
@@ -296,6 +310,22 @@ impl WebhookConfig {
     pub fn pull(&self) -> bool {
         self.mode == WebhookMode::Pull
     }
+
+    /// True in push mode: GitHub posts deliveries, so the webhook listener takes them.
+    pub fn push(&self) -> bool {
+        self.mode == WebhookMode::Push
+    }
+
+    /// True in scale-set mode.
+    pub fn scaleset(&self) -> bool {
+        self.mode == WebhookMode::ScaleSet
+    }
+}
+
+/// The label a pool's jobs carry inside the daemon in scale-set mode: GitHub assigned the
+/// job to the pool's scale set, so it is routed to that pool and no other.
+pub fn scaleset_pin(pool: &PoolName) -> String {
+    format!("scaleset:{pool}")
 }
 
 /// `[runner]`

@@ -588,7 +588,22 @@ impl GithubClient {
         })
     }
 
-    fn count(&self, endpoint: &str, code: &str) {
+    /// The HTTP client (its connector carries the proxy and the trusted roots).
+    pub(super) fn http(&self) -> &awc::Client {
+        &self.inner.http
+    }
+
+    /// The API's base URL.
+    pub(super) fn api_url(&self) -> &str {
+        &self.inner.api_url
+    }
+
+    /// The enterprise slug, when runners register at the enterprise.
+    pub(super) fn enterprise(&self) -> Option<&str> {
+        self.inner.enterprise.as_deref()
+    }
+
+    pub(super) fn count(&self, endpoint: &str, code: &str) {
         let metrics = &self.inner.metrics;
         metrics
             .api_requests

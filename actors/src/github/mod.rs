@@ -3,6 +3,7 @@
 //!
 //! Nothing outside this module builds a GitHub URL or reads a GitHub header.
 
+pub mod actions;
 pub mod actor;
 pub mod auth;
 pub mod client;

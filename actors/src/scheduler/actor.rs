@@ -113,6 +113,23 @@ pub struct SchedulerDeps {
     pub ledger: Option<crate::cluster::Ledger>,
     /// What the store held at start-up, to restore from.
     pub restore: Option<Snapshot>,
+    /// Scale-set mode: each (owner, pool)'s listener, which registers the pool's runners in
+    /// its scale set (`None` in the other modes); filled by [`ScaleSetClaims`] once the
+    /// listeners run (a claim before that fails as a network error does, and retries).
+    pub scalesets: Option<HashMap<(String, PoolName), Recipient<GenerateJitConfig>>>,
+}
+
+/// Scale-set mode: where each (owner, pool)'s claims go (its listener).
+#[derive(Debug, Clone, actix::Message)]
+#[rtype(result = "()")]
+pub struct ScaleSetClaims(pub HashMap<(String, PoolName), Recipient<GenerateJitConfig>>);
+
+impl Handler<ScaleSetClaims> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, ScaleSetClaims(claims): ScaleSetClaims, _: &mut Context<Self>) {
+        self.deps.scalesets = Some(claims);
+    }
 }
 
 /// The scheduler actor.

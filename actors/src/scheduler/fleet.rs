@@ -103,13 +103,25 @@ impl SchedulerActor {
         request: ClaimRequest,
         ctx: &mut Context<Self>,
     ) {
-        let claim = self.github(&key.owner).claim.clone();
+        // Scale-set mode: the runner is registered in the pool's scale set.
+        let claim = match &self.deps.scalesets {
+            None => Some(self.github(&key.owner).claim.clone()),
+            Some(listeners) => listeners
+                .get(&(key.owner.to_string(), provider.clone()))
+                .cloned(),
+        };
         let request = GenerateJitConfig {
             repo: request.repo,
             name_base: request.name_base,
             labels: request.labels,
         };
         let fut = async move {
+            let Some(claim) = claim else {
+                return Err(GithubError::Network {
+                    endpoint: "actions_generate_jitconfig",
+                    detail: "the pool's scale-set listener is not running".into(),
+                });
+            };
             claim.send(request).await.unwrap_or_else(|e| {
                 Err(GithubError::Network {
                     endpoint: "generate_jitconfig",

@@ -14,6 +14,8 @@ pub enum EventSource {
     Reconcile,
     /// Pull mode's polls.
     Poll,
+    /// Scale-set mode's message queue.
+    ScaleSet,
 }
 
 /// GitHub said something about a job (a delivery, or a poll that found it queued).

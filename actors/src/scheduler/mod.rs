@@ -9,7 +9,9 @@ mod fleet;
 pub mod messages;
 pub mod observe;
 
-pub use actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in};
+pub use actor::{
+    GithubHandle, RateHandle, ScaleSetClaims, SchedulerActor, SchedulerDeps, start_in,
+};
 pub use core::ClaimPacer;
 pub use core::{
     ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState, TargetSpec,

@@ -21,6 +21,8 @@ pub(super) struct GithubWing {
     pub(super) actors: Vec<(String, Addr<GithubActor>)>,
     /// Each target's credential key (`GithubClient::rate_key`), in target order.
     pub(super) credentials: Vec<String>,
+    /// Each target's client (its connection and credential), in target order.
+    pub(super) clients: Vec<GithubClient>,
 }
 
 /// Starts the rate actor and one GitHub actor per target.
@@ -29,6 +31,7 @@ pub(super) fn start(targets: &[Target], metrics: &Metrics) -> GithubWing {
     let rate = RateActor::new(book.clone(), metrics.clone()).start();
     let mut credentials = Vec::with_capacity(targets.len());
     let mut actors = Vec::with_capacity(targets.len());
+    let mut clients = Vec::with_capacity(targets.len());
     for target in targets {
         let client = GithubClient::new(
             &target.github,
@@ -37,6 +40,7 @@ pub(super) fn start(targets: &[Target], metrics: &Metrics) -> GithubWing {
         )
         .for_target(&target.name);
         credentials.push(client.rate_key());
+        clients.push(client.clone());
         actors.push((target.name.clone(), GithubActor::new(client).start()));
     }
     GithubWing {
@@ -44,5 +48,6 @@ pub(super) fn start(targets: &[Target], metrics: &Metrics) -> GithubWing {
         rate,
         actors,
         credentials,
+        clients,
     }
 }

@@ -51,22 +51,22 @@ pub(super) fn start(
     targets: &[Target],
     w: IntakeWiring<'_>,
 ) -> Result<IntakeWing, StartError> {
+    let hook = &config.webhook;
     let webhook = WebhookActor::new(
         w.scheduler.clone().recipient(),
         Some(w.store.clone()),
         w.metrics.clone(),
     )
     .with_ledger(w.ledger.clone())
-    .with_coverage(
-        config
-            .providers
-            .enabled()
-            .iter()
-            .map(|p| LabelSet::new(&p.common.labels)),
-    )
+    .with_coverage(config.providers.enabled().iter().map(|p| {
+        if hook.scaleset() {
+            LabelSet::new(&[crate::config::scaleset_pin(&p.name)])
+        } else {
+            LabelSet::new(&p.common.labels)
+        }
+    }))
     .start();
-    let hook = &config.webhook;
-    let redeliver_on = !hook.pull() && hook.redeliver != Some(false);
+    let redeliver_on = hook.push() && hook.redeliver != Some(false);
     let redeliver = w
         .github
         .iter()
@@ -119,10 +119,10 @@ pub(super) fn start(
             .start()
         })
         .collect();
-    // Pull mode mounts no intake and needs no secret; the edge still exists (unmounted) so
+    // Pull and scale-set modes mount no intake and need no secret; the edge still exists (unmounted) so
     // embedding apps see one shape, keyed with a throwaway secret nobody knows.
     let keyed = |secret: &Secret| {
-        if secret.is_empty() && hook.pull() {
+        if secret.is_empty() && !hook.push() {
             Secret::new(crate::vocab::random_suffix())
         } else {
             secret.clone()

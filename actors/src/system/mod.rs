@@ -9,7 +9,8 @@
 //! 4. The `SchedulerActor` and its `RetryActor`, wired to (1) and (3).
 //! 5. The intake wing ([`intake`]): the `WebhookActor` forwarding to (4), its HTTP edge, and
 //!    the redelivery or pull actors.
-//! 6. The fleet wing ([`fleet`], fleet mode): the `FleetActor`.
+//! 6. The scale-set wing ([`scalesets`], scale-set mode): a `ScaleSetListener` per pool.
+//! 7. The fleet wing ([`fleet`], fleet mode): the `FleetActor`.
 //!
 //! Every actor started here is in [`Handles`] and stopped by [`Handles::halt`]; the only task
 //! spawned beside them mirrors the store's health and ends when the store closes.
@@ -24,6 +25,7 @@ mod fleet;
 mod github;
 mod intake;
 mod pools;
+mod scalesets;
 
 pub use drain::{AFTER_SHUTDOWN_TIMEOUT, drain, drain_until};
 
@@ -115,6 +117,8 @@ pub struct Handles {
     pub redeliver: Vec<Addr<crate::webhook::redeliver::RedeliverActor>>,
     /// Pull mode: polls GitHub for what changed, one per target.
     pub pull: Vec<Addr<crate::webhook::pull::PullActor>>,
+    /// Scale-set mode: one listener per pool (and target it serves).
+    pub scalesets: Vec<Addr<crate::scaleset::ScaleSetListener>>,
     /// Looks at the runner's releases and keeps the managed installs current (when a pool's
     /// runner version can be told, or `runner.release_check_interval` is not `"0s"`).
     pub release: Option<Addr<crate::release::actor::ReleaseActor>>,
@@ -215,6 +219,9 @@ impl Handles {
         for pull in &self.pull {
             let _ = pull.send(Stop).await;
         }
+        for listener in &self.scalesets {
+            let _ = listener.send(Stop).await;
+        }
         let _ = self.webhook.send(Stop).await;
         let _ = self.scheduler.send(Stop).await;
         for pool in self.provisioners.values() {
@@ -299,6 +306,7 @@ pub fn start(
         provisioners: pools.provisioners.clone(),
         store: Some(store.clone()),
         restore: Some(snapshot),
+        scalesets: config.webhook.scaleset().then(HashMap::new),
         ledger: options.ledger.clone(),
     };
     let mut settings = SchedulerSettings::from_config(config);
@@ -327,7 +335,22 @@ pub fn start(
         },
     )?;
 
-    // 6. Fleet mode.
+    // 6. Scale-set mode: a listener per pool.
+    let scalesets = scalesets::start(
+        config,
+        &targets,
+        scalesets::ScaleSetWiringIn {
+            scheduler: &scheduler,
+            webhook: &intake.webhook,
+            github: &github,
+            store: &store,
+            marks: &marks,
+            install_id: &install_id,
+            metrics: &metrics,
+        },
+    );
+
+    // 7. Fleet mode.
     let fleet = options.ledger.clone().map(|ledger| {
         fleet::start(
             ledger,
@@ -369,6 +392,7 @@ pub fn start(
         ledger: options.ledger,
         redeliver: intake.redeliver,
         pull: intake.pull,
+        scalesets,
         release: pools.release,
     };
     for (name, alive) in handles.core_actors() {

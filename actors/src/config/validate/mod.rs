@@ -248,6 +248,7 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
         cluster: cluster::build_cluster(raw.cluster, env, p),
     };
     check_listeners(&config, p);
+    check_scaleset(&config, p);
     check_managed_installs(&config, p);
     targets::check_with_webhook(&config, p);
     config
@@ -268,6 +269,28 @@ fn check_managed_installs(c: &Config, p: &mut Problems) {
                 "an enabled process provider needs runner_dir (an actions/runner install) or \
                  command (an executable that keeps no state beside itself), or \
                  runner.auto_update = true for an install the daemon downloads and keeps current",
+            );
+        }
+    }
+}
+
+/// Scale-set mode registers each pool's scale set at the org (or enterprise): a repo list
+/// would restrict nothing there, and would silently ignore jobs GitHub assigned.
+fn check_scaleset(c: &Config, p: &mut Problems) {
+    if !c.webhook.scaleset() {
+        return;
+    }
+    for (i, t) in c.targets().iter().enumerate() {
+        if !t.github.repos.is_empty() {
+            let key = if c.targets.is_empty() {
+                "github.repos".to_string()
+            } else {
+                format!("github.targets[{i}].repos")
+            };
+            p.push(
+                key,
+                "not used with webhook.mode = \"scaleset\": scale sets are registered at the org; \
+                 limit the repos with the runner group's repository access instead",
             );
         }
     }

@@ -194,7 +194,7 @@ fn build_target(
         None => github.owner.clone(),
     };
     let webhook_secret = secret.unwrap_or_else(|| webhook.secret.clone());
-    if webhook_secret.is_empty() && !webhook.pull() {
+    if webhook_secret.is_empty() && webhook.push() {
         p.push(
             format!("{k}.webhook_secret"),
             "required (or webhook.secret as every target's default): the daemon refuses \

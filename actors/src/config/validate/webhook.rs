@@ -43,10 +43,11 @@ pub(super) fn build_webhook(
     let mode = match raw.mode.as_deref() {
         None | Some("push") => WebhookMode::Push,
         Some("pull") => WebhookMode::Pull,
+        Some("scaleset") => WebhookMode::ScaleSet,
         Some(other) => {
             p.push(
                 "webhook.mode",
-                format!("{other:?} must be \"push\" (GitHub posts to webhook.listen) or \"pull\" (no inbound port: the daemon polls)"),
+                format!("{other:?} must be \"push\" (GitHub posts to webhook.listen), \"pull\" (no inbound port: the daemon polls) or \"scaleset\" (no inbound port: GitHub's runner scale-set message queue)"),
             );
             WebhookMode::Push
         }
@@ -57,7 +58,7 @@ pub(super) fn build_webhook(
         .map(Secret::new)
         .or_else(|| env.webhook_secret.clone())
         .unwrap_or_else(|| {
-            // Pull mode takes no delivery, so it needs no secret.
+            // Pull and scale-set modes take no delivery, so they need no secret.
             if mode == WebhookMode::Push && !targets {
                 p.push(
                     "webhook.secret",

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use super::{SEEN_TTL, STARTED_TTL_NO_TIMEOUT, ZOMBIE_CAP, runner_prefix};
-use crate::config::{Config, PoolName, ProviderKind};
+use crate::config::{Config, PoolName, ProviderKind, WebhookMode};
+
+/// Scale-set mode: how long a runner's job may stay unobserved after the runner exits.
+const SCALESET_HEAL_GRACE: Duration = Duration::from_secs(5);
 
 /// The slice of config the scheduler decides with.
 #[derive(Debug, Clone)]
@@ -55,7 +58,12 @@ impl SchedulerSettings {
             .map(|pool| ProviderSpec {
                 name: pool.name.clone(),
                 kind: pool.kind(),
-                labels: pool.common.labels.clone(),
+                // Scale-set mode: GitHub assigned the job to this pool's scale set.
+                labels: if c.webhook.scaleset() {
+                    vec![crate::config::scaleset_pin(&pool.name)]
+                } else {
+                    pool.common.labels.clone()
+                },
                 max_concurrent: pool.common.max_concurrent,
                 targets: pool.common.targets.as_ref().map(|names| {
                     targets
@@ -80,17 +88,23 @@ impl SchedulerSettings {
                 .job_timeout
                 .map_or(STARTED_TTL_NO_TIMEOUT, |t| t + SEEN_TTL),
             zombie_cap: ZOMBIE_CAP,
-            heal_grace: if c.webhook.pull() {
-                c.webhook.poll_interval * 2 + Duration::from_secs(1)
-            } else {
-                Duration::ZERO
+            heal_grace: match c.webhook.mode {
+                WebhookMode::Pull => c.webhook.poll_interval * 2 + Duration::from_secs(1),
+                // A scale set's `JobStarted` comes in a queue message, after a poll's answer.
+                WebhookMode::ScaleSet => SCALESET_HEAL_GRACE,
+                WebhookMode::Push => Duration::ZERO,
             },
             orphan_grace: c
                 .runner
                 .orphan_sweep
                 .enabled
                 .then_some(c.runner.orphan_sweep.grace),
-            reconcile_interval: c.webhook.reconcile_interval,
+            // A scale set's queue redelivers what was not acknowledged, and its jobs are not
+            // workflow job ids the REST listing knows.
+            reconcile_interval: c
+                .webhook
+                .reconcile_interval
+                .filter(|_| !c.webhook.scaleset()),
         }
     }
 }

@@ -376,6 +376,7 @@ async fn harness(s: Setup) -> Harness {
         provisioners,
         store: None,
         restore: None,
+        scalesets: None,
         ledger: None,
     };
     let (sched, retry) = start_in(

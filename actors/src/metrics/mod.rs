@@ -5,6 +5,8 @@
 //! status. Never a job id, a repository or a runner name. A host app that embeds two instances
 //! makes two `Metrics` and gets two registries; nothing registers with prometheus' global one.
 
+pub mod scaleset;
+
 use std::time::Instant;
 
 use prometheus::{
@@ -153,6 +155,8 @@ pub struct Metrics {
     /// deliver again (`requested`), those that then came in (`recovered`), and asks GitHub
     /// refused (`failed`).
     pub webhook_redeliveries: IntCounterVec,
+    /// Scale-set mode's series.
+    pub scaleset: scaleset::ScaleSetMetrics,
     /// `ephemerd_pull_polls_total{result}`: pull mode's requests: `changed` (an answer with a
     /// body, which counts against the `core` rate limit), `unchanged` (a free 304), `error`.
     pub pull_polls: IntCounterVec,
@@ -462,6 +466,7 @@ impl Metrics {
                 "Failed webhook deliveries GitHub was asked to redeliver (requested), that then arrived (recovered), or whose ask GitHub refused (failed).",
                 &["outcome"],
             ),
+            scaleset: scaleset::ScaleSetMetrics::new(&registry),
             pull_polls: counter_vec(
                 "ephemerd_pull_polls_total",
                 "Pull mode's GitHub requests: changed (a body, counted against core), unchanged (a free 304), error.",

@@ -1,0 +1,331 @@
+//! The Actions service's scale-set vocabulary, field for field as `actions/scaleset`'s
+//! `types.go` spells it on the wire. Plain data.
+
+use serde::{Deserialize, Serialize};
+
+/// A label of a scale set (`type` is `System` unless said otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    /// `System`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The label.
+    pub name: String,
+}
+
+/// A runner scale set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleSet {
+    /// Id (0 before it is created).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub id: u64,
+    /// Name, unique in its runner group.
+    #[serde(default)]
+    pub name: String,
+    /// Runner group id.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runner_group_id: u64,
+    /// Runner group name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub runner_group_name: String,
+    /// Labels.
+    #[serde(default)]
+    pub labels: Vec<Label>,
+    /// Its runners' settings (`RunnerSetting`, capitalised on the wire).
+    #[serde(rename = "RunnerSetting", default)]
+    pub runner_setting: RunnerSetting,
+    /// Statistics, when the answer carries them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistics: Option<Statistics>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ScaleSet {
+    /// The label names, sorted.
+    pub fn label_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.labels.iter().map(|l| l.name.clone()).collect();
+        names.sort();
+        names
+    }
+}
+
+/// A scale set's runner settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerSetting {
+    /// The runners do not update themselves.
+    #[serde(default)]
+    pub disable_update: bool,
+}
+
+/// What the service counts for a scale set, on every message and session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Statistics {
+    /// Jobs offered, not acquired.
+    #[serde(default)]
+    pub total_available_jobs: u64,
+    /// Jobs acquired.
+    #[serde(default)]
+    pub total_acquired_jobs: u64,
+    /// Jobs assigned to the scale set (running ones included): the runners it needs.
+    #[serde(default)]
+    pub total_assigned_jobs: u64,
+    /// Jobs a runner runs.
+    #[serde(default)]
+    pub total_running_jobs: u64,
+    /// Runners registered.
+    #[serde(default)]
+    pub total_registered_runners: u64,
+    /// Of those, busy.
+    #[serde(default)]
+    pub total_busy_runners: u64,
+    /// Of those, idle.
+    #[serde(default)]
+    pub total_idle_runners: u64,
+}
+
+/// A message session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// Id.
+    #[serde(default)]
+    pub session_id: String,
+    /// Who holds it.
+    #[serde(default)]
+    pub owner_name: String,
+    /// Where its messages are polled.
+    #[serde(default)]
+    pub message_queue_url: String,
+    /// The queue's token.
+    #[serde(default)]
+    pub message_queue_access_token: String,
+    /// Statistics at the session's start.
+    #[serde(default)]
+    pub statistics: Option<Statistics>,
+}
+
+impl std::fmt::Display for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (owner {})", self.session_id, self.owner_name)
+    }
+}
+
+/// A message as the queue sends it; `body` is a JSON array of job messages, as a string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WireMessage {
+    pub(crate) message_id: u64,
+    pub(crate) message_type: String,
+    #[serde(default)]
+    pub(crate) body: String,
+    #[serde(default)]
+    pub(crate) statistics: Option<Statistics>,
+}
+
+/// The kinds of job messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum JobMessageKind {
+    /// Offered to the scale set: acquire it to have it assigned.
+    JobAvailable,
+    /// Assigned to the scale set: one of its runners will get it.
+    JobAssigned,
+    /// A runner of the scale set took it.
+    JobStarted,
+    /// It ended (`result` `canceled` when no runner took it in time).
+    JobCompleted,
+}
+
+impl JobMessageKind {
+    /// The wire spelling, also the `type` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobMessageKind::JobAvailable => "JobAvailable",
+            JobMessageKind::JobAssigned => "JobAssigned",
+            JobMessageKind::JobStarted => "JobStarted",
+            JobMessageKind::JobCompleted => "JobCompleted",
+        }
+    }
+}
+
+/// One job message (`JobMessageBase` with the fields of each kind).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobMessage {
+    /// Which kind.
+    pub message_type: JobMessageKind,
+    /// The runner request: the job's identity in the scale set.
+    pub runner_request_id: u64,
+    /// Repository (without the owner).
+    #[serde(default)]
+    pub repository_name: String,
+    /// Owner.
+    #[serde(default)]
+    pub owner_name: String,
+    /// The job's id in the service.
+    #[serde(default)]
+    pub job_id: String,
+    /// The job's display name.
+    #[serde(default)]
+    pub job_display_name: String,
+    /// Workflow run id.
+    #[serde(default)]
+    pub workflow_run_id: u64,
+    /// The job's `runs-on`.
+    #[serde(default)]
+    pub request_labels: Vec<String>,
+    /// `JobStarted`, `JobCompleted`: the runner.
+    #[serde(default)]
+    pub runner_id: u64,
+    /// `JobStarted`, `JobCompleted`: the runner's name (empty when none took it).
+    #[serde(default)]
+    pub runner_name: String,
+    /// `JobCompleted`: `succeeded`, `failed`, `canceled`, ...
+    #[serde(default)]
+    pub result: String,
+}
+
+/// One message of the queue: its id, the statistics, and its job messages in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueMessage {
+    /// Id; poll with it as `lastMessageId` for the next.
+    pub id: u64,
+    /// The scale set's statistics.
+    pub statistics: Option<Statistics>,
+    /// The job messages. One that could not be read is left out and counted in `unreadable`.
+    pub jobs: Vec<JobMessage>,
+    /// Job messages of a kind not known (or unreadable): skipped, never blocking the queue.
+    pub unreadable: usize,
+}
+
+impl WireMessage {
+    /// The message's job messages; an item of an unknown kind is skipped (counted).
+    pub(crate) fn parse(self) -> Result<QueueMessage, String> {
+        if self.message_type != "RunnerScaleSetJobMessages" {
+            return Err(format!("unsupported message type {:?}", self.message_type));
+        }
+        let items: Vec<serde_json::Value> = if self.body.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_str(&self.body).map_err(|e| format!("message body: {e}"))?
+        };
+        let mut jobs = Vec::with_capacity(items.len());
+        let mut unreadable = 0;
+        for item in items {
+            match serde_json::from_value::<JobMessage>(item) {
+                Ok(j) => jobs.push(j),
+                Err(_) => unreadable += 1,
+            }
+        }
+        Ok(QueueMessage {
+            id: self.message_id,
+            statistics: self.statistics,
+            jobs,
+            unreadable,
+        })
+    }
+}
+
+/// `generatejitconfig`'s answer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JitAnswer {
+    pub(crate) runner: RunnerReference,
+    #[serde(rename = "encodedJITConfig")]
+    pub(crate) encoded_jit_config: String,
+}
+
+/// A runner as the service names it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunnerReference {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+}
+
+/// A list answer (`{count, value}`).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct List<T> {
+    #[serde(default = "Vec::new")]
+    pub(crate) value: Vec<T>,
+}
+
+/// A runner group as the service lists it.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RunnerGroup {
+    pub(crate) id: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_with_an_unknown_item_keeps_the_rest() {
+        let body = serde_json::json!([
+            { "messageType": "JobAvailable", "runnerRequestId": 7, "acquireJobUrl": "x" },
+            { "messageType": "JobSomethingNew", "runnerRequestId": 8 },
+            { "messageType": "JobCompleted", "runnerRequestId": 9, "result": "canceled", "runnerName": "" },
+        ]);
+        let wire = WireMessage {
+            message_id: 3,
+            message_type: "RunnerScaleSetJobMessages".into(),
+            body: body.to_string(),
+            statistics: Some(Statistics {
+                total_assigned_jobs: 2,
+                ..Statistics::default()
+            }),
+        };
+        let m = wire.parse().unwrap();
+        assert_eq!(m.id, 3);
+        assert_eq!(m.unreadable, 1);
+        let kinds: Vec<_> = m
+            .jobs
+            .iter()
+            .map(|j| (j.message_type, j.runner_request_id))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (JobMessageKind::JobAvailable, 7),
+                (JobMessageKind::JobCompleted, 9)
+            ]
+        );
+        assert_eq!(m.statistics.unwrap().total_assigned_jobs, 2);
+    }
+
+    #[test]
+    fn another_message_type_is_an_error() {
+        let wire = WireMessage {
+            message_id: 1,
+            message_type: "Other".into(),
+            body: String::new(),
+            statistics: None,
+        };
+        assert!(wire.parse().is_err());
+    }
+
+    #[test]
+    fn a_scale_set_serializes_as_the_service_reads_it() {
+        let set = ScaleSet {
+            name: "linux".into(),
+            runner_group_id: 1,
+            labels: vec![Label {
+                kind: "System".into(),
+                name: "linux".into(),
+            }],
+            ..ScaleSet::default()
+        };
+        let v = serde_json::to_value(&set).unwrap();
+        assert_eq!(v["name"], "linux");
+        assert_eq!(v["runnerGroupId"], 1);
+        assert_eq!(v["labels"][0]["type"], "System");
+        assert_eq!(v["RunnerSetting"]["disableUpdate"], false);
+        assert!(v.get("id").is_none(), "no id before it exists");
+    }
+}

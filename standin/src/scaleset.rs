@@ -1,0 +1,978 @@
+//! The Actions service's runner scale-set side, as `actions/scaleset` (the Go client GitHub
+//! publishes) expects it: the admin connection (`POST /actions/runner-registration` with a
+//! registration token as `RemoteAuth`), scale sets under `_apis/runtime/runnerscalesets`, one
+//! message session per scale set (409 while another owner holds it), a message queue that
+//! long-polls (200 with a message, 202 after `long_poll` with none), keeps a message until it is
+//! deleted, and batches job messages 50 to a message; `acquirejobs`, `generatejitconfig`, and the
+//! statistics every message and session carries.
+//!
+//! Jobs reach a scale set when they are queued: the most specific scale set whose labels (or
+//! name) cover the job's labels gets a runner request (`JobAvailable`). Acquiring it assigns it
+//! (`JobAssigned`); a runner of that scale set takes it (`JobStarted`); it ends
+//! (`JobCompleted`, `result` `canceled` when it ended before a runner took it).
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
+use serde_json::{Value, json};
+
+use crate::{
+    routes::{Shared, bearer, error, random},
+    state::{Call, State, unix_now, unix_now_ms},
+};
+
+/// Job messages in one queue message at most (the service caps a batch at 50).
+pub const BATCH: usize = 50;
+
+/// Where the Actions service lives on the stand-in.
+const SERVICE: &str = "_services/pipelines";
+
+/// The scale-set side of the stand-in's world.
+#[derive(Debug)]
+pub struct ScaleSets {
+    /// Scale sets by id.
+    pub sets: BTreeMap<u64, ScaleSet>,
+    /// Runner requests (one per job that reached a scale set) by id.
+    pub requests: BTreeMap<u64, Request>,
+    /// Job id -> its runner request's id.
+    by_job: BTreeMap<u64, u64>,
+    /// Admin tokens issued: token -> unix expiry.
+    pub admin_tokens: BTreeMap<String, u64>,
+    /// Registration tokens issued (one hour each, as GitHub's): token -> unix expiry.
+    pub registration_tokens: BTreeMap<String, u64>,
+    /// Lifetime of an admin token.
+    pub admin_token_ttl: Duration,
+    /// Lifetime of a message queue token.
+    pub queue_token_ttl: Duration,
+    /// How long a message poll waits for a message before answering 202.
+    pub long_poll: Duration,
+    /// A session nobody polled for this long lapses (its owner died), so another may open one.
+    pub session_idle: Duration,
+    /// `acquirejobs` answers 404 (a GHES without job acquisition).
+    pub no_acquire: bool,
+    /// Every `X-ScaleSetMaxCapacity` a poll sent: (scale set id, value).
+    pub capacities: Vec<(u64, u64)>,
+    /// Wakes the polls waiting for a message.
+    pub notify: Arc<tokio::sync::Notify>,
+    next_set_id: u64,
+    next_request_id: u64,
+}
+
+impl Default for ScaleSets {
+    fn default() -> Self {
+        ScaleSets {
+            sets: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            by_job: BTreeMap::new(),
+            admin_tokens: BTreeMap::new(),
+            registration_tokens: BTreeMap::new(),
+            admin_token_ttl: Duration::from_secs(3600),
+            queue_token_ttl: Duration::from_secs(3600),
+            long_poll: Duration::from_secs(50),
+            session_idle: Duration::from_secs(120),
+            no_acquire: false,
+            capacities: Vec::new(),
+            notify: Arc::new(tokio::sync::Notify::new()),
+            next_set_id: 1,
+            next_request_id: 70_000,
+        }
+    }
+}
+
+/// One runner scale set.
+#[derive(Debug, Clone)]
+pub struct ScaleSet {
+    /// Id.
+    pub id: u64,
+    /// Name (unique in its runner group).
+    pub name: String,
+    /// Runner group id.
+    pub group_id: u64,
+    /// Labels.
+    pub labels: Vec<String>,
+    /// The session, while one is open.
+    pub session: Option<Session>,
+    /// Messages not yet deleted, oldest first.
+    pub queue: VecDeque<Message>,
+    /// The next message id.
+    pub next_message_id: u64,
+    /// Every session opened on it, in order: (session id, owner).
+    pub sessions_opened: Vec<(String, String)>,
+}
+
+/// A message session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Id.
+    pub id: String,
+    /// Who opened it.
+    pub owner: String,
+    /// The message queue token.
+    pub token: String,
+    /// Its expiry (unix seconds).
+    pub token_expires: u64,
+    /// Unix milliseconds of its last poll (or its creation).
+    pub last_seen_ms: u128,
+}
+
+/// A queue message: a batch of job messages.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Id (increasing per scale set).
+    pub id: u64,
+    /// The job messages.
+    pub items: Vec<Value>,
+    /// Handed to a poll at least once (nothing more is added to it then).
+    pub sent: bool,
+}
+
+/// Where a runner request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestState {
+    /// Offered to the scale set, not acquired yet.
+    Available,
+    /// Acquired: assigned to the scale set, waiting for one of its runners.
+    Assigned,
+    /// A runner of the scale set took it.
+    Running,
+    /// Completed.
+    Done,
+}
+
+/// A runner request: one job offered to one scale set.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Runner request id.
+    pub id: u64,
+    /// The job.
+    pub job_id: u64,
+    /// The scale set.
+    pub set_id: u64,
+    /// Where it is.
+    pub state: RequestState,
+}
+
+/// The Actions service's timings, settable by tests.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceTimings {
+    /// How long a message poll waits before 202.
+    pub long_poll: Duration,
+    /// A session not polled for this long lapses.
+    pub session_idle: Duration,
+    /// Lifetime of a message queue token.
+    pub queue_token_ttl: Duration,
+    /// Lifetime of an admin token.
+    pub admin_token_ttl: Duration,
+}
+
+impl ScaleSets {
+    /// Sets the timings.
+    pub fn set_timings(&mut self, t: ServiceTimings) {
+        self.long_poll = t.long_poll;
+        self.session_idle = t.session_idle;
+        self.queue_token_ttl = t.queue_token_ttl;
+        self.admin_token_ttl = t.admin_token_ttl;
+    }
+
+    /// Deletes a scale set server-side (as GitHub does with one unused for days).
+    pub fn delete_set(&mut self, id: u64) {
+        self.sets.remove(&id);
+        self.requests.retain(|_, r| r.set_id != id);
+        let requests = &self.requests;
+        self.by_job.retain(|_, r| requests.contains_key(r));
+        self.notify.notify_waiters();
+    }
+
+    /// Drops a scale set's session (an eviction): its polls get 404 and its refresh too.
+    pub fn evict_session(&mut self, id: u64) {
+        if let Some(set) = self.sets.get_mut(&id) {
+            set.session = None;
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// The request of a job, if the job reached a scale set.
+    pub fn request_of(&self, job_id: u64) -> Option<&Request> {
+        self.requests.get(self.by_job.get(&job_id)?)
+    }
+
+    fn statistics(&self, set_id: u64, runners: &BTreeMap<u64, crate::state::Runner>) -> Value {
+        let count = |f: &dyn Fn(RequestState) -> bool| {
+            self.requests
+                .values()
+                .filter(|r| r.set_id == set_id && f(r.state))
+                .count()
+        };
+        let assigned = count(&|s| matches!(s, RequestState::Assigned | RequestState::Running));
+        let registered = runners
+            .values()
+            .filter(|r| r.scale_set == Some(set_id))
+            .count();
+        let busy = runners
+            .values()
+            .filter(|r| r.scale_set == Some(set_id) && r.busy)
+            .count();
+        json!({
+            "totalAvailableJobs": count(&|s| s == RequestState::Available),
+            "totalAcquiredJobs": assigned,
+            "totalAssignedJobs": assigned,
+            "totalRunningJobs": count(&|s| s == RequestState::Running),
+            "totalRegisteredRunners": registered,
+            "totalBusyRunners": busy,
+            "totalIdleRunners": registered - busy,
+        })
+    }
+
+    /// Appends a job message to the scale set's open message (one not yet sent, under 50
+    /// items) or a new one, and wakes the polls.
+    fn push(&mut self, set_id: u64, item: Value) {
+        let Some(set) = self.sets.get_mut(&set_id) else {
+            return;
+        };
+        match set.queue.back_mut() {
+            Some(m) if !m.sent && m.items.len() < BATCH => m.items.push(item),
+            _ => {
+                let id = set.next_message_id;
+                set.next_message_id += 1;
+                set.queue.push_back(Message {
+                    id,
+                    items: vec![item],
+                    sent: false,
+                });
+            }
+        }
+        self.notify.notify_waiters();
+    }
+}
+
+/// A job message's common fields (`JobMessageBase` in `types.go`).
+fn job_message(kind: &str, request: &Request, job: &crate::state::Job, owner: &str) -> Value {
+    let iso = |ms: u128| {
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+            .to_string()
+    };
+    json!({
+        "messageType": kind,
+        "runnerRequestId": request.id,
+        "repositoryName": job.repo,
+        "ownerName": owner,
+        "jobId": format!("{:08x}-0000-4000-8000-{:012x}", job.run_id, job.id),
+        "jobWorkflowRef": format!("{owner}/{}/.github/workflows/ci.yml@refs/heads/main", job.repo),
+        "jobDisplayName": format!("job {}", job.id),
+        "workflowRunId": job.run_id,
+        "eventName": "push",
+        "requestLabels": job.labels,
+        "queueTime": iso(job.queued_at_ms),
+        "scaleSetAssignTime": iso(unix_now_ms()),
+        "runnerAssignTime": job.picked_at_ms.map(iso),
+        "finishTime": (job.status == "completed").then(|| iso(unix_now_ms())),
+    })
+}
+
+/// What a job's state change means for the scale sets: called for every `queued`,
+/// `in_progress` and `completed` of a job, webhook or not.
+pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
+    let Some(job) = s.jobs.get(&job_id).cloned() else {
+        return;
+    };
+    let owner = s.owner.clone();
+    match action {
+        "queued" => {
+            let wanted: Vec<String> = job.labels.iter().map(|l| l.to_ascii_lowercase()).collect();
+            // The most specific covering scale set: the fewest labels beyond the job's.
+            let pick = s
+                .scalesets
+                .sets
+                .values()
+                .filter(|set| {
+                    let offered: Vec<String> = set
+                        .labels
+                        .iter()
+                        .chain(std::iter::once(&set.name))
+                        .map(|l| l.to_ascii_lowercase())
+                        .collect();
+                    wanted.iter().all(|l| offered.contains(l))
+                })
+                .min_by_key(|set| (set.labels.len(), set.id))
+                .map(|set| set.id);
+            let Some(set_id) = pick else { return };
+            let ss = &mut s.scalesets;
+            let id = ss.next_request_id;
+            ss.next_request_id += 1;
+            let request = Request {
+                id,
+                job_id,
+                set_id,
+                state: RequestState::Available,
+            };
+            let mut item = job_message("JobAvailable", &request, &job, &owner);
+            item["acquireJobUrl"] = json!(format!(
+                "{}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs",
+                s.base_url
+            ));
+            let ss = &mut s.scalesets;
+            ss.requests.insert(id, request);
+            ss.by_job.insert(job_id, id);
+            ss.push(set_id, item);
+        }
+        "in_progress" | "completed" => {
+            let Some(request) = s.scalesets.request_of(job_id).cloned() else {
+                return;
+            };
+            if request.state == RequestState::Done {
+                return;
+            }
+            let runner_id = job.runner_id.unwrap_or(0);
+            let runner_name = job.runner_name.clone().unwrap_or_default();
+            let mut item = if action == "in_progress" {
+                job_message("JobStarted", &request, &job, &owner)
+            } else {
+                let mut m = job_message("JobCompleted", &request, &job, &owner);
+                // The service spells a cancellation `canceled`.
+                let result = match job.conclusion.as_deref() {
+                    Some("cancelled") | None => "canceled",
+                    Some(other) => other,
+                };
+                m["result"] = json!(result);
+                m
+            };
+            item["runnerId"] = json!(runner_id);
+            item["runnerName"] = json!(runner_name);
+            let state = if action == "in_progress" {
+                RequestState::Running
+            } else {
+                RequestState::Done
+            };
+            if let Some(r) = s.scalesets.requests.get_mut(&request.id) {
+                r.state = state;
+            }
+            // A request still only available when its job ends was never acquired: the
+            // service just drops it.
+            if request.state != RequestState::Available {
+                s.scalesets.push(request.set_id, item);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether a runner may take a job: a scale set's runner only the jobs assigned to its scale
+/// set; any other runner no job that went to a scale set.
+pub(crate) fn may_take(s: &State, runner_set: Option<u64>, job_id: u64) -> bool {
+    match (runner_set, s.scalesets.request_of(job_id)) {
+        (Some(set), Some(r)) => r.set_id == set && r.state == RequestState::Assigned,
+        (Some(_), None) => false,
+        (None, Some(_)) => false,
+        (None, None) => true,
+    }
+}
+
+/// Names an Actions-service request (`None`: not one).
+pub(crate) fn endpoint(method: &str, segs: &[&str]) -> Option<&'static str> {
+    Some(match (method, segs) {
+        ("POST", ["actions", "runner-registration"]) => "actions_admin_connection",
+        ("GET", ["_services", "pipelines", "_apis", "runtime", "runnergroups"]) => {
+            "actions_get_runner_group"
+        }
+        (
+            "GET",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+            ],
+        ) => "actions_get_scale_set",
+        (
+            "POST",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+            ],
+        ) => "actions_create_scale_set",
+        (
+            "GET",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+            ],
+        ) => "actions_get_scale_set_by_id",
+        (
+            "PATCH",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+            ],
+        ) => "actions_update_scale_set",
+        (
+            "DELETE",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+            ],
+        ) => "actions_delete_scale_set",
+        (
+            "POST",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+                "sessions",
+            ],
+        ) => "actions_create_session",
+        (
+            "PATCH",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+                "sessions",
+                _,
+            ],
+        ) => "actions_refresh_session",
+        (
+            "DELETE",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+                "sessions",
+                _,
+            ],
+        ) => "actions_delete_session",
+        (
+            "POST",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+                "acquirejobs",
+            ],
+        ) => "actions_acquire_jobs",
+        (
+            "POST",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "runtime",
+                "runnerscalesets",
+                _,
+                "generatejitconfig",
+            ],
+        ) => "actions_generate_jitconfig",
+        ("DELETE", ["_services", "queue", _, _, _]) => "actions_delete_message",
+        _ => return None,
+    })
+}
+
+/// `POST /orgs/{org}/actions/runners/registration-token` (GitHub REST; 201).
+pub(crate) fn registration_token(s: &mut State) -> (u16, HttpResponse) {
+    let token = format!("AREG{}", random(28));
+    let expires = unix_now() + 3600;
+    s.scalesets
+        .registration_tokens
+        .insert(token.clone(), expires);
+    let at =
+        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(expires))
+            .to_string();
+    (
+        201,
+        HttpResponse::Created().json(json!({ "token": token, "expires_at": at })),
+    )
+}
+
+/// A JWT-shaped admin token with `exp` (the client reads it unverified to refresh in time).
+fn admin_token(exp: u64) -> String {
+    let part = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
+    format!(
+        "{}.{}.{}",
+        part(json!({ "alg": "RS256", "typ": "JWT" })),
+        part(json!({ "exp": exp, "iss": "stand-in actions service", "jti": random(8) })),
+        random(16)
+    )
+}
+
+fn seg_id(segs: &[&str], i: usize) -> u64 {
+    segs.get(i).and_then(|x| x.parse().ok()).unwrap_or(0)
+}
+
+fn set_json(set: &ScaleSet, stats: Option<Value>) -> Value {
+    json!({
+        "id": set.id,
+        "name": set.name,
+        "runnerGroupId": set.group_id,
+        "runnerGroupName": if set.group_id == 1 { "Default".to_string() } else { format!("group-{}", set.group_id) },
+        "labels": set.labels.iter().map(|l| json!({ "type": "System", "name": l })).collect::<Vec<_>>(),
+        "RunnerSetting": { "disableUpdate": false },
+        "runnerJitConfigUrl": format!("/{SERVICE}/_apis/runtime/runnerscalesets/{}/generatejitconfig", set.id),
+        "statistics": stats,
+    })
+}
+
+fn session_json(s: &State, set: &ScaleSet, session: &Session) -> Value {
+    json!({
+        "sessionId": session.id,
+        "ownerName": session.owner,
+        "runnerScaleSet": set_json(set, None),
+        "messageQueueUrl": format!("{}/_services/queue/{}/{}", s.base_url, set.id, session.id),
+        "messageQueueAccessToken": session.token,
+        "statistics": s.scalesets.statistics(set.id, &s.runners),
+    })
+}
+
+fn new_session(owner: &str, ttl: Duration) -> Session {
+    let hex = random(32).to_ascii_lowercase();
+    Session {
+        id: format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        ),
+        owner: owner.to_string(),
+        token: format!("MQ{}", random(24)),
+        token_expires: unix_now() + ttl.as_secs(),
+        last_seen_ms: unix_now_ms(),
+    }
+}
+
+/// Answers an Actions-service request (everything but the message poll).
+pub(crate) fn answer(
+    s: &mut State,
+    req: &HttpRequest,
+    endpoint: &'static str,
+    segs: &[&str],
+    body: &[u8],
+) -> (u16, HttpResponse) {
+    let now = unix_now();
+    if endpoint == "actions_admin_connection" {
+        let remote = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("RemoteAuth "));
+        let known = remote.is_some_and(|t| {
+            s.scalesets
+                .registration_tokens
+                .get(t)
+                .is_some_and(|exp| *exp > now)
+        });
+        if !known {
+            return error(401, "Bad credentials");
+        }
+        let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let url = asked["url"]
+            .as_str()
+            .unwrap_or_default()
+            .trim_end_matches('/');
+        let owner = url.rsplit('/').next().unwrap_or_default();
+        if !owner.eq_ignore_ascii_case(&s.owner) || asked["runner_event"] != "register" {
+            return error(404, "Not Found");
+        }
+        let exp = now + s.scalesets.admin_token_ttl.as_secs();
+        let token = admin_token(exp);
+        s.scalesets.admin_tokens.insert(token.clone(), exp);
+        return (
+            200,
+            HttpResponse::Ok()
+                .json(json!({ "url": format!("{}/{SERVICE}/", s.base_url), "token": token })),
+        );
+    }
+    let Some(token) = bearer(req).map(str::to_string) else {
+        return error(401, "Requires authentication");
+    };
+    let admin = s
+        .scalesets
+        .admin_tokens
+        .get(&token)
+        .is_some_and(|exp| *exp > now);
+    // The message queue's calls take the session's token; the rest the admin token.
+    let queue_call = matches!(endpoint, "actions_delete_message" | "actions_acquire_jobs");
+    let session_token = s.scalesets.sets.values().any(|set| {
+        set.session
+            .as_ref()
+            .is_some_and(|x| x.token == token && x.token_expires > now)
+    });
+    if !(admin || queue_call && session_token) {
+        return error(401, "Bad credentials");
+    }
+    let query: BTreeMap<String, String> =
+        serde_urlencoded::from_str(req.query_string()).unwrap_or_default();
+    let idle_ms = s.scalesets.session_idle.as_millis();
+    match endpoint {
+        "actions_get_runner_group" => {
+            let name = query.get("groupName").cloned().unwrap_or_default();
+            let groups: Vec<Value> = s
+                .runner_groups
+                .iter()
+                .filter(|(_, n)| n.eq_ignore_ascii_case(&name))
+                .map(
+                    |(id, n)| json!({ "id": id, "name": n, "size": 0, "isDefaultGroup": *id == 1 }),
+                )
+                .collect();
+            (
+                200,
+                HttpResponse::Ok().json(json!({ "count": groups.len(), "value": groups })),
+            )
+        }
+        "actions_get_scale_set" => {
+            let group: u64 = query
+                .get("runnerGroupId")
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(1);
+            let name = query.get("name").cloned().unwrap_or_default();
+            let found: Vec<Value> = s
+                .scalesets
+                .sets
+                .values()
+                .filter(|x| x.group_id == group && x.name == name)
+                .map(|x| set_json(x, Some(s.scalesets.statistics(x.id, &s.runners))))
+                .collect();
+            (
+                200,
+                HttpResponse::Ok().json(json!({ "count": found.len(), "value": found })),
+            )
+        }
+        "actions_get_scale_set_by_id" => match s.scalesets.sets.get(&seg_id(segs, 5)) {
+            Some(x) => (
+                200,
+                HttpResponse::Ok()
+                    .json(set_json(x, Some(s.scalesets.statistics(x.id, &s.runners)))),
+            ),
+            None => error(404, "Not Found"),
+        },
+        "actions_create_scale_set" | "actions_update_scale_set" => {
+            let Ok(asked) = serde_json::from_slice::<Value>(body) else {
+                return error(400, "Bad Request");
+            };
+            let labels: Vec<String> = asked["labels"]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .filter_map(|x| x["name"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let name = asked["name"].as_str().unwrap_or_default().to_string();
+            let group = asked["runnerGroupId"].as_u64().unwrap_or(1);
+            if endpoint == "actions_update_scale_set" {
+                let Some(set) = s.scalesets.sets.get_mut(&seg_id(segs, 5)) else {
+                    return error(404, "Not Found");
+                };
+                if !labels.is_empty() {
+                    set.labels = labels;
+                }
+                let set = set.clone();
+                return (200, HttpResponse::Ok().json(set_json(&set, None)));
+            }
+            if name.is_empty() || labels.is_empty() {
+                return error(
+                    400,
+                    "a runner scale set needs a name and at least one label",
+                );
+            }
+            if !s.runner_groups.iter().any(|(id, _)| *id == group) {
+                return error(404, "Not Found");
+            }
+            if s.scalesets
+                .sets
+                .values()
+                .any(|x| x.group_id == group && x.name == name)
+            {
+                return error(409, "a runner scale set with this name already exists");
+            }
+            let id = s.scalesets.next_set_id;
+            s.scalesets.next_set_id += 1;
+            let set = ScaleSet {
+                id,
+                name,
+                group_id: group,
+                labels,
+                session: None,
+                queue: VecDeque::new(),
+                next_message_id: 1,
+                sessions_opened: Vec::new(),
+            };
+            let answer = set_json(&set, None);
+            s.scalesets.sets.insert(id, set);
+            (200, HttpResponse::Ok().json(answer))
+        }
+        "actions_delete_scale_set" => {
+            let id = seg_id(segs, 5);
+            if !s.scalesets.sets.contains_key(&id) {
+                return error(404, "Not Found");
+            }
+            s.scalesets.delete_set(id);
+            (204, HttpResponse::NoContent().finish())
+        }
+        "actions_create_session" => {
+            let id = seg_id(segs, 5);
+            let owner = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v["ownerName"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let ttl = s.scalesets.queue_token_ttl;
+            let Some(set) = s.scalesets.sets.get_mut(&id) else {
+                return error(404, "Not Found");
+            };
+            if let Some(held) = &set.session
+                && unix_now_ms() < held.last_seen_ms + idle_ms
+            {
+                return error(
+                    409,
+                    &format!(
+                        "The actions runner scale set {} already has an active session for owner {}.",
+                        set.name, held.owner
+                    ),
+                );
+            }
+            let session = new_session(&owner, ttl);
+            set.sessions_opened.push((session.id.clone(), owner));
+            set.session = Some(session.clone());
+            let set = set.clone();
+            (
+                200,
+                HttpResponse::Ok().json(session_json(s, &set, &session)),
+            )
+        }
+        "actions_refresh_session" | "actions_delete_session" => {
+            let (id, sid) = (seg_id(segs, 5), segs.get(7).copied().unwrap_or_default());
+            let ttl = s.scalesets.queue_token_ttl;
+            let Some(set) = s.scalesets.sets.get_mut(&id) else {
+                return error(404, "Not Found");
+            };
+            if set.session.as_ref().is_none_or(|x| x.id != sid) {
+                return error(404, "the message session was not found");
+            }
+            if endpoint == "actions_delete_session" {
+                set.session = None;
+                s.scalesets.notify.notify_waiters();
+                return (204, HttpResponse::NoContent().finish());
+            }
+            if let Some(session) = set.session.as_mut() {
+                session.token = format!("MQ{}", random(24));
+                session.token_expires = unix_now() + ttl.as_secs();
+                session.last_seen_ms = unix_now_ms();
+            }
+            let set = set.clone();
+            let Some(session) = set.session.clone() else {
+                return error(404, "the message session was not found");
+            };
+            (
+                200,
+                HttpResponse::Ok().json(session_json(s, &set, &session)),
+            )
+        }
+        "actions_acquire_jobs" => {
+            if s.scalesets.no_acquire {
+                return error(404, "Not Found");
+            }
+            let id = seg_id(segs, 5);
+            let ids: Vec<u64> = serde_json::from_slice(body).unwrap_or_default();
+            let mut acquired = Vec::new();
+            let owner = s.owner.clone();
+            for rid in ids {
+                let Some(r) = s.scalesets.requests.get_mut(&rid) else {
+                    continue;
+                };
+                if r.set_id != id || r.state != RequestState::Available {
+                    continue;
+                }
+                r.state = RequestState::Assigned;
+                let r = r.clone();
+                acquired.push(rid);
+                if let Some(job) = s.jobs.get(&r.job_id).cloned() {
+                    let item = job_message("JobAssigned", &r, &job, &owner);
+                    s.scalesets.push(id, item);
+                }
+            }
+            (
+                200,
+                HttpResponse::Ok().json(json!({ "count": acquired.len(), "value": acquired })),
+            )
+        }
+        "actions_generate_jitconfig" => {
+            let id = seg_id(segs, 5);
+            let Some(set) = s.scalesets.sets.get(&id).cloned() else {
+                return error(404, "Not Found");
+            };
+            let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let name = asked["name"].as_str().unwrap_or_default().to_string();
+            if name.is_empty() {
+                return error(400, "a runner needs a name");
+            }
+            if s.runners.values().any(|r| r.name == name) {
+                return error(
+                    409,
+                    &format!("A runner with the name {name} already exists."),
+                );
+            }
+            let work = asked["workFolder"].as_str().unwrap_or("_work").to_string();
+            let (runner, encoded) = crate::routes::mint_runner(
+                s,
+                crate::routes::Mint {
+                    name,
+                    labels: set.labels.clone(),
+                    repo: None,
+                    group_id: set.group_id,
+                    enterprise: false,
+                    work,
+                    scale_set: Some(id),
+                },
+            );
+            (
+                200,
+                HttpResponse::Ok().json(json!({
+                    "runner": { "id": runner.id, "name": runner.name, "runnerScaleSetId": id },
+                    "encodedJITConfig": encoded,
+                })),
+            )
+        }
+        "actions_delete_message" => {
+            let (id, sid, mid) = (seg_id(segs, 2), segs[3], seg_id(segs, 4));
+            let Some(set) = s.scalesets.sets.get_mut(&id) else {
+                return error(404, "Not Found");
+            };
+            if set
+                .session
+                .as_ref()
+                .is_none_or(|x| x.id != sid || x.token != token)
+            {
+                return error(401, "the message queue token is not valid");
+            }
+            set.queue.retain(|m| m.id != mid);
+            (204, HttpResponse::NoContent().finish())
+        }
+        _ => error(404, "Not Found"),
+    }
+}
+
+/// `GET /_services/queue/{set}/{session}?lastMessageId=N`: the oldest undeleted message after
+/// `N` (200), or 202 after `long_poll` with none; 401 when the queue token expired, 404 when
+/// the session is gone.
+pub(crate) async fn poll(
+    req: HttpRequest,
+    path: web::Path<(u64, String)>,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let (set_id, sid) = path.into_inner();
+    let query: BTreeMap<String, String> =
+        serde_urlencoded::from_str(req.query_string()).unwrap_or_default();
+    let last: u64 = query
+        .get("lastMessageId")
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    let token = bearer(&req).unwrap_or_default().to_string();
+    let capacity: Option<u64> = req
+        .headers()
+        .get("x-scalesetmaxcapacity")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let deadline = tokio::time::Instant::now();
+    let record = |s: &mut State, status: u16| {
+        s.calls.push(Call {
+            endpoint: "actions_get_message".into(),
+            method: "GET".into(),
+            path: format!("{}?{}", req.path(), req.query_string()),
+            status,
+            at_ms: unix_now_ms(),
+            api_version: None,
+            accept: req
+                .headers()
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+            bearer: !token.is_empty(),
+        });
+    };
+    let mut first = true;
+    loop {
+        let notify = {
+            let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            if first {
+                first = false;
+                if let Some(fault) = s.take_fault("actions_get_message") {
+                    record(&mut s, 0);
+                    drop(s);
+                    return crate::routes::play(fault).1;
+                }
+                if let Some(c) = capacity {
+                    s.scalesets.capacities.push((set_id, c));
+                }
+            }
+            let now = unix_now();
+            let long_poll = s.scalesets.long_poll;
+            let statistics = s.scalesets.statistics(set_id, &s.runners);
+            let Some(set) = s.scalesets.sets.get_mut(&set_id) else {
+                record(&mut s, 404);
+                return crate::routes::error(404, "the runner scale set was not found").1;
+            };
+            let Some(session) = set.session.as_mut().filter(|x| x.id == sid) else {
+                record(&mut s, 404);
+                return crate::routes::error(404, "the message session was not found").1;
+            };
+            if session.token != token || session.token_expires <= now {
+                record(&mut s, 401);
+                return crate::routes::error(401, "the message queue token expired").1;
+            }
+            session.last_seen_ms = unix_now_ms();
+            if let Some(m) = set.queue.iter_mut().find(|m| m.id > last) {
+                m.sent = true;
+                let body = json!({
+                    "messageId": m.id,
+                    "messageType": "RunnerScaleSetJobMessages",
+                    "body": Value::Array(m.items.clone()).to_string(),
+                    "statistics": statistics,
+                });
+                record(&mut s, 200);
+                return HttpResponse::Ok().json(body);
+            }
+            if deadline.elapsed() >= long_poll {
+                record(&mut s, 202);
+                return HttpResponse::Accepted().finish();
+            }
+            (s.scalesets.notify.clone(), long_poll)
+        };
+        let (notify, long_poll) = notify;
+        let wake = notify.notified();
+        let left = long_poll.saturating_sub(deadline.elapsed());
+        // A message pushed between the unlock and here is caught by the short cap.
+        let _ = tokio::time::timeout(left.min(Duration::from_millis(250)), wake).await;
+    }
+}

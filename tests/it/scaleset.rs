@@ -1,0 +1,313 @@
+//! Scale-set mode: no webhook at all; each pool is a runner scale set on the stand-in's
+//! Actions service, and the daemon long-polls its message queue.
+
+use std::time::Duration;
+
+use github_standin::{Standin, StandinConfig, scaleset::ServiceTimings};
+
+use crate::support::{daemon::Daemon, provision::eventually};
+
+const ALPHA: &[&str] = &["self-hosted", "linux", "alpha"];
+const BETA: &[&str] = &["self-hosted", "linux", "beta"];
+/// Scale sets are registered at the org: no `github.repos`.
+const ORG_LEVEL: &str = "repos = []\n";
+
+fn standin() -> Standin {
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 200,
+        ..github_standin::RunnerBehavior::default()
+    });
+    standin.set_scaleset_timings(ServiceTimings {
+        long_poll: Duration::from_secs(5),
+        session_idle: Duration::from_secs(20),
+        queue_token_ttl: Duration::from_secs(3600),
+        admin_token_ttl: Duration::from_secs(3600),
+    });
+    standin
+}
+
+/// Two pools of the stand-in runner, `alpha` and `beta`.
+fn two_pools(slots: usize) -> String {
+    let bin = env!("CARGO_BIN_EXE_ephemer-actors");
+    ["alpha", "beta"]
+        .iter()
+        .map(|pool| {
+            format!(
+                r#"
+[providers.{pool}]
+kind = "local"
+command = "{bin}"
+args = ["standin-runner"]
+labels = ["self-hosted", "linux", "{pool}"]
+max_concurrent = {slots}
+allow_root = true
+"#
+            )
+        })
+        .collect()
+}
+
+async fn start(standin: &Standin, slots: usize) -> Daemon {
+    let daemon = Daemon::start_with_github(
+        standin,
+        ORG_LEVEL,
+        &format!(
+            "[webhook]\nmode = \"scaleset\"\n[runner]\nmax_concurrent = {}\n",
+            slots * 2
+        ),
+        &two_pools(slots),
+    )
+    .await;
+    // No webhook at all: GitHub has no URL for this daemon.
+    standin.state().webhook = None;
+    wait_listening(standin, 2).await;
+    daemon
+}
+
+/// Waits until `n` scale sets have a session open.
+async fn wait_listening(standin: &Standin, n: usize) {
+    eventually(
+        "the scale sets' sessions are open",
+        Duration::from_secs(30),
+        || {
+            standin
+                .scale_sets()
+                .iter()
+                .filter(|(_, _, _, owner)| owner.is_some())
+                .count()
+                >= n
+        },
+    )
+    .await;
+}
+
+/// Each completed job ran on a runner of the pool its labels name.
+fn assert_each_job_on_its_pool(standin: &Standin) {
+    for job in standin.jobs() {
+        let runner = job.runner_name.clone().unwrap_or_default();
+        let pool = if job.labels.iter().any(|l| l == "alpha") {
+            "alpha"
+        } else {
+            "beta"
+        };
+        assert!(
+            runner.contains(&format!("-{pool}-")),
+            "job {} ({:?}) ran on {runner:?}",
+            job.id,
+            job.labels
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn a_hundred_jobs_over_two_pools_run_each_on_its_own_pool_with_no_webhook() {
+    let standin = standin();
+    let daemon = start(&standin, 4).await;
+    let sets = standin.scale_sets();
+    let mut names: Vec<_> = sets
+        .iter()
+        .map(|(_, name, labels, _)| (name.clone(), labels.clone()))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            (
+                "alpha".to_string(),
+                vec!["alpha".into(), "linux".into(), "self-hosted".into()]
+            ),
+            (
+                "beta".to_string(),
+                vec!["beta".into(), "linux".into(), "self-hosted".into()]
+            ),
+        ],
+        "one scale set per pool, with the pool's labels"
+    );
+    for i in 0..50 {
+        standin.queue_jobs("app", ALPHA, 1);
+        standin.queue_jobs("app", BETA, 1);
+        if i % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    daemon
+        .wait_completed(&standin, 100, Duration::from_secs(180))
+        .await;
+    assert!(standin.deliveries().is_empty(), "no webhook was sent");
+    assert_each_job_on_its_pool(&standin);
+    daemon.wait_no_runner_left(&standin).await;
+    // One runner registered per job, in its pool's scale set.
+    let registered = standin.count("actions_generate_jitconfig");
+    assert!(
+        (100..=110).contains(&registered),
+        "{registered} registrations for 100 jobs"
+    );
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        0,
+        "no REST registration"
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics
+            .contains("ephemerd_scaleset_messages_total{pool=\"alpha\",type=\"JobAssigned\"} 50"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("scaleset"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(metrics.contains("ephemerd_scaleset_session{pool=\"beta\",state=\"listening\"} 1"));
+    // Every message was acknowledged.
+    eventually("the queues are empty", Duration::from_secs(10), || {
+        standin
+            .state()
+            .scalesets
+            .sets
+            .values()
+            .all(|s| s.queue.is_empty())
+    })
+    .await;
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    // The stop closed the sessions; the scale sets stay (only `scaleset delete` removes one).
+    let sets = standin.scale_sets();
+    assert_eq!(sets.len(), 2);
+    assert!(
+        sets.iter().all(|(_, _, _, owner)| owner.is_none()),
+        "{sets:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn a_job_cancelled_after_its_assignment_leaves_nothing_behind() {
+    let standin = standin();
+    // Runners that never get a job: the assigned job waits until it is cancelled.
+    standin.set_behavior(github_standin::RunnerBehavior {
+        hold: true,
+        ..github_standin::RunnerBehavior::default()
+    });
+    let daemon = start(&standin, 2).await;
+    let id = standin.queue_jobs("app", ALPHA, 1)[0];
+    eventually(
+        "a runner is registered for it",
+        Duration::from_secs(20),
+        || standin.count("actions_generate_jitconfig") >= 1 && !standin.runners().is_empty(),
+    )
+    .await;
+    standin.cancel_job(id);
+    daemon.wait_no_runner_left(&standin).await;
+    let json = daemon.ctl_json(&["status"]).await;
+    assert_eq!(json["runners"], 0, "{json}");
+    standin.set_behavior(github_standin::RunnerBehavior::default());
+    // The pool still works.
+    standin.queue_jobs("app", ALPHA, 1);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(30))
+        .await;
+    daemon.wait_no_runner_left(&standin).await;
+}
+
+#[actix_rt::test]
+async fn a_daemon_killed_mid_stream_resumes_from_its_last_message_and_loses_nothing() {
+    let standin = standin();
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 1_000,
+        ..github_standin::RunnerBehavior::default()
+    });
+    let daemon = start(&standin, 3).await;
+    for _ in 0..20 {
+        standin.queue_jobs("app", ALPHA, 1);
+        standin.queue_jobs("app", BETA, 1);
+    }
+    eventually("some jobs ran", Duration::from_secs(30), || {
+        standin.jobs_in("completed") >= 4
+    })
+    .await;
+    let left = daemon.kill9().await;
+    // Jobs keep coming while no one listens.
+    for _ in 0..10 {
+        standin.queue_jobs("app", ALPHA, 1);
+        standin.queue_jobs("app", BETA, 1);
+    }
+    let daemon = Daemon::resume(&standin, left).await;
+    standin.state().webhook = None;
+    daemon
+        .wait_completed(&standin, 60, Duration::from_secs(240))
+        .await;
+    assert_each_job_on_its_pool(&standin);
+    daemon.wait_no_runner_left(&standin).await;
+    // The restarted daemon closed its own stale session instead of waiting it out, and polled
+    // on from the message id it kept, not from the start.
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("closed this host's previous session"),
+        "{logs}"
+    );
+    let resumed = standin
+        .calls_to("actions_get_message")
+        .iter()
+        .filter(|c| c.path.contains("lastMessageId="))
+        .count();
+    assert!(resumed > 0);
+    let registered = standin.count("actions_generate_jitconfig");
+    assert!(registered <= 70, "{registered} registrations for 60 jobs");
+}
+
+#[actix_rt::test]
+async fn a_second_daemon_for_the_same_scale_sets_gets_409_and_waits_without_looping() {
+    let standin = standin();
+    let first = start(&standin, 2).await;
+    let opened_before = standin.count("actions_create_session");
+    let second = Daemon::start_with_github(
+        &standin,
+        ORG_LEVEL,
+        "[webhook]\nmode = \"scaleset\"\n",
+        &two_pools(2),
+    )
+    .await;
+    standin.state().webhook = None;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let refused = standin
+        .calls_to("actions_create_session")
+        .iter()
+        .filter(|c| c.status == 409)
+        .count();
+    // Two pools, backing off from 5 s: a few asks each, never a hot loop.
+    assert!(
+        (2..=8).contains(&refused),
+        "{refused} refused session asks in 12 s"
+    );
+    assert_eq!(
+        standin.count("actions_create_session") - opened_before,
+        refused
+    );
+    let metrics = second.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_scaleset_session{pool=\"alpha\",state=\"held_elsewhere\"} 1"),
+        "{metrics}"
+    );
+    // Jobs run through the first daemon meanwhile.
+    standin.queue_jobs("app", ALPHA, 3);
+    first
+        .wait_completed(&standin, 3, Duration::from_secs(30))
+        .await;
+    // The first stops (closing its sessions): the second takes over.
+    let (code, _) = first.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+    standin.state().webhook = None;
+    eventually("the second daemon listens", Duration::from_secs(90), || {
+        standin
+            .scale_sets()
+            .iter()
+            .all(|(_, _, _, owner)| owner.is_some())
+    })
+    .await;
+    standin.queue_jobs("app", BETA, 3);
+    second
+        .wait_completed(&standin, 6, Duration::from_secs(60))
+        .await;
+    second.wait_no_runner_left(&standin).await;
+}
