@@ -196,6 +196,11 @@ impl ScaleSets {
         self.notify.notify_waiters();
     }
 
+    /// Puts a raw job message on a scale set's queue (a test's hostile or stale message).
+    pub fn inject(&mut self, set_id: u64, item: Value) {
+        self.push(set_id, item);
+    }
+
     /// The request of a job, if the job reached a scale set.
     pub fn request_of(&self, job_id: u64) -> Option<&Request> {
         self.requests.get(self.by_job.get(&job_id)?)

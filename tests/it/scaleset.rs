@@ -311,3 +311,114 @@ async fn a_second_daemon_for_the_same_scale_sets_gets_409_and_waits_without_loop
         .await;
     second.wait_no_runner_left(&standin).await;
 }
+
+#[actix_rt::test]
+async fn the_listener_rides_out_expiry_eviction_deletion_dropped_polls_and_bad_messages() {
+    let standin = standin();
+    standin.set_scaleset_timings(ServiceTimings {
+        long_poll: Duration::from_secs(2),
+        session_idle: Duration::from_secs(20),
+        // Queue tokens expire every 3 s (a 401, then a refresh); admin tokens are fetched
+        // again once they are within a minute of expiry, so every ~5 s here.
+        queue_token_ttl: Duration::from_secs(3),
+        admin_token_ttl: Duration::from_secs(65),
+    });
+    let daemon = start(&standin, 2).await;
+    let id_of = |name: &str| {
+        standin
+            .scale_sets()
+            .iter()
+            .find(|(_, n, _, _)| n == name)
+            .map(|(id, ..)| *id)
+            .unwrap()
+    };
+    let mut done = 0;
+    let mut round = |labels: &'static [&'static str]| {
+        done += 2;
+        standin.queue_jobs("app", labels, 2);
+        done
+    };
+
+    // Expired queue tokens: refreshed, jobs run.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let n = round(ALPHA);
+    daemon
+        .wait_completed(&standin, n, Duration::from_secs(30))
+        .await;
+    assert!(standin.count("actions_refresh_session") >= 1);
+    assert!(
+        standin.count("actions_admin_connection") >= 2,
+        "the admin token was refreshed"
+    );
+
+    // A stale message about a runner request nobody knows, and one of an unknown kind: both
+    // acknowledged, neither blocks the queue.
+    let alpha = id_of("alpha");
+    standin.state().scalesets.inject(
+        alpha,
+        serde_json::json!({ "messageType": "JobStarted", "runnerRequestId": 999_999, "runnerName": "gone", "runnerId": 4242 }),
+    );
+    standin.state().scalesets.inject(
+        alpha,
+        serde_json::json!({ "messageType": "JobSomethingNew", "runnerRequestId": 1 }),
+    );
+    let n = round(ALPHA);
+    daemon
+        .wait_completed(&standin, n, Duration::from_secs(30))
+        .await;
+
+    // A proxy that drops the long poll twice: polled again.
+    standin.fail_next("actions_get_message", 2, github_standin::Fault::Drop);
+    let n = round(BETA);
+    daemon
+        .wait_completed(&standin, n, Duration::from_secs(30))
+        .await;
+
+    // The session evicted: a new one, the place in the queue kept.
+    let beta = id_of("beta");
+    standin.state().scalesets.evict_session(beta);
+    let n = round(BETA);
+    daemon
+        .wait_completed(&standin, n, Duration::from_secs(40))
+        .await;
+
+    // The scale set deleted on GitHub: made again, and its jobs run.
+    standin.state().scalesets.delete_set(alpha);
+    eventually(
+        "alpha's scale set is made again",
+        Duration::from_secs(60),
+        || {
+            standin
+                .scale_sets()
+                .iter()
+                .any(|(id, n, _, owner)| n == "alpha" && *id != alpha && owner.is_some())
+        },
+    )
+    .await;
+    let n = round(ALPHA);
+    daemon
+        .wait_completed(&standin, n, Duration::from_secs(40))
+        .await;
+
+    daemon.wait_no_runner_left(&standin).await;
+    assert_each_job_on_its_pool(&standin);
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_scaleset_messages_total{pool=\"alpha\",type=\"unreadable\"} 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("scaleset_messages"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("the message session is gone; opening another"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("it is gone (deleted on GitHub); making it again"),
+        "{logs}"
+    );
+}
