@@ -14,7 +14,7 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EPHEMER
 /// Exit code for usage and configuration errors.
 const EXIT_CONFIG: u8 = 2;
 /// Exit code for failures while running.
-const EXIT_RUNTIME: u8 = 1;
+pub(crate) const EXIT_RUNTIME: u8 = 1;
 
 /// A fresh, disposable GitHub Actions runner for every job.
 #[derive(Debug, Parser)]
@@ -80,6 +80,12 @@ enum Command {
     Cordon(crate::ctl::Target),
     /// Resume claiming.
     Uncordon(crate::ctl::Target),
+    /// Scale-set mode: list each pool's scale set, or delete one on GitHub.
+    Scaleset {
+        /// What to do.
+        #[command(subcommand)]
+        action: crate::scaleset::Action,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
         /// The shell.
@@ -181,6 +187,10 @@ pub fn run() -> ExitCode {
                 }
             }
         }
+        Command::Scaleset { action } => match load(&config_path.path) {
+            Ok(config) => crate::scaleset::run(&config, action),
+            Err(code) => code,
+        },
         Command::Doctor { json } => match load(&config_path.path) {
             Ok(config) => crate::doctor::run(&config, json),
             Err(code) => code,

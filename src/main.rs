@@ -9,6 +9,7 @@ mod demo;
 mod doctor;
 mod logging;
 mod notify;
+mod scaleset;
 mod serve;
 #[cfg(feature = "demo")]
 mod standin;

@@ -10,6 +10,7 @@ mod cluster;
 mod github;
 mod host;
 mod runner;
+mod scaleset;
 mod webhook;
 
 use std::process::ExitCode;

@@ -10,6 +10,14 @@ const RECENT_DELIVERIES: usize = 30;
 
 /// The hooks that send `workflow_job` (to the org, or each repo), and how they are set up.
 pub async fn webhook_checks(client: &GithubClient, config: &Config) -> Vec<Check> {
+    if config.webhook.scaleset() {
+        let mut out = vec![Check::ok(
+            "webhook",
+            "scale-set mode: no hook needed; jobs come from each pool's scale-set message queue",
+        )];
+        out.extend(super::scaleset::checks(client, config).await);
+        return out;
+    }
     if config.webhook.pull() {
         return vec![Check::ok(
             "webhook",

@@ -422,3 +422,43 @@ async fn the_listener_rides_out_expiry_eviction_deletion_dropped_polls_and_bad_m
         "{logs}"
     );
 }
+
+/// Figures for docs/benchmarks.md: queued -> claim in scale-set mode, 50 jobs queued 100 ms
+/// apart, and what it spent of the REST budget.
+#[actix_rt::test]
+#[ignore = "a measurement, run by hand"]
+async fn scaleset_figures() {
+    let standin = standin();
+    let daemon = start(&standin, 3).await;
+    let budget = standin.state().budget.remaining;
+    for _ in 0..50 {
+        standin.queue_jobs("app", ALPHA, 1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    daemon
+        .wait_completed(&standin, 50, Duration::from_secs(180))
+        .await;
+    let mut queued: Vec<u128> = standin.jobs().iter().map(|j| j.queued_at_ms).collect();
+    queued.sort_unstable();
+    let claims: Vec<u128> = standin
+        .calls_to("actions_generate_jitconfig")
+        .iter()
+        .filter(|c| c.status == 200)
+        .map(|c| c.at_ms)
+        .collect();
+    let mut waits: Vec<u128> = queued
+        .iter()
+        .zip(claims)
+        .map(|(q, c)| c.saturating_sub(*q))
+        .collect();
+    waits.sort_unstable();
+    let core_spent = budget - standin.state().budget.remaining;
+    let polls = standin.count("actions_get_message");
+    println!(
+        "scaleset: queued -> claim p50 {} ms, p90 {} ms, max {} ms; core budget spent {core_spent}; message polls {polls}",
+        waits[waits.len() / 2],
+        waits[waits.len() * 9 / 10],
+        waits[waits.len() - 1],
+    );
+    daemon.stop(Duration::from_secs(30)).await;
+}
