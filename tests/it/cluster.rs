@@ -168,7 +168,7 @@ async fn three_hosts_run_every_job_exactly_once() {
         "{table}"
     );
     let (_, doctor, _) = hosts[2].ctl(&["doctor"]).await;
-    assert!(doctor.contains("connected; schema version 3"), "{doctor}");
+    assert!(doctor.contains("connected; schema version 4"), "{doctor}");
     stop_all(hosts).await;
 }
 
@@ -561,7 +561,7 @@ async fn a_ledger_with_a_newer_schema_is_refused() {
     let (code, out, err) = support::output(serve).await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(
-        err.contains("version 99, newer than this binary knows (3)"),
+        err.contains("version 99, newer than this binary knows (4)"),
         "{err}"
     );
     // Nothing was written over it.
@@ -595,7 +595,7 @@ async fn the_ledger_over_tls_trusts_github_ca_file_only() {
     )
     .await;
     let (_, doctor, _) = d.ctl(&["doctor"]).await;
-    assert!(doctor.contains("connected; schema version 3"), "{doctor}");
+    assert!(doctor.contains("connected; schema version 4"), "{doctor}");
     stop_all([d]).await;
 
     // Without the CA the server's certificate is not trusted: doctor says so.

@@ -462,3 +462,101 @@ async fn scaleset_figures() {
     );
     daemon.stop(Duration::from_secs(30)).await;
 }
+
+/// A fleet of three hosts serving one scale set: one listens (it holds the ledger's lease), all
+/// claim; the listener killed -9, another host takes the lease within the lease time, closes the
+/// dead host's session and resumes from its last message: every job runs once.
+#[actix_rt::test]
+async fn a_fleet_s_listening_host_killed_hands_the_scale_set_to_another_within_the_lease() {
+    let Some(pg) = crate::support::postgres::Postgres::start() else {
+        return;
+    };
+    let standin = standin();
+    // GitHub's own lapse of a dead session is slow (two minutes here): the lease must beat it.
+    standin.set_scaleset_timings(ServiceTimings {
+        long_poll: Duration::from_secs(5),
+        session_idle: Duration::from_secs(120),
+        queue_token_ttl: Duration::from_secs(3600),
+        admin_token_ttl: Duration::from_secs(3600),
+    });
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 500,
+        ..github_standin::RunnerBehavior::default()
+    });
+    const CPU: &[&str] = &["self-hosted", "linux", "x64"];
+    let mut hosts = Vec::new();
+    for name in ["h1", "h2", "h3"] {
+        let extra = crate::cluster::extra(&pg, name, "6s", "[webhook]\nmode = \"scaleset\"\n");
+        let pools = crate::cluster::pool("cpu", CPU, 3);
+        hosts.push(Daemon::start_with_github(&standin, ORG_LEVEL, &extra, &pools).await);
+    }
+    standin.state().webhook = None;
+    wait_listening(&standin, 1).await;
+    standin.queue_jobs("app", CPU, 60);
+    eventually("20 jobs ran", Duration::from_secs(120), || {
+        standin.jobs_in("completed") >= 20
+    })
+    .await;
+    let listening = pg.query("SELECT host FROM ephemer_listeners");
+    assert_eq!(listening.len(), 1, "one listener: {listening:?}");
+    let i = ["h1", "h2", "h3"]
+        .iter()
+        .position(|h| *h == listening[0])
+        .unwrap();
+    let session_before = standin.scale_sets()[0].3.clone();
+    let dead = hosts.remove(i);
+    let _left = dead.kill9().await;
+    let killed = std::time::Instant::now();
+    standin.queue_jobs("app", CPU, 30);
+    eventually(
+        "another host holds the session",
+        Duration::from_secs(60),
+        || {
+            let owner = standin.scale_sets()[0].3.clone();
+            owner.is_some() && owner != session_before
+        },
+    )
+    .await;
+    let took = killed.elapsed();
+    println!("a new listener within {took:?} of the kill (lease 6 s)");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let new_holder = pg.query("SELECT host FROM ephemer_listeners");
+    assert_ne!(new_holder, listening);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    while standin.jobs_in("completed") < 90 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of 90 completed\n{}",
+            standin.jobs_in("completed"),
+            hosts
+                .iter()
+                .map(|h| h.logs())
+                .collect::<Vec<_>>()
+                .join("\n=====\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every job once: no job granted to two hosts except those the dead host held and the
+    // fleet released.
+    let twice = pg.query(
+        "SELECT job_id FROM ephemer_claims GROUP BY owner, job_id HAVING count(DISTINCT host) > 1",
+    );
+    let released = pg.query("SELECT DISTINCT job_id FROM ephemer_events WHERE action = 'released'");
+    let twice: Vec<_> = twice
+        .into_iter()
+        .filter(|j| !released.contains(j))
+        .collect();
+    assert!(twice.is_empty(), "{twice:?}");
+    for job in standin.jobs() {
+        assert_eq!(job.status, "completed");
+        assert!(job.runner_name.unwrap_or_default().contains("-cpu-"));
+    }
+    let logs: String = hosts.iter().map(|h| h.logs()).collect();
+    assert!(
+        logs.contains("took the listener lease; closed the previous holder's session"),
+        "{logs}"
+    );
+    for h in hosts {
+        h.stop(Duration::from_secs(30)).await;
+    }
+}

@@ -34,6 +34,7 @@ pub mod actor;
 mod connect;
 mod hosts;
 mod jobs;
+mod listeners;
 mod mirror;
 mod redeliveries;
 pub mod schema;
@@ -41,6 +42,7 @@ pub mod stream;
 mod types;
 
 pub use actor::FleetActor;
+pub use listeners::ListenerLease;
 pub use mirror::Mirror;
 pub use types::*;
 
@@ -233,6 +235,11 @@ impl Ledger {
     /// This host's name in the fleet.
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// How often a lease is renewed: a third of `cluster.lease`, so two renewals may be lost.
+    pub fn heartbeat_every(&self) -> Duration {
+        (self.lease / 3).max(Duration::from_millis(500))
     }
 
     /// `cluster.lease`.

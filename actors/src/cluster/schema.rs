@@ -11,7 +11,7 @@ use super::LedgerError;
 const MIGRATION_LOCK: i64 = 0x0065_7068_656d_6572;
 
 /// Migrations in order; the schema version is the number applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The newest schema this binary knows.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -237,6 +237,19 @@ LANGUAGE sql AS $$
     SELECT r.name, r.runner_id, r.repo, r.host, g.owner
     FROM ephemer_reap(p_me) r JOIN ephemer_registrations g ON g.name = r.name;
 $$;
+"#;
+
+/// Version 4: scale-set mode's listener lease: which host holds a scale set's message session,
+/// until when, its session (closed by whoever takes over from a dead holder) and the last
+/// message acknowledged (where the next holder resumes).
+const V4: &str = r#"
+CREATE TABLE ephemer_listeners (
+    scale_set        text PRIMARY KEY,
+    host             text NOT NULL,
+    lease_until      timestamptz NOT NULL,
+    session_id       text,
+    last_message_id  bigint NOT NULL DEFAULT 0
+);
 "#;
 
 /// Brings the schema up to [`SCHEMA_VERSION`], under the advisory lock. Refuses a newer one.

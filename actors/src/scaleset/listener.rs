@@ -16,6 +16,7 @@ use actix::{
 
 use super::{Backoff, Mark, event_of};
 use crate::{
+    cluster::{Ledger, ListenerLease},
     config::PoolName,
     durable::Op,
     github::{
@@ -73,6 +74,8 @@ pub struct ScaleSetWiring {
     pub scheduler: actix::WeakAddr<SchedulerActor>,
     /// The store, for the mark.
     pub store: Option<Store>,
+    /// Fleet mode: the ledger, whose lease says which host listens.
+    pub ledger: Option<Ledger>,
 }
 
 /// The listener's state, shared by its loop and its claim handler.
@@ -160,8 +163,77 @@ fn draw() -> f64 {
     rand::rng().random()
 }
 
+/// The ledger's key of a pool's scale set: `<owner>/<pool>`.
+fn lease_key(shared: &Shared) -> String {
+    format!(
+        "{}/{}",
+        shared.client.owner().to_ascii_lowercase(),
+        shared.settings.pool
+    )
+}
+
+/// Fleet mode: whether this host may listen (taking the lease, closing a dead holder's
+/// session, resuming from its place); `Err(holder)` when another host listens.
+async fn take_lease(shared: &Shared, set: u64) -> Result<(), String> {
+    let Some(ledger) = &shared.wiring.ledger else {
+        return Ok(());
+    };
+    match ledger
+        .hold_listener(&lease_key(shared), ledger.lease())
+        .await
+    {
+        Ok(ListenerLease::Held {
+            stale_session,
+            last_message_id,
+        }) => {
+            if let Some(stale) = stale_session {
+                match shared.client.delete_session(set, &stale).await {
+                    Ok(()) => {
+                        tracing::info!(pool = shared.settings.pool.as_str(), session = %stale, "scale set: took the listener lease; closed the previous holder's session")
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "scale set: the previous holder's session could not be closed")
+                    }
+                }
+            }
+            let mut mark = shared.mark.borrow_mut();
+            mark.last_message_id = mark.last_message_id.max(last_message_id);
+            Ok(())
+        }
+        Ok(ListenerLease::HeldBy(host)) => Err(host),
+        Err(e) => Err(format!("(the ledger did not answer: {e})")),
+    }
+}
+
+/// Fleet mode: renews the lease with the session and place; false when another host took it.
+async fn renew_lease(shared: &Shared, session: &Session) -> bool {
+    let Some(ledger) = &shared.wiring.ledger else {
+        return true;
+    };
+    let last = shared.mark.borrow().last_message_id;
+    match ledger
+        .listener_progress(
+            &lease_key(shared),
+            Some(&session.session_id),
+            last,
+            ledger.lease(),
+        )
+        .await
+    {
+        Ok(held) => held,
+        // A ledger that does not answer: keep listening (a lapse lets another host take over,
+        // and that host's renewal then tells this one).
+        Err(e) => {
+            tracing::warn!(error = %e, "scale set: cannot renew the listener lease");
+            true
+        }
+    }
+}
+
 /// Why a session's polling ended.
 enum Ended {
+    /// Another host holds the listener lease now: close the session and wait.
+    LostLease,
     /// The session is gone (evicted, or lapsed): open another.
     SessionGone,
     /// The service failed; wait, then start over.
@@ -185,6 +257,20 @@ async fn listen(shared: Rc<Shared>) {
                 continue;
             }
         };
+        if let Err(holder) = take_lease(&shared, set).await {
+            metrics.set_session(pool.as_str(), "held_elsewhere");
+            if !said_held {
+                tracing::info!(pool = pool.as_str(), holder = %holder, "scale set: another host listens; waiting for its lease to lapse");
+                said_held = true;
+            }
+            let lease = shared
+                .wiring
+                .ledger
+                .as_ref()
+                .map_or(HELD_CAP, |l| l.lease());
+            tokio::time::sleep(held.next(draw()).min(lease / 3)).await;
+            continue;
+        }
         close_own_stale_session(&shared, set).await;
         let session = match shared
             .client
@@ -221,12 +307,27 @@ async fn listen(shared: Rc<Shared>) {
         down.reset();
         shared.mark.borrow_mut().session_id = Some(session.session_id.clone());
         save_mark(&shared).await;
+        if !renew_lease(&shared, &session).await {
+            let _ = shared.client.delete_session(set, &session.session_id).await;
+            shared.mark.borrow_mut().session_id = None;
+            continue;
+        }
         metrics.set_session(pool.as_str(), "listening");
         if let Some(stats) = &session.statistics {
             metrics.observe(pool.as_str(), values(stats));
         }
         tracing::info!(pool = pool.as_str(), scale_set = set, session = %session, last_message_id = shared.mark.borrow().last_message_id, "scale set: listening");
         match poll(&shared, set, session).await {
+            Ended::LostLease => {
+                tracing::info!(
+                    pool = pool.as_str(),
+                    "scale set: another host took the listener lease; closing this session"
+                );
+                let closing = shared.mark.borrow_mut().session_id.take();
+                if let Some(id) = closing {
+                    let _ = shared.client.delete_session(set, &id).await;
+                }
+            }
             Ended::SessionGone => {
                 tracing::info!(
                     pool = pool.as_str(),
@@ -344,7 +445,27 @@ async fn poll(shared: &Shared, set: u64, mut session: Session) -> Ended {
     loop {
         let capacity = free_slots(shared).await;
         let last = shared.mark.borrow().last_message_id;
-        match shared.client.get_message(&session, last, capacity).await {
+        let answer = {
+            let get = shared.client.get_message(&session, last, capacity);
+            tokio::pin!(get);
+            // Fleet mode: the lease is renewed while the long poll waits.
+            let every = shared
+                .wiring
+                .ledger
+                .as_ref()
+                .map_or(Duration::from_secs(3600), |l| l.heartbeat_every());
+            loop {
+                tokio::select! {
+                    answer = &mut get => break answer,
+                    () = tokio::time::sleep(every) => {
+                        if !renew_lease(shared, &session).await {
+                            return Ended::LostLease;
+                        }
+                    }
+                }
+            }
+        };
+        match answer {
             Ok(None) => {
                 failures = 0;
                 dropped.reset();
@@ -356,6 +477,9 @@ async fn poll(shared: &Shared, set: u64, mut session: Session) -> Ended {
                     // Not acknowledged: the queue hands the message out again.
                     tracing::warn!(pool = pool.as_str(), error = %e, "scale set: a message could not be handled; it comes again");
                     tokio::time::sleep(dropped.next(draw())).await;
+                }
+                if !renew_lease(shared, &session).await {
+                    return Ended::LostLease;
                 }
             }
             Err(GithubError::Http(f)) if f.status == 401 => {

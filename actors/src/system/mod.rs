@@ -346,6 +346,7 @@ pub fn start(
             store: &store,
             marks: &marks,
             install_id: &install_id,
+            ledger: options.ledger.clone(),
             metrics: &metrics,
         },
     );

@@ -25,6 +25,7 @@ pub(super) struct ScaleSetWiringIn<'a> {
     pub(super) store: &'a Store,
     pub(super) marks: &'a HashMap<String, serde_json::Value>,
     pub(super) install_id: &'a str,
+    pub(super) ledger: Option<crate::cluster::Ledger>,
     pub(super) metrics: &'a Metrics,
 }
 
@@ -71,6 +72,7 @@ pub(super) fn start(
                     intake: w.webhook.clone().recipient(),
                     scheduler: w.scheduler.downgrade(),
                     store: Some(w.store.clone()),
+                    ledger: w.ledger.clone(),
                 },
                 w.metrics.clone(),
             )

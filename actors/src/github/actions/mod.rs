@@ -94,6 +94,15 @@ fn jwt_expiry(token: &str) -> Option<u64> {
     serde_json::from_slice::<Value>(&bytes).ok()?["exp"].as_u64()
 }
 
+/// A deletion's answer: what is already gone (404) counts as deleted.
+fn gone_is_done(answer: Result<Answer, GithubError>) -> Result<(), GithubError> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(GithubError::Http(f)) if f.status == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 impl ActionsClient {
     /// A client that reaches the service through `github`'s connection and credential.
     pub fn new(github: GithubClient) -> Self {
@@ -345,20 +354,16 @@ impl ActionsClient {
 
     /// Deletes scale set `id`; already gone counts as done.
     pub async fn delete_scale_set(&self, id: u64) -> Result<(), GithubError> {
-        match self
-            .admin(
+        gone_is_done(
+            self.admin(
                 "actions_delete_scale_set",
                 Method::DELETE,
                 &format!("{SCALE_SETS}/{id}"),
                 &[],
                 None,
             )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(GithubError::Http(f)) if f.status == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
+            .await,
+        )
     }
 
     /// Opens the message session of scale set `set` as `owner` (a 409: another owner holds it).
@@ -391,20 +396,16 @@ impl ActionsClient {
 
     /// Closes a session; already gone counts as done.
     pub async fn delete_session(&self, set: u64, session: &str) -> Result<(), GithubError> {
-        match self
-            .admin(
+        gone_is_done(
+            self.admin(
                 "actions_delete_session",
                 Method::DELETE,
                 &format!("{SCALE_SETS}/{set}/sessions/{session}"),
                 &[],
                 None,
             )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(GithubError::Http(f)) if f.status == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
+            .await,
+        )
     }
 
     /// The next message after `last` (`None`: none came within the long poll). A 401 means the
