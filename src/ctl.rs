@@ -336,6 +336,25 @@ fn print_status(v: &StatusAnswer) {
     if let Some(runner) = &v.runner {
         print_runner(runner);
     }
+    if !v.scalesets.is_empty() {
+        println!(
+            "\n{:<16} {:<10} {:<15} {:<9} {:<9} {:<8} WHY",
+            "SCALE SET", "ID", "SESSION", "LAST MSG", "ASSIGNED", "RUNNING"
+        );
+        for l in &v.scalesets {
+            let stats = l.statistics.unwrap_or_default();
+            println!(
+                "{:<16} {:<10} {:<15} {:<9} {:<9} {:<8} {}",
+                l.pool,
+                l.scale_set_id.map_or("-".to_string(), |id| id.to_string()),
+                l.state,
+                l.last_message_id,
+                stats.total_assigned_jobs,
+                stats.total_running_jobs,
+                l.why
+            );
+        }
+    }
     if let Some(fleet) = &v.fleet {
         println!(
             "\n{:<20} {:<6} {:<10} {:<9} {:<8} POOLS   (this host: {}; {} queued in the fleet)",

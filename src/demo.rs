@@ -34,8 +34,12 @@ pub struct DemoArgs {
     #[arg(long)]
     pub keep: bool,
     /// Pull mode: no webhook at all; the daemon finds the jobs by polling the stand-in.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "scaleset")]
     pub pull: bool,
+    /// Scale-set mode: no webhook at all; the pool is a runner scale set on the stand-in's
+    /// Actions service, and the daemon long-polls its message queue.
+    #[arg(long)]
+    pub scaleset: bool,
 }
 
 const LABEL_SETS: [&[&str]; 2] = [&["self-hosted", "linux"], &["self-hosted", "linux", "gpu"]];
@@ -52,7 +56,7 @@ fn config(
     standin: &Standin,
     state: &std::path::Path,
     secret: &str,
-    pull: bool,
+    args: &DemoArgs,
 ) -> anyhow::Result<Config> {
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let runner_dir = state.join("actions-runner");
@@ -63,7 +67,7 @@ fn config(
 [github]
 api_url = "{api}"
 owner = "acme"
-repos = ["demo"]
+{repos}
 token = "ghp_demo"
 max_claims_per_minute = 600
 
@@ -99,10 +103,18 @@ max_concurrent = 8
         api = standin.url(),
         state = state.display(),
         runner_dir = runner_dir.display(),
-        mode = if pull {
+        mode = if args.pull {
             "mode = \"pull\"\npoll_interval = \"1s\"\npoll_idle_interval = \"5s\""
+        } else if args.scaleset {
+            "mode = \"scaleset\""
         } else {
             ""
+        },
+        // Scale sets are registered at the org.
+        repos = if args.scaleset {
+            ""
+        } else {
+            "repos = [\"demo\"]"
         },
     );
     Config::from_toml_str(&text, None, &Environment::default()).map_err(|e| anyhow::anyhow!("{e}"))
@@ -168,7 +180,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         job_ms: 700,
         ..RunnerBehavior::default()
     });
-    let config = config(&standin, &state_dir, &secret, args.pull)?;
+    let config = config(&standin, &state_dir, &secret, &args)?;
     std::fs::create_dir_all(&config.state.dir)?;
     let handles = system::start(
         &config,
@@ -182,7 +194,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
     let listeners = crate::serve::listen(&config, &handles)?;
     handles.health.set_ready();
     let webhook_url = format!("http://{}{}", listeners.webhook, config.webhook.path);
-    if !args.pull {
+    let pushed = !args.pull && !args.scaleset;
+    if pushed {
         standin.send_webhooks_to(&webhook_url, &secret);
     }
 
@@ -193,13 +206,23 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         println!(
             "  webhook          none: pull mode polls the stand-in every second (304s are free)"
         );
+    } else if args.scaleset {
+        println!(
+            "  webhook          none: the pool is a scale set; the daemon long-polls its message queue"
+        );
     } else {
         println!("  webhook          {webhook_url}");
     }
     println!("  metrics          http://{}/metrics", listeners.webhook);
-    println!(
-        "  faults           duplicate and replayed deliveries, a 502 burst, 3 s of exhausted rate budget, out-of-order in_progress/completed\n"
-    );
+    if args.scaleset {
+        println!(
+            "  faults           a 502 burst and a 429 with Retry-After from generatejitconfig, the message session evicted\n"
+        );
+    } else {
+        println!(
+            "  faults           duplicate and replayed deliveries, a 502 burst, 3 s of exhausted rate budget, out-of-order in_progress/completed\n"
+        );
+    }
 
     let tty = std::io::stdout().is_terminal();
     let started = Instant::now();
@@ -208,7 +231,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
     loop {
         // The fault script, keyed on how many jobs have been queued.
         if sent < total {
+            if args.scaleset {
+                scaleset_faults(&standin, sent, total);
+            }
             match sent * 4 / total {
+                _ if args.scaleset => {}
                 0 => standin.set_delivery_faults(DeliveryFaults {
                     extra_copies: 1,
                     replays: 1,
@@ -272,6 +299,31 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
+/// Scale-set mode's fault script, keyed on how many jobs have been queued.
+fn scaleset_faults(standin: &Standin, sent: usize, total: usize) {
+    if sent == total / 4 {
+        standin.fail_status("actions_generate_jitconfig", 502, 3);
+    } else if sent == total / 2 {
+        // The Actions service answers its own throttling with Retry-After.
+        standin.fail_next(
+            "actions_generate_jitconfig",
+            1,
+            github_standin::Fault::Status {
+                status: 429,
+                message: "Too Many Requests".into(),
+                retry_after: Some(2),
+                rate_headers: false,
+            },
+        );
+    } else if sent == total * 3 / 4 {
+        let ids: Vec<u64> = standin.scale_sets().iter().map(|s| s.0).collect();
+        let mut state = standin.state();
+        for id in ids {
+            state.scalesets.evict_session(id);
+        }
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -290,13 +342,25 @@ fn print_summary(
     let jobs = standin.jobs();
     let done = jobs.iter().filter(|j| j.status == "completed").count();
     let calls = standin.calls();
+    let claim = |c: &&github_standin::Call| {
+        matches!(
+            c.endpoint.as_str(),
+            "generate_jitconfig" | "actions_generate_jitconfig"
+        )
+    };
     let claims_ok = calls
         .iter()
-        .filter(|c| c.endpoint == "generate_jitconfig" && c.status == 201)
+        .filter(claim)
+        .filter(|c| matches!(c.status, 200 | 201))
         .count();
     let claims_failed = calls
         .iter()
-        .filter(|c| c.endpoint == "generate_jitconfig" && c.status != 201)
+        .filter(claim)
+        .filter(|c| !matches!(c.status, 200 | 201))
+        .count();
+    let messages = calls
+        .iter()
+        .filter(|c| c.endpoint == "actions_get_message")
         .count();
     let mut waits: Vec<f64> = jobs
         .iter()
@@ -346,7 +410,12 @@ fn print_summary(
             retries.join(", ")
         },
     );
-    if polls > 0 && deliveries.is_empty() {
+    if messages > 0 {
+        row(
+            "message polls (scale set)",
+            format!("{messages}  (each answered at once by a message, or after ~50 s)"),
+        );
+    } else if polls > 0 && deliveries.is_empty() {
         row(
             "polls (pull mode)",
             format!("{polls}  ({free} unchanged: free 304s)"),

@@ -279,6 +279,54 @@ fn job_message(kind: &str, request: &Request, job: &crate::state::Job, owner: &s
     })
 }
 
+/// Offers a queued job to the most specific scale set that covers it (its labels, or its
+/// name), as a `JobAvailable`; a job no scale set covers waits for one to be made.
+fn offer(s: &mut State, job_id: u64) {
+    let Some(job) = s.jobs.get(&job_id).cloned() else {
+        return;
+    };
+    if job.status != "queued" || s.scalesets.by_job.contains_key(&job_id) {
+        return;
+    }
+    let wanted: Vec<String> = job.labels.iter().map(|l| l.to_ascii_lowercase()).collect();
+    // The fewest labels beyond the job's.
+    let pick = s
+        .scalesets
+        .sets
+        .values()
+        .filter(|set| {
+            let offered: Vec<String> = set
+                .labels
+                .iter()
+                .chain(std::iter::once(&set.name))
+                .map(|l| l.to_ascii_lowercase())
+                .collect();
+            wanted.iter().all(|l| offered.contains(l))
+        })
+        .min_by_key(|set| (set.labels.len(), set.id))
+        .map(|set| set.id);
+    let Some(set_id) = pick else { return };
+    let owner = s.owner.clone();
+    let ss = &mut s.scalesets;
+    let id = ss.next_request_id;
+    ss.next_request_id += 1;
+    let request = Request {
+        id,
+        job_id,
+        set_id,
+        state: RequestState::Available,
+    };
+    let mut item = job_message("JobAvailable", &request, &job, &owner);
+    item["acquireJobUrl"] = json!(format!(
+        "{}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs",
+        s.base_url
+    ));
+    let ss = &mut s.scalesets;
+    ss.requests.insert(id, request);
+    ss.by_job.insert(job_id, id);
+    ss.push(set_id, item);
+}
+
 /// What a job's state change means for the scale sets: called for every `queued`,
 /// `in_progress` and `completed` of a job, webhook or not.
 pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
@@ -287,44 +335,7 @@ pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
     };
     let owner = s.owner.clone();
     match action {
-        "queued" => {
-            let wanted: Vec<String> = job.labels.iter().map(|l| l.to_ascii_lowercase()).collect();
-            // The most specific covering scale set: the fewest labels beyond the job's.
-            let pick = s
-                .scalesets
-                .sets
-                .values()
-                .filter(|set| {
-                    let offered: Vec<String> = set
-                        .labels
-                        .iter()
-                        .chain(std::iter::once(&set.name))
-                        .map(|l| l.to_ascii_lowercase())
-                        .collect();
-                    wanted.iter().all(|l| offered.contains(l))
-                })
-                .min_by_key(|set| (set.labels.len(), set.id))
-                .map(|set| set.id);
-            let Some(set_id) = pick else { return };
-            let ss = &mut s.scalesets;
-            let id = ss.next_request_id;
-            ss.next_request_id += 1;
-            let request = Request {
-                id,
-                job_id,
-                set_id,
-                state: RequestState::Available,
-            };
-            let mut item = job_message("JobAvailable", &request, &job, &owner);
-            item["acquireJobUrl"] = json!(format!(
-                "{}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs",
-                s.base_url
-            ));
-            let ss = &mut s.scalesets;
-            ss.requests.insert(id, request);
-            ss.by_job.insert(job_id, id);
-            ss.push(set_id, item);
-        }
+        "queued" => offer(s, job_id),
         "in_progress" | "completed" => {
             let Some(request) = s.scalesets.request_of(job_id).cloned() else {
                 return;
@@ -736,6 +747,16 @@ pub(crate) fn answer(
             };
             let answer = set_json(&set, None);
             s.scalesets.sets.insert(id, set);
+            // Jobs queued while no scale set covered them are offered to the new one.
+            let waiting: Vec<u64> = s
+                .jobs
+                .values()
+                .filter(|j| j.status == "queued")
+                .map(|j| j.id)
+                .collect();
+            for job_id in waiting {
+                offer(s, job_id);
+            }
             (200, HttpResponse::Ok().json(answer))
         }
         "actions_delete_scale_set" => {

@@ -69,6 +69,10 @@
 //! - `cluster.rs`, `cluster_stream.rs` and `cluster_figures.rs`: `serve` processes sharing a
 //!   throwaway PostgreSQL cluster: one holder per job, a host killed mid-run, the event stream,
 //!   the round trips per job.
+//! - `scaleset.rs`: scale-set mode against the stand-in's Actions service: two pools, each job
+//!   on its own pool's runner with no webhook; a cancelled assignment; kill -9 and resume from
+//!   the last message; a second daemon's 409; token expiry, eviction, deletion, dropped polls
+//!   and bad messages; a fleet's listener killed and its lease taken; `demo --scaleset`.
 //! - `pull.rs` and `redeliver.rs`: pull mode's conditional polls, and push mode's redelivery of
 //!   failed deliveries (once per delivery across a fleet).
 //! - `pools.rs`, `groups.rs` and `ops.rs`: pools that are down claim nothing, runner groups, and

@@ -289,6 +289,12 @@ async fn a_second_daemon_for_the_same_scale_sets_gets_409_and_waits_without_loop
         metrics.contains("ephemerd_scaleset_session{pool=\"alpha\",state=\"held_elsewhere\"} 1"),
         "{metrics}"
     );
+    let json = second.ctl_json(&["status"]).await;
+    let why = json["scalesets"][0]["why"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(why.contains("already has an active session"), "{json}");
     // Jobs run through the first daemon meanwhile.
     standin.queue_jobs("app", ALPHA, 3);
     first
@@ -559,4 +565,23 @@ async fn a_fleet_s_listening_host_killed_hands_the_scale_set_to_another_within_t
     for h in hosts {
         h.stop(Duration::from_secs(30)).await;
     }
+}
+
+/// `demo --scaleset`: the offline demo in scale-set mode (a 502 burst, a 429 with Retry-After
+/// and an evicted session on the way): every job runs, nothing is left, exit 0.
+#[tokio::test]
+async fn the_demo_runs_in_scale_set_mode() {
+    let mut cmd = crate::support::daemon();
+    cmd.args(["demo", "--scaleset", "--jobs", "12", "--seed", "1"]);
+    let (code, stdout, stderr) = crate::support::output(cmd).await;
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("jobs run                     12 / 12"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("message polls (scale set)"), "{stdout}");
+    assert!(
+        stdout.contains("runners left registered      0"),
+        "{stdout}"
+    );
 }

@@ -32,6 +32,9 @@ pub struct StatusAnswer {
     /// The runner's latest release and each pool's version (when they are looked at).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<crate::release::actor::RunnerReleaseView>,
+    /// Scale-set mode: each pool's listener.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scalesets: Vec<crate::scaleset::ListenerView>,
 }
 
 /// `POST /api/v1/cordon`, `/uncordon`

@@ -43,6 +43,8 @@ pub struct Admin {
     ledger: Option<crate::cluster::Ledger>,
     /// The runner's releases and each pool's version.
     release: Option<Addr<crate::release::actor::ReleaseActor>>,
+    /// Scale-set mode: the listeners.
+    scalesets: Vec<Addr<crate::scaleset::ScaleSetListener>>,
 }
 
 impl Admin {
@@ -59,6 +61,7 @@ impl Admin {
             access: Access::new(access::new_token()),
             ledger: handles.ledger.clone(),
             release: handles.release.clone(),
+            scalesets: handles.scalesets.clone(),
         }
     }
 
@@ -136,8 +139,15 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
             .ok(),
         None => None,
     };
+    let mut scalesets = Vec::with_capacity(admin.scalesets.len());
+    for listener in &admin.scalesets {
+        if let Ok(view) = listener.send(crate::scaleset::GetListener).await {
+            scalesets.push(view);
+        }
+    }
     HttpResponse::Ok().json(StatusAnswer {
         runner,
+        scalesets,
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: admin.started.elapsed().as_secs(),
         scheduler: state,

@@ -14,16 +14,20 @@ use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, Recipient, ResponseFuture, WrapFuture,
 };
 
-use super::{Backoff, Mark, event_of};
+use super::{
+    Backoff, Mark, event_of,
+    lease::{lease_key, renew_lease, take_lease},
+    view::{observe, set_state},
+};
 use crate::{
-    cluster::{Ledger, ListenerLease},
+    cluster::Ledger,
     config::PoolName,
     durable::Op,
     github::{
         GithubError,
         actions::{
             ActionsClient,
-            types::{JobMessageKind, Label, QueueMessage, ScaleSet, Session},
+            types::{JobMessageKind, Label, QueueMessage, ScaleSet, Session, Statistics},
         },
         actor::GenerateJitConfig,
         client::{JitRunner, random_suffix},
@@ -80,20 +84,24 @@ pub struct ScaleSetWiring {
 
 /// The listener's state, shared by its loop and its claim handler.
 #[derive(Debug)]
-struct Shared {
-    client: ActionsClient,
-    settings: ScaleSetSettings,
-    wiring: ScaleSetWiring,
-    metrics: Metrics,
-    mark: RefCell<Mark>,
+pub(super) struct Shared {
+    pub(super) client: ActionsClient,
+    pub(super) settings: ScaleSetSettings,
+    pub(super) wiring: ScaleSetWiring,
+    pub(super) metrics: Metrics,
+    pub(super) mark: RefCell<Mark>,
     /// The scale set's id once it is known to exist.
-    set_id: RefCell<Option<u64>>,
+    pub(super) set_id: RefCell<Option<u64>>,
+    /// The session's state (a `SESSION_STATES` word) and why, for `status`.
+    pub(super) state: RefCell<(&'static str, String)>,
+    /// The statistics the last message carried.
+    pub(super) statistics: RefCell<Option<Statistics>>,
 }
 
 /// One pool's scale-set listener.
 #[derive(Debug)]
 pub struct ScaleSetListener {
-    shared: Rc<Shared>,
+    pub(super) shared: Rc<Shared>,
 }
 
 impl ScaleSetListener {
@@ -114,6 +122,8 @@ impl ScaleSetListener {
                 metrics,
                 mark: RefCell::new(mark),
                 set_id: RefCell::new(None),
+                state: RefCell::new(("reconnecting", "starting".into())),
+                statistics: RefCell::new(None),
             }),
         }
     }
@@ -133,7 +143,14 @@ impl Actor for ScaleSetListener {
         let set = *shared.set_id.borrow();
         if let (Some(session), Some(set)) = (session, set) {
             actix_rt::spawn(async move {
-                let close = shared.client.delete_session(set, &session);
+                let close = async {
+                    let closed = shared.client.delete_session(set, &session).await;
+                    // Fleet mode: the lease goes with the session, so another host listens
+                    // at once.
+                    if let (Ok(()), Some(ledger)) = (&closed, &shared.wiring.ledger) {
+                        let _ = ledger.release_listener(&lease_key(&shared)).await;
+                    }
+                };
                 if tokio::time::timeout(Duration::from_secs(5), close)
                     .await
                     .is_err()
@@ -163,73 +180,6 @@ fn draw() -> f64 {
     rand::rng().random()
 }
 
-/// The ledger's key of a pool's scale set: `<owner>/<pool>`.
-fn lease_key(shared: &Shared) -> String {
-    format!(
-        "{}/{}",
-        shared.client.owner().to_ascii_lowercase(),
-        shared.settings.pool
-    )
-}
-
-/// Fleet mode: whether this host may listen (taking the lease, closing a dead holder's
-/// session, resuming from its place); `Err(holder)` when another host listens.
-async fn take_lease(shared: &Shared, set: u64) -> Result<(), String> {
-    let Some(ledger) = &shared.wiring.ledger else {
-        return Ok(());
-    };
-    match ledger
-        .hold_listener(&lease_key(shared), ledger.lease())
-        .await
-    {
-        Ok(ListenerLease::Held {
-            stale_session,
-            last_message_id,
-        }) => {
-            if let Some(stale) = stale_session {
-                match shared.client.delete_session(set, &stale).await {
-                    Ok(()) => {
-                        tracing::info!(pool = shared.settings.pool.as_str(), session = %stale, "scale set: took the listener lease; closed the previous holder's session")
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "scale set: the previous holder's session could not be closed")
-                    }
-                }
-            }
-            let mut mark = shared.mark.borrow_mut();
-            mark.last_message_id = mark.last_message_id.max(last_message_id);
-            Ok(())
-        }
-        Ok(ListenerLease::HeldBy(host)) => Err(host),
-        Err(e) => Err(format!("(the ledger did not answer: {e})")),
-    }
-}
-
-/// Fleet mode: renews the lease with the session and place; false when another host took it.
-async fn renew_lease(shared: &Shared, session: &Session) -> bool {
-    let Some(ledger) = &shared.wiring.ledger else {
-        return true;
-    };
-    let last = shared.mark.borrow().last_message_id;
-    match ledger
-        .listener_progress(
-            &lease_key(shared),
-            Some(&session.session_id),
-            last,
-            ledger.lease(),
-        )
-        .await
-    {
-        Ok(held) => held,
-        // A ledger that does not answer: keep listening (a lapse lets another host take over,
-        // and that host's renewal then tells this one).
-        Err(e) => {
-            tracing::warn!(error = %e, "scale set: cannot renew the listener lease");
-            true
-        }
-    }
-}
-
 /// Why a session's polling ended.
 enum Ended {
     /// Another host holds the listener lease now: close the session and wait.
@@ -243,7 +193,6 @@ enum Ended {
 /// Listens until the actor stops; returns only on an unexpected end (the caller restarts it).
 async fn listen(shared: Rc<Shared>) {
     let pool = shared.settings.pool.clone();
-    let metrics = &shared.metrics.scaleset;
     let mut down = Backoff::new(DOWN_FIRST, DOWN_CAP);
     let mut held = Backoff::new(HELD_FIRST, HELD_CAP);
     let mut said_held = false;
@@ -251,14 +200,22 @@ async fn listen(shared: Rc<Shared>) {
         let set = match ensure_scale_set(&shared).await {
             Ok(id) => id,
             Err(e) => {
-                metrics.set_session(pool.as_str(), "reconnecting");
+                set_state(
+                    &shared,
+                    "reconnecting",
+                    format!("cannot make sure the scale set exists: {e}"),
+                );
                 tracing::warn!(pool = pool.as_str(), error = %e, "scale set: cannot make sure it exists; trying again");
                 tokio::time::sleep(down.next(draw())).await;
                 continue;
             }
         };
         if let Err(holder) = take_lease(&shared, set).await {
-            metrics.set_session(pool.as_str(), "held_elsewhere");
+            set_state(
+                &shared,
+                "held_elsewhere",
+                format!("host {holder} holds the listener lease"),
+            );
             if !said_held {
                 tracing::info!(pool = pool.as_str(), holder = %holder, "scale set: another host listens; waiting for its lease to lapse");
                 said_held = true;
@@ -279,7 +236,7 @@ async fn listen(shared: Rc<Shared>) {
         {
             Ok(s) => s,
             Err(GithubError::Http(f)) if f.status == 409 => {
-                metrics.set_session(pool.as_str(), "held_elsewhere");
+                set_state(&shared, "held_elsewhere", f.message.clone());
                 if !said_held {
                     tracing::info!(pool = pool.as_str(), answer = %f.message, "scale set: another owner holds the message session; waiting for it");
                     said_held = true;
@@ -296,7 +253,11 @@ async fn listen(shared: Rc<Shared>) {
                 continue;
             }
             Err(e) => {
-                metrics.set_session(pool.as_str(), "reconnecting");
+                set_state(
+                    &shared,
+                    "reconnecting",
+                    format!("cannot open the message session: {e}"),
+                );
                 tracing::warn!(pool = pool.as_str(), error = %e, "scale set: cannot open the message session; trying again");
                 tokio::time::sleep(down.next(draw())).await;
                 continue;
@@ -312,9 +273,9 @@ async fn listen(shared: Rc<Shared>) {
             shared.mark.borrow_mut().session_id = None;
             continue;
         }
-        metrics.set_session(pool.as_str(), "listening");
+        set_state(&shared, "listening", String::new());
         if let Some(stats) = &session.statistics {
-            metrics.observe(pool.as_str(), values(stats));
+            observe(&shared, stats);
         }
         tracing::info!(pool = pool.as_str(), scale_set = set, session = %session, last_message_id = shared.mark.borrow().last_message_id, "scale set: listening");
         match poll(&shared, set, session).await {
@@ -336,7 +297,11 @@ async fn listen(shared: Rc<Shared>) {
                 shared.mark.borrow_mut().session_id = None;
             }
             Ended::Failed(e) => {
-                metrics.set_session(pool.as_str(), "reconnecting");
+                set_state(
+                    &shared,
+                    "reconnecting",
+                    format!("the message queue failed: {e}"),
+                );
                 tracing::warn!(pool = pool.as_str(), error = %e, "scale set: the message queue failed; reconnecting");
                 tokio::time::sleep(down.next(draw())).await;
             }
@@ -344,7 +309,7 @@ async fn listen(shared: Rc<Shared>) {
     }
 }
 
-fn values(s: &crate::github::actions::types::Statistics) -> [u64; 7] {
+pub(super) fn values(s: &Statistics) -> [u64; 7] {
     [
         s.total_available_jobs,
         s.total_acquired_jobs,
@@ -542,7 +507,7 @@ async fn handle(
     let pool = shared.settings.pool.as_str();
     let metrics = &shared.metrics.scaleset;
     if let Some(stats) = &message.statistics {
-        metrics.observe(pool, values(stats));
+        observe(shared, stats);
     }
     if message.unreadable > 0 {
         metrics

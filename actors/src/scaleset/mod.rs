@@ -11,11 +11,14 @@
 //! Claims for a pool go to its listener, which registers the runner in the scale set
 //! (`generatejitconfig`): they climb the ladder as REST claims do.
 
+mod lease;
 pub mod listener;
+mod view;
 
 use std::time::Duration;
 
 pub use listener::{ScaleSetListener, ScaleSetSettings, ScaleSetWiring};
+pub use view::{GetListener, ListenerView};
 
 use crate::{
     github::actions::types::{JobMessage, JobMessageKind},
