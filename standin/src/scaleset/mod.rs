@@ -1,0 +1,388 @@
+//! The Actions service's runner scale-set side, as `actions/scaleset` (the Go client GitHub
+//! publishes) expects it: the admin connection (`POST /actions/runner-registration` with a
+//! registration token as `RemoteAuth`), scale sets under `_apis/runtime/runnerscalesets`, one
+//! message session per scale set (409 while another owner holds it), a message queue that
+//! long-polls (200 with a message, 202 after `long_poll` with none), keeps a message until it is
+//! deleted, and batches job messages 50 to a message; `acquirejobs`, `generatejitconfig`, and the
+//! statistics every message and session carries.
+//!
+//! Jobs reach a scale set when they are queued: the most specific scale set whose labels (or
+//! name) cover the job's labels gets a runner request (`JobAvailable`). Acquiring it assigns it
+//! (`JobAssigned`); a runner of that scale set takes it (`JobStarted`); it ends
+//! (`JobCompleted`, `result` `canceled` when it ended before a runner took it).
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+
+use crate::state::{State, unix_now_ms};
+
+mod service;
+
+pub(crate) use service::{answer, endpoint, poll, registration_token};
+
+/// Job messages in one queue message at most (the service caps a batch at 50).
+pub const BATCH: usize = 50;
+
+/// Where the Actions service lives on the stand-in.
+const SERVICE: &str = "_services/pipelines";
+
+/// The scale-set side of the stand-in's world.
+#[derive(Debug)]
+pub struct ScaleSets {
+    /// Scale sets by id.
+    pub sets: BTreeMap<u64, ScaleSet>,
+    /// Runner requests (one per job that reached a scale set) by id.
+    pub requests: BTreeMap<u64, Request>,
+    /// Job id -> its runner request's id.
+    by_job: BTreeMap<u64, u64>,
+    /// Admin tokens issued: token -> unix expiry.
+    pub admin_tokens: BTreeMap<String, u64>,
+    /// Registration tokens issued (one hour each, as GitHub's): token -> unix expiry.
+    pub registration_tokens: BTreeMap<String, u64>,
+    /// Lifetime of an admin token.
+    pub admin_token_ttl: Duration,
+    /// Lifetime of a message queue token.
+    pub queue_token_ttl: Duration,
+    /// How long a message poll waits for a message before answering 202.
+    pub long_poll: Duration,
+    /// A session nobody polled for this long lapses (its owner died), so another may open one.
+    pub session_idle: Duration,
+    /// `acquirejobs` answers 404 (a GHES without job acquisition).
+    pub no_acquire: bool,
+    /// Every `X-ScaleSetMaxCapacity` a poll sent: (scale set id, value).
+    pub capacities: Vec<(u64, u64)>,
+    /// Wakes the polls waiting for a message.
+    pub notify: Arc<tokio::sync::Notify>,
+    next_set_id: u64,
+    next_request_id: u64,
+}
+
+impl Default for ScaleSets {
+    fn default() -> Self {
+        ScaleSets {
+            sets: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            by_job: BTreeMap::new(),
+            admin_tokens: BTreeMap::new(),
+            registration_tokens: BTreeMap::new(),
+            admin_token_ttl: Duration::from_secs(3600),
+            queue_token_ttl: Duration::from_secs(3600),
+            long_poll: Duration::from_secs(50),
+            session_idle: Duration::from_secs(120),
+            no_acquire: false,
+            capacities: Vec::new(),
+            notify: Arc::new(tokio::sync::Notify::new()),
+            next_set_id: 1,
+            next_request_id: 70_000,
+        }
+    }
+}
+
+/// One runner scale set.
+#[derive(Debug, Clone)]
+pub struct ScaleSet {
+    /// Id.
+    pub id: u64,
+    /// Name (unique in its runner group).
+    pub name: String,
+    /// Runner group id.
+    pub group_id: u64,
+    /// Labels.
+    pub labels: Vec<String>,
+    /// The session, while one is open.
+    pub session: Option<Session>,
+    /// Messages not yet deleted, oldest first.
+    pub queue: VecDeque<Message>,
+    /// The next message id.
+    pub next_message_id: u64,
+    /// Every session opened on it, in order: (session id, owner).
+    pub sessions_opened: Vec<(String, String)>,
+}
+
+/// A message session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Id.
+    pub id: String,
+    /// Who opened it.
+    pub owner: String,
+    /// The message queue token.
+    pub token: String,
+    /// Its expiry (unix seconds).
+    pub token_expires: u64,
+    /// Unix milliseconds of its last poll (or its creation).
+    pub last_seen_ms: u128,
+}
+
+/// A queue message: a batch of job messages.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Id (increasing per scale set).
+    pub id: u64,
+    /// The job messages.
+    pub items: Vec<Value>,
+    /// Handed to a poll at least once (nothing more is added to it then).
+    pub sent: bool,
+}
+
+/// Where a runner request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestState {
+    /// Offered to the scale set, not acquired yet.
+    Available,
+    /// Acquired: assigned to the scale set, waiting for one of its runners.
+    Assigned,
+    /// A runner of the scale set took it.
+    Running,
+    /// Completed.
+    Done,
+}
+
+/// A runner request: one job offered to one scale set.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Runner request id.
+    pub id: u64,
+    /// The job.
+    pub job_id: u64,
+    /// The scale set.
+    pub set_id: u64,
+    /// Where it is.
+    pub state: RequestState,
+}
+
+/// The Actions service's timings, settable by tests.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceTimings {
+    /// How long a message poll waits before 202.
+    pub long_poll: Duration,
+    /// A session not polled for this long lapses.
+    pub session_idle: Duration,
+    /// Lifetime of a message queue token.
+    pub queue_token_ttl: Duration,
+    /// Lifetime of an admin token.
+    pub admin_token_ttl: Duration,
+}
+
+impl ScaleSets {
+    /// Sets the timings.
+    pub fn set_timings(&mut self, t: ServiceTimings) {
+        self.long_poll = t.long_poll;
+        self.session_idle = t.session_idle;
+        self.queue_token_ttl = t.queue_token_ttl;
+        self.admin_token_ttl = t.admin_token_ttl;
+    }
+
+    /// Deletes a scale set server-side (as GitHub does with one unused for days).
+    pub fn delete_set(&mut self, id: u64) {
+        self.sets.remove(&id);
+        self.requests.retain(|_, r| r.set_id != id);
+        let requests = &self.requests;
+        self.by_job.retain(|_, r| requests.contains_key(r));
+        self.notify.notify_waiters();
+    }
+
+    /// Drops a scale set's session (an eviction): its polls get 404 and its refresh too.
+    pub fn evict_session(&mut self, id: u64) {
+        if let Some(set) = self.sets.get_mut(&id) {
+            set.session = None;
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Puts a raw job message on a scale set's queue (a test's hostile or stale message).
+    pub fn inject(&mut self, set_id: u64, item: Value) {
+        self.push(set_id, item);
+    }
+
+    /// The request of a job, if the job reached a scale set.
+    pub fn request_of(&self, job_id: u64) -> Option<&Request> {
+        self.requests.get(self.by_job.get(&job_id)?)
+    }
+
+    fn statistics(&self, set_id: u64, runners: &BTreeMap<u64, crate::state::Runner>) -> Value {
+        let count = |f: &dyn Fn(RequestState) -> bool| {
+            self.requests
+                .values()
+                .filter(|r| r.set_id == set_id && f(r.state))
+                .count()
+        };
+        let assigned = count(&|s| matches!(s, RequestState::Assigned | RequestState::Running));
+        let registered = runners
+            .values()
+            .filter(|r| r.scale_set == Some(set_id))
+            .count();
+        let busy = runners
+            .values()
+            .filter(|r| r.scale_set == Some(set_id) && r.busy)
+            .count();
+        json!({
+            "totalAvailableJobs": count(&|s| s == RequestState::Available),
+            "totalAcquiredJobs": assigned,
+            "totalAssignedJobs": assigned,
+            "totalRunningJobs": count(&|s| s == RequestState::Running),
+            "totalRegisteredRunners": registered,
+            "totalBusyRunners": busy,
+            "totalIdleRunners": registered - busy,
+        })
+    }
+
+    /// Appends a job message to the scale set's open message (one not yet sent, under 50
+    /// items) or a new one, and wakes the polls.
+    fn push(&mut self, set_id: u64, item: Value) {
+        let Some(set) = self.sets.get_mut(&set_id) else {
+            return;
+        };
+        match set.queue.back_mut() {
+            Some(m) if !m.sent && m.items.len() < BATCH => m.items.push(item),
+            _ => {
+                let id = set.next_message_id;
+                set.next_message_id += 1;
+                set.queue.push_back(Message {
+                    id,
+                    items: vec![item],
+                    sent: false,
+                });
+            }
+        }
+        self.notify.notify_waiters();
+    }
+}
+
+/// A job message's common fields (`JobMessageBase` in `types.go`).
+fn job_message(kind: &str, request: &Request, job: &crate::state::Job, owner: &str) -> Value {
+    let iso = |ms: u128| {
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
+            .to_string()
+    };
+    json!({
+        "messageType": kind,
+        "runnerRequestId": request.id,
+        "repositoryName": job.repo,
+        "ownerName": owner,
+        "jobId": format!("{:08x}-0000-4000-8000-{:012x}", job.run_id, job.id),
+        "jobWorkflowRef": format!("{owner}/{}/.github/workflows/ci.yml@refs/heads/main", job.repo),
+        "jobDisplayName": format!("job {}", job.id),
+        "workflowRunId": job.run_id,
+        "eventName": "push",
+        "requestLabels": job.labels,
+        "queueTime": iso(job.queued_at_ms),
+        "scaleSetAssignTime": iso(unix_now_ms()),
+        "runnerAssignTime": job.picked_at_ms.map(iso),
+        "finishTime": (job.status == "completed").then(|| iso(unix_now_ms())),
+    })
+}
+
+/// Offers a queued job to the most specific scale set that covers it (its labels, or its
+/// name), as a `JobAvailable`; a job no scale set covers waits for one to be made.
+fn offer(s: &mut State, job_id: u64) {
+    let Some(job) = s.jobs.get(&job_id).cloned() else {
+        return;
+    };
+    if job.status != "queued" || s.scalesets.by_job.contains_key(&job_id) {
+        return;
+    }
+    let wanted: Vec<String> = job.labels.iter().map(|l| l.to_ascii_lowercase()).collect();
+    // The fewest labels beyond the job's.
+    let pick = s
+        .scalesets
+        .sets
+        .values()
+        .filter(|set| {
+            let offered: Vec<String> = set
+                .labels
+                .iter()
+                .chain(std::iter::once(&set.name))
+                .map(|l| l.to_ascii_lowercase())
+                .collect();
+            wanted.iter().all(|l| offered.contains(l))
+        })
+        .min_by_key(|set| (set.labels.len(), set.id))
+        .map(|set| set.id);
+    let Some(set_id) = pick else { return };
+    let owner = s.owner.clone();
+    let ss = &mut s.scalesets;
+    let id = ss.next_request_id;
+    ss.next_request_id += 1;
+    let request = Request {
+        id,
+        job_id,
+        set_id,
+        state: RequestState::Available,
+    };
+    let mut item = job_message("JobAvailable", &request, &job, &owner);
+    item["acquireJobUrl"] = json!(format!(
+        "{}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs",
+        s.base_url
+    ));
+    let ss = &mut s.scalesets;
+    ss.requests.insert(id, request);
+    ss.by_job.insert(job_id, id);
+    ss.push(set_id, item);
+}
+
+/// What a job's state change means for the scale sets: called for every `queued`,
+/// `in_progress` and `completed` of a job, webhook or not.
+pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
+    let Some(job) = s.jobs.get(&job_id).cloned() else {
+        return;
+    };
+    let owner = s.owner.clone();
+    match action {
+        "queued" => offer(s, job_id),
+        "in_progress" | "completed" => {
+            let Some(request) = s.scalesets.request_of(job_id).cloned() else {
+                return;
+            };
+            if request.state == RequestState::Done {
+                return;
+            }
+            let runner_id = job.runner_id.unwrap_or(0);
+            let runner_name = job.runner_name.clone().unwrap_or_default();
+            let mut item = if action == "in_progress" {
+                job_message("JobStarted", &request, &job, &owner)
+            } else {
+                let mut m = job_message("JobCompleted", &request, &job, &owner);
+                // The service spells a cancellation `canceled`.
+                let result = match job.conclusion.as_deref() {
+                    Some("cancelled") | None => "canceled",
+                    Some(other) => other,
+                };
+                m["result"] = json!(result);
+                m
+            };
+            item["runnerId"] = json!(runner_id);
+            item["runnerName"] = json!(runner_name);
+            let state = if action == "in_progress" {
+                RequestState::Running
+            } else {
+                RequestState::Done
+            };
+            if let Some(r) = s.scalesets.requests.get_mut(&request.id) {
+                r.state = state;
+            }
+            // A request still only available when its job ends was never acquired: the
+            // service just drops it.
+            if request.state != RequestState::Available {
+                s.scalesets.push(request.set_id, item);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether a runner may take a job: a scale set's runner only the jobs assigned to its scale
+/// set; any other runner no job that went to a scale set.
+pub(crate) fn may_take(s: &State, runner_set: Option<u64>, job_id: u64) -> bool {
+    match (runner_set, s.scalesets.request_of(job_id)) {
+        (Some(set), Some(r)) => r.set_id == set && r.state == RequestState::Assigned,
+        (Some(_), None) => false,
+        (None, Some(_)) => false,
+        (None, None) => true,
+    }
+}
