@@ -328,6 +328,17 @@ pub fn scaleset_pin(pool: &PoolName) -> String {
     format!("scaleset:{pool}")
 }
 
+impl Config {
+    /// The labels jobs are routed to `pool` by: its own, or in scale-set mode its pin alone.
+    pub fn routing_labels(&self, pool: &PoolConfig) -> Vec<String> {
+        if self.webhook.scaleset() {
+            vec![scaleset_pin(&pool.name)]
+        } else {
+            pool.common.labels.clone()
+        }
+    }
+}
+
 /// `[runner]`
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {

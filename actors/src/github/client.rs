@@ -553,6 +553,23 @@ impl GithubClient {
         if let Some(h) = header {
             request = request.insert_header(h);
         }
+        self.exchange(endpoint, request, body, |headers, status| {
+            if track_rate {
+                self.observe_rate(headers, status);
+            }
+        })
+        .await
+    }
+
+    /// Sends `request` (with `body` as JSON, if any), counts the answer under `endpoint`,
+    /// shows its headers to `on_headers`, and reads its body.
+    pub(super) async fn exchange(
+        &self,
+        endpoint: &'static str,
+        request: awc::ClientRequest,
+        body: Option<serde_json::Value>,
+        on_headers: impl FnOnce(&HeaderMap, StatusCode),
+    ) -> Result<Answer, GithubError> {
         let sent = match body {
             Some(b) => request.send_json(&b).await,
             None => request.send().await,
@@ -570,9 +587,7 @@ impl GithubClient {
         let status = response.status();
         self.count(endpoint, status.as_str());
         let headers = response.headers().clone();
-        if track_rate {
-            self.observe_rate(&headers, status);
-        }
+        on_headers(&headers, status);
         let body = response
             .body()
             .limit(BODY_LIMIT)

@@ -58,13 +58,13 @@ pub(super) fn start(
         w.metrics.clone(),
     )
     .with_ledger(w.ledger.clone())
-    .with_coverage(config.providers.enabled().iter().map(|p| {
-        if hook.scaleset() {
-            LabelSet::new(&[crate::config::scaleset_pin(&p.name)])
-        } else {
-            LabelSet::new(&p.common.labels)
-        }
-    }))
+    .with_coverage(
+        config
+            .providers
+            .enabled()
+            .iter()
+            .map(|p| LabelSet::new(&config.routing_labels(p))),
+    )
     .start();
     let redeliver_on = hook.push() && hook.redeliver != Some(false);
     let redeliver = w

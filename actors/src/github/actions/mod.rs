@@ -193,33 +193,9 @@ impl ActionsClient {
         if let Some((name, value)) = header {
             request = request.insert_header((name, value));
         }
-        let sent = match body {
-            Some(b) => request.send_json(&b).await,
-            None => request.send().await,
-        };
-        let mut response = sent.map_err(|e| {
-            self.github.count(endpoint, "error");
-            GithubError::Network {
-                endpoint,
-                detail: e.to_string(),
-            }
-        })?;
-        let status = response.status();
-        self.github.count(endpoint, status.as_str());
-        let headers = response.headers().clone();
-        let body = response
-            .body()
-            .limit(super::client::BODY_LIMIT)
+        self.github
+            .exchange(endpoint, request, body, |_, _| {})
             .await
-            .map_err(|e| GithubError::Network {
-                endpoint,
-                detail: format!("reading the answer: {e}"),
-            })?;
-        Ok(Answer {
-            status,
-            headers,
-            body,
-        })
     }
 
     /// A call on the service with the admin token (fetched again once on a 401).

@@ -58,12 +58,7 @@ impl SchedulerSettings {
             .map(|pool| ProviderSpec {
                 name: pool.name.clone(),
                 kind: pool.kind(),
-                // Scale-set mode: GitHub assigned the job to this pool's scale set.
-                labels: if c.webhook.scaleset() {
-                    vec![crate::config::scaleset_pin(&pool.name)]
-                } else {
-                    pool.common.labels.clone()
-                },
+                labels: c.routing_labels(pool),
                 max_concurrent: pool.common.max_concurrent,
                 targets: pool.common.targets.as_ref().map(|names| {
                     targets
