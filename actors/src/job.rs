@@ -24,7 +24,21 @@ impl JobKey {
         };
         JobKey { owner, job_id }
     }
+
+    /// Whether this is a scale-set listener's placeholder: a job GitHub assigned to a scale
+    /// set that this daemon never heard of, stood in for until a runner takes the real one
+    /// (see [`RECKONED_BASE`]).
+    pub fn is_reckoned(&self) -> bool {
+        self.job_id >= RECKONED_BASE
+    }
 }
+
+/// Job ids from here up name placeholders, never GitHub jobs: in scale-set mode GitHub's
+/// statistics can say more jobs are assigned to a pool's scale set than the daemon knows (a
+/// message acknowledged by someone else, a store lost), and a placeholder job claims a
+/// runner for each; the runner takes whichever assigned job GitHub gives it, and the
+/// placeholder ends there. (GitHub's ids, and runner request ids, are far below 2^62.)
+pub const RECKONED_BASE: u64 = 1 << 62;
 
 impl fmt::Display for JobKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -48,7 +48,7 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // ephemerd_reconcile_queued_idle, ephemerd_jobs_parked_total, the runner's version and
     // lag (the contract's too), below the minimum, and its releases refused and lookups failed;
     // scale-set mode's statistics, messages, acquires and session.
-    assert_eq!(exported.len(), 43, "{exported:?}");
+    assert_eq!(exported.len(), 44, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");

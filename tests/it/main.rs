@@ -116,6 +116,7 @@ mod reliability;
 mod runner_images;
 mod runner_update;
 mod scaleset;
+mod scaleset_reckon;
 mod security;
 mod support;
 mod systemd;

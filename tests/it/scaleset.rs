@@ -7,12 +7,12 @@ use github_standin::{Standin, StandinConfig, scaleset::ServiceTimings};
 
 use crate::support::{daemon::Daemon, provision::eventually};
 
-const ALPHA: &[&str] = &["self-hosted", "linux", "alpha"];
+pub(crate) const ALPHA: &[&str] = &["self-hosted", "linux", "alpha"];
 const BETA: &[&str] = &["self-hosted", "linux", "beta"];
 /// Scale sets are registered at the org: no `github.repos`.
 const ORG_LEVEL: &str = "repos = []\n";
 
-fn standin() -> Standin {
+pub(crate) fn standin() -> Standin {
     let standin = Standin::start(StandinConfig::default()).unwrap();
     standin.set_behavior(github_standin::RunnerBehavior {
         job_ms: 200,
@@ -48,7 +48,7 @@ allow_root = true
         .collect()
 }
 
-async fn start(standin: &Standin, slots: usize) -> Daemon {
+pub(crate) async fn start(standin: &Standin, slots: usize) -> Daemon {
     let daemon = Daemon::start_with_github(
         standin,
         ORG_LEVEL,
@@ -66,7 +66,7 @@ async fn start(standin: &Standin, slots: usize) -> Daemon {
 }
 
 /// Waits until `n` scale sets have a session open.
-async fn wait_listening(standin: &Standin, n: usize) {
+pub(crate) async fn wait_listening(standin: &Standin, n: usize) {
     eventually(
         "the scale sets' sessions are open",
         Duration::from_secs(30),
@@ -83,7 +83,7 @@ async fn wait_listening(standin: &Standin, n: usize) {
 }
 
 /// Each completed job ran on a runner of the pool its labels name.
-fn assert_each_job_on_its_pool(standin: &Standin) {
+pub(crate) fn assert_each_job_on_its_pool(standin: &Standin) {
     for job in standin.jobs() {
         let runner = job.runner_name.clone().unwrap_or_default();
         let pool = if job.labels.iter().any(|l| l == "alpha") {
@@ -160,6 +160,15 @@ async fn a_hundred_jobs_over_two_pools_run_each_on_its_own_pool_with_no_webhook(
             .join("\n")
     );
     assert!(metrics.contains("ephemerd_scaleset_session{pool=\"beta\",state=\"listening\"} 1"));
+    // Every job came with its message: the reckoning of the statistics found nothing to amend.
+    for pool in ["alpha", "beta"] {
+        for action in ["fill", "withdraw"] {
+            let line = format!(
+                "ephemerd_scaleset_reckoned_total{{action=\"{action}\",pool=\"{pool}\"}} 0"
+            );
+            assert!(metrics.contains(&line), "{line}\n{}", daemon.logs());
+        }
+    }
     // Every message was acknowledged.
     eventually("the queues are empty", Duration::from_secs(10), || {
         standin
@@ -181,15 +190,14 @@ async fn a_hundred_jobs_over_two_pools_run_each_on_its_own_pool_with_no_webhook(
     );
 }
 
-#[actix_rt::test]
-async fn a_job_cancelled_after_its_assignment_leaves_nothing_behind() {
-    let standin = standin();
-    // Runners that never get a job: the assigned job waits until it is cancelled.
+/// A daemon with two slots per pool whose runners never get a job, and one alpha job assigned
+/// with a runner registered for it, waiting: (the daemon, the job's id).
+pub(crate) async fn one_job_waiting(standin: &Standin) -> (Daemon, u64) {
     standin.set_behavior(github_standin::RunnerBehavior {
         hold: true,
         ..github_standin::RunnerBehavior::default()
     });
-    let daemon = start(&standin, 2).await;
+    let daemon = start(standin, 2).await;
     let id = standin.queue_jobs("app", ALPHA, 1)[0];
     eventually(
         "a runner is registered for it",
@@ -197,6 +205,14 @@ async fn a_job_cancelled_after_its_assignment_leaves_nothing_behind() {
         || standin.count("actions_generate_jitconfig") >= 1 && !standin.runners().is_empty(),
     )
     .await;
+    (daemon, id)
+}
+
+#[actix_rt::test]
+async fn a_job_cancelled_after_its_assignment_leaves_nothing_behind() {
+    let standin = standin();
+    // Runners that never get a job: the assigned job waits until it is cancelled.
+    let (daemon, id) = one_job_waiting(&standin).await;
     standin.cancel_job(id);
     daemon.wait_no_runner_left(&standin).await;
     let json = daemon.ctl_json(&["status"]).await;

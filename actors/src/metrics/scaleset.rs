@@ -32,6 +32,11 @@ pub struct ScaleSetMetrics {
     /// `ephemerd_scaleset_session{pool,state}`: 1 for the state the pool's listener is in
     /// (`listening`, `held_elsewhere`: another owner holds the session, `reconnecting`).
     pub session: IntGaugeVec,
+    /// `ephemerd_scaleset_reckoned_total{pool,action}`: what the reckoning of a scale set's
+    /// `totalAssignedJobs` against the jobs this daemon holds did: `fill` (a placeholder
+    /// claimed a runner for an assigned job the daemon never heard of), `withdraw` (a
+    /// placeholder or a job of a re-created scale set dropped, GitHub no longer assigning it).
+    pub reckoned: IntCounterVec,
 }
 
 fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
@@ -81,6 +86,14 @@ impl ScaleSetMetrics {
                     &["pool", "state"],
                 ),
             ),
+            reckoned: register(
+                registry,
+                counters(
+                    "ephemerd_scaleset_reckoned_total",
+                    "The reckoning of a scale set's assigned jobs against the daemon's: fill (a runner for an assigned job never heard of), withdraw (a job no longer assigned dropped).",
+                    &["pool", "action"],
+                ),
+            ),
         }
     }
 
@@ -100,6 +113,9 @@ impl ScaleSetMetrics {
         }
         for result in ["acquired", "lost", "error"] {
             self.acquire.with_label_values(&[pool, result]);
+        }
+        for action in ["fill", "withdraw"] {
+            self.reckoned.with_label_values(&[pool, action]);
         }
         self.set_session(pool, "reconnecting");
     }

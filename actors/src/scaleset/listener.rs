@@ -17,6 +17,7 @@ use actix::{
 use super::{
     Backoff, Mark, event_of,
     lease::{lease_key, renew_lease, take_lease},
+    reckon::{Reckoner, reckon},
     view::{observe, set_state},
 };
 use crate::{
@@ -368,19 +369,30 @@ async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
             made.id
         }
     };
-    let moved = {
-        let mut mark = shared.mark.borrow_mut();
-        let moved = mark.scale_set_id != id;
-        if moved {
-            // Another scale set (this one was made again): its queue starts over.
-            *mark = Mark {
-                scale_set_id: id,
-                ..Mark::default()
-            };
+    let was = shared.mark.borrow().scale_set_id;
+    if was != id {
+        // Another scale set (this one was made again): its queue starts over, and the jobs
+        // still waiting from the old one are GitHub's to assign anew.
+        let orphans = if was == 0 {
+            Vec::new()
+        } else {
+            super::reckon::demand(shared)
+                .await
+                .map(|d| d.waiting.iter().map(|k| k.job_id).collect())
+                .unwrap_or_default()
+        };
+        if !orphans.is_empty() {
+            tracing::info!(
+                pool = s.pool.as_str(),
+                jobs = orphans.len(),
+                "scale set: made again; its old jobs still waiting are withdrawn unless the new scale set counts them"
+            );
         }
-        moved
-    };
-    if moved {
+        *shared.mark.borrow_mut() = Mark {
+            scale_set_id: id,
+            orphans,
+            ..Mark::default()
+        };
         save_mark(shared).await;
     }
     *shared.set_id.borrow_mut() = Some(id);
@@ -407,6 +419,7 @@ async fn poll(shared: &Shared, set: u64, mut session: Session) -> Ended {
     let pool = shared.settings.pool.clone();
     let mut dropped = Backoff::new(DOWN_FIRST, DOWN_CAP);
     let mut failures = 0u32;
+    let mut reckoner = Reckoner::default();
     loop {
         let capacity = free_slots(shared).await;
         let last = shared.mark.borrow().last_message_id;
@@ -434,6 +447,14 @@ async fn poll(shared: &Shared, set: u64, mut session: Session) -> Ended {
             Ok(None) => {
                 failures = 0;
                 dropped.reset();
+                // The queue is drained: the statistics can be held against the jobs known.
+                match reckon(shared, set, &mut session, &mut reckoner).await {
+                    Ok(()) => {}
+                    Err(GithubError::Http(f)) if f.status == 404 => return Ended::SessionGone,
+                    Err(e) => {
+                        tracing::debug!(pool = pool.as_str(), error = %e, "scale set: the reckoning's session refresh failed")
+                    }
+                }
             }
             Ok(Some(message)) => {
                 failures = 0;
@@ -601,7 +622,7 @@ async fn handle(
 }
 
 /// Writes the mark (best effort: a lost write costs a message seen twice, which dedups).
-async fn save_mark(shared: &Shared) {
+pub(super) async fn save_mark(shared: &Shared) {
     let Some(store) = &shared.wiring.store else {
         return;
     };

@@ -13,6 +13,7 @@
 
 mod lease;
 pub mod listener;
+mod reckon;
 mod view;
 
 use std::time::Duration;
@@ -43,6 +44,11 @@ pub struct Mark {
     /// own session (after a `kill -9`).
     #[serde(default)]
     pub session_id: Option<String>,
+    /// Jobs (runner request ids) still waiting when the scale set was made again: GitHub
+    /// assigns them anew in the new scale set, so these may be withdrawn when the new one's
+    /// statistics do not count them (see `reckon`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<u64>,
 }
 
 /// The job event a job message means (`None`: `JobAvailable`, which is acquired, not
@@ -180,6 +186,7 @@ mod tests {
             scale_set_id: 3,
             last_message_id: 17,
             session_id: Some("s".into()),
+            orphans: vec![5],
         };
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(serde_json::from_value::<Mark>(v).unwrap(), m);

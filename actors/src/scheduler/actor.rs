@@ -14,8 +14,8 @@ use actix::{
 use super::{
     core::{Deletion, Effect, Scheduler, SchedulerSettings},
     messages::{
-        BeginShutdown, FlushDeferred, GetJob, GetJobs, GetRetryQueue, GetSchedulerState, GetStatus,
-        JobEvent, SetCordon, ShuttingDown, TeardownAll,
+        BeginShutdown, FlushDeferred, GetJob, GetJobs, GetPoolDemand, GetRetryQueue,
+        GetSchedulerState, GetStatus, JobEvent, SetCordon, ShuttingDown, TeardownAll,
     },
     observe,
 };
@@ -568,4 +568,5 @@ queries! {
     GetJobs => |core, _m, now| core.jobs_view(now);
     GetJob => |core, m, now| core.job_detail(m.0, now);
     GetRetryQueue => |core, _m, now| core.retry_queue(now);
+    GetPoolDemand => |core, m, _now| core.pool_demand(&m.owner, &m.pin);
 }

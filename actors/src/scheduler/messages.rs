@@ -67,6 +67,16 @@ pub struct GetSchedulerState;
 #[rtype(result = "super::core::StatusView")]
 pub struct GetStatus;
 
+/// Ask what this daemon holds of a scale set's jobs: those routed by `pin` for `owner`.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "super::core::PoolDemand")]
+pub struct GetPoolDemand {
+    /// The target's owner.
+    pub owner: String,
+    /// The pool's routing label.
+    pub pin: String,
+}
+
 /// Ask for every job (without timelines) and runner.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::JobsView")]

@@ -54,6 +54,9 @@ pub struct ScaleSets {
     pub session_idle: Duration,
     /// `acquirejobs` answers 404 (a GHES without job acquisition).
     pub no_acquire: bool,
+    /// This many jobs acquired next are assigned without their `JobAssigned` message (as if
+    /// another consumer had acknowledged it): the statistics count them, the queue does not.
+    pub swallow_assigned: usize,
     /// Every `X-ScaleSetMaxCapacity` a poll sent: (scale set id, value).
     pub capacities: Vec<(u64, u64)>,
     /// Wakes the polls waiting for a message.
@@ -75,6 +78,7 @@ impl Default for ScaleSets {
             long_poll: Duration::from_secs(50),
             session_idle: Duration::from_secs(120),
             no_acquire: false,
+            swallow_assigned: 0,
             capacities: Vec::new(),
             notify: Arc::new(tokio::sync::Notify::new()),
             next_set_id: 1,

@@ -369,6 +369,10 @@ pub(crate) fn answer(
                 r.state = RequestState::Assigned;
                 let r = r.clone();
                 acquired.push(rid);
+                if s.scalesets.swallow_assigned > 0 {
+                    s.scalesets.swallow_assigned -= 1;
+                    continue;
+                }
                 if let Some(job) = s.jobs.get(&r.job_id).cloned() {
                     let item = job_message("JobAssigned", &r, &job, &owner);
                     s.scalesets.push(id, item);

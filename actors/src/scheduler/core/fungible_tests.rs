@@ -217,3 +217,48 @@ fn a_swap_chain_ends_with_every_job_run_and_nothing_left() {
         d.elapsed()
     );
 }
+
+/// A scale set's placeholder (an assigned job the daemon never heard of) claims a runner like
+/// a job; when that runner takes the real job, the placeholder is done and claims nothing
+/// more, and the demand counts the real job as running. A placeholder withdrawn while its
+/// runner waits takes the runner with it.
+#[test]
+fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_leaves_nothing() {
+    use crate::job::RECKONED_BASE;
+    let mut d = Driver::new();
+    let first = RECKONED_BASE + 1;
+    d.queued(first, LABELS);
+    let a = d.runner_of(first);
+    let owner = job(1, LABELS).key.owner.to_string();
+    let demand = d.s.pool_demand(&owner, "linux");
+    assert_eq!(demand.waiting.len(), 1, "the placeholder waits: {demand:?}");
+    d.send(JobAction::InProgress, on(&a, 77));
+    assert_eq!(d.phase(first), super::Phase::Done);
+    let demand = d.s.pool_demand(&owner, "linux");
+    assert_eq!((demand.waiting.len(), demand.running), (0, 1));
+    d.advance(1);
+    assert_eq!(d.claims.len(), 1, "the placeholder claims nothing more");
+    let timeline = &d.s.job(&job(first, LABELS).key).unwrap().timeline;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.note.to_string().contains("took a job assigned")),
+        "{timeline:#?}"
+    );
+
+    let second = RECKONED_BASE + 2;
+    d.queued(second, LABELS);
+    let b = d.runner_of(second);
+    d.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(second, LABELS)
+        },
+    );
+    d.advance(1);
+    assert!(!d.has_runner(&b), "the withdrawn placeholder's runner went");
+    assert!(d.has_runner(&a), "the runner on job 77 stays");
+    let demand = d.s.pool_demand(&owner, "linux");
+    assert_eq!((demand.waiting.len(), demand.running), (0, 1));
+}

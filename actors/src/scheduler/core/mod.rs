@@ -56,6 +56,7 @@ use ladder::Ladder;
 pub use pacing::ClaimPacer;
 use runner_book::RunnerBook;
 pub use settings::{ProviderSpec, SchedulerSettings, TargetSpec};
+pub use supply::PoolDemand;
 pub use timeline::{Abandon, DeliveryId, Note, TimelineEntry};
 pub use view::{
     Capacity, JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState,

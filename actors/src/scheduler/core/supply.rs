@@ -14,6 +14,15 @@ use crate::{clock::Now, durable::Op, job::JobKey, vocab::LabelSet};
 use std::sync::Arc;
 use tokio::time::Instant;
 
+/// A scale set's jobs as this daemon holds them ([`Scheduler::pool_demand`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolDemand {
+    /// Not yet taken by a runner, oldest first (placeholders among them).
+    pub waiting: Vec<JobKey>,
+    /// Taken by a runner of ours that is still there.
+    pub running: usize,
+}
+
 impl Scheduler {
     /// Whether `r` is free to serve another job: alive, unbound, not on its way out, and the
     /// job it was made for no longer waits for it (started, gone, or moved on).
@@ -34,6 +43,18 @@ impl Scheduler {
             return;
         };
         let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if r == runner);
+        if intent.is_reckoned() && its_own {
+            // A placeholder's runner took an assigned job: the placeholder stood for exactly
+            // that, and is done.
+            self.set_phase(intent, Phase::Done);
+            self.ops.push(Op::DeleteJob(intent.clone()));
+            self.note(
+                intent,
+                now,
+                Note::Recorded("its runner took a job assigned to the scale set".into()),
+            );
+            return;
+        }
         if rec.started_at.is_some() || !its_own || self.draining {
             return;
         }
@@ -47,6 +68,54 @@ impl Scheduler {
             why,
         });
         self.note(intent, now, Note::Requeued { why });
+    }
+
+    /// What this daemon holds of the jobs routed by `pin` (a scale set's routing label) for
+    /// `owner`: the ones that still wait for a runner to take them, and how many run on a
+    /// runner of ours. GitHub's `totalAssignedJobs` for the scale set counts the same jobs.
+    pub fn pool_demand(&self, owner: &str, pin: &str) -> PoolDemand {
+        let mine = |key: &JobKey, labels: &[String]| {
+            key.owner.eq_ignore_ascii_case(owner) && labels.iter().any(|l| l == pin)
+        };
+        let mut waiting: Vec<(Instant, JobKey)> = self
+            .admission
+            .jobs
+            .iter()
+            .filter(|(key, j)| {
+                mine(key, &j.info.labels)
+                    && j.started_at.is_none()
+                    && j.info.conclusion.is_none()
+                    && !matches!(j.phase, Phase::Done | Phase::Ignored | Phase::Unroutable)
+            })
+            .map(|(key, j)| (j.received_at, key.clone()))
+            .collect();
+        waiting.sort();
+        // Running: started, not completed, on a runner of ours (live, or gone a moment ago
+        // with GitHub's `JobCompleted` not yet in).
+        let bound: std::collections::HashSet<&JobKey> = self
+            .book
+            .runners
+            .values()
+            .filter_map(|r| r.bound.as_ref())
+            .collect();
+        let running = self
+            .admission
+            .jobs
+            .iter()
+            .filter(|(key, j)| {
+                mine(key, &j.info.labels)
+                    && j.started_at.is_some()
+                    && j.info.conclusion.is_none()
+                    && (bound.contains(key)
+                        || j.info.runner_name.as_deref().is_some_and(|n| {
+                            self.book.runners.contains_key(n) || self.book.recent.get(n).is_some()
+                        }))
+            })
+            .count();
+        PoolDemand {
+            waiting: waiting.into_iter().map(|(_, k)| k).collect(),
+            running,
+        }
     }
 
     /// Hands spares to the jobs that wait for a runner: oldest job first, each to the newest

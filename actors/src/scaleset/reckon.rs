@@ -1,0 +1,243 @@
+//! The reckoning: a scale set's `totalAssignedJobs` against the jobs this daemon holds for it.
+//!
+//! Runners are made per `JobAssigned`, which is exact while every message is handled before
+//! it is acknowledged. The statistics are the check on that: when the queue is drained, the
+//! jobs GitHub has assigned to the scale set (waiting or running) should be the jobs this
+//! daemon holds for the pool (waiting for a runner, or running on one of its runners). A gap
+//! seen on two readings in a row, [`RECKON_EVERY`] apart, is acted on, by the smaller of the two:
+//!
+//! - **more assigned than held** (a message acknowledged by another consumer, a store lost):
+//!   a placeholder job per missing one claims a runner in the scale set; GitHub gives that
+//!   runner one of its assigned jobs, whose `JobStarted` makes it known, and the placeholder
+//!   ends ([`crate::job::RECKONED_BASE`]);
+//! - **more held than assigned**: placeholders still waiting are withdrawn first, then jobs
+//!   of a scale set made again (its orphans: a claim in the new scale set never gets them).
+//!   A job withdrawn is completed as cancelled, and the runner made for it goes unless it
+//!   took another job.
+//!
+//! Jobs this daemon learned from a message are never withdrawn by a count alone.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{listener::Shared, view::observe};
+use crate::{
+    github::actions::types::Session,
+    job::{JobAction, JobInfo, JobKey, RECKONED_BASE},
+    scheduler::{
+        JobEvent,
+        core::PoolDemand,
+        messages::{EventSource, GetPoolDemand},
+    },
+    webhook::{Deliver, Verdict},
+};
+
+/// Readings at least this far apart: a gap must outlive the messages in flight.
+pub(super) const RECKON_EVERY: Duration = Duration::from_secs(15);
+
+/// The last reading.
+#[derive(Debug, Default)]
+pub(super) struct Reckoner {
+    at: Option<Instant>,
+    gap: Option<i64>,
+}
+
+/// What a reading calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Amend {
+    Nothing,
+    /// Claim this many runners for assigned jobs never heard of.
+    Fill(usize),
+    /// Drop this many held jobs GitHub no longer assigns.
+    Withdraw(usize),
+}
+
+/// The amend for gap `now` (assigned minus held) after gap `before`: only a gap of the same
+/// sign on both readings, by the smaller of the two.
+pub(super) fn amend(before: Option<i64>, now: i64) -> Amend {
+    match before {
+        Some(b) if b > 0 && now > 0 => Amend::Fill(usize::try_from(b.min(now)).unwrap_or(0)),
+        Some(b) if b < 0 && now < 0 => {
+            Amend::Withdraw(usize::try_from((-b).min(-now)).unwrap_or(0))
+        }
+        _ => Amend::Nothing,
+    }
+}
+
+/// The jobs to withdraw, `n` at most: placeholders (newest first), then `orphans` (oldest
+/// first), among those still waiting.
+pub(super) fn to_withdraw(waiting: &[JobKey], orphans: &[u64], n: usize) -> Vec<JobKey> {
+    let placeholders = waiting.iter().rev().filter(|k| k.is_reckoned());
+    let orphaned = waiting
+        .iter()
+        .filter(|k| !k.is_reckoned() && orphans.contains(&k.job_id));
+    placeholders.chain(orphaned).take(n).cloned().collect()
+}
+
+/// What this daemon holds of the pool's jobs (`None`: the scheduler is gone).
+pub(super) async fn demand(shared: &Shared) -> Option<PoolDemand> {
+    let scheduler = shared.wiring.scheduler.upgrade()?;
+    scheduler
+        .send(GetPoolDemand {
+            owner: shared.client.owner().to_string(),
+            pin: crate::config::scaleset_pin(&shared.settings.pool),
+        })
+        .await
+        .ok()
+}
+
+/// A reading, when one is due: the session refreshed for fresh statistics (it returns with a
+/// new queue token), the gap taken, and acted on when it held since the last reading.
+pub(super) async fn reckon(
+    shared: &Shared,
+    set: u64,
+    session: &mut Session,
+    r: &mut Reckoner,
+) -> Result<(), crate::github::GithubError> {
+    let now = Instant::now();
+    if r.at.is_some_and(|at| now.duration_since(at) < RECKON_EVERY) {
+        return Ok(());
+    }
+    *session = shared
+        .client
+        .refresh_session(set, &session.session_id)
+        .await?;
+    let Some(stats) = session.statistics else {
+        return Ok(());
+    };
+    observe(shared, &stats);
+    let Some(held) = demand(shared).await else {
+        return Ok(());
+    };
+    let assigned = i64::try_from(stats.total_assigned_jobs).unwrap_or(i64::MAX);
+    let ours = i64::try_from(held.waiting.len() + held.running).unwrap_or(i64::MAX);
+    let gap = assigned - ours;
+    let step = amend(r.gap, gap);
+    *r = Reckoner {
+        at: Some(now),
+        gap: Some(gap),
+    };
+    // The orphans still waiting; the rest ran or ended.
+    shared.mark.borrow_mut().orphans.retain(|id| {
+        held.waiting
+            .iter()
+            .any(|k| k.job_id == *id && !k.is_reckoned())
+    });
+    let pool = shared.settings.pool.as_str();
+    match step {
+        Amend::Nothing => {}
+        Amend::Fill(n) => {
+            tracing::warn!(
+                pool,
+                assigned,
+                held = ours,
+                runners = n,
+                "scale set: GitHub assigned jobs this daemon never heard of; claiming runners for them"
+            );
+            // At most a pool's worth at a time; the next reading fills the rest.
+            let n = n.min(shared.settings.max.max(1));
+            let base = RECKONED_BASE + crate::clock::unix_now() * 100_000;
+            for i in 0..n as u64 {
+                let key = JobKey::new(shared.client.owner(), base + i);
+                deliver(shared, JobAction::Queued, key, "reckoned").await;
+            }
+            shared
+                .metrics
+                .scaleset
+                .reckoned
+                .with_label_values(&[pool, "fill"])
+                .inc_by(n as u64);
+            // The next reading waits for these to be claimed and taken.
+            r.gap = None;
+        }
+        Amend::Withdraw(n) => {
+            let orphans = shared.mark.borrow().orphans.clone();
+            let gone = to_withdraw(&held.waiting, &orphans, n);
+            if !gone.is_empty() {
+                tracing::info!(
+                    pool,
+                    assigned,
+                    held = ours,
+                    jobs = ?gone.iter().map(|k| k.job_id).collect::<Vec<_>>(),
+                    "scale set: jobs GitHub no longer assigns to the scale set withdrawn"
+                );
+                for key in &gone {
+                    deliver(shared, JobAction::Completed, key.clone(), "withdrawn").await;
+                }
+                shared
+                    .metrics
+                    .scaleset
+                    .reckoned
+                    .with_label_values(&[pool, "withdraw"])
+                    .inc_by(gone.len() as u64);
+                r.gap = None;
+            }
+        }
+    }
+    super::listener::save_mark(shared).await;
+    Ok(())
+}
+
+/// Hands a placeholder's `queued`, or a withdrawal's `completed` (cancelled), to the intake.
+async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) {
+    let info = JobInfo {
+        repo: "".into(),
+        labels: vec![crate::config::scaleset_pin(&shared.settings.pool)].into(),
+        conclusion: (action == JobAction::Completed).then(|| "cancelled".into()),
+        run_attempt: 1,
+        ..JobInfo {
+            key: key.clone(),
+            ..JobInfo::default()
+        }
+    };
+    let event = JobEvent {
+        delivery_id: Some(format!("scaleset-{why}-{}", key.job_id)),
+        action,
+        job: info,
+        received: Instant::now(),
+        source: EventSource::ScaleSet,
+    };
+    match shared.wiring.intake.send(Deliver(event)).await {
+        Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => {}
+        other => {
+            tracing::warn!(job_id = key.job_id, verdict = ?other, "scale set: the intake refused a reckoned job; the next reading tries again")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_gap_seen_twice_is_acted_on_by_the_smaller_reading() {
+        assert_eq!(amend(None, 3), Amend::Nothing);
+        assert_eq!(amend(Some(0), 3), Amend::Nothing);
+        assert_eq!(amend(Some(-2), 3), Amend::Nothing);
+        assert_eq!(amend(Some(5), 3), Amend::Fill(3));
+        assert_eq!(amend(Some(2), 3), Amend::Fill(2));
+        assert_eq!(amend(Some(-1), -4), Amend::Withdraw(1));
+        assert_eq!(amend(Some(3), -4), Amend::Nothing);
+        assert_eq!(amend(Some(0), 0), Amend::Nothing);
+    }
+
+    #[test]
+    fn placeholders_go_first_then_orphans_and_never_a_job_from_a_message() {
+        let k = |id| JobKey::new("acme", id);
+        let waiting = vec![
+            k(10),
+            k(11),
+            k(RECKONED_BASE + 1),
+            k(12),
+            k(RECKONED_BASE + 2),
+        ];
+        let ids = |v: Vec<JobKey>| v.into_iter().map(|k| k.job_id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(to_withdraw(&waiting, &[12, 10], 3)),
+            [RECKONED_BASE + 2, RECKONED_BASE + 1, 10]
+        );
+        assert_eq!(ids(to_withdraw(&waiting, &[], 5)).len(), 2);
+        assert!(to_withdraw(&[k(10), k(11)], &[], 2).is_empty());
+    }
+}
