@@ -198,3 +198,80 @@ async fn a_private_ca_is_trusted_only_with_ca_file() {
     trusting.wait_no_runner_left(&standin).await;
     assert_eq!(trusting.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// Scale-set mode on the corporate network, with a GitHub App: the registration token comes
+/// from the App's installation token, and every call (the REST API's and the Actions
+/// service's, whose URL GitHub hands out) tunnels through the proxy with its credentials and
+/// trusts the private CA of `ca_file`. GitHub's host resolves only at the proxy, so a call
+/// that went around it would fail. Jobs run on the scale set's runners.
+#[actix_rt::test]
+async fn scale_set_mode_with_an_app_goes_through_the_proxy_and_trusts_the_private_ca() {
+    let fixtures = crate::support::repo_root().join("tests/fixtures");
+    let ca = test_ca();
+    let standin = Standin::start(StandinConfig {
+        tls: Some(ca.server.clone()),
+        app_public_key: Some(std::fs::read_to_string(fixtures.join("app-key.pub.pem")).unwrap()),
+        ..StandinConfig::default()
+    })
+    .unwrap();
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 100,
+        ..github_standin::RunnerBehavior::default()
+    });
+    standin.set_scaleset_timings(github_standin::scaleset::ServiceTimings {
+        long_poll: Duration::from_secs(3),
+        session_idle: Duration::from_secs(20),
+        queue_token_ttl: Duration::from_secs(3600),
+        admin_token_ttl: Duration::from_secs(3600),
+    });
+    let port = standin.addr().port();
+    // GitHub (its API and the Actions service URL it hands out) lives at a name only the
+    // proxy resolves. (The stand-in runner, which knows no proxy, keeps the plain address.)
+    standin.state().scalesets.service_base = Some(format!("https://github.test:{port}"));
+    let proxy = ConnectProxy::start(Some("ci:pr0xy-s3cret"), &[("github.test", "127.0.0.1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("corp-ca.pem");
+    std::fs::write(&ca_file, &ca.ca_pem).unwrap();
+    let github = format!(
+        "api_url = \"https://github.test:{port}\"\nrepos = []\nproxy = \"http://ci:pr0xy-s3cret@{}\"\nca_file = \"{}\"\napp_id = 4242\ninstallation_id = 77\nprivate_key_path = \"{}\"\n",
+        proxy.addr,
+        ca_file.display(),
+        fixtures.join("app-key.pem").display()
+    );
+    let daemon = Daemon::start_with_github(
+        &standin,
+        &github,
+        "[webhook]\nmode = \"scaleset\"\n",
+        &crate::support::daemon::local_provider(2),
+    )
+    .await;
+    standin.state().webhook = None;
+    standin.queue_jobs("app", LABELS, 3);
+    daemon
+        .wait_completed(&standin, 3, Duration::from_secs(60))
+        .await;
+    daemon.wait_no_runner_left(&standin).await;
+    assert!(
+        standin.count("actions_generate_jitconfig") >= 3,
+        "the runners were registered in the scale set"
+    );
+    assert_eq!(standin.count("generate_jitconfig"), 0, "none over REST");
+    assert!(
+        standin.count("access_tokens") >= 1,
+        "the App's installation token was fetched"
+    );
+    let tunnels = proxy.tunnels();
+    let target = format!("github.test:{port}");
+    assert!(
+        !tunnels.is_empty() && tunnels.iter().all(|t| *t == target),
+        "{tunnels:?}"
+    );
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("scale set: listening"),
+        "the Actions service was reached: {logs}"
+    );
+    assert_eq!(proxy.refused(), 0, "every CONNECT carried the credentials");
+    assert!(!logs.contains("pr0xy-s3cret"));
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

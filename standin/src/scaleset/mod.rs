@@ -54,6 +54,9 @@ pub struct ScaleSets {
     pub session_idle: Duration,
     /// `acquirejobs` answers 404 (a GHES without job acquisition).
     pub no_acquire: bool,
+    /// Where the service says it lives, when not at the stand-in's own address (a test puts
+    /// it behind a name only its proxy resolves; runners keep the stand-in's address).
+    pub service_base: Option<String>,
     /// This many jobs acquired next are assigned without their `JobAssigned` message (as if
     /// another consumer had acknowledged it): the statistics count them, the queue does not.
     pub swallow_assigned: usize,
@@ -78,6 +81,7 @@ impl Default for ScaleSets {
             long_poll: Duration::from_secs(50),
             session_idle: Duration::from_secs(120),
             no_acquire: false,
+            service_base: None,
             swallow_assigned: 0,
             capacities: Vec::new(),
             notify: Arc::new(tokio::sync::Notify::new()),
@@ -258,6 +262,11 @@ impl ScaleSets {
     }
 }
 
+/// The base of every URL the service hands out.
+fn service_base(s: &State) -> &str {
+    s.scalesets.service_base.as_deref().unwrap_or(&s.base_url)
+}
+
 /// A job message's common fields (`JobMessageBase` in `types.go`).
 fn job_message(kind: &str, request: &Request, job: &crate::state::Job, owner: &str) -> Value {
     let iso = |ms: u128| {
@@ -322,7 +331,7 @@ fn offer(s: &mut State, job_id: u64) {
     let mut item = job_message("JobAvailable", &request, &job, &owner);
     item["acquireJobUrl"] = json!(format!(
         "{}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs",
-        s.base_url
+        service_base(s)
     ));
     let ss = &mut s.scalesets;
     ss.requests.insert(id, request);

@@ -90,7 +90,7 @@ fn session_json(s: &State, set: &ScaleSet, session: &Session) -> Value {
         "sessionId": session.id,
         "ownerName": session.owner,
         "runnerScaleSet": set_json(set, None),
-        "messageQueueUrl": format!("{}/_services/queue/{}/{}", s.base_url, set.id, session.id),
+        "messageQueueUrl": format!("{}/_services/queue/{}/{}", super::service_base(s), set.id, session.id),
         "messageQueueAccessToken": session.token,
         "statistics": s.scalesets.statistics(set.id, &s.runners),
     })
@@ -152,8 +152,9 @@ pub(crate) fn answer(
         s.scalesets.admin_tokens.insert(token.clone(), exp);
         return (
             200,
-            HttpResponse::Ok()
-                .json(json!({ "url": format!("{}/{SERVICE}/", s.base_url), "token": token })),
+            HttpResponse::Ok().json(
+                json!({ "url": format!("{}/{SERVICE}/", super::service_base(s)), "token": token }),
+            ),
         );
     }
     let Some(token) = bearer(req).map(str::to_string) else {

@@ -2,7 +2,8 @@
 
 use github_standin::TlsIdentity;
 
-/// A test CA and a certificate it signed for `127.0.0.1` and `localhost`.
+/// A test CA and a certificate it signed for `127.0.0.1`, `localhost` and `github.test` (a
+/// name only the test proxy resolves).
 pub struct TestCa {
     /// The CA's certificate, PEM.
     pub ca_pem: String,
@@ -18,8 +19,12 @@ pub fn test_ca() -> TestCa {
         .push(rcgen::DnType::CommonName, "ephemer-actors test CA");
     let ca_key = KeyPair::generate().unwrap();
     let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let server =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let server = CertificateParams::new(vec![
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        "github.test".to_string(),
+    ])
+    .unwrap();
     let server_key = KeyPair::generate().unwrap();
     let issuer = Issuer::from_params(&ca, &ca_key);
     let server_cert = server.signed_by(&server_key, &issuer).unwrap();
