@@ -326,6 +326,12 @@ fn print_status(v: &StatusAnswer) {
         if let Some(cause) = &p.down_cause {
             println!("  down: {cause}");
         }
+        if let Some(w) = &p.warm {
+            println!(
+                "  warm: {} ready, {} booting (keeps {} now)",
+                w.available, w.booting, w.target
+            );
+        }
         if let Some(last) = &p.last_environment_failure {
             println!(
                 "  environments failed: {} (latest: {last})",

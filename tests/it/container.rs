@@ -59,7 +59,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
     sup.send(Provision(spec(&runner, job))).await.unwrap();
     events
         .wait_for(&runner.name, Duration::from_secs(60), |k| {
-            *k == RunnerEventKind::Started
+            matches!(k, RunnerEventKind::Started { .. })
         })
         .await;
     let inspect = docker

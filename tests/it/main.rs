@@ -123,3 +123,4 @@ mod systemd;
 mod targets;
 mod targets_fleet;
 mod tart;
+mod warm;

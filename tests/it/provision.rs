@@ -56,7 +56,7 @@ async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
 
     events
         .wait_for(&runner.name, Duration::from_secs(20), |k| {
-            *k == RunnerEventKind::Started
+            matches!(k, RunnerEventKind::Started { .. })
         })
         .await;
     eventually("the runner to connect", Duration::from_secs(20), || {

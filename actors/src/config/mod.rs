@@ -13,6 +13,7 @@ mod pools;
 mod raw;
 mod secret;
 mod validate;
+pub mod warm;
 mod warnings;
 
 use std::{
@@ -25,6 +26,7 @@ use std::{
 pub use cluster::ClusterConfig;
 pub use pools::*;
 pub use secret::Secret;
+pub use warm::WarmConfig;
 
 pub use crate::vocab::{PoolName, ProviderKind};
 

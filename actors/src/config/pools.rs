@@ -92,6 +92,8 @@ pub struct ProviderCommon {
     /// `targets`: the names of the GitHub targets whose jobs this pool takes; `None`: every
     /// target's (slots are the host's).
     pub targets: Option<Vec<String>>,
+    /// `warm` and `warm_max_age`: environments booted ahead of their claims.
+    pub warm: super::WarmConfig,
 }
 
 /// When a dead provisioner is re-created (kameo's vocabulary).

@@ -170,6 +170,30 @@ pub(crate) struct RawRestart {
     pub backoff: Option<String>,
 }
 
+/// `warm`: a count, or a table with windows.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawWarm {
+    Count(i64),
+    Table(RawWarmTable),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawWarmTable {
+    pub min: Option<i64>,
+    pub windows: Option<Vec<RawWarmWindow>>,
+    pub time_zone: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawWarmWindow {
+    pub days: Option<String>,
+    pub hours: Option<String>,
+    pub min: Option<i64>,
+}
+
 /// One pool table: the union of every kind's keys, so serde reads any table and validation
 /// says which keys the pool's kind does not take (with their paths).
 #[derive(Debug, Default, Deserialize)]
@@ -183,6 +207,8 @@ pub(crate) struct RawPool {
     pub restart: Option<RawRestart>,
     pub env: Option<std::collections::BTreeMap<String, String>>,
     pub targets: Option<Vec<String>>,
+    pub warm: Option<RawWarm>,
+    pub warm_max_age: Option<String>,
     // Process kinds (`local`, `native_macos`); `command` is also the container's.
     pub runner_dir: Option<String>,
     pub command: Option<RawCommand>,

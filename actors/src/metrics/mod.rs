@@ -6,6 +6,7 @@
 //! makes two `Metrics` and gets two registries; nothing registers with prometheus' global one.
 
 pub mod scaleset;
+pub mod warm;
 
 use std::time::Instant;
 
@@ -34,7 +35,7 @@ pub const UNKNOWN_VERSION: &str = "unknown";
 
 /// The metric names the daemon promises to every deployment (kept from the original daemon,
 /// so its dashboards work); docs/metrics.md lists them with the rest.
-pub const CONTRACT_METRICS: [&str; 22] = [
+pub const CONTRACT_METRICS: [&str; 23] = [
     "ephemerd_github_api_rate_remaining",
     "ephemerd_github_api_rate_limit",
     "ephemerd_github_api_rate_reset_seconds",
@@ -57,6 +58,7 @@ pub const CONTRACT_METRICS: [&str; 22] = [
     "ephemerd_reconcile_readmitted_total",
     "ephemerd_runner_version_info",
     "ephemerd_runner_release_behind_seconds",
+    "ephemerd_warm_available",
 ];
 
 /// Every metric the daemon exports. Cloning is cheap: each field is a shared handle.
@@ -157,6 +159,8 @@ pub struct Metrics {
     pub webhook_redeliveries: IntCounterVec,
     /// Scale-set mode's series.
     pub scaleset: scaleset::ScaleSetMetrics,
+    /// Warm pools' series.
+    pub warm: warm::WarmMetrics,
     /// `ephemerd_pull_polls_total{result}`: pull mode's requests: `changed` (an answer with a
     /// body, which counts against the `core` rate limit), `unchanged` (a free 304), `error`.
     pub pull_polls: IntCounterVec,
@@ -214,6 +218,12 @@ impl ProcessGauges {
 
 /// Registering a fresh metric in a fresh registry only fails on a programming error (a
 /// duplicate or malformed name), which the unit test below catches.
+/// Registers `c` in `registry` and hands it back (the per-mode series' modules use it).
+fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    must(registry.register(Box::new(c.clone())));
+    c
+}
+
 fn must<T>(r: prometheus::Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("metric definition is invalid: {e}"))
 }
@@ -467,6 +477,7 @@ impl Metrics {
                 &["outcome"],
             ),
             scaleset: scaleset::ScaleSetMetrics::new(&registry),
+            warm: warm::WarmMetrics::new(&registry),
             pull_polls: counter_vec(
                 "ephemerd_pull_polls_total",
                 "Pull mode's GitHub requests: changed (a body, counted against core), unchanged (a free 304), error.",
@@ -573,6 +584,7 @@ impl Metrics {
         self.provisioner_restarts.with_label_values(&[provider]);
         self.jobs_total.with_label_values(&[provider, "success"]);
         self.pool_up.with_label_values(&[provider]);
+        self.warm.available.with_label_values(&[provider]);
     }
 
     /// A pool whose runner version is not known yet: `version="unknown"` at 0, and -1 behind

@@ -39,10 +39,7 @@ pub struct ScaleSetMetrics {
     pub reckoned: IntCounterVec,
 }
 
-fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
-    super::must(registry.register(Box::new(c.clone())));
-    c
-}
+use super::register;
 
 impl ScaleSetMetrics {
     /// The series, registered in `registry`.

@@ -141,10 +141,36 @@ impl<B: Backend> Handler<crate::lifecycle::Crash> for ProvisionerActor<B> {
     }
 }
 
+/// Start a runner in a warm environment (booted before the claim) the supervisor hands over.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct StartIn {
+    /// The runner.
+    pub spec: super::RunnerSpec,
+    /// The warm environment's name.
+    pub warm: String,
+}
+
 impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
     type Result = ();
 
     fn handle(&mut self, Provision(spec): Provision, ctx: &mut Context<Self>) {
+        self.launch(spec, None, ctx);
+    }
+}
+
+impl<B: Backend> Handler<StartIn> for ProvisionerActor<B> {
+    type Result = ();
+
+    fn handle(&mut self, m: StartIn, ctx: &mut Context<Self>) {
+        self.launch(m.spec, Some(m.warm), ctx);
+    }
+}
+
+impl<B: Backend> ProvisionerActor<B> {
+    /// Starts `spec`'s runner: in warm environment `warm` when one is given (a warm start that
+    /// fails removes the environment and starts the runner the cold way), else in a new one.
+    fn launch(&mut self, spec: super::RunnerSpec, warm: Option<String>, ctx: &mut Context<Self>) {
         let name = spec.name.clone();
         self.runners.insert(
             name.clone(),
@@ -153,11 +179,23 @@ impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
                 timeout: None,
             },
         );
-        let start = self.backend.clone().start(spec);
+        let backend = self.backend.clone();
+        let start = async move {
+            if let Some(warm) = warm {
+                match backend.clone().warm_start(warm.clone(), spec.clone()).await {
+                    Ok(running) => return Ok((running, true)),
+                    Err(error) => {
+                        tracing::warn!(provider = backend.pool().as_str(), runner = %spec.name, warm = %warm, %error, "the warm environment failed at the claim; starting the runner in a new one");
+                        backend.clone().stop(warm).await;
+                    }
+                }
+            }
+            backend.start(spec).await.map(|running| (running, false))
+        };
         ctx.spawn(start.into_actor(self).map(move |result, act, ctx| match result {
-            Ok(running) => {
+            Ok((running, warm)) => {
                 let torn_down_while_starting = act.runners.get(&name).and_then(|l| l.reason).is_some();
-                act.report(&name, RunnerEventKind::Started);
+                act.report(&name, RunnerEventKind::Started { warm });
                 if let Some(limit) = act.job_timeout {
                     let n = name.clone();
                     let h = ctx.run_later(limit, move |act, ctx| {

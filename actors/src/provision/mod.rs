@@ -16,16 +16,18 @@ pub mod jobdir;
 pub mod leftovers;
 mod named;
 pub mod process;
+mod process_warm;
 mod procgroup;
 pub mod reach;
 pub mod runner_env;
 mod supervisor;
 pub mod tart;
+pub mod warm;
 
 use std::pin::Pin;
 
 use actix::{Message, Recipient};
-pub use actor::{Adopt, ChildStopped, ProvisionerActor};
+pub use actor::{Adopt, ChildStopped, ProvisionerActor, StartIn};
 pub use error::{ProvisionError, check_executable, spawn_error};
 pub use named::{
     LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, VmMacosProvisioner,
@@ -129,6 +131,39 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     /// Re-attaches to a runner an earlier run started: `Some` while its environment is still
     /// alive (resolving when it ends), `None` when it is gone or cannot be re-attached.
     fn adopt(self, name: String) -> impl Future<Output = Option<RunningRunner>>;
+    /// Boots a warm environment named `name` (a runner-like name, so the reaping of
+    /// leftovers finds it): everything a runner needs except the runner itself. No runner
+    /// runs in it, nothing is registered with GitHub, and no secret is put in it; that waits
+    /// for [`Backend::warm_start`]. Only kinds that keep warm environments answer `Ok`.
+    fn warm_boot(self, name: String) -> impl Future<Output = Result<(), ProvisionError>> {
+        async move {
+            Err(ProvisionError::EnvironmentFailed(format!(
+                "{name}: a {} pool keeps no warm environment",
+                self.kind().as_str()
+            )))
+        }
+    }
+    /// Whether warm environment `name` is still ready for a runner: alive, and built from
+    /// what a new environment would be built from now (else it is replaced).
+    fn warm_ready(self, name: String) -> impl Future<Output = Result<(), &'static str>> {
+        let _ = name;
+        async { Err("dead") }
+    }
+    /// Starts the runner of `spec` in warm environment `warm`, which becomes the runner's
+    /// (named `spec.name` from then on, so [`Backend::stop`] finds it by the runner's name).
+    /// On `Err` the caller removes `warm` and starts `spec` the cold way.
+    fn warm_start(
+        self,
+        warm: String,
+        spec: RunnerSpec,
+    ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> {
+        let _ = spec;
+        async move {
+            Err(ProvisionError::EnvironmentFailed(format!(
+                "{warm}: not a warm environment"
+            )))
+        }
+    }
     /// A line to warn operators with at start-up, if this backend deserves one.
     fn startup_warning(&self) -> Option<String> {
         None
@@ -213,7 +248,10 @@ pub enum ExitReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunnerEventKind {
     /// The environment is up and the runner process started.
-    Started,
+    Started {
+        /// In a warm environment (booted before the claim).
+        warm: bool,
+    },
     /// The runner is gone and its environment removed.
     Exited {
         /// Exit code, if there was a process.
@@ -273,6 +311,8 @@ pub struct ProvisionerHandle {
     pub crash: Recipient<crate::lifecycle::Crash>,
     /// Make its current provisioner panic (fault tests).
     pub crash_child: Recipient<crate::lifecycle::CrashProvisioner>,
+    /// Stop keeping environments warm (cordon, drain) and remove the warm ones, or resume.
+    pub warm: Recipient<warm::WarmHold>,
 }
 
 impl ProvisionerHandle {
@@ -284,6 +324,7 @@ impl ProvisionerHandle {
             stop: supervisor.clone().recipient(),
             crash: supervisor.clone().recipient(),
             crash_child: supervisor.clone().recipient(),
+            warm: supervisor.clone().recipient(),
         }
     }
 
@@ -295,3 +336,5 @@ impl ProvisionerHandle {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warm_tests;

@@ -58,6 +58,8 @@ pub struct PoolWiring {
     pub managed: Option<crate::release::installs::ManagedInstalls>,
     /// Where a runner version the backend can tell goes (the `ReleaseActor`).
     pub versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
+    /// What the pool keeps warm (`None`: nothing).
+    pub warm: Option<super::warm::WarmSettings>,
 }
 
 impl PoolWiring {
@@ -75,6 +77,7 @@ impl PoolWiring {
         )
         .with_adopted(self.adopt)
         .with_versions(self.versions)
+        .with_warm(self.warm)
         .start();
         ProvisionerHandle::of(&supervisor)
     }

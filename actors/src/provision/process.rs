@@ -99,7 +99,7 @@ impl ProcessSettings {
 /// Runs runners as host processes.
 #[derive(Debug, Clone)]
 pub struct ProcessBackend {
-    s: Rc<ProcessSettings>,
+    pub(super) s: Rc<ProcessSettings>,
     /// Whether the log already said that the install is copied, not linked.
     said_copied: Rc<Cell<bool>>,
     /// Where runner cgroups go, when this host lets the daemon make them.
@@ -109,7 +109,18 @@ pub struct ProcessBackend {
     /// `run_as` users taken by runners whose directories are still being made.
     reserved: Rc<RefCell<HashSet<String>>>,
     /// The daemon-managed installs, for a pool with neither `runner_dir` nor `command`.
-    managed: Option<ManagedInstalls>,
+    pub(super) managed: Option<ManagedInstalls>,
+    /// Warm directories prepared ahead of their claims, by name (see `process_warm`).
+    pub(super) warm: Rc<RefCell<std::collections::HashMap<String, Prepared>>>,
+}
+
+/// What [`ProcessBackend::prepare`] made for a runner beside its directory.
+#[derive(Debug)]
+pub(super) struct Prepared {
+    /// The `run_as` user the directory belongs to.
+    pub(super) user: Option<String>,
+    /// The managed install the directory was copied from, held while it is in use.
+    pub(super) lease: Option<Lease>,
 }
 
 impl ProcessBackend {
@@ -130,6 +141,7 @@ impl ProcessBackend {
             no_cgroups: Rc::new(RefCell::new(why)),
             reserved: Rc::default(),
             managed: None,
+            warm: Rc::default(),
         }
     }
 
@@ -363,17 +375,10 @@ impl ProcessBackend {
     }
 }
 
-impl Backend for ProcessBackend {
-    fn kind(&self) -> ProviderKind {
-        self.s.kind
-    }
-
-    fn pool(&self) -> &PoolName {
-        &self.s.pool
-    }
-
-    async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
-        let dir = self.s.work_root.join(&spec.name);
+impl ProcessBackend {
+    /// Everything a runner's directory needs before the runner: the work root, a user, the
+    /// directory (the install's copy), the install's lease.
+    pub(super) async fn prepare(&self, dir: &Path) -> Result<Prepared, ProvisionError> {
         let fail =
             |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
         self.make_work_root()
@@ -383,12 +388,27 @@ impl Backend for ProcessBackend {
             .await
             .map_err(|e| fail("cannot create the log directory", e))?;
         let user = self.take_user()?;
-        let prepared = self.prepare_dir(&dir, user.as_deref()).await;
+        let prepared = self.prepare_dir(dir, user.as_deref()).await;
         if let Some(user) = &user {
             // From here the directory's owner says the user is taken (until teardown).
             self.reserved.borrow_mut().remove(user);
         }
-        let lease = prepared?;
+        Ok(Prepared {
+            user,
+            lease: prepared?,
+        })
+    }
+
+    /// Starts `spec`'s runner from `dir`, prepared by [`ProcessBackend::prepare`].
+    pub(super) async fn launch(
+        &self,
+        spec: RunnerSpec,
+        dir: PathBuf,
+        prepared: Prepared,
+    ) -> Result<RunningRunner, ProvisionError> {
+        let fail =
+            |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
+        let Prepared { user, lease } = prepared;
         // A runner the daemon keeps current must not update itself inside the job's copy.
         let jit = match &lease {
             Some(_) => release::without_self_update(spec.jit_config.expose()).unwrap_or_else(|e| {
@@ -427,8 +447,42 @@ impl Backend for ProcessBackend {
             }),
         })
     }
+}
+
+impl Backend for ProcessBackend {
+    fn kind(&self) -> ProviderKind {
+        self.s.kind
+    }
+
+    fn pool(&self) -> &PoolName {
+        &self.s.pool
+    }
+
+    async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
+        let dir = self.s.work_root.join(&spec.name);
+        let prepared = self.prepare(&dir).await?;
+        self.launch(spec, dir, prepared).await
+    }
+
+    async fn warm_boot(self, name: String) -> Result<(), ProvisionError> {
+        self.boot_warm(name).await
+    }
+
+    async fn warm_ready(self, name: String) -> Result<(), &'static str> {
+        self.check_warm(&name)
+    }
+
+    async fn warm_start(
+        self,
+        warm: String,
+        spec: RunnerSpec,
+    ) -> Result<RunningRunner, ProvisionError> {
+        self.start_warm(warm, spec).await
+    }
 
     async fn stop(self, name: String) {
+        // A warm directory's install lease goes with it.
+        self.warm.borrow_mut().remove(&name);
         let dir = self.s.work_root.join(&name);
         let uid = tokio::fs::metadata(&dir)
             .await

@@ -50,28 +50,30 @@ where
 
 /// The parent of one provider's provisioner, over its backend `B`.
 pub struct ProvisionerSupervisor<B: Backend> {
-    backend: B,
+    pub(super) backend: B,
     /// `runner.job_timeout`, each child's.
     job_timeout: Option<Duration>,
     restart: RestartConfig,
     child: Option<Addr<ProvisionerActor<B>>>,
     generation: u64,
-    live: HashSet<String>,
+    pub(super) live: HashSet<String>,
     restarts: VecDeque<Instant>,
     /// Weak: the scheduler owns the provisioners, not the other way round.
     scheduler: WeakRecipient<RunnerEvent>,
     status: WeakRecipient<ProviderStatus>,
-    metrics: Metrics,
-    clock: Clock,
+    pub(super) metrics: Metrics,
+    pub(super) clock: Clock,
     adopt: Vec<String>,
     /// Whether the last host check of the current child passed (no runner starts before).
-    accepting: bool,
+    pub(super) accepting: bool,
     /// Why the pool is down, as last reported.
     down_cause: Option<String>,
     /// A host re-check is waiting to run.
     recheck_armed: bool,
     /// Where the runner version the backend can tell goes (the `ReleaseActor`).
     versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
+    /// The environments kept warm.
+    pub(super) warm: super::warm::WarmPool,
 }
 
 impl<B: Backend> std::fmt::Debug for ProvisionerSupervisor<B> {
@@ -112,7 +114,14 @@ impl<B: Backend> ProvisionerSupervisor<B> {
             down_cause: None,
             recheck_armed: false,
             versions: None,
+            warm: super::warm::WarmPool::default(),
         }
+    }
+
+    /// Keeps environments warm per `settings` (`None`: none).
+    pub fn with_warm(mut self, settings: Option<super::warm::WarmSettings>) -> Self {
+        self.warm = super::warm::WarmPool::new(settings);
+        self
     }
 
     /// Reports the runner version the backend can tell (a container pool's image) to
@@ -178,6 +187,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
                     }
                     act.accepting = true;
                     act.tell_version(ctx);
+                    act.warm_refill(ctx);
                     tell(&act.status, ProviderStatus {
                         provider,
                         up: true,
@@ -203,6 +213,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
             tracing::error!(provider = provider.as_str(), provisioner, %cause, retry_in = ?PROBE_INTERVAL, "host check failed: the pool is down and no job is claimed for it");
         }
         self.accepting = false;
+        self.warm_clear(ctx);
         self.down_cause = Some(cause.clone());
         tell(
             &self.status,
@@ -284,7 +295,12 @@ impl<B: Backend> Actor for ProvisionerSupervisor<B> {
                 "{warning}"
             );
         }
-        // Leftovers of an earlier run go before the first runner starts.
+        self.metrics
+            .warm
+            .init_pool(self.backend.pool().as_str(), self.warm.enabled());
+        self.warm_start_ticking(ctx);
+        // Leftovers of an earlier run (warm environments among them) go before the first
+        // runner starts.
         let reap = self.backend.clone().reap_leftovers(self.adopt.clone());
         ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
             if !removed.is_empty() {
@@ -310,6 +326,10 @@ impl<B: Backend> Handler<crate::lifecycle::Stop> for ProvisionerSupervisor<B> {
             child.do_send(crate::lifecycle::Stop);
         }
         self.accepting = false;
+        // Detached: the removals outlive this actor (a drain removed them already).
+        for name in self.warm.drain_ready() {
+            actix_rt::spawn(self.backend.clone().stop(name));
+        }
         ctx.stop();
     }
 }
@@ -335,12 +355,16 @@ impl<B: Backend> Handler<crate::lifecycle::CrashProvisioner> for ProvisionerSupe
 impl<B: Backend> Handler<Provision> for ProvisionerSupervisor<B> {
     type Result = ();
 
-    fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
+    fn handle(&mut self, m: Provision, ctx: &mut Context<Self>) {
         let name = m.0.name.clone();
-        match &self.child {
+        match self.child.clone() {
             Some(child) if child.connected() && self.accepting => {
                 self.live.insert(name);
-                child.do_send(m);
+                match self.warm_take() {
+                    Some(warm) => child.do_send(super::StartIn { spec: m.0, warm }),
+                    None => child.do_send(m),
+                }
+                self.warm_refill(ctx);
             }
             _ => self.report(
                 &name,
@@ -382,6 +406,8 @@ impl<B: Backend> Handler<RunnerEvent> for ProvisionerSupervisor<B> {
             RunnerEventKind::Exited { .. } | RunnerEventKind::Failed { .. }
         ) {
             self.live.remove(&m.name);
+            // A slot is free: a warm environment may take it.
+            self.warm_refill(ctx);
         }
         // A failure of the whole pool (the engine gone, the command missing) takes it down
         // before the scheduler hears of the runner, so the job is not handed to it again.

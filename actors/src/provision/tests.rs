@@ -179,7 +179,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     settle().await;
     assert_eq!(
         kinds(&seen),
-        vec![("r-a".to_string(), RunnerEventKind::Started)]
+        vec![("r-a".to_string(), RunnerEventKind::Started { warm: false })]
     );
 
     *fake.0.explode.borrow_mut() = true;
@@ -213,7 +213,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     assert!(
         !events
             .iter()
-            .any(|(n, k)| n == "r-a" && *k != RunnerEventKind::Started),
+            .any(|(n, k)| n == "r-a" && !matches!(k, RunnerEventKind::Started { .. })),
         "{events:?}"
     );
 
@@ -232,7 +232,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     settle().await;
     assert_eq!(
         kinds(&seen).last().unwrap(),
-        &("r-c".to_string(), RunnerEventKind::Started)
+        &("r-c".to_string(), RunnerEventKind::Started { warm: false })
     );
 }
 

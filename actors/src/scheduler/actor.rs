@@ -473,12 +473,31 @@ impl Handler<ProviderStatus> for SchedulerActor {
     }
 }
 
+impl Handler<crate::provision::warm::WarmStatus> for SchedulerActor {
+    type Result = ();
+
+    fn handle(&mut self, m: crate::provision::warm::WarmStatus, _: &mut Context<Self>) {
+        self.core.on_warm_status(&m.provider, m.view);
+    }
+}
+
+impl SchedulerActor {
+    /// Tells every pool to stop keeping environments warm (and remove them), or to resume.
+    fn hold_warm(&self, hold: bool) {
+        for pool in self.deps.provisioners.values() {
+            pool.warm.do_send(crate::provision::warm::WarmHold(hold));
+        }
+    }
+}
+
 impl Handler<SetCordon> for SchedulerActor {
     type Result = Result<(), ShuttingDown>;
 
     fn handle(&mut self, m: SetCordon, ctx: &mut Context<Self>) -> Self::Result {
         let fx = self.core.set_cordon(m.0, self.clock.tick())?;
         self.run(fx, ctx);
+        // A cordoned host keeps nothing warm.
+        self.hold_warm(m.0);
         if m.0 {
             self.release_to_fleet(ctx);
         }
@@ -492,6 +511,7 @@ impl Handler<BeginShutdown> for SchedulerActor {
     fn handle(&mut self, _: BeginShutdown, ctx: &mut Context<Self>) {
         let fx = self.core.begin_shutdown(self.clock.tick());
         self.run(fx, ctx);
+        self.hold_warm(true);
         self.release_to_fleet(ctx);
     }
 }

@@ -151,10 +151,16 @@ pub fn record(o: Observation, m: &Metrics) {
         O::RunnerStarted {
             startup,
             queue_wait,
+            provider,
+            warm,
         } => {
             m.job_startup.observe(startup.as_secs_f64());
             if let Some(w) = queue_wait {
                 m.job_queue_wait.observe(w.as_secs_f64());
+                m.warm
+                    .pickup
+                    .with_label_values(&[provider.as_str(), if warm { "hit" } else { "miss" }])
+                    .observe(w.as_secs_f64());
             }
         }
         O::EnvironmentFailed {

@@ -42,6 +42,11 @@ pub async fn drain_until(
         }
     };
     let _ = handles.scheduler.send(BeginShutdown).await;
+    // No warm environment outlives the drain: each pool removes its own, and answers once
+    // they are gone.
+    for pool in handles.provisioners.values() {
+        let _ = pool.warm.send(crate::provision::warm::WarmHold(true)).await;
+    }
     let deadline = tokio::time::Instant::now() + timeout;
     settle().await;
     let mut left = runners().await;

@@ -282,6 +282,7 @@ pub fn start(
     let reports = pools::PoolReports {
         events: scheduler.downgrade().recipient(),
         status: scheduler.downgrade().recipient(),
+        warm: scheduler.downgrade().recipient(),
     };
     let pools = pools::start(
         config,

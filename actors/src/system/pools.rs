@@ -33,6 +33,7 @@ pub(super) struct PoolsWing {
 pub(super) struct PoolReports {
     pub(super) events: actix::WeakRecipient<RunnerEvent>,
     pub(super) status: actix::WeakRecipient<ProviderStatus>,
+    pub(super) warm: actix::WeakRecipient<crate::provision::warm::WarmStatus>,
 }
 
 /// Starts the release actor and every enabled pool of `config`; `ledger_runners` are the
@@ -60,6 +61,12 @@ pub(super) fn start(
     for pool in config.providers.enabled() {
         let name = pool.name.clone();
         let wired = PoolWiring {
+            warm: Some(crate::provision::warm::WarmSettings {
+                config: pool.common.warm.clone(),
+                max: pool.common.max_concurrent,
+                prefix: crate::vocab::runner_prefix(&config.runner.name_prefix, &name, install_id),
+                report: Some(reports.warm.clone()),
+            }),
             managed: managed.clone(),
             versions: release.as_ref().map(|r| r.downgrade().recipient()),
             restart: pool.common.restart.clone(),

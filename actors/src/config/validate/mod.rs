@@ -32,6 +32,7 @@ mod targets;
 mod targets_tests;
 #[cfg(test)]
 mod tests;
+mod warm;
 mod webhook;
 #[cfg(test)]
 mod webhook_tests;

@@ -344,3 +344,65 @@ fn a_vm_pool_holds_each_vm_to_its_own_host_key_unless_told_otherwise() {
         ]
     );
 }
+
+#[test]
+fn warm_takes_a_count_or_windows_and_names_every_problem_with_its_key() {
+    let c = load(
+        r#"
+        [providers.local]
+        command = "/bin/true"
+        max_concurrent = 8
+        allow_root = true
+        warm = { min = 1, time_zone = "Europe/Berlin", windows = [{ days = "mon-fri", hours = "08:00-19:00", min = 6 }] }
+        warm_max_age = "30m"
+        [providers.small]
+        kind = "local"
+        command = "/bin/true"
+        allow_root = true
+        warm = 2
+        "#,
+        &Environment::default(),
+    )
+    .unwrap();
+    let local = c.providers.get("local").unwrap();
+    assert_eq!(local.common.warm.min, 1);
+    assert_eq!(local.common.warm.windows[0].min, 6);
+    assert_eq!(
+        (
+            local.common.warm.windows[0].from,
+            local.common.warm.windows[0].to
+        ),
+        (480, 1140)
+    );
+    assert_eq!(
+        local.common.warm.max_age,
+        std::time::Duration::from_secs(1800)
+    );
+    assert_eq!(c.providers.get("small").unwrap().common.warm.min, 2);
+
+    let bad = keys(
+        r#"
+        [providers.local]
+        command = "/bin/true"
+        max_concurrent = 2
+        allow_root = true
+        warm = { min = 3, time_zone = "Mars/Olympus", windows = [{ days = "weekdays", hours = "19:00-08:00", min = 1 }, { days = "sat" }] }
+        warm_max_age = "0s"
+        [providers.mac]
+        kind = "vm_macos"
+        warm = 1
+        "#,
+    );
+    assert_has_keys(
+        &bad,
+        &[
+            "providers.local.warm.min",
+            "providers.local.warm.time_zone",
+            "providers.local.warm.windows[0].days",
+            "providers.local.warm.windows[0].hours",
+            "providers.local.warm.windows[1].min",
+            "providers.local.warm_max_age",
+            "providers.mac.warm",
+        ],
+    );
+}

@@ -18,6 +18,8 @@ pub(super) struct Slots {
     pub(super) env_failures: u64,
     /// The latest such failure.
     pub(super) last_env_failure: Option<String>,
+    /// Its warm environments, as its supervisor last reported (pools that keep some).
+    pub(super) warm: Option<crate::provision::warm::WarmView>,
 }
 
 /// Outcome of routing one job.

@@ -184,10 +184,11 @@ impl Driver {
                     };
                     self.s.on_claim_result(key, provider, answer, now)
                 }
-                Effect::Provision { spec, .. } => {
-                    self.s
-                        .on_runner_event(&spec.name, RunnerEventKind::Started, now)
-                }
+                Effect::Provision { spec, .. } => self.s.on_runner_event(
+                    &spec.name,
+                    RunnerEventKind::Started { warm: false },
+                    now,
+                ),
                 Effect::Teardown { name, .. } => {
                     let gone = RunnerEventKind::gone(ExitReason::TornDown);
                     self.s.on_runner_event(&name, gone, now)

@@ -58,7 +58,7 @@ impl Scheduler {
         };
         let (handle, intent) = (handle.clone(), runner.intent.clone());
         match kind {
-            RunnerEventKind::Started => {
+            RunnerEventKind::Started { warm } => {
                 let runner = self
                     .book
                     .runners
@@ -71,9 +71,12 @@ impl Scheduler {
                     .jobs
                     .get(&intent)
                     .map(|rec| now.mono.saturating_duration_since(rec.received_at));
+                let provider = runner.provider.clone();
                 self.observe(Observation::RunnerStarted {
                     startup,
                     queue_wait,
+                    provider,
+                    warm,
                 });
                 self.stats.runners_started += 1;
                 self.note(
@@ -371,6 +374,13 @@ impl Scheduler {
         });
         self.note(key, now, Note::Requeued { why });
         self.pump(now, fx);
+    }
+
+    /// A pool's warm environments changed (for `status`).
+    pub fn on_warm_status(&mut self, provider: &PoolName, view: crate::provision::warm::WarmView) {
+        if let Some(i) = self.provider_index(provider) {
+            self.capacity.slots[i].warm = Some(view);
+        }
     }
 
     /// A provider went down (with the cause) or came up.

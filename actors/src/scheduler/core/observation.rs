@@ -148,8 +148,12 @@ pub enum Observation {
     RunnerStarted {
         /// Claim to environment up.
         startup: Duration,
-        /// Queued event to environment up, when the job is known.
+        /// Queued event to environment up, when the job is known: the job's pickup.
         queue_wait: Option<Duration>,
+        /// The pool.
+        provider: PoolName,
+        /// Whether the runner started in an environment booted ahead (a warm one).
+        warm: bool,
     },
     /// A runner's environment could not be made.
     EnvironmentFailed {

@@ -83,7 +83,11 @@ fn phase(s: &Scheduler, id: u64) -> Phase {
 /// effects of the reaped runner's exit.
 fn idle_pass(s: &mut Scheduler, t0: Instant, start: u64, rid: u64) -> Vec<Effect> {
     let (name, _) = grant(s, 1, rid, at(t0, start));
-    s.on_runner_event(&name, RunnerEventKind::Started, at(t0, start + 1));
+    s.on_runner_event(
+        &name,
+        RunnerEventKind::Started { warm: false },
+        at(t0, start + 1),
+    );
     let fx = s.sweep(at(t0, start + 601));
     assert!(
         fx.iter().any(

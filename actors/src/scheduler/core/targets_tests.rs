@@ -81,7 +81,7 @@ fn run_to_end(s: &mut Scheduler, key: &JobKey, runner_id: u64, now: Now) -> Vec<
         encoded_jit_config: Secret::new("jit"),
     };
     let mut fx = s.on_claim_result(key.clone(), PoolName::from("local"), Ok(runner), now);
-    fx.extend(s.on_runner_event(&name, RunnerEventKind::Started, now));
+    fx.extend(s.on_runner_event(&name, RunnerEventKind::Started { warm: false }, now));
     let ran = JobInfo {
         key: key.clone(),
         runner_name: Some(name.clone()),

@@ -449,7 +449,7 @@ fn one_busy_unbound_runner_costs_one_check_not_one_per_completed_job() {
     };
     let (mut s, t0) = core();
     let name = claimed(&mut s, t0);
-    s.on_runner_event(&name, RunnerEventKind::Started, at(t0, 2));
+    s.on_runner_event(&name, RunnerEventKind::Started { warm: false }, at(t0, 2));
     let past_grace = 700;
     let mut asked = checks(&completed(&mut s, 1000, at(t0, past_grace)));
     assert_eq!(asked, 1, "the orphan is checked before it is reaped");
@@ -471,7 +471,7 @@ fn one_busy_unbound_runner_costs_one_check_not_one_per_completed_job() {
     // An unanswered question (an error) is asked again, but at most once a minute.
     let (mut s, t0) = core();
     let name = claimed(&mut s, t0);
-    s.on_runner_event(&name, RunnerEventKind::Started, at(t0, 2));
+    s.on_runner_event(&name, RunnerEventKind::Started { warm: false }, at(t0, 2));
     let mut asked = checks(&completed(&mut s, 1000, at(t0, past_grace)));
     s.on_idle_checked(&name, Err(bad_gateway()), "orphan", at(t0, past_grace + 1));
     for (i, id) in (1001..1101).enumerate() {

@@ -181,6 +181,7 @@ impl Scheduler {
                 labels: p.labels.clone(),
                 environment_failures: s.env_failures,
                 last_environment_failure: s.last_env_failure.clone(),
+                warm: s.warm,
             })
             .collect()
     }
@@ -370,6 +371,9 @@ pub struct ProviderView {
     /// The latest such failure.
     #[serde(default)]
     pub last_environment_failure: Option<String>,
+    /// Its warm environments, in a pool that keeps some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::provision::warm::WarmView>,
 }
 
 /// The scheduler's whole state, for `GetSchedulerState`: tests and embedding apps.

@@ -196,6 +196,12 @@ impl Handler<crate::lifecycle::CrashProvisioner> for FakeProvisioner {
     fn handle(&mut self, _: crate::lifecycle::CrashProvisioner, _: &mut Context<Self>) {}
 }
 
+impl Handler<crate::provision::warm::WarmHold> for FakeProvisioner {
+    type Result = ();
+
+    fn handle(&mut self, _: crate::provision::warm::WarmHold, _: &mut Context<Self>) {}
+}
+
 impl Handler<SetSink> for FakeProvisioner {
     type Result = ();
     fn handle(&mut self, m: SetSink, _: &mut Context<Self>) {
@@ -211,7 +217,7 @@ impl Handler<Provision> for FakeProvisioner {
             Some(error) => RunnerEventKind::Failed {
                 error: error.clone(),
             },
-            None => RunnerEventKind::Started,
+            None => RunnerEventKind::Started { warm: false },
         };
         if let Some(s) = &self.sink {
             s.do_send(RunnerEvent {
@@ -329,6 +335,7 @@ async fn harness(s: Setup) -> Harness {
                 stop: fake.clone().recipient(),
                 crash: fake.clone().recipient(),
                 crash_child: fake.clone().recipient(),
+                warm: fake.clone().recipient(),
             },
         );
         fakes.push(fake);

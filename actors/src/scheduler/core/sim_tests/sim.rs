@@ -405,7 +405,7 @@ impl Sim {
                 if let Some((_, p @ Proc::Booting)) = self.procs.get_mut(&name) {
                     *p = Proc::Idle;
                     self.core
-                        .on_runner_event(&name, RunnerEventKind::Started, now)
+                        .on_runner_event(&name, RunnerEventKind::Started { warm: false }, now)
                 } else {
                     return;
                 }

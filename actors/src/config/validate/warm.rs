@@ -1,0 +1,110 @@
+//! `providers.*.warm` and `warm_max_age`.
+
+use super::{Problems, ProviderKind, duration};
+use crate::config::{
+    WarmConfig,
+    raw::RawWarm,
+    warm::{WARM_MAX_AGE, WarmWindow, parse_days, parse_hours},
+};
+
+/// The kinds whose backends boot an environment ahead of its claim.
+pub(crate) fn keeps_warm(kind: ProviderKind) -> bool {
+    matches!(kind, ProviderKind::Local | ProviderKind::NativeMacos)
+}
+
+/// A pool's warm settings: every count at most the pool's `max_concurrent` (warm environments
+/// and running ones share the pool's slots), windows well-formed, the zone known.
+pub(super) fn build_warm(
+    key: &str,
+    kind: ProviderKind,
+    raw: Option<RawWarm>,
+    max_age: Option<String>,
+    max_concurrent: usize,
+    p: &mut Problems,
+) -> WarmConfig {
+    let mut c = WarmConfig {
+        max_age: duration(&format!("{key}.warm_max_age"), max_age, WARM_MAX_AGE, p),
+        ..WarmConfig::default()
+    };
+    if c.max_age.is_zero() {
+        p.push(format!("{key}.warm_max_age"), "must be longer than 0s");
+    }
+    let counted = |at: String, n: Option<i64>, p: &mut Problems| -> usize {
+        match n {
+            None => 0,
+            Some(n) if n < 0 => {
+                p.push(at, format!("must be 0 or more, got {n}"));
+                0
+            }
+            Some(n) if n as u64 > max_concurrent as u64 => {
+                p.push(
+                    at,
+                    format!("{n} is more than the pool's max_concurrent ({max_concurrent}): warm environments take the pool's slots"),
+                );
+                0
+            }
+            Some(n) => usize::try_from(n).unwrap_or(0),
+        }
+    };
+    match raw {
+        None => {}
+        Some(RawWarm::Count(n)) => c.min = counted(format!("{key}.warm"), Some(n), p),
+        Some(RawWarm::Table(t)) => {
+            c.min = counted(format!("{key}.warm.min"), t.min, p);
+            for (i, w) in t.windows.unwrap_or_default().into_iter().enumerate() {
+                let at = format!("{key}.warm.windows[{i}]");
+                let days = match w.days.as_deref().map(parse_days) {
+                    Some(Ok(days)) => days,
+                    Some(Err(e)) => {
+                        p.push(format!("{at}.days"), e);
+                        [false; 7]
+                    }
+                    None => [true; 7],
+                };
+                let (from, to) = match w.hours.as_deref().map(parse_hours) {
+                    Some(Ok(hours)) => hours,
+                    Some(Err(e)) => {
+                        p.push(format!("{at}.hours"), e);
+                        (0, 0)
+                    }
+                    None => (0, 24 * 60),
+                };
+                if w.min.is_none() {
+                    p.push(
+                        format!("{at}.min"),
+                        "required: how many to keep warm in the window",
+                    );
+                }
+                let min = counted(format!("{at}.min"), w.min, p);
+                c.windows.push(WarmWindow {
+                    days,
+                    from,
+                    to,
+                    min,
+                });
+            }
+            if let Some(zone) = t.time_zone {
+                if jiff::tz::TimeZone::get(&zone).is_err() {
+                    p.push(
+                        format!("{key}.warm.time_zone"),
+                        format!("{zone:?} is not a time zone this host knows (an IANA name, e.g. \"Europe/Berlin\")"),
+                    );
+                } else {
+                    c.time_zone = Some(zone);
+                }
+            }
+        }
+    }
+    if c.any() && !keeps_warm(kind) {
+        p.push(
+            format!("{key}.warm"),
+            format!(
+                "a {} pool keeps no environment warm (local and native_macos pools do): set it to 0",
+                kind.as_str()
+            ),
+        );
+        c.min = 0;
+        c.windows.clear();
+    }
+    c
+}

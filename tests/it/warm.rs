@@ -1,0 +1,153 @@
+//! Warm pools: environments booted before their claims. A local pool's warm environment is
+//! its runner's directory, prepared ahead (with `runner_dir`, the install's copy).
+
+use std::{path::Path, time::Duration};
+
+use crate::support::{
+    daemon::{Daemon, local_provider},
+    provision::eventually,
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+
+/// The warm directories in `root`.
+fn warm_dirs(root: &Path) -> Vec<String> {
+    std::fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("-warm-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of the series `line` starts with (`0` when absent).
+fn series(metrics: &str, line: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(line))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A pool keeping 2 warm out of 3 slots: a burst of 6 jobs takes the warm ones (and whatever
+/// the refill has ready, else boots cold), and every job runs; the pool is warm again after; a
+/// warm directory removed behind the daemon's back is replaced; warm directories gone at the
+/// moment of their claims fall back to new ones and lose no job; a cordon removes what is warm
+/// and an uncordon brings it back; the stop leaves no warm directory behind.
+#[actix_rt::test]
+async fn a_warm_pool_serves_a_burst_replaces_the_dead_and_leaves_nothing_on_cordon_or_stop() {
+    let standin = crate::support::standin(100);
+    let pool = local_provider(3).replace("max_concurrent = 3", "max_concurrent = 3\nwarm = 2");
+    let daemon = Daemon::start(&standin, "", &pool).await;
+    let root = daemon.runner_dir();
+    eventually("two warm directories", Duration::from_secs(20), || {
+        warm_dirs(&root).len() == 2
+    })
+    .await;
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        series(&metrics, "ephemerd_warm_available{pool=\"local\"}"),
+        2.0
+    );
+    let status = daemon.ctl_json(&["status"]).await;
+    assert_eq!(
+        status["providers"][0]["warm"],
+        serde_json::json!({ "available": 2, "booting": 0, "target": 2 }),
+        "{status}"
+    );
+    let (_, text, _) = daemon.ctl(&["status"]).await;
+    assert!(
+        text.contains("warm: 2 ready, 0 booting (keeps 2 now)"),
+        "{text}"
+    );
+
+    standin.queue_jobs("app", LABELS, 6);
+    daemon
+        .wait_completed(&standin, 6, Duration::from_secs(60))
+        .await;
+    daemon.wait_no_runner_left(&standin).await;
+    let metrics = daemon.metrics().await;
+    let hits = series(
+        &metrics,
+        "ephemerd_warm_claims_total{outcome=\"hit\",pool=\"local\"}",
+    );
+    let misses = series(
+        &metrics,
+        "ephemerd_warm_claims_total{outcome=\"miss\",pool=\"local\"}",
+    );
+    // Booting a command pool's directory is quick, so the burst may find one warm each time.
+    assert!(hits >= 2.0, "the warm ones were used: {hits}");
+    assert_eq!(hits + misses, 6.0, "one start per job");
+    assert_eq!(
+        series(
+            &metrics,
+            "ephemerd_pickup_seconds_count{pool=\"local\",warm=\"hit\"}"
+        ),
+        hits
+    );
+
+    // Warm again; one of them removed behind the daemon's back is replaced.
+    eventually("the pool is warm again", Duration::from_secs(20), || {
+        warm_dirs(&root).len() == 2
+    })
+    .await;
+    let victim = warm_dirs(&root)[0].clone();
+    std::fs::remove_dir_all(root.join(&victim)).unwrap();
+    eventually("the dead one is replaced", Duration::from_secs(20), || {
+        let now = warm_dirs(&root);
+        now.len() == 2 && !now.contains(&victim)
+    })
+    .await;
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            "ephemerd_warm_discarded_total{pool=\"local\",reason=\"dead\"}"
+        ),
+        1.0
+    );
+
+    // Both warm directories gone just before two claims take them: each runner starts in a
+    // new directory instead, and both jobs run.
+    eventually("warm again", Duration::from_secs(20), || {
+        warm_dirs(&root).len() == 2
+    })
+    .await;
+    for dir in warm_dirs(&root) {
+        std::fs::remove_dir_all(root.join(dir)).unwrap();
+    }
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 8, Duration::from_secs(60))
+        .await;
+    assert!(
+        daemon
+            .logs()
+            .contains("the warm environment failed at the claim; starting the runner in a new one"),
+        "{}",
+        daemon.logs()
+    );
+
+    // Cordoned: nothing warm; uncordoned: warm again.
+    assert_eq!(daemon.ctl(&["cordon"]).await.0, 0);
+    eventually(
+        "a cordon removes the warm ones",
+        Duration::from_secs(20),
+        || warm_dirs(&root).is_empty(),
+    )
+    .await;
+    assert_eq!(daemon.ctl(&["uncordon"]).await.0, 0);
+    eventually(
+        "warm again after the uncordon",
+        Duration::from_secs(20),
+        || warm_dirs(&root).len() == 2,
+    )
+    .await;
+
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert_eq!(warm_dirs(&root), Vec::<String>::new(), "{logs}");
+}
