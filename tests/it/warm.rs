@@ -151,3 +151,85 @@ async fn a_warm_pool_serves_a_burst_replaces_the_dead_and_leaves_nothing_on_cord
     assert_eq!(code, Some(0), "{logs}");
     assert_eq!(warm_dirs(&root), Vec::<String>::new(), "{logs}");
 }
+
+/// A container pool keeping 2 warm: the warm containers run with no runner and no secret in
+/// them (no JIT config, none of the pool's `env`); jobs start in them and run; the pool is warm
+/// again after; the stop leaves no container, warm or not.
+#[actix_rt::test]
+async fn a_container_pool_starts_runners_in_warm_containers_that_hold_no_secret() {
+    let Some(podman) = crate::support::podman::Podman::start().await else {
+        return;
+    };
+    let standin = crate::support::standin(200);
+    let providers = crate::support::daemon::linux_provider(
+        &podman.socket,
+        crate::support::podman::IMAGE,
+        3,
+        "command = [\"/usr/local/bin/ephemer-actors\", \"standin-runner\"]\nnetwork = \"host\"\nwarm = 2\nenv = { TEAM_TOKEN = \"team-secret-7f3a\" }",
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+    let docker =
+        bollard::Docker::connect_with_unix(&podman.socket, 60, bollard::API_DEFAULT_VERSION)
+            .unwrap();
+    let warm_names = || async {
+        podman
+            .container_names()
+            .await
+            .split_whitespace()
+            .filter(|n| n.contains("-warm-"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut warm = warm_names().await;
+    while warm.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no warm containers:\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        warm = warm_names().await;
+    }
+    let inspect = docker
+        .inspect_container(
+            &warm[0],
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let env = inspect.config.unwrap().env.unwrap_or_default().join(" ");
+    assert!(!env.contains("ACTIONS_RUNNER_INPUT_JITCONFIG"), "{env}");
+    assert!(!env.contains("team-secret"), "{env}");
+    assert!(inspect.state.unwrap().running.unwrap_or(false));
+
+    standin.queue_jobs("app", LABELS, 4);
+    daemon
+        .wait_completed(&standin, 4, Duration::from_secs(120))
+        .await;
+    daemon.wait_no_runner_left(&standin).await;
+    let metrics = daemon.metrics().await;
+    let hits = series(
+        &metrics,
+        "ephemerd_warm_claims_total{outcome=\"hit\",pool=\"linux\"}",
+    );
+    assert!(
+        hits >= 2.0,
+        "runners started in warm containers: {hits}\n{}",
+        daemon.logs()
+    );
+    assert!(daemon.logs().contains("runner started in a warm container"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while warm_names().await.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not warm again:\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let ours = format!("{}-linux-", daemon.prefix());
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+    let names = podman.container_names().await;
+    assert!(!names.contains(&ours), "containers left: {names}");
+}

@@ -104,9 +104,9 @@ pub const LOG_CAP: u64 = 16 * 1024 * 1024;
 /// Runs runners in containers.
 #[derive(Debug, Clone)]
 pub struct ContainerBackend {
-    docker: Docker,
-    s: Rc<ContainerSettings>,
-    images: super::image::ImageGate,
+    pub(super) docker: Docker,
+    pub(super) s: Rc<ContainerSettings>,
+    pub(super) images: super::image::ImageGate,
     versions: super::container_version::VersionCache,
 }
 
@@ -142,7 +142,7 @@ impl ContainerBackend {
     }
 
     /// A container like every runner's: our labels, the init, never privileged.
-    fn body(
+    pub(super) fn body(
         &self,
         name: &str,
         cmd: Option<Vec<String>>,
@@ -184,7 +184,7 @@ impl ContainerBackend {
 
     /// What an engine's answer means for the pool, in words an operator can act on: the
     /// engine's own, and what to install or do about it.
-    fn engine_error(&self, e: &bollard::errors::Error) -> ProvisionError {
+    pub(super) fn engine_error(&self, e: &bollard::errors::Error) -> ProvisionError {
         use bollard::errors::Error as E;
         let (socket, image) = (&self.s.socket, &self.s.image);
         match e {
@@ -226,10 +226,22 @@ impl ContainerBackend {
     /// Streams the container's output to its log file, up to its cap.
     async fn save_logs(&self, name: &str) {
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
-        let mut logs = self.docker.logs(name, Some(options));
+        self.write_log(name, self.docker.logs(name, Some(options)))
+            .await;
+    }
+
+    /// Writes `output` to `<log_dir>/<name>.log`, up to its cap; makes the file only when
+    /// there is output.
+    pub(super) async fn write_log(
+        &self,
+        name: &str,
+        mut output: impl futures_util::Stream<
+            Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
+        > + Unpin,
+    ) {
         let mut file = None;
         let mut written = 0u64;
-        while let Some(Ok(chunk)) = logs.next().await {
+        while let Some(Ok(chunk)) = output.next().await {
             let bytes = chunk.into_bytes();
             if file.is_none() {
                 let _ = std::fs::create_dir_all(&self.s.log_dir);
@@ -251,10 +263,64 @@ impl ContainerBackend {
             }
         }
     }
+
+    /// The runner's environment: the pool's `env` (the CA bundle at its container path), the
+    /// JIT config, and the runner's own switches. Given at the runner's start only.
+    pub(super) fn job_env(&self, spec: &RunnerSpec) -> Vec<String> {
+        let mut env: Vec<String> = self
+            .s
+            .env
+            .with_ca_at(super::CONTAINER_CA_PATH)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.extend([
+            format!(
+                "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
+                spec.jit_config.expose()
+            ),
+            "RUNNER_ALLOW_RUNASROOT=1".into(),
+            "RUNNER_MANUALLY_TRAP_SIG=1".into(),
+        ]);
+        env
+    }
+
+    /// Creates container `name` from `body`; one left over under that name is removed first.
+    pub(super) async fn create(
+        &self,
+        name: &str,
+        body: ContainerCreateBody,
+    ) -> Result<(), ProvisionError> {
+        let options = CreateContainerOptionsBuilder::new().name(name).build();
+        let created = self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        if let Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) = created
+        {
+            // A container of that name is left over: remove it and try once more.
+            self.clone().stop(name.to_string()).await;
+            self.docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|e| self.engine_error(&e))?;
+        } else {
+            created.map_err(|e| self.engine_error(&e))?;
+        }
+        self.docker
+            .start_container(
+                name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| self.engine_error(&e))
+    }
 }
 
 /// Resolves with the container's exit code when it stops.
-fn watch(docker: Docker, name: String) -> super::LocalFuture<Option<i32>> {
+pub(super) fn watch(docker: Docker, name: String) -> super::LocalFuture<Option<i32>> {
     Box::pin(async move {
         let mut wait = docker.wait_container(
             &name,
@@ -282,53 +348,30 @@ impl Backend for ContainerBackend {
     async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = spec.name.clone();
         self.images.ready(&self.docker, &self.s).await?;
-        let mut env: Vec<String> = self
-            .s
-            .env
-            .with_ca_at(super::CONTAINER_CA_PATH)
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        env.extend([
-            format!(
-                "ACTIONS_RUNNER_INPUT_JITCONFIG={}",
-                spec.jit_config.expose()
-            ),
-            "RUNNER_ALLOW_RUNASROOT=1".into(),
-            "RUNNER_MANUALLY_TRAP_SIG=1".into(),
-        ]);
         let cmd = (!self.s.command.is_empty()).then(|| self.s.command.clone());
-        let body = self.body(&name, cmd, Some(env));
-        let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = self
-            .docker
-            .create_container(Some(options.clone()), body.clone())
-            .await;
-        if let Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409, ..
-        }) = created
-        {
-            // A container of that name is left over: remove it and try once more.
-            self.clone().stop(name.clone()).await;
-            self.docker
-                .create_container(Some(options), body)
-                .await
-                .map_err(|e| self.engine_error(&e))?;
-        } else {
-            created.map_err(|e| self.engine_error(&e))?;
-        }
-        self.docker
-            .start_container(
-                &name,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| self.engine_error(&e))?;
+        let body = self.body(&name, cmd, Some(self.job_env(&spec)));
+        self.create(&name, body).await?;
         tracing::info!(runner = %name, image = %self.s.image, "runner container started");
         let docker = self.docker.clone();
         Ok(RunningRunner {
             exited: watch(docker, name),
         })
+    }
+
+    async fn warm_boot(self, name: String) -> Result<(), ProvisionError> {
+        self.boot_warm(&name).await
+    }
+
+    async fn warm_ready(self, name: String) -> Result<(), &'static str> {
+        self.check_warm(&name).await
+    }
+
+    async fn warm_start(
+        self,
+        warm: String,
+        spec: RunnerSpec,
+    ) -> Result<RunningRunner, ProvisionError> {
+        self.start_warm(&warm, spec).await
     }
 
     async fn stop(self, name: String) {

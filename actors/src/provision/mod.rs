@@ -9,6 +9,7 @@ pub mod build;
 mod cgroup;
 pub mod container;
 mod container_version;
+mod container_warm;
 mod error;
 mod image;
 pub mod install;

@@ -9,7 +9,10 @@ use crate::config::{
 
 /// The kinds whose backends boot an environment ahead of its claim.
 pub(crate) fn keeps_warm(kind: ProviderKind) -> bool {
-    matches!(kind, ProviderKind::Local | ProviderKind::NativeMacos)
+    matches!(
+        kind,
+        ProviderKind::Local | ProviderKind::NativeMacos | ProviderKind::Linux
+    )
 }
 
 /// A pool's warm settings: every count at most the pool's `max_concurrent` (warm environments
@@ -99,7 +102,7 @@ pub(super) fn build_warm(
         p.push(
             format!("{key}.warm"),
             format!(
-                "a {} pool keeps no environment warm (local and native_macos pools do): set it to 0",
+                "a {} pool keeps no environment warm (local, native_macos and linux pools do): set it to 0",
                 kind.as_str()
             ),
         );
