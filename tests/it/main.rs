@@ -124,3 +124,4 @@ mod targets;
 mod targets_fleet;
 mod tart;
 mod warm;
+mod warm_figures;

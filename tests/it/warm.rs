@@ -233,3 +233,41 @@ async fn a_container_pool_starts_runners_in_warm_containers_that_hold_no_secret(
     let names = podman.container_names().await;
     assert!(!names.contains(&ours), "containers left: {names}");
 }
+
+/// A daemon killed with `kill -9` while two directories were warm: the restart removes them
+/// with its leftovers and prepares new ones; none leaks, and jobs run.
+#[actix_rt::test]
+async fn a_restart_after_kill_9_removes_what_was_warm_and_warms_anew() {
+    let standin = crate::support::standin(100);
+    let pool = local_provider(3).replace("max_concurrent = 3", "max_concurrent = 3\nwarm = 2");
+    let daemon = Daemon::start(&standin, "", &pool).await;
+    let root = daemon.runner_dir();
+    eventually("two warm directories", Duration::from_secs(20), || {
+        warm_dirs(&root).len() == 2
+    })
+    .await;
+    let before = warm_dirs(&root);
+    let daemon = Daemon::resume(&standin, daemon.kill9().await).await;
+    eventually(
+        "the old ones removed, two new ones warm",
+        Duration::from_secs(30),
+        || {
+            let now = warm_dirs(&root);
+            now.len() == 2 && now.iter().all(|d| !before.contains(d))
+        },
+    )
+    .await;
+    assert!(
+        daemon
+            .logs()
+            .contains("removed leftover runner environments"),
+        "{}",
+        daemon.logs()
+    );
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(60))
+        .await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+    assert_eq!(warm_dirs(&root), Vec::<String>::new());
+}

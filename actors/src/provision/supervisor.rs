@@ -355,16 +355,17 @@ impl<B: Backend> Handler<crate::lifecycle::CrashProvisioner> for ProvisionerSupe
 impl<B: Backend> Handler<Provision> for ProvisionerSupervisor<B> {
     type Result = ();
 
-    fn handle(&mut self, m: Provision, ctx: &mut Context<Self>) {
+    fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
         let name = m.0.name.clone();
         match self.child.clone() {
             Some(child) if child.connected() && self.accepting => {
                 self.live.insert(name);
+                // The refill waits for this runner's start (its event), so a new warm
+                // environment's boot does not compete with the start on the engine.
                 match self.warm_take() {
                     Some(warm) => child.do_send(super::StartIn { spec: m.0, warm }),
                     None => child.do_send(m),
                 }
-                self.warm_refill(ctx);
             }
             _ => self.report(
                 &name,
@@ -406,9 +407,9 @@ impl<B: Backend> Handler<RunnerEvent> for ProvisionerSupervisor<B> {
             RunnerEventKind::Exited { .. } | RunnerEventKind::Failed { .. }
         ) {
             self.live.remove(&m.name);
-            // A slot is free: a warm environment may take it.
-            self.warm_refill(ctx);
         }
+        // A runner started (what was taken is replaced now) or a slot is free.
+        self.warm_refill(ctx);
         // A failure of the whole pool (the engine gone, the command missing) takes it down
         // before the scheduler hears of the runner, so the job is not handed to it again.
         if let RunnerEventKind::Failed { error } = &m.kind
