@@ -23,6 +23,20 @@ fn warm_dirs(root: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A daemon whose local pool keeps 2 warm of 3 slots, once both are warm: (the stand-in, the
+/// daemon, its runners' work root).
+async fn warm_local_pool() -> (github_standin::Standin, Daemon, std::path::PathBuf) {
+    let standin = crate::support::standin(100);
+    let pool = local_provider(3).replace("max_concurrent = 3", "max_concurrent = 3\nwarm = 2");
+    let daemon = Daemon::start(&standin, "", &pool).await;
+    let root = daemon.runner_dir();
+    eventually("two warm directories", Duration::from_secs(20), || {
+        warm_dirs(&root).len() == 2
+    })
+    .await;
+    (standin, daemon, root)
+}
+
 /// The value of the series `line` starts with (`0` when absent).
 fn series(metrics: &str, line: &str) -> f64 {
     metrics
@@ -39,14 +53,7 @@ fn series(metrics: &str, line: &str) -> f64 {
 /// and an uncordon brings it back; the stop leaves no warm directory behind.
 #[actix_rt::test]
 async fn a_warm_pool_serves_a_burst_replaces_the_dead_and_leaves_nothing_on_cordon_or_stop() {
-    let standin = crate::support::standin(100);
-    let pool = local_provider(3).replace("max_concurrent = 3", "max_concurrent = 3\nwarm = 2");
-    let daemon = Daemon::start(&standin, "", &pool).await;
-    let root = daemon.runner_dir();
-    eventually("two warm directories", Duration::from_secs(20), || {
-        warm_dirs(&root).len() == 2
-    })
-    .await;
+    let (standin, daemon, root) = warm_local_pool().await;
     let metrics = daemon.metrics().await;
     assert_eq!(
         series(&metrics, "ephemerd_warm_available{pool=\"local\"}"),
@@ -238,14 +245,7 @@ async fn a_container_pool_starts_runners_in_warm_containers_that_hold_no_secret(
 /// with its leftovers and prepares new ones; none leaks, and jobs run.
 #[actix_rt::test]
 async fn a_restart_after_kill_9_removes_what_was_warm_and_warms_anew() {
-    let standin = crate::support::standin(100);
-    let pool = local_provider(3).replace("max_concurrent = 3", "max_concurrent = 3\nwarm = 2");
-    let daemon = Daemon::start(&standin, "", &pool).await;
-    let root = daemon.runner_dir();
-    eventually("two warm directories", Duration::from_secs(20), || {
-        warm_dirs(&root).len() == 2
-    })
-    .await;
+    let (standin, daemon, root) = warm_local_pool().await;
     let before = warm_dirs(&root);
     let daemon = Daemon::resume(&standin, daemon.kill9().await).await;
     eventually(
