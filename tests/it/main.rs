@@ -123,5 +123,6 @@ mod systemd;
 mod targets;
 mod targets_fleet;
 mod tart;
+mod tart_warm;
 mod warm;
 mod warm_figures;

@@ -17,23 +17,23 @@ use crate::{
 };
 
 /// How the stand-in `tart` behaves.
-struct Guest<'a> {
+pub(crate) struct Guest<'a> {
     /// `tart ip` answers.
-    boots: bool,
+    pub(crate) boots: bool,
     /// `tart list` prints this.
-    leftovers: &'a str,
+    pub(crate) leftovers: &'a str,
     /// `tart exec` reaches a guest agent.
-    agent: bool,
+    pub(crate) agent: bool,
 }
 
-const GUEST: Guest<'static> = Guest {
+pub(crate) const GUEST: Guest<'static> = Guest {
     boots: true,
     leftovers: "[]",
     agent: true,
 };
 
 /// A real-looking ed25519 public key whose blob is made of `seed`.
-fn public_key(seed: u8) -> String {
+pub(crate) fn public_key(seed: u8) -> String {
     use base64::Engine;
     let mut blob = vec![0, 0, 0, 11];
     blob.extend_from_slice(b"ssh-ed25519");
@@ -102,7 +102,7 @@ fn settings(dir: &Path, host_keys: HostKeys, boot: Duration) -> TartSettings {
 
 /// The stand-in `tart`, an `ssh` that records its argv, the pin it was held to and its stdin,
 /// and an `ssh-keyscan` that reports the image's key.
-fn tart_fixture(dir: &Path, guest: &Guest<'_>, host_keys: HostKeys) -> TartBackend {
+pub(crate) fn tart_fixture(dir: &Path, guest: &Guest<'_>, host_keys: HostKeys) -> TartBackend {
     fake_tart(dir, guest);
     let d = dir.display();
     executable(
@@ -126,7 +126,7 @@ sleep 0.2
     TartBackend::new(settings(dir, host_keys, Duration::from_secs(120)))
 }
 
-fn calls(dir: &Path) -> Vec<String> {
+pub(crate) fn calls(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("calls.log"))
         .unwrap_or_default()
         .lines()
@@ -134,7 +134,7 @@ fn calls(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn position(calls: &[String], prefix: &str) -> usize {
+pub(crate) fn position(calls: &[String], prefix: &str) -> usize {
     calls
         .iter()
         .position(|c| c.starts_with(prefix))

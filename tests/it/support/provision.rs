@@ -75,6 +75,15 @@ pub fn supervise<B: Backend>(
     backend: B,
     job_timeout: Option<Duration>,
 ) -> (Addr<ProvisionerSupervisor<B>>, Events) {
+    supervise_warm(backend, job_timeout, None)
+}
+
+/// [`supervise`], keeping environments warm per `warm`.
+pub fn supervise_warm<B: Backend>(
+    backend: B,
+    job_timeout: Option<Duration>,
+    warm: Option<ephemer_actors_core::provision::warm::WarmSettings>,
+) -> (Addr<ProvisionerSupervisor<B>>, Events) {
     let events = Events::default();
     let recorder = Recorder(events.clone()).start();
     // The supervisor holds its parent weakly: keep the recorder alive for the whole test.
@@ -88,6 +97,7 @@ pub fn supervise<B: Backend>(
         Metrics::new(),
         Clock::real(),
     )
+    .with_warm(warm)
     .start();
     (sup, events)
 }

@@ -390,7 +390,7 @@ fn warm_takes_a_count_or_windows_and_names_every_problem_with_its_key() {
         warm_max_age = "0s"
         [providers.mac]
         kind = "vm_macos"
-        warm = 1
+        warm = 3
         "#,
     );
     assert_has_keys(

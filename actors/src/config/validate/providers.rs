@@ -81,14 +81,7 @@ fn build_common(
         restart: build_restart(&format!("{key}.restart"), r.restart.take(), p),
         env: super::runner_env::build_env(&format!("{key}.env"), r.env.take(), env, secrets, p),
         targets: r.targets.take(),
-        warm: super::warm::build_warm(
-            key,
-            kind,
-            r.warm.take(),
-            r.warm_max_age.take(),
-            max_concurrent,
-            p,
-        ),
+        warm: super::warm::build_warm(key, r.warm.take(), r.warm_max_age.take(), max_concurrent, p),
     }
 }
 

@@ -1,25 +1,16 @@
 //! `providers.*.warm` and `warm_max_age`.
 
-use super::{Problems, ProviderKind, duration};
+use super::{Problems, duration};
 use crate::config::{
     WarmConfig,
     raw::RawWarm,
     warm::{WARM_MAX_AGE, WarmWindow, parse_days, parse_hours},
 };
 
-/// The kinds whose backends boot an environment ahead of its claim.
-pub(crate) fn keeps_warm(kind: ProviderKind) -> bool {
-    matches!(
-        kind,
-        ProviderKind::Local | ProviderKind::NativeMacos | ProviderKind::Linux
-    )
-}
-
 /// A pool's warm settings: every count at most the pool's `max_concurrent` (warm environments
 /// and running ones share the pool's slots), windows well-formed, the zone known.
 pub(super) fn build_warm(
     key: &str,
-    kind: ProviderKind,
     raw: Option<RawWarm>,
     max_age: Option<String>,
     max_concurrent: usize,
@@ -97,17 +88,6 @@ pub(super) fn build_warm(
                 }
             }
         }
-    }
-    if c.any() && !keeps_warm(kind) {
-        p.push(
-            format!("{key}.warm"),
-            format!(
-                "a {} pool keeps no environment warm (local, native_macos and linux pools do): set it to 0",
-                kind.as_str()
-            ),
-        );
-        c.min = 0;
-        c.windows.clear();
     }
     c
 }

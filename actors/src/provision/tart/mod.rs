@@ -54,10 +54,31 @@ pub struct TartSettings {
     pub vm_hosts: PathBuf,
 }
 
+/// A VM up and reachable, no runner in it yet.
+#[derive(Debug)]
+struct Booted {
+    /// The `tart run` child (it lives as long as the VM).
+    vm: tokio::process::Child,
+    ip: String,
+    pin: host_keys::Pin,
+    log: std::fs::File,
+}
+
+/// Shares the runner log with a child process.
+fn dup(log: &std::fs::File) -> Result<std::fs::File, ProvisionError> {
+    log.try_clone()
+        .map_err(|e| ProvisionError::HostUnavailable(format!("cannot share the runner log: {e}")))
+}
+
 /// Runs runners in tart VMs.
 #[derive(Debug, Clone)]
 pub struct TartBackend {
     s: Rc<TartSettings>,
+    /// Warm VMs booted before their claims, by VM name.
+    warm: Rc<std::cell::RefCell<std::collections::HashMap<String, Booted>>>,
+    /// A runner started in a warm VM, by runner name: its VM's name (a running VM cannot
+    /// be renamed).
+    vm_of: Rc<std::cell::RefCell<std::collections::HashMap<String, String>>>,
     /// The runner version of the base image, as its last VM said, and when.
     version: Rc<std::cell::RefCell<Option<(crate::release::Version, std::time::Instant)>>>,
 }
@@ -77,6 +98,8 @@ impl TartBackend {
         TartBackend {
             s: Rc::new(settings),
             version: Rc::default(),
+            warm: Rc::default(),
+            vm_of: Rc::default(),
         }
     }
 
@@ -110,16 +133,17 @@ impl TartBackend {
     }
 
     async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
-        let name = &spec.name;
+        let booted = self.boot(&spec.name).await?;
+        let vm = spec.name.clone();
+        self.run_in(&vm, booted, spec).await
+    }
+
+    /// Clones VM `name`, runs it, waits for its address and pins its host key.
+    async fn boot(&self, name: &str) -> Result<Booted, ProvisionError> {
         let failed = |what: &str| ProvisionError::EnvironmentFailed(what.to_string());
-        let dup = |log: &std::fs::File| {
-            log.try_clone().map_err(|e| {
-                ProvisionError::HostUnavailable(format!("cannot share the runner log: {e}"))
-            })
-        };
         self.tart(&["clone", &self.s.base_image, name]).await?;
         let log = self.log(name)?;
-        let mut vm = Command::new(&self.s.tart)
+        let vm = Command::new(&self.s.tart)
             .args(["run", "--no-graphics"])
             .args(&self.s.run_args)
             .arg(name)
@@ -137,6 +161,23 @@ impl TartBackend {
         };
         let pin = self.pin_for(name, &ip).await?;
         self.learn_version(name).await;
+        Ok(Booted { vm, ip, pin, log })
+    }
+
+    /// Starts `spec`'s runner over ssh in VM `vm_name`, booted by [`TartBackend::boot`].
+    async fn run_in(
+        &self,
+        vm_name: &str,
+        booted: Booted,
+        spec: RunnerSpec,
+    ) -> Result<RunningRunner, ProvisionError> {
+        let failed = |what: &str| ProvisionError::EnvironmentFailed(what.to_string());
+        let Booted {
+            mut vm,
+            ip,
+            pin,
+            log,
+        } = booted;
         // The pool's variables, the CA and the JIT config go on stdin; the remote shell reads
         // them into the runner's environment.
         let remote = remote_command(&self.s.runner_command);
@@ -160,7 +201,7 @@ impl TartBackend {
                 .await
                 .map_err(|e| failed(&format!("cannot hand the JIT config over ssh: {e}")))?;
         }
-        tracing::info!(runner = %name, %ip, "runner started in its VM");
+        tracing::info!(runner = %spec.name, vm = %vm_name, %ip, "runner started in its VM");
         Ok(RunningRunner {
             exited: Box::pin(async move {
                 tokio::select! {
@@ -264,6 +305,9 @@ impl Backend for TartBackend {
     }
 
     async fn stop(self, name: String) {
+        // A runner in a warm VM: the VM has its own name.
+        let name = self.vm_of.borrow_mut().remove(&name).unwrap_or(name);
+        self.warm.borrow_mut().remove(&name);
         if let Err(e) = self.tart(&["stop", "--timeout", "30", &name]).await {
             tracing::debug!(runner = %name, error = %e, "tart stop");
         }
@@ -331,6 +375,46 @@ impl Backend for TartBackend {
     /// What the base image's last VM said (none before the first job).
     async fn runner_version(self) -> Result<Option<crate::release::Version>, String> {
         Ok(self.version.borrow().as_ref().map(|(v, _)| v.clone()))
+    }
+
+    async fn warm_boot(self, name: String) -> Result<(), ProvisionError> {
+        match self.boot(&name).await {
+            Ok(booted) => {
+                self.warm.borrow_mut().insert(name, booted);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A warm VM whose `tart run` ended is dead.
+    async fn warm_ready(self, name: String) -> Result<(), &'static str> {
+        match self
+            .warm
+            .borrow_mut()
+            .get_mut(&name)
+            .map(|b| b.vm.try_wait())
+        {
+            Some(Ok(None)) => Ok(()),
+            _ => Err("dead"),
+        }
+    }
+
+    /// The runner over ssh in warm VM `warm`, the config on stdin as for a cold one.
+    async fn warm_start(
+        self,
+        warm: String,
+        spec: RunnerSpec,
+    ) -> Result<RunningRunner, ProvisionError> {
+        let booted = self.warm.borrow_mut().remove(&warm).ok_or_else(|| {
+            ProvisionError::EnvironmentFailed(format!("{warm} was not booted by this run"))
+        })?;
+        let runner = spec.name.clone();
+        let started = self.run_in(&warm, booted, spec).await;
+        if started.is_ok() {
+            self.vm_of.borrow_mut().insert(runner, warm);
+        }
+        started
     }
 
     /// The `tart run` child that held the VM died with the old daemon, so a VM cannot be
