@@ -4,7 +4,7 @@
 //! rate headers are handed to the rate tracker. Errors come back typed ([`GithubError`]) so the
 //! retry ladder can classify them. This module never logs a token or a JIT config.
 
-use std::{collections::HashMap, rc::Rc, time::Duration};
+use std::{rc::Rc, time::Duration};
 
 use actix::Recipient;
 use actix_web::http::{Method, StatusCode, header::HeaderMap};
@@ -33,10 +33,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest answer body read.
 pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
-/// `per_page` for every listing (GitHub's maximum).
-const PER_PAGE: usize = 100;
-/// A listing stops after this many pages, whatever the Link header says.
-const MAX_PAGES: usize = 50;
 /// Fresh runner names tried when GitHub answers 409 (name taken).
 pub const NAME_ATTEMPTS: u32 = 3;
 /// The REST API version every call pins.
@@ -137,24 +133,11 @@ struct Inner {
     rate_key: String,
     metrics: Metrics,
     rate: Option<Recipient<ObserveRate>>,
-    /// The last page of each listing GitHub answered with an `ETag`: asked again with
-    /// `If-None-Match`, an unchanged page is a 304, which GitHub does not count against the
-    /// rate limit.
-    etags: std::cell::RefCell<HashMap<String, CachedPage>>,
+    /// The last page of each listing GitHub answered with an `ETag` ([`super::pages`]).
+    etags: super::pages::PageCache,
     /// The last `core` reading (remaining, limit, reset) any answer carried.
     core_left: std::cell::Cell<Option<(u64, u64, u64)>>,
 }
-
-/// A page kept for conditional requests.
-#[derive(Debug, Clone)]
-struct CachedPage {
-    etag: String,
-    body: actix_web::web::Bytes,
-    next: bool,
-}
-
-/// Conditional pages kept at most; past this the cache starts over (old runs' pages go).
-const ETAG_CACHE_CAP: usize = 4096;
 
 /// A cheap-to-clone handle on one GitHub target. Not `Send`: keep it on one arbiter.
 #[derive(Clone)]
@@ -235,7 +218,7 @@ impl GithubClient {
                 rate_key: super::auth::budget_key(&config.api_url, &config.auth),
                 metrics,
                 rate,
-                etags: std::cell::RefCell::default(),
+                etags: super::pages::PageCache::default(),
                 core_left: std::cell::Cell::default(),
             }),
         }
@@ -417,65 +400,9 @@ impl GithubClient {
         }
     }
 
-    /// GETs every page of a listing, following `Link: rel="next"`.
-    pub(super) async fn paginate<T: DeserializeOwned>(
-        &self,
-        endpoint: &'static str,
-        path: &str,
-        query: &[(&str, &str)],
-    ) -> Result<Vec<T>, GithubError> {
-        Ok(self.paginate_counted(endpoint, path, query).await?.0)
-    }
-
-    /// Like [`GithubClient::paginate`], also saying how many pages came with a body (which
-    /// GitHub counts against the rate limit) and how many were an unchanged 304 (free).
-    pub(super) async fn paginate_counted<T: DeserializeOwned>(
-        &self,
-        endpoint: &'static str,
-        path: &str,
-        query: &[(&str, &str)],
-    ) -> Result<(Vec<T>, u32, u32), GithubError> {
-        let mut pages = Vec::new();
-        let (mut changed, mut unchanged) = (0, 0);
-        for page in 1..=MAX_PAGES {
-            let mut q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            q.push(format!("per_page={PER_PAGE}"));
-            q.push(format!("page={page}"));
-            let url = format!("{path}?{}", q.join("&"));
-            let cached = self.inner.etags.borrow().get(&url).cloned();
-            let condition = cached.as_ref().map(|c| ("If-None-Match", c.etag.as_str()));
-            let answer = self
-                .call_with(endpoint, Method::GET, &url, None, condition)
-                .await?;
-            let (body, next) = match cached {
-                Some(c) if answer.status == StatusCode::NOT_MODIFIED => {
-                    unchanged += 1;
-                    (c.body, c.next)
-                }
-                _ => {
-                    changed += 1;
-                    let next = has_next_page(&answer.headers);
-                    if let Some(etag) = answer.headers.get("etag").and_then(|v| v.to_str().ok()) {
-                        let mut etags = self.inner.etags.borrow_mut();
-                        if etags.len() >= ETAG_CACHE_CAP {
-                            etags.clear();
-                        }
-                        let page = CachedPage {
-                            etag: etag.to_string(),
-                            body: answer.body.clone(),
-                            next,
-                        };
-                        etags.insert(url, page);
-                    }
-                    (answer.body, next)
-                }
-            };
-            pages.push(decode(endpoint, &body)?);
-            if !next {
-                break;
-            }
-        }
-        Ok((pages, changed, unchanged))
+    /// The pages kept for conditional listings.
+    pub(super) fn pages(&self) -> &super::pages::PageCache {
+        &self.inner.etags
     }
 
     /// One authenticated request; counts it, reports its rate headers, types its failure.
@@ -700,13 +627,6 @@ pub(super) fn decode<T: DeserializeOwned>(
         endpoint,
         detail: e.to_string(),
     })
-}
-
-fn has_next_page(headers: &HeaderMap) -> bool {
-    headers
-        .get_all("link")
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|part| part.contains("rel=\"next\"")))
 }
 
 pub use crate::vocab::random_suffix;

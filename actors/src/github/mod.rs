@@ -12,6 +12,7 @@ pub mod event;
 pub mod groups;
 pub mod hooks;
 mod inspect;
+mod pages;
 pub mod poll;
 pub mod proxy;
 pub mod rate;

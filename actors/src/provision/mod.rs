@@ -146,8 +146,7 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     }
     /// Whether warm environment `name` is still ready for a runner: alive, and built from
     /// what a new environment would be built from now (else it is replaced).
-    fn warm_ready(self, name: String) -> impl Future<Output = Result<(), &'static str>> {
-        let _ = name;
+    fn warm_ready(self, _name: String) -> impl Future<Output = Result<(), &'static str>> {
         async { Err("dead") }
     }
     /// Starts the runner of `spec` in warm environment `warm`, which becomes the runner's
@@ -156,9 +155,8 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     fn warm_start(
         self,
         warm: String,
-        spec: RunnerSpec,
+        _spec: RunnerSpec,
     ) -> impl Future<Output = Result<RunningRunner, ProvisionError>> {
-        let _ = spec;
         async move {
             Err(ProvisionError::EnvironmentFailed(format!(
                 "{warm}: not a warm environment"

@@ -182,14 +182,11 @@ pub(super) async fn reckon(
 /// Hands a placeholder's `queued`, or a withdrawal's `completed` (cancelled), to the intake.
 async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) {
     let info = JobInfo {
-        repo: "".into(),
+        key: key.clone(),
         labels: vec![crate::config::scaleset_pin(&shared.settings.pool)].into(),
         conclusion: (action == JobAction::Completed).then(|| "cancelled".into()),
         run_attempt: 1,
-        ..JobInfo {
-            key: key.clone(),
-            ..JobInfo::default()
-        }
+        ..JobInfo::default()
     };
     let event = JobEvent {
         delivery_id: Some(format!("scaleset-{why}-{}", key.job_id)),
