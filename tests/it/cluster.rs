@@ -537,6 +537,44 @@ async fn a_cordoned_host_gives_its_unstarted_jobs_to_the_fleet_at_once() {
     stop_all(hosts).await;
 }
 
+/// A cordon that finds each job with a runner still booting releases none of them at once;
+/// when those runners fail, the cordoned host may not keep the jobs it will never claim again
+/// (its lease stays current, so no other host would take them): they go to the fleet too.
+#[actix_rt::test]
+async fn a_job_whose_runner_fails_after_the_cordon_goes_to_the_fleet() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let slow_to_fail = pool("cpu", LINUX, 4).replace(
+        &format!(
+            "command = \"{}\"\nargs = [\"standin-runner\"]",
+            env!("CARGO_BIN_EXE_ephemer-actors")
+        ),
+        "command = \"/bin/sh\"\nargs = [\"-c\", \"sleep 4; exit 1\"]",
+    );
+    assert!(slow_to_fail.contains("sleep 4"));
+    let h1 = host(&pg, &standin, "h1", &slow_to_fail).await;
+    standin.queue_jobs("app", LINUX, 3);
+    crate::support::provision::eventually(
+        "h1 has a runner booting for each job",
+        Duration::from_secs(30),
+        || {
+            pg.query("SELECT name FROM ephemer_registrations WHERE host = 'h1' AND gone_at IS NULL")
+                .len()
+                >= 3
+        },
+    )
+    .await;
+    let h2 = host(&pg, &standin, "h2", &pool("cpu", LINUX, 4)).await;
+    let hosts = [h1, h2];
+    let (code, out, err) = hosts[0].ctl(&["cordon"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // Well inside h1's 30 s lease, which it keeps renewing while cordoned.
+    wait_completed(&standin, 3, Duration::from_secs(25), &hosts).await;
+    let held = pg.query("SELECT job_id FROM ephemer_jobs WHERE holder = 'h1'");
+    assert!(held.is_empty(), "h1 still holds {held:?}\n{}", logs(&hosts));
+    stop_all(hosts).await;
+}
+
 #[actix_rt::test]
 async fn a_ledger_with_a_newer_schema_is_refused() {
     let Some(pg) = Postgres::start() else { return };

@@ -1,7 +1,10 @@
 //! `Mirror`: the store changes that must survive this host (registrations made and gone, the
 //! ladder of held jobs), written to the ledger in the order they were made, by one task. What
 //! arrives while a write is out goes in the next one; a write the database refuses is kept
-//! and tried again with backoff, in order, so the ledger catches up after an outage.
+//! and tried again with backoff, in order, so the ledger catches up after an outage. A
+//! cordoned or draining host also gives its unstarted jobs back to the fleet here, after the
+//! writes before it: a job whose registration just went is released only once the ledger
+//! knows it went.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -13,13 +16,27 @@ use crate::durable::{Op, RetryRow, RunnerRow};
 /// A handle on the mirroring task. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Mirror {
-    tx: mpsc::UnboundedSender<Vec<Op>>,
+    tx: mpsc::UnboundedSender<Batch>,
+}
+
+/// Ops to mirror, and whether to give unstarted jobs back to the fleet once they are written.
+#[derive(Debug, Default)]
+struct Batch {
+    ops: Vec<Op>,
+    release: bool,
+}
+
+impl Batch {
+    fn extend(&mut self, more: Batch) {
+        self.ops.extend(more.ops);
+        self.release |= more.release;
+    }
 }
 
 impl Mirror {
     /// Starts the task on the current runtime.
     pub fn spawn(ledger: Ledger) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<Op>>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Batch>();
         actix_rt::spawn(async move {
             // Registrations in the ledger now: a runner's row is put again when it binds to a
             // job, which changes nothing there, so it is not sent again.
@@ -29,7 +46,7 @@ impl Mirror {
                 while let Ok(more) = rx.try_recv() {
                     batch.extend(more);
                 }
-                batch.retain(|op| match op {
+                batch.ops.retain(|op| match op {
                     Op::PutRunner(r) => mirrored.insert(r.name.clone()),
                     Op::DeleteRunner(name) => {
                         mirrored.remove(name);
@@ -38,12 +55,21 @@ impl Mirror {
                     _ => true,
                 });
                 let mut wait = Duration::from_millis(250);
-                while let Err(e) = ledger.mirror(&batch).await {
-                    tracing::warn!(error = %e, ops = batch.len(), retry_in = ?wait, "cannot mirror to the cluster ledger; kept in order");
+                while let Err(e) = ledger.mirror(&batch.ops).await {
+                    tracing::warn!(error = %e, ops = batch.ops.len(), retry_in = ?wait, "cannot mirror to the cluster ledger; kept in order");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(10));
                     while let Ok(more) = rx.try_recv() {
                         batch.extend(more);
+                    }
+                }
+                if batch.release {
+                    match ledger.release_unstarted().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(jobs = n, "gave unstarted jobs back to the fleet"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot give jobs back to the fleet; their lease does when it expires")
+                        }
                     }
                 }
             }
@@ -51,15 +77,18 @@ impl Mirror {
         Mirror { tx }
     }
 
-    /// Queues the ops the ledger keeps (the others are host-local).
-    pub fn send(&self, ops: &[Op]) {
+    /// Queues the ops the ledger keeps (the others are host-local); with `release`, the jobs
+    /// this host holds and has no live registration for go back to the fleet once they are
+    /// written (a cordoned or draining host: a claim it abandons, or a runner that failed at
+    /// boot, leaves a job no other host may take while this host's lease is current).
+    pub fn send(&self, ops: &[Op], release: bool) {
         let kept: Vec<Op> = ops
             .iter()
             .filter(|op| matches!(op, Op::PutRunner(_) | Op::DeleteRunner(_) | Op::PutRetry(_)))
             .cloned()
             .collect();
-        if !kept.is_empty() {
-            let _ = self.tx.send(kept);
+        if !kept.is_empty() || release {
+            let _ = self.tx.send(Batch { ops: kept, release });
         }
     }
 }

@@ -52,10 +52,6 @@ const LOG_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// are the runner's own, inside its directory.
 const INHERITED_ENV: [&str; 5] = ["PATH", "USER", "LANG", "LC_ALL", "TZ"];
 
-/// `sh -c` script that moves itself into the cgroup whose `cgroup.procs` is `$1`, then execs
-/// the rest of its arguments.
-const CGROUP_ENTER: &str = r#"echo $$ > "$1" 2>/dev/null; shift; exec "$@""#;
-
 /// Settings of a process backend.
 #[derive(Debug, Clone)]
 pub struct ProcessSettings {
@@ -223,13 +219,9 @@ impl ProcessBackend {
         };
         let (home, tmp) = (dir.join("_home"), dir.join("_tmp"));
         let extra = s.env.on_host();
-        let mut argv: Vec<OsString> = Vec::new();
-        if let Some(cgroup) = self.cgroup(&spec.name) {
-            // Enter the runner's cgroup, then become the runner (same pid, same group). A
-            // cgroup that cannot be entered leaves the process-group kill alone to work.
-            argv.extend(["sh", "-c", CGROUP_ENTER, "sh"].map(OsString::from));
-            argv.push(cgroup.procs().into_os_string());
-        }
+        // The runner enters its cgroup first; one that cannot be entered leaves the
+        // process-group kill alone to work.
+        let mut argv = procgroup::gated(self.cgroup(&spec.name).map(|c| c.procs()));
         if let Some(user) = user {
             // sudo resets HOME to the user's own; `env` sets the job's after it. Values travel
             // in the environment, never on argv (where any user could read them).
@@ -260,7 +252,7 @@ impl ProcessBackend {
             .env("TMPDIR", &tmp)
             .env("ACTIONS_RUNNER_INPUT_JITCONFIG", jit_config)
             .env("RUNNER_MANUALLY_TRAP_SIG", "1")
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0)
@@ -435,9 +427,14 @@ impl ProcessBackend {
         let pid = child.id().ok_or_else(|| {
             ProvisionError::EnvironmentFailed("the runner exited before it could be tracked".into())
         })?;
+        let gate = child.stdin.take();
         tokio::fs::write(self.pid_file(&spec.name), procgroup::record(pid))
             .await
             .map_err(|e| fail("cannot write the pid file", e))?;
+        // Named in its pid file: now it may become the runner.
+        procgroup::open_gate(gate)
+            .await
+            .map_err(|e| fail("cannot let the runner start", e))?;
         tracing::info!(provider = self.s.pool.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
         Ok(RunningRunner {
             exited: Box::pin(async move {

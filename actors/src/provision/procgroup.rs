@@ -7,12 +7,44 @@
 //! the live process with that pid has the same start time in the same boot. (Where there is no
 //! `/proc`, as on macOS, only the pid is kept and checked.)
 
-use std::{path::Path, time::Duration};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
+
+/// `sh -c` script every runner starts as: it moves itself into the cgroup whose
+/// `cgroup.procs` is `$1` (when `$1` is not empty), waits for the daemon's word on its stdin,
+/// then execs the rest of its arguments (same pid, same group). The word comes once the pid
+/// file names it, so a runner never takes a job the daemon could not find again after a
+/// `kill -9`; a daemon killed before the word leaves a wrapper that exits, never a runner.
+const GATED_START: &str = r#"[ -n "$1" ] && echo $$ > "$1" 2>/dev/null; shift; IFS= read -r go || exit 125; exec "$@" </dev/null"#;
+
+/// The start of a runner's argv: the gate, then (pushed by the caller) the runner's own
+/// command. Spawn it with a piped stdin and pass that to [`open_gate`].
+pub fn gated(cgroup_procs: Option<PathBuf>) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = ["sh", "-c", GATED_START, "sh"].map(OsString::from).into();
+    argv.push(
+        cgroup_procs
+            .map(PathBuf::into_os_string)
+            .unwrap_or_default(),
+    );
+    argv
+}
+
+/// Lets a gated runner become itself (call once its pid file is written).
+pub async fn open_gate(gate: Option<tokio::process::ChildStdin>) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    match gate {
+        Some(mut gate) => gate.write_all(b"go\n").await,
+        None => Err(std::io::Error::other("the runner's stdin is not a pipe")),
+    }
+}
 
 /// The pid file's text for the group led by `pid`.
 pub fn record(pid: u32) -> String {
@@ -148,5 +180,34 @@ mod tests {
         assert_eq!(read(&path).await, None, "another boot");
         tokio::fs::write(&path, format!("{me}\n")).await.unwrap();
         assert_eq!(read(&path).await, None, "no identity at all");
+    }
+
+    async fn gated_touch(marker: &Path, go: bool) -> Option<i32> {
+        let mut argv = gated(None);
+        argv.extend(["touch".into(), marker.as_os_str().to_owned()]);
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let gate = child.stdin.take();
+        if go {
+            open_gate(gate).await.unwrap();
+        } else {
+            // The daemon died before the pid file: its end of the pipe closes.
+            drop(gate);
+        }
+        child.wait().await.unwrap().code()
+    }
+
+    /// The runner's command runs only after the word; without it the wrapper exits instead.
+    #[tokio::test]
+    async fn a_gated_runner_starts_only_on_the_word() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        assert_eq!(gated_touch(&marker, false).await, Some(125));
+        assert!(!marker.exists(), "the command ran without the word");
+        assert_eq!(gated_touch(&marker, true).await, Some(0));
+        assert!(marker.exists(), "the command did not run after the word");
     }
 }

@@ -310,7 +310,9 @@ impl SchedulerActor {
     fn persist(&mut self) {
         let ops = self.core.take_ops();
         if let Some(mirror) = &self.mirror {
-            mirror.send(&ops);
+            // A cordoned host hands on what each change leaves without a runner (a claim it
+            // abandoned, a runner that failed at boot): no other host takes a job it holds.
+            mirror.send(&ops, self.core.is_draining() && !ops.is_empty());
         }
         if let Some(store) = &self.deps.store
             && !ops.is_empty()
@@ -499,7 +501,7 @@ impl Handler<SetCordon> for SchedulerActor {
         // A cordoned host keeps nothing warm.
         self.hold_warm(m.0);
         if m.0 {
-            self.release_to_fleet(ctx);
+            self.release_to_fleet();
         }
         Ok(())
     }
@@ -512,7 +514,7 @@ impl Handler<BeginShutdown> for SchedulerActor {
         let fx = self.core.begin_shutdown(self.clock.tick());
         self.run(fx, ctx);
         self.hold_warm(true);
-        self.release_to_fleet(ctx);
+        self.release_to_fleet();
     }
 }
 

@@ -142,21 +142,11 @@ impl SchedulerActor {
     }
 
     /// Gives the jobs this host holds and has no runner for back to the fleet (a cordon or a
-    /// drain), so another host takes them.
-    pub(super) fn release_to_fleet(&mut self, ctx: &mut Context<Self>) {
-        let Some(ledger) = self.deps.ledger.clone() else {
-            return;
-        };
-        ctx.spawn(
-            async move {
-                match ledger.release_unstarted().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(jobs = n, "gave unstarted jobs back to the fleet"),
-                    Err(e) => tracing::warn!(error = %e, "cannot give jobs back to the fleet; their lease does when it expires"),
-                }
-            }
-            .into_actor(self),
-        );
+    /// drain), so another host takes them: after the ledger has every change made before.
+    pub(super) fn release_to_fleet(&mut self) {
+        if let Some(mirror) = &self.mirror {
+            mirror.send(&[], true);
+        }
     }
 }
 
