@@ -275,15 +275,20 @@ fn claim_times(standin: &Standin) -> Vec<u128> {
 /// A local pool whose runners die before taking a job (`/bin/false`): the jobs its host holds
 /// sit on its ladder.
 fn broken_pool() -> String {
-    let broken = pool("cpu", LINUX, 4).replace(
+    pool_running("command = \"/bin/false\"")
+}
+
+/// Pool `cpu` (linux, 4 slots) whose runner is `command` (its `command` and `args` lines).
+fn pool_running(command: &str) -> String {
+    let with = pool("cpu", LINUX, 4).replace(
         &format!(
             "command = \"{}\"\nargs = [\"standin-runner\"]",
             env!("CARGO_BIN_EXE_ephemer-actors")
         ),
-        "command = \"/bin/false\"",
+        command,
     );
-    assert!(broken.contains("/bin/false"));
-    broken
+    assert!(with.contains(command));
+    with
 }
 
 /// Waits until `host` holds at least `n` jobs with a failure on their ladder; their ids.
@@ -544,14 +549,7 @@ async fn a_cordoned_host_gives_its_unstarted_jobs_to_the_fleet_at_once() {
 async fn a_job_whose_runner_fails_after_the_cordon_goes_to_the_fleet() {
     let Some(pg) = Postgres::start() else { return };
     let standin = support::standin(100);
-    let slow_to_fail = pool("cpu", LINUX, 4).replace(
-        &format!(
-            "command = \"{}\"\nargs = [\"standin-runner\"]",
-            env!("CARGO_BIN_EXE_ephemer-actors")
-        ),
-        "command = \"/bin/sh\"\nargs = [\"-c\", \"sleep 4; exit 1\"]",
-    );
-    assert!(slow_to_fail.contains("sleep 4"));
+    let slow_to_fail = pool_running("command = \"/bin/sh\"\nargs = [\"-c\", \"sleep 4; exit 1\"]");
     let h1 = host(&pg, &standin, "h1", &slow_to_fail).await;
     standin.queue_jobs("app", LINUX, 3);
     crate::support::provision::eventually(
