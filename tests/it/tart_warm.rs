@@ -2,12 +2,37 @@
 //! booted and reachable before the claim, the runner started in it over ssh with its config on
 //! stdin at the claim, the VM (under its own name) stopped and deleted at the end.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
+use actix::{Actor, Context, Handler};
 use ephemer_actors_core::{
     config::{HostKeys, WarmConfig},
-    provision::{Provision, RunnerEventKind, warm::WarmSettings},
+    provision::{
+        Provision, RunnerEventKind,
+        warm::{WarmSettings, WarmStatus},
+    },
 };
+
+/// Keeps the pool's latest count of warm VMs ready for a claim.
+struct Ready(Arc<AtomicUsize>);
+
+impl Actor for Ready {
+    type Context = Context<Self>;
+}
+
+impl Handler<WarmStatus> for Ready {
+    type Result = ();
+    fn handle(&mut self, m: WarmStatus, _: &mut Context<Self>) {
+        self.0.store(m.view.available, Ordering::SeqCst);
+    }
+}
 
 use crate::{
     provision::fake_runner,
@@ -38,14 +63,17 @@ async fn pickup(dir: &Path, warm: usize, runner: &str) -> Duration {
         prefix: "ephemer-vm-macos-abc".into(),
         report: None,
     };
+    let ready = Arc::new(AtomicUsize::new(0));
+    let watch = Ready(ready.clone()).start();
+    let settings = WarmSettings {
+        report: Some(watch.downgrade().recipient()),
+        ..settings
+    };
     let (sup, events) = supervise_warm(backend, None, Some(settings));
     if warm > 0 {
-        eventually("a warm VM booted", Duration::from_secs(20), || {
-            calls(dir)
-                .iter()
-                .filter(|c| c.starts_with("ssh-keyscan"))
-                .count()
-                >= 1
+        // Ready for a claim: booted, reachable and its host key pinned.
+        eventually("a warm VM ready", Duration::from_secs(20), || {
+            ready.load(Ordering::SeqCst) >= 1
         })
         .await;
     } else {
