@@ -31,7 +31,17 @@ impl JobKey {
     pub fn is_reckoned(&self) -> bool {
         self.job_id >= RECKONED_BASE
     }
+
+    /// Whether this is a registered warm runner's intent, not a job (see [`WARM_BASE`]).
+    pub fn is_warm(&self) -> bool {
+        (WARM_BASE..RECKONED_BASE).contains(&self.job_id)
+    }
 }
+
+/// Job ids from here up to [`RECKONED_BASE`] name registered warm runners' intents, never
+/// GitHub jobs: a runner claimed ahead of any job (`warm_mode = "registered"`) is made "for"
+/// one of these, so it is a spare from its claim on, supply for whichever job comes.
+pub const WARM_BASE: u64 = 1 << 61;
 
 /// Job ids from here up name placeholders, never GitHub jobs: in scale-set mode GitHub's
 /// statistics can say more jobs are assigned to a pool's scale set than the daemon knows (a

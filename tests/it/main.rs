@@ -81,6 +81,9 @@
 //!   stand-in's releases (a bad digest refused), and container images' runner versions.
 //! - `docs.rs`: the README's commands, the example config, the metric names and the module edges
 //!   in ARCHITECTURE.md match the code.
+//! - `warm.rs`, `tart_warm.rs` and `warm_registered.rs`: warm pools, booted (a process pool's
+//!   directories, containers, tart VMs) and registered (idle JIT runners taking jobs at once,
+//!   rotated after `warm_max_age`, none left after a drain).
 //! - `targets_fleet.rs` does the same through a PostgreSQL fleet (each owner's budget row) and has
 //!   a dead host's registrations deleted with their owner's credential.
 
@@ -126,3 +129,4 @@ mod tart;
 mod tart_warm;
 mod warm;
 mod warm_figures;
+mod warm_registered;

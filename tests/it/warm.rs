@@ -6,6 +6,7 @@ use std::{path::Path, time::Duration};
 use crate::support::{
     daemon::{Daemon, local_provider},
     provision::eventually,
+    series,
 };
 
 const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
@@ -35,15 +36,6 @@ async fn warm_local_pool() -> (github_standin::Standin, Daemon, std::path::PathB
     })
     .await;
     (standin, daemon, root)
-}
-
-/// The value of the series `line` starts with (`0` when absent).
-fn series(metrics: &str, line: &str) -> f64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(line))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// A pool keeping 2 warm out of 3 slots: a burst of 6 jobs takes the warm ones (and whatever

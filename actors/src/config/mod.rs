@@ -26,7 +26,7 @@ use std::{
 pub use cluster::ClusterConfig;
 pub use pools::*;
 pub use secret::Secret;
-pub use warm::WarmConfig;
+pub use warm::{WarmConfig, WarmMode};
 
 pub use crate::vocab::{PoolName, ProviderKind};
 

@@ -209,6 +209,7 @@ pub(crate) struct RawPool {
     pub targets: Option<Vec<String>>,
     pub warm: Option<RawWarm>,
     pub warm_max_age: Option<String>,
+    pub warm_mode: Option<String>,
     // Process kinds (`local`, `native_macos`); `command` is also the container's.
     pub runner_dir: Option<String>,
     pub command: Option<RawCommand>,

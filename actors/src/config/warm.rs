@@ -18,9 +18,23 @@ pub struct WarmWindow {
     pub min: usize,
 }
 
+/// `warm_mode`: what a warm environment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WarmMode {
+    /// `booted` (the default): booted and waiting, with no GitHub registration; the claim's
+    /// JIT config is handed to it.
+    #[default]
+    Booted,
+    /// `registered`: a JIT runner claimed ahead of any job and idle, so GitHub hands a queued
+    /// job to it at once (a registration and an environment held per warm runner).
+    Registered,
+}
+
 /// A pool's warm settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WarmConfig {
+    /// `warm_mode`.
+    pub mode: WarmMode,
     /// Environments kept warm outside every window.
     pub min: usize,
     /// Windows raising the count.
@@ -37,6 +51,7 @@ pub const WARM_MAX_AGE: Duration = Duration::from_secs(3600);
 impl Default for WarmConfig {
     fn default() -> Self {
         WarmConfig {
+            mode: WarmMode::Booted,
             min: 0,
             windows: Vec::new(),
             time_zone: None,
@@ -58,6 +73,16 @@ impl WarmConfig {
     /// Whether the pool keeps anything warm at any time.
     pub fn any(&self) -> bool {
         self.min > 0 || self.windows.iter().any(|w| w.min > 0)
+    }
+
+    /// Whether the pool keeps booted environments (the supervisor's part).
+    pub fn booted(&self) -> bool {
+        self.mode == WarmMode::Booted && self.any()
+    }
+
+    /// Whether the pool keeps registered idle runners (the scheduler's part).
+    pub fn registered(&self) -> bool {
+        self.mode == WarmMode::Registered && self.any()
     }
 
     /// How many environments to keep warm at `t`: the most any window covering `t` asks

@@ -92,7 +92,7 @@ impl WarmPool {
     /// The warm pool of `settings` (nothing warm when `None` or a zero count).
     pub fn new(settings: Option<WarmSettings>) -> Self {
         WarmPool {
-            settings: settings.filter(|s| s.config.any()),
+            settings: settings.filter(|s| s.config.booted()),
             ..WarmPool::default()
         }
     }

@@ -123,6 +123,7 @@ async fn a_window_raises_and_lowers_the_count_claims_take_the_oldest_and_a_hold_
         }],
         time_zone: Some("UTC".into()),
         max_age: Duration::from_secs(2 * 3600),
+        ..WarmConfig::default()
     };
     let sink = Sink.start();
     std::mem::forget(sink.clone());

@@ -26,7 +26,8 @@ impl SchedulerActor {
         request: ClaimRequest,
         ctx: &mut Context<Self>,
     ) {
-        let Some(ledger) = self.deps.ledger.clone() else {
+        // A registered warm runner is made for no job: there is nothing to ask the ledger.
+        let Some(ledger) = self.deps.ledger.clone().filter(|_| !key.is_warm()) else {
             self.call_github_claim(key, provider, request, ctx);
             return;
         };

@@ -145,6 +145,43 @@ pub fn record(o: Observation, m: &Metrics) {
             tracing::info!(job_id, provider = provider.as_str(), runner = %runner, "runner claimed; provisioning")
         }
         O::RunnerAdded { provider } => m.jobs_active.with_label_values(&[provider.as_str()]).inc(),
+        O::WarmClaiming { provider } => {
+            tracing::debug!(
+                provider = provider.as_str(),
+                "claiming a registered warm runner"
+            )
+        }
+        O::WarmRegisteredOne { provider, runner } => {
+            tracing::info!(provider = provider.as_str(), runner = %runner, "registered warm runner claimed; provisioning")
+        }
+        O::WarmClaimFailed {
+            provider,
+            class,
+            error,
+        } => {
+            m.warm
+                .discarded
+                .with_label_values(&[provider.as_str(), "failed"])
+                .inc();
+            tracing::warn!(provider = provider.as_str(), error_class = class.as_str(), error = %error, "warm claim failed; the pool's warm claims wait")
+        }
+        O::WarmRegistered {
+            provider,
+            available,
+            booting,
+        } => {
+            let gauge = |g: &prometheus::IntGaugeVec, n: usize| {
+                g.with_label_values(&[provider.as_str()])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX))
+            };
+            gauge(&m.warm.available, available);
+            gauge(&m.warm.booting, booting);
+        }
+        O::WarmOutcome { provider, hit } => m
+            .warm
+            .claims
+            .with_label_values(&[provider.as_str(), if hit { "hit" } else { "miss" }])
+            .inc(),
         O::RunnerRemoved { provider } => {
             m.jobs_active.with_label_values(&[provider.as_str()]).dec()
         }
@@ -225,6 +262,17 @@ pub fn record(o: Observation, m: &Metrics) {
             provider,
             reason,
         } => {
+            let warm = match reason {
+                crate::scheduler::core::REAP_WARM_AGE => Some("age"),
+                crate::scheduler::core::REAP_WARM_SURPLUS => Some("surplus"),
+                _ => None,
+            };
+            if let Some(why) = warm {
+                m.warm
+                    .discarded
+                    .with_label_values(&[provider.as_str(), why])
+                    .inc();
+            }
             tracing::info!(runner = %runner, provider = provider.as_str(), reason, "reaping runner")
         }
         O::SweepChecked { result } => m.sweep_checks.with_label_values(&[result]).inc(),

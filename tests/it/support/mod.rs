@@ -202,3 +202,12 @@ pub fn check_runner_env(text: &str, also: &[&str], wanted: &[&str]) {
         assert!(text.lines().any(|l| l == *w), "{w} missing:\n{text}");
     }
 }
+
+/// The value of the metric series `line` starts with, in a `/metrics` text (`0` when absent).
+pub fn series(metrics: &str, line: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(line))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}

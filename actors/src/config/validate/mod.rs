@@ -251,6 +251,7 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
     check_listeners(&config, p);
     check_scaleset(&config, p);
     check_managed_installs(&config, p);
+    warm::check_registered(&config, p);
     targets::check_with_webhook(&config, p);
     config
 }

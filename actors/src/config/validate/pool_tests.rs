@@ -406,3 +406,43 @@ fn warm_takes_a_count_or_windows_and_names_every_problem_with_its_key() {
         ],
     );
 }
+
+#[test]
+fn warm_mode_is_booted_or_registered_and_registered_needs_org_level_targets() {
+    let pool = r#"
+        [providers.local]
+        command = "/bin/true"
+        max_concurrent = 4
+        allow_root = true
+        warm = 2
+        warm_mode = "registered"
+        "#;
+    let c = load(pool, &Environment::default()).unwrap();
+    let warm = &c.providers.get("local").unwrap().common.warm;
+    assert_eq!(warm.mode, crate::config::WarmMode::Registered);
+    assert!(warm.registered() && !warm.booted());
+
+    assert_has_keys(
+        &keys(&pool.replace("\"registered\"", "\"standby\"")),
+        &["providers.local.warm_mode"],
+    );
+    // A repo-level target registers each runner in its job's repo: none can be made ahead.
+    let repo_level = Config::from_toml_str(
+        &format!(
+            "{}{pool}",
+            HEAD.replace(
+                "owner = \"acme\"",
+                "owner = \"acme\"\n    repos = [\"app\"]"
+            )
+        ),
+        None,
+        &Environment::default(),
+    )
+    .expect_err("refused")
+    .0;
+    let problem = repo_level
+        .iter()
+        .find(|e| e.key == "providers.local.warm_mode")
+        .expect("named at warm_mode");
+    assert!(problem.reason.contains("acme"), "{}", problem.reason);
+}

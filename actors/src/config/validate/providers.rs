@@ -81,7 +81,16 @@ fn build_common(
         restart: build_restart(&format!("{key}.restart"), r.restart.take(), p),
         env: super::runner_env::build_env(&format!("{key}.env"), r.env.take(), env, secrets, p),
         targets: r.targets.take(),
-        warm: super::warm::build_warm(key, r.warm.take(), r.warm_max_age.take(), max_concurrent, p),
+        warm: super::warm::build_warm(
+            key,
+            super::warm::RawWarmKeys {
+                warm: r.warm.take(),
+                max_age: r.warm_max_age.take(),
+                mode: r.warm_mode.take(),
+            },
+            max_concurrent,
+            p,
+        ),
     }
 }
 

@@ -1,22 +1,46 @@
-//! `providers.*.warm` and `warm_max_age`.
+//! `providers.*.warm`, `warm_max_age` and `warm_mode`.
 
 use super::{Problems, duration};
 use crate::config::{
-    WarmConfig,
+    WarmConfig, WarmMode,
     raw::RawWarm,
     warm::{WARM_MAX_AGE, WarmWindow, parse_days, parse_hours},
 };
 
+/// A pool's warm keys as read.
+pub(super) struct RawWarmKeys {
+    pub warm: Option<RawWarm>,
+    pub max_age: Option<String>,
+    pub mode: Option<String>,
+}
+
 /// A pool's warm settings: every count at most the pool's `max_concurrent` (warm environments
-/// and running ones share the pool's slots), windows well-formed, the zone known.
+/// and running ones share the pool's slots), windows well-formed, the zone known, the mode
+/// one of the two.
 pub(super) fn build_warm(
     key: &str,
-    raw: Option<RawWarm>,
-    max_age: Option<String>,
+    raw: RawWarmKeys,
     max_concurrent: usize,
     p: &mut Problems,
 ) -> WarmConfig {
+    let RawWarmKeys {
+        warm: raw,
+        max_age,
+        mode,
+    } = raw;
+    let mode = match mode.as_deref() {
+        None | Some("booted") => WarmMode::Booted,
+        Some("registered") => WarmMode::Registered,
+        Some(other) => {
+            p.push(
+                format!("{key}.warm_mode"),
+                format!("must be \"booted\" or \"registered\", got {other:?}"),
+            );
+            WarmMode::Booted
+        }
+    };
     let mut c = WarmConfig {
+        mode,
         max_age: duration(&format!("{key}.warm_max_age"), max_age, WARM_MAX_AGE, p),
         ..WarmConfig::default()
     };
@@ -90,4 +114,37 @@ pub(super) fn build_warm(
         }
     }
     c
+}
+
+/// A registered warm runner is made before its job, so it cannot be registered in the job's
+/// repo: a pool that keeps them serves org-level (or enterprise) targets only.
+pub(super) fn check_registered(c: &crate::config::Config, p: &mut Problems) {
+    let targets = c.targets();
+    for pool in c.providers.enabled() {
+        if !pool.common.warm.registered() {
+            continue;
+        }
+        let serves = |name: &String| {
+            pool.common
+                .targets
+                .as_ref()
+                .is_none_or(|names| names.contains(name))
+        };
+        let repo_level: Vec<&str> = targets
+            .iter()
+            .filter(|t| serves(&t.name) && !t.github.repos.is_empty())
+            .map(|t| t.name.as_str())
+            .collect();
+        if !repo_level.is_empty() {
+            p.push(
+                format!("providers.{}.warm_mode", pool.name),
+                format!(
+                    "\"registered\" runners are made before their job, so they cannot be \
+                     registered in its repo; target(s) {} register runners per repo (use \
+                     \"booted\", or serve only org-level targets from this pool)",
+                    repo_level.join(", ")
+                ),
+            );
+        }
+    }
 }

@@ -150,6 +150,7 @@ mod tests {
             labels: labels.iter().map(|l| l.to_string()).collect(),
             max_concurrent: max,
             targets,
+            warm: None,
         }
     }
 

@@ -121,11 +121,15 @@ impl Scheduler {
             }
             self.start_claim(key, i, t, now, fx);
         }
-        self.pace_wake = wake;
         for (mut skipped, queue) in skipped.into_iter().zip(queues) {
             skipped.extend(queue);
             self.admission.pending.extend(skipped);
         }
+        // Then the registered warm runners, with what the jobs left.
+        if let Some(at) = self.keep_warm(now, fx) {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        self.pace_wake = wake;
         self.rearm_timer(fx);
     }
 
@@ -274,6 +278,11 @@ impl Scheduler {
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
+        if key.is_warm() {
+            self.on_warm_claim_result(key, provider, result, now, &mut fx);
+            self.pump(now, &mut fx);
+            return fx;
+        }
         self.capacity.claiming.remove(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);

@@ -9,8 +9,8 @@ use std::{collections::VecDeque, time::Duration};
 use tokio::time::Instant;
 
 use super::{
-    Effect, Scheduler, SchedulerState,
-    tests::{at, core},
+    Effect, Scheduler, SchedulerSettings, SchedulerState,
+    tests::{at, core, core_with},
 };
 use crate::{
     clock::Now,
@@ -43,6 +43,8 @@ pub(super) struct Driver {
     pub(super) asks: usize,
     /// Runners GitHub says run a job (their deletion is refused).
     pub(super) busy: Vec<u64>,
+    /// Claims (`claim <n>`) and deletions (`delete <runner id>`), in the order made.
+    pub(super) calls: Vec<String>,
 }
 
 impl Driver {
@@ -50,6 +52,10 @@ impl Driver {
     /// 0; the ladder climbs 30 s, 60 s; the orphan grace is 600 s.
     pub(super) fn new() -> Self {
         let (s, t0) = core();
+        Self::of(s, t0)
+    }
+
+    fn of(s: Scheduler, t0: Instant) -> Self {
         Driver {
             s,
             t0,
@@ -60,7 +66,23 @@ impl Driver {
             deletes: Vec::new(),
             asks: 0,
             busy: Vec::new(),
+            calls: Vec::new(),
         }
+    }
+
+    /// A core with `settings` whose first pool is up, at second 0, with what that brought
+    /// carried out.
+    pub(super) fn with(settings: SchedulerSettings) -> Self {
+        let (s, t0, fx) = core_with(settings);
+        let mut d = Self::of(s, t0);
+        d.carry(fx);
+        d
+    }
+
+    /// Cordons (or uncordons) the core.
+    pub(super) fn cordon(&mut self, on: bool) {
+        let fx = self.s.set_cordon(on, self.at()).unwrap();
+        self.carry(fx);
     }
 
     fn at(&self) -> Now {
@@ -174,6 +196,7 @@ impl Driver {
                 } => {
                     self.claims.push((key.clone(), self.now));
                     let id = self.claims.len() as u64;
+                    self.calls.push(format!("claim {id}"));
                     let answer = match self.script.pop_front() {
                         Some(e) => Err(e),
                         None => Ok(JitRunner {
@@ -236,6 +259,7 @@ impl Driver {
             }));
         }
         self.deletes.push(runner_id);
+        self.calls.push(format!("delete {runner_id}"));
         Ok(())
     }
 

@@ -171,6 +171,8 @@ impl Scheduler {
         self.set_phase(&key, Phase::Pending);
         self.admission.pending.push_back(key.clone());
         self.note(&key, now, Note::Admitted);
+        // A spare (a registered warm runner, a runner whose job ran elsewhere) first.
+        self.rebalance(now, fx);
         self.pump(now, fx);
     }
 
@@ -240,13 +242,24 @@ impl Scheduler {
             && let Some(runner) = self.book.runners.get_mut(name.as_str())
             && runner_id.is_none_or(|id| id == runner.id)
         {
-            if runner.bound.is_none() {
+            let bound_now = runner.bound.is_none();
+            if bound_now {
                 runner.bound = Some(key.clone());
                 let row = runner.row.clone();
                 self.ops.push(Op::PutRunner(row));
             }
-            if runner.intent != key {
-                let intent = runner.intent.clone();
+            let (intent, provider) = (runner.intent.clone(), runner.provider.clone());
+            // A pool keeping registered runners warm: a hit when no claim was made for the
+            // job (a runner registered ahead took it).
+            if bound_now && self.keeps_warm(&provider) {
+                let hit = self.admission.jobs.get(&key).is_none_or(|j| {
+                    !j.timeline
+                        .iter()
+                        .any(|e| matches!(e.note, Note::Claiming { .. }))
+                });
+                self.observe(Observation::WarmOutcome { provider, hit });
+            }
+            if intent != key && !intent.is_warm() {
                 self.observe(Observation::RunnerTookOther {
                     job_id: key.job_id,
                     runner: name.clone(),

@@ -100,6 +100,9 @@ impl Scheduler {
                     },
                 );
                 if let Some(r) = runner {
+                    if reason == ExitReason::Exited {
+                        self.warm_runner_lost(&r, now);
+                    }
                     self.runner_ended(&intent, name, r, code, reason, now, &mut fx);
                 }
             }
@@ -109,6 +112,7 @@ impl Scheduler {
                     fx.push(Effect::DeleteRunner(Deletion::of(r)));
                 }
                 if let Some(r) = &r {
+                    self.warm_runner_lost(r, now);
                     self.environment_failed(
                         r.provider.clone(),
                         &intent,

@@ -49,6 +49,7 @@ mod supply;
 mod sweep;
 pub mod timeline;
 mod view;
+mod warm;
 
 use admission::Admission;
 use capacity::SlotTable;
@@ -62,6 +63,7 @@ pub use view::{
     Capacity, JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState,
     StatusView, TargetView,
 };
+pub use warm::{REAP_WARM_AGE, REAP_WARM_SURPLUS};
 
 /// A job is remembered as seen this long; a re-delivery inside it is a duplicate.
 pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);
@@ -405,6 +407,8 @@ pub struct Scheduler {
     observed: Vec<Observation>,
     /// State changes waiting to be made durable.
     ops: Vec<Op>,
+    /// Registered warm runners: the counts and the claims.
+    warm: warm::WarmBook,
 }
 
 /// A cordon cannot be lifted: the daemon is draining to shut down.
@@ -453,6 +457,7 @@ impl Scheduler {
             timer: None,
             observed: Vec::new(),
             ops: Vec::new(),
+            warm: warm::WarmBook::default(),
         }
     }
 
@@ -561,3 +566,5 @@ mod sim_tests;
 mod targets_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warm_tests;

@@ -139,6 +139,44 @@ pub enum Observation {
         /// Provider.
         provider: PoolName,
     },
+    /// A registered warm runner is being claimed.
+    WarmClaiming {
+        /// Pool.
+        provider: PoolName,
+    },
+    /// A registered warm runner was claimed and goes to its pool.
+    WarmRegisteredOne {
+        /// Pool.
+        provider: PoolName,
+        /// Runner.
+        runner: String,
+    },
+    /// A warm claim failed; the pool's warm claims wait a while.
+    WarmClaimFailed {
+        /// Pool.
+        provider: PoolName,
+        /// Error class.
+        class: ErrorClass,
+        /// The error.
+        error: String,
+    },
+    /// A registered pool's warm runners changed.
+    WarmRegistered {
+        /// Pool.
+        provider: PoolName,
+        /// Registered, up and idle.
+        available: usize,
+        /// Claimed or booting.
+        booting: usize,
+    },
+    /// A job of a pool that keeps registered warm runners started with no claim made for it
+    /// (`hit`: a runner registered ahead took it) or after one (`miss`).
+    WarmOutcome {
+        /// Pool.
+        provider: PoolName,
+        /// Got a warm runner.
+        hit: bool,
+    },
     /// A runner left the ledger.
     RunnerRemoved {
         /// Provider.

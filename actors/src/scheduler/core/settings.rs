@@ -68,6 +68,11 @@ impl SchedulerSettings {
                         .map(|(i, _)| i)
                         .collect()
                 }),
+                warm: pool
+                    .common
+                    .warm
+                    .registered()
+                    .then(|| pool.common.warm.clone()),
             })
             .collect();
         SchedulerSettings {
@@ -179,4 +184,7 @@ pub struct ProviderSpec {
     /// The targets (indices into `SchedulerSettings::targets`) whose jobs it takes; `None`:
     /// every target's.
     pub targets: Option<Vec<usize>>,
+    /// `warm_mode = "registered"`: its warm count and max age (`None`: it keeps no
+    /// registered runners; booted warm environments are its supervisor's).
+    pub warm: Option<crate::config::WarmConfig>,
 }

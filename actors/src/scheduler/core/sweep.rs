@@ -26,10 +26,15 @@ impl Scheduler {
         let Some(grace) = self.settings.orphan_grace else {
             return fx;
         };
+        // A registered pool's spares are its warm runners, kept or rotated by `keep_warm`.
+        if self.any_registered_warm() {
+            self.pump(now, &mut fx);
+        }
         let mut reap: Vec<(String, &'static str)> = self
             .book
             .runners
             .values()
+            .filter(|r| !(self.keeps_warm(&r.provider) && self.is_spare(r)))
             .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
             .filter_map(|r| {
                 if self.is_spare(r) {
@@ -43,28 +48,40 @@ impl Scheduler {
             .collect();
         reap.sort();
         for (name, why) in reap {
-            let Some(r) = self.book.runners.get_mut(name.as_str()) else {
-                continue;
-            };
-            // The sweep runs on every `completed` in the org: without this, one runner whose
-            // `in_progress` was lost would cost a call per completed job.
-            let recently = r
-                .idle_checked_at
-                .is_some_and(|t| now.mono.saturating_duration_since(t) < IDLE_CHECK_EVERY);
-            if r.idle_check_pending || recently {
-                continue;
-            }
-            r.idle_checked_at = Some(now.mono);
-            r.idle_check_pending = true;
-            fx.push(Effect::CheckIdle {
-                owner: r.intent.owner.to_string(),
-                runner_id: r.id,
-                repo: r.repo.clone(),
-                name,
-                reason: why,
-            });
+            self.ask_idle(&name, why, now, &mut fx);
         }
         fx
+    }
+
+    /// Asks GitHub to delete runner `name`'s registration unless it is busy (`CheckIdle`), at
+    /// most once a minute and never while an answer is outstanding: the sweep runs on every
+    /// `completed` in the org, and without this one runner whose `in_progress` was lost would
+    /// cost a call per completed job.
+    pub(super) fn ask_idle(
+        &mut self,
+        name: &str,
+        reason: &'static str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(r) = self.book.runners.get_mut(name) else {
+            return;
+        };
+        let recently = r
+            .idle_checked_at
+            .is_some_and(|t| now.mono.saturating_duration_since(t) < IDLE_CHECK_EVERY);
+        if r.idle_check_pending || recently {
+            return;
+        }
+        r.idle_checked_at = Some(now.mono);
+        r.idle_check_pending = true;
+        fx.push(Effect::CheckIdle {
+            owner: r.intent.owner.to_string(),
+            runner_id: r.id,
+            repo: r.repo.clone(),
+            name: name.to_string(),
+            reason,
+        });
     }
 
     /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was

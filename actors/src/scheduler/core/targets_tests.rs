@@ -51,6 +51,7 @@ fn pool(name: &str, slots: usize, targets: Option<Vec<usize>>) -> ProviderSpec {
         labels: vec!["self-hosted".into(), "linux".into()],
         max_concurrent: slots,
         targets,
+        warm: None,
     }
 }
 

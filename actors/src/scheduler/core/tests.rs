@@ -29,6 +29,7 @@ pub(super) fn settings() -> SchedulerSettings {
             labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
             max_concurrent: 4,
             targets: None,
+            warm: None,
         }],
         max_concurrent: 4,
         name_prefix: "ephemer".into(),
@@ -49,6 +50,13 @@ pub(super) fn settings() -> SchedulerSettings {
 
 /// A scheduler whose one provider is up, at `t0`.
 pub(super) fn core() -> (Scheduler, Instant) {
+    let (s, t0, fx) = core_with(settings());
+    assert_eq!(fx, vec![]);
+    (s, t0)
+}
+
+/// A scheduler with `settings` whose first provider is up, at `t0`, and what that brought.
+pub(super) fn core_with(settings: SchedulerSettings) -> (Scheduler, Instant, Vec<Effect>) {
     let t0 = Instant::now();
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: vec![Duration::from_secs(30), Duration::from_secs(60)],
@@ -56,12 +64,10 @@ pub(super) fn core() -> (Scheduler, Instant) {
         ..ClaimRetryConfig::default()
     })
     .unwrap();
-    let mut s = Scheduler::new(settings(), backoff, Some(1));
-    assert_eq!(
-        s.on_provider_status(PoolName::from("local"), true, None, at(t0, 0)),
-        vec![]
-    );
-    (s, t0)
+    let mut s = Scheduler::new(settings, backoff, Some(1));
+    let pool = s.settings.providers[0].name.clone();
+    let fx = s.on_provider_status(pool, true, None, at(t0, 0));
+    (s, t0, fx)
 }
 
 pub(super) fn at(t0: Instant, secs: u64) -> Now {

@@ -350,6 +350,7 @@ async fn harness(s: Setup) -> Harness {
                 labels: labels.iter().map(|l| l.to_string()).collect(),
                 max_concurrent: *max,
                 targets: None,
+                warm: None,
             })
             .collect(),
         max_concurrent: s.max_concurrent,

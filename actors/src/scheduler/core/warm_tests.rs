@@ -1,0 +1,147 @@
+//! Registered warm runners at the core, each effect carried out by the test driver: the count
+//! kept, a job served by a warm runner without a claim of its own, rotation after
+//! `warm_max_age` (the old registration deleted before the new claim), cordon and drain,
+//! runners that die at boot, and a time window.
+
+use std::time::Duration;
+
+use super::{SchedulerSettings, driver::Driver, tests::settings};
+use crate::{
+    config::{WarmConfig, WarmMode, warm::WarmWindow},
+    job::{JobAction, JobInfo},
+    scheduler::fixtures::job,
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+/// One pool (`local`, 4 slots) keeping `warm` registered runners, at most an hour old.
+fn registered(warm: WarmConfig) -> SchedulerSettings {
+    let mut s = settings();
+    s.providers[0].warm = Some(WarmConfig {
+        mode: WarmMode::Registered,
+        max_age: Duration::from_secs(3600),
+        ..warm
+    });
+    s
+}
+
+fn count(n: usize) -> SchedulerSettings {
+    registered(WarmConfig {
+        min: n,
+        ..WarmConfig::default()
+    })
+}
+
+/// The spares: runners registered and idle, no job waiting for them.
+fn idle(d: &Driver) -> Vec<String> {
+    d.s.runners()
+        .filter(|r| d.s.is_spare(r))
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+fn on(runner: &str, id: u64) -> JobInfo {
+    JobInfo {
+        runner_name: Some(runner.into()),
+        ..job(id, LABELS)
+    }
+}
+
+/// The pool is kept at its count from the start; a job that comes is handed a warm runner
+/// (no claim is made for it), and the count is made up again with one claim.
+#[test]
+fn a_job_takes_a_warm_runner_without_a_claim_and_the_count_is_made_up() {
+    let mut d = Driver::with(count(2));
+    assert_eq!(d.claims.len(), 2, "two warm runners claimed at once");
+    assert!(d.claims.iter().all(|(k, _)| k.is_warm()));
+    assert_eq!(idle(&d).len(), 2);
+    d.queued(1, LABELS);
+    assert!(d.claim_times(1).is_empty(), "the job's runner was warm");
+    assert_eq!(d.claims.len(), 3, "one claim to make the count up");
+    assert_eq!(idle(&d).len(), 2);
+    // The runner handed to job 1 takes it: nothing more.
+    let taken = d.runner_of(1);
+    d.send(JobAction::InProgress, on(&taken, 1));
+    assert_eq!(d.claims.len(), 3);
+    // GitHub gives a job straight to an idle runner, before its `queued` arrives: the same.
+    let other = idle(&d)[0].clone();
+    d.send(JobAction::InProgress, on(&other, 2));
+    assert!(d.claim_times(2).is_empty());
+    assert_eq!(d.claims.len(), 4);
+    assert_eq!(idle(&d).len(), 2);
+    let view = d.state();
+    let warm = view.status.providers[0]
+        .warm
+        .expect("the pool shows its warm runners");
+    assert_eq!((warm.available, warm.target), (2, 2));
+}
+
+/// A warm runner older than `warm_max_age` is deleted on GitHub before its replacement is
+/// claimed; the count stays.
+#[test]
+fn an_old_warm_runner_is_deleted_before_its_replacement_is_claimed() {
+    let mut d = Driver::with(count(1));
+    assert_eq!(d.calls, ["claim 1"]);
+    d.advance(3599);
+    assert_eq!(d.calls, ["claim 1"], "not old yet");
+    // The sweep (every 30 s) or the next decision notices it.
+    d.advance(30);
+    assert_eq!(d.calls, ["claim 1", "delete 1", "claim 2"]);
+    assert_eq!(idle(&d).len(), 1);
+}
+
+/// A cordon deletes every warm runner and claims none; lifting it refills. A drain leaves
+/// no registration.
+#[test]
+fn a_cordon_or_a_drain_deletes_every_warm_runner() {
+    let mut d = Driver::with(count(2));
+    d.cordon(true);
+    assert_eq!(d.deletes.len(), 2);
+    assert!(d.s.runners().next().is_none(), "{:?}", idle(&d));
+    d.advance(120);
+    assert_eq!(d.claims.len(), 2, "no claim while cordoned");
+    d.cordon(false);
+    assert_eq!(d.claims.len(), 4);
+    let fx = d.s.begin_shutdown(d.state_now());
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, super::Effect::CheckIdle { .. }))
+    );
+}
+
+/// A warm runner that dies at boot is not replaced at once: the pool's warm claims wait, so a
+/// broken pool does not spend a registration as fast as the pacing allows.
+#[test]
+fn a_warm_runner_dying_at_boot_holds_the_pools_warm_claims() {
+    let mut d = Driver::with(count(1));
+    let name = idle(&d)[0].clone();
+    d.exited(&name, 1);
+    assert_eq!(d.claims.len(), 1);
+    d.advance(29);
+    assert_eq!(d.claims.len(), 1);
+    d.advance(2);
+    assert_eq!(d.claims.len(), 2, "claimed again after the hold");
+}
+
+/// A window raises the count while it is open and lowers it after (the surplus deleted).
+#[test]
+fn a_window_raises_and_lowers_the_registered_count() {
+    // UNIX0 is a Friday, 08:00 UTC.
+    let mut d = Driver::with(registered(WarmConfig {
+        min: 1,
+        windows: vec![WarmWindow {
+            days: [false, false, false, false, true, false, false],
+            from: 8 * 60 + 10,
+            to: 8 * 60 + 20,
+            min: 3,
+        }],
+        time_zone: Some("UTC".into()),
+        ..WarmConfig::default()
+    }));
+    assert_eq!(idle(&d).len(), 1);
+    d.advance(10 * 60);
+    assert_eq!(idle(&d).len(), 3, "the window opened");
+    d.advance(10 * 60);
+    assert_eq!(idle(&d).len(), 1, "the window closed");
+    assert_eq!(d.deletes.len(), 2);
+}

@@ -1,0 +1,107 @@
+//! Registered warm runners (`warm_mode = "registered"`) against the stand-in: idle JIT
+//! runners claimed ahead take jobs the moment they are queued; the count is kept; an old one
+//! is rotated (its registration deleted before the new claim); a drain leaves none.
+
+use std::time::Duration;
+
+use crate::support::{
+    daemon::{Daemon, local_provider},
+    provision::eventually,
+    series,
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+
+/// Registered, idle runners at the stand-in.
+fn idle(standin: &github_standin::Standin) -> Vec<github_standin::Runner> {
+    standin
+        .runners()
+        .into_iter()
+        .filter(|r| !r.busy && r.job_id.is_none())
+        .collect()
+}
+
+#[actix_rt::test]
+async fn idle_registered_runners_take_jobs_at_once_are_rotated_and_gone_after_a_drain() {
+    let standin = crate::support::standin(100);
+    let pool = local_provider(4).replace(
+        "max_concurrent = 4",
+        "max_concurrent = 4\nwarm = 2\nwarm_mode = \"registered\"\nwarm_max_age = \"12s\"",
+    );
+    // Registered ahead of their job, they are org-level runners.
+    let daemon = Daemon::start_with_github(&standin, "repos = []\n", "", &pool).await;
+    eventually(
+        "two idle registered runners",
+        Duration::from_secs(20),
+        || idle(&standin).len() == 2 && idle(&standin).iter().all(|r| r.status == "online"),
+    )
+    .await;
+    let registered_before = standin.count("generate_jitconfig");
+    assert_eq!(registered_before, 2);
+
+    // Two jobs: each is taken by a runner registered before it was queued (a warm one, or
+    // the one claimed to make the count up, when the first job was handed a warm one); no
+    // claim is made for either.
+    standin.queue_jobs("app", LABELS, 2);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(30))
+        .await;
+    eventually("the count is made up", Duration::from_secs(20), || {
+        idle(&standin).len() == 2
+    })
+    .await;
+    assert_eq!(standin.count("generate_jitconfig"), registered_before + 2);
+    let metrics = daemon.metrics().await;
+    let outcome = |o: &str| {
+        series(
+            &metrics,
+            &format!("ephemerd_warm_claims_total{{outcome=\"{o}\",pool=\"local\"}}"),
+        )
+    };
+    assert_eq!((outcome("hit"), outcome("miss")), (2.0, 0.0), "{metrics}");
+    assert_eq!(
+        series(&metrics, "ephemerd_warm_available{pool=\"local\"}"),
+        2.0
+    );
+    let status = daemon.ctl_json(&["status"]).await;
+    assert_eq!(status["providers"][0]["warm"]["target"], 2, "{status}");
+
+    // Rotation: past warm_max_age each idle runner's registration is deleted, and only then
+    // is its replacement claimed; the count stays.
+    let old: Vec<(u64, String)> = idle(&standin).into_iter().map(|r| (r.id, r.name)).collect();
+    eventually("both rotated", Duration::from_secs(40), || {
+        let now = idle(&standin);
+        now.len() == 2 && now.iter().all(|r| old.iter().all(|(_, n)| *n != r.name))
+    })
+    .await;
+    let calls = standin.calls();
+    for (id, name) in &old {
+        let deleted = calls
+            .iter()
+            .position(|c| c.endpoint == "delete_runner" && c.path.ends_with(&format!("/{id}")))
+            .unwrap_or_else(|| panic!("{name} was never deleted"));
+        let claims_after = calls[deleted..]
+            .iter()
+            .filter(|c| c.endpoint == "generate_jitconfig")
+            .count();
+        assert!(claims_after >= 1, "a claim follows the deletion of {name}");
+    }
+    assert!(standin.runners().len() <= 2, "never more than the count");
+    let metrics = daemon.metrics().await;
+    assert!(
+        series(
+            &metrics,
+            "ephemerd_warm_discarded_total{pool=\"local\",reason=\"age\"}"
+        ) >= 2.0,
+        "{metrics}"
+    );
+
+    // A drain leaves no registration.
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        standin.runners().is_empty(),
+        "{:?}\n{logs}",
+        standin.runners()
+    );
+}
