@@ -83,6 +83,14 @@ pub fn unix_of_rfc3339(text: &str) -> Option<u64> {
         .map(|d| d.as_secs())
 }
 
+/// Seconds from GitHub's `created_at` to its `started_at` (RFC 3339), when both are there and
+/// in that order.
+pub fn github_wait(created_at: Option<&str>, started_at: Option<&str>) -> Option<u32> {
+    let created = unix_of_rfc3339(created_at?)?;
+    let started = unix_of_rfc3339(started_at?)?;
+    u32::try_from(started.checked_sub(created)?).ok()
+}
+
 /// Unix seconds as RFC 3339, or the number itself where no calendar date fits.
 pub fn rfc3339(unix: u64) -> String {
     UNIX_EPOCH

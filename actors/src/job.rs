@@ -114,6 +114,10 @@ pub struct JobInfo {
     pub conclusion: Option<Arc<str>>,
     /// The App installation the delivery came from.
     pub installation_id: Option<u64>,
+    /// GitHub's `started_at` less its `created_at`, in seconds, when an event carried both:
+    /// how long the job was queued before a runner took it, by GitHub's own clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_wait_secs: Option<u32>,
 }
 
 #[cfg(test)]

@@ -508,6 +508,7 @@ fn runner_json(r: &Runner) -> Value {
 }
 
 fn job_json(j: &Job) -> Value {
+    let (created, started) = j.github_times();
     json!({
         "id": j.id,
         "run_id": j.run_id,
@@ -518,6 +519,8 @@ fn job_json(j: &Job) -> Value {
         "runner_id": j.runner_id,
         "runner_name": j.runner_name,
         "name": format!("job-{}", j.id),
+        "created_at": created.map(ephemer_actors_core::clock::rfc3339),
+        "started_at": started.map(ephemer_actors_core::clock::rfc3339),
     })
 }
 

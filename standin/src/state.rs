@@ -100,6 +100,14 @@ pub struct Job {
     pub picked_at_ms: Option<u128>,
 }
 
+impl Job {
+    /// Its `created_at` and `started_at` in whole unix seconds, as GitHub reports them.
+    pub fn github_times(&self) -> (Option<u64>, Option<u64>) {
+        let secs = |ms: u128| u64::try_from(ms / 1000).ok();
+        (secs(self.queued_at_ms), self.picked_at_ms.and_then(secs))
+    }
+}
+
 /// A scripted fault for the next calls of an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
@@ -446,8 +454,12 @@ impl State {
             runner_id,
             conclusion: job.conclusion.as_deref().map(Into::into),
             installation_id: None,
+            github_wait_secs: None,
         };
-        let body = ephemer_actors_core::github::event::render_workflow_job(action, &info);
+        let (created, started) = job.github_times();
+        let body = ephemer_actors_core::github::event::render_workflow_job_at(
+            action, &info, created, started,
+        );
         if action == "in_progress" && self.faults_webhook.swap_in_progress_and_completed {
             self.held.insert(job_id, body);
             return;

@@ -31,6 +31,10 @@ fn exported() -> std::collections::BTreeSet<String> {
     registry.scaleset.init_pool("local");
     registry.warm.init_pool("local", true);
     registry.warm.pickup.with_label_values(&["local", "hit"]);
+    registry
+        .warm
+        .github_pickup
+        .with_label_values(&["local", "hit"]);
     registry.job_uncovered(&["self-hosted".to_string()]);
     registry
         .api_requests
@@ -50,8 +54,9 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // ephemerd_reconcile_queued_idle, ephemerd_jobs_parked_total, the runner's version and
     // lag (the contract's too), below the minimum, and its releases refused and lookups failed;
     // scale-set mode's statistics, messages, acquires, reckoning and session; warm pools'
-    // available (the contract's too), booting, claims and discards, and the pickup latency.
-    assert_eq!(exported.len(), 49, "{exported:?}");
+    // available (the contract's too), booting, claims and discards, and the pickup latency,
+    // to the runner's start and to GitHub's `started_at`.
+    assert_eq!(exported.len(), 50, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");

@@ -1,6 +1,6 @@
 //! Figures for docs/benchmarks.md, "Warm pools": queued -> job taken by its runner, cold
 //! against `warm = 4`, 50 jobs at one a second, for a process pool with a large `runner_dir`
-//! and for a container pool. Run by hand:
+//! and for a container pool (and one whose containers take 3 s to start). Run by hand:
 //! `cargo test --test it -- --ignored warm_figures --nocapture`.
 
 use std::{path::Path, time::Duration};
@@ -91,6 +91,11 @@ async fn warm_figures() {
     let Some(podman) = crate::support::podman::Podman::start().await else {
         return;
     };
+    container_runs(&podman, "container pool").await;
+}
+
+/// The container pool on `podman`, cold and then with `warm = 4`.
+async fn container_runs(podman: &crate::support::podman::Podman, label: &str) {
     for warm in [0, 4] {
         let pool = linux_provider(
             &podman.socket,
@@ -100,6 +105,18 @@ async fn warm_figures() {
                 "command = [\"/usr/local/bin/ephemer-actors\", \"standin-runner\"]\nnetwork = \"host\"\nwarm = {warm}"
             ),
         );
-        run(&format!("container pool, warm = {warm}"), &pool).await;
+        run(&format!("{label}, warm = {warm}"), &pool).await;
     }
+}
+
+/// A container pool whose containers take 3 s to start (an OCI prestart hook on the engine),
+/// cold against `warm = 4`.
+#[actix_rt::test]
+#[ignore = "a measurement, run by hand"]
+async fn warm_figures_slow_container() {
+    let boot = Duration::from_secs(3);
+    let Some(podman) = crate::support::podman::Podman::start_with_boot_delay(boot).await else {
+        return;
+    };
+    container_runs(&podman, "container pool, 3 s container start").await;
 }

@@ -59,6 +59,15 @@ async fn idle_registered_runners_take_jobs_at_once_are_rotated_and_gone_after_a_
         )
     };
     assert_eq!((outcome("hit"), outcome("miss")), (2.0, 0.0), "{metrics}");
+    // GitHub's own wait (its `created_at` to `started_at`) is counted for both, as hits.
+    assert_eq!(
+        series(
+            &metrics,
+            "ephemerd_pickup_github_seconds_count{pool=\"local\",warm=\"hit\"}"
+        ),
+        2.0,
+        "{metrics}"
+    );
     assert_eq!(
         series(&metrics, "ephemerd_warm_available{pool=\"local\"}"),
         2.0

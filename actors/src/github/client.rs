@@ -107,6 +107,12 @@ pub struct ApiJob {
     /// That runner's id.
     #[serde(default)]
     pub runner_id: Option<u64>,
+    /// When it was queued.
+    #[serde(default)]
+    pub created_at: Option<String>,
+    /// When a runner took it.
+    #[serde(default)]
+    pub started_at: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -397,6 +403,10 @@ impl GithubClient {
             runner_id: j.runner_id.filter(|id| *id != 0),
             conclusion: j.conclusion.map(Arc::from),
             installation_id: None,
+            github_wait_secs: crate::clock::github_wait(
+                j.created_at.as_deref(),
+                j.started_at.as_deref(),
+            ),
         }
     }
 

@@ -42,6 +42,10 @@ struct WorkflowJob {
     runner_name: Option<String>,
     #[serde(default)]
     conclusion: Option<String>,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    started_at: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,6 +127,10 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
             runner_id: payload.workflow_job.runner_id.filter(|id| *id != 0),
             conclusion: payload.workflow_job.conclusion.map(Arc::from),
             installation_id: payload.installation.map(|i| i.id),
+            github_wait_secs: crate::clock::github_wait(
+                payload.workflow_job.created_at.as_deref(),
+                payload.workflow_job.started_at.as_deref(),
+            ),
         },
     })
 }
@@ -151,6 +159,17 @@ pub fn valid_login(login: &str) -> bool {
 
 /// Builds a realistic `workflow_job` body (used by the stand-in GitHub and tests).
 pub fn render_workflow_job(action: &str, job: &JobInfo) -> String {
+    render_workflow_job_at(action, job, None, None)
+}
+
+/// [`render_workflow_job`] with the job's `created_at` and `started_at` (unix seconds), as
+/// GitHub sends them.
+pub fn render_workflow_job_at(
+    action: &str,
+    job: &JobInfo,
+    created_at: Option<u64>,
+    started_at: Option<u64>,
+) -> String {
     let status = JobAction::parse(action).map_or("queued", JobAction::as_str);
     serde_json::json!({
         "action": action,
@@ -167,6 +186,8 @@ pub fn render_workflow_job(action: &str, job: &JobInfo) -> String {
             "name": format!("job-{}", job.key.job_id),
             "workflow_name": "ci",
             "head_branch": "main",
+            "created_at": created_at.map(crate::clock::rfc3339),
+            "started_at": started_at.map(crate::clock::rfc3339),
         },
         "repository": {
             "name": job.repo,
@@ -223,6 +244,37 @@ mod tests {
         assert_eq!(*d.job.labels, ["self-hosted", "linux"]);
         assert_eq!(d.job.installation_id, Some(42));
         assert_eq!(d.job.runner_name, None);
+    }
+
+    /// GitHub's `created_at` and `started_at` give the job's wait by GitHub's clock; a queued
+    /// delivery (no `started_at`) and a start before the creation give none.
+    #[test]
+    fn an_in_progress_delivery_carries_github_s_wait() {
+        let info = JobInfo {
+            key: JobKey::new("acme", 7),
+            repo: "app".into(),
+            labels: vec!["linux".to_string()].into(),
+            runner_name: Some("r".into()),
+            ..JobInfo::default()
+        };
+        let at = |created, started| {
+            let body = render_workflow_job_at("in_progress", &info, created, started);
+            parse_workflow_job(body.as_bytes())
+                .unwrap()
+                .job
+                .github_wait_secs
+        };
+        assert_eq!(at(Some(1_800_000_000), Some(1_800_000_007)), Some(7));
+        assert_eq!(at(Some(1_800_000_000), None), None);
+        assert_eq!(at(Some(1_800_000_009), Some(1_800_000_007)), None);
+        assert_eq!(
+            crate::clock::github_wait(
+                Some("2026-12-02T08:00:00.250Z"),
+                Some("0001-01-01T00:00:00Z")
+            ),
+            None,
+            "Go's zero time is no time"
+        );
     }
 
     #[test]

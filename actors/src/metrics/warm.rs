@@ -24,6 +24,10 @@ pub struct WarmMetrics {
     /// `ephemerd_pickup_seconds{pool,warm}`: queued to runner process started, by whether
     /// the runner started in a warm environment (`hit`) or not (`miss`).
     pub pickup: HistogramVec,
+    /// `ephemerd_pickup_github_seconds{pool,warm}`: GitHub's `started_at` less its
+    /// `created_at` (whole seconds, GitHub's clock), for jobs taken by a runner of ours whose
+    /// event carried both, by whether the runner started warm.
+    pub github_pickup: HistogramVec,
 }
 
 use super::register;
@@ -72,6 +76,17 @@ impl WarmMetrics {
                     .buckets(vec![
                         0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
                     ]),
+                    &["pool", "warm"],
+                )),
+            ),
+            github_pickup: register(
+                registry,
+                super::must(HistogramVec::new(
+                    HistogramOpts::new(
+                        "ephemerd_pickup_github_seconds",
+                        "GitHub's started_at less its created_at (whole seconds), for jobs taken by a runner of ours, by pool and by whether the runner started warm (hit) or not (miss).",
+                    )
+                    .buckets(vec![1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0]),
                     &["pool", "warm"],
                 )),
             ),

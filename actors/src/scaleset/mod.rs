@@ -81,6 +81,10 @@ pub fn event_of(m: &JobMessage, owner: &str, pin: &str) -> Option<(JobAction, Jo
         runner_id: Some(m.runner_id).filter(|id| *id != 0),
         conclusion,
         installation_id: None,
+        github_wait_secs: crate::clock::github_wait(
+            m.queue_time.as_deref(),
+            m.runner_assign_time.as_deref(),
+        ),
     };
     Some((action, info))
 }
@@ -133,6 +137,8 @@ mod tests {
             runner_id: if runner.is_empty() { 0 } else { 5 },
             runner_name: runner.into(),
             result: result.into(),
+            queue_time: None,
+            runner_assign_time: None,
         }
     }
 

@@ -177,6 +177,15 @@ pub fn record(o: Observation, m: &Metrics) {
             gauge(&m.warm.available, available);
             gauge(&m.warm.booting, booting);
         }
+        O::GithubPickup {
+            provider,
+            hit,
+            secs,
+        } => m
+            .warm
+            .github_pickup
+            .with_label_values(&[provider.as_str(), if hit { "hit" } else { "miss" }])
+            .observe(f64::from(secs)),
         O::WarmOutcome { provider, hit } => m
             .warm
             .claims

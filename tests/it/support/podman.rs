@@ -44,6 +44,18 @@ impl Podman {
 
     /// Like [`Podman::start`], with this `registries.conf` (a test's own registry, say).
     pub async fn start_with_registries(registries: &str) -> Option<Podman> {
+        Self::start_with(registries, None).await
+    }
+
+    /// Like [`Podman::start`], every container taking `boot` more to start: an OCI prestart
+    /// hook that sleeps, as an image whose container is slow to become ready (large layers,
+    /// a per-container network set-up) makes every start wait. An exec in a running container
+    /// does not run it.
+    pub async fn start_with_boot_delay(boot: Duration) -> Option<Podman> {
+        Self::start_with("", Some(boot)).await
+    }
+
+    async fn start_with(registries: &str, boot: Option<Duration>) -> Option<Podman> {
         for tool in ["podman", "runc", "tar", "ldd"] {
             if which(tool).is_none() {
                 container_skip(&format!(
@@ -54,7 +66,20 @@ impl Podman {
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let conf = dir.path().join("containers.conf");
-        std::fs::write(&conf, CONTAINERS_CONF).unwrap();
+        let mut conf_text = CONTAINERS_CONF.to_string();
+        if let Some(boot) = boot {
+            let hooks = dir.path().join("hooks.d");
+            std::fs::create_dir_all(&hooks).unwrap();
+            let hook = serde_json::json!({
+                "version": "1.0.0",
+                "hook": { "path": "/bin/sleep", "args": ["sleep", format!("{}", boot.as_secs_f64())] },
+                "when": { "always": true },
+                "stages": ["prestart"],
+            });
+            std::fs::write(hooks.join("boot-delay.json"), hook.to_string()).unwrap();
+            conf_text.push_str(&format!("hooks_dir = [\"{}\"]\n", hooks.display()));
+        }
+        std::fs::write(&conf, conf_text).unwrap();
         std::fs::write(dir.path().join("registries.conf"), registries).unwrap();
         let sock = dir.path().join("podman.sock");
         let socket = format!("unix://{}", sock.display());

@@ -188,6 +188,12 @@ pub struct JobMessage {
     /// `JobCompleted`: `succeeded`, `failed`, `canceled`, ...
     #[serde(default)]
     pub result: String,
+    /// When the job was queued (RFC 3339).
+    #[serde(default)]
+    pub queue_time: Option<String>,
+    /// When a runner took it (RFC 3339; GitHub's zero time until then).
+    #[serde(default)]
+    pub runner_assign_time: Option<String>,
 }
 
 /// One message of the queue: its id, the statistics, and its job messages in order.

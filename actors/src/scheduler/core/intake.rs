@@ -249,15 +249,9 @@ impl Scheduler {
                 self.ops.push(Op::PutRunner(row));
             }
             let (intent, provider) = (runner.intent.clone(), runner.provider.clone());
-            // A pool keeping registered runners warm: a hit when no claim was made for the
-            // job (a runner registered ahead took it).
-            if bound_now && self.keeps_warm(&provider) {
-                let hit = self.admission.jobs.get(&key).is_none_or(|j| {
-                    !j.timeline
-                        .iter()
-                        .any(|e| matches!(e.note, Note::Claiming { .. }))
-                });
-                self.observe(Observation::WarmOutcome { provider, hit });
+            let warm_start = runner.warm_start;
+            if bound_now {
+                self.job_taken(&key, provider, warm_start, job.github_wait_secs);
             }
             if intent != key && !intent.is_warm() {
                 self.observe(Observation::RunnerTookOther {

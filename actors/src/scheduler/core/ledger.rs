@@ -65,6 +65,7 @@ impl Scheduler {
                     .get_mut(name)
                     .unwrap_or_else(|| unreachable!("looked up above"));
                 runner.started_at = Some(now.mono);
+                runner.warm_start = warm;
                 let startup = now.mono.saturating_duration_since(runner.created_at);
                 let queue_wait = self
                     .admission

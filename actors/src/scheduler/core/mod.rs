@@ -343,6 +343,8 @@ pub struct RunnerRecord {
     pub registration_deleted: bool,
     /// A teardown was asked for: the sweep leaves it to that.
     pub tearing_down: bool,
+    /// It started in a booted warm environment.
+    pub warm_start: bool,
 }
 
 impl RunnerRecord {
@@ -359,6 +361,7 @@ impl RunnerRecord {
             seen_busy: false,
             registration_deleted: false,
             tearing_down: false,
+            warm_start: false,
         }
     }
 }

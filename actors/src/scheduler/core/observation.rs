@@ -177,6 +177,16 @@ pub enum Observation {
         /// Got a warm runner.
         hit: bool,
     },
+    /// A job was taken by a runner of ours, and its event carried GitHub's `created_at`
+    /// and `started_at` (or the scale set's queue and assignment times).
+    GithubPickup {
+        /// Pool.
+        provider: PoolName,
+        /// Its runner started warm (or, registered, no claim was made for it).
+        hit: bool,
+        /// `started_at` less `created_at`, whole seconds.
+        secs: u32,
+    },
     /// A runner left the ledger.
     RunnerRemoved {
         /// Provider.

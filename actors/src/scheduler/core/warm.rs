@@ -253,6 +253,39 @@ impl Scheduler {
         });
     }
 
+    /// Job `key` was taken by a runner of ours of `provider` (`warm_start`: started in a
+    /// booted warm environment): counts a registered pool's hit or miss (a hit when no claim
+    /// was made for the job: a runner registered ahead took it), and GitHub's own queued ->
+    /// started wait when the event carried it.
+    pub(super) fn job_taken(
+        &mut self,
+        key: &JobKey,
+        provider: PoolName,
+        warm_start: bool,
+        github_wait_secs: Option<u32>,
+    ) {
+        let registered = self.keeps_warm(&provider);
+        let hit = if registered {
+            self.admission.jobs.get(key).is_none_or(|j| {
+                !j.timeline
+                    .iter()
+                    .any(|e| matches!(e.note, super::Note::Claiming { .. }))
+            })
+        } else {
+            warm_start
+        };
+        if let Some(secs) = github_wait_secs {
+            self.observe(Observation::GithubPickup {
+                provider: provider.clone(),
+                hit,
+                secs,
+            });
+        }
+        if registered {
+            self.observe(Observation::WarmOutcome { provider, hit });
+        }
+    }
+
     /// A runner ended by itself or failed: if it was a warm runner that never took a job, its
     /// pool's warm claims wait a while (a pool whose runners die at boot would otherwise spend
     /// a registration on each, as fast as the claim pacing allows).
