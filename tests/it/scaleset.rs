@@ -29,6 +29,11 @@ pub(crate) fn standin() -> Standin {
 
 /// Two pools of the stand-in runner, `alpha` and `beta`.
 fn two_pools(slots: usize) -> String {
+    two_pools_with(slots, "")
+}
+
+/// Two pools of the stand-in runner, `alpha` and `beta`, each with the lines `extra`.
+fn two_pools_with(slots: usize, extra: &str) -> String {
     let bin = env!("CARGO_BIN_EXE_ephemer-actors");
     ["alpha", "beta"]
         .iter()
@@ -42,6 +47,7 @@ args = ["standin-runner"]
 labels = ["self-hosted", "linux", "{pool}"]
 max_concurrent = {slots}
 allow_root = true
+{extra}
 "#
             )
         })
@@ -49,6 +55,11 @@ allow_root = true
 }
 
 pub(crate) async fn start(standin: &Standin, slots: usize) -> Daemon {
+    start_with(standin, slots, "").await
+}
+
+/// [`start`], each pool with the lines `extra`.
+pub(crate) async fn start_with(standin: &Standin, slots: usize, extra: &str) -> Daemon {
     let daemon = Daemon::start_with_github(
         standin,
         ORG_LEVEL,
@@ -56,7 +67,7 @@ pub(crate) async fn start(standin: &Standin, slots: usize) -> Daemon {
             "[webhook]\nmode = \"scaleset\"\n[runner]\nmax_concurrent = {}\n",
             slots * 2
         ),
-        &two_pools(slots),
+        &two_pools_with(slots, extra),
     )
     .await;
     // No webhook at all: GitHub has no URL for this daemon.

@@ -1,6 +1,7 @@
 //! Registered warm runners (`warm_mode = "registered"`) against the stand-in: idle JIT
 //! runners claimed ahead take jobs the moment they are queued; the count is kept; an old one
-//! is rotated (its registration deleted before the new claim); a drain leaves none.
+//! is rotated (its registration deleted before the new claim); a drain leaves none. In
+//! scale-set mode too, each pool's idle runners in its own scale set.
 
 use std::time::Duration;
 
@@ -11,6 +12,17 @@ use crate::support::{
 };
 
 const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+
+/// Stops `daemon` (a drain) and checks it left no registration.
+async fn drained_to_nothing(daemon: Daemon, standin: &github_standin::Standin) {
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        standin.runners().is_empty(),
+        "{:?}\n{logs}",
+        standin.runners()
+    );
+}
 
 /// Registered, idle runners at the stand-in.
 fn idle(standin: &github_standin::Standin) -> Vec<github_standin::Runner> {
@@ -106,11 +118,43 @@ async fn idle_registered_runners_take_jobs_at_once_are_rotated_and_gone_after_a_
     );
 
     // A drain leaves no registration.
-    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
-    assert_eq!(code, Some(0), "{logs}");
-    assert!(
-        standin.runners().is_empty(),
-        "{:?}\n{logs}",
-        standin.runners()
-    );
+    drained_to_nothing(daemon, &standin).await;
+}
+
+/// Scale-set mode: each pool keeps one idle runner registered in its own scale set; a job
+/// assigned to the scale set is taken by it with no claim of its own, on its own pool; the
+/// drain leaves no runner in either scale set.
+#[actix_rt::test]
+async fn in_scale_set_mode_each_pool_s_idle_runner_takes_its_own_pool_s_job() {
+    let standin = crate::scaleset::standin();
+    let daemon =
+        crate::scaleset::start_with(&standin, 2, "warm = 1\nwarm_mode = \"registered\"").await;
+    eventually(
+        "an idle runner per scale set",
+        Duration::from_secs(20),
+        || idle(&standin).len() == 2 && idle(&standin).iter().all(|r| r.status == "online"),
+    )
+    .await;
+    standin.queue_jobs("app", crate::scaleset::ALPHA, 1);
+    standin.queue_jobs("app", &["self-hosted", "linux", "beta"], 1);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(30))
+        .await;
+    crate::scaleset::assert_each_job_on_its_pool(&standin);
+    let metrics = daemon.metrics().await;
+    for pool in ["alpha", "beta"] {
+        assert_eq!(
+            series(
+                &metrics,
+                &format!("ephemerd_warm_claims_total{{outcome=\"hit\",pool=\"{pool}\"}}")
+            ),
+            1.0,
+            "{metrics}"
+        );
+    }
+    eventually("the count is made up", Duration::from_secs(20), || {
+        idle(&standin).len() == 2
+    })
+    .await;
+    drained_to_nothing(daemon, &standin).await;
 }

@@ -35,8 +35,13 @@ use crate::{
 pub const REAP_WARM_AGE: &str = "warm runner older than warm_max_age: rotated";
 /// Why a warm runner is reaped: more than the pool keeps now.
 pub const REAP_WARM_SURPLUS: &str = "warm runner beyond the pool's warm count";
-/// How long a pool's warm claims wait after one failed (a job's claims climb their ladder).
-pub const WARM_CLAIM_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a pool's warm claims wait after the first failure in a row (a claim refused, a
+/// warm runner dead before any job); each further failure doubles it, up to
+/// [`WARM_CLAIM_BACKOFF_MAX`]; a job taken by one of the pool's runners resets it. (A job's
+/// claims climb their own ladder.)
+pub const WARM_CLAIM_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest wait between warm claims that keep failing.
+pub const WARM_CLAIM_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// The registered pools' counts and claims.
 #[derive(Debug, Default)]
@@ -51,6 +56,8 @@ pub(super) struct WarmBook {
     claiming: Vec<(JobKey, usize)>,
     /// Per pool: no warm claim before this (after a failed one).
     hold_until: Vec<Option<Instant>>,
+    /// Per pool: failures in a row (claims refused, warm runners dead before any job).
+    failures: Vec<u32>,
 }
 
 /// One registered pool's spares now.
@@ -282,6 +289,13 @@ impl Scheduler {
             });
         }
         if registered {
+            // The pool's warm runners work: its warm claims' backoff starts over.
+            if let Some(f) = self
+                .provider_index(&provider)
+                .and_then(|i| self.warm.failures.get_mut(i))
+            {
+                *f = 0;
+            }
             self.observe(Observation::WarmOutcome { provider, hit });
         }
     }
@@ -294,11 +308,23 @@ impl Scheduler {
             return;
         }
         if let Some(i) = self.provider_index(&r.provider) {
-            self.warm
-                .hold_until
-                .resize(self.settings.providers.len(), None);
-            self.warm.hold_until[i] = Some(now.mono + WARM_CLAIM_BACKOFF);
+            self.hold_warm_claims(i, None, now);
         }
+    }
+
+    /// Holds pool `i`'s warm claims after a failure: 5 s, doubling with each failure in a
+    /// row up to 5 min, and never less than GitHub's `retry_after`.
+    fn hold_warm_claims(&mut self, i: usize, retry_after: Option<Duration>, now: Now) {
+        let n = self.settings.providers.len();
+        self.warm.hold_until.resize(n, None);
+        self.warm.failures.resize(n, 0);
+        let failures = self.warm.failures[i];
+        self.warm.failures[i] = failures.saturating_add(1);
+        let wait = WARM_CLAIM_BACKOFF
+            .saturating_mul(1 << failures.min(10))
+            .min(WARM_CLAIM_BACKOFF_MAX)
+            .max(retry_after.unwrap_or_default());
+        self.warm.hold_until[i] = Some(now.mono + wait);
     }
 
     /// Shows pool `i`'s warm runners in `status` and the metrics, when they changed.
@@ -333,11 +359,7 @@ impl Scheduler {
                 self.release(&provider);
                 self.stats.claim_failures += 1;
                 if let Some(i) = i {
-                    self.warm
-                        .hold_until
-                        .resize(self.settings.providers.len(), None);
-                    let wait = e.retry_after().unwrap_or(WARM_CLAIM_BACKOFF);
-                    self.warm.hold_until[i] = Some(now.mono + wait.max(WARM_CLAIM_BACKOFF));
+                    self.hold_warm_claims(i, e.retry_after(), now);
                 }
                 self.observe(Observation::WarmClaimFailed {
                     provider,

@@ -109,18 +109,26 @@ fn a_cordon_or_a_drain_deletes_every_warm_runner() {
     );
 }
 
-/// A warm runner that dies at boot is not replaced at once: the pool's warm claims wait, so a
-/// broken pool does not spend a registration as fast as the pacing allows.
+/// A warm runner that dies at boot is not replaced at once: the pool's warm claims wait, longer
+/// each time in a row, so a broken pool does not spend a registration as fast as the pacing
+/// allows.
 #[test]
 fn a_warm_runner_dying_at_boot_holds_the_pools_warm_claims() {
     let mut d = Driver::with(count(1));
     let name = idle(&d)[0].clone();
     d.exited(&name, 1);
     assert_eq!(d.claims.len(), 1);
-    d.advance(29);
+    d.advance(4);
     assert_eq!(d.claims.len(), 1);
     d.advance(2);
-    assert_eq!(d.claims.len(), 2, "claimed again after the hold");
+    assert_eq!(d.claims.len(), 2, "claimed again after 5 s");
+    // Dying again: 10 s, then 20 s.
+    let name = idle(&d)[0].clone();
+    d.exited(&name, 1);
+    d.advance(9);
+    assert_eq!(d.claims.len(), 2);
+    d.advance(2);
+    assert_eq!(d.claims.len(), 3, "then after 10 s");
 }
 
 /// A window raises the count while it is open and lowers it after (the surplus deleted).
