@@ -385,7 +385,11 @@ impl SchedulerActor {
                 tracing::info!(deferred = pass.deferred, "reconcile: the core budget runs low; the remaining repos wait for the next pass");
             }
             tracing::info!(queued = pass.jobs.len(), repos = pass.listed, failed = pass.failed.len(), "reconcile: queued jobs on GitHub");
-            let fx = act.core.on_reconcile(t, pass.jobs, act.clock.tick());
+            // A full listing also says which held jobs are no longer queued on GitHub.
+            let complete = pass.failed.is_empty() && pass.deferred == 0;
+            let fx = act
+                .core
+                .on_reconcile_pass(t, pass.jobs, complete, act.clock.tick());
             act.run(fx, ctx);
         }));
     }

@@ -79,6 +79,29 @@ impl Driver {
         d
     }
 
+    /// A complete reconcile pass that lists `queued` jobs on GitHub; returns the jobs the core
+    /// asked to look at.
+    pub(super) fn reconcile(&mut self, queued: Vec<JobInfo>) -> Vec<u64> {
+        let fx = self.s.on_reconcile_pass(0, queued, true, self.at());
+        let looks = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::LookAtJob { key, .. } => Some(key.job_id),
+                _ => None,
+            })
+            .collect();
+        self.carry(fx);
+        looks
+    }
+
+    /// GitHub's answer to a look at job `id`.
+    pub(super) fn looked(&mut self, id: u64, status: &str) {
+        let fx = self
+            .s
+            .on_job_looked(&JobKey::new("acme", id), Ok(status.into()), self.at());
+        self.carry(fx);
+    }
+
     /// Cordons (or uncordons) the core.
     pub(super) fn cordon(&mut self, on: bool) {
         let fx = self.s.set_cordon(on, self.at()).unwrap();

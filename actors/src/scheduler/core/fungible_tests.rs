@@ -262,3 +262,38 @@ fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_
     let demand = d.s.pool_demand(&owner, "linux");
     assert_eq!((demand.waiting.len(), demand.running), (0, 1));
 }
+
+/// A job whose `in_progress` and `completed` were lost (delivered while the daemon was down)
+/// keeps a runner waiting for it; GitHub's queued listing no longer has it. A complete
+/// reconcile pass looks at it (only once it is a minute old), and GitHub's "completed" makes
+/// its runner a spare the sweep deletes: no runner is left for a job that will never come.
+#[test]
+fn a_job_finished_unseen_releases_the_runner_kept_for_it() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    d.queued(2, LABELS);
+    let runner = d.runner_of(1);
+    let id = d.id_of(&runner);
+    assert!(d.reconcile(vec![]).is_empty(), "too young to look at");
+    d.advance(61);
+    // Job 2 is still listed queued: only job 1 is looked at.
+    assert_eq!(d.reconcile(vec![job(2, LABELS)]), vec![1]);
+    d.looked(1, "queued");
+    assert!(d.has_runner(&runner), "still queued: its runner stays");
+    d.looked(1, "completed");
+    assert!(
+        !d.has_runner(&runner),
+        "its runner is deleted and torn down"
+    );
+    assert!(d.deletes.contains(&id));
+    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline;
+    assert!(
+        timeline.iter().any(|e| matches!(
+            e.note,
+            Note::LookedAt {
+                status: "completed"
+            }
+        )),
+        "{timeline:#?}"
+    );
+}

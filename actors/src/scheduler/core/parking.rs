@@ -13,6 +13,10 @@ use crate::{
     job::{JobAction, JobInfo, JobKey},
 };
 
+/// A job held for a runner is looked at when the reconcile has not listed it queued, only
+/// once it was admitted this long ago (a listing may trail a delivery by a moment).
+pub const UNLISTED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Scheduler {
     /// The sweep reaped `runner`, made for `key`, after it sat idle for the whole grace: GitHub
     /// did not hand it that job. The one zombie signal: after `zombie_cap` of these the job is
@@ -93,6 +97,7 @@ impl Scheduler {
             self.admission.jobs.get(key).map(|j| &j.phase),
             Some(Phase::Parked { .. })
         ) {
+            self.unlisted_looked(key, status, now, &mut fx);
             return fx;
         }
         match status.as_deref() {
@@ -154,7 +159,49 @@ impl Scheduler {
     /// and idle, or parked past its look) is admitted again. What stays held idle (parked
     /// before its look, or cordoned) is counted for the `ephemerd_reconcile_queued_idle` gauge.
     pub fn on_reconcile(&mut self, target: usize, jobs: Vec<JobInfo>, now: Now) -> Vec<Effect> {
+        self.on_reconcile_pass(target, jobs, false, now)
+    }
+
+    /// [`Scheduler::on_reconcile`]; with `complete` (every repo of the target listed), a job
+    /// this daemon still holds for a runner that GitHub no longer lists as queued, admitted
+    /// more than [`UNLISTED_AFTER`] ago, is looked at: its `in_progress` or `completed` may
+    /// have been lost (delivered while the daemon was down), and a runner kept for it would
+    /// wait for a job that will never come.
+    pub fn on_reconcile_pass(
+        &mut self,
+        target: usize,
+        jobs: Vec<JobInfo>,
+        complete: bool,
+        now: Now,
+    ) -> Vec<Effect> {
         let mut fx = Vec::new();
+        if complete {
+            let listed: std::collections::HashSet<&JobKey> = jobs.iter().map(|j| &j.key).collect();
+            let unlisted: Vec<(JobKey, String)> = self
+                .admission
+                .jobs
+                .iter()
+                .filter(|(key, j)| {
+                    j.started_at.is_none()
+                        && !key.is_warm()
+                        && !key.is_reckoned()
+                        && self.target_index(key) == target
+                        && !listed.contains(key)
+                        && now.mono.saturating_duration_since(j.received_at) >= UNLISTED_AFTER
+                        && matches!(
+                            j.phase,
+                            Phase::Pending
+                                | Phase::Retrying
+                                | Phase::Claiming { .. }
+                                | Phase::Active { .. }
+                        )
+                })
+                .map(|(key, j)| (key.clone(), j.info.repo.to_string()))
+                .collect();
+            for (key, repo) in unlisted {
+                fx.push(Effect::LookAtJob { key, repo });
+            }
+        }
         let mut idle = 0;
         for job in jobs {
             let key = job.key.clone();
@@ -196,5 +243,44 @@ impl Scheduler {
         });
         self.pump(now, &mut fx);
         fx
+    }
+
+    /// The answer about a job held for a runner that the reconcile did not list queued: one
+    /// GitHub says started or finished (its events were lost) is marked started, so the
+    /// runner kept for it becomes a spare (handed on, or reaped by the sweep); one gone is
+    /// done. Queued, or no answer: it keeps waiting as it was.
+    fn unlisted_looked(
+        &mut self,
+        key: &JobKey,
+        status: Result<String, GithubError>,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(rec) = self.admission.jobs.get_mut(key) else {
+            return;
+        };
+        if rec.started_at.is_some() {
+            return;
+        }
+        let status = match status.as_deref() {
+            Ok("in_progress") => "in_progress",
+            Ok("completed") => "completed",
+            Err(GithubError::Http(f)) if f.status == 404 => "gone",
+            _ => return,
+        };
+        rec.started_at = Some(now.mono);
+        self.ops
+            .push(crate::durable::Op::JobStarted(key.clone(), now.unix));
+        self.note(key, now, Note::LookedAt { status });
+        if !matches!(
+            self.admission.jobs.get(key).map(|j| &j.phase),
+            Some(Phase::Claiming { .. })
+        ) {
+            // A claim in flight ends by itself (started during the claim).
+            self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
+        }
+        self.rebalance(now, fx);
+        fx.extend(self.sweep(now));
+        self.pump(now, fx);
     }
 }
