@@ -385,37 +385,8 @@ impl Scheduler {
         // Started elsewhere during the claim, with another job waiting: the runner is supply
         // for that one (handed over below, as a spare).
         let spare = started;
-        let spec = RunnerSpec {
-            name: runner.name.clone(),
-            runner_id: runner.id,
-            jit_config: runner.encoded_jit_config,
-            intent: key.clone(),
-            labels: self
-                .provider_index(&provider)
-                .map(|i| self.settings.providers[i].labels.clone())
-                .unwrap_or_default(),
-        };
-        let handle: Arc<str> = Arc::from(runner.name.as_str());
-        self.book.runners.insert(
-            handle.clone(),
-            RunnerRecord::new(
-                RunnerRow {
-                    name: runner.name.clone(),
-                    id: runner.id,
-                    provider: provider.clone(),
-                    repo,
-                    intent: key.clone(),
-                    bound: None,
-                    created_unix: now.unix,
-                },
-                now.mono,
-            ),
-        );
-        let row = self.book.runners[&*handle].row.clone();
-        self.ops.push(Op::PutRunner(row));
-        self.observe(Observation::RunnerAdded {
-            provider: provider.clone(),
-        });
+        let runner_id = runner.id;
+        let handle = self.add_runner(key.clone(), provider.clone(), repo, runner, now, fx);
         let phase = if spare {
             Phase::Done
         } else {
@@ -431,20 +402,65 @@ impl Scheduler {
             &key,
             now,
             Note::Claimed {
-                runner: handle,
-                runner_id: runner.id,
+                runner: handle.clone(),
+                runner_id,
                 provider: provider.clone(),
             },
         );
         self.observe(Observation::Claimed {
             job_id: key.job_id,
-            provider: provider.clone(),
-            runner: runner.name.clone(),
+            provider,
+            runner: handle.to_string(),
         });
-        fx.push(Effect::Provision { provider, spec });
         if spare {
             self.rebalance(now, fx);
         }
+    }
+
+    /// Enters a claimed runner in the book (made for `intent`, registered in `repo` for a
+    /// repo-level target), makes it durable, and asks its pool to start it: the same for a
+    /// job's runner and a registered warm one. Its handle.
+    pub(super) fn add_runner(
+        &mut self,
+        intent: JobKey,
+        provider: PoolName,
+        repo: Option<String>,
+        runner: JitRunner,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) -> Arc<str> {
+        let handle: Arc<str> = Arc::from(runner.name.as_str());
+        let row = RunnerRow {
+            name: runner.name.clone(),
+            id: runner.id,
+            provider: provider.clone(),
+            repo,
+            intent: intent.clone(),
+            bound: None,
+            created_unix: now.unix,
+        };
+        self.book
+            .runners
+            .insert(handle.clone(), RunnerRecord::new(row.clone(), now.mono));
+        self.ops.push(Op::PutRunner(row));
+        self.observe(Observation::RunnerAdded {
+            provider: provider.clone(),
+        });
+        let labels = self
+            .provider_index(&provider)
+            .map(|i| self.settings.providers[i].labels.clone())
+            .unwrap_or_default();
+        fx.push(Effect::Provision {
+            provider,
+            spec: RunnerSpec {
+                name: runner.name,
+                runner_id: runner.id,
+                jit_config: runner.encoded_jit_config,
+                intent,
+                labels,
+            },
+        });
+        handle
     }
 
     /// Whether a job other than `except` waits for a runner `provider` could serve (pending

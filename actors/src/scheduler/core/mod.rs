@@ -449,6 +449,7 @@ impl Scheduler {
                 .collect(),
             admission: Admission::new(settings.targets.len()),
             capacity: SlotTable::new(&settings),
+            warm: warm::WarmBook::new(settings.providers.len()),
             book: RunnerBook::default(),
             ladder: Ladder::new(backoff, seed),
             held_notices: HashMap::new(),
@@ -460,7 +461,6 @@ impl Scheduler {
             timer: None,
             observed: Vec::new(),
             ops: Vec::new(),
-            warm: warm::WarmBook::default(),
         }
     }
 

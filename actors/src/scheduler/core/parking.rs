@@ -279,7 +279,7 @@ impl Scheduler {
             // A claim in flight ends by itself (started during the claim).
             self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
         }
-        self.rebalance(now, fx);
+        // The sweep hands its runner on first (`rebalance`), else deletes it.
         fx.extend(self.sweep(now));
         self.pump(now, fx);
     }

@@ -25,10 +25,9 @@ use super::{ClaimRequest, Effect, Scheduler, observation::Observation};
 use crate::{
     clock::Now,
     config::PoolName,
-    durable::{Op, RunnerRow},
     github::{GithubError, JitRunner},
     job::{JobKey, WARM_BASE},
-    provision::{RunnerSpec, warm::WarmView},
+    provision::warm::WarmView,
 };
 
 /// Why a warm runner is reaped: older than `warm_max_age`.
@@ -44,7 +43,7 @@ pub const WARM_CLAIM_BACKOFF: Duration = Duration::from_secs(5);
 pub const WARM_CLAIM_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// The registered pools' counts and claims.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct WarmBook {
     /// Per pool (settings order): how many to keep, as of `minute`.
     targets: Vec<usize>,
@@ -58,6 +57,20 @@ pub(super) struct WarmBook {
     hold_until: Vec<Option<Instant>>,
     /// Per pool: failures in a row (claims refused, warm runners dead before any job).
     failures: Vec<u32>,
+}
+
+impl WarmBook {
+    /// The book of `pools` pools, none held back.
+    pub(super) fn new(pools: usize) -> Self {
+        WarmBook {
+            targets: vec![0; pools],
+            minute: None,
+            next: 0,
+            claiming: Vec::new(),
+            hold_until: vec![None; pools],
+            failures: vec![0; pools],
+        }
+    }
 }
 
 /// One registered pool's spares now.
@@ -97,9 +110,6 @@ impl Scheduler {
                     .map_or(0, |w| w.target_at(w.week_time(now.unix)))
             })
             .collect();
-        self.warm
-            .hold_until
-            .resize(self.settings.providers.len(), None);
     }
 
     /// How many pool `i` keeps now: its count, 0 while cordoned or draining.
@@ -315,9 +325,6 @@ impl Scheduler {
     /// Holds pool `i`'s warm claims after a failure: 5 s, doubling with each failure in a
     /// row up to 5 min, and never less than GitHub's `retry_after`.
     fn hold_warm_claims(&mut self, i: usize, retry_after: Option<Duration>, now: Now) {
-        let n = self.settings.providers.len();
-        self.warm.hold_until.resize(n, None);
-        self.warm.failures.resize(n, 0);
         let failures = self.warm.failures[i];
         self.warm.failures[i] = failures.saturating_add(1);
         let wait = WARM_CLAIM_BACKOFF
@@ -380,38 +387,11 @@ impl Scheduler {
             }));
             return;
         }
-        let handle: Arc<str> = Arc::from(runner.name.as_str());
-        let row = RunnerRow {
-            name: runner.name.clone(),
-            id: runner.id,
-            provider: provider.clone(),
-            repo: None,
-            intent: key.clone(),
-            bound: None,
-            created_unix: now.unix,
-        };
-        self.book
-            .runners
-            .insert(handle, super::RunnerRecord::new(row.clone(), now.mono));
-        self.ops.push(Op::PutRunner(row));
-        self.observe(Observation::RunnerAdded {
-            provider: provider.clone(),
-        });
         self.observe(Observation::WarmRegisteredOne {
             provider: provider.clone(),
             runner: runner.name.clone(),
         });
-        let labels = self.settings.providers[i.unwrap_or(0)].labels.clone();
-        fx.push(Effect::Provision {
-            provider,
-            spec: RunnerSpec {
-                name: runner.name,
-                runner_id: runner.id,
-                jit_config: runner.encoded_jit_config,
-                intent: key,
-                labels,
-            },
-        });
+        self.add_runner(key, provider, None, runner, now, fx);
         // A job may have come while the claim was out.
         self.rebalance(now, fx);
     }
