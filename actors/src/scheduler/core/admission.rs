@@ -13,14 +13,77 @@ use tokio::time::Instant;
 use super::{JobRecord, Note, Phase, TimelineEntry, shared::Shared, timeline::TIMELINE_CAP};
 use crate::{clock::Now, job::JobKey};
 
+/// Jobs waiting for a slot or a claim token: a queue per target, so a decision takes the
+/// target's next job without sorting the whole backlog by target first (docs/benchmarks.md,
+/// "A burst on one host": that sort made each decision cost time in proportion to the backlog).
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    queues: Vec<VecDeque<JobKey>>,
+}
+
+impl Pending {
+    pub(super) fn new(targets: usize) -> Self {
+        Pending {
+            queues: vec![VecDeque::new(); targets.max(1)],
+        }
+    }
+
+    fn queue(&mut self, target: usize) -> &mut VecDeque<JobKey> {
+        if target >= self.queues.len() {
+            self.queues.resize_with(target + 1, VecDeque::new);
+        }
+        &mut self.queues[target]
+    }
+
+    /// `key`, of `target`, waits behind the others.
+    pub(super) fn push_back(&mut self, target: usize, key: JobKey) {
+        self.queue(target).push_back(key);
+    }
+
+    /// `key`, of `target`, is next (it was first already, and waits for a token).
+    pub(super) fn push_front(&mut self, target: usize, key: JobKey) {
+        self.queue(target).push_front(key);
+    }
+
+    /// Every waiting job, target by target.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &JobKey> {
+        self.queues.iter().flatten()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.queues.iter().all(VecDeque::is_empty)
+    }
+
+    /// Jobs waiting, of each target.
+    pub(super) fn per_target(&self) -> impl Iterator<Item = usize> + '_ {
+        self.queues.iter().map(VecDeque::len)
+    }
+
+    /// The queues, `targets` of them, taken out to decide on (give them back with
+    /// [`Pending::restore`]).
+    pub(super) fn take(&mut self, targets: usize) -> Vec<VecDeque<JobKey>> {
+        let mut queues = std::mem::take(&mut self.queues);
+        queues.resize_with(targets.max(queues.len()), VecDeque::new);
+        queues
+    }
+
+    pub(super) fn restore(&mut self, queues: Vec<VecDeque<JobKey>>) {
+        self.queues = queues;
+    }
+}
+
 /// The job table and its queue.
 #[derive(Debug)]
 pub(super) struct Admission {
     /// Boxed: a map slot is then a pointer, and its spare slots (a hash map keeps about a
     /// quarter free) cost 40 B each instead of the record's 300.
     pub(super) jobs: HashMap<JobKey, Box<JobRecord>>,
-    /// Jobs waiting for a slot or a claim token, oldest first.
-    pub(super) pending: VecDeque<JobKey>,
+    /// Jobs waiting for a slot or a claim token, per target, oldest first.
+    pub(super) pending: Pending,
     /// One copy of each owner, repository, label set and conclusion the jobs repeat.
     pub(super) shared: Shared,
     /// Per target: jobs its last reconcile pass found queued on GitHub that the daemon holds
@@ -33,7 +96,7 @@ impl Admission {
     pub(super) fn new(targets: usize) -> Self {
         Admission {
             jobs: HashMap::new(),
-            pending: VecDeque::new(),
+            pending: Pending::new(targets),
             shared: Shared::default(),
             held_idle: vec![0; targets],
         }
@@ -143,7 +206,7 @@ mod tests {
             a.jobs
                 .insert(info.key.clone(), JobRecord::new(info, phase, at));
         }
-        a.pending.push_back(JobKey::new("acme", 1));
+        a.pending.push_back(0, JobKey::new("acme", 1));
         a
     }
 

@@ -117,6 +117,15 @@ impl SlotTable {
         }
     }
 
+    /// Whether a pool that serves `target` is up with a free slot.
+    pub(super) fn room_for(&self, providers: &[ProviderSpec], target: usize) -> bool {
+        providers.iter().zip(&self.slots).any(|(spec, slot)| {
+            slot.up
+                && slot.used < spec.max_concurrent
+                && spec.targets.as_ref().is_none_or(|t| t.contains(&target))
+        })
+    }
+
     /// Whether the host's `max_concurrent` is reached.
     pub(super) fn host_full(&self) -> bool {
         self.used_total >= self.max_concurrent

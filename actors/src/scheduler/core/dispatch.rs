@@ -48,18 +48,16 @@ impl Scheduler {
     /// the target whose next job is oldest). A target out of claim tokens waits alone.
     pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let n = self.settings.targets.len();
-        let mut queues: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); n];
-        for key in std::mem::take(&mut self.admission.pending) {
-            let t = self.target_index(&key);
-            queues[t].push_back(key);
-        }
-        let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); n];
+        let mut queues = self.admission.pending.take(n);
+        let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); queues.len()];
         let mut held = if n > 1 {
             self.held_per_target()
         } else {
             vec![0]
         };
-        let mut paced = vec![false; n];
+        // Targets that can take no more claims in this pump: out of claim tokens, or no pool
+        // of theirs has a free slot.
+        let mut paced = vec![false; queues.len()];
         let mut wake: Option<Instant> = None;
         while let Some(t) = self.fairest(&queues, &held, &paced) {
             let Some(key) = queues[t].pop_front() else {
@@ -95,6 +93,12 @@ impl Scheduler {
                 Pick::Provider(i) => i,
                 Pick::Wait => {
                     skipped[t].push_back(key);
+                    // No pool of this target has a free slot: none of its other jobs can
+                    // be claimed now either, and looking at each would cost a decision time
+                    // in proportion to the backlog.
+                    if !self.capacity.room_for(&self.settings.providers, t) {
+                        paced[t] = true;
+                    }
                     continue;
                 }
                 Pick::Uncovered => {
@@ -121,10 +125,13 @@ impl Scheduler {
             }
             self.start_claim(key, i, t, now, fx);
         }
-        for (mut skipped, queue) in skipped.into_iter().zip(queues) {
-            skipped.extend(queue);
-            self.admission.pending.extend(skipped);
+        // The skipped jobs go back in front of the ones not reached, in their order.
+        for (skipped, queue) in skipped.into_iter().zip(queues.iter_mut()) {
+            for key in skipped.into_iter().rev() {
+                queue.push_front(key);
+            }
         }
+        self.admission.pending.restore(queues);
         // Then the registered warm runners, with what the jobs left.
         if let Some(at) = self.keep_warm(now, fx) {
             wake = Some(wake.map_or(at, |w| w.min(at)));

@@ -119,7 +119,7 @@ impl Scheduler {
             }
             Acquire::Paced { wait, why } => {
                 self.set_phase(&key, Phase::Pending);
-                self.admission.pending.push_front(key.clone());
+                self.admission.pending.push_front(t, key.clone());
                 self.note(
                     &key,
                     now,

@@ -169,7 +169,8 @@ impl Scheduler {
             rec.admissions += 1;
         }
         self.set_phase(&key, Phase::Pending);
-        self.admission.pending.push_back(key.clone());
+        let t = self.target_index(&key);
+        self.admission.pending.push_back(t, key.clone());
         self.note(&key, now, Note::Admitted);
         // A spare (a registered warm runner, a runner whose job ran elsewhere) first.
         self.rebalance(now, fx);

@@ -204,6 +204,7 @@ impl Scheduler {
             self.ladder.queue.next_due(),
             self.book.next_due(),
             self.pace_wake,
+            self.sweep_wake,
         ]
         .into_iter()
         .flatten()
@@ -221,6 +222,10 @@ impl Scheduler {
     pub fn on_timer(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.run_deferred(now, false, &mut fx);
+        if self.sweep_wake.is_some_and(|at| at <= now.mono) {
+            self.sweep_wake = None;
+            fx.extend(self.sweep(now));
+        }
         for (key, attempts) in self.ladder.queue.pop_due(now.mono) {
             let phase = self.admission.jobs.get(&key).map(|r| r.phase.clone());
             if phase != Some(Phase::Retrying) {
@@ -239,7 +244,8 @@ impl Scheduler {
                 continue;
             }
             self.set_phase(&key, Phase::Pending);
-            self.admission.pending.push_back(key.clone());
+            let t = self.target_index(&key);
+            self.admission.pending.push_back(t, key.clone());
             self.note(&key, now, Note::RetryDue { attempt: attempts });
         }
         self.pump(now, &mut fx);

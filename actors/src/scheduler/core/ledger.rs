@@ -130,7 +130,8 @@ impl Scheduler {
                     // The pool itself cannot run jobs (its supervisor reported it down first):
                     // the job waits for it or goes to another covering pool; no rung is spent.
                     self.set_phase(&intent, Phase::Pending);
-                    self.admission.pending.push_back(intent.clone());
+                    let t = self.target_index(&intent);
+                    self.admission.pending.push_back(t, intent.clone());
                     let why = "its pool cannot run jobs right now";
                     self.observe(Observation::Requeued {
                         job_id: intent.job_id,
@@ -372,7 +373,8 @@ impl Scheduler {
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;
-        self.admission.pending.push_back(key.clone());
+        let t = self.target_index(key);
+        self.admission.pending.push_back(t, key.clone());
         self.observe(Observation::Requeued {
             job_id: key.job_id,
             why,
@@ -422,9 +424,12 @@ impl Scheduler {
         Ok(fx)
     }
 
-    /// The shutdown drain: cordoned for good.
+    /// The shutdown drain: cordoned for good. Idle spares are deleted at once (no job will be
+    /// handed to them now), not at the sweep's next turn.
     pub fn begin_shutdown(&mut self, now: Now) -> Vec<Effect> {
         self.shutting_down = true;
-        self.set_cordon(true, now).unwrap_or_default()
+        let mut fx = self.set_cordon(true, now).unwrap_or_default();
+        fx.extend(self.sweep(now));
+        fx
     }
 }

@@ -331,9 +331,10 @@ pub struct RunnerRecord {
     pub intent_since: Instant,
     /// Environment up at.
     pub started_at: Option<Instant>,
-    /// When the sweep last asked GitHub whether it is busy (at most once a minute, and never
+    /// When the sweep may ask GitHub again whether it is busy: a minute after it asked, or
+    /// [`sweep::IDLE_RETRY_AFTER_ERROR`] after a question GitHub failed to answer (never
     /// while an answer is outstanding).
-    pub idle_checked_at: Option<Instant>,
+    pub idle_check_due: Option<Instant>,
     /// The sweep's question is outstanding.
     pub idle_check_pending: bool,
     /// GitHub said it is busy (with a job whose `in_progress` never reached us): the sweep
@@ -356,7 +357,7 @@ impl RunnerRecord {
             created_at,
             intent_since: created_at,
             started_at: None,
-            idle_checked_at: None,
+            idle_check_due: None,
             idle_check_pending: false,
             seen_busy: false,
             registration_deleted: false,
@@ -404,6 +405,8 @@ pub struct Scheduler {
     stats: Stats,
     /// When the claim pacing next has a token for a job that waits for one.
     pace_wake: Option<Instant>,
+    /// When the sweep runs again to retry a busy check GitHub failed to answer.
+    sweep_wake: Option<Instant>,
     /// The due time the timer was last handed.
     timer: Option<Instant>,
     /// What operators count or read, waiting for the shell.
@@ -458,6 +461,7 @@ impl Scheduler {
             shutting_down: false,
             stats: Stats::default(),
             pace_wake: None,
+            sweep_wake: None,
             timer: None,
             observed: Vec::new(),
             ops: Vec::new(),

@@ -146,7 +146,8 @@ impl Scheduler {
         rec.phase = Phase::Pending;
         rec.seen_at = Some(now.mono);
         rec.admissions += 1;
-        self.admission.pending.push_back(key.clone());
+        let t = self.target_index(key);
+        self.admission.pending.push_back(t, key.clone());
         self.observe(Observation::Readmitted {
             job_id: key.job_id,
             reason,

@@ -61,7 +61,8 @@ impl Scheduler {
         rec.phase = Phase::Pending;
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
-        self.admission.pending.push_back(intent.clone());
+        let t = self.target_index(intent);
+        self.admission.pending.push_back(t, intent.clone());
         let why = "its runner ran a sibling's job";
         self.observe(Observation::Requeued {
             job_id: intent.job_id,
@@ -174,7 +175,7 @@ impl Scheduler {
         };
         let from = std::mem::replace(&mut r.row.intent, key.clone());
         r.intent_since = now.mono;
-        r.idle_checked_at = None;
+        r.idle_check_due = None;
         let provider = r.provider.clone();
         let row = r.row.clone();
         self.ops.push(Op::PutRunner(row));

@@ -7,6 +7,10 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 
 /// The sweep asks GitHub about one runner at most this often.
 pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
+/// A busy check GitHub failed to answer (a 5xx, a dropped connection) is asked again this
+/// soon, from a timer of its own: a registration left after the last job is a leak until
+/// the next check, and the sweep's own interval is longer.
+pub const IDLE_RETRY_AFTER_ERROR: Duration = Duration::from_secs(10);
 
 /// Why the sweep reaps a spare: its job ran elsewhere and no waiting job can use it.
 pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued job needs it";
@@ -67,13 +71,11 @@ impl Scheduler {
         let Some(r) = self.book.runners.get_mut(name) else {
             return;
         };
-        let recently = r
-            .idle_checked_at
-            .is_some_and(|t| now.mono.saturating_duration_since(t) < IDLE_CHECK_EVERY);
-        if r.idle_check_pending || recently {
+        let not_yet = r.idle_check_due.is_some_and(|t| now.mono < t);
+        if r.idle_check_pending || not_yet {
             return;
         }
-        r.idle_checked_at = Some(now.mono);
+        r.idle_check_due = Some(now.mono + IDLE_CHECK_EVERY);
         r.idle_check_pending = true;
         fx.push(Effect::CheckIdle {
             owner: r.intent.owner.to_string(),
@@ -105,6 +107,15 @@ impl Scheduler {
             return fx;
         };
         r.idle_check_pending = false;
+        if busy.is_err() {
+            let at = now.mono + IDLE_RETRY_AFTER_ERROR;
+            r.idle_check_due = Some(at);
+            self.sweep_wake = Some(self.sweep_wake.map_or(at, |w| w.min(at)));
+            self.rearm_timer(&mut fx);
+        }
+        let Some(r) = self.book.runners.get_mut(name) else {
+            return fx;
+        };
         if r.bound.is_some() {
             return fx;
         }

@@ -474,17 +474,28 @@ fn one_busy_unbound_runner_costs_one_check_not_one_per_completed_job() {
         "a runner GitHub says is busy is not asked about again"
     );
 
-    // An unanswered question (an error) is asked again, but at most once a minute.
+    // An unanswered question (an error) is asked again by a timer of its own, 10 s later:
+    // not on every event before that, not a minute later as for an answer.
     let (mut s, t0) = core();
     let name = claimed(&mut s, t0);
     s.on_runner_event(&name, RunnerEventKind::Started { warm: false }, at(t0, 2));
     let mut asked = checks(&completed(&mut s, 1000, at(t0, past_grace)));
-    s.on_idle_checked(&name, Err(bad_gateway()), "orphan", at(t0, past_grace + 1));
-    for (i, id) in (1001..1101).enumerate() {
+    let fx = s.on_idle_checked(&name, Err(bad_gateway()), "orphan", at(t0, past_grace + 1));
+    let retry_at = at(t0, past_grace + 1).mono + sweep::IDLE_RETRY_AFTER_ERROR;
+    assert!(
+        fx.contains(&Effect::ArmTimer { at: Some(retry_at) }),
+        "the failed check arms the timer for its retry: {fx:?}"
+    );
+    for (i, id) in (1001..1009).enumerate() {
         asked += checks(&completed(&mut s, id, at(t0, past_grace + 2 + i as u64)));
     }
-    // 100 events over 100 s: the first check, then one after the minute has passed.
-    assert_eq!(asked, 2);
+    assert_eq!(asked, 1, "no event before the retry time asks again");
+    asked += checks(&s.on_timer(at(t0, past_grace + 11)));
+    assert_eq!(asked, 2, "the timer asks again");
+    for (i, id) in (1009..1109).enumerate() {
+        asked += checks(&completed(&mut s, id, at(t0, past_grace + 12 + i as u64)));
+    }
+    assert_eq!(asked, 2, "never while an answer is outstanding");
 }
 
 /// The sweep takes a registration for this install's only by the whole name's shape: a pool

@@ -147,8 +147,10 @@ impl Scheduler {
     fn target_views(&self) -> Vec<TargetView> {
         let held = self.held_per_target();
         let mut pending = vec![0; self.settings.targets.len()];
-        for key in &self.admission.pending {
-            pending[self.target_index(key)] += 1;
+        for (t, n) in self.admission.pending.per_target().enumerate() {
+            if let Some(p) = pending.get_mut(t) {
+                *p += n;
+            }
         }
         self.settings
             .targets
