@@ -438,6 +438,7 @@ impl Standin {
                         runner_id: None,
                         queued_at_ms: now_ms,
                         picked_at_ms: None,
+                        runner_up_at_ms: None,
                     },
                 );
                 id

@@ -36,10 +36,11 @@ pub(crate) fn answer(
             let now_ms = crate::state::unix_now_ms();
             let boot_ms = u128::from(s.behavior.boot_ms);
             let mut booting = false;
+            let mut up_at = now_ms;
             if let Some(r) = s.runners.get_mut(&runner_id) {
                 r.status = "online".into();
-                let since = *r.connected_at_ms.get_or_insert(now_ms);
-                booting = now_ms < since + boot_ms;
+                up_at = *r.connected_at_ms.get_or_insert(now_ms);
+                booting = now_ms < up_at + boot_ms;
             }
             if s.behavior.hold || booting {
                 return (204, HttpResponse::NoContent().finish());
@@ -101,6 +102,7 @@ pub(crate) fn answer(
                         .map(|d| d.as_millis())
                         .unwrap_or(0),
                 );
+                j.runner_up_at_ms = Some(up_at);
                 j.runner_name = Some(name);
                 j.runner_id = Some(runner_id);
             }

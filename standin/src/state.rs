@@ -98,6 +98,9 @@ pub struct Job {
     pub queued_at_ms: u128,
     /// Unix milliseconds when a runner took it.
     pub picked_at_ms: Option<u128>,
+    /// Unix milliseconds when the runner that took it first asked for a job (its process up
+    /// and connected): from there to `picked_at_ms` is the runner's own wait.
+    pub runner_up_at_ms: Option<u128>,
 }
 
 impl Job {

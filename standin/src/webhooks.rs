@@ -1,12 +1,23 @@
 //! The stand-in's webhook sender: delivers queued `workflow_job` bodies to the daemon, signed,
-//! with a fresh delivery id each (plus the scripted copies and replays), one after another.
+//! with a fresh delivery id each (plus the scripted copies and replays).
+//!
+//! As GitHub does, it sends many deliveries at once ([`IN_FLIGHT`] at most): one slow answer
+//! does not hold back every later delivery. A job's own deliveries still go in the order they
+//! were made (each waits for the answer to the one before), as the tests that script a job's
+//! `queued`, `in_progress` and `completed` expect.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use ephemer_actors_core::github::signature::sign;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::state::{Delivery, Outgoing, State};
+
+/// Deliveries in flight at once.
+pub const IN_FLIGHT: usize = 64;
 
 fn delivery_id() -> String {
     use rand::RngExt as _;
@@ -40,25 +51,31 @@ pub(crate) async fn sender(state: Arc<Mutex<State>>, mut inbox: UnboundedReceive
     let client = awc::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .finish();
-    let post = |url: String, id: String, sent: (String, String, String), redelivery: bool| {
-        let client = client.clone();
+    let post = {
         let state = state.clone();
-        async move {
-            let (content_type, signature, body) = &sent;
-            let status = client
-                .post(&url)
-                .insert_header(("X-GitHub-Event", "workflow_job"))
-                .insert_header(("X-GitHub-Delivery", id.as_str()))
-                .insert_header(("X-Hub-Signature-256", signature.as_str()))
-                .insert_header(("Content-Type", content_type.as_str()))
-                .insert_header(("User-Agent", "GitHub-Hookshot/standin"))
-                .send_body(body.clone())
-                .await
-                .map(|r| r.status().as_u16())
-                .unwrap_or(0);
-            (url, id, sent, redelivery, status, state)
+        move |url: String, id: String, sent: (String, String, String), redelivery: bool| {
+            let client = client.clone();
+            let state = state.clone();
+            async move {
+                let (content_type, signature, body) = &sent;
+                let status = client
+                    .post(&url)
+                    .insert_header(("X-GitHub-Event", "workflow_job"))
+                    .insert_header(("X-GitHub-Delivery", id.as_str()))
+                    .insert_header(("X-Hub-Signature-256", signature.as_str()))
+                    .insert_header(("Content-Type", content_type.as_str()))
+                    .insert_header(("User-Agent", "GitHub-Hookshot/standin"))
+                    .send_body(body.clone())
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0);
+                (url, id, sent, redelivery, status, state)
+            }
         }
     };
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    // Per job, the end of its last delivery: the next one waits for it.
+    let mut last: HashMap<u64, tokio::sync::oneshot::Receiver<()>> = HashMap::new();
     while let Some(out) = inbox.recv().await {
         let (action, job_id, sends, sent, redelivery) = match out {
             Outgoing::Again(seq) => {
@@ -104,33 +121,72 @@ pub(crate) async fn sender(state: Arc<Mutex<State>>, mut inbox: UnboundedReceive
                 (action, job_id, sends, sent, false)
             }
         };
-        for (id, url) in sends {
-            let (posted_to, id, sent, redelivery, status, state) =
-                post(url, id, sent.clone(), redelivery).await;
-            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-            let url = match (&s.public_url, redelivery) {
-                // A redelivery is logged under the hook its first attempt was.
-                (_, true) => s
-                    .deliveries
-                    .iter()
-                    .find(|d| d.id == id)
-                    .map_or_else(|| posted_to.clone(), |d| d.url.clone()),
-                (Some(public), false) => public.clone(),
-                (None, false) => posted_to.clone(),
-            };
-            let seq = s.deliveries.len() as u64 + 1;
-            s.deliveries.push(Delivery {
-                id,
-                action: action.clone(),
-                job_id,
-                status,
-                seq,
-                redelivery,
-                at_unix: crate::state::unix_now(),
-                url,
-                posted_to,
-                sent,
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (done, next) = tokio::sync::oneshot::channel();
+        let before = last.insert(job_id, next);
+        if last.len() > 4 * IN_FLIGHT {
+            // Jobs whose last delivery was answered need no one to wait for them.
+            last.retain(|_, rx| {
+                matches!(
+                    rx.try_recv(),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+                )
             });
         }
+        let post = post.clone();
+        actix_rt::spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            for (id, url) in sends {
+                let (posted_to, id, sent, redelivery, status, state) =
+                    post(url, id, sent.clone(), redelivery).await;
+                record(
+                    &state, posted_to, id, sent, redelivery, status, &action, job_id,
+                );
+            }
+            drop(slot);
+            let _ = done.send(());
+        });
     }
+}
+
+/// Logs one delivery's attempt (as GitHub's hook delivery log shows it).
+#[allow(clippy::too_many_arguments)]
+fn record(
+    state: &Mutex<State>,
+    posted_to: String,
+    id: String,
+    sent: (String, String, String),
+    redelivery: bool,
+    status: u16,
+    action: &str,
+    job_id: u64,
+) {
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    let url = match (&s.public_url, redelivery) {
+        // A redelivery is logged under the hook its first attempt was.
+        (_, true) => s
+            .deliveries
+            .iter()
+            .find(|d| d.id == id)
+            .map_or_else(|| posted_to.clone(), |d| d.url.clone()),
+        (Some(public), false) => public.clone(),
+        (None, false) => posted_to.clone(),
+    };
+    let seq = s.deliveries.len() as u64 + 1;
+    s.deliveries.push(Delivery {
+        id,
+        action: action.to_string(),
+        job_id,
+        status,
+        seq,
+        redelivery,
+        at_unix: crate::state::unix_now(),
+        url,
+        posted_to,
+        sent,
+    });
 }
