@@ -64,8 +64,9 @@ pub(super) fn start(
             .enabled()
             .iter()
             .map(|p| LabelSet::new(&config.routing_labels(p))),
-    )
-    .start();
+    );
+    let handoff = webhook.handoff();
+    let webhook = webhook.start();
     let redeliver_on = hook.push() && hook.redeliver != Some(false);
     let redeliver = w
         .github
@@ -142,7 +143,7 @@ pub(super) fn start(
     };
     Ok(IntakeWing {
         webhook,
-        edge: web::Data::new(edge.with_max_body(hook.max_body)),
+        edge: web::Data::new(edge.with_max_body(hook.max_body).with_handoff(handoff)),
         redeliver,
         pull,
     })

@@ -1,6 +1,9 @@
-//! `WebhookActor`: the one owner of delivery-id dedup and of the durable record of accepted
-//! jobs. The HTTP edge ([`super::WebhookIntake`]) verifies and parses on the worker threads and
-//! asks this actor ([`Deliver`]); the actor answers with the [`Verdict`].
+//! `WebhookActor`: the durable record of accepted jobs, and the scheduler's side of the
+//! hand-over. The HTTP edge ([`super::WebhookIntake`]) verifies and parses on the worker
+//! threads; a delivery that needs a record before its answer is asked of this actor
+//! ([`Deliver`]), which answers with the [`Verdict`]; the others are decided on the worker
+//! against the delivery ids both share and reach the scheduler through the outbox this actor
+//! empties ([`super::handoff`]).
 //!
 //! A delivery is accepted in this order: not a replay (a delivery id committed within the
 //! window), then a `queued` job is written to the store and the commit awaited (beside the
@@ -12,15 +15,18 @@
 //! delivery of a job).
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashMap, VecDeque},
+    sync::Arc,
     time::Duration,
 };
 
 use actix::{
-    Actor, ActorFutureExt, Context, Handler, Message, Recipient, ResponseActFuture, WrapFuture,
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, ResponseActFuture,
+    WrapFuture, dev::SendError,
 };
 use tokio::time::Instant;
 
+use super::handoff::{FLUSH_AFTER, FLUSH_RETRY, Flush, Handoff, OUTBOX_CAPACITY};
 use crate::github::signature::SignatureError;
 use crate::{
     job::JobAction,
@@ -41,8 +47,9 @@ const MAILBOX: usize = 16_384;
 pub struct DeliveryDedup {
     window: Duration,
     capacity: usize,
-    seen: HashMap<String, Instant>,
-    order: VecDeque<(Instant, String)>,
+    /// Each id is held once, by both.
+    seen: HashMap<Arc<str>, Instant>,
+    order: VecDeque<(Instant, Arc<str>)>,
 }
 
 impl DeliveryDedup {
@@ -76,8 +83,9 @@ impl DeliveryDedup {
                 None => break,
             }
         }
-        self.seen.insert(id.to_string(), now);
-        self.order.push_back((now, id.to_string()));
+        let id: Arc<str> = Arc::from(id);
+        self.seen.insert(id.clone(), now);
+        self.order.push_back((now, id));
         true
     }
 
@@ -161,9 +169,6 @@ pub struct Unprocessed(pub Vec<String>);
 #[rtype(result = "()")]
 pub struct ExpectRedelivery(pub Vec<String>);
 
-/// Redeliveries awaited at most (oldest forgotten first).
-const EXPECTED_CAPACITY: usize = 4096;
-
 /// The intake actor.
 #[derive(Debug)]
 pub struct WebhookActor {
@@ -171,32 +176,24 @@ pub struct WebhookActor {
     scheduler: Option<Recipient<JobEvent>>,
     store: Option<Store>,
     metrics: Metrics,
-    deliveries: DeliveryDedup,
-    /// Delivery ids whose commit is in flight: a concurrent copy is answered 503, never 200,
-    /// since the first may still fail.
-    in_flight: HashSet<String>,
     /// Fleet mode: every job event is recorded in the cluster ledger before it is answered.
     ledger: Option<crate::cluster::Ledger>,
-    /// Guids GitHub was asked to redeliver, not yet come in.
-    expected: VecDeque<String>,
-    /// The label sets of this host's enabled pools, when known: a `queued` job none of them
-    /// covers is never claimed here, so it is not made durable (the scheduler remembers it
-    /// as seen, in memory; losing it in a crash loses nothing).
-    coverage: Option<Vec<crate::vocab::LabelSet>>,
+    /// The delivery ids and the outbox, shared with the HTTP workers.
+    handoff: Arc<Handoff>,
+    /// A flush of the outbox is due: further [`Flush`] wake-ups join it.
+    flush_armed: bool,
 }
 
 impl WebhookActor {
     /// An intake handing jobs to `scheduler`, recording `queued` jobs in `store` first.
     pub fn new(scheduler: Recipient<JobEvent>, store: Option<Store>, metrics: Metrics) -> Self {
         WebhookActor {
+            handoff: Arc::new(Handoff::new(store.is_some(), metrics.clone())),
             scheduler: Some(scheduler),
             store,
             metrics,
-            deliveries: DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY),
-            in_flight: HashSet::new(),
             ledger: None,
-            expected: VecDeque::new(),
-            coverage: None,
+            flush_armed: false,
         }
     }
 
@@ -205,47 +202,108 @@ impl WebhookActor {
         mut self,
         pools: impl IntoIterator<Item = crate::vocab::LabelSet>,
     ) -> Self {
-        self.coverage = Some(pools.into_iter().collect());
+        self.unshared().set_coverage(pools.into_iter().collect());
         self
     }
 
-    /// Whether a `queued` job with `labels` could be claimed here.
-    fn covered(&self, labels: &[String]) -> bool {
-        let Some(pools) = &self.coverage else {
-            return true;
+    /// The hand-over's shared half, for the HTTP edge ([`super::WebhookIntake::with_handoff`]):
+    /// taken once the builder calls are done.
+    pub fn handoff(&self) -> Arc<Handoff> {
+        self.handoff.clone()
+    }
+
+    /// The hand-over, while only this actor holds it (the builder calls come before
+    /// [`Self::handoff`]); a builder call after that starts a new one, which an edge given the
+    /// old one does not see.
+    fn unshared(&mut self) -> &mut Handoff {
+        if Arc::get_mut(&mut self.handoff).is_none() {
+            tracing::warn!(
+                "the intake was configured after its hand-over was shared; the edge keeps the old one"
+            );
+            self.handoff = Arc::new(Handoff::new(self.store.is_some(), self.metrics.clone()));
+        }
+        Arc::get_mut(&mut self.handoff).expect("just made unshared")
+    }
+
+    /// Passes the outbox to the scheduler, in order. What its full mailbox refuses goes back to
+    /// the front and is tried again shortly; the workers answer 503 meanwhile.
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        // Not a clone: each clone of a recipient is a sender with a slot of its own beyond the
+        // mailbox's capacity.
+        let Some(scheduler) = &self.scheduler else {
+            return;
         };
-        let wanted = crate::vocab::LabelSet::new(labels);
-        pools.iter().any(|p| p.covers(&wanted))
+        let mut events = std::mem::take(&mut self.handoff.outbox().events);
+        let mut refused = false;
+        while let Some(event) = events.pop_front() {
+            match scheduler.try_send(event) {
+                Ok(()) => {}
+                Err(SendError::Full(event)) => {
+                    events.push_front(event);
+                    refused = true;
+                    break;
+                }
+                Err(SendError::Closed(_)) => {
+                    tracing::error!(
+                        lost = events.len() + 1,
+                        "the scheduler stopped with accepted deliveries on their way to it"
+                    );
+                    events.clear();
+                    break;
+                }
+            }
+        }
+        {
+            let mut outbox = self.handoff.outbox();
+            // What came in meanwhile goes after what was refused.
+            let later = std::mem::take(&mut outbox.events);
+            events.extend(later);
+            outbox.events = events;
+            outbox.scheduler_full = refused;
+        }
+        if refused && !self.flush_armed {
+            self.flush_armed = true;
+            ctx.run_later(FLUSH_RETRY, |act, ctx| {
+                act.flush_armed = false;
+                act.flush(ctx);
+            });
+        }
     }
 
     /// Fleet mode: record every job event in `ledger` (the source of truth) before answering;
     /// a delivery the ledger cannot take is answered 503, so GitHub may redeliver it.
     pub fn with_ledger(mut self, ledger: Option<crate::cluster::Ledger>) -> Self {
+        self.unshared().fleet = ledger.is_some();
         self.ledger = ledger;
         self
     }
 
-    /// The end of one delivery: hand it over, remember it, answer.
-    fn hand_over(&mut self, event: JobEvent, recorded: bool) -> ResponseActFuture<Self, Verdict> {
+    /// The end of one delivery: hand it over, remember it, answer. It goes through the outbox
+    /// behind the events the workers put there before it, and the outbox is passed on at once,
+    /// so the scheduler sees every event in the order it was accepted.
+    fn hand_over(
+        &mut self,
+        event: JobEvent,
+        recorded: bool,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Verdict> {
         let action = event.action;
         let delivery_id = event.delivery_id.clone();
         let key = event.job.key.clone();
-        // A full or closed scheduler mailbox, or a closed intake: refused.
-        let sent = self
-            .scheduler
-            .as_ref()
-            .is_some_and(|scheduler| scheduler.try_send(event).is_ok());
+        // A scheduler that was full at the last flush, a full outbox, or a closed intake:
+        // refused.
+        let sent = self.scheduler.is_some() && {
+            let mut outbox = self.handoff.outbox();
+            let room = !outbox.scheduler_full && outbox.events.len() < OUTBOX_CAPACITY;
+            if room {
+                outbox.events.push_back(event);
+            }
+            room
+        };
         if sent {
+            self.flush(ctx);
             if let Some(id) = &delivery_id {
-                self.in_flight.remove(id);
-                self.deliveries.insert(id, Instant::now());
-                if let Some(at) = self.expected.iter().position(|g| g == id) {
-                    self.expected.remove(at);
-                    self.metrics
-                        .webhook_redeliveries
-                        .with_label_values(&["recovered"])
-                        .inc();
-                }
+                self.handoff.seen().accepted(id, &self.metrics);
             }
             self.metrics
                 .webhook_events
@@ -270,7 +328,7 @@ impl WebhookActor {
             .into_actor(self)
             .map(move |(), act, _| {
                 if let Some(id) = &delivery_id {
-                    act.in_flight.remove(id);
+                    act.handoff.seen().in_flight.remove(id);
                 }
                 Verdict::Busy
             }),
@@ -284,25 +342,46 @@ impl Actor for WebhookActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(MAILBOX);
     }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        // No one passes the outbox on now: the workers answer 503.
+        self.handoff.seen().open = false;
+    }
+}
+
+impl Handler<Flush> for WebhookActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Flush, ctx: &mut Context<Self>) {
+        if self.flush_armed {
+            return;
+        }
+        self.flush_armed = true;
+        ctx.run_later(FLUSH_AFTER, |act, ctx| {
+            act.flush_armed = false;
+            act.flush(ctx);
+        });
+    }
 }
 
 impl Handler<Deliver> for WebhookActor {
     type Result = ResponseActFuture<Self, Verdict>;
 
-    fn handle(&mut self, Deliver(event): Deliver, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Deliver(event): Deliver, ctx: &mut Context<Self>) -> Self::Result {
         if self.scheduler.is_none() {
             return Box::pin(actix::fut::ready(Verdict::Busy));
         }
         if let Some(id) = &event.delivery_id {
-            if self.deliveries.contains(id, Instant::now()) {
+            let mut seen = self.handoff.seen();
+            if seen.deliveries.contains(id, Instant::now()) {
                 return Box::pin(actix::fut::ready(Verdict::Replayed));
             }
-            if !self.in_flight.insert(id.clone()) {
+            if !seen.in_flight.insert(id.clone()) {
                 return Box::pin(actix::fut::ready(Verdict::Busy));
             }
         }
         let record = match (&self.store, event.action) {
-            (Some(store), JobAction::Queued) if self.covered(&event.job.labels) => {
+            (Some(store), JobAction::Queued) if self.handoff.covered(&event.job.labels) => {
                 let store = store.clone();
                 let row = JobRow {
                     info: event.job.clone(),
@@ -318,7 +397,7 @@ impl Handler<Deliver> for WebhookActor {
             .clone()
             .filter(|_| event.action != JobAction::Waiting);
         if record.is_none() && ledger.is_none() {
-            return self.hand_over(event, false);
+            return self.hand_over(event, false, ctx);
         }
         let recorded = record.is_some();
         let (action, job) = (event.action, event.job.clone());
@@ -339,12 +418,12 @@ impl Handler<Deliver> for WebhookActor {
         Box::pin(
             commit
                 .into_actor(self)
-                .then(move |written, act, _| match written {
-                    Ok(()) => act.hand_over(event, recorded),
+                .then(move |written, act, ctx| match written {
+                    Ok(()) => act.hand_over(event, recorded, ctx),
                     Err((verdict, e)) => {
                         tracing::error!(error = %e, "cannot record the job durably; answering 503 so GitHub may redeliver");
                         if let Some(id) = &event.delivery_id {
-                            act.in_flight.remove(id);
+                            act.handoff.seen().in_flight.remove(id);
                         }
                         Box::pin(actix::fut::ready(verdict))
                     }
@@ -358,7 +437,10 @@ crate::stop_on_request!(WebhookActor);
 impl Handler<Close> for WebhookActor {
     type Result = ();
 
-    fn handle(&mut self, _: Close, _: &mut Context<Self>) {
+    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        // What was answered 202 goes to the scheduler first; then nothing more is accepted.
+        self.handoff.seen().open = false;
+        self.flush(ctx);
         self.scheduler = None;
         self.store = None;
     }
@@ -368,7 +450,7 @@ impl Handler<RememberedDeliveries> for WebhookActor {
     type Result = usize;
 
     fn handle(&mut self, _: RememberedDeliveries, _: &mut Context<Self>) -> usize {
-        self.deliveries.len()
+        self.handoff.seen().deliveries.len()
     }
 }
 
@@ -377,9 +459,10 @@ impl Handler<Unprocessed> for WebhookActor {
 
     fn handle(&mut self, Unprocessed(guids): Unprocessed, _: &mut Context<Self>) -> Vec<String> {
         let now = Instant::now();
+        let mut seen = self.handoff.seen();
         guids
             .into_iter()
-            .filter(|g| !self.deliveries.contains(g, now) && !self.in_flight.contains(g))
+            .filter(|g| !seen.deliveries.contains(g, now) && !seen.in_flight.contains(g))
             .collect()
     }
 }
@@ -388,11 +471,6 @@ impl Handler<ExpectRedelivery> for WebhookActor {
     type Result = ();
 
     fn handle(&mut self, ExpectRedelivery(guids): ExpectRedelivery, _: &mut Context<Self>) {
-        for guid in guids {
-            if self.expected.len() >= EXPECTED_CAPACITY {
-                self.expected.pop_front();
-            }
-            self.expected.push_back(guid);
-        }
+        self.handoff.seen().expect(guids);
     }
 }

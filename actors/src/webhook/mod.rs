@@ -17,6 +17,7 @@
 
 pub mod actor;
 pub mod gate;
+pub mod handoff;
 pub mod pull;
 pub mod redeliver;
 
@@ -128,6 +129,9 @@ pub struct WebhookIntake {
     /// of large unverified bodies gets one core's worth of hashing at most, and GitHub's few-KB
     /// deliveries are hashed at once beside it.
     large: tokio::sync::Semaphore,
+    /// The actor's shared half: deliveries that need no record are decided on the worker.
+    /// `None`: every delivery is asked of the actor.
+    handoff: Option<std::sync::Arc<handoff::Handoff>>,
 }
 
 /// A secret deliveries may be signed with, and the owner whose deliveries it signs (`None`:
@@ -193,6 +197,7 @@ impl WebhookIntake {
             max_body: MAX_BODY,
             gate: gate::Gate::new(MAX_BODY),
             large: tokio::sync::Semaphore::new(1),
+            handoff: None,
         })
     }
 
@@ -253,6 +258,34 @@ impl WebhookIntake {
         self.max_body = bytes;
         self.gate = gate::Gate::new(bytes);
         self
+    }
+
+    /// Decide deliveries that need no record on the worker, through the actor's shared half
+    /// ([`WebhookActor::handoff`]).
+    pub fn with_handoff(mut self, handoff: std::sync::Arc<handoff::Handoff>) -> Self {
+        self.handoff = Some(handoff);
+        self
+    }
+
+    /// Answers `event`: on this worker when it needs no record, else by the actor.
+    async fn deliver(&self, event: JobEvent) -> Verdict {
+        let event = match &self.handoff {
+            None => event,
+            Some(handoff) => match handoff.decide(event) {
+                Ok(decided) => {
+                    if decided.wake {
+                        self.actor.do_send(handoff::Flush);
+                    }
+                    return decided.verdict;
+                }
+                Err(event) => *event,
+            },
+        };
+        // A stopped actor (an instance shut down) is a 503, never a 202.
+        self.actor
+            .send(Deliver(event))
+            .await
+            .unwrap_or(Verdict::Busy)
     }
 
     /// The actor behind this edge.
@@ -393,6 +426,38 @@ fn owner_named(json: &[u8]) -> Option<String> {
         .map(|p| p.repository.owner.login)
 }
 
+/// A body's chunks. One that comes in one chunk (GitHub's few-KB deliveries, mostly) is kept
+/// as it came, without a copy; one of several is gathered.
+#[derive(Debug, Default)]
+struct Gather {
+    first: Option<web::Bytes>,
+    gathered: Option<web::BytesMut>,
+    len: usize,
+}
+
+impl Gather {
+    fn push(&mut self, chunk: web::Bytes) {
+        self.len += chunk.len();
+        match (&mut self.gathered, self.first.take()) {
+            (Some(body), _) => body.extend_from_slice(&chunk),
+            (None, None) => self.first = Some(chunk),
+            (None, Some(earlier)) => {
+                let mut body = web::BytesMut::with_capacity(self.len * 2);
+                body.extend_from_slice(&earlier);
+                body.extend_from_slice(&chunk);
+                self.gathered = Some(body);
+            }
+        }
+    }
+
+    fn finish(self) -> web::Bytes {
+        match self.gathered {
+            Some(body) => body.freeze(),
+            None => self.first.unwrap_or_default(),
+        }
+    }
+}
+
 /// The body, up to `limit` bytes, within [`BODY_TIMEOUT`] and the gate's budget.
 async fn read_body(
     payload: &mut web::Payload,
@@ -401,18 +466,18 @@ async fn read_body(
 ) -> Result<web::Bytes, Verdict> {
     use futures_util::StreamExt as _;
     let read = async {
-        let mut body = web::BytesMut::new();
+        let mut body = Gather::default();
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|e| Verdict::Malformed(format!("reading the body: {e}")))?;
-            if body.len() + chunk.len() > limit {
+            if body.len + chunk.len() > limit {
                 return Err(Verdict::TooLarge(limit));
             }
             if !pass.hold(chunk.len()) {
                 return Err(Verdict::Overloaded);
             }
-            body.extend_from_slice(&chunk);
+            body.push(chunk);
         }
-        Ok(body.freeze())
+        Ok(body.finish())
     };
     tokio::time::timeout(BODY_TIMEOUT, read)
         .await
@@ -454,12 +519,7 @@ async fn receive(
             Verdict::Overloaded
         }
         Err(verdict) => verdict,
-        // A stopped actor (an instance shut down) is a 503, never a 202.
-        Ok(event) => intake
-            .actor
-            .send(Deliver(event))
-            .await
-            .unwrap_or(Verdict::Busy),
+        Ok(event) => intake.deliver(event).await,
     };
     let delivery = req
         .headers()

@@ -1,0 +1,211 @@
+//! What the HTTP workers and the intake actor share, and the workers' own way for deliveries
+//! that need nothing written before their answer.
+//!
+//! A delivery needs the actor only when something must be durable before its 202: a `queued`
+//! job a pool here covers (the store), or any job event in fleet mode (the ledger). Every other
+//! delivery (`in_progress`, `completed`, `waiting`, a `queued` job no pool covers) is decided
+//! on the worker that verified it: the replay check against the delivery ids both sides share,
+//! then the event joins the outbox and the worker answers at once, with no round trip to the
+//! actors' thread. The actor is woken once per batch: the first event into an empty outbox
+//! sends it [`Flush`], and [`FLUSH_AFTER`] later it passes everything the outbox holds to the
+//! scheduler. Under load that is one wake-up of the actors' thread for many deliveries instead
+//! of two (there and back) for each.
+//!
+//! Nothing answered 202 is dropped: an event the scheduler's full mailbox refuses stays in the
+//! outbox and is tried again, and while the scheduler is full (or the outbox holds
+//! [`OUTBOX_CAPACITY`] events) the workers answer 503, as the actor does.
+
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
+
+use actix::Message;
+use tokio::time::Instant;
+
+use super::actor::{DELIVERY_CAPACITY, DELIVERY_WINDOW, DeliveryDedup, Verdict};
+use crate::{job::JobAction, metrics::Metrics, scheduler::messages::JobEvent, vocab::LabelSet};
+
+/// How long the first event into an empty outbox waits for others before the actor passes them
+/// on: the batch a burst forms, for a millisecond of latency on events no claim waits for.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(1);
+/// A refused flush (the scheduler's mailbox full) is tried again this much later.
+pub const FLUSH_RETRY: Duration = Duration::from_millis(10);
+/// Events the outbox holds at most; past it the workers answer 503.
+pub const OUTBOX_CAPACITY: usize = 16_384;
+/// Guids GitHub was asked to redeliver that are awaited at most (oldest forgotten first).
+const EXPECTED_CAPACITY: usize = 4096;
+
+/// Tells the intake actor the outbox has events to pass on.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+/// The delivery ids the intake knows, under one lock.
+#[derive(Debug)]
+pub(super) struct Seen {
+    /// Accepted within the window.
+    pub(super) deliveries: DeliveryDedup,
+    /// Whose commit is in flight: a concurrent copy is answered 503, never 200, since the first
+    /// may still fail.
+    pub(super) in_flight: HashSet<String>,
+    /// Guids GitHub was asked to redeliver, not yet come in.
+    expected: VecDeque<String>,
+    /// False once the intake is closed or its actor stopped: every delivery is then a 503.
+    pub(super) open: bool,
+}
+
+impl Seen {
+    /// Delivery `id` was handed over: remembered, and counted if it was an awaited redelivery.
+    pub(super) fn accepted(&mut self, id: &str, metrics: &Metrics) {
+        self.in_flight.remove(id);
+        self.deliveries.insert(id, Instant::now());
+        if let Some(at) = self.expected.iter().position(|g| g == id) {
+            self.expected.remove(at);
+            metrics
+                .webhook_redeliveries
+                .with_label_values(&["recovered"])
+                .inc();
+        }
+    }
+
+    /// Awaits these guids as redeliveries.
+    pub(super) fn expect(&mut self, guids: Vec<String>) {
+        for guid in guids {
+            if self.expected.len() >= EXPECTED_CAPACITY {
+                self.expected.pop_front();
+            }
+            self.expected.push_back(guid);
+        }
+    }
+}
+
+/// Events on their way to the scheduler.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    pub(super) events: VecDeque<JobEvent>,
+    /// The scheduler's mailbox refused the last flush: the workers answer 503 until one goes
+    /// through.
+    pub(super) scheduler_full: bool,
+}
+
+/// The shared half of the intake.
+#[derive(Debug)]
+pub struct Handoff {
+    seen: Mutex<Seen>,
+    outbox: Mutex<Outbox>,
+    /// The label sets of this host's enabled pools, when known: a `queued` job none of them
+    /// covers is never claimed here, so it needs no durable record (the scheduler remembers it
+    /// as seen, in memory; losing it in a crash loses nothing).
+    coverage: Option<Vec<LabelSet>>,
+    /// Fleet mode: every job event is recorded in the ledger first, by the actor.
+    pub(super) fleet: bool,
+    /// There is a store to record covered `queued` jobs in.
+    pub(super) durable: bool,
+    metrics: Metrics,
+}
+
+/// What the worker decided, and whether it must wake the actor.
+#[derive(Debug)]
+pub struct Decided {
+    /// The answer.
+    pub verdict: Verdict,
+    /// The event was the first into an empty outbox: send the actor [`Flush`].
+    pub wake: bool,
+}
+
+impl Handoff {
+    pub(super) fn new(durable: bool, metrics: Metrics) -> Self {
+        Handoff {
+            seen: Mutex::new(Seen {
+                deliveries: DeliveryDedup::new(DELIVERY_WINDOW, DELIVERY_CAPACITY),
+                in_flight: HashSet::new(),
+                expected: VecDeque::new(),
+                open: true,
+            }),
+            outbox: Mutex::new(Outbox::default()),
+            coverage: None,
+            fleet: false,
+            durable,
+            metrics,
+        }
+    }
+
+    pub(super) fn set_coverage(&mut self, pools: Vec<LabelSet>) {
+        self.coverage = Some(pools);
+    }
+
+    /// The delivery ids, locked. A poisoned lock (a panic while it was held) still holds
+    /// consistent ids: every update under it is a single insert or remove.
+    pub(super) fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a `queued` job with `labels` could be claimed here.
+    pub(super) fn covered(&self, labels: &[String]) -> bool {
+        let Some(pools) = &self.coverage else {
+            return true;
+        };
+        let wanted = LabelSet::new(labels);
+        pools.iter().any(|p| p.covers(&wanted))
+    }
+
+    /// Whether `event` needs something written before its answer (the actor's way).
+    fn needs_a_record(&self, event: &JobEvent) -> bool {
+        self.fleet && event.action != JobAction::Waiting
+            || self.durable && event.action == JobAction::Queued && self.covered(&event.job.labels)
+    }
+
+    /// Decides `event` on the worker, or gives it back when the actor must (it needs a record).
+    pub fn decide(&self, event: JobEvent) -> Result<Decided, Box<JobEvent>> {
+        if self.needs_a_record(&event) {
+            return Err(Box::new(event));
+        }
+        let busy = Decided {
+            verdict: Verdict::Busy,
+            wake: false,
+        };
+        let mut seen = self.seen();
+        if !seen.open {
+            return Ok(busy);
+        }
+        if let Some(id) = &event.delivery_id {
+            if seen.deliveries.contains(id, Instant::now()) {
+                return Ok(Decided {
+                    verdict: Verdict::Replayed,
+                    wake: false,
+                });
+            }
+            if seen.in_flight.contains(id) {
+                return Ok(busy);
+            }
+        }
+        let action = event.action;
+        let delivery_id = event.delivery_id.clone();
+        let wake = {
+            let mut outbox = self.outbox();
+            if outbox.scheduler_full || outbox.events.len() >= OUTBOX_CAPACITY {
+                return Ok(busy);
+            }
+            outbox.events.push_back(event);
+            outbox.events.len() == 1
+        };
+        if let Some(id) = &delivery_id {
+            seen.accepted(id, &self.metrics);
+        }
+        drop(seen);
+        self.metrics
+            .webhook_events
+            .with_label_values(&[action.as_str()])
+            .inc();
+        Ok(Decided {
+            verdict: Verdict::Accepted,
+            wake,
+        })
+    }
+}
