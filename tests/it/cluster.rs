@@ -48,13 +48,25 @@ async fn host(pg: &Postgres, standin: &Standin, name: &str, pools: &str) -> Daem
 
 /// Three hosts: two cover the linux labels, one covers the gpu labels alone.
 async fn three_hosts(pg: &Postgres, standin: &Standin, lease: &str, more: &str) -> Vec<Daemon> {
+    three_hosts_with(pg, standin, "", lease, more).await
+}
+
+/// Like `three_hosts`, with more keys in `[github]`.
+async fn three_hosts_with(
+    pg: &Postgres,
+    standin: &Standin,
+    github: &str,
+    lease: &str,
+    more: &str,
+) -> Vec<Daemon> {
     let mut hosts = Vec::new();
     for (host, pools) in [
         ("h1", pool("cpu", LINUX, 4)),
         ("h2", pool("cpu", LINUX, 4)),
         ("h3", pool("gpu", GPU, 4)),
     ] {
-        hosts.push(Daemon::start(standin, &extra(pg, host, lease, more), &pools).await);
+        let config = extra(pg, host, lease, more);
+        hosts.push(Daemon::start_with_github(standin, github, &config, &pools).await);
     }
     route_to(standin, &hosts, 1.0 / 3.0);
     hosts
@@ -207,19 +219,13 @@ fn every_job_ran_once(standin: &Standin, pg: &Postgres, hosts: &[Daemon], releas
     );
 }
 
-/// Unix milliseconds now.
-fn now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
-
 #[actix_rt::test]
 async fn a_host_killed_a_third_of_the_way_in_loses_nothing() {
     let Some(pg) = Postgres::start() else { return };
     let standin = support::standin(150);
-    let mut hosts = three_hosts(&pg, &standin, "6s", "").await;
+    // This measures the lease, not the claim window (150 a minute by default, spent before
+    // the kill at the stand-in's pace; `the_fleet_shares_one_claim_window` tests the window).
+    let mut hosts = three_hosts_with(&pg, &standin, "max_claims_per_minute = 1000", "6s", "").await;
     standin.queue_jobs("app", LINUX, 200);
     standin.queue_jobs("app", GPU, 100);
     wait_completed(&standin, 100, Duration::from_secs(300), &hosts).await;
@@ -230,7 +236,7 @@ async fn a_host_killed_a_third_of_the_way_in_loses_nothing() {
     let h1_logs = h1.logs();
     let held = pg.query("SELECT job_id FROM ephemer_jobs WHERE holder = 'h1' AND phase = 'held'");
     let _left = h1.kill9().await;
-    let killed = now_ms();
+    let killed = github_standin::unix_now_ms();
     route_to(&standin, &hosts, 1.0 / 3.0);
     wait_completed(&standin, 300, Duration::from_secs(300), &hosts).await;
 
@@ -340,7 +346,7 @@ async fn a_killed_host_s_unstarted_jobs_run_on_another_with_their_ladder() {
     .await;
     let h1_logs = h1.logs();
     let _left = h1.kill9().await;
-    let killed = now_ms();
+    let killed = github_standin::unix_now_ms();
     let h2 = Daemon::start(
         &standin,
         &extra(&pg, "h2", "6s", ""),
@@ -432,7 +438,17 @@ async fn the_fleet_shares_one_claim_window() {
     standin.queue_jobs("app", LINUX, 8);
     wait_completed(&standin, 8, Duration::from_secs(150), &hosts).await;
     let times = claim_times(&standin);
-    assert_eq!(times.len(), 8, "{}", logs(&hosts));
+    // A claim a job, plus the heals of a runner that took another host's job (as ever).
+    let heals: usize = hosts
+        .iter()
+        .map(|d| d.logs().matches("dispatching the job again").count())
+        .sum();
+    assert!(
+        (8..=8 + heals).contains(&times.len()),
+        "{} claims for 8 jobs with {heals} heals\n{}",
+        times.len(),
+        logs(&hosts)
+    );
     for (i, at) in times.iter().enumerate() {
         let in_window = times[i..].iter().filter(|t| **t < at + 60_000).count();
         assert!(
