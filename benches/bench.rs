@@ -23,6 +23,8 @@ use ephemer_actors_core::{
 };
 use github_standin::{DeliveryFaults, RunnerBehavior, Standin, StandinConfig};
 
+#[path = "sections/burst.rs"]
+mod burst;
 #[path = "sections/flood.rs"]
 mod flood;
 #[path = "sections/outside.rs"]
@@ -529,7 +531,7 @@ fn pacing() {
 }
 
 /// Every section, in the order a full run takes them.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "retry",
     "pacing",
     "intake",
@@ -539,6 +541,7 @@ const SECTIONS: [&str; 9] = [
     "economy",
     "footprint",
     "tracked",
+    "burst",
 ];
 /// Set in a section's own process (a full run starts one per section).
 const SECTION_ENV: &str = "EPHEMER_BENCH_SECTION";
@@ -550,6 +553,10 @@ fn main() {
     }
     if let Ok(port) = std::env::var(outside::BARE_ENV) {
         outside::bare_server(port.parse().expect("a port"));
+        return;
+    }
+    if let Ok(port) = std::env::var(outside::VERIFY_ENV) {
+        outside::verify_server(port.parse().expect("a port"));
         return;
     }
     let args: Vec<String> = std::env::args()
@@ -614,5 +621,8 @@ fn main() {
     }
     if want("tracked") {
         tracked::tracked();
+    }
+    if want("burst") {
+        burst::bursts();
     }
 }

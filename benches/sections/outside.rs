@@ -1,6 +1,6 @@
-//! Intake measured from outside, as a user would: the real `ephemer-actors serve` process and a
-//! bare actix-web handler (this bench binary, re-run as a server of its own) each loaded by
-//! `wrk` (Debian's package: `apt-get install wrk`), alternated twice in one run.
+//! Intake measured from outside, as a user would: the real `ephemer-actors serve` process, a
+//! bare actix-web handler and the least correct receiver (this bench binary, re-run as servers of
+//! their own) each loaded by `wrk` (`apt-get install wrk`), alternated round by round.
 
 use std::{
     io::Write,
@@ -13,6 +13,9 @@ use ephemer_actors_core::github::{event::parse_workflow_job, signature::sign};
 
 /// The environment variable that makes this binary the bare handler on `127.0.0.1:<port>`.
 pub const BARE_ENV: &str = "EPHEMER_BENCH_BARE_PORT";
+/// The environment variable that makes this binary the least correct receiver (verify, then
+/// parse what routing needs) on `127.0.0.1:<port>`.
+pub const VERIFY_ENV: &str = "EPHEMER_BENCH_VERIFY_PORT";
 
 /// Distinct signed deliveries the load cycles through.
 const BODIES: u64 = 2_000;
@@ -30,6 +33,81 @@ pub fn bare_server(port: u16) {
                 "/webhook/github",
                 web::post().to(|b: web::Bytes| async move {
                     HttpResponse::Accepted().body(format!("{}", b.len()))
+                }),
+            )
+        })
+        .bind(("127.0.0.1", port))
+        .unwrap()
+        .run()
+        .await
+        .unwrap();
+    });
+}
+
+/// The fields a receiver needs to route a `workflow_job` delivery.
+#[derive(serde::Deserialize)]
+struct Routing<'a> {
+    #[serde(borrow)]
+    action: std::borrow::Cow<'a, str>,
+    workflow_job: RoutingJob<'a>,
+    repository: RoutingRepo<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct RoutingJob<'a> {
+    id: u64,
+    run_id: u64,
+    #[serde(borrow)]
+    labels: Vec<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct RoutingRepo<'a> {
+    #[serde(borrow)]
+    full_name: std::borrow::Cow<'a, str>,
+    owner: RoutingOwner<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct RoutingOwner<'a> {
+    #[serde(borrow)]
+    login: std::borrow::Cow<'a, str>,
+}
+
+/// Runs the least a correct receiver does until killed: the same actix-web server, whose one
+/// route checks `X-Hub-Signature-256` (HMAC-SHA256, compared in constant time) over the raw
+/// body, then deserializes the fields routing needs (action, job id, run id, labels, repo,
+/// owner), and answers 202 (401 for a bad signature, 400 for a body it cannot route).
+pub fn verify_server(port: u16) {
+    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+    use ephemer_actors_core::github::signature::verify;
+    actix_rt::System::new().block_on(async move {
+        HttpServer::new(|| {
+            App::new().route(
+                "/webhook/github",
+                web::post().to(|req: HttpRequest, b: web::Bytes| async move {
+                    let sig = req
+                        .headers()
+                        .get("x-hub-signature-256")
+                        .map(|v| v.as_bytes());
+                    if verify(super::SECRET.as_bytes(), &b, sig).is_err() {
+                        return HttpResponse::Unauthorized().finish();
+                    }
+                    match serde_json::from_slice::<Routing<'_>>(&b) {
+                        Ok(r) => {
+                            let fields = r.action.len()
+                                + r.workflow_job.labels.len()
+                                + r.repository.full_name.len()
+                                + r.repository.owner.login.len();
+                            std::hint::black_box((
+                                fields,
+                                r.workflow_job.id,
+                                r.workflow_job.run_id,
+                            ));
+                            HttpResponse::Accepted().finish()
+                        }
+                        Err(_) => HttpResponse::BadRequest().finish(),
+                    }
                 }),
             )
         })
@@ -228,14 +306,18 @@ pub fn intake_wrk(api: &str) {
     }
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path(), super::SECRET);
-    let (bare_port, serve_port) = (free_port(), free_port());
-    let _bare = Killed(
-        Command::new(std::env::current_exe().unwrap())
-            .env(BARE_ENV, bare_port.to_string())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (bare_port, verify_port, serve_port) = (free_port(), free_port(), free_port());
+    let baseline = |env: &str, port: u16| {
+        Killed(
+            Command::new(std::env::current_exe().unwrap())
+                .env(env, port.to_string())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let bare_server = baseline(BARE_ENV, bare_port);
+    let verify_server = baseline(VERIFY_ENV, verify_port);
     let cfg = serve_config(dir.path(), api, serve_port);
     let serve = Killed(
         Command::new(env!("CARGO_BIN_EXE_ephemer-actors"))
@@ -245,21 +327,40 @@ pub fn intake_wrk(api: &str) {
             .spawn()
             .unwrap(),
     );
-    let (bare_addr, serve_addr) = (
-        format!("127.0.0.1:{bare_port}"),
-        format!("127.0.0.1:{serve_port}"),
-    );
-    wait_ready(&bare_addr);
-    wait_ready(&serve_addr);
-    let url = |addr: &str| format!("http://{addr}/webhook/github");
-    let mut bare = Vec::new();
-    let mut daemon = Vec::new();
-    // CPU time per request of each server, over both rounds.
-    let (mut bare_cpu, mut daemon_cpu) = (Duration::ZERO, Duration::ZERO);
-    for round in 0..2 {
-        let before = cpu_used(_bare.0.id());
-        let (b, _) = wrk(&url(&bare_addr), &script, &format!("bare{round}"));
-        bare_cpu += (cpu_used(_bare.0.id()) - before) / (b * 8.0) as u32;
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    for port in [bare_port, verify_port, serve_port] {
+        wait_ready(&addr(port));
+    }
+    let url = |port: u16| format!("http://127.0.0.1:{port}/webhook/github");
+    let rounds: usize = std::env::var("EPHEMER_BENCH_WRK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    // Requests per second of each server, round by round, and its CPU time per request over
+    // every round.
+    let (mut bare, mut verify, mut daemon) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut bare_cpu, mut verify_cpu, mut daemon_cpu) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let load = |server: &Killed, port: u16, run: String, cpu: &mut Duration| {
+        let before = cpu_used(server.0.id());
+        let (rate, refused) = wrk(&url(port), &script, &run);
+        *cpu += (cpu_used(server.0.id()) - before) / (rate * 8.0) as u32;
+        assert_eq!(refused, 0, "{run}: non-2xx answers");
+        rate
+    };
+    for round in 0..rounds {
+        bare.push(load(
+            &bare_server,
+            bare_port,
+            format!("bare{round}"),
+            &mut bare_cpu,
+        ));
+        verify.push(load(
+            &verify_server,
+            verify_port,
+            format!("verify{round}"),
+            &mut verify_cpu,
+        ));
         // `EPHEMER_BENCH_PERF=FILE`: `perf record` the daemon through its first round.
         let perf = std::env::var("EPHEMER_BENCH_PERF")
             .ok()
@@ -276,15 +377,15 @@ pub fn intake_wrk(api: &str) {
                         .expect("perf"),
                 )
             });
-        let before = cpu_used(serve.0.id());
-        let (d, refused) = wrk(&url(&serve_addr), &script, &format!("serve{round}"));
-        daemon_cpu += (cpu_used(serve.0.id()) - before) / (d * 8.0) as u32;
+        daemon.push(load(
+            &serve,
+            serve_port,
+            format!("serve{round}"),
+            &mut daemon_cpu,
+        ));
         if let Some(mut perf) = perf {
             let _ = perf.0.wait();
         }
-        assert_eq!(refused, 0, "the daemon answered non-2xx");
-        bare.push(b);
-        daemon.push(d);
     }
     let rss = std::fs::read_to_string(format!("/proc/{}/status", serve.0.id()))
         .ok()
@@ -295,38 +396,62 @@ pub fn intake_wrk(api: &str) {
         })
         .unwrap_or_default();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let each = |v: &[f64]| {
+        v.iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let ratios = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(a, b)| format!("{:.2}", a / b))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
     println!(
-        "| wrk -t1 -c32 -d8s, {BODIES} distinct signed {BODY_BYTES} B deliveries, no pool covers them | round 1 | round 2 | mean |"
+        "| wrk -t1 -c32 -d8s, {BODIES} distinct signed {BODY_BYTES} B deliveries, no pool covers them | rounds | mean |"
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|");
     println!(
-        "| bare actix-web handler reading the body, req/s | {:.0} | {:.0} | {:.0} |",
-        bare[0],
-        bare[1],
+        "| bare actix-web handler reading the body, req/s | {} | {:.0} |",
+        each(&bare),
         mean(&bare)
     );
     println!(
-        "| `ephemer-actors serve` (verify, parse, dedup, scheduler), req/s | {:.0} | {:.0} | {:.0} |",
-        daemon[0],
-        daemon[1],
+        "| least correct receiver (verify the signature, parse the routing fields), req/s | {} | {:.0} |",
+        each(&verify),
+        mean(&verify)
+    );
+    println!(
+        "| `ephemer-actors serve` (verify, parse, dedup, scheduler), req/s | {} | {:.0} |",
+        each(&daemon),
         mean(&daemon)
     );
     println!(
-        "| ratio (target >= 0.9) | {:.2} | {:.2} | {:.2} |",
-        daemon[0] / bare[0],
-        daemon[1] / bare[1],
+        "| serve / least correct receiver (target >= 0.9) | {} | {:.2} |",
+        ratios(&daemon, &verify),
+        mean(&daemon) / mean(&verify)
+    );
+    println!(
+        "| serve / bare handler | {} | {:.2} |",
+        ratios(&daemon, &bare),
         mean(&daemon) / mean(&bare)
     );
-    println!("| daemon RSS after the load | {rss} | | |");
+    println!("| daemon RSS after the load | {rss} | |");
+    let n = rounds as u32;
+    let (bare_cpu, verify_cpu, daemon_cpu) = (bare_cpu / n, verify_cpu / n, daemon_cpu / n);
     let (hmac, parse) = verify_and_parse_cost(super::SECRET);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "\n| CPU per request (both rounds) | µs |\n|---|---|\n\
-         | bare handler process | {:.1} |\n| `serve` process | {:.1} |\n\
+        "\n| CPU per request (every round) | µs |\n|---|---|\n\
+         | bare handler process | {:.1} |\n| least correct receiver process | {:.1} |\n\
+         | `serve` process | {:.1} |\n\
          | of which, measured alone on one core: HMAC-SHA256 over the body | {:.1} |\n\
          | of which, measured alone on one core: JSON parse of the body | {:.1} |",
-        us(bare_cpu / 2),
-        us(daemon_cpu / 2),
+        us(bare_cpu),
+        us(verify_cpu),
+        us(daemon_cpu),
         us(hmac),
         us(parse)
     );
