@@ -181,6 +181,7 @@ impl<B: Backend> ProvisionerActor<B> {
         );
         let backend = self.backend.clone();
         let start = async move {
+            spec.durable.wait().await;
             if let Some(warm) = warm {
                 match backend.clone().warm_start(warm.clone(), spec.clone()).await {
                     Ok(running) => return Ok((running, true)),

@@ -200,6 +200,9 @@ pub struct RunnerSpec {
     pub intent: JobKey,
     /// Labels it registered with.
     pub labels: Vec<String>,
+    /// When the scheduler's record of this runner is durable: its environment starts only
+    /// then.
+    pub durable: Durable,
 }
 
 impl std::fmt::Debug for RunnerSpec {
@@ -211,6 +214,56 @@ impl std::fmt::Debug for RunnerSpec {
             .finish_non_exhaustive()
     }
 }
+
+/// Resolves when a runner's row is in the store. A restart removes every environment the
+/// store does not name as a leftover; a runner started before its row was committed, killed
+/// with the daemon in between, could take a job and then be removed with it. Starting only
+/// after the commit closes that window (a group commit, about a millisecond).
+#[derive(Clone, Default)]
+pub struct Durable(Option<futures_util::future::Shared<Pin<Box<dyn Future<Output = ()> + Send>>>>);
+
+impl Durable {
+    /// Resolves when `committed` does; a refused write is logged and the runner starts
+    /// anyway (the store already says it is failing; holding the runner would strand its
+    /// registration too).
+    pub fn after(
+        committed: impl Future<Output = Result<(), crate::store::StoreError>> + Send + 'static,
+    ) -> Self {
+        use futures_util::FutureExt;
+        let fut: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+            if let Err(error) = committed.await {
+                tracing::warn!(%error, "a runner's record could not be stored; starting it anyway (a restart may remove it as a leftover)");
+            }
+        });
+        Self(Some(fut.shared()))
+    }
+
+    /// Waits for the commit (at once when there is none to wait for).
+    pub async fn wait(&self) {
+        if let Some(f) = &self.0 {
+            f.clone().await;
+        }
+    }
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Durable(pending)"
+        } else {
+            "Durable(now)"
+        })
+    }
+}
+
+/// Durability is not part of what a runner is: two specs that name the same runner are equal.
+impl PartialEq for Durable {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Durable {}
 
 /// Start a runner.
 #[derive(Debug, Clone, Message)]

@@ -111,6 +111,7 @@ fn spec(name: &str) -> RunnerSpec {
         jit_config: crate::config::Secret::new("jit"),
         intent: crate::job::JobKey::new("acme", 1),
         labels: vec![],
+        durable: Default::default(),
     }
 }
 
@@ -325,4 +326,31 @@ async fn teardown_stops_the_runner_and_reports_it() {
     .unwrap();
     settle().await;
     assert_eq!(kinds(&seen).last().unwrap().0, "ghost");
+}
+
+/// A runner's environment starts only once the scheduler's record of it is committed: a
+/// daemon killed before the commit leaves no runner that a restart would remove as a
+/// leftover after it took a job.
+#[actix_rt::test]
+async fn a_runner_starts_only_after_its_record_is_committed() {
+    let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
+    let (commit, committed) =
+        tokio::sync::oneshot::channel::<Result<(), crate::store::StoreError>>();
+    let mut s = spec("r-a");
+    s.durable = Durable::after(async move { committed.await.unwrap() });
+    sup.send(Provision(s)).await.unwrap();
+    settle().await;
+    assert!(
+        !fake.0.exits.borrow().contains_key("r-a"),
+        "started before its record was committed"
+    );
+    assert!(kinds(&seen).is_empty());
+
+    commit.send(Ok(())).unwrap();
+    settle().await;
+    assert!(fake.0.exits.borrow().contains_key("r-a"));
+    assert_eq!(
+        kinds(&seen),
+        vec![("r-a".to_string(), RunnerEventKind::Started { warm: false })]
+    );
 }

@@ -160,6 +160,7 @@ async fn a_window_raises_and_lowers_the_count_claims_take_the_oldest_and_a_hold_
         jit_config: crate::config::Secret::new("jit"),
         intent: crate::job::JobKey::new("acme", 1),
         labels: vec![],
+        durable: Default::default(),
     }))
     .await
     .unwrap();

@@ -148,6 +148,9 @@ pub struct SchedulerActor {
     pub(super) calls_in_flight: usize,
     /// Of those, claims (whose runners are not in the ledger until answered).
     pub(super) claims_in_flight: usize,
+    /// When the last batch that stored a runner is committed: a runner's environment starts
+    /// after that (batches commit in order, so the last one covers every earlier row).
+    runners_durable: crate::provision::Durable,
 }
 
 /// Starts a scheduler and its retry actor, wired to each other, in a context made beforehand
@@ -188,6 +191,7 @@ pub fn start_in(
         clock,
         calls_in_flight: 0,
         claims_in_flight: 0,
+        runners_durable: crate::provision::Durable::default(),
     };
     actor.carry_out_restored(fx);
     ctx.run(actor);
@@ -233,7 +237,8 @@ impl SchedulerActor {
                     provider,
                     request,
                 } => self.claim(key, provider, request, ctx),
-                Effect::Provision { provider, spec } => {
+                Effect::Provision { provider, mut spec } => {
+                    spec.durable = self.runners_durable.clone();
                     let name = spec.name.clone();
                     let sent = match self.deps.provisioners.get(&provider) {
                         Some(h) => deliver(&h.provision, Provision(spec)),
@@ -317,7 +322,14 @@ impl SchedulerActor {
         if let Some(store) = &self.deps.store
             && !ops.is_empty()
         {
-            store.send(ops);
+            if ops
+                .iter()
+                .any(|op| matches!(op, crate::durable::Op::PutRunner(_)))
+            {
+                self.runners_durable = crate::provision::Durable::after(store.send_committed(ops));
+            } else {
+                store.send(ops);
+            }
         }
         for o in self.core.take_observations() {
             // Every line about a job carries its id, repo and pool, in text and JSON logs.

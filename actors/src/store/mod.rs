@@ -258,14 +258,30 @@ impl Store {
     /// them (while the store is unhealthy). An error means they were refused: the writer is
     /// gone, or it already holds more than it may.
     pub async fn write(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        self.send_committed(ops).await
+    }
+
+    /// Applies `ops` in order with later writes, as [`Store::send`] does (the order is fixed
+    /// by this call, not by polling), and says when they are durable, as [`Store::write`]
+    /// does.
+    pub fn send_committed(
+        &self,
+        ops: Vec<Op>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
         let (done, wait) = tokio::sync::oneshot::channel();
-        self.tx
+        let sent = self
+            .tx
             .send(Batch {
                 ops,
                 done: Some(done),
             })
-            .map_err(|_| StoreError::Closed)?;
-        wait.await.map_err(|_| StoreError::Closed)?
+            .is_ok();
+        async move {
+            if !sent {
+                return Err(StoreError::Closed);
+            }
+            wait.await.map_err(|_| StoreError::Closed)?
+        }
     }
 
     /// Says when this store is closed (every handle dropped, the writer done).

@@ -131,6 +131,7 @@ pub fn spec(runner: &JitRunner, job_id: u64) -> RunnerSpec {
         jit_config: runner.encoded_jit_config.clone(),
         intent: JobKey::new("acme", job_id),
         labels: vec![],
+        durable: Default::default(),
     }
 }
 

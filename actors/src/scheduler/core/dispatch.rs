@@ -465,6 +465,8 @@ impl Scheduler {
                 jit_config: runner.encoded_jit_config,
                 intent,
                 labels,
+                // The shell knows when the row is committed: it fills this in.
+                durable: Default::default(),
             },
         });
         handle

@@ -262,6 +262,7 @@ fn a_claimed_runner_is_handed_to_its_provisioner() {
                 jit_config: Secret::new("jit"),
                 intent: JobKey::new("acme", 1),
                 labels: vec!["self-hosted".into(), "linux".into(), "x64".into()],
+                durable: Default::default(),
             },
         }]
     );
