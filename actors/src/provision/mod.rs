@@ -226,8 +226,8 @@ impl Durable {
     /// Resolves when `committed` does; a refused write is logged and the runner starts
     /// anyway (the store already says it is failing; holding the runner would strand its
     /// registration too).
-    pub fn after(
-        committed: impl Future<Output = Result<(), crate::store::StoreError>> + Send + 'static,
+    pub fn after<E: std::fmt::Display>(
+        committed: impl Future<Output = Result<(), E>> + Send + 'static,
     ) -> Self {
         use futures_util::FutureExt;
         let fut: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {

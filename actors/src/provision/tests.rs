@@ -334,8 +334,7 @@ async fn teardown_stops_the_runner_and_reports_it() {
 #[actix_rt::test]
 async fn a_runner_starts_only_after_its_record_is_committed() {
     let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
-    let (commit, committed) =
-        tokio::sync::oneshot::channel::<Result<(), crate::store::StoreError>>();
+    let (commit, committed) = tokio::sync::oneshot::channel::<Result<(), String>>();
     let mut s = spec("r-a");
     s.durable = Durable::after(async move { committed.await.unwrap() });
     sup.send(Provision(s)).await.unwrap();
