@@ -194,6 +194,35 @@ impl Scheduler {
         );
     }
 
+    /// What a failed claim of target `t` says about the credential, not the job: a reading
+    /// that proves the registration budget empty holds the target's claims until its reset,
+    /// a secondary limit holds them for its wait (job claims and warm claims alike). The
+    /// failed answer's own reading, whether or not the rate actor has folded it into its book
+    /// yet: it decides the job's retry too.
+    pub(super) fn hold_claims_after(
+        &mut self,
+        t: usize,
+        e: &GithubError,
+        now: Now,
+    ) -> Option<RateSnapshot> {
+        let reading = e.rate_reading().map(|(bucket, remaining, reset)| {
+            let reading = RateSnapshot {
+                remaining: Some(remaining),
+                reset: Some(reset),
+                updated: now.unix,
+                ..RateSnapshot::default()
+            };
+            if bucket == RateBucket::ActionsRunnerRegistration {
+                self.hold_claims_until_reset(t, &reading, now);
+            }
+            reading
+        });
+        if let Some(wait) = e.secondary_limit_wait() {
+            self.pause_claims(t, wait, "GitHub answered a secondary rate limit", now);
+        }
+        reading
+    }
+
     /// Holds every claim of target `t` back for `wait` (a pause already longer stays).
     pub(super) fn pause_claims(&mut self, t: usize, wait: Duration, why: &'static str, now: Now) {
         let until = now.mono + wait;
@@ -298,24 +327,7 @@ impl Scheduler {
             Err(e) => {
                 self.release(&provider);
                 self.stats.claim_failures += 1;
-                // The failed answer's own reading decides its retry and holds the target's claims
-                // back, whether or not the rate actor has folded it into its book yet.
-                let reading = e.rate_reading().map(|(bucket, remaining, reset)| {
-                    let reading = RateSnapshot {
-                        remaining: Some(remaining),
-                        reset: Some(reset),
-                        updated: now.unix,
-                        ..RateSnapshot::default()
-                    };
-                    if bucket == RateBucket::ActionsRunnerRegistration {
-                        self.hold_claims_until_reset(t, &reading, now);
-                    }
-                    reading
-                });
-                if let Some(wait) = e.secondary_limit_wait() {
-                    // A secondary limit is the credential's, not this job's: every claim waits.
-                    self.pause_claims(t, wait, "GitHub answered a secondary rate limit", now);
-                }
+                let reading = self.hold_claims_after(t, &e, now);
                 let class = e.class();
                 self.observe(Observation::ClaimFailed {
                     job_id: key.job_id,

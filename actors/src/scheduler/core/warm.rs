@@ -357,7 +357,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        self.capacity.claiming.remove(&key);
+        let t = self.capacity.claiming.remove(&key);
         self.warm.claiming.retain(|(k, _)| *k != key);
         let i = self.provider_index(&provider);
         let runner = match result {
@@ -365,6 +365,9 @@ impl Scheduler {
             Err(e) => {
                 self.release(&provider);
                 self.stats.claim_failures += 1;
+                // A rate limit is the credential's: the target's job claims wait too.
+                let t = t.unwrap_or_else(|| self.target_index(&key));
+                self.hold_claims_after(t, &e, now);
                 if let Some(i) = i {
                     self.hold_warm_claims(i, e.retry_after(), now);
                 }

@@ -153,3 +153,38 @@ fn a_window_raises_and_lowers_the_registered_count() {
     assert_eq!(idle(&d).len(), 1, "the window closed");
     assert_eq!(d.deletes.len(), 2);
 }
+
+/// A warm claim that GitHub answers with a secondary rate limit holds the target's job
+/// claims too: the limit is the credential's, and a job's claim made in its wait would be
+/// refused the same way (and spend a rung of its ladder).
+#[test]
+fn a_rate_limited_warm_claim_holds_the_target_s_job_claims() {
+    let mut d = Driver::with(count(1));
+    d.script.push_back(crate::github::GithubError::Http(
+        crate::github::error::HttpFailure {
+            endpoint: "generate_jitconfig",
+            status: 403,
+            message: "You have exceeded a secondary rate limit".into(),
+            documentation_url: None,
+            rate_remaining: None,
+            rate_bucket: None,
+            rate_reset: None,
+            retry_after: Some(Duration::from_secs(120)),
+        },
+    ));
+    // Job 1 takes the warm runner; the claim that makes the count up is refused.
+    d.queued(1, LABELS);
+    assert_eq!(d.claims.len(), 2);
+    d.queued(2, LABELS);
+    assert!(
+        d.claim_times(2).is_empty(),
+        "claimed inside the limit's wait"
+    );
+    d.advance(115);
+    assert!(
+        d.claim_times(2).is_empty(),
+        "claimed inside the limit's wait"
+    );
+    d.advance(10);
+    assert_eq!(d.claim_times(2).len(), 1, "claimed once the wait is over");
+}
