@@ -158,3 +158,62 @@ async fn in_scale_set_mode_each_pool_s_idle_runner_takes_its_own_pool_s_job() {
     .await;
     drained_to_nothing(daemon, &standin).await;
 }
+
+/// `kill -9` with idle registered runners alive and jobs running: the restart takes the
+/// runners it knows back (an idle one is a spare again, not a leak), every job runs, jobs
+/// queued while the daemon was down are served, the count is kept, and a drain leaves no
+/// registration.
+#[actix_rt::test]
+async fn a_daemon_killed_with_idle_registered_runners_loses_nothing_and_leaks_none() {
+    let standin = crate::support::standin(100);
+    standin.set_behavior(github_standin::RunnerBehavior {
+        job_ms: 1_500,
+        ..github_standin::RunnerBehavior::default()
+    });
+    let pool = local_provider(4).replace(
+        "max_concurrent = 4",
+        "max_concurrent = 4\nwarm = 2\nwarm_mode = \"registered\"",
+    );
+    let daemon = Daemon::start_with_github(&standin, "repos = []\n", "", &pool).await;
+    eventually(
+        "two idle registered runners",
+        Duration::from_secs(20),
+        || idle(&standin).len() == 2 && idle(&standin).iter().all(|r| r.status == "online"),
+    )
+    .await;
+    // One job takes a warm runner; the count is made up; then the kill, with one job running
+    // and two idle runners registered.
+    standin.queue_jobs("app", LABELS, 1);
+    eventually(
+        "a job running and two idle",
+        Duration::from_secs(20),
+        || standin.jobs_in("in_progress") == 1 && idle(&standin).len() == 2,
+    )
+    .await;
+    let left = daemon.kill9().await;
+    standin.queue_jobs("app", LABELS, 3);
+    let daemon = Daemon::resume(&standin, left).await;
+    daemon
+        .wait_completed(&standin, 4, Duration::from_secs(60))
+        .await;
+    eventually(
+        "the count is made up again",
+        Duration::from_secs(30),
+        || idle(&standin).len() == 2,
+    )
+    .await;
+    // Nothing beyond the count stays registered: no runner of before the kill is leaked.
+    assert_eq!(
+        standin.runners().len(),
+        2,
+        "{:?}\n{}",
+        standin.runners(),
+        daemon.logs()
+    );
+    let claims = standin.count("generate_jitconfig");
+    assert!(
+        claims <= 2 + 4 + 2 + 2,
+        "{claims} claims for 4 jobs and a count of 2 (one refill of the count after the kill)"
+    );
+    drained_to_nothing(daemon, &standin).await;
+}
