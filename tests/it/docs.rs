@@ -50,13 +50,14 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // ephemerd_orphan_sweep_checks_total, ephemerd_store_healthy,
     // ephemerd_reconcile_repo_failures_total, ephemerd_webhook_refused_total,
     // ephemerd_jobs_uncovered_total, ephemerd_pool_up, ephemerd_build_info,
-    // ephemerd_ledger_up, ephemerd_reconcile_readmitted_total (the contract's too),
+    // ephemerd_ledger_up and its round trips, ephemerd_reconcile_readmitted_total (the
+    // contract's too),
     // ephemerd_reconcile_queued_idle, ephemerd_jobs_parked_total, the runner's version and
     // lag (the contract's too), below the minimum, and its releases refused and lookups failed;
     // scale-set mode's statistics, messages, acquires, reckoning and session; warm pools'
     // available (the contract's too), booting, claims and discards, and the pickup latency,
     // to the runner's start and to GitHub's `started_at`.
-    assert_eq!(exported.len(), 50, "{exported:?}");
+    assert_eq!(exported.len(), 51, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");

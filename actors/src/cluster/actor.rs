@@ -46,6 +46,9 @@ pub struct FleetWiring {
     /// `ephemerd_ledger_up`: whether the ledger's last operation succeeded, kept current by
     /// the actor (it stops with it).
     pub ledger_up: prometheus::IntGauge,
+    /// `ephemerd_ledger_round_trips_total`, brought up to the ledger's own count with
+    /// `ledger_up`.
+    pub round_trips: prometheus::IntCounter,
 }
 
 /// One GitHub target, as the fleet actor reaches it.
@@ -243,6 +246,9 @@ impl Actor for FleetActor {
         ctx.run_interval(LEDGER_UP_EVERY, |act, _| {
             let up = act.ledger.health().is_up();
             act.wiring.ledger_up.set(i64::from(up));
+            let trips = act.ledger.round_trips();
+            let counted = act.wiring.round_trips.get();
+            act.wiring.round_trips.inc_by(trips.saturating_sub(counted));
         });
         let every = (self.ledger.lease() / 3).max(Duration::from_millis(500));
         ctx.run_interval(every, |act, ctx| act.beat(ctx));

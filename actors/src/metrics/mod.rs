@@ -79,6 +79,9 @@ pub struct Metrics {
     /// `ephemerd_ledger_up`: fleet mode: 1 while the cluster ledger answers, 0 while it does
     /// not (deliveries are answered 503 then).
     pub ledger_up: IntGauge,
+    /// `ephemerd_ledger_round_trips_total`: fleet mode: round trips to the ledger (the
+    /// statements of one pipelined batch are one).
+    pub ledger_round_trips: IntCounter,
     /// `ephemerd_orphan_sweep_checks_total{result}`: the sweep's busy checks on GitHub before a
     /// reap (`idle`, `busy`, `error`), each one GET.
     pub sweep_checks: IntCounterVec,
@@ -280,6 +283,11 @@ impl Metrics {
             "Runner release lookups (the releases API, a download) that failed.",
         ));
         must(registry.register(Box::new(runner_release_check_failures.clone())));
+        let ledger_round_trips = must(IntCounter::new(
+            "ephemerd_ledger_round_trips_total",
+            "Fleet mode: round trips to the cluster ledger (statements sent together are one).",
+        ));
+        must(registry.register(Box::new(ledger_round_trips.clone())));
 
         let m = Metrics {
             started: Instant::now(),
@@ -356,6 +364,7 @@ impl Metrics {
                 &["reason"],
             ),
             runner_release_check_failures,
+            ledger_round_trips,
             store_healthy: gauge(
                 "ephemerd_store_healthy",
                 "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",

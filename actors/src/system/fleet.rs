@@ -47,6 +47,7 @@ pub(super) fn start(
             },
             rate: Some((github.rate.clone().recipient(), github.credentials.clone())),
             ledger_up: metrics.ledger_up.clone(),
+            round_trips: metrics.ledger_round_trips.clone(),
         },
     )
     .start()
