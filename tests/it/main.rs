@@ -93,6 +93,7 @@ mod chaos;
 mod cli;
 mod cluster;
 mod cluster_figures;
+mod cluster_lazy;
 mod cluster_stream;
 mod container;
 mod docs;

@@ -1,80 +1,92 @@
-//! `Mirror`: the store changes that must survive this host (registrations made and gone, the
-//! ladder of held jobs), written to the ledger in the order they were made, by one task. What
-//! arrives while a write is out goes in the next one; a write the database refuses is kept
-//! and tried again with backoff, in order, so the ledger catches up after an outage. A
-//! cordoned or draining host also gives its unstarted jobs back to the fleet here, after the
-//! writes before it: a job whose registration just went is released only once the ledger
-//! knows it went.
+//! `Mirror`: the task that writes this host's lazy changes ([`super::lazy`]) when no round
+//! trip took them along: [`super::lazy::LINGER`] after the oldest, or at once when a
+//! cordoned or draining host gives its unstarted jobs back (after the writes before it: a job
+//! whose registration just went is released only once the ledger knows it went). A write
+//! the database refuses is kept in front and tried again with backoff, in order, so the
+//! ledger catches up after an outage. Also the statements a lazy batch is written with.
 
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
-use tokio::sync::mpsc;
+use super::{
+    Ledger, LedgerError,
+    lazy::{Batch, Lazy},
+};
+use crate::{
+    durable::{Op, RetryRow, RunnerRow},
+    job::{JobAction, JobInfo},
+};
 
-use super::{Ledger, LedgerError};
-use crate::durable::{Op, RetryRow, RunnerRow};
-
-/// A handle on the mirroring task. Cheap to clone.
+/// A handle on the mirroring task. Cheap to clone; the task ends when the last is dropped.
 #[derive(Debug, Clone)]
 pub struct Mirror {
-    tx: mpsc::UnboundedSender<Batch>,
+    inner: std::sync::Arc<Handle>,
 }
 
-/// Ops to mirror, and whether to give unstarted jobs back to the fleet once they are written.
-#[derive(Debug, Default)]
-struct Batch {
-    ops: Vec<Op>,
-    release: bool,
+#[derive(Debug)]
+struct Handle {
+    lazy: std::sync::Arc<Lazy>,
 }
 
-impl Batch {
-    fn extend(&mut self, more: Batch) {
-        self.ops.extend(more.ops);
-        self.release |= more.release;
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // Wakes the task to see it is no longer wanted.
+        self.lazy.wake.notify_one();
     }
 }
 
 impl Mirror {
     /// Starts the task on the current runtime.
     pub fn spawn(ledger: Ledger) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Batch>();
+        let inner = std::sync::Arc::new(Handle {
+            lazy: ledger.lazy.clone(),
+        });
+        let alive = std::sync::Arc::downgrade(&inner);
         actix_rt::spawn(async move {
-            // Registrations in the ledger now: a runner's row is put again when it binds to a
-            // job, which changes nothing there, so it is not sent again.
-            let mut mirrored: HashSet<String> = HashSet::new();
-            while let Some(first) = rx.recv().await {
-                let mut batch = first;
-                while let Ok(more) = rx.try_recv() {
-                    batch.extend(more);
-                }
-                batch.ops.retain(|op| match op {
-                    Op::PutRunner(r) => mirrored.insert(r.name.clone()),
-                    Op::DeleteRunner(name) => {
-                        mirrored.remove(name);
-                        true
+            let lazy = ledger.lazy.clone();
+            while alive.strong_count() > 0 {
+                match lazy.due() {
+                    None => {
+                        lazy.wake.notified().await;
+                        continue;
                     }
-                    _ => true,
-                });
+                    Some(at) if at > std::time::Instant::now() => {
+                        let at = tokio::time::Instant::from_std(at);
+                        tokio::select! {
+                            () = tokio::time::sleep_until(at) => {}
+                            () = lazy.wake.notified() => {}
+                        }
+                        continue;
+                    }
+                    Some(_) => {}
+                }
                 let mut wait = Duration::from_millis(250);
-                while let Err(e) = ledger.mirror(&batch.ops).await {
-                    tracing::warn!(error = %e, ops = batch.ops.len(), retry_in = ?wait, "cannot mirror to the cluster ledger; kept in order");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(10));
-                    while let Ok(more) = rx.try_recv() {
-                        batch.extend(more);
-                    }
-                }
-                if batch.release {
-                    match ledger.release_unstarted().await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(jobs = n, "gave unstarted jobs back to the fleet"),
+                while alive.strong_count() > 0 {
+                    match ledger.write_pending().await {
+                        Ok(release) => {
+                            if release {
+                                match ledger.release_unstarted().await {
+                                    Ok(0) => {}
+                                    Ok(n) => tracing::info!(
+                                        jobs = n,
+                                        "gave unstarted jobs back to the fleet"
+                                    ),
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "cannot give jobs back to the fleet; their lease does when it expires")
+                                    }
+                                }
+                            }
+                            break;
+                        }
                         Err(e) => {
-                            tracing::warn!(error = %e, "cannot give jobs back to the fleet; their lease does when it expires")
+                            tracing::warn!(error = %e, retry_in = ?wait, "cannot mirror to the cluster ledger; kept in order");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(Duration::from_secs(10));
                         }
                     }
                 }
             }
         });
-        Mirror { tx }
+        Mirror { inner }
     }
 
     /// Queues the ops the ledger keeps (the others are host-local); with `release`, the jobs
@@ -82,14 +94,7 @@ impl Mirror {
     /// written (a cordoned or draining host: a claim it abandons, or a runner that failed at
     /// boot, leaves a job no other host may take while this host's lease is current).
     pub fn send(&self, ops: &[Op], release: bool) {
-        let kept: Vec<Op> = ops
-            .iter()
-            .filter(|op| matches!(op, Op::PutRunner(_) | Op::DeleteRunner(_) | Op::PutRetry(_)))
-            .cloned()
-            .collect();
-        if !kept.is_empty() || release {
-            let _ = self.tx.send(Batch { ops: kept, release });
-        }
+        self.inner.lazy.push_ops(ops, release);
     }
 }
 
@@ -156,83 +161,174 @@ impl Columns {
         p.jobs.push(r.intent.job_id as i64);
     }
 
+    #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.put.names.is_empty() && self.gone.is_empty() && self.ladders.is_empty()
     }
 }
 
+/// Job events, as columns: owners, job ids, bodies, phases, actions.
+#[derive(Debug, Default)]
+struct Events {
+    owners: Vec<String>,
+    jobs: Vec<i64>,
+    bodies: Vec<serde_json::Value>,
+    phases: Vec<&'static str>,
+    actions: Vec<&'static str>,
+}
+
+impl Events {
+    fn of(events: &[(JobAction, JobInfo)]) -> Result<Self, LedgerError> {
+        let mut e = Events::default();
+        for (action, info) in events {
+            let Some(phase) = super::jobs::phase_of(*action) else {
+                continue;
+            };
+            e.owners.push(info.key.owner.to_ascii_lowercase());
+            e.jobs.push(info.key.job_id as i64);
+            e.bodies
+                .push(serde_json::to_value(info).map_err(|x| LedgerError::Row(x.to_string()))?);
+            e.phases.push(phase);
+            e.actions.push(action.as_str());
+        }
+        Ok(e)
+    }
+}
+
+/// Job events recorded: each job's row moved forward (never back; a `queued` one added once),
+/// an event and its notification per change (the event rides in it; one over PostgreSQL's
+/// 8000-byte payload limit is announced empty). A `queued` delivery's record is one of these
+/// on its own; the lazy starts and ends go many in one.
+pub(super) const RECORD_EVENTS: &str = "WITH u AS (
+        SELECT * FROM unnest($1::text[], $2::bigint[], $3::jsonb[], $4::text[], $5::text[])
+            AS u(owner, job_id, info, phase, action)
+    ), up AS (
+        INSERT INTO ephemer_jobs AS j (owner, job_id, info, phase, why)
+        SELECT u.owner, u.job_id, u.info, u.phase, u.action || ' (delivered to ' || $6 || ')'
+        FROM u
+        ON CONFLICT (owner, job_id) DO UPDATE
+            SET phase = EXCLUDED.phase, info = EXCLUDED.info, why = EXCLUDED.why,
+                updated_at = clock_timestamp()
+            WHERE EXCLUDED.phase <> 'queued' AND j.phase <> 'completed'
+              AND j.phase <> EXCLUDED.phase
+        RETURNING j.owner, j.job_id
+    ), ev AS (
+        INSERT INTO ephemer_events (owner, job_id, action, origin, body)
+        SELECT u.owner, u.job_id, u.action, $6, u.info
+        FROM up JOIN u ON u.owner = up.owner AND u.job_id = up.job_id
+        RETURNING seq, action, body
+    )
+    SELECT pg_notify('ephemer_events', CASE WHEN octet_length(p) < 7900 THEN p ELSE '' END)
+    FROM (SELECT json_build_object('seq', seq, 'action', action, 'origin', $6::text,
+                                   'body', body)::text AS p FROM ev) n";
+
 impl Ledger {
-    /// Mirrors the store changes that must survive this host: registrations made and gone,
-    /// and the ladder of the jobs it holds. At most three statements, every value a bound
-    /// parameter, sent together (pipelined: one round trip for the lot, in order: made, gone,
-    /// ladders). Each is idempotent, so a batch the database refused is simply sent again.
-    pub async fn mirror(&self, ops: &[Op]) -> Result<(), LedgerError> {
-        let c = Columns::of(ops);
-        if c.is_empty() {
-            return Ok(());
+    /// Queues store ops for the ledger as [`Mirror::send`] does (without the task, they are
+    /// written along this host's next round trip, or by [`Ledger::write_pending`]).
+    pub fn queue_ops(&self, ops: &[Op], release: bool) {
+        self.lazy.push_ops(ops, release);
+    }
+
+    /// Writes what waits in this host's lazy queue, if no other write of it is out: its own
+    /// round trip. True when jobs are to be given back now (the caller does that after).
+    pub async fn write_pending(&self) -> Result<bool, LedgerError> {
+        let _writer = self.lazy.writer.lock().await;
+        let batch = self.lazy.take();
+        if batch.ops.is_empty() && batch.events.is_empty() {
+            return Ok(batch.release);
         }
         let result = async {
             let client = self.client().await?;
-            let (put, gone, ladders) = futures_util::try_join!(
-                client.prepare_cached(PUT_REGISTRATIONS),
-                client.prepare_cached(GONE_REGISTRATIONS),
-                client.prepare_cached(PUT_LADDERS),
-            )?;
-            let class = |r: &RetryRow| {
-                serde_json::to_value(r.class)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            };
-            let l = &c.ladders;
-            let attempts: Vec<i32> = l.iter().map(|r| r.attempts as i32).collect();
-            let first: Vec<i64> = l.iter().map(|r| r.first_failure_unix as i64).collect();
-            let next: Vec<i64> = l.iter().map(|r| r.next_attempt_unix as i64).collect();
-            let classes: Vec<String> = l.iter().map(class).collect();
-            let errors: Vec<String> = l.iter().map(|r| r.last_error.replace('\0', "")).collect();
-            let owners: Vec<String> = l
-                .iter()
-                .map(|r| r.job.key.owner.to_ascii_lowercase())
-                .collect();
-            let jobs: Vec<i64> = l.iter().map(|r| r.job.key.job_id as i64).collect();
-            let p = &c.put;
-            let host: &str = &self.host;
-            futures_util::try_join!(
-                async {
-                    if p.names.is_empty() {
-                        return Ok(0);
-                    }
-                    client
-                        .execute(
-                            &put,
-                            &[
-                                &p.names, &p.ids, &host, &p.pools, &p.repos, &p.owners, &p.jobs,
-                            ],
-                        )
-                        .await
-                },
-                async {
-                    if c.gone.is_empty() {
-                        return Ok(0);
-                    }
-                    client.execute(&gone, &[&c.gone]).await
-                },
-                async {
-                    if l.is_empty() {
-                        return Ok(0);
-                    }
-                    client
-                        .execute(
-                            &ladders,
-                            &[&attempts, &first, &next, &classes, &errors, &owners, &jobs],
-                        )
-                        .await
-                },
-            )?;
-            Ok(())
+            self.write_batch(&client, &batch).await
         }
         .await;
-        self.track(result)
+        let release = batch.release;
+        if result.is_err() {
+            self.lazy.put_back(batch);
+        }
+        self.track(result).map(|()| release)
+    }
+
+    /// Writes `batch` on `client`: registrations made and gone, the ladder of the jobs this
+    /// host holds, job events. At most four statements, every value a bound parameter, sent
+    /// together (pipelined, no round trip of their own when they ride along another), in
+    /// order. Each is idempotent, so a batch the database refused is simply sent again.
+    pub(super) async fn write_batch(
+        &self,
+        client: &deadpool_postgres::Object,
+        batch: &Batch,
+    ) -> Result<(), LedgerError> {
+        let c = Columns::of(&batch.ops);
+        let e = Events::of(&batch.events)?;
+        let (put, gone, ladders, events) = futures_util::try_join!(
+            client.prepare_cached(PUT_REGISTRATIONS),
+            client.prepare_cached(GONE_REGISTRATIONS),
+            client.prepare_cached(PUT_LADDERS),
+            client.prepare_cached(RECORD_EVENTS),
+        )?;
+        let class = |r: &RetryRow| {
+            serde_json::to_value(r.class)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        };
+        let l = &c.ladders;
+        let attempts: Vec<i32> = l.iter().map(|r| r.attempts as i32).collect();
+        let first: Vec<i64> = l.iter().map(|r| r.first_failure_unix as i64).collect();
+        let next: Vec<i64> = l.iter().map(|r| r.next_attempt_unix as i64).collect();
+        let classes: Vec<String> = l.iter().map(class).collect();
+        let errors: Vec<String> = l.iter().map(|r| r.last_error.replace('\0', "")).collect();
+        let owners: Vec<String> = l
+            .iter()
+            .map(|r| r.job.key.owner.to_ascii_lowercase())
+            .collect();
+        let jobs: Vec<i64> = l.iter().map(|r| r.job.key.job_id as i64).collect();
+        let p = &c.put;
+        let host: &str = &self.host;
+        futures_util::try_join!(
+            async {
+                if p.names.is_empty() {
+                    return Ok(0);
+                }
+                client
+                    .execute(
+                        &put,
+                        &[
+                            &p.names, &p.ids, &host, &p.pools, &p.repos, &p.owners, &p.jobs,
+                        ],
+                    )
+                    .await
+            },
+            async {
+                if c.gone.is_empty() {
+                    return Ok(0);
+                }
+                client.execute(&gone, &[&c.gone]).await
+            },
+            async {
+                if l.is_empty() {
+                    return Ok(0);
+                }
+                client
+                    .execute(
+                        &ladders,
+                        &[&attempts, &first, &next, &classes, &errors, &owners, &jobs],
+                    )
+                    .await
+            },
+            async {
+                if e.jobs.is_empty() {
+                    return Ok(0);
+                }
+                client
+                    .execute(
+                        &events,
+                        &[&e.owners, &e.jobs, &e.bodies, &e.phases, &e.actions, &host],
+                    )
+                    .await
+            },
+        )?;
+        Ok(())
     }
 }
 

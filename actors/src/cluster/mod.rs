@@ -34,6 +34,7 @@ pub mod actor;
 mod connect;
 mod hosts;
 mod jobs;
+pub mod lazy;
 mod listeners;
 mod mirror;
 mod redeliveries;
@@ -114,6 +115,8 @@ pub struct Ledger {
     health: LedgerHealth,
     /// Round trips made, for the benchmarks.
     trips: Arc<AtomicU64>,
+    /// What this host writes without waiting for it ([`lazy`]).
+    lazy: Arc<lazy::Lazy>,
     url: crate::config::Secret,
     tls: connect::Tls,
 }
@@ -176,6 +179,7 @@ impl Ledger {
             lease: cluster.lease,
             health: LedgerHealth::default(),
             trips: Arc::default(),
+            lazy: Arc::default(),
             url: cluster.url.clone(),
             tls,
         };
@@ -255,6 +259,21 @@ impl Ledger {
     /// Round trips made so far (benchmarks).
     pub fn round_trips(&self) -> u64 {
         self.trips.load(Ordering::Relaxed)
+    }
+
+    /// Writes what waits in the lazy queue now, trying until `within` is over (a shutdown:
+    /// what this host answered reaches the fleet before it goes). False if some is left.
+    pub async fn flush(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.lazy.due().is_some() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            if self.write_pending().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        true
     }
 
     /// A pooled connection; counts the round trip and keeps the health current.

@@ -197,6 +197,15 @@ impl Handles {
         self.health.set_draining(true);
         let torn_down = drain_until(&self, timeout, hurry).await;
         let _ = self.webhook.send(crate::webhook::Close).await;
+        // Fleet mode: the job events and registration changes this host has not written yet
+        // reach the ledger before it goes.
+        if let Some(ledger) = &self.ledger
+            && !ledger.flush(std::time::Duration::from_secs(5)).await
+        {
+            tracing::warn!(
+                "some job events and registration changes never reached the cluster ledger: the other hosts' reconcile finds where those jobs stand"
+            );
+        }
         if !self.halt().await {
             tracing::warn!("the state store is still open 10 s after the shutdown");
         }

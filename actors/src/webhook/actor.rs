@@ -396,6 +396,18 @@ impl Handler<Deliver> for WebhookActor {
             .ledger
             .clone()
             .filter(|_| event.action != JobAction::Waiting);
+        // Fleet mode: a job's start or end is recorded with this host's next round trip to
+        // the ledger, not before the answer (docs/fleet.md, "What the ledger promises"); a
+        // `queued` one is, as the job's only record.
+        let ledger = match ledger {
+            Some(l)
+                if event.action != JobAction::Queued
+                    && l.record_later(event.action, &event.job) =>
+            {
+                None
+            }
+            other => other,
+        };
         if record.is_none() && ledger.is_none() {
             return self.hand_over(event, false, ctx);
         }

@@ -8,6 +8,10 @@ use crate::config::{Config, PoolName, ProviderKind, WebhookMode};
 
 /// Scale-set mode: how long a runner's job may stay unobserved after the runner exits.
 const SCALESET_HEAL_GRACE: Duration = Duration::from_secs(5);
+/// Fleet mode: another host's `in_progress` reaches this one with that host's next round trip
+/// to the ledger, up to [`crate::cluster::lazy::LINGER`] later: a runner of ours that exited
+/// meanwhile most likely ran a job another host heard of.
+const FLEET_HEAL_GRACE: Duration = Duration::from_secs(2);
 
 /// The slice of config the scheduler decides with.
 #[derive(Debug, Clone)]
@@ -93,7 +97,12 @@ impl SchedulerSettings {
                 // A scale set's `JobStarted` comes in a queue message, after a poll's answer.
                 WebhookMode::ScaleSet => SCALESET_HEAL_GRACE,
                 WebhookMode::Push => Duration::ZERO,
-            },
+            }
+            .max(if c.cluster.is_some() {
+                FLEET_HEAL_GRACE
+            } else {
+                Duration::ZERO
+            }),
             orphan_grace: c
                 .runner
                 .orphan_sweep
