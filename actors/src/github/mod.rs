@@ -22,3 +22,37 @@ pub mod signature;
 pub(crate) use client::connector;
 pub use client::{GithubClient, JitRunner, RunnerInfo};
 pub use error::{ErrorClass, GithubError};
+
+/// The web address an API URL's pages are at: `https://api.github.com` (and a GHE.com
+/// tenant's `https://api.TENANT.ghe.com`) drops its `api.`, a GHES `https://HOST/api/v3` drops
+/// its path; anything else (a stand-in) is its own.
+pub fn web_url(api_url: &str) -> String {
+    let url = api_url.trim_end_matches('/');
+    if let Some(host) = url.strip_prefix("https://api.") {
+        return format!("https://{host}");
+    }
+    url.strip_suffix("/api/v3").unwrap_or(url).to_string()
+}
+
+#[cfg(test)]
+mod web_url_tests {
+    #[test]
+    fn api_urls_become_web_urls() {
+        assert_eq!(
+            super::web_url("https://api.github.com"),
+            "https://github.com"
+        );
+        assert_eq!(
+            super::web_url("https://api.acme.ghe.com/"),
+            "https://acme.ghe.com"
+        );
+        assert_eq!(
+            super::web_url("https://ghes.example/api/v3"),
+            "https://ghes.example"
+        );
+        assert_eq!(
+            super::web_url("http://127.0.0.1:8080"),
+            "http://127.0.0.1:8080"
+        );
+    }
+}

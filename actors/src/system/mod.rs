@@ -103,6 +103,9 @@ pub struct Handles {
     pub credential: String,
     /// Each target's credential key, in target order.
     pub credentials: Vec<String>,
+    /// Each target's owner (lowercased) and the web address its jobs are seen at (github.com,
+    /// or the GHES host), for the status page's links.
+    pub web: Vec<(String, String)>,
     /// This instance's readiness (`/readyz`): set ready once its listeners are up; draining
     /// from the start of a shutdown.
     pub health: web::Data<Health>,
@@ -397,6 +400,16 @@ pub fn start(
         metrics,
         credential: github.credentials[0].clone(),
         credentials: github.credentials,
+        web: config
+            .targets()
+            .iter()
+            .map(|t| {
+                (
+                    t.github.owner.to_ascii_lowercase(),
+                    crate::github::web_url(&t.github.api_url),
+                )
+            })
+            .collect(),
         health,
         store_closed,
         fleet,

@@ -95,6 +95,8 @@ impl Scheduler {
                     .saturating_add(at.saturating_duration_since(now.mono).as_secs())
             }),
             runner_name: r.info.runner_name.clone(),
+            run_id: r.info.run_id,
+            arrived_unix: r.timeline.first().map(|e| e.at),
             timeline: if timeline {
                 r.timeline.clone()
             } else {
@@ -258,6 +260,12 @@ pub struct JobView {
     pub next_attempt_unix: Option<u64>,
     /// Runner GitHub gave it.
     pub runner_name: Option<String>,
+    /// Its workflow run (for a link to the job on GitHub).
+    #[serde(default)]
+    pub run_id: u64,
+    /// When its first note was taken (it arrived), unix seconds.
+    #[serde(default)]
+    pub arrived_unix: Option<u64>,
     /// Decisions.
     pub timeline: Vec<TimelineEntry>,
 }
