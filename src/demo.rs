@@ -13,7 +13,7 @@ use std::{
 use anyhow::Context;
 use ephemer_actors_core::{
     clock::Clock,
-    config::{Config, Environment},
+    config::{AdminListen, Config, Environment},
     metrics::Metrics,
     scheduler::{Phase, messages::GetSchedulerState},
     system::{self, StartOptions},
@@ -214,6 +214,9 @@ async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
         println!("  webhook          {webhook_url}");
     }
     println!("  metrics          http://{}/metrics", listeners.webhook);
+    if let AdminListen::Tcp(admin) = &listeners.admin {
+        println!("  status page      http://{admin}/");
+    }
     if args.scaleset {
         println!(
             "  faults           a 502 burst and a 429 with Retry-After from generatejitconfig, the message session evicted\n"

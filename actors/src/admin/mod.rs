@@ -12,6 +12,7 @@ use std::time::Instant;
 
 pub mod access;
 pub mod api;
+mod page;
 
 use access::{Access, Want};
 use actix::Addr;
@@ -45,6 +46,8 @@ pub struct Admin {
     release: Option<Addr<crate::release::actor::ReleaseActor>>,
     /// Scale-set mode: the listeners.
     scalesets: Vec<Addr<crate::scaleset::ScaleSetListener>>,
+    /// Each target's owner (lowercased) and web address, for the status page's links.
+    web: Vec<(String, String)>,
 }
 
 impl Admin {
@@ -62,6 +65,7 @@ impl Admin {
             ledger: handles.ledger.clone(),
             release: handles.release.clone(),
             scalesets: handles.scalesets.clone(),
+            web: handles.web.clone(),
         }
     }
 
@@ -81,8 +85,10 @@ impl Admin {
         self.access.token()
     }
 
-    /// Adds the `/api/v1` routes to an app or scope (with `web::Data<Admin>` registered).
+    /// Adds the `/api/v1` routes and the status page (`/`, `/jobs/{id}`, `/assets/`) to an
+    /// app or scope (with `web::Data<Admin>` registered).
     pub fn configure(cfg: &mut web::ServiceConfig) {
+        page::configure(cfg);
         cfg.route("/api/v1/status", web::get().to(status))
             .route("/api/v1/jobs", web::get().to(jobs))
             .route("/api/v1/jobs/{id}", web::get().to(job))
@@ -101,8 +107,16 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
     if let Err(refused) = admin.access.check(&req, Want::Read) {
         return refused.answer();
     }
+    match status_answer(&admin).await {
+        Ok(answer) => HttpResponse::Ok().json(answer),
+        Err(unavailable) => unavailable,
+    }
+}
+
+/// What `GET /api/v1/status` answers (the status page shows the same).
+async fn status_answer(admin: &Admin) -> Result<StatusAnswer, HttpResponse> {
     let Ok(mut state) = admin.scheduler.send(GetStatus).await else {
-        return unavailable("scheduler");
+        return Err(unavailable("scheduler"));
     };
     // Each target's budget is its own credential's.
     for (target, credential) in state.targets.iter_mut().zip(&admin.credentials) {
@@ -145,7 +159,7 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
             scalesets.push(view);
         }
     }
-    HttpResponse::Ok().json(StatusAnswer {
+    Ok(StatusAnswer {
         runner,
         scalesets,
         version: env!("CARGO_PKG_VERSION").into(),

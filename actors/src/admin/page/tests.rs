@@ -1,0 +1,153 @@
+//! The page escapes what it did not write: a repo, a label, a pool's down cause and a job's
+//! timeline carrying `<script>` come out as text; and a retrying job shows in the overview.
+
+use super::render;
+use crate::{
+    admin::api::{JobAnswer, StatusAnswer},
+    scheduler::core::{DeliveryId, JobView, Note, TimelineEntry},
+};
+
+const HOSTILE: &str = "<script>alert(1)</script>";
+
+fn status() -> StatusAnswer {
+    serde_json::from_value(serde_json::json!({
+        "version": "0.1.0",
+        "uptime_seconds": 75,
+        "draining": false,
+        "capacity": { "max_concurrent": 4, "used": 1 },
+        "providers": [{
+            "provider": "local",
+            "kind": "local",
+            "provisioner": "LocalProvisioner",
+            "up": false,
+            "down_cause": HOSTILE,
+            "used": 1,
+            "max": 4,
+            "labels": ["self-hosted", HOSTILE],
+        }],
+        "pending": 0,
+        "runners": 1,
+        "retry_queue_depth": 1,
+        "stats": crate::scheduler::core::Stats::default(),
+        "targets": [{
+            "name": "acme", "owner": "acme", "weight": 1, "held": 1, "pending": 0,
+            "rate": { "actions_runner_registration": { "remaining": 0, "limit": 10000, "reset": 1_000_060, "updated": 1_000_000 } }
+        }],
+        "retry_timer": null,
+        "rates": {},
+    }))
+    .expect("a status answer")
+}
+
+fn job(phase: serde_json::Value) -> JobView {
+    serde_json::from_value(serde_json::json!({
+        "key": { "owner": "acme", "job_id": 42 },
+        "repo": HOSTILE,
+        "labels": ["self-hosted", HOSTILE],
+        "phase": phase,
+        "pending": true,
+        "seen": true,
+        "started": false,
+        "admissions": 1,
+        "idle_reaps": 0,
+        "retry_attempts": 2,
+        "error_class": "server_side",
+        "next_attempt_unix": 1_000_030,
+        "runner_name": null,
+        "run_id": 7,
+        "arrived_unix": 999_900,
+        "timeline": [],
+    }))
+    .map(|mut view: JobView| {
+        view.timeline = timeline();
+        view
+    })
+    .expect("a job view")
+}
+
+/// Queued by a delivery whose id is hostile, a claim refused, on the ladder.
+fn timeline() -> Vec<TimelineEntry> {
+    let at = |at: u64, note: Note| TimelineEntry { at, note };
+    vec![
+        at(
+            999_900,
+            Note::Queued {
+                delivery: Some(DeliveryId::new(HOSTILE)),
+            },
+        ),
+        at(999_900, Note::Admitted),
+        at(
+            999_910,
+            Note::Claiming {
+                provider: crate::config::PoolName::from("local"),
+            },
+        ),
+        at(
+            999_911,
+            Note::ClaimFailed {
+                class: crate::github::ErrorClass::ServerSide,
+                error: HOSTILE.into(),
+            },
+        ),
+        at(
+            999_911,
+            Note::RetryScheduled {
+                attempt: 2,
+                due_unix: 1_000_030,
+                delay: std::time::Duration::from_secs(119),
+                reason: crate::retry::DelayReason::Ladder { rung: 1 },
+                class: crate::github::ErrorClass::ServerSide,
+            },
+        ),
+    ]
+}
+
+/// No `<script>` but the page's own (its one `<script src=...>` tag) survives rendering.
+fn only_own_script(page: &str) {
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(
+        page.contains(r#"<script src="/assets/page.js" defer></script>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
+}
+
+#[test]
+fn the_overview_escapes_every_value_and_shows_a_retrying_job() {
+    let jobs = [job(serde_json::json!({ "state": "retrying" }))];
+    let page = render::overview(&status(), &jobs, 1_000_000).into_string();
+    only_own_script(&page);
+    assert!(page.contains(r#"<tr class="q-retrying">"#), "{page}");
+    assert!(page.contains(r#"href="/jobs/42""#));
+    assert!(page.contains("retry in 30s"), "{page}");
+    assert!(page.contains("0 of 10000 left, resets in 1m 0s"), "{page}");
+    assert!(page.contains("down"));
+}
+
+#[test]
+fn a_job_page_escapes_every_value_and_draws_its_bar() {
+    let mut detail: JobAnswer = serde_json::from_value(serde_json::json!({
+        "job": job(serde_json::json!({ "state": "retrying" })),
+        "retry": null,
+        "runners": [],
+    }))
+    .unwrap();
+    // In the daemon the page reads the notes themselves, not their sentences.
+    detail.job.timeline = timeline();
+    let page = render::job(&detail, Some("https://github.com"), 1_000_000).into_string();
+    only_own_script(&page);
+    assert!(page.contains("<svg"), "{page}");
+    assert!(page.contains(r#"class="s-wait""#), "{page}");
+    assert!(page.contains(r#"class="s-ladder""#), "{page}");
+    assert!(page.contains(r#"class="m-fail""#), "{page}");
+    // The link to GitHub is built from escaped parts too.
+    assert!(
+        page.contains(
+            "https://github.com/acme/&lt;script&gt;alert(1)&lt;/script&gt;/actions/runs/7/job/42"
+        ),
+        "{page}"
+    );
+}
