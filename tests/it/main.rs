@@ -122,6 +122,7 @@ mod runner_update;
 mod scaleset;
 mod scaleset_reckon;
 mod security;
+mod status_page;
 mod support;
 mod systemd;
 mod targets;

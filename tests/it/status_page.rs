@@ -1,0 +1,181 @@
+//! The status page in a real headless browser (Debian's `chromium`): the overview shows the
+//! pools and a job on the retry ladder, the job's page draws its timeline bar; screenshots
+//! of both (and of the overview at a phone's width) are kept under
+//! `target/test-artefacts/status-page/`.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use crate::support::{
+    self,
+    daemon::{Daemon, local_provider},
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
+
+/// The browser, if one is installed.
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+/// Where the screenshots go.
+fn artefacts() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("test-artefacts/status-page");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Loads `url` in the headless browser: the page's DOM once loaded (its script run), and a
+/// screenshot of `width` x `height` at `shot`.
+async fn browse(browser: &Path, url: &str, shot: &Path, (width, height): (u32, u32)) -> String {
+    let run = |extra: Vec<String>| {
+        let profile = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "--headless".to_string(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-dev-shm-usage".into(),
+            "--no-first-run".into(),
+            "--hide-scrollbars".into(),
+            format!("--user-data-dir={}", profile.path().display()),
+            format!("--window-size={width},{height}"),
+        ];
+        args.extend(extra);
+        args.push(url.to_string());
+        let browser = browser.to_path_buf();
+        async move {
+            let out = tokio::time::timeout(
+                Duration::from_secs(90),
+                tokio::process::Command::new(browser).args(&args).output(),
+            )
+            .await
+            .expect("the browser answered within 90 s")
+            .expect("the browser ran");
+            drop(profile);
+            out
+        }
+    };
+    let dom = run(vec!["--dump-dom".into()]).await;
+    let shot_out = run(vec![format!("--screenshot={}", shot.display())]).await;
+    let png = std::fs::read(shot).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot at {} ({e}): {}",
+            shot.display(),
+            String::from_utf8_lossy(&shot_out.stderr)
+        )
+    });
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 5_000,
+        "{}",
+        shot.display()
+    );
+    String::from_utf8_lossy(&dom.stdout).into_owned()
+}
+
+#[actix_rt::test]
+async fn the_status_page_shows_pools_a_retrying_job_and_its_timeline_in_a_browser() {
+    let Some(browser) = chromium() else {
+        support::skip(
+            "status page in a browser",
+            "no chromium on the PATH (apt-get install chromium)",
+        );
+        return;
+    };
+    let standin = support::standin(100);
+    // The first claim is refused: the job goes on the retry ladder (30 s, jittered).
+    standin.fail_status("generate_jitconfig", 502, 1);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    standin.queue_jobs("app", LABELS, 1);
+    let admin = daemon.admin_addr();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let job_id = loop {
+        let page = support::http_get(&admin, "/")
+            .await
+            .map(|a| a.1)
+            .unwrap_or_default();
+        let jobs = page.split(r#"id="h-jobs""#).nth(1).unwrap_or_default();
+        if let Some(row) = jobs.split(r#"<tr class="q-retrying">"#).nth(1)
+            && let Some(id) = row
+                .split(r#"href="/jobs/"#)
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+        {
+            break id.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no retrying job on the page:\n{page}\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    let dir = artefacts();
+    let overview = browse(
+        &browser,
+        &format!("http://{admin}/"),
+        &dir.join("overview.png"),
+        (1280, 1400),
+    )
+    .await;
+    assert!(
+        overview.contains("<h2 id=\"h-pools\">Pools</h2>"),
+        "{overview}"
+    );
+    assert!(overview.contains("LocalProvisioner"), "{overview}");
+    assert!(
+        overview.contains(&format!(r#"<a href="/jobs/{job_id}">{job_id}</a>"#)),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"<tr class="q-retrying">"#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("runner registrations"),
+        "the budget bars: {overview}"
+    );
+    // Readable on a phone: the same page at 390 px wide.
+    browse(
+        &browser,
+        &format!("http://{admin}/"),
+        &dir.join("overview-phone.png"),
+        (390, 1800),
+    )
+    .await;
+
+    let job = browse(
+        &browser,
+        &format!("http://{admin}/jobs/{job_id}"),
+        &dir.join("job.png"),
+        (1280, 900),
+    )
+    .await;
+    assert!(job.contains("<svg"), "{job}");
+    assert!(
+        job.contains(r#"class="s-ladder""#),
+        "the ladder wait: {job}"
+    );
+    assert!(job.contains(r#"class="m-fail""#), "the failed claim: {job}");
+    assert!(job.contains("claim failed"), "the text timeline: {job}");
+    // The assets are the listener's own: nothing is fetched from elsewhere.
+    for page in [&overview, &job] {
+        assert!(!page.contains(r#"src="http"#), "{page}");
+        assert!(!page.contains(r#"rel="stylesheet" href="http"#), "{page}");
+    }
+    let (code, _) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+}
