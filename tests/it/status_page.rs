@@ -1,7 +1,7 @@
-//! The status page in a real headless browser (Debian's `chromium`): the overview shows the
-//! pools and a job on the retry ladder, the job's page draws its timeline bar; screenshots
-//! of both (and of the overview at a phone's width) are kept under
-//! `target/test-artefacts/status-page/`.
+//! The status page in a real headless browser (Debian's `chromium`), against a daemon whose
+//! first claim is refused and against the demo: the overview shows the pools and a job on the
+//! retry ladder, a job's page draws its timeline bar; screenshots of each (and of the overview
+//! at a phone's width) are kept under `target/test-artefacts/status-page/`.
 
 use std::{
     path::{Path, PathBuf},
@@ -178,4 +178,90 @@ async fn the_status_page_shows_pools_a_retrying_job_and_its_timeline_in_a_browse
     }
     let (code, _) = daemon.stop(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0));
+}
+
+/// The same pages against the demo itself (`ephemer-actors demo`, which prints the page's
+/// address): the overview shows its pool, and the page of a job whose claim the demo's
+/// 502 burst refused draws the refusal and the ladder wait on its bar.
+#[actix_rt::test]
+async fn the_demo_s_status_page_in_a_browser() {
+    use tokio::io::AsyncBufReadExt;
+    let Some(browser) = chromium() else {
+        support::skip(
+            "the demo's status page in a browser",
+            "no chromium on the PATH (apt-get install chromium)",
+        );
+        return;
+    };
+    let mut cmd = support::daemon();
+    cmd.args(["demo", "--jobs", "120", "--seed", "7"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut demo = cmd.spawn().expect("the demo starts");
+    let mut lines = tokio::io::BufReader::new(demo.stdout.take().unwrap()).lines();
+    let admin = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the demo prints its status page's address")
+            .unwrap()
+            .expect("the demo printed its status page's address");
+        if let Some(url) = line.trim().strip_prefix("status page") {
+            break url
+                .trim()
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string();
+        }
+    };
+    // The rest of its output is read (and dropped), so the demo never blocks on it.
+    actix_rt::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let job_id = loop {
+        let jobs = support::http_get(&admin, "/api/v1/jobs").await;
+        let retrying = jobs
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|v| {
+                v["jobs"].as_array()?.iter().find_map(|j| {
+                    (j["phase"]["state"] == "retrying").then(|| j["key"]["job_id"].as_u64())?
+                })
+            });
+        if let Some(id) = retrying {
+            break id;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no job of the demo went on the ladder"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let dir = artefacts();
+    let job = browse(
+        &browser,
+        &format!("http://{admin}/jobs/{job_id}"),
+        &dir.join("demo-job.png"),
+        (1280, 900),
+    )
+    .await;
+    assert!(job.contains("<svg"), "{job}");
+    assert!(
+        job.contains(r#"class="m-fail""#),
+        "the refused claim: {job}"
+    );
+    assert!(job.contains("claim failed"), "{job}");
+    let overview = browse(
+        &browser,
+        &format!("http://{admin}/"),
+        &dir.join("demo-overview.png"),
+        (1280, 1400),
+    )
+    .await;
+    assert!(overview.contains("LocalProvisioner"), "{overview}");
+    assert!(overview.contains(r#"id="h-queue""#), "{overview}");
+    let status = tokio::time::timeout(Duration::from_secs(180), demo.wait())
+        .await
+        .expect("the demo ends")
+        .unwrap();
+    assert!(status.success(), "the demo ran every job");
 }
