@@ -265,3 +265,61 @@ async fn the_demo_s_status_page_in_a_browser() {
         .unwrap();
     assert!(status.success(), "the demo ran every job");
 }
+
+/// `GET path` with the admin token: (status, body).
+async fn get_with_token(addr: &str, path: &str, token: &str) -> (u16, String) {
+    let mut answer = awc::Client::default()
+        .get(format!("http://{addr}{path}"))
+        .insert_header(("Authorization", format!("Bearer {token}")))
+        .send()
+        .await
+        .expect("the admin listener answers");
+    let body = answer.body().await.unwrap();
+    (
+        answer.status().as_u16(),
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// On a listener that is not loopback every read needs the admin token: without it the pages
+/// answer 401 with the form that asks for it and nothing of the daemon's state; with it, the
+/// page. The stylesheet and script carry no state and load without it (the form needs them).
+#[actix_rt::test]
+async fn off_loopback_the_page_asks_for_the_token_and_shows_nothing_without_it() {
+    let standin = support::standin(100);
+    let port = support::daemon::free_port();
+    let daemon = Daemon::start(
+        &standin,
+        &format!("[admin]\nlisten = \"0.0.0.0:{port}\"\n"),
+        &local_provider(2),
+    )
+    .await;
+    standin.queue_jobs("app", LABELS, 1);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
+    let addr = format!("127.0.0.1:{port}");
+    for path in ["/", "/jobs/1001"] {
+        let (code, page) = support::http_get(&addr, path).await.unwrap();
+        assert_eq!(code, 401, "{path}: {page}");
+        assert!(
+            page.contains(r#"<form id="login" aria-label="Admin token">"#),
+            "{path}: the form is shown: {page}"
+        );
+        assert!(!page.contains("LocalProvisioner"), "{path}: {page}");
+        assert!(!page.contains("acme/app"), "{path}: {page}");
+    }
+    for asset in ["/assets/page.css", "/assets/page.js"] {
+        assert_eq!(support::http_get(&addr, asset).await.unwrap().0, 200);
+    }
+    let token = std::fs::read_to_string(daemon.state_dir().join("admin.token")).unwrap();
+    let (code, page) = get_with_token(&addr, "/", token.trim()).await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("LocalProvisioner"), "{page}");
+    let (code, page) = get_with_token(&addr, "/jobs/1001", token.trim()).await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("acme/app"), "{page}");
+    let (code, _) = get_with_token(&addr, "/", "not-the-token").await;
+    assert_eq!(code, 401);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
