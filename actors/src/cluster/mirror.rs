@@ -41,8 +41,8 @@ impl Mirror {
             lazy: ledger.lazy.clone(),
         });
         let alive = std::sync::Arc::downgrade(&inner);
+        let lazy = ledger.lazy.clone();
         actix_rt::spawn(async move {
-            let lazy = ledger.lazy.clone();
             while alive.strong_count() > 0 {
                 match lazy.due() {
                     None => {

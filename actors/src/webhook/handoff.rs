@@ -1,8 +1,10 @@
 //! What the HTTP workers and the intake actor share, and the workers' own way for deliveries
 //! that need nothing written before their answer.
 //!
-//! A delivery needs the actor only when something must be durable before its 202: a `queued`
-//! job a pool here covers (the store), or any job event in fleet mode (the ledger). Every other
+//! A delivery needs the actor only when something must be durable before its 202, or written
+//! through the ledger it holds: a `queued` job a pool here covers (the store), or any job event
+//! in fleet mode (a `queued` one recorded in the ledger before its 202, a start or an end
+//! queued in the ledger's lazy writes). Every other
 //! delivery (`in_progress`, `completed`, `waiting`, a `queued` job no pool covers) is decided
 //! on the worker that verified it: the replay check against the delivery ids both sides share,
 //! then the event joins the outbox and the worker answers at once, with no round trip to the
@@ -155,7 +157,8 @@ impl Handoff {
         pools.iter().any(|p| p.covers(&wanted))
     }
 
-    /// Whether `event` needs something written before its answer (the actor's way).
+    /// Whether `event` needs the actor: something written before its answer, or (fleet mode)
+    /// queued for the ledger.
     fn needs_a_record(&self, event: &JobEvent) -> bool {
         self.fleet && event.action != JobAction::Waiting
             || self.durable && event.action == JobAction::Queued && self.covered(&event.job.labels)
