@@ -12,8 +12,8 @@ use crate::support::{
     postgres::Postgres,
 };
 
-const LINUX: &[&str] = &["self-hosted", "linux", "x64"];
-const GPU: &[&str] = &["self-hosted", "linux", "gpu"];
+pub(crate) const LINUX: &[&str] = &["self-hosted", "linux", "x64"];
+pub(crate) const GPU: &[&str] = &["self-hosted", "linux", "gpu"];
 
 /// A local pool of stand-in runners named `name` with `labels`.
 pub(crate) fn pool(name: &str, labels: &[&str], max: usize) -> String {
@@ -87,7 +87,7 @@ async fn stop_all(hosts: impl IntoIterator<Item = Daemon>) {
     }
 }
 
-fn logs(hosts: &[Daemon]) -> String {
+pub(crate) fn logs(hosts: &[Daemon]) -> String {
     hosts
         .iter()
         .enumerate()
@@ -121,14 +121,19 @@ pub(crate) async fn wait_completed(
     }
 }
 
-async fn wait_no_registration_left(standin: &Standin, within: Duration, hosts: &[Daemon]) {
+pub(crate) async fn wait_no_registration_left(
+    standin: &Standin,
+    within: Duration,
+    hosts: &[Daemon],
+) {
     let deadline = tokio::time::Instant::now() + within;
     while !standin.runners().is_empty() {
+        // What is left is named again after the logs: a CI excerpt keeps the end.
         assert!(
             tokio::time::Instant::now() < deadline,
-            "registrations left: {:?}\n{}",
-            standin.runners(),
-            logs(hosts)
+            "registrations left: {left:?}\n{}\nregistrations left: {left:?}",
+            logs(hosts),
+            left = standin.runners()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -12,7 +12,11 @@ use ephemer_actors_core::{
     job::{JobAction, JobInfo, JobKey},
 };
 
-use crate::{cluster_figures::ledger_config, support::postgres::Postgres};
+use crate::{
+    cluster::{GPU, LINUX, extra, logs, pool, route_to, wait_no_registration_left},
+    cluster_figures::ledger_config,
+    support::{self, daemon::Daemon, postgres::Postgres},
+};
 
 async fn connect(pg: &Postgres, host: &str) -> Ledger {
     let mut config = ledger_config(pg, host);
@@ -178,4 +182,62 @@ async fn what_a_survivor_does_with_each_state_a_killed_host_leaves() {
     assert_eq!(sweep.len(), 1);
     assert_eq!(sweep[0].0, "a");
     assert_eq!(sweep[0].1, identity("a"));
+}
+
+/// The case the ledger's promise leaves to the holder: a host killed with *another* host's
+/// job starts and ends not yet written. Here h1 hears every delivery and h2 runs every job;
+/// h1 is killed within the second its lazy changes wait, so h2 never hears that its jobs
+/// started. Its runners' exits look stranded and the jobs are dispatched again; the runners
+/// made then find no job. Each must be found out (its job looked at on GitHub once it sat
+/// up and idle) and deleted, not left registered for the orphan grace (ten minutes).
+#[actix_rt::test]
+async fn starts_lost_with_the_host_that_heard_them_leave_no_runner_behind() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(150);
+    let h1 = Daemon::start(&standin, &extra(&pg, "h1", "3s", ""), &pool("gpu", GPU, 4)).await;
+    let h2 = Daemon::start(
+        &standin,
+        &extra(&pg, "h2", "3s", ""),
+        &pool("cpu", LINUX, 4),
+    )
+    .await;
+    route_to(&standin, std::slice::from_ref(&h1), 0.0);
+    standin.queue_jobs("app", LINUX, 4);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while standin.jobs_in("completed") < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the jobs did not run\n{}",
+            logs(&[h1, h2])
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The last `completed` reaches h1 a moment later; it is killed well within the second
+    // its lazy changes wait for a ride.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let h1_logs = h1.logs();
+    let _left = h1.kill9().await;
+    let lost = pg.query("SELECT job_id FROM ephemer_jobs WHERE phase = 'held'");
+    route_to(&standin, std::slice::from_ref(&h2), 0.0);
+
+    // h2's heal grace (2 s) passes, and whatever it does then (claims again) is done.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let hosts = [h2];
+    wait_no_registration_left(&standin, Duration::from_secs(75), &hosts).await;
+    let claims = standin.count("generate_jitconfig");
+    assert!(
+        claims <= 8,
+        "{claims} registrations for 4 jobs (starts lost: {lost:?})\n{h1_logs}\n{}",
+        logs(&hosts)
+    );
+    for job in standin.jobs() {
+        assert_eq!(job.status, "completed", "job {}", job.id);
+    }
+    eprintln!(
+        "starts lost with h1: {lost:?}; {claims} registrations for 4 jobs; {} jobs run\n{}",
+        standin.jobs().len(),
+        logs(&hosts)
+    );
+    let [h2] = hosts;
+    h2.stop(Duration::from_secs(30)).await;
 }

@@ -45,6 +45,8 @@ pub(super) struct Driver {
     pub(super) busy: Vec<u64>,
     /// Claims (`claim <n>`) and deletions (`delete <runner id>`), in the order made.
     pub(super) calls: Vec<String>,
+    /// Looks at a job carried out (job, second); answered by the test (`looked`).
+    pub(super) looks: Vec<(u64, u64)>,
 }
 
 impl Driver {
@@ -67,6 +69,7 @@ impl Driver {
             asks: 0,
             busy: Vec::new(),
             calls: Vec::new(),
+            looks: Vec::new(),
         }
     }
 
@@ -261,7 +264,10 @@ impl Driver {
                     self.timer = at;
                     Vec::new()
                 }
-                Effect::LookAtJob { .. } => Vec::new(),
+                Effect::LookAtJob { key, .. } => {
+                    self.looks.push((key.job_id, self.now));
+                    Vec::new()
+                }
             };
             queue.extend(more);
         }

@@ -297,3 +297,47 @@ fn a_job_finished_unseen_releases_the_runner_kept_for_it() {
         "{timeline:#?}"
     );
 }
+
+/// A runner up and idle for its job, whose `in_progress` and `completed` never came (they were
+/// delivered to a fleet host killed before it wrote them): 30 s after it came up its job is
+/// looked at, and GitHub's "completed" makes it a spare the sweep deletes at once, not after
+/// the orphan grace (600 s). A job still queued keeps its runner, looked at again after 60 s,
+/// then 120 s: a job GitHub is slow to hand out costs a few looks, not one per sweep.
+#[test]
+fn a_runner_idle_for_a_job_that_ran_unseen_is_deleted_after_one_look() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    let runner = d.runner_of(1);
+    let id = d.id_of(&runner);
+    d.advance(29);
+    assert_eq!(d.looks, vec![], "not before 30 s");
+    d.advance(1);
+    assert_eq!(d.looks, vec![(1, 30)]);
+    d.looked(1, "queued");
+    assert!(d.has_runner(&runner), "still queued: its runner stays");
+    d.advance(200);
+    assert_eq!(
+        d.looks,
+        vec![(1, 30), (1, 90), (1, 210)],
+        "30 s, then doubling"
+    );
+    d.looked(1, "completed");
+    assert!(
+        !d.has_runner(&runner),
+        "its runner is deleted and torn down"
+    );
+    assert!(d.deletes.contains(&id));
+    assert_eq!(
+        d.claims.len(),
+        1,
+        "nothing claimed again for a job that ran"
+    );
+
+    // A runner bound by its job's `in_progress` is never looked about.
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    let runner = d.runner_of(1);
+    d.send(JobAction::InProgress, on(&runner, 1));
+    d.advance(300);
+    assert_eq!(d.looks, vec![]);
+}

@@ -346,6 +346,12 @@ pub struct RunnerRecord {
     pub tearing_down: bool,
     /// It started in a booted warm environment.
     pub warm_start: bool,
+    /// How often its intent job was looked at on GitHub while it sat up and unbound for it
+    /// ([`sweep::UNBOUND_LOOK_AFTER`]); back to 0 when it is handed another job.
+    pub looks: u8,
+    /// When its intent job is looked at next (unset: [`sweep::UNBOUND_LOOK_AFTER`] after it
+    /// came up or was handed its job).
+    pub look_due: Option<Instant>,
 }
 
 impl RunnerRecord {
@@ -363,6 +369,8 @@ impl RunnerRecord {
             registration_deleted: false,
             tearing_down: false,
             warm_start: false,
+            looks: 0,
+            look_due: None,
         }
     }
 }

@@ -176,6 +176,8 @@ impl Scheduler {
         let from = std::mem::replace(&mut r.row.intent, key.clone());
         r.intent_since = now.mono;
         r.idle_check_due = None;
+        r.looks = 0;
+        r.look_due = None;
         let provider = r.provider.clone();
         let row = r.row.clone();
         self.ops.push(Op::PutRunner(row));

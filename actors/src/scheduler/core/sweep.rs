@@ -12,6 +12,15 @@ pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
 /// the next check, and the sweep's own interval is longer.
 pub const IDLE_RETRY_AFTER_ERROR: Duration = Duration::from_secs(10);
 
+/// A runner up this long, unbound, its job not seen started, has its job looked at on GitHub;
+/// again after twice as long, and so on (30 s, 1 min, 2 min, ... after it came up or was
+/// handed its job). A JIT runner that is up takes a queued job within seconds, so one that
+/// sits idle this long most likely waits for a job that ran elsewhere and whose events never
+/// reached this host (delivered to a fleet host killed before it wrote them, or lost on the
+/// way). Looked at, the job is marked started and the runner becomes a spare the sweep
+/// deletes, instead of staying registered for the whole orphan grace.
+pub const UNBOUND_LOOK_AFTER: Duration = Duration::from_secs(30);
+
 /// Why the sweep reaps a spare: its job ran elsewhere and no waiting job can use it.
 pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued job needs it";
 /// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
@@ -27,6 +36,7 @@ impl Scheduler {
     pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.rebalance(now, &mut fx);
+        self.look_for_idle_runners(now, &mut fx);
         let Some(grace) = self.settings.orphan_grace else {
             return fx;
         };
@@ -55,6 +65,61 @@ impl Scheduler {
             self.ask_idle(&name, why, now, &mut fx);
         }
         fx
+    }
+
+    /// Looks on GitHub at the job of each runner that has sat up and unbound for it longer
+    /// than its next [`UNBOUND_LOOK_AFTER`] step (`on_job_looked` marks a job GitHub says
+    /// started or finished, which makes its runner a spare), and wakes the sweep for the next
+    /// step due. Warm intents and scale-set placeholders have no job to look at.
+    fn look_for_idle_runners(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let mut next: Option<tokio::time::Instant> = None;
+        let mut due = Vec::new();
+        for r in self.book.runners.values() {
+            let Some(up) = r.started_at else { continue };
+            if r.bound.is_some()
+                || r.seen_busy
+                || r.tearing_down
+                || r.intent.is_warm()
+                || r.intent.is_reckoned()
+                || self.is_spare(r)
+            {
+                continue;
+            }
+            let at = r
+                .look_due
+                .unwrap_or_else(|| up.max(r.intent_since) + UNBOUND_LOOK_AFTER);
+            if at <= now.mono {
+                due.push(r.name.clone());
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        for name in due {
+            let Some(r) = self.book.runners.get_mut(name.as_str()) else {
+                continue;
+            };
+            r.looks = r.looks.saturating_add(1);
+            let at = now.mono + UNBOUND_LOOK_AFTER * (1u32 << r.looks.min(8));
+            r.look_due = Some(at);
+            next = Some(next.map_or(at, |n| n.min(at)));
+            let key = r.intent.clone();
+            let Some(job) = self.admission.jobs.get(&key) else {
+                continue;
+            };
+            if job.info.repo.is_empty() {
+                continue;
+            }
+            fx.push(Effect::LookAtJob {
+                repo: job.info.repo.to_string(),
+                key,
+            });
+        }
+        if let Some(at) = next
+            && self.sweep_wake.is_none_or(|w| at < w)
+        {
+            self.sweep_wake = Some(at);
+            self.rearm_timer(fx);
+        }
     }
 
     /// Asks GitHub to delete runner `name`'s registration unless it is busy (`CheckIdle`), at
