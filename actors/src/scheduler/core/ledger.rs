@@ -19,6 +19,13 @@ use crate::{
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Why a job is healed after its runner exited 0 with no event naming it (looked at first).
+const QUIET_EXIT: &str =
+    "its runner exited cleanly but no job was seen on it (its events may be late)";
+/// Why such a job is dispatched again once GitHub was asked.
+pub(super) const QUIET_EXIT_LOOKED: &str =
+    "its runner exited cleanly, no job was seen on it, and GitHub does not say it started";
+
 impl Scheduler {
     pub(super) fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
         self.book.defer(due, what);
@@ -225,9 +232,7 @@ impl Scheduler {
         }
         let why = match reason {
             ExitReason::ProvisionerDied => "its provisioner died before the job started",
-            ExitReason::Exited => {
-                "its runner exited cleanly but no job was seen on it (its events may be late)"
-            }
+            ExitReason::Exited => QUIET_EXIT,
             _ => "its runner went before the job started",
         };
         self.heal_stranded(intent, why, now, fx);
@@ -363,7 +368,36 @@ impl Scheduler {
         self.defer(now.mono + grace, what, fx);
     }
 
+    /// After a quiet exit the job is looked at on GitHub first: a JIT runner exits 0 after
+    /// its one job, so the job most likely ran and its events are late or were lost (a fleet
+    /// host killed before it wrote the starts it heard). One request instead of a
+    /// registration, a runner's boot and its deletion; `on_job_looked` dispatches the job
+    /// again if GitHub still lists it queued, or cannot say.
     fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {
+        let Some(rec) = self.admission.jobs.get(key) else {
+            return;
+        };
+        if rec.started_at.is_some() || rec.phase != Phase::Seen || self.draining {
+            return;
+        }
+        if why == QUIET_EXIT && !key.is_reckoned() && !rec.info.repo.is_empty() {
+            fx.push(Effect::LookAtJob {
+                key: key.clone(),
+                repo: rec.info.repo.to_string(),
+            });
+            return;
+        }
+        self.dispatch_again(key, why, now, fx);
+    }
+
+    /// Dispatches stranded job `key` again (held `Seen`, not started, not draining).
+    pub(super) fn dispatch_again(
+        &mut self,
+        key: &JobKey,
+        why: &'static str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
         let Some(rec) = self.admission.jobs.get_mut(key) else {
             return;
         };

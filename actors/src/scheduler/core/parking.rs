@@ -246,10 +246,11 @@ impl Scheduler {
         fx
     }
 
-    /// The answer about a job held for a runner that the reconcile did not list queued: one
-    /// GitHub says started or finished (its events were lost) is marked started, so the
-    /// runner kept for it becomes a spare (handed on, or reaped by the sweep); one gone is
-    /// done. Queued, or no answer: it keeps waiting as it was.
+    /// The answer about a job held for a runner (the reconcile did not list it queued, or its
+    /// runner sat idle, or exited quietly): one GitHub says started or finished (its events
+    /// were lost) is marked started, so the runner kept for it becomes a spare (handed on, or
+    /// reaped by the sweep); one gone is done. Queued, or no answer: it keeps waiting as it
+    /// was, and one whose runner went (`Seen`) is dispatched again.
     fn unlisted_looked(
         &mut self,
         key: &JobKey,
@@ -267,7 +268,12 @@ impl Scheduler {
             Ok("in_progress") => "in_progress",
             Ok("completed") => "completed",
             Err(GithubError::Http(f)) if f.status == 404 => "gone",
-            _ => return,
+            _ => {
+                if rec.phase == Phase::Seen {
+                    self.dispatch_again(key, super::ledger::QUIET_EXIT_LOOKED, now, fx);
+                }
+                return;
+            }
         };
         rec.started_at = Some(now.mono);
         self.ops

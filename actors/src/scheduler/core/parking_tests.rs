@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::tests::{at, core};
+use super::tests::{at, bad_gateway, core};
 use super::*;
 use crate::{config::Secret, github::error::HttpFailure, scheduler::fixtures::job};
 
@@ -360,6 +360,18 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     );
 }
 
+fn looks(fx: &[Effect]) -> Vec<u64> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::LookAtJob { key, .. } => Some(key.job_id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A runner that exits 0 with no event naming it most likely ran a job whose events are late
+/// or lost: GitHub is asked first, and the job is dispatched again only if it is still queued
+/// there (or GitHub cannot say). After `QUIET_EXITS_FREE` such exits it is a failure.
 #[test]
 fn clean_exits_with_no_job_seen_climb_the_ladder_once_they_keep_coming() {
     let (mut s, t0) = core();
@@ -373,10 +385,18 @@ fn clean_exits_with_no_job_seen_climb_the_ladder_once_they_keep_coming() {
             ExitReason::Exited,
             at(t0, n * 10 + 1),
         );
+        assert_eq!(claims(&fx), Vec::<u64>::new(), "quiet exit {n}: {fx:?}");
+        assert_eq!(looks(&fx), vec![1], "quiet exit {n}: looked at first");
+        let answer = if n == 1 {
+            Ok("queued".to_string())
+        } else {
+            Err(bad_gateway())
+        };
+        let fx = s.on_job_looked(&JobKey::new("acme", 1), answer, at(t0, n * 10 + 2));
         assert_eq!(
             claims(&fx),
             vec![1],
-            "quiet exit {n}: dispatched again at once"
+            "quiet exit {n}: still queued (or no answer): dispatched again"
         );
     }
     let (name, _) = grant(&mut s, 1, 99, at(t0, 100));
@@ -421,4 +441,24 @@ fn a_spare_is_handed_to_a_job_on_the_ladder_instead_of_a_new_claim() {
     exited(&mut s, &a, Some(1), ExitReason::Exited, at(t0, 121));
     assert_eq!(phase(&s, 2), Phase::Retrying);
     assert_eq!(s.ladder.queue.get(&key(2)).unwrap().attempts, 2);
+}
+
+/// A quiet exit whose job GitHub says ran (its `in_progress` and `completed` lost): nothing is
+/// claimed again, the job is done, and no registration is spent on it.
+#[test]
+fn a_quiet_exit_whose_job_ran_claims_nothing_again() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, at(t0, 0));
+    let (name, _) = grant(&mut s, 1, 11, at(t0, 1));
+    let fx = exited(&mut s, &name, Some(0), ExitReason::Exited, at(t0, 3));
+    assert_eq!(looks(&fx), vec![1]);
+    let fx = s.on_job_looked(
+        &JobKey::new("acme", 1),
+        Ok("completed".to_string()),
+        at(t0, 4),
+    );
+    assert_eq!(claims(&fx), Vec::<u64>::new(), "{fx:?}");
+    assert_eq!(phase(&s, 1), Phase::Done);
+    s.sweep(at(t0, 700));
+    assert_eq!(claims(&s.on_timer(at(t0, 701))), Vec::<u64>::new());
 }

@@ -93,7 +93,7 @@ fn claim(id: u64) -> Effect {
     }
 }
 
-fn bad_gateway() -> GithubError {
+pub(super) fn bad_gateway() -> GithubError {
     GithubError::Http(HttpFailure {
         endpoint: "generate_jitconfig",
         status: 502,
