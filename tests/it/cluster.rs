@@ -9,6 +9,7 @@ use github_standin::Standin;
 use crate::support::{
     self,
     daemon::{Daemon, SECRET},
+    fleet::{logs, wait_completed, wait_no_registration_left},
     postgres::Postgres,
 };
 
@@ -84,58 +85,6 @@ pub(crate) fn route_to(standin: &Standin, hosts: &[Daemon], share: f64) {
 async fn stop_all(hosts: impl IntoIterator<Item = Daemon>) {
     for d in hosts {
         d.stop(Duration::from_secs(30)).await;
-    }
-}
-
-pub(crate) fn logs(hosts: &[Daemon]) -> String {
-    hosts
-        .iter()
-        .enumerate()
-        .map(|(i, d)| format!("===== h{} =====\n{}", i + 1, d.logs()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-pub(crate) async fn wait_completed(
-    standin: &Standin,
-    n: usize,
-    within: Duration,
-    hosts: &[Daemon],
-) {
-    let deadline = tokio::time::Instant::now() + within;
-    while standin.jobs_in("completed") < n {
-        if tokio::time::Instant::now() > deadline {
-            let open: Vec<_> = standin
-                .jobs()
-                .into_iter()
-                .filter(|j| j.status != "completed")
-                .map(|j| (j.id, j.status, j.labels))
-                .collect();
-            panic!(
-                "{} of {n} jobs completed; open: {open:?}\n{}",
-                standin.jobs_in("completed"),
-                logs(hosts)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-pub(crate) async fn wait_no_registration_left(
-    standin: &Standin,
-    within: Duration,
-    hosts: &[Daemon],
-) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !standin.runners().is_empty() {
-        // What is left is named again after the logs: a CI excerpt keeps the end.
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "registrations left: {left:?}\n{}\nregistrations left: {left:?}",
-            logs(hosts),
-            left = standin.runners()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -13,9 +13,14 @@ use ephemer_actors_core::{
 };
 
 use crate::{
-    cluster::{GPU, LINUX, extra, logs, pool, route_to, wait_no_registration_left},
+    cluster::{GPU, LINUX, extra, pool, route_to},
     cluster_figures::ledger_config,
-    support::{self, daemon::Daemon, postgres::Postgres},
+    support::{
+        self,
+        daemon::Daemon,
+        fleet::{logs, wait_no_registration_left},
+        postgres::Postgres,
+    },
 };
 
 async fn connect(pg: &Postgres, host: &str) -> Ledger {

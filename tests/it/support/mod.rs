@@ -2,6 +2,7 @@
 
 pub mod daemon;
 pub mod engine;
+pub mod fleet;
 pub mod podman;
 pub mod postgres;
 pub mod provision;
