@@ -374,12 +374,9 @@ impl Scheduler {
     /// registration, a runner's boot and its deletion; `on_job_looked` dispatches the job
     /// again if GitHub still lists it queued, or cannot say.
     fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {
-        let Some(rec) = self.admission.jobs.get(key) else {
+        let Some(rec) = self.stranded(key) else {
             return;
         };
-        if rec.started_at.is_some() || rec.phase != Phase::Seen || self.draining {
-            return;
-        }
         if why == QUIET_EXIT && !key.is_reckoned() && !rec.info.repo.is_empty() {
             fx.push(Effect::LookAtJob {
                 key: key.clone(),
@@ -390,7 +387,17 @@ impl Scheduler {
         self.dispatch_again(key, why, now, fx);
     }
 
-    /// Dispatches stranded job `key` again (held `Seen`, not started, not draining).
+    /// Job `key`, if it is still stranded: held `Seen` (its runner gone), never seen started,
+    /// and the daemon not draining.
+    fn stranded(&self, key: &JobKey) -> Option<&super::JobRecord> {
+        self.admission
+            .jobs
+            .get(key)
+            .map(|r| &**r)
+            .filter(|r| r.started_at.is_none() && r.phase == Phase::Seen && !self.draining)
+    }
+
+    /// Dispatches stranded job `key` again ([`Scheduler::stranded`]).
     pub(super) fn dispatch_again(
         &mut self,
         key: &JobKey,
@@ -398,12 +405,12 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
+        if self.stranded(key).is_none() {
+            return;
+        }
         let Some(rec) = self.admission.jobs.get_mut(key) else {
             return;
         };
-        if rec.started_at.is_some() || rec.phase != Phase::Seen || self.draining {
-            return;
-        }
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;

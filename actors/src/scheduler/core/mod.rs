@@ -413,7 +413,8 @@ pub struct Scheduler {
     stats: Stats,
     /// When the claim pacing next has a token for a job that waits for one.
     pace_wake: Option<Instant>,
-    /// When the sweep runs again to retry a busy check GitHub failed to answer.
+    /// When the sweep runs again: to retry a busy check GitHub failed to answer, or to look at
+    /// the job of a runner idle for it (`sweep::UNBOUND_LOOK_AFTER`).
     sweep_wake: Option<Instant>,
     /// The due time the timer was last handed.
     timer: Option<Instant>,

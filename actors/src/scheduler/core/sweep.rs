@@ -114,12 +114,15 @@ impl Scheduler {
                 key,
             });
         }
-        if let Some(at) = next
-            && self.sweep_wake.is_none_or(|w| at < w)
-        {
-            self.sweep_wake = Some(at);
-            self.rearm_timer(fx);
+        if let Some(at) = next {
+            self.wake_sweep_at(at, fx);
         }
+    }
+
+    /// Makes the sweep run by `at` (on the one timer), unless it runs sooner already.
+    fn wake_sweep_at(&mut self, at: tokio::time::Instant, fx: &mut Vec<Effect>) {
+        self.sweep_wake = Some(self.sweep_wake.map_or(at, |w| w.min(at)));
+        self.rearm_timer(fx);
     }
 
     /// Asks GitHub to delete runner `name`'s registration unless it is busy (`CheckIdle`), at
@@ -175,8 +178,7 @@ impl Scheduler {
         if busy.is_err() {
             let at = now.mono + IDLE_RETRY_AFTER_ERROR;
             r.idle_check_due = Some(at);
-            self.sweep_wake = Some(self.sweep_wake.map_or(at, |w| w.min(at)));
-            self.rearm_timer(&mut fx);
+            self.wake_sweep_at(at, &mut fx);
         }
         let Some(r) = self.book.runners.get_mut(name) else {
             return fx;
