@@ -256,7 +256,8 @@ fn files(dir: &Path, ext: &str) -> Vec<String> {
 
 /// A linux pool whose image the engine lacks: three jobs at once wait for one pull (from a
 /// registry the test serves), then run; a pool with `pull = "never"` and a missing image fails
-/// its job at once, for good, and says why in `status`.
+/// its job at once, for good, and says why in `status`; a pull the registry fails with a 503
+/// puts its job on the ladder, and the job runs once the registry is back.
 #[actix_rt::test]
 async fn a_missing_image_is_pulled_once_for_concurrent_jobs() {
     use crate::support::registry::Registry;
@@ -306,6 +307,15 @@ pull = "never"
 labels = ["self-hosted", "linux", "never"]
 max_concurrent = 1
 {RUNNER}
+
+[providers.always]
+kind = "linux"
+socket = "{socket}"
+image = "{image}"
+pull = "always"
+labels = ["self-hosted", "linux", "always"]
+max_concurrent = 1
+{RUNNER}
 "#,
         socket = podman.socket,
     );
@@ -327,6 +337,10 @@ max_concurrent = 1
         1,
         "{:?}",
         registry.requests()
+    );
+    assert_eq!(
+        daemon.ctl_json(&["jobs", "1001"]).await["retry"],
+        serde_json::Value::Null
     );
 
     let never = standin.queue_jobs("app", &["self-hosted", "linux", "never"], 1)[0];
@@ -357,6 +371,35 @@ max_concurrent = 1
     let jobs = daemon.ctl_json(&["jobs", &never.to_string()]).await;
     assert!(jobs["retry"].is_null(), "{jobs}");
     assert_eq!(registry.manifest_gets("ephemer/absent"), 0);
+
+    // The registry's bad minute: a 503 may pass, so the job climbs the ladder (a second apart
+    // here) instead of ending its attempts, and runs once the registry answers again.
+    registry.set_down(true);
+    let always = standin.queue_jobs("app", &["self-hosted", "linux", "always"], 1)[0];
+    let on_the_ladder = || async {
+        let job = daemon.ctl_json(&["jobs", &always.to_string()]).await;
+        !job["retry"].is_null() && job.to_string().contains("503")
+    };
+    crate::support::provision::eventually_async(
+        "the job of a failed pull on the ladder",
+        Duration::from_secs(60),
+        on_the_ladder,
+    )
+    .await;
+    let status = |id| {
+        standin
+            .jobs()
+            .into_iter()
+            .find(|j| j.id == id)
+            .map(|j| j.status)
+    };
+    assert_eq!(status(always).as_deref(), Some("queued"));
+    registry.set_down(false);
+    daemon
+        .wait_completed(&standin, 4, Duration::from_secs(60))
+        .await;
+    let logs = daemon.logs();
+    assert!(logs.contains("runner image pull failed"), "{logs}");
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
     podman.untag(&image).await;

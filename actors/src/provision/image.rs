@@ -21,7 +21,41 @@ use crate::config::PullPolicy;
 /// per layer step).
 const PROGRESS_EVERY: usize = 25;
 
-type PullResult = Result<(), String>;
+/// A pull's outcome: the failure says what the engine said and whether pulling again can help.
+type PullResult = Result<(), PullFailure>;
+
+/// Why a pull failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PullFailure {
+    message: String,
+    /// The registry or the engine said the image cannot be had as configured (no such image or
+    /// tag, no access, a malformed name, no build for this platform): pulling again fails the
+    /// same until an operator changes something. Anything else (a refused or dropped
+    /// connection, a timeout, a 5xx, a registry's rate limit) may pass.
+    lasting: bool,
+}
+
+impl PullFailure {
+    /// Sorts what the engine said. Only what names the image or its access as wrong lasts:
+    /// a failure that is not known to last is worth the ladder, since a job whose attempts end
+    /// on a registry's bad minute would sit queued.
+    fn from_message(message: String) -> PullFailure {
+        const LASTING: [&str; 9] = [
+            "manifest unknown",
+            "name unknown",
+            "repository does not exist",
+            "unauthorized",
+            "authentication required",
+            "denied",
+            "invalid reference format",
+            "no image found in manifest list",
+            "no matching manifest",
+        ];
+        let lower = message.to_ascii_lowercase();
+        let lasting = LASTING.iter().any(|m| lower.contains(m));
+        PullFailure { message, lasting }
+    }
+}
 
 /// The pull in flight, if any: jobs that need the image while it is pulled wait for that one
 /// pull instead of starting their own.
@@ -67,10 +101,12 @@ impl ImageGate {
             PullPolicy::Missing | PullPolicy::Always => {
                 let pull = self.join(docker, &s.image);
                 pull.await.map_err(|e| {
-                    ProvisionError::Rejected(format!(
-                        "cannot pull the runner image {}: {e}",
-                        s.image
-                    ))
+                    let what = format!("cannot pull the runner image {}: {}", s.image, e.message);
+                    if e.lasting {
+                        ProvisionError::Rejected(what)
+                    } else {
+                        ProvisionError::EnvironmentFailed(what)
+                    }
                 })
             }
         }
@@ -132,8 +168,17 @@ pub(super) async fn present(docker: &Docker, image: &str) -> Result<bool, bollar
     }
 }
 
-/// Pulls `image`, logging its progress.
+/// Pulls `image`, logging its progress and how it ended.
 async fn pull(docker: &Docker, image: &str) -> PullResult {
+    let result = pull_once(docker, image).await;
+    if let Err(e) = &result {
+        tracing::warn!(%image, problem = %e.message, lasting = e.lasting, "runner image pull failed");
+    }
+    result
+}
+
+async fn pull_once(docker: &Docker, image: &str) -> PullResult {
+    let failed = |message: String| PullFailure::from_message(message);
     let (repo, tag) = split_reference(image);
     tracing::info!(%image, "pulling the runner image");
     let options = CreateImageOptionsBuilder::new()
@@ -143,9 +188,9 @@ async fn pull(docker: &Docker, image: &str) -> PullResult {
     let mut stream = docker.create_image(Some(options), None, None);
     let mut lines = 0usize;
     while let Some(item) = stream.next().await {
-        let info = item.map_err(|e| e.to_string())?;
+        let info = item.map_err(|e| failed(e.to_string()))?;
         if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-            return Err(detail);
+            return Err(failed(detail));
         }
         lines += 1;
         if lines % PROGRESS_EVERY == 1
@@ -154,8 +199,13 @@ async fn pull(docker: &Docker, image: &str) -> PullResult {
             tracing::info!(%image, progress = %status, "runner image pull progress");
         }
     }
-    if !present(docker, image).await.map_err(|e| e.to_string())? {
-        return Err("the engine finished the pull without the image".into());
+    if !present(docker, image)
+        .await
+        .map_err(|e| failed(e.to_string()))?
+    {
+        return Err(failed(
+            "the engine finished the pull without the image".into(),
+        ));
     }
     tracing::info!(%image, "runner image pulled");
     Ok(())
@@ -226,6 +276,32 @@ pub(super) fn mounts(s: &ContainerSettings) -> HostConfig {
 mod tests {
     use super::*;
     use crate::config::ContainerMounts;
+
+    #[test]
+    fn a_pull_that_may_pass_next_time_is_not_taken_as_lasting() {
+        // What podman 4.3 and Docker say, word for word.
+        let passing = [
+            "initializing source docker://r:5000/x:y: pinging container registry r:5000: Get \"https://r:5000/v2/\": dial tcp r:5000: connect: connection refused",
+            "initializing source docker://r/x:y: reading manifest y in r/x: received unexpected HTTP status: 503 Service Unavailable",
+            "initializing source docker://r/x:y: reading manifest y in r/x: toomanyrequests: You have reached your pull rate limit",
+            "Get \"https://r/v2/\": net/http: TLS handshake timeout",
+            "error pulling image configuration: download failed after attempts=6: unexpected EOF",
+            "the engine finished the pull without the image",
+        ];
+        for m in passing {
+            assert!(!PullFailure::from_message(m.into()).lasting, "{m}");
+        }
+        let lasting = [
+            "initializing source docker://r/x:y: reading manifest y in r/x: manifest unknown",
+            "initializing source docker://r/x:y: reading manifest y in r/x: unauthorized",
+            "pull access denied for x, repository does not exist or may require 'docker login': denied: requested access to the resource is denied",
+            "invalid reference format",
+            "choosing an image from manifest list docker://r/x:y: no image found in manifest list for architecture arm64",
+        ];
+        for m in lasting {
+            assert!(PullFailure::from_message(m.into()).lasting, "{m}");
+        }
+    }
 
     #[test]
     fn mounts_carry_volumes_devices_the_socket_and_the_ca() {

@@ -5,7 +5,10 @@
 
 use std::{
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
@@ -15,22 +18,26 @@ pub struct Registry {
     /// `127.0.0.1:port`
     pub addr: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<String>>>,
+    down: Arc<AtomicBool>,
 }
 
 struct Served {
     layout: PathBuf,
     tag: String,
     requests: Arc<Mutex<Vec<String>>>,
+    down: Arc<AtomicBool>,
 }
 
 impl Registry {
     /// Serves the image in `layout` under any repository name, as `tag` (and its digest).
     pub fn start(layout: PathBuf, tag: &str) -> Registry {
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let down = Arc::new(AtomicBool::new(false));
         let served = web::Data::new(Served {
             layout,
             tag: tag.to_string(),
             requests: requests.clone(),
+            down: down.clone(),
         });
         let server = HttpServer::new(move || {
             App::new()
@@ -43,7 +50,17 @@ impl Registry {
         .unwrap();
         let addr = server.addrs()[0];
         actix_rt::spawn(server.run());
-        Registry { addr, requests }
+        Registry {
+            addr,
+            requests,
+            down,
+        }
+    }
+
+    /// While down, every manifest and blob is answered 503 (a registry's bad minute); `/v2/`
+    /// still answers.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
     }
 
     /// `METHOD path` of every request, in order.
@@ -72,6 +89,9 @@ async fn answer(req: HttpRequest, served: web::Data<Served>) -> HttpResponse {
         return HttpResponse::Ok()
             .insert_header(("Docker-Distribution-API-Version", "registry/2.0"))
             .json(serde_json::json!({}));
+    }
+    if served.down.load(Ordering::SeqCst) {
+        return HttpResponse::ServiceUnavailable().body("down for maintenance");
     }
     let index: serde_json::Value = serde_json::from_slice(
         &std::fs::read(served.layout.join("index.json")).unwrap_or_default(),
