@@ -220,7 +220,7 @@ impl WebhookActor {
             tracing::warn!(
                 "the intake was configured after its hand-over was shared; the edge keeps the old one"
             );
-            self.handoff = Arc::new(Handoff::new(self.store.is_some(), self.metrics.clone()));
+            self.handoff = Arc::new(self.handoff.unshared_copy());
         }
         Arc::get_mut(&mut self.handoff).expect("just made unshared")
     }
@@ -380,8 +380,9 @@ impl Handler<Deliver> for WebhookActor {
                 return Box::pin(actix::fut::ready(Verdict::Busy));
             }
         }
-        let record = match (&self.store, event.action) {
-            (Some(store), JobAction::Queued) if self.handoff.covered(&event.job.labels) => {
+        // The same rules the workers use to give an event to the actor (`Handoff`).
+        let record = match &self.store {
+            Some(store) if self.handoff.needs_a_local_record(&event) => {
                 let store = store.clone();
                 let row = JobRow {
                     info: event.job.clone(),
@@ -395,7 +396,7 @@ impl Handler<Deliver> for WebhookActor {
         let ledger = self
             .ledger
             .clone()
-            .filter(|_| event.action != JobAction::Waiting);
+            .filter(|_| self.handoff.goes_to_the_ledger(&event));
         // Fleet mode: a job's start or end is recorded with this host's next round trip to
         // the ledger, not before the answer (docs/fleet.md, "What the ledger promises"); a
         // `queued` one is, as the job's only record.

@@ -148,6 +148,15 @@ impl Handoff {
         self.outbox.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A new hand-over with this one's settings (coverage, fleet, durable) and nothing in it.
+    pub(super) fn unshared_copy(&self) -> Handoff {
+        Handoff {
+            coverage: self.coverage.clone(),
+            fleet: self.fleet,
+            ..Handoff::new(self.durable, self.metrics.clone())
+        }
+    }
+
     /// Whether a `queued` job with `labels` could be claimed here.
     pub(super) fn covered(&self, labels: &[String]) -> bool {
         let Some(pools) = &self.coverage else {
@@ -160,8 +169,18 @@ impl Handoff {
     /// Whether `event` needs the actor: something written before its answer, or (fleet mode)
     /// queued for the ledger.
     fn needs_a_record(&self, event: &JobEvent) -> bool {
+        self.goes_to_the_ledger(event) || self.needs_a_local_record(event)
+    }
+
+    /// Fleet mode: every event but `waiting` goes to the ledger (a `queued` one before its
+    /// answer; a start or an end with the host's next round trip).
+    pub(super) fn goes_to_the_ledger(&self, event: &JobEvent) -> bool {
         self.fleet && event.action != JobAction::Waiting
-            || self.durable && event.action == JobAction::Queued && self.covered(&event.job.labels)
+    }
+
+    /// A `queued` job some pool here covers is written to the store before its 202.
+    pub(super) fn needs_a_local_record(&self, event: &JobEvent) -> bool {
+        self.durable && event.action == JobAction::Queued && self.covered(&event.job.labels)
     }
 
     /// Decides `event` on the worker, or gives it back when the actor must (it needs a record).
@@ -210,5 +229,25 @@ impl Handoff {
             verdict: Verdict::Accepted,
             wake,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A builder call after the hand-over was shared starts a new one: it keeps every setting
+    /// (the actor decides by them too) and none of the old one's deliveries.
+    #[test]
+    fn a_fresh_copy_keeps_the_settings_and_none_of_the_deliveries() {
+        let mut h = Handoff::new(true, Metrics::new());
+        h.set_coverage(vec![LabelSet::new(&["linux".to_string()])]);
+        h.fleet = true;
+        h.seen().in_flight.insert("d-1".into());
+        let copy = h.unshared_copy();
+        assert!(copy.fleet && copy.durable);
+        assert!(copy.covered(&["linux".into()]));
+        assert!(!copy.covered(&["macos".into()]));
+        assert!(copy.seen().in_flight.is_empty());
     }
 }
