@@ -178,7 +178,7 @@ async fn pull(docker: &Docker, image: &str) -> PullResult {
 }
 
 async fn pull_once(docker: &Docker, image: &str) -> PullResult {
-    let failed = |message: String| PullFailure::from_message(message);
+    let failed = PullFailure::from_message;
     let (repo, tag) = split_reference(image);
     tracing::info!(%image, "pulling the runner image");
     let options = CreateImageOptionsBuilder::new()

@@ -364,33 +364,17 @@ impl Daemon {
 
     /// Waits until `n` jobs completed at the stand-in, failing with the daemon's log.
     pub async fn wait_completed(&self, standin: &Standin, n: usize, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        while standin.jobs_in("completed") < n {
-            if tokio::time::Instant::now() >= deadline {
-                // Said before and after the log: a CI excerpt may keep only one end.
-                let open = format!(
-                    "{} of {n} jobs completed; jobs: {:?}",
-                    standin.jobs_in("completed"),
-                    standin.jobs()
-                );
-                panic!("{open}\ndaemon log:\n{}\n{open}", self.logs());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        super::fleet::wait_completed(standin, n, within, std::slice::from_ref(self)).await;
     }
 
     /// Waits until the stand-in holds no runner registration, failing with the daemon's log.
     pub async fn wait_no_runner_left(&self, standin: &Standin) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !standin.runners().is_empty() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "runners left: {:?}\n{}",
-                standin.runners(),
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        super::fleet::wait_no_registration_left(
+            standin,
+            Duration::from_secs(30),
+            std::slice::from_ref(self),
+        )
+        .await;
     }
 
     /// Its runner-name prefix.

@@ -1,4 +1,5 @@
-//! Waiting on a fleet of daemons, with every host's logs in what a failure says.
+//! Waiting on the stand-in for one daemon or a fleet of them, with every host's logs in what a
+//! failure says.
 
 use std::time::Duration;
 

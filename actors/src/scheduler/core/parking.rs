@@ -269,9 +269,8 @@ impl Scheduler {
             Ok("completed") => "completed",
             Err(GithubError::Http(f)) if f.status == 404 => "gone",
             _ => {
-                if rec.phase == Phase::Seen {
-                    self.dispatch_again(key, super::ledger::QUIET_EXIT_LOOKED, now, fx);
-                }
+                // Only a job whose runner went (still stranded) is dispatched again.
+                self.dispatch_again(key, super::ledger::QUIET_EXIT_LOOKED, now, fx);
                 return;
             }
         };
