@@ -376,8 +376,14 @@ max_concurrent = 1
     // here) instead of ending its attempts, and runs once the registry answers again.
     registry.set_down(true);
     let always = standin.queue_jobs("app", &["self-hosted", "linux", "always"], 1)[0];
+    // The stand-in sends its deliveries on their own tasks, so the daemon may not know the job
+    // yet at the first look: `jobs` then answers 404 and the look is simply not yet true.
     let on_the_ladder = || async {
-        let job = daemon.ctl_json(&["jobs", &always.to_string()]).await;
+        let (code, out, _) = daemon.ctl(&["jobs", &always.to_string(), "--json"]).await;
+        let job: serde_json::Value = match code {
+            0 => serde_json::from_str(&out).unwrap(),
+            _ => return false,
+        };
         !job["retry"].is_null() && job.to_string().contains("503")
     };
     crate::support::provision::eventually_async(
