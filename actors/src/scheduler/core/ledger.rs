@@ -19,10 +19,35 @@ use crate::{
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Why a job is healed after its runner exited 0 with no event naming it (looked at first).
-const QUIET_EXIT: &str =
-    "its runner exited cleanly but no job was seen on it (its events may be late)";
-/// Why such a job is dispatched again once GitHub was asked.
+/// Why a stranded job (held for a runner that went before the job was seen on it) goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Strand {
+    /// Its runner took a sibling's job.
+    SiblingTookIt,
+    /// Its provisioner died before the job started.
+    ProvisionerDied,
+    /// Its runner exited 0 with no event naming it: the job most likely ran, so GitHub is
+    /// asked before the job is dispatched again.
+    QuietExit,
+    /// Its runner went in any other way.
+    RunnerWent,
+}
+
+impl Strand {
+    /// The words for the job's timeline and the log.
+    pub(super) fn why(self) -> &'static str {
+        match self {
+            Strand::SiblingTookIt => "its runner ran a sibling's job",
+            Strand::ProvisionerDied => "its provisioner died before the job started",
+            Strand::QuietExit => {
+                "its runner exited cleanly but no job was seen on it (its events may be late)"
+            }
+            Strand::RunnerWent => "its runner went before the job started",
+        }
+    }
+}
+
+/// Why a job of a quiet exit is dispatched again once GitHub was asked.
 pub(super) const QUIET_EXIT_LOOKED: &str =
     "its runner exited cleanly, no job was seen on it, and GitHub does not say it started";
 
@@ -208,7 +233,7 @@ impl Scheduler {
             .is_some_and(|j| j.phase == Phase::Seen && j.started_at.is_none());
         if !waiting || r.bound.is_some() {
             if waiting {
-                self.heal_stranded(intent, "its runner ran a sibling's job", now, fx);
+                self.heal_stranded(intent, Strand::SiblingTookIt, now, fx);
             }
             return;
         }
@@ -231,9 +256,9 @@ impl Scheduler {
             }
         }
         let why = match reason {
-            ExitReason::ProvisionerDied => "its provisioner died before the job started",
-            ExitReason::Exited => QUIET_EXIT,
-            _ => "its runner went before the job started",
+            ExitReason::ProvisionerDied => Strand::ProvisionerDied,
+            ExitReason::Exited => Strand::QuietExit,
+            _ => Strand::RunnerWent,
         };
         self.heal_stranded(intent, why, now, fx);
     }
@@ -353,7 +378,7 @@ impl Scheduler {
     pub(super) fn heal_stranded(
         &mut self,
         key: &JobKey,
-        why: &'static str,
+        why: Strand,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
@@ -373,18 +398,18 @@ impl Scheduler {
     /// host killed before it wrote the starts it heard). One request instead of a
     /// registration, a runner's boot and its deletion; `on_job_looked` dispatches the job
     /// again if GitHub still lists it queued, or cannot say.
-    fn heal_now(&mut self, key: &JobKey, why: &'static str, now: Now, fx: &mut Vec<Effect>) {
+    fn heal_now(&mut self, key: &JobKey, why: Strand, now: Now, fx: &mut Vec<Effect>) {
         let Some(rec) = self.stranded(key) else {
             return;
         };
-        if why == QUIET_EXIT && !key.is_reckoned() && !rec.info.repo.is_empty() {
+        if why == Strand::QuietExit && !key.is_reckoned() && !rec.info.repo.is_empty() {
             fx.push(Effect::LookAtJob {
                 key: key.clone(),
                 repo: rec.info.repo.to_string(),
             });
             return;
         }
-        self.dispatch_again(key, why, now, fx);
+        self.dispatch_again(key, why.why(), now, fx);
     }
 
     /// Job `key`, if it is still stranded: held `Seen` (its runner gone), never seen started,

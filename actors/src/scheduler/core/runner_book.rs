@@ -68,7 +68,10 @@ pub(super) enum Deferred {
     /// Delete a runner registration unless the runner turns out to have run a job.
     Delete(Deletion),
     /// Dispatch a stranded job again unless it has been observed running by then.
-    Heal { key: JobKey, why: &'static str },
+    Heal {
+        key: JobKey,
+        why: super::ledger::Strand,
+    },
     /// Look at a parked job again.
     Look { key: JobKey },
 }
