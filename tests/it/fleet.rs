@@ -25,6 +25,7 @@ async fn jobs_go_to_the_named_pool_whose_labels_fit() {
         format!("localhost/ephemer-runner-slim:{run}"),
         format!("localhost/ephemer-runner-gpu:{run}"),
     );
+    let _untag = (podman.untag_on_drop(&slim), podman.untag_on_drop(&gpu));
     podman.build_variant(&slim, "slim").await;
     podman.build_variant(&gpu, "gpu").await;
     let standin = crate::support::standin(200);
@@ -129,8 +130,6 @@ max_concurrent = 1
     );
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
-    podman.untag(&slim).await;
-    podman.untag(&gpu).await;
 }
 
 /// A container's view, written to a bind-mounted directory by a wrapper around the stand-in
@@ -287,6 +286,7 @@ async fn a_missing_image_is_pulled_once_for_concurrent_jobs() {
     let image = format!("{}/ephemer/pulltest:{tag}", registry.addr);
     let absent = format!("{}/ephemer/absent:{tag}", registry.addr);
     podman.untag(&image).await;
+    let _untag = podman.untag_on_drop(&image);
 
     let standin = crate::support::standin(300);
     let providers = format!(
@@ -408,5 +408,4 @@ max_concurrent = 1
     assert!(logs.contains("runner image pull failed"), "{logs}");
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
-    podman.untag(&image).await;
 }

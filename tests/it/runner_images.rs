@@ -48,6 +48,7 @@ async fn an_image_below_the_minimum_fails_doctor_and_raises_its_gauge() {
         "localhost/ephemer-runner-old:test",
         "localhost/ephemer-runner-new:test",
     );
+    let _untag = (podman.untag_on_drop(old), podman.untag_on_drop(new));
     runner_image(&podman, old, "2.300.0").await;
     runner_image(&podman, new, "2.330.0").await;
     let standin = support::standin(300);
@@ -145,6 +146,4 @@ max_concurrent = 1
             .any(|j| j.id == job && j.status == "completed")
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
-    podman.untag(old).await;
-    podman.untag(new).await;
 }

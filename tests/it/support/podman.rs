@@ -290,6 +290,17 @@ impl Podman {
             .await;
     }
 
+    /// A guard that removes `tag` from the engine's storage when it is dropped, so a test
+    /// that fails half-way leaves no tag of its own behind. Declare it after the `Podman` (it
+    /// uses its configuration, so it must go first).
+    pub fn untag_on_drop(&self, tag: &str) -> Untag {
+        Untag {
+            conf: self.dir.path().join("containers.conf"),
+            registries: self.dir.path().join("registries.conf"),
+            tag: tag.to_string(),
+        }
+    }
+
     /// Names of every container the service holds.
     pub async fn container_names(&self) -> String {
         let out = self
@@ -310,6 +321,25 @@ impl Podman {
 impl Drop for Podman {
     fn drop(&mut self) {
         let _ = self.service.start_kill();
+    }
+}
+
+/// See [`Podman::untag_on_drop`].
+pub struct Untag {
+    conf: PathBuf,
+    registries: PathBuf,
+    tag: String,
+}
+
+impl Drop for Untag {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("podman")
+            .env("CONTAINERS_CONF", &self.conf)
+            .env("CONTAINERS_REGISTRIES_CONF", &self.registries)
+            .args(["rmi", "--force", &self.tag])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
