@@ -28,6 +28,16 @@ fn chromium() -> Option<PathBuf> {
         })
 }
 
+/// The browser for the test of `what`; `None` after a loud skip (a failure in CI) when none is
+/// installed.
+fn chromium_for(what: &str) -> Option<PathBuf> {
+    let browser = chromium();
+    if browser.is_none() {
+        support::skip(what, "no chromium on the PATH (apt-get install chromium)");
+    }
+    browser
+}
+
 /// Where the screenshots go.
 fn artefacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -40,7 +50,24 @@ fn artefacts() -> PathBuf {
 
 /// Loads `url` in the headless browser: the page's DOM once loaded (its script run), and a
 /// screenshot of `width` x `height` at `shot`.
-async fn browse(browser: &Path, url: &str, shot: &Path, (width, height): (u32, u32)) -> String {
+async fn browse(browser: &Path, url: &str, shot: &Path, size: (u32, u32)) -> String {
+    browse_with(browser, url, shot, size, &[]).await
+}
+
+/// Like [`browse`], letting the page's scripts and their requests run for 8 s of the browser's
+/// virtual time (it waits for requests in flight) before the DOM and the screenshot are taken.
+async fn browse_a_while(browser: &Path, url: &str, shot: &Path) -> String {
+    let budget = ["--virtual-time-budget=8000".to_string()];
+    browse_with(browser, url, shot, (1280, 900), &budget).await
+}
+
+async fn browse_with(
+    browser: &Path,
+    url: &str,
+    shot: &Path,
+    (width, height): (u32, u32),
+    common: &[String],
+) -> String {
     let run = |extra: Vec<String>| {
         let profile = tempfile::tempdir().unwrap();
         let mut args = vec![
@@ -53,6 +80,7 @@ async fn browse(browser: &Path, url: &str, shot: &Path, (width, height): (u32, u
             format!("--user-data-dir={}", profile.path().display()),
             format!("--window-size={width},{height}"),
         ];
+        args.extend(common.iter().cloned());
         args.extend(extra);
         args.push(url.to_string());
         let browser = browser.to_path_buf();
@@ -87,11 +115,7 @@ async fn browse(browser: &Path, url: &str, shot: &Path, (width, height): (u32, u
 
 #[actix_rt::test]
 async fn the_status_page_shows_pools_a_retrying_job_and_its_timeline_in_a_browser() {
-    let Some(browser) = chromium() else {
-        support::skip(
-            "status page in a browser",
-            "no chromium on the PATH (apt-get install chromium)",
-        );
+    let Some(browser) = chromium_for("status page in a browser") else {
         return;
     };
     let standin = support::standin(100);
@@ -186,11 +210,7 @@ async fn the_status_page_shows_pools_a_retrying_job_and_its_timeline_in_a_browse
 #[actix_rt::test]
 async fn the_demo_s_status_page_in_a_browser() {
     use tokio::io::AsyncBufReadExt;
-    let Some(browser) = chromium() else {
-        support::skip(
-            "the demo's status page in a browser",
-            "no chromium on the PATH (apt-get install chromium)",
-        );
+    let Some(browser) = chromium_for("the demo's status page in a browser") else {
         return;
     };
     let mut cmd = support::daemon();
@@ -266,6 +286,16 @@ async fn the_demo_s_status_page_in_a_browser() {
     assert!(status.success(), "the demo ran every job");
 }
 
+/// A daemon with one local pool whose admin listener is not loopback, and its port.
+async fn off_loopback(standin: &github_standin::Standin) -> (Daemon, u16) {
+    let port = support::daemon::free_port();
+    let admin = format!("[admin]\nlisten = \"0.0.0.0:{port}\"\n");
+    (
+        Daemon::start(standin, &admin, &local_provider(2)).await,
+        port,
+    )
+}
+
 /// `GET path` with the admin token: (status, body).
 async fn get_with_token(addr: &str, path: &str, token: &str) -> (u16, String) {
     let mut answer = awc::Client::default()
@@ -287,13 +317,7 @@ async fn get_with_token(addr: &str, path: &str, token: &str) -> (u16, String) {
 #[actix_rt::test]
 async fn off_loopback_the_page_asks_for_the_token_and_shows_nothing_without_it() {
     let standin = support::standin(100);
-    let port = support::daemon::free_port();
-    let daemon = Daemon::start(
-        &standin,
-        &format!("[admin]\nlisten = \"0.0.0.0:{port}\"\n"),
-        &local_provider(2),
-    )
-    .await;
+    let (daemon, port) = off_loopback(&standin).await;
     standin.queue_jobs("app", LABELS, 1);
     daemon
         .wait_completed(&standin, 1, Duration::from_secs(30))
@@ -321,5 +345,157 @@ async fn off_loopback_the_page_asks_for_the_token_and_shows_nothing_without_it()
     assert!(page.contains("acme/app"), "{page}");
     let (code, _) = get_with_token(&addr, "/", "not-the-token").await;
     assert_eq!(code, 401);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// What the browser test adds to every page it is shown, as a user's hands: once the page has
+/// loaded, type `token` into the form and send it; once the daemon's page is shown in place,
+/// follow its first job link; then write down, on `<body>`, where it got and what the browser
+/// kept (the token must be in neither storage nor the field).
+fn hands(token: &str) -> String {
+    let token = serde_json::to_string(token).unwrap();
+    format!(
+        r#"<script>
+addEventListener('load', () => {{
+  const mark = (k, v) => document.body.setAttribute('data-hands-' + k, String(v));
+  const form = document.getElementById('login');
+  form.elements.token.value = {token};
+  form.requestSubmit();
+  let clicked = false;
+  const look = setInterval(() => {{
+    mark('field', form.elements.token.value === '' ? 'empty' : 'kept');
+    mark('stored', localStorage.length + sessionStorage.length);
+    mark('form', form.hidden ? 'hidden' : 'shown');
+    mark('path', location.pathname);
+    if (!clicked && document.getElementById('h-pools')) {{
+      const a = document.querySelector('#main a[href^="/jobs/"]');
+      if (a) {{ clicked = true; mark('clicked', a.pathname); a.click(); }}
+    }}
+    if (document.querySelector('#main svg')) {{ mark('step', 'job'); clearInterval(look); }}
+  }}, 50);
+}});
+</script>"#
+    )
+}
+
+/// A same-origin stand-in for the browser's way to the admin listener that adds [`hands`] to
+/// each HTML page: the page's own script, not a copy, then runs as it would for a user.
+async fn with_hands(admin: String, token: String) -> (String, actix_web::dev::ServerHandle) {
+    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+    let forward = move |req: HttpRequest| {
+        let (admin, token) = (admin.clone(), token.clone());
+        async move {
+            let mut ask = awc::Client::default().get(format!("http://{admin}{}", req.uri()));
+            if let Some(auth) = req.headers().get("authorization") {
+                ask = ask.insert_header(("Authorization", auth.clone()));
+            }
+            let mut answer = ask.send().await.expect("the admin listener answers");
+            let body = answer.body().limit(8 << 20).await.unwrap();
+            let kind = answer
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let mut body = String::from_utf8_lossy(&body).into_owned();
+            // Only what the browser navigates to gets the hands, not what the script fetches.
+            if kind.starts_with("text/html") && req.headers().get("authorization").is_none() {
+                body = body.replace("</body>", &format!("{}</body>", hands(&token)));
+            }
+            HttpResponse::build(answer.status())
+                .content_type(kind)
+                .body(body)
+        }
+    };
+    let server = HttpServer::new(move || App::new().default_service(web::to(forward.clone())))
+        .workers(1)
+        .bind("127.0.0.1:0")
+        .unwrap();
+    let addr = server.addrs()[0].to_string();
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (addr, handle)
+}
+
+/// Opens the overview on `admin` in the browser with [`hands`] typing `token`: the DOM at the
+/// end, and the `<body>` tag with the marks the hands left.
+async fn type_token(browser: &Path, admin: &str, token: &str, shot: &Path) -> (String, String) {
+    let (addr, proxy) = with_hands(admin.to_string(), token.to_string()).await;
+    let dom = browse_a_while(browser, &format!("http://{addr}/"), shot).await;
+    proxy.stop(false).await;
+    let body = dom.split("<body").nth(1).unwrap_or_default();
+    let tag = body.split('>').next().unwrap_or_default().to_string();
+    (dom, tag)
+}
+
+/// The token form as a user meets it, in the browser: on a listener off loopback the overview
+/// asks for the token; typed in, the page shows in place, a job link inside it is followed with
+/// the token (the job's timeline bar), and the browser keeps the token nowhere. A wrong token
+/// shows nothing and the form again.
+#[actix_rt::test]
+async fn the_token_typed_into_the_form_shows_the_pages_and_is_kept_nowhere() {
+    let Some(browser) = chromium_for("the token form in a browser") else {
+        return;
+    };
+    let standin = support::standin(100);
+    let (daemon, port) = off_loopback(&standin).await;
+    // The first claim is refused, so the overview lists the job (on the ladder) with its link.
+    standin.fail_status("generate_jitconfig", 502, 1);
+    let job = standin.queue_jobs("app", LABELS, 1)[0];
+    let admin = format!("127.0.0.1:{port}");
+    let token = std::fs::read_to_string(daemon.state_dir().join("admin.token")).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !get_with_token(&admin, "/", token.trim())
+        .await
+        .1
+        .contains(r#"<tr class="q-retrying">"#)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no retrying job:\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let dir = artefacts();
+
+    let (dom, body) =
+        type_token(&browser, &admin, token.trim(), &dir.join("token-typed.png")).await;
+    assert!(
+        body.contains(r#"data-hands-step="job""#),
+        "the job page was reached: {dom}"
+    );
+    assert!(
+        body.contains(&format!(r#"data-hands-clicked="/jobs/{job}""#)),
+        "{dom}"
+    );
+    assert!(
+        body.contains(&format!(r#"data-hands-path="/jobs/{job}""#)),
+        "{dom}"
+    );
+    assert!(body.contains(r#"data-hands-form="hidden""#), "{dom}");
+    assert!(body.contains(r#"data-hands-field="empty""#), "{dom}");
+    assert!(body.contains(r#"data-hands-stored="0""#), "{dom}");
+    assert!(dom.contains("acme/app"), "the job's page: {dom}");
+
+    let (dom, body) = type_token(
+        &browser,
+        &admin,
+        "not-the-token",
+        &dir.join("token-wrong.png"),
+    )
+    .await;
+    assert!(
+        body.contains(r#"data-hands-form="shown""#),
+        "the form again: {dom}"
+    );
+    assert!(!body.contains("data-hands-clicked"), "{dom}");
+    assert!(dom.contains("the token was refused"), "said so: {dom}");
+    assert!(
+        !dom.contains("LocalProvisioner"),
+        "nothing of the daemon: {dom}"
+    );
+    assert!(!dom.contains("acme/app"), "nothing of the daemon: {dom}");
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

@@ -14,6 +14,9 @@
       return;
     }
     if (answer.status === 401) {
+      // No token yet, or the one typed was refused (mistyped, or the daemon's token changed).
+      if (token) document.getElementById('live').textContent = 'the token was refused; type it again';
+      token = null;
       document.getElementById('login').hidden = false;
       return;
     }
