@@ -73,6 +73,10 @@ pub enum Op {
     PutRunner(RunnerRow),
     /// Forget a runner (its environment is gone).
     DeleteRunner(String),
+    /// A runner's registration is gone from GitHub: its deletion was answered (or found it
+    /// gone), or an event named the runner with a job, after which GitHub removes it. Only the
+    /// cluster ledger keeps registrations past their environment, so only it acts on this.
+    Unregistered(String),
     /// Record or update a retry.
     PutRetry(RetryRow),
     /// Forget a retry.

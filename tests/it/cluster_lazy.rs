@@ -250,3 +250,61 @@ async fn starts_lost_with_the_host_that_heard_them_leave_no_runner_behind() {
     let [h2] = hosts;
     h2.stop(Duration::from_secs(30)).await;
 }
+
+/// A host killed after its jobs ran leaves its survivors nothing to delete for them: a runner
+/// an event named with a job is gone from GitHub after it (and one whose deletion GitHub
+/// answered is gone), so the host forgets its registration in the ledger instead of marking it
+/// gone. Before, a survivor was handed every registration the dead host had ended in its last
+/// ten minutes, and asked GitHub to delete each (answered 404).
+#[actix_rt::test]
+async fn a_killed_host_s_finished_runners_cost_its_survivors_no_deletion() {
+    let Some(pg) = Postgres::start() else { return };
+    let standin = support::standin(100);
+    let h1 = Daemon::start(
+        &standin,
+        &extra(&pg, "h1", "3s", ""),
+        &pool("cpu", LINUX, 4),
+    )
+    .await;
+    // h2 covers none of the jobs: it is only the survivor.
+    let h2 = Daemon::start(&standin, &extra(&pg, "h2", "3s", ""), &pool("gpu", GPU, 4)).await;
+    route_to(&standin, std::slice::from_ref(&h1), 0.0);
+    standin.queue_jobs("app", LINUX, 4);
+    let hosts = [h1, h2];
+    crate::support::fleet::wait_completed(&standin, 4, Duration::from_secs(60), &hosts).await;
+    wait_no_registration_left(&standin, Duration::from_secs(30), &hosts).await;
+    // Every runner's end reached the ledger (it rides along within a second).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while pg
+        .query("SELECT count(*) FROM ephemer_registrations WHERE host = 'h1' AND gone_at IS NULL")
+        != ["0"]
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{}", logs(&hosts));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows = pg.query("SELECT name FROM ephemer_registrations WHERE host = 'h1'");
+    let [h1, h2] = hosts;
+    let deletions = standin.count("delete_runner");
+    let _left = h1.kill9().await;
+
+    // The survivor reaps h1 once its lease (3 s) expires, sweeps its name shape, and
+    // forgets it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while pg.query("SELECT count(*) FROM ephemer_hosts WHERE host = 'h1'") != ["0"] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "h1 never forgotten\n{}",
+            h2.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        standin.count("delete_runner") - deletions,
+        0,
+        "deletions asked by the survivor (h1's rows at its death: {rows:?})\n{}",
+        h2.logs()
+    );
+    assert!(rows.is_empty(), "left in the ledger: {rows:?}");
+    h2.stop(Duration::from_secs(30)).await;
+}

@@ -104,7 +104,7 @@ impl Lazy {
                     p.mirrored.remove(name);
                     true
                 }
-                Op::PutRetry(_) => true,
+                Op::PutRetry(_) | Op::Unregistered(_) => true,
                 _ => false,
             };
             if keep {

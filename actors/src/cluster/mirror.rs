@@ -104,9 +104,13 @@ const PUT_REGISTRATIONS: &str = "INSERT INTO ephemer_registrations \
      SELECT u.n, u.r, $3, u.p, u.rp, u.o, u.j \
      FROM unnest($1::text[], $2::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[]) \
      AS u(n, r, p, rp, o, j) ON CONFLICT (name) DO NOTHING";
-/// Registrations whose environment is gone.
-const GONE_REGISTRATIONS: &str = "UPDATE ephemer_registrations SET gone_at = clock_timestamp() \
-     WHERE name = ANY($1::text[])";
+/// Registrations whose environment is gone ($1) are marked so; the ones gone from GitHub too
+/// ($2) are forgotten, so a survivor of this host is never handed them to delete. (A row is
+/// changed once per statement: the mark skips what is forgotten.)
+const GONE_REGISTRATIONS: &str = "WITH gone AS ( \
+         UPDATE ephemer_registrations SET gone_at = clock_timestamp() \
+         WHERE name = ANY($1::text[]) AND NOT name = ANY($2::text[])) \
+     DELETE FROM ephemer_registrations WHERE name = ANY($2::text[])";
 /// The ladder of held jobs.
 const PUT_LADDERS: &str = "UPDATE ephemer_jobs SET attempts = u.a, first_failure = u.f, \
      next_attempt = u.n, failure_class = u.c, last_error = u.e, updated_at = clock_timestamp() \
@@ -130,6 +134,8 @@ struct Registrations {
 struct Columns {
     put: Registrations,
     gone: Vec<String>,
+    /// Registrations gone from GitHub.
+    unregistered: Vec<String>,
     /// Per job, its last ladder row in the batch.
     ladders: Vec<RetryRow>,
 }
@@ -141,6 +147,7 @@ impl Columns {
             match op {
                 Op::PutRunner(r) => c.put_registration(r),
                 Op::DeleteRunner(name) => c.gone.push(name.clone()),
+                Op::Unregistered(name) => c.unregistered.push(name.clone()),
                 Op::PutRetry(r) => {
                     c.ladders.retain(|l| l.job.key != r.job.key);
                     c.ladders.push(r.clone());
@@ -163,7 +170,10 @@ impl Columns {
 
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.put.names.is_empty() && self.gone.is_empty() && self.ladders.is_empty()
+        self.put.names.is_empty()
+            && self.gone.is_empty()
+            && self.unregistered.is_empty()
+            && self.ladders.is_empty()
     }
 }
 
@@ -300,10 +310,10 @@ impl Ledger {
                     .await
             },
             async {
-                if c.gone.is_empty() {
+                if c.gone.is_empty() && c.unregistered.is_empty() {
                     return Ok(0);
                 }
-                client.execute(&gone, &[&c.gone]).await
+                client.execute(&gone, &[&c.gone, &c.unregistered]).await
             },
             async {
                 if l.is_empty() {
@@ -361,11 +371,13 @@ mod tests {
             Op::PutRunner(runner),
             Op::PutRetry(row(1, 2)),
             Op::DeleteRunner("r'1".into()),
+            Op::Unregistered("r'1".into()),
             Op::JobStarted(JobKey::new("acme", 1), 3),
         ]);
         assert_eq!(c.put.names, ["r'1"]);
         assert_eq!(c.put.owners, ["acme"], "owners are kept lowercase");
         assert_eq!(c.gone, ["r'1"]);
+        assert_eq!(c.unregistered, ["r'1"]);
         assert_eq!(c.ladders.len(), 1);
         assert_eq!(c.ladders[0].attempts, 2, "the last row of a job wins");
         assert!(Columns::of(&[Op::JobStarted(JobKey::new("a", 1), 1)]).is_empty());

@@ -313,12 +313,14 @@ impl SchedulerActor {
     /// Hands the core's state changes to the store (in order; the store commits them in
     /// groups), and its observations to the log and the metrics.
     fn persist(&mut self) {
-        let ops = self.core.take_ops();
+        let mut ops = self.core.take_ops();
         if let Some(mirror) = &self.mirror {
             // A cordoned host hands on what each change leaves without a runner (a claim it
             // abandoned, a runner that failed at boot): no other host takes a job it holds.
             mirror.send(&ops, self.core.is_draining() && !ops.is_empty());
         }
+        // Only the ledger keeps registrations past their environment: no commit for these.
+        ops.retain(|op| !matches!(op, crate::durable::Op::Unregistered(_)));
         if let Some(store) = &self.deps.store
             && !ops.is_empty()
         {

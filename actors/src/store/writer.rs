@@ -204,6 +204,7 @@ fn apply<'a>(
                 Op::DeleteRunner(name) => {
                     runners.remove(name.as_str())?;
                 }
+                Op::Unregistered(_) => {}
                 Op::PutRetry(row) => {
                     retries.insert(
                         key(&row.job.key).as_str(),

@@ -63,7 +63,10 @@ impl Scheduler {
             match what {
                 Deferred::Delete(deletion) => {
                     let gone = self.book.recent.get(&deletion.name);
-                    if !gone.is_some_and(|r| r.ran_a_job) {
+                    if gone.is_some_and(|r| r.ran_a_job) {
+                        // A late event named it with a job: GitHub removes it after that job.
+                        self.ops.push(Op::Unregistered(deletion.name));
+                    } else {
                         fx.push(Effect::DeleteRunner(deletion));
                     }
                 }
@@ -214,6 +217,11 @@ impl Scheduler {
         if clean {
             self.book.recent.ran_a_job(name);
         }
+        if r.bound.is_some() && !r.registration_deleted {
+            // An event named it with a job: GitHub removes it after that job. (A clean exit
+            // alone is a guess: the ledger keeps that one for a survivor to delete.)
+            self.ops.push(Op::Unregistered(r.name.clone()));
+        }
         // A runner that may not have run a job leaves a registration GitHub keeps: delete it.
         // One that exits by itself, or was found gone after a restart, may still be named by a
         // late `in_progress`: wait a little.
@@ -297,6 +305,7 @@ impl Scheduler {
         let mut fx = Vec::new();
         let Err(e) = result else {
             let runner = deletion.name;
+            self.ops.push(Op::Unregistered(runner.clone()));
             self.observe(Observation::RegistrationDeleted { runner });
             return fx;
         };

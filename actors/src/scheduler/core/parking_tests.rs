@@ -360,6 +360,75 @@ fn a_failed_deletion_is_tried_again_with_a_growing_wait_and_a_clean_exit_is_neve
     );
 }
 
+/// The registrations the core tells the ledger are gone from GitHub (`Op::Unregistered`).
+fn unregistered(s: &mut Scheduler) -> Vec<String> {
+    s.take_ops()
+        .into_iter()
+        .filter_map(|op| match op {
+            crate::durable::Op::Unregistered(name) => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The cluster ledger keeps a registration past its environment until it is surely gone from
+/// GitHub, for a survivor to delete if this host dies: so the core says when it is. Gone: a
+/// runner an event named with a job (GitHub removes it after the job), one named only after it
+/// went, and a deletion GitHub answered. Not gone: one whose deletion failed, or a clean exit
+/// no event explained (a guess: left for a survivor).
+#[test]
+fn registrations_are_told_gone_only_when_github_surely_has_none() {
+    let (mut s, t0) = core();
+    queued(&mut s, 1, at(t0, 0));
+    let (a, _) = grant(&mut s, 1, 11, at(t0, 1));
+    started(&mut s, 1, &a, 11, at(t0, 2));
+    unregistered(&mut s);
+    exited(&mut s, &a, Some(0), ExitReason::Exited, at(t0, 3));
+    assert_eq!(unregistered(&mut s), [a], "bound: removed by GitHub");
+
+    // Crashed at boot: deleted after the wait for a late event; a failed deletion is not gone.
+    queued(&mut s, 2, at(t0, 4));
+    let (b, _) = grant(&mut s, 2, 12, at(t0, 5));
+    exited(&mut s, &b, Some(2), ExitReason::Exited, at(t0, 6));
+    let fx = s.on_timer(at(t0, 20));
+    let Some(Effect::DeleteRunner(deletion)) = fx
+        .iter()
+        .find(|e| matches!(e, Effect::DeleteRunner(d) if d.name == b))
+        .cloned()
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(unregistered(&mut s), Vec::<String>::new());
+    s.on_runner_deleted(deletion.clone(), Err(bad_gateway()), at(t0, 20));
+    assert_eq!(
+        unregistered(&mut s),
+        Vec::<String>::new(),
+        "a failed deletion"
+    );
+    s.on_runner_deleted(deletion, Ok(()), at(t0, 30));
+    assert_eq!(unregistered(&mut s), [b], "a deletion answered");
+
+    // A runner named by a late event after it went: its deletion is skipped, and it is gone.
+    queued(&mut s, 3, at(t0, 40));
+    let (c, _) = grant(&mut s, 3, 13, at(t0, 41));
+    exited(&mut s, &c, Some(2), ExitReason::Exited, at(t0, 42));
+    started(&mut s, 3, &c, 13, at(t0, 43));
+    let fx = s.on_timer(at(t0, 60));
+    assert!(
+        fx.iter()
+            .all(|e| !matches!(e, Effect::DeleteRunner(d) if d.name == c)),
+        "{fx:?}"
+    );
+    assert_eq!(unregistered(&mut s), [c], "named late");
+
+    // A clean exit with no event naming it: kept for a survivor.
+    queued(&mut s, 4, at(t0, 70));
+    let (d, _) = grant(&mut s, 4, 14, at(t0, 71));
+    exited(&mut s, &d, Some(0), ExitReason::Exited, at(t0, 72));
+    s.on_timer(at(t0, 90));
+    assert_eq!(unregistered(&mut s), Vec::<String>::new(), "{d}: a guess");
+}
+
 fn looks(fx: &[Effect]) -> Vec<u64> {
     fx.iter()
         .filter_map(|e| match e {
