@@ -438,10 +438,7 @@ fn idle(d: Duration) {
 /// moment the burst arrived.
 fn burst(jobs: u64) -> Vec<Duration> {
     let t0 = tokio::time::Instant::now();
-    let mut now = Now {
-        mono: t0,
-        unix: 1_800_000_000,
-    };
+    let mut now = Now::whole_seconds(t0, 1_800_000_000);
     let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[runner]\nmax_concurrent = 2000\n[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\nmax_concurrent = 2000\n";
     let cfg = Config::from_toml_str(text, None, &Environment::default()).unwrap();
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
@@ -485,10 +482,7 @@ fn burst(jobs: u64) -> Vec<Duration> {
     }
     while (claims.len() as u64) < jobs {
         let Some(at) = wake.take() else { break };
-        now = Now {
-            mono: at,
-            unix: now.unix + at.duration_since(now.mono).as_secs(),
-        };
+        now = Now::whole_seconds(at, now.unix + at.duration_since(now.mono).as_secs());
         let fx = s.on_timer(now);
         handle(fx, now, &mut s, &mut claims, &mut wake);
     }

@@ -551,7 +551,7 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
     }
     println!("\ntimeline:");
     for n in &j.timeline {
-        println!("  {}  {}", when(n.at), n.note);
+        println!("  {}  {}", when(n.at()), n.note);
     }
     Ok(())
 }

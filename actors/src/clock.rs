@@ -9,11 +9,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-/// Unix seconds now, from the system clock (the one place that reads it).
+/// Unix seconds now, from the system clock.
 pub fn unix_now() -> u64 {
+    unix_ms_now() / 1000
+}
+
+/// Unix milliseconds now, from the system clock (the one place that reads it).
+pub fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
+        .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
 
@@ -49,17 +54,27 @@ impl Clock {
 
     /// Both readings at once, to pass into the pure cores.
     pub fn tick(&self) -> Now {
+        let unix_ms = self.unix_ms();
         Now {
             mono: self.now(),
-            unix: self.unix(),
+            unix: unix_ms / 1000,
+            unix_ms,
         }
     }
 
     /// Unix seconds now.
     pub fn unix(&self) -> u64 {
+        self.unix_ms() / 1000
+    }
+
+    /// Unix milliseconds now.
+    pub fn unix_ms(&self) -> u64 {
         match self.virtual_base {
-            Some((base, unix)) => unix + Instant::now().saturating_duration_since(base).as_secs(),
-            None => unix_now(),
+            Some((base, unix)) => {
+                let since = Instant::now().saturating_duration_since(base);
+                unix * 1000 + since.as_millis() as u64
+            }
+            None => unix_ms_now(),
         }
     }
 }
@@ -71,6 +86,20 @@ pub struct Now {
     pub mono: Instant,
     /// Unix seconds.
     pub unix: u64,
+    /// Unix milliseconds (`unix` with its fraction), for what is shown finer than a second.
+    pub unix_ms: u64,
+}
+
+impl Now {
+    /// A reading at `mono` and unix second `unix` (no fraction): for tests and benchmarks
+    /// that count whole seconds.
+    pub fn whole_seconds(mono: Instant, unix: u64) -> Now {
+        Now {
+            mono,
+            unix,
+            unix_ms: unix * 1000,
+        }
+    }
 }
 
 /// Unix seconds of an RFC 3339 time as GitHub writes them (`2026-12-02T08:00:00Z`, with or

@@ -65,10 +65,7 @@ pub fn burst(jobs: u64) -> Burst {
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
     let settings = SchedulerSettings::from_config(&cfg);
     let t0 = Instant::now();
-    let at = |d: Duration| Now {
-        mono: t0 + d,
-        unix: 1_800_000_000 + d.as_secs(),
-    };
+    let at = |d: Duration| Now::whole_seconds(t0 + d, 1_800_000_000 + d.as_secs());
     let before = super::rss_bytes();
     let mut s = Scheduler::new(settings, backoff, Some(7));
     let mut clock = Duration::ZERO;

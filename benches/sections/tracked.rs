@@ -121,10 +121,7 @@ fn measure(mix: Mix) -> (f64, Scheduler, Now) {
     let mut settings = SchedulerSettings::from_config(&cfg);
     settings.targets[0].claims_per_minute = u32::MAX;
     let t0 = tokio::time::Instant::now();
-    let now = Now {
-        mono: t0,
-        unix: 1_800_000_000,
-    };
+    let now = Now::whole_seconds(t0, 1_800_000_000);
     let before = super::rss_bytes();
     let mut s = Scheduler::new(settings, backoff, Some(7));
     let _ = s.on_provider_status(ProviderKind::Local.into(), true, None, now);

@@ -55,12 +55,13 @@ pub enum Mark {
     End,
 }
 
-/// The bar of one job.
+/// The bar of one job, in unix milliseconds (a job's first seconds are often a few hundred of
+/// them: a claim, a boot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bar {
-    /// Unix seconds of its first note.
+    /// Its first note.
     pub from: u64,
-    /// Unix seconds of its end, or now.
+    /// Its end, or now.
     pub to: u64,
     /// Spans, in order, each `(state, from, to)`.
     pub spans: Vec<(Span, u64, u64)>,
@@ -68,9 +69,9 @@ pub struct Bar {
     pub marks: Vec<(Mark, u64)>,
 }
 
-/// The bar of `timeline`, drawn up to `now` unless it ended.
-pub fn bar(timeline: &[TimelineEntry], now: u64) -> Option<Bar> {
-    let first = timeline.first()?.at;
+/// The bar of `timeline`, drawn up to `now_ms` unless it ended.
+pub fn bar(timeline: &[TimelineEntry], now_ms: u64) -> Option<Bar> {
+    let first = timeline.first()?.at_ms;
     let mut spans = Vec::new();
     let mut marks = Vec::new();
     let mut state: Option<(Span, u64)> = None;
@@ -85,7 +86,7 @@ pub fn bar(timeline: &[TimelineEntry], now: u64) -> Option<Bar> {
         *state = next.map(|s| (s, at));
     };
     for e in timeline {
-        let at = e.at;
+        let at = e.at_ms;
         let next = match &e.note {
             Note::Queued { .. }
             | Note::Admitted
@@ -139,7 +140,7 @@ pub fn bar(timeline: &[TimelineEntry], now: u64) -> Option<Bar> {
         }
         go(&mut state, next, at);
     }
-    let to = ended.unwrap_or(now).max(first);
+    let to = ended.unwrap_or(now_ms).max(first);
     go(&mut state, None, to);
     Some(Bar {
         from: first,
@@ -156,8 +157,12 @@ mod tests {
     use super::*;
     use crate::{config::PoolName, github::ErrorClass};
 
+    /// A note at second `at` (its milliseconds are `at * 1000`).
     fn at(at: u64, note: Note) -> TimelineEntry {
-        TimelineEntry { at, note }
+        TimelineEntry {
+            at_ms: at * 1000,
+            note,
+        }
     }
 
     #[test]
@@ -225,10 +230,10 @@ mod tests {
                 },
             ),
         ];
-        let b = bar(&t, 999).unwrap();
+        let b = bar(&t, 999_000).unwrap();
         assert_eq!(
             (b.from, b.to),
-            (100, 170),
+            (100_000, 170_000),
             "ended at its completion, not now"
         );
         let kinds: Vec<Span> = b.spans.iter().map(|s| s.0).collect();
@@ -245,14 +250,61 @@ mod tests {
                 Span::Running,
             ]
         );
-        assert_eq!(b.spans[2], (Span::Ladder { snapped: true }, 101, 160));
-        assert_eq!(b.marks, [(Mark::ClaimFailed, 101), (Mark::End, 170)]);
+        assert_eq!(
+            b.spans[2],
+            (Span::Ladder { snapped: true }, 101_000, 160_000)
+        );
+        assert_eq!(
+            b.marks,
+            [(Mark::ClaimFailed, 101_000), (Mark::End, 170_000)]
+        );
+    }
+
+    /// A job picked up within a second is drawn by its milliseconds, not as one instant.
+    #[test]
+    fn a_sub_second_pickup_keeps_its_spans() {
+        let pool = PoolName::from("local");
+        let ms = |at_ms: u64, note: Note| TimelineEntry { at_ms, note };
+        let t = [
+            ms(5_000_010, Note::Admitted),
+            ms(
+                5_000_040,
+                Note::Claiming {
+                    provider: pool.clone(),
+                },
+            ),
+            ms(
+                5_000_310,
+                Note::Claimed {
+                    runner: "r1".into(),
+                    runner_id: 1,
+                    provider: pool,
+                },
+            ),
+            ms(
+                5_000_720,
+                Note::RunnerStarted {
+                    runner: "r1".into(),
+                    after: Duration::from_millis(410),
+                },
+            ),
+        ];
+        let b = bar(&t, 5_000_900).unwrap();
+        assert_eq!(
+            b.spans,
+            [
+                (Span::Waiting, 5_000_010, 5_000_040),
+                (Span::Claiming, 5_000_040, 5_000_310),
+                (Span::Booting, 5_000_310, 5_000_720),
+                (Span::RunnerUp, 5_000_720, 5_000_900),
+            ]
+        );
     }
 
     #[test]
     fn a_job_still_waiting_is_drawn_up_to_now() {
-        let b = bar(&[at(10, Note::Admitted)], 40).unwrap();
-        assert_eq!(b.spans, [(Span::Waiting, 10, 40)]);
-        assert!(bar(&[], 40).is_none());
+        let b = bar(&[at(10, Note::Admitted)], 40_000).unwrap();
+        assert_eq!(b.spans, [(Span::Waiting, 10_000, 40_000)]);
+        assert!(bar(&[], 40_000).is_none());
     }
 }

@@ -71,7 +71,7 @@ async fn job(admin: web::Data<Admin>, id: web::Path<String>, req: HttpRequest) -
     if let Some(no) = refused(&admin, &req) {
         return no;
     }
-    let now = crate::clock::unix_now();
+    let now_ms = crate::clock::unix_ms_now();
     let not_found = |what: String| {
         html(
             StatusCode::NOT_FOUND,
@@ -93,7 +93,7 @@ async fn job(admin: web::Data<Admin>, id: web::Path<String>, req: HttpRequest) -
                 .find(|(o, _)| *o == owner)
                 .or(admin.web.first())
                 .map(|(_, w)| w.as_str());
-            html(StatusCode::OK, render::job(&detail, web, now))
+            html(StatusCode::OK, render::job(&detail, web, now_ms))
         }
         Ok(None) => not_found(format!("Job {id} is not known to the scheduler.")),
         Err(_) => super::unavailable("scheduler"),

@@ -21,6 +21,16 @@ pub fn age(secs: u64) -> String {
     }
 }
 
+/// A span of `ms` milliseconds: tenths of a second under ten seconds (a claim, a boot),
+/// else as [`age`].
+pub(super) fn span_age(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+    } else {
+        age(ms / 1000)
+    }
+}
+
 /// A unix time as UTC, `2026-12-03 01:02:03`.
 fn utc(unix: u64) -> String {
     let secs = unix % 86_400;
@@ -262,11 +272,11 @@ fn bar_svg(b: &Bar) -> Markup {
     }
     html! {
         figure.bar {
-            svg viewBox="0 0 1000 40" preserveAspectRatio="none" role="img" aria-label={ "Timeline over " (age(b.to - b.from)) ", in " (b.spans.len()) " spans" } {
+            svg viewBox="0 0 1000 40" preserveAspectRatio="none" role="img" aria-label={ "Timeline over " (span_age(b.to - b.from)) ", in " (b.spans.len()) " spans" } {
                 @for (span, from, to) in &b.spans {
                     @let (class, words) = span.class();
                     rect class=(class) x=(format!("{:.1}", x(*from))) y="4" width=(format!("{:.1}", (x(*to) - x(*from)).max(4.0))) height="32" {
-                        title { (words) ", " (age(to - from)) }
+                        title { (words) ", " (span_age(to - from)) }
                     }
                 }
                 @for (mark, at) in &b.marks {
@@ -287,8 +297,10 @@ fn bar_svg(b: &Bar) -> Markup {
     }
 }
 
-/// `GET /jobs/ID`: the job's bar, its facts and its timeline in words.
-pub fn job(detail: &JobAnswer, web: Option<&str>, now: u64) -> Markup {
+/// `GET /jobs/ID`: the job's bar, its facts and its timeline in words (`now_ms`: unix
+/// milliseconds).
+pub fn job(detail: &JobAnswer, web: Option<&str>, now_ms: u64) -> Markup {
+    let now = now_ms / 1000;
     let j = &detail.job;
     let link = web.filter(|_| j.run_id != 0).map(|w| {
         format!(
@@ -303,7 +315,7 @@ pub fn job(detail: &JobAnswer, web: Option<&str>, now: u64) -> Markup {
             @for l in &j.labels { code.label { (l) } " " }
             @if let Some(link) = &link { " · " a href=(link) rel="noreferrer" { "the job on GitHub" } }
         }
-        @if let Some(b) = super::bar::bar(&j.timeline, now) { (bar_svg(&b)) }
+        @if let Some(b) = super::bar::bar(&j.timeline, now_ms) { (bar_svg(&b)) }
         dl {
             dt { "State" } dd { (state_of(&j.phase).unwrap_or("not dispatched")) }
             dt { "Dispatches" } dd { (j.admissions) }
@@ -315,7 +327,7 @@ pub fn job(detail: &JobAnswer, web: Option<&str>, now: u64) -> Markup {
         h2 { "Timeline" }
         ol.timeline {
             @for e in &j.timeline {
-                li { time { (utc(e.at)) } " " (e.note.to_string()) }
+                li { time { (utc(e.at())) } " " (e.note.to_string()) }
             }
         }
     };

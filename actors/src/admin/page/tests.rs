@@ -67,7 +67,10 @@ fn job(phase: serde_json::Value) -> JobView {
 
 /// Queued by a delivery whose id is hostile, a claim refused, on the ladder.
 fn timeline() -> Vec<TimelineEntry> {
-    let at = |at: u64, note: Note| TimelineEntry { at, note };
+    let at = |at: u64, note: Note| TimelineEntry {
+        at_ms: at * 1000,
+        note,
+    };
     vec![
         at(
             999_900,
@@ -137,7 +140,7 @@ fn a_job_page_escapes_every_value_and_draws_its_bar() {
     .unwrap();
     // In the daemon the page reads the notes themselves, not their sentences.
     detail.job.timeline = timeline();
-    let page = render::job(&detail, Some("https://github.com"), 1_000_000).into_string();
+    let page = render::job(&detail, Some("https://github.com"), 1_000_000_000).into_string();
     only_own_script(&page);
     assert!(page.contains("<svg"), "{page}");
     assert!(page.contains(r#"class="s-wait""#), "{page}");
@@ -150,4 +153,12 @@ fn a_job_page_escapes_every_value_and_draws_its_bar() {
         ),
         "{page}"
     );
+}
+
+#[test]
+fn a_span_under_ten_seconds_is_said_in_tenths() {
+    assert_eq!(render::span_age(270), "0.2s");
+    assert_eq!(render::span_age(9_950), "9.9s");
+    assert_eq!(render::span_age(10_000), "10s");
+    assert_eq!(render::span_age(125_000), "2m 5s");
 }

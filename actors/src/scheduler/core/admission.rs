@@ -115,7 +115,10 @@ impl Admission {
                 // ten now; the few reallocations cost less than the room).
                 rec.timeline.reserve_exact(2);
             }
-            rec.timeline.push(TimelineEntry { at: now.unix, note });
+            rec.timeline.push(TimelineEntry {
+                at_ms: now.unix_ms,
+                note,
+            });
         }
     }
 
@@ -216,16 +219,16 @@ mod tests {
         let mut a = table(t0);
         let key = JobKey::new("acme", 1);
         for i in 0..(TIMELINE_CAP as u64 + 5) {
-            let now = Now {
-                mono: t0,
-                unix: 1_000 + i,
-            };
+            let now = Now::whole_seconds(t0, 1_000 + i);
             a.note(&key, now, Note::RetryDue { attempt: 1 });
         }
         let timeline = &a.jobs[&key].timeline;
         assert_eq!(timeline.len(), TIMELINE_CAP);
-        assert_eq!(timeline[0].at, 1_000, "the first note stays");
-        assert_eq!(timeline.last().unwrap().at, 1_000 + TIMELINE_CAP as u64 + 4);
+        assert_eq!(timeline[0].at(), 1_000, "the first note stays");
+        assert_eq!(
+            timeline.last().unwrap().at(),
+            1_000 + TIMELINE_CAP as u64 + 4
+        );
     }
 
     #[test]
@@ -251,10 +254,7 @@ mod tests {
     fn only_records_at_rest_past_their_windows_and_unreferenced_are_forgotten() {
         let t0 = Instant::now();
         let mut a = table(t0);
-        let later = Now {
-            mono: t0 + Duration::from_secs(700),
-            unix: 0,
-        };
+        let later = Now::whole_seconds(t0 + Duration::from_secs(700), 0);
         let done = JobKey::new("acme", 4);
         let referenced: HashSet<&JobKey> = [&done].into_iter().collect();
         let ttl = Duration::from_secs(600);

@@ -38,7 +38,7 @@ impl Scheduler {
                 rec.phase = Phase::Done;
             }
             rec.timeline.push(TimelineEntry {
-                at: now.unix,
+                at_ms: now.unix_ms,
                 note: Note::Restored,
             });
             self.admission.jobs.insert(rec.info.key.clone(), rec);

@@ -71,10 +71,7 @@ pub(super) fn core_with(settings: SchedulerSettings) -> (Scheduler, Instant, Vec
 }
 
 pub(super) fn at(t0: Instant, secs: u64) -> Now {
-    Now {
-        mono: t0 + Duration::from_secs(secs),
-        unix: UNIX0 + secs,
-    }
+    Now::whole_seconds(t0 + Duration::from_secs(secs), UNIX0 + secs)
 }
 
 fn queued(s: &mut Scheduler, id: u64, labels: &[&str], now: Now) -> Vec<Effect> {

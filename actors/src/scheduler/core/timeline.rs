@@ -12,19 +12,33 @@ use crate::{
 /// Timeline entries kept per job (the first, how it arrived, is always kept).
 pub const TIMELINE_CAP: usize = 64;
 
-/// One line of a job's timeline. On the wire it is `{at, text}`; read back (by the CLI) its
-/// note is [`Note::Recorded`], the sentence.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One line of a job's timeline. On the wire it is `{at, at_ms, text}` (unix seconds, and
+/// milliseconds for what draws it finer); read back (by the CLI) its note is
+/// [`Note::Recorded`], the sentence.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TimelineEntry {
-    /// Unix seconds.
-    pub at: u64,
+    /// Unix milliseconds.
+    pub at_ms: u64,
     /// What was decided and why.
-    #[serde(rename = "text", serialize_with = "as_text")]
     pub note: Note,
 }
 
-fn as_text<S: Serializer>(note: &Note, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(note)
+impl TimelineEntry {
+    /// Unix seconds.
+    pub fn at(&self) -> u64 {
+        self.at_ms / 1000
+    }
+}
+
+impl Serialize for TimelineEntry {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut e = s.serialize_struct("TimelineEntry", 3)?;
+        e.serialize_field("at", &self.at())?;
+        e.serialize_field("at_ms", &self.at_ms)?;
+        e.serialize_field("text", &format_args!("{}", self.note))?;
+        e.end()
+    }
 }
 
 impl<'de> Deserialize<'de> for TimelineEntry {
@@ -32,11 +46,12 @@ impl<'de> Deserialize<'de> for TimelineEntry {
         #[derive(Deserialize)]
         struct Wire {
             at: u64,
+            at_ms: Option<u64>,
             text: String,
         }
         let w = Wire::deserialize(d)?;
         Ok(TimelineEntry {
-            at: w.at,
+            at_ms: w.at_ms.unwrap_or(w.at * 1000),
             note: Note::Recorded(w.text),
         })
     }

@@ -96,7 +96,7 @@ impl Scheduler {
             }),
             runner_name: r.info.runner_name.clone(),
             run_id: r.info.run_id,
-            arrived_unix: r.timeline.first().map(|e| e.at),
+            arrived_unix: r.timeline.first().map(TimelineEntry::at),
             timeline: if timeline {
                 r.timeline.clone()
             } else {

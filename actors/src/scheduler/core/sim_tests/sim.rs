@@ -225,10 +225,7 @@ impl Sim {
     pub(super) fn new(plan: Plan) -> Sim {
         let mut core = new_core(plan.slots, plan.seed);
         let t0 = Instant::now();
-        let now = Now {
-            mono: t0,
-            unix: UNIX0,
-        };
+        let now = Now::whole_seconds(t0, UNIX0);
         core.on_provider_status(PoolName::from("local"), true, None, now);
         let mut sim = Sim {
             rng: SmallRng::seed_from_u64(plan.seed),
@@ -270,10 +267,10 @@ impl Sim {
     }
 
     fn now(&self) -> Now {
-        Now {
-            mono: self.t0 + Duration::from_millis(self.t),
-            unix: UNIX0 + self.t / 1000,
-        }
+        Now::whole_seconds(
+            self.t0 + Duration::from_millis(self.t),
+            UNIX0 + self.t / 1000,
+        )
     }
 
     /// An instant as virtual milliseconds, rounded up (a timer never fires early).
