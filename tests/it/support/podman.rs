@@ -138,12 +138,19 @@ impl Podman {
     /// `podman` with this service's config.
     pub fn cli(&self) -> Command {
         let mut c = Command::new("podman");
-        c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"))
-            .env(
+        c.envs(self.env());
+        c
+    }
+
+    /// What points a `podman` command at this service's configuration.
+    fn env(&self) -> [(&'static str, PathBuf); 2] {
+        [
+            ("CONTAINERS_CONF", self.dir.path().join("containers.conf")),
+            (
                 "CONTAINERS_REGISTRIES_CONF",
                 self.dir.path().join("registries.conf"),
-            );
-        c
+            ),
+        ]
     }
 
     /// busybox-static + the daemon binary and the shared libraries it links. Imported once
@@ -295,8 +302,7 @@ impl Podman {
     /// uses its configuration, so it must go first).
     pub fn untag_on_drop(&self, tag: &str) -> Untag {
         Untag {
-            conf: self.dir.path().join("containers.conf"),
-            registries: self.dir.path().join("registries.conf"),
+            env: self.env(),
             tag: tag.to_string(),
         }
     }
@@ -326,16 +332,14 @@ impl Drop for Podman {
 
 /// See [`Podman::untag_on_drop`].
 pub struct Untag {
-    conf: PathBuf,
-    registries: PathBuf,
+    env: [(&'static str, PathBuf); 2],
     tag: String,
 }
 
 impl Drop for Untag {
     fn drop(&mut self) {
         let _ = std::process::Command::new("podman")
-            .env("CONTAINERS_CONF", &self.conf)
-            .env("CONTAINERS_REGISTRIES_CONF", &self.registries)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(["rmi", "--force", &self.tag])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
