@@ -4,6 +4,7 @@
 use ephemer_actors_core::{
     config::Config,
     github::{GithubClient, actions::ActionsClient},
+    scaleset::listener::scale_set_labels,
 };
 
 use super::Check;
@@ -46,15 +47,32 @@ pub async fn checks(client: &GithubClient, config: &Config) -> Vec<Check> {
                 continue;
             }
         };
-        let mut wanted = pool.common.labels.clone();
-        wanted.sort();
-        wanted.dedup();
-        if set.label_names() != wanted {
-            out.push(Check::warn(
-                &name,
-                format!("labels {:?}, the pool has {wanted:?}", set.label_names()),
-                "serve updates them at start",
-            ));
+        let wanted = scale_set_labels(pool.name.as_str(), &pool.common.labels);
+        let norm = |v: &[String]| {
+            let mut v: Vec<String> = v.iter().map(|l| l.to_ascii_lowercase()).collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let has = set.label_names();
+        if norm(&has) != norm(&wanted) {
+            let only_name = has.len() == 1 && has[0].eq_ignore_ascii_case(pool.name.as_str());
+            if only_name && wanted.len() > 1 {
+                out.push(Check::warn(
+                    &name,
+                    format!(
+                        "the scale set has only its name as a label, the pool wants {wanted:?}: the service drops custom labels (a GHES without custom scale-set labels), so only `runs-on: {}` reaches this pool",
+                        pool.name
+                    ),
+                    "route jobs with `runs-on: <pool name>`, or turn custom scale-set labels on (GHES 3.18+, see docs/operations.md, scale sets)",
+                ));
+            } else {
+                out.push(Check::warn(
+                    &name,
+                    format!("labels {has:?}, the pool wants {wanted:?}"),
+                    "serve updates them at start",
+                ));
+            }
         }
         // Ask for the session as serve would, and give it back at once.
         match actions

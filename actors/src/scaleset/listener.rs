@@ -1,24 +1,22 @@
-//! `ScaleSetListener`: one pool's scale set, its message session and its queue.
-//!
-//! Its loop: make sure the scale set exists with the pool's labels (created, adopted, updated,
-//! or created again when GitHub deleted it); close this host's own session left by a crash;
-//! open a session (a 409 means another owner listens: wait, growing to a minute, never hot);
-//! then long-poll. A 401 refreshes the session's token, a 404 (session evicted) opens a new
-//! session, keeping `lastMessageId`; a dropped connection is polled again after a backoff.
-//! Its restart policy: whatever ends the loop, the loop starts over after the backoff, keeping
-//! the scale set's id and `lastMessageId`; only `Stop` ends it (and closes the session).
+//! `ScaleSetListener`: one pool's scale set, its message session and its queue; the actor
+//! shell over two pure parts. [`Machine`](super::machine) decides the session's next call
+//! from the last answer (open, 409 wait, token refresh, eviction, the lease, the scale set
+//! gone), and [`inbox`](super::inbox) decides what a message means (what to acquire, what to
+//! hand the intake, what to acknowledge). This file only carries their calls out: one call at
+//! a time, its outcome fed back to the machine. Only `Stop` ends it (and closes the session).
 
 use std::{cell::RefCell, rc::Rc, time::Duration};
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, Context, Handler, Recipient, ResponseFuture, WrapFuture,
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, Recipient, ResponseActFuture, WrapFuture,
 };
 
 use super::{
-    Backoff, Mark, event_of,
+    Mark, inbox,
     lease::{lease_key, renew_lease, take_lease},
+    machine::{Call, Fail, Machine, Note, Outcome, Polled, SessionState},
     reckon::{Reckoner, reckon},
-    view::{observe, set_state},
+    view::observe,
 };
 use crate::{
     cluster::Ledger,
@@ -28,38 +26,33 @@ use crate::{
         GithubError,
         actions::{
             ActionsClient,
-            types::{JobMessageKind, Label, QueueMessage, ScaleSet, Session, Statistics},
+            types::{Label, QueueMessage, RunnerSetting, ScaleSet, Session, Statistics},
         },
         actor::GenerateJitConfig,
         client::{JitRunner, random_suffix},
     },
     metrics::Metrics,
-    scheduler::{
-        JobEvent, SchedulerActor,
-        messages::{EventSource, GetStatus},
-    },
+    scheduler::{JobEvent, SchedulerActor, messages::EventSource},
     store::Store,
     webhook::{Deliver, Verdict},
 };
 
 /// Runner names tried per claim when the name is taken (409).
 const NAME_ATTEMPTS: u32 = 3;
-/// How long a 409'd listener waits first, and at most, before asking for the session again.
-const HELD_FIRST: Duration = Duration::from_secs(5);
-const HELD_CAP: Duration = Duration::from_secs(60);
-/// The backoff after a failure to reach the service.
-const DOWN_FIRST: Duration = Duration::from_secs(1);
-const DOWN_CAP: Duration = Duration::from_secs(30);
 
 /// What a listener serves.
 #[derive(Debug, Clone)]
 pub struct ScaleSetSettings {
-    /// The pool (its scale set has the pool's name).
+    /// The pool (its scale set has the pool's name, which is also its first label).
     pub pool: PoolName,
-    /// The pool's labels: the scale set's labels.
+    /// The pool's labels: the scale set's labels after its name.
     pub labels: Vec<String>,
-    /// The pool's `max_concurrent`.
+    /// What the pool can run at once: its `max_concurrent`, bounded by the host's
+    /// `runner.max_concurrent`. Sent as `X-ScaleSetMaxCapacity` on every poll.
     pub max: usize,
+    /// The daemon keeps the pool's runner install current: the scale set's runners are
+    /// registered with their own updates off (`RunnerSetting.disableUpdate`).
+    pub disable_update: bool,
     /// `github.runner_group` (a name), if set.
     pub runner_group: Option<String>,
     /// `github.runner_group_id`.
@@ -75,7 +68,7 @@ pub struct ScaleSetSettings {
 pub struct ScaleSetWiring {
     /// The intake's gate (dedup, durable record, fleet ledger).
     pub intake: Recipient<Deliver>,
-    /// The scheduler, for the pool's free slots.
+    /// The scheduler, for the jobs it holds (the reckoning).
     pub scheduler: actix::WeakAddr<SchedulerActor>,
     /// The store, for the mark.
     pub store: Option<Store>,
@@ -83,7 +76,7 @@ pub struct ScaleSetWiring {
     pub ledger: Option<Ledger>,
 }
 
-/// The listener's state, shared by its loop and its claim handler.
+/// What the listener's calls share: the connection, the mark, the open session.
 #[derive(Debug)]
 pub(super) struct Shared {
     pub(super) client: ActionsClient,
@@ -91,18 +84,22 @@ pub(super) struct Shared {
     pub(super) wiring: ScaleSetWiring,
     pub(super) metrics: Metrics,
     pub(super) mark: RefCell<Mark>,
-    /// The scale set's id once it is known to exist.
-    pub(super) set_id: RefCell<Option<u64>>,
-    /// The session's state (a `SESSION_STATES` word) and why, for `status`.
-    pub(super) state: RefCell<(&'static str, String)>,
+    /// The open session (its queue URL and token).
+    pub(super) session: RefCell<Option<Session>>,
     /// The statistics the last message carried.
     pub(super) statistics: RefCell<Option<Statistics>>,
+    /// The reckoning's last reading.
+    pub(super) reckoner: RefCell<Reckoner>,
+    /// The labels warning was given (once per run).
+    said_dropped: RefCell<bool>,
 }
 
 /// One pool's scale-set listener.
 #[derive(Debug)]
 pub struct ScaleSetListener {
     pub(super) shared: Rc<Shared>,
+    pub(super) machine: Machine,
+    published: Option<SessionState>,
 }
 
 impl ScaleSetListener {
@@ -115,6 +112,16 @@ impl ScaleSetListener {
     ) -> Self {
         metrics.scaleset.init_pool(settings.pool.as_str());
         let mark = settings.mark.clone();
+        let session = mark
+            .session_id
+            .clone()
+            .filter(|_| mark.scale_set_id != 0)
+            .map(|id| (mark.scale_set_id, id));
+        let machine = Machine::new(
+            settings.max,
+            session,
+            wiring.ledger.as_ref().map(Ledger::lease),
+        );
         ScaleSetListener {
             shared: Rc::new(Shared {
                 client,
@@ -122,10 +129,13 @@ impl ScaleSetListener {
                 wiring,
                 metrics,
                 mark: RefCell::new(mark),
-                set_id: RefCell::new(None),
-                state: RefCell::new(("reconnecting", "starting".into())),
+                session: RefCell::new(None),
                 statistics: RefCell::new(None),
+                reckoner: RefCell::new(Reckoner::default()),
+                said_dropped: RefCell::new(false),
             }),
+            machine,
+            published: None,
         }
     }
 }
@@ -134,45 +144,34 @@ impl Actor for ScaleSetListener {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.run(ctx);
+        let first = self.machine.start();
+        self.perform(first, ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         // Close the session so another host (or this one, restarted) may open one at once.
         let shared = self.shared.clone();
-        let session = shared.mark.borrow().session_id.clone();
-        let set = *shared.set_id.borrow();
-        if let (Some(session), Some(set)) = (session, set) {
-            actix_rt::spawn(async move {
-                let close = async {
-                    let closed = shared.client.delete_session(set, &session).await;
-                    // Fleet mode: the lease goes with the session, so another host listens
-                    // at once.
-                    if let (Ok(()), Some(ledger)) = (&closed, &shared.wiring.ledger) {
-                        let _ = ledger.release_listener(&lease_key(&shared)).await;
-                    }
-                };
-                if tokio::time::timeout(Duration::from_secs(5), close)
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!(
-                        pool = shared.settings.pool.as_str(),
-                        "scale set: closing the session timed out; it lapses by itself"
-                    );
+        let Some((set, session)) = self.machine.session().map(|(s, id)| (s, id.to_string())) else {
+            return;
+        };
+        actix_rt::spawn(async move {
+            let close = async {
+                let closed = shared.client.delete_session(set, &session).await;
+                // Fleet mode: the lease goes with the session, so another host listens at once.
+                if let (Ok(()), Some(ledger)) = (&closed, &shared.wiring.ledger) {
+                    let _ = ledger.release_listener(&lease_key(&shared)).await;
                 }
-            });
-        }
-    }
-}
-
-impl ScaleSetListener {
-    /// The loop, started again after a backoff whenever it ends.
-    fn run(&mut self, ctx: &mut Context<Self>) {
-        let shared = self.shared.clone();
-        ctx.spawn(listen(shared).into_actor(self).map(|(), _, ctx| {
-            ctx.run_later(DOWN_CAP, |act, ctx| act.run(ctx));
-        }));
+            };
+            if tokio::time::timeout(Duration::from_secs(5), close)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    pool = shared.settings.pool.as_str(),
+                    "scale set: closing the session timed out; it lapses by itself"
+                );
+            }
+        });
     }
 }
 
@@ -181,162 +180,215 @@ fn draw() -> f64 {
     rand::rng().random()
 }
 
-/// Why a session's polling ended.
-enum Ended {
-    /// Another host holds the listener lease now: close the session and wait.
-    LostLease,
-    /// The session is gone (evicted, or lapsed): open another.
-    SessionGone,
-    /// The service failed; wait, then start over.
-    Failed(GithubError),
-}
+impl ScaleSetListener {
+    /// Carries `call` out; its outcome comes back to [`Self::step`].
+    fn perform(&mut self, call: Call, ctx: &mut Context<Self>) {
+        let shared = self.shared.clone();
+        ctx.spawn(
+            perform(shared, call)
+                .into_actor(self)
+                .map(|outcome, act, ctx| act.step(outcome, ctx)),
+        );
+    }
 
-/// Listens until the actor stops; returns only on an unexpected end (the caller restarts it).
-async fn listen(shared: Rc<Shared>) {
-    let pool = shared.settings.pool.clone();
-    let mut down = Backoff::new(DOWN_FIRST, DOWN_CAP);
-    let mut held = Backoff::new(HELD_FIRST, HELD_CAP);
-    let mut said_held = false;
-    loop {
-        let set = match ensure_scale_set(&shared).await {
-            Ok(id) => id,
-            Err(e) => {
-                set_state(
-                    &shared,
-                    "reconnecting",
-                    format!("cannot make sure the scale set exists: {e}"),
-                );
-                tracing::warn!(pool = pool.as_str(), error = %e, "scale set: cannot make sure it exists; trying again");
-                tokio::time::sleep(down.next(draw())).await;
-                continue;
-            }
-        };
-        if let Err(holder) = take_lease(&shared, set).await {
-            set_state(
-                &shared,
-                "held_elsewhere",
-                format!("host {holder} holds the listener lease"),
-            );
-            if !said_held {
-                tracing::info!(pool = pool.as_str(), holder = %holder, "scale set: another host listens; waiting for its lease to lapse");
-                said_held = true;
-            }
-            let lease = shared
-                .wiring
-                .ledger
-                .as_ref()
-                .map_or(HELD_CAP, |l| l.lease());
-            tokio::time::sleep(held.next(draw()).min(lease / 3)).await;
-            continue;
+    /// Feeds `outcome` to the machine and carries out what it says next.
+    fn step(&mut self, outcome: Outcome, ctx: &mut Context<Self>) {
+        let next = self.machine.on(outcome, draw());
+        self.publish();
+        self.perform(next, ctx);
+    }
+
+    /// The machine's state in the gauge, its notes in the log.
+    fn publish(&mut self) {
+        let pool = self.shared.settings.pool.as_str();
+        let state = self.machine.state().0;
+        if self.published != Some(state) {
+            self.shared
+                .metrics
+                .scaleset
+                .set_session(pool, state.as_str());
+            self.published = Some(state);
         }
-        close_own_stale_session(&shared, set).await;
-        let session = match shared
-            .client
-            .create_session(set, &shared.settings.owner_name)
-            .await
-        {
-            Ok(s) => s,
-            Err(GithubError::Http(f)) if f.status == 409 => {
-                set_state(&shared, "held_elsewhere", f.message.clone());
-                if !said_held {
-                    tracing::info!(pool = pool.as_str(), answer = %f.message, "scale set: another owner holds the message session; waiting for it");
-                    said_held = true;
+        for note in self.machine.take_notes() {
+            match note {
+                Note::Listening => {
+                    tracing::info!(pool, scale_set = ?self.machine.set(), last_message_id = self.shared.mark.borrow().last_message_id, capacity = self.shared.settings.max, "scale set: listening")
                 }
-                tokio::time::sleep(held.next(draw())).await;
-                continue;
-            }
-            Err(GithubError::Http(f)) if f.status == 404 => {
-                tracing::warn!(
-                    pool = pool.as_str(),
-                    "scale set: it is gone (deleted on GitHub); making it again"
-                );
-                *shared.set_id.borrow_mut() = None;
-                continue;
-            }
-            Err(e) => {
-                set_state(
-                    &shared,
-                    "reconnecting",
-                    format!("cannot open the message session: {e}"),
-                );
-                tracing::warn!(pool = pool.as_str(), error = %e, "scale set: cannot open the message session; trying again");
-                tokio::time::sleep(down.next(draw())).await;
-                continue;
-            }
-        };
-        said_held = false;
-        held.reset();
-        down.reset();
-        shared.mark.borrow_mut().session_id = Some(session.session_id.clone());
-        save_mark(&shared).await;
-        if !renew_lease(&shared, &session).await {
-            let _ = shared.client.delete_session(set, &session.session_id).await;
-            shared.mark.borrow_mut().session_id = None;
-            continue;
-        }
-        set_state(&shared, "listening", String::new());
-        if let Some(stats) = &session.statistics {
-            observe(&shared, stats);
-        }
-        tracing::info!(pool = pool.as_str(), scale_set = set, session = %session, last_message_id = shared.mark.borrow().last_message_id, "scale set: listening");
-        match poll(&shared, set, session).await {
-            Ended::LostLease => {
-                tracing::info!(
-                    pool = pool.as_str(),
-                    "scale set: another host took the listener lease; closing this session"
-                );
-                let closing = shared.mark.borrow_mut().session_id.take();
-                if let Some(id) = closing {
-                    let _ = shared.client.delete_session(set, &id).await;
+                Note::Held(who) => {
+                    tracing::info!(pool, holder = %who, "scale set: another owner holds the message session or the lease; waiting for it")
                 }
-            }
-            Ended::SessionGone => {
-                tracing::info!(
-                    pool = pool.as_str(),
-                    "scale set: the message session is gone; opening another"
-                );
-                shared.mark.borrow_mut().session_id = None;
-            }
-            Ended::Failed(e) => {
-                set_state(
-                    &shared,
-                    "reconnecting",
-                    format!("the message queue failed: {e}"),
-                );
-                tracing::warn!(pool = pool.as_str(), error = %e, "scale set: the message queue failed; reconnecting");
-                tokio::time::sleep(down.next(draw())).await;
+                Note::SessionGone => {
+                    tracing::info!(
+                        pool,
+                        "scale set: the message session is gone; opening another"
+                    )
+                }
+                Note::SetGone => {
+                    tracing::warn!(
+                        pool,
+                        "scale set: it is gone (deleted on GitHub); making it again"
+                    )
+                }
+                Note::Failed(why) => {
+                    tracing::warn!(pool, error = %why, "scale set: reconnecting")
+                }
+                Note::LostLease => {
+                    tracing::info!(
+                        pool,
+                        "scale set: another host took the listener lease; closing this session"
+                    )
+                }
             }
         }
     }
 }
 
-pub(super) fn values(s: &Statistics) -> [u64; 7] {
-    [
-        s.total_available_jobs,
-        s.total_acquired_jobs,
-        s.total_assigned_jobs,
-        s.total_running_jobs,
-        s.total_registered_runners,
-        s.total_busy_runners,
-        s.total_idle_runners,
-    ]
+/// Carries one call out against the service, the ledger or the clock.
+async fn perform(shared: Rc<Shared>, call: Call) -> Outcome {
+    let fail = |e: GithubError| Fail::from(&e);
+    match call {
+        Call::Wait(d) => {
+            tokio::time::sleep(d).await;
+            Outcome::Waited
+        }
+        Call::Resolve => Outcome::Resolved(ensure_scale_set(&shared).await.map_err(fail)),
+        Call::TakeLease(set) => Outcome::Leased(take_lease(&shared, set).await),
+        Call::Close { set, id } => {
+            let closed = shared.client.delete_session(set, &id).await;
+            if closed.is_ok() {
+                tracing::info!(pool = shared.settings.pool.as_str(), session = %id, "scale set: closed this host's session");
+                forget_session(&shared, &id).await;
+            } else if let Err(e) = &closed {
+                tracing::debug!(error = %e, "scale set: the session could not be closed; it is kept to be closed again");
+            }
+            Outcome::Closed(closed.map_err(fail))
+        }
+        Call::Open(set) => {
+            let opened = shared
+                .client
+                .create_session(set, &shared.settings.owner_name)
+                .await;
+            Outcome::Opened(match opened {
+                Ok(session) => {
+                    if let Some(stats) = &session.statistics {
+                        observe(&shared, stats);
+                    }
+                    let id = session.session_id.clone();
+                    shared.mark.borrow_mut().session_id = Some(id.clone());
+                    *shared.session.borrow_mut() = Some(session);
+                    *shared.reckoner.borrow_mut() = Reckoner::default();
+                    save_mark(&shared).await;
+                    Ok(id)
+                }
+                Err(e) => Err(fail(e)),
+            })
+        }
+        Call::Renew => {
+            let session = shared.session.borrow().clone().unwrap_or_default();
+            Outcome::Renewed(renew_lease(&shared, &session).await)
+        }
+        Call::Poll { set, capacity } => Outcome::Polled(poll_once(&shared, set, capacity).await),
+        Call::Refresh(set) => {
+            let id = shared
+                .session
+                .borrow()
+                .as_ref()
+                .map(|s| s.session_id.clone())
+                .unwrap_or_default();
+            Outcome::Refreshed(match shared.client.refresh_session(set, &id).await {
+                Ok(fresh) => {
+                    *shared.session.borrow_mut() = Some(fresh);
+                    Ok(())
+                }
+                Err(e) => Err(fail(e)),
+            })
+        }
+        Call::Reckon(set) => Outcome::Reckoned(reckon(&shared, set).await.map_err(fail)),
+    }
 }
 
-/// The scale set's id: the one known, else found by name in the runner group (its labels set
-/// to the pool's if they differ), else created.
+/// The session `id` is closed: the store forgets it.
+async fn forget_session(shared: &Shared, id: &str) {
+    let held = shared.mark.borrow().session_id.as_deref() == Some(id);
+    if held {
+        shared.mark.borrow_mut().session_id = None;
+        save_mark(shared).await;
+    }
+}
+
+/// One long poll, with the message it brings handled. Fleet mode renews the lease while the
+/// poll waits.
+async fn poll_once(shared: &Shared, set: u64, capacity: usize) -> Result<Polled, Fail> {
+    let Some(session) = shared.session.borrow().clone() else {
+        return Err(Fail::NotFound);
+    };
+    let last = shared.mark.borrow().last_message_id;
+    let get = shared.client.get_message(&session, last, capacity);
+    tokio::pin!(get);
+    let every = shared
+        .wiring
+        .ledger
+        .as_ref()
+        .map_or(Duration::from_secs(3600), |l| l.heartbeat_every());
+    let answer = loop {
+        tokio::select! {
+            answer = &mut get => break answer,
+            () = tokio::time::sleep(every) => {
+                if !renew_lease(shared, &session).await {
+                    return Ok(Polled::LostLease);
+                }
+            }
+        }
+    };
+    match answer {
+        Ok(None) => Ok(Polled::Nothing),
+        Ok(Some(message)) => match handle(shared, set, &session, message).await {
+            Ok(()) => Ok(Polled::Handled),
+            Err(e) => {
+                // Not acknowledged: the queue hands the message out again.
+                tracing::warn!(pool = shared.settings.pool.as_str(), error = %e, "scale set: a message could not be handled; it comes again");
+                Ok(Polled::NotHandled)
+            }
+        },
+        Err(e) => {
+            tracing::debug!(pool = shared.settings.pool.as_str(), error = %e, "scale set: the poll failed");
+            Err(Fail::from(&e))
+        }
+    }
+}
+
+/// The scale set's labels: its name first (the label `runs-on: <pool>` routes by, as ARC
+/// registers it), then the pool's, without repeats (case-insensitive).
+pub fn scale_set_labels(name: &str, labels: &[String]) -> Vec<String> {
+    let mut out = vec![name.to_string()];
+    for l in labels {
+        if !out.iter().any(|o| o.eq_ignore_ascii_case(l)) {
+            out.push(l.clone());
+        }
+    }
+    out
+}
+
+/// Label lists compared as sets, case-insensitive.
+fn same_labels(a: &[String], b: &[String]) -> bool {
+    let norm = |v: &[String]| {
+        let mut v: Vec<String> = v.iter().map(|l| l.to_ascii_lowercase()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    norm(a) == norm(b)
+}
+
+/// The scale set's id: found by name in the runner group (its labels and settings made the
+/// pool's if they differ, unless the service dropped those labels before), else created.
 async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
     let s = &shared.settings;
-    let known = *shared.set_id.borrow();
-    if let Some(id) = known {
-        return Ok(id);
-    }
     let client = &shared.client;
     let group = client
         .runner_group_id(s.runner_group.as_deref(), s.runner_group_id)
         .await?;
-    let mut wanted_labels: Vec<String> = s.labels.clone();
-    wanted_labels.sort();
-    wanted_labels.dedup();
+    let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
     let wanted = ScaleSet {
         name: s.pool.to_string(),
         runner_group_id: group,
@@ -347,26 +399,33 @@ async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
                 name: l.clone(),
             })
             .collect(),
+        runner_setting: RunnerSetting {
+            disable_update: s.disable_update,
+        },
         ..ScaleSet::default()
     };
-    let id = match client.find_scale_set(group, s.pool.as_str()).await? {
-        Some(found) if found.label_names() == wanted_labels => found.id,
+    let dropped_before = same_labels(&shared.mark.borrow().dropped_labels, &wanted_labels);
+    let (id, answered) = match client.find_scale_set(group, s.pool.as_str()).await? {
+        Some(found)
+            if found.runner_setting == wanted.runner_setting
+                && (same_labels(&found.label_names(), &wanted_labels) || dropped_before) =>
+        {
+            (found.id, None)
+        }
         Some(found) => {
-            tracing::info!(pool = s.pool.as_str(), was = ?found.label_names(), now = ?wanted_labels, "scale set: the pool's labels changed; updating the scale set");
-            client
-                .update_scale_set(found.id, &wanted)
-                .await?
-                .id
-                .max(found.id)
+            tracing::info!(pool = s.pool.as_str(), was = ?found.label_names(), now = ?wanted_labels, disable_update = s.disable_update, "scale set: the pool's labels or settings changed; updating the scale set");
+            let updated = client.update_scale_set(found.id, &wanted).await?;
+            (updated.id.max(found.id), Some(updated))
         }
         None => {
             let made = client.create_scale_set(&wanted).await?;
             tracing::info!(
                 pool = s.pool.as_str(),
                 scale_set = made.id,
+                labels = ?wanted_labels,
                 "scale set: created"
             );
-            made.id
+            (made.id, Some(made))
         }
     };
     let was = shared.mark.borrow().scale_set_id;
@@ -388,137 +447,48 @@ async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
                 "scale set: made again; its old jobs still waiting are withdrawn unless the new scale set counts them"
             );
         }
-        *shared.mark.borrow_mut() = Mark {
+        let mut mark = shared.mark.borrow_mut();
+        *mark = Mark {
             scale_set_id: id,
             orphans,
-            ..Mark::default()
+            session_id: mark.session_id.take(),
+            assignments: std::mem::take(&mut mark.assignments),
+            dropped_labels: std::mem::take(&mut mark.dropped_labels),
+            last_message_id: 0,
         };
-        save_mark(shared).await;
     }
-    *shared.set_id.borrow_mut() = Some(id);
+    // A service that keeps only the name (a GHES without custom scale-set labels) drops the
+    // rest silently: said once, remembered so no restart asks again in vain.
+    if let Some(answer) = answered {
+        let kept = answer.label_names();
+        let lost: Vec<&String> = wanted_labels
+            .iter()
+            .filter(|l| !kept.iter().any(|k| k.eq_ignore_ascii_case(l)))
+            .collect();
+        shared.mark.borrow_mut().dropped_labels = if lost.is_empty() {
+            Vec::new()
+        } else {
+            wanted_labels.clone()
+        };
+        if !lost.is_empty() && !*shared.said_dropped.borrow() {
+            *shared.said_dropped.borrow_mut() = true;
+            tracing::warn!(pool = s.pool.as_str(), dropped = ?lost, "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
+        }
+    } else if dropped_before && !*shared.said_dropped.borrow() {
+        *shared.said_dropped.borrow_mut() = true;
+        tracing::warn!(
+            pool = s.pool.as_str(),
+            "scale set: the Actions service dropped its custom labels before; only `runs-on: {}` reaches this pool, and they are not asked for again until the pool's labels change",
+            s.pool
+        );
+    }
+    save_mark(shared).await;
     Ok(id)
 }
 
-/// Closes the session this host held before it was killed, if the store remembers one.
-async fn close_own_stale_session(shared: &Shared, set: u64) {
-    let stale = shared.mark.borrow().session_id.clone();
-    let Some(stale) = stale else { return };
-    match shared.client.delete_session(set, &stale).await {
-        Ok(()) => {
-            tracing::info!(pool = shared.settings.pool.as_str(), session = %stale, "scale set: closed this host's previous session")
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "scale set: the previous session could not be closed")
-        }
-    }
-    shared.mark.borrow_mut().session_id = None;
-}
-
-/// Long-polls the session's queue until the session is gone or the service fails.
-async fn poll(shared: &Shared, set: u64, mut session: Session) -> Ended {
-    let pool = shared.settings.pool.clone();
-    let mut dropped = Backoff::new(DOWN_FIRST, DOWN_CAP);
-    let mut failures = 0u32;
-    let mut reckoner = Reckoner::default();
-    loop {
-        let capacity = free_slots(shared).await;
-        let last = shared.mark.borrow().last_message_id;
-        let answer = {
-            let get = shared.client.get_message(&session, last, capacity);
-            tokio::pin!(get);
-            // Fleet mode: the lease is renewed while the long poll waits.
-            let every = shared
-                .wiring
-                .ledger
-                .as_ref()
-                .map_or(Duration::from_secs(3600), |l| l.heartbeat_every());
-            loop {
-                tokio::select! {
-                    answer = &mut get => break answer,
-                    () = tokio::time::sleep(every) => {
-                        if !renew_lease(shared, &session).await {
-                            return Ended::LostLease;
-                        }
-                    }
-                }
-            }
-        };
-        match answer {
-            Ok(None) => {
-                failures = 0;
-                dropped.reset();
-                // The queue is drained: the statistics can be held against the jobs known.
-                match reckon(shared, set, &mut session, &mut reckoner).await {
-                    Ok(()) => {}
-                    Err(GithubError::Http(f)) if f.status == 404 => return Ended::SessionGone,
-                    Err(e) => {
-                        tracing::debug!(pool = pool.as_str(), error = %e, "scale set: the reckoning's session refresh failed")
-                    }
-                }
-            }
-            Ok(Some(message)) => {
-                failures = 0;
-                dropped.reset();
-                if let Err(e) = handle(shared, set, &session, message).await {
-                    // Not acknowledged: the queue hands the message out again.
-                    tracing::warn!(pool = pool.as_str(), error = %e, "scale set: a message could not be handled; it comes again");
-                    tokio::time::sleep(dropped.next(draw())).await;
-                }
-                if !renew_lease(shared, &session).await {
-                    return Ended::LostLease;
-                }
-            }
-            Err(GithubError::Http(f)) if f.status == 401 => {
-                // The queue's token expired: refresh the session, keeping its place.
-                match shared
-                    .client
-                    .refresh_session(set, &session.session_id)
-                    .await
-                {
-                    Ok(fresh) => session = fresh,
-                    Err(GithubError::Http(f)) if f.status == 404 => return Ended::SessionGone,
-                    Err(e) => return Ended::Failed(e),
-                }
-            }
-            Err(GithubError::Http(f)) if f.status == 404 => return Ended::SessionGone,
-            Err(e) => {
-                // A proxy that dropped the long poll, a timeout: poll again after a backoff;
-                // after many in a row, start over with a new session.
-                failures += 1;
-                if failures >= 5 {
-                    return Ended::Failed(e);
-                }
-                tracing::debug!(pool = pool.as_str(), error = %e, "scale set: the poll failed; polling again");
-                tokio::time::sleep(dropped.next(draw())).await;
-            }
-        }
-    }
-}
-
-/// The pool's free slots, the `X-ScaleSetMaxCapacity` of the next poll (0 while it is down).
-async fn free_slots(shared: &Shared) -> usize {
-    let s = &shared.settings;
-    let Some(scheduler) = shared.wiring.scheduler.upgrade() else {
-        return 0;
-    };
-    match scheduler.send(GetStatus).await {
-        Ok(view) => view
-            .providers
-            .iter()
-            .find(|p| p.provider == s.pool)
-            .map_or(0, |p| {
-                if p.up {
-                    p.max.saturating_sub(p.used)
-                } else {
-                    0
-                }
-            }),
-        Err(_) => s.max,
-    }
-}
-
-/// Handles one message: acquires its available jobs, hands its assigned, started and
-/// completed jobs to the intake, and once all are durable keeps its id and acknowledges it.
+/// Handles one message: acquires its offered jobs, hands its job events to the intake, and
+/// once all are durable keeps its id (with the assignments it counted) and acknowledges it.
+/// What cannot be read is counted, logged with the message's id, and acknowledged too.
 async fn handle(
     shared: &Shared,
     set: u64,
@@ -530,95 +500,106 @@ async fn handle(
     if let Some(stats) = &message.statistics {
         observe(shared, stats);
     }
-    if message.unreadable > 0 {
-        metrics
-            .messages
-            .with_label_values(&[pool, "unreadable"])
-            .inc_by(message.unreadable as u64);
+    let last = shared.mark.borrow().last_message_id;
+    if last > 0 && message.id <= last {
+        // Handled before (the service answered from before `lastMessageId`): acknowledge only.
+        let _ = shared.client.delete_message(session, message.id).await;
+        return Ok(());
+    }
+    let mut mark = shared.mark.borrow().clone();
+    let pin = crate::config::scaleset_pin(&shared.settings.pool);
+    let handled = inbox::handle(
+        &message,
+        set,
+        shared.client.owner(),
+        &pin,
+        &mut mark,
+        crate::clock::unix_now(),
+    );
+    if let Some(why) = &handled.unreadable {
         tracing::warn!(
             pool,
-            count = message.unreadable,
-            "scale set: job messages of an unknown kind were skipped"
+            message_id = message.id,
+            "scale set: {why}; counted as unreadable and acknowledged so the queue goes on"
         );
     }
-    let available: Vec<u64> = message
-        .jobs
-        .iter()
-        .filter(|j| j.message_type == JobMessageKind::JobAvailable)
-        .map(|j| j.runner_request_id)
-        .collect();
-    if !available.is_empty() {
-        match shared.client.acquire_jobs(set, session, &available).await {
-            Ok(acquired) => {
-                let lost = available.len().saturating_sub(acquired.len());
-                metrics
-                    .acquire
-                    .with_label_values(&[pool, "acquired"])
-                    .inc_by(acquired.len() as u64);
-                metrics
-                    .acquire
-                    .with_label_values(&[pool, "lost"])
-                    .inc_by(lost as u64);
-            }
-            Err(GithubError::Http(f)) if f.status == 404 => {
-                // A GHES without job acquisition: the jobs are assigned without it.
-                metrics
-                    .acquire
-                    .with_label_values(&[pool, "error"])
-                    .inc_by(available.len() as u64);
-                tracing::warn!(
-                    pool,
-                    "scale set: this server has no acquirejobs (see docs/operations.md for the version floor)"
-                );
-            }
-            Err(e) => {
-                metrics
-                    .acquire
-                    .with_label_values(&[pool, "error"])
-                    .inc_by(available.len() as u64);
-                return Err(format!("acquiring jobs: {e}"));
-            }
-        }
+    if !handled.acquire.is_empty() {
+        acquire(shared, set, session, &handled.acquire).await?;
     }
-    let pin = crate::config::scaleset_pin(&shared.settings.pool);
-    let owner = shared.client.owner().to_string();
-    for job in &message.jobs {
-        metrics
-            .messages
-            .with_label_values(&[pool, job.message_type.as_str()])
-            .inc();
-        let Some((action, info)) = event_of(job, &owner, &pin) else {
-            continue;
-        };
+    for delivery in handled.deliveries {
+        let job_id = delivery.job.key.job_id;
         let event = JobEvent {
-            delivery_id: Some(format!(
-                "scaleset-{}-{}",
-                job.runner_request_id,
-                job.message_type.as_str()
-            )),
-            action,
-            job: info,
+            delivery_id: Some(delivery.id),
+            action: delivery.action,
+            job: delivery.job,
             received: tokio::time::Instant::now(),
             source: EventSource::ScaleSet,
         };
         match shared.wiring.intake.send(Deliver(event)).await {
             Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => {}
-            Ok(other) => {
-                return Err(format!(
-                    "the intake refused job {}: {other:?}",
-                    job.runner_request_id
-                ));
-            }
+            Ok(other) => return Err(format!("the intake refused job {job_id}: {other:?}")),
             Err(e) => return Err(format!("the intake is gone: {e}")),
         }
     }
-    shared.mark.borrow_mut().last_message_id = message.id;
+    for (label, n) in handled.counts {
+        metrics.messages.with_label_values(&[pool, label]).inc_by(n);
+    }
+    if handled.withdrawn > 0 {
+        tracing::info!(
+            pool,
+            jobs = handled.withdrawn,
+            message_id = message.id,
+            "scale set: the service withdrew jobs no runner took in time; their next assignment gets a runner"
+        );
+    }
+    mark.last_message_id = message.id;
+    *shared.mark.borrow_mut() = mark;
     save_mark(shared).await;
     if let Err(e) = shared.client.delete_message(session, message.id).await {
-        // Durable already: when it comes again its jobs are known (dedup by request id).
+        // Durable already: when it comes again it is acknowledged only (its id is kept).
         tracing::debug!(pool, error = %e, "scale set: acknowledging a message failed");
     }
     Ok(())
+}
+
+/// Acquires offered jobs (a GHES offers before it assigns); what was not acquired went to
+/// another scale set or was cancelled meanwhile.
+async fn acquire(shared: &Shared, set: u64, session: &Session, ids: &[u64]) -> Result<(), String> {
+    let pool = shared.settings.pool.as_str();
+    let metrics = &shared.metrics.scaleset;
+    match shared.client.acquire_jobs(set, session, ids).await {
+        Ok(acquired) => {
+            let lost = ids.len().saturating_sub(acquired.len());
+            metrics
+                .acquire
+                .with_label_values(&[pool, "acquired"])
+                .inc_by(acquired.len() as u64);
+            metrics
+                .acquire
+                .with_label_values(&[pool, "lost"])
+                .inc_by(lost as u64);
+            Ok(())
+        }
+        Err(GithubError::Http(f)) if f.status == 404 => {
+            // A service without job acquisition: the jobs are assigned without it.
+            metrics
+                .acquire
+                .with_label_values(&[pool, "error"])
+                .inc_by(ids.len() as u64);
+            tracing::warn!(
+                pool,
+                "scale set: this server has no acquirejobs (see docs/operations.md for the version floor)"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            metrics
+                .acquire
+                .with_label_values(&[pool, "error"])
+                .inc_by(ids.len() as u64);
+            Err(format!("acquiring jobs: {e}"))
+        }
+    }
 }
 
 /// Writes the mark (best effort: a lost write costs a message seen twice, which dedups).
@@ -634,38 +615,67 @@ pub(super) async fn save_mark(shared: &Shared) {
 }
 
 impl Handler<GenerateJitConfig> for ScaleSetListener {
-    type Result = ResponseFuture<Result<JitRunner, GithubError>>;
+    type Result = ResponseActFuture<Self, Result<JitRunner, GithubError>>;
 
     /// A claim for this pool: a runner registered in the scale set.
     fn handle(&mut self, claim: GenerateJitConfig, _: &mut Context<Self>) -> Self::Result {
         let shared = self.shared.clone();
-        Box::pin(async move {
-            let set = match *shared.set_id.borrow() {
-                Some(id) => id,
-                None => {
-                    return Err(GithubError::Network {
-                        endpoint: "actions_generate_jitconfig",
-                        detail: "the scale set is not known yet".into(),
-                    });
-                }
+        let set = self.machine.set();
+        let register = async move {
+            let Some(set) = set else {
+                return Err(GithubError::Network {
+                    endpoint: "actions_generate_jitconfig",
+                    detail: "the scale set is not known yet".into(),
+                });
             };
             for _ in 0..NAME_ATTEMPTS {
                 let name = format!("{}{}", claim.name_base, random_suffix());
                 match shared.client.generate_jitconfig(set, &name).await {
                     Err(GithubError::Http(f)) if f.status == 409 => continue,
-                    Err(GithubError::Http(f)) if f.status == 404 => {
-                        // Deleted under us: the loop makes it again.
-                        *shared.set_id.borrow_mut() = None;
-                        return Err(GithubError::Http(f));
-                    }
                     other => return other,
                 }
             }
             Err(GithubError::NameConflict {
                 attempts: NAME_ATTEMPTS,
             })
-        })
+        };
+        Box::pin(register.into_actor(self).map(|result, act, _| {
+            if let Err(GithubError::Http(f)) = &result
+                && f.status == 404
+            {
+                // Deleted under us: the next round makes it again.
+                act.machine.forget_set();
+            }
+            result
+        }))
     }
 }
 
 crate::stop_on_request!(ScaleSetListener);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_set_is_registered_with_its_name_first_then_the_pool_s_labels() {
+        let labels = vec![
+            "self-hosted".into(),
+            "Linux".into(),
+            "alpha".into(),
+            "linux".into(),
+        ];
+        assert_eq!(
+            scale_set_labels("alpha", &labels),
+            ["alpha", "self-hosted", "Linux"]
+        );
+        assert!(same_labels(
+            &["Linux".into(), "alpha".into()],
+            &["alpha".into(), "linux".into()]
+        ));
+        assert!(!same_labels(
+            &["alpha".into()],
+            &["alpha".into(), "linux".into()]
+        ));
+    }
+}

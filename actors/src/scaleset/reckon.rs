@@ -23,7 +23,6 @@ use tokio::time::Instant;
 
 use super::{listener::Shared, view::observe};
 use crate::{
-    github::actions::types::Session,
     job::{JobAction, JobInfo, JobKey, RECKONED_BASE},
     scheduler::{
         JobEvent,
@@ -89,21 +88,21 @@ pub(super) async fn demand(shared: &Shared) -> Option<PoolDemand> {
 
 /// A reading, when one is due: the session refreshed for fresh statistics (it returns with a
 /// new queue token), the gap taken, and acted on when it held since the last reading.
-pub(super) async fn reckon(
-    shared: &Shared,
-    set: u64,
-    session: &mut Session,
-    r: &mut Reckoner,
-) -> Result<(), crate::github::GithubError> {
+pub(super) async fn reckon(shared: &Shared, set: u64) -> Result<(), crate::github::GithubError> {
     let now = Instant::now();
-    if r.at.is_some_and(|at| now.duration_since(at) < RECKON_EVERY) {
-        return Ok(());
-    }
-    *session = shared
-        .client
-        .refresh_session(set, &session.session_id)
-        .await?;
-    let Some(stats) = session.statistics else {
+    let due = shared
+        .reckoner
+        .borrow()
+        .at
+        .is_none_or(|at| now.duration_since(at) >= RECKON_EVERY);
+    let id = match shared.session.borrow().as_ref() {
+        Some(s) if due => s.session_id.clone(),
+        _ => return Ok(()),
+    };
+    let fresh = shared.client.refresh_session(set, &id).await?;
+    let stats = fresh.statistics;
+    *shared.session.borrow_mut() = Some(fresh);
+    let Some(stats) = stats else {
         return Ok(());
     };
     observe(shared, &stats);
@@ -113,8 +112,8 @@ pub(super) async fn reckon(
     let assigned = i64::try_from(stats.total_assigned_jobs).unwrap_or(i64::MAX);
     let ours = i64::try_from(held.waiting.len() + held.running).unwrap_or(i64::MAX);
     let gap = assigned - ours;
-    let step = amend(r.gap, gap);
-    *r = Reckoner {
+    let step = amend(shared.reckoner.borrow().gap, gap);
+    *shared.reckoner.borrow_mut() = Reckoner {
         at: Some(now),
         gap: Some(gap),
     };
@@ -149,7 +148,7 @@ pub(super) async fn reckon(
                 .with_label_values(&[pool, "fill"])
                 .inc_by(n as u64);
             // The next reading waits for these to be claimed and taken.
-            r.gap = None;
+            shared.reckoner.borrow_mut().gap = None;
         }
         Amend::Withdraw(n) => {
             let orphans = shared.mark.borrow().orphans.clone();
@@ -171,7 +170,7 @@ pub(super) async fn reckon(
                     .reckoned
                     .with_label_values(&[pool, "withdraw"])
                     .inc_by(gone.len() as u64);
-                r.gap = None;
+                shared.reckoner.borrow_mut().gap = None;
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use actix::{Context, Handler};
 
-use super::listener::{ScaleSetListener, Shared, values};
+use super::listener::{ScaleSetListener, Shared};
 use crate::github::actions::types::Statistics;
 
 /// One listener, as `status` shows it.
@@ -36,26 +36,17 @@ impl Handler<GetListener> for ScaleSetListener {
 
     fn handle(&mut self, _: GetListener, _: &mut Context<Self>) -> Self::Result {
         let s = &self.shared;
-        let (state, why) = s.state.borrow().clone();
+        let (state, why) = self.machine.state();
         actix::MessageResult(ListenerView {
             pool: s.settings.pool.to_string(),
             owner: s.client.owner().to_string(),
-            scale_set_id: *s.set_id.borrow(),
-            state: state.to_string(),
-            why,
+            scale_set_id: self.machine.set(),
+            state: state.as_str().to_string(),
+            why: why.to_string(),
             last_message_id: s.mark.borrow().last_message_id,
             statistics: *s.statistics.borrow(),
         })
     }
-}
-
-/// Sets the session's state, in the gauge and for `status`.
-pub(super) fn set_state(shared: &Shared, state: &'static str, why: impl Into<String>) {
-    shared
-        .metrics
-        .scaleset
-        .set_session(shared.settings.pool.as_str(), state);
-    *shared.state.borrow_mut() = (state, why.into());
 }
 
 /// Records a message's statistics, in the gauges and for `status`.
@@ -65,4 +56,17 @@ pub(super) fn observe(shared: &Shared, stats: &Statistics) {
         .scaleset
         .observe(shared.settings.pool.as_str(), values(stats));
     *shared.statistics.borrow_mut() = Some(*stats);
+}
+
+/// The statistics in the order of the gauge's `stat` label.
+fn values(s: &Statistics) -> [u64; 7] {
+    [
+        s.total_available_jobs,
+        s.total_acquired_jobs,
+        s.total_assigned_jobs,
+        s.total_running_jobs,
+        s.total_registered_runners,
+        s.total_busy_runners,
+        s.total_idle_runners,
+    ]
 }

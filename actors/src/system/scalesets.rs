@@ -62,7 +62,13 @@ pub(super) fn start(
                 ScaleSetSettings {
                     pool: pool.name.clone(),
                     labels: pool.common.labels.clone(),
-                    max: pool.common.max_concurrent,
+                    // What the pool can produce, as ARC sends its `maxRunners`: the service
+                    // holds its assignments against it. Never the free slots.
+                    max: pool.common.max_concurrent.min(config.runner.max_concurrent),
+                    disable_update: config.runner.update.auto_update
+                        && pool
+                            .process()
+                            .is_some_and(|p| p.program == crate::config::RunnerProgram::Managed),
                     runner_group: target.github.runner_group.clone(),
                     runner_group_id: target.github.runner_group_id,
                     owner_name: owner_name.clone(),

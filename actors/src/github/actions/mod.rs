@@ -23,8 +23,13 @@ use crate::config::Secret;
 
 /// The service's API version, as the Go client sends it.
 const API_VERSION: &str = "6.0-preview";
+/// Every call's `Accept`, as the Go client sends it on the queue's calls (the service reads
+/// the version from here where a call carries no `api-version` query).
+const ACCEPT: &str = "application/json; api-version=6.0-preview";
 /// Where scale sets live on the service.
 const SCALE_SETS: &str = "_apis/runtime/runnerscalesets";
+/// Where runners are registered on the service.
+const AGENTS: &str = "_apis/distributedtask/pools/0/agents";
 /// A message poll waits up to ~50 s for a message; the request's own timeout is above that.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(75);
 /// Calls other than the poll.
@@ -101,6 +106,46 @@ fn gone_is_done(answer: Result<Answer, GithubError>) -> Result<(), GithubError> 
         Err(GithubError::Http(f)) if f.status == 404 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a failed answer names the service's exception `name`: its `typeName` is assembly
+/// qualified (`GitHub.Actions...SessionExpiredException, GitHub.Actions...`), so it is matched
+/// as a part of the message or of the body, as both Go clients do.
+pub fn names_exception(e: &GithubError, name: &str) -> bool {
+    match e {
+        GithubError::Http(f) => f.message.contains(name),
+        _ => false,
+    }
+}
+
+/// The body without the byte-order mark the service may put before it.
+fn without_bom(body: &[u8]) -> &[u8] {
+    body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body)
+}
+
+/// A failed answer with the exception's `typeName` kept in its message, so callers can tell
+/// the service's exceptions apart.
+fn check_service(endpoint: &'static str, mut answer: Answer) -> Result<Answer, GithubError> {
+    if answer.status.is_success() {
+        return Ok(answer);
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ServiceError {
+        #[serde(default)]
+        type_name: Option<String>,
+        #[serde(default)]
+        message: Option<String>,
+    }
+    if let Ok(e) = serde_json::from_slice::<ServiceError>(without_bom(&answer.body))
+        && let Some(kind) = e.type_name
+    {
+        let text = format!("{kind}: {}", e.message.unwrap_or_default());
+        answer.body = serde_json::to_vec(&json!({ "message": text }))
+            .unwrap_or_default()
+            .into();
+    }
+    check(endpoint, answer)
 }
 
 impl ActionsClient {
@@ -189,7 +234,7 @@ impl ActionsClient {
             .request(method, url)
             .timeout(timeout)
             .insert_header(("Authorization", authorization))
-            .insert_header(("Accept", "application/json"));
+            .insert_header(("Accept", ACCEPT));
         if let Some((name, value)) = header {
             request = request.insert_header((name, value));
         }
@@ -229,7 +274,7 @@ impl ActionsClient {
                 self.connection.borrow_mut().take();
                 continue;
             }
-            return check(endpoint, answer);
+            return check_service(endpoint, answer);
         }
         unreachable!("the loop returns on its second attempt")
     }
@@ -248,7 +293,8 @@ impl ActionsClient {
                 None,
             )
             .await?;
-        let list: List<RunnerGroup> = decode("actions_get_runner_group", &answer.body)?;
+        let list: List<RunnerGroup> =
+            decode("actions_get_runner_group", without_bom(&answer.body))?;
         list.value
             .first()
             .map(|g| g.id)
@@ -276,7 +322,7 @@ impl ActionsClient {
                 None,
             )
             .await?;
-        let list: List<ScaleSet> = decode("actions_get_scale_set", &answer.body)?;
+        let list: List<ScaleSet> = decode("actions_get_scale_set", without_bom(&answer.body))?;
         Ok(list.value.into_iter().next())
     }
 
@@ -292,7 +338,7 @@ impl ActionsClient {
             )
             .await
         {
-            Ok(a) => decode("actions_get_scale_set_by_id", &a.body).map(Some),
+            Ok(a) => decode("actions_get_scale_set_by_id", without_bom(&a.body)).map(Some),
             Err(GithubError::Http(f)) if f.status == 404 => Ok(None),
             Err(e) => Err(e),
         }
@@ -310,7 +356,7 @@ impl ActionsClient {
                 Some(body),
             )
             .await?;
-        decode("actions_create_scale_set", &a.body)
+        decode("actions_create_scale_set", without_bom(&a.body))
     }
 
     /// Updates scale set `id` (its labels).
@@ -325,7 +371,7 @@ impl ActionsClient {
                 Some(body),
             )
             .await?;
-        decode("actions_update_scale_set", &a.body)
+        decode("actions_update_scale_set", without_bom(&a.body))
     }
 
     /// Deletes scale set `id`; already gone counts as done.
@@ -353,7 +399,7 @@ impl ActionsClient {
                 Some(json!({ "ownerName": owner })),
             )
             .await?;
-        decode("actions_create_session", &a.body)
+        decode("actions_create_session", without_bom(&a.body))
     }
 
     /// Refreshes a session's queue token (a 404: the session was evicted).
@@ -367,16 +413,35 @@ impl ActionsClient {
                 None,
             )
             .await?;
-        decode("actions_refresh_session", &a.body)
+        decode("actions_refresh_session", without_bom(&a.body))
     }
 
-    /// Closes a session; already gone counts as done.
+    /// Closes a session; already gone counts as done: a 404, and the 400
+    /// `RunnerScaleSetSessionExpiredException` the service answers for a session that lapsed.
     pub async fn delete_session(&self, set: u64, session: &str) -> Result<(), GithubError> {
-        gone_is_done(
-            self.admin(
+        match self
+            .admin(
                 "actions_delete_session",
                 Method::DELETE,
                 &format!("{SCALE_SETS}/{set}/sessions/{session}"),
+                &[],
+                None,
+            )
+            .await
+        {
+            Err(e) if names_exception(&e, "SessionExpiredException") => Ok(()),
+            other => gone_is_done(other),
+        }
+    }
+
+    /// Deletes runner `id`'s registration (`DELETE .../agents/{id}`); already gone counts as
+    /// done.
+    pub async fn delete_runner(&self, id: u64) -> Result<(), GithubError> {
+        gone_is_done(
+            self.admin(
+                "actions_delete_runner",
+                Method::DELETE,
+                &format!("{AGENTS}/{id}"),
                 &[],
                 None,
             )
@@ -412,11 +477,14 @@ impl ActionsClient {
         if answer.status == StatusCode::ACCEPTED {
             return Ok(None);
         }
-        let answer = check(endpoint, answer)?;
-        let wire: WireMessage = decode(endpoint, &answer.body)?;
-        wire.parse()
-            .map(Some)
-            .map_err(|detail| GithubError::Decode { endpoint, detail })
+        let answer = check_service(endpoint, answer)?;
+        let body = without_bom(&answer.body);
+        // A 200 with nothing in it has been seen in the wild: no message, as a 202.
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        let wire: WireMessage = decode(endpoint, body)?;
+        Ok(Some(wire.parse()))
     }
 
     /// Acknowledges message `id`: the queue forgets it.
@@ -438,7 +506,7 @@ impl ActionsClient {
                 CALL_TIMEOUT,
             )
             .await?;
-        check(endpoint, answer).map(|_| ())
+        check_service(endpoint, answer).map(|_| ())
     }
 
     /// Acquires the jobs of these runner requests for scale set `set`; answers the ones
@@ -466,8 +534,8 @@ impl ActionsClient {
                 CALL_TIMEOUT,
             )
             .await?;
-        let answer = check(endpoint, answer)?;
-        let list: List<u64> = decode(endpoint, &answer.body)?;
+        let answer = check_service(endpoint, answer)?;
+        let list: List<u64> = decode(endpoint, without_bom(&answer.body))?;
         Ok(list.value)
     }
 
@@ -483,8 +551,13 @@ impl ActionsClient {
                 Some(json!({ "name": name, "workFolder": "_work" })),
             )
             .await?;
-        let jit: JitAnswer = decode(endpoint, &a.body)?;
+        let jit: JitAnswer = decode(endpoint, without_bom(&a.body))?;
         if jit.runner.name != name {
+            // Registered under a name not asked for: it is not ours to run, and not to be
+            // left registered either.
+            if let Err(e) = self.delete_runner(jit.runner.id).await {
+                tracing::warn!(runner_id = jit.runner.id, error = %e, "scale set: cannot delete a runner registered under another name");
+            }
             return Err(GithubError::RenamedRunner {
                 asked: name.to_string(),
                 answered: jit.runner.name,

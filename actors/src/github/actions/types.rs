@@ -67,25 +67,25 @@ pub struct RunnerSetting {
 #[serde(rename_all = "camelCase")]
 pub struct Statistics {
     /// Jobs offered, not acquired.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_available_jobs: u64,
     /// Jobs acquired.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_acquired_jobs: u64,
     /// Jobs assigned to the scale set (running ones included): the runners it needs.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_assigned_jobs: u64,
     /// Jobs a runner runs.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_running_jobs: u64,
     /// Runners registered.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_registered_runners: u64,
     /// Of those, busy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_busy_runners: u64,
     /// Of those, idle.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub total_idle_runners: u64,
 }
 
@@ -94,16 +94,16 @@ pub struct Statistics {
 #[serde(rename_all = "camelCase")]
 pub struct Session {
     /// Id.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub session_id: String,
     /// Who holds it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub owner_name: String,
     /// Where its messages are polled.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub message_queue_url: String,
     /// The queue's token.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub message_queue_access_token: String,
     /// Statistics at the session's start.
     #[serde(default)]
@@ -121,19 +121,21 @@ impl std::fmt::Display for Session {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WireMessage {
     pub(crate) message_id: u64,
+    #[serde(default, deserialize_with = "nullable")]
     pub(crate) message_type: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub(crate) body: String,
     #[serde(default)]
     pub(crate) statistics: Option<Statistics>,
 }
 
 /// The kinds of job messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub enum JobMessageKind {
     /// Offered to the scale set: acquire it to have it assigned.
     JobAvailable,
     /// Assigned to the scale set: one of its runners will get it.
+    #[default]
     JobAssigned,
     /// A runner of the scale set took it.
     JobStarted,
@@ -153,47 +155,73 @@ impl JobMessageKind {
     }
 }
 
-/// One job message (`JobMessageBase` with the fields of each kind).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// A field the service may send as `null` (or leave out): read as its default. The service
+/// is written in C#, whose serializer writes `null` for a string or number never set; the Go
+/// clients' types read that as the zero value, and so does this.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// One job message (`JobMessageBase` with the fields of each kind). Every field but the kind
+/// may be `null` or absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobMessage {
     /// Which kind.
     pub message_type: JobMessageKind,
-    /// The runner request: the job's identity in the scale set.
+    /// The runner request: what `acquirejobs` takes. **0 in github.com's messages** since
+    /// mid-2025 (only a GHES still numbers them).
+    #[serde(default, deserialize_with = "nullable")]
     pub runner_request_id: u64,
     /// Repository (without the owner).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub repository_name: String,
     /// Owner.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub owner_name: String,
-    /// The job's id in the service.
-    #[serde(default)]
+    /// The job's id in the service (a UUID-like string): the job's identity.
+    #[serde(default, deserialize_with = "nullable")]
     pub job_id: String,
     /// The job's display name.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub job_display_name: String,
     /// Workflow run id.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub workflow_run_id: u64,
     /// The job's `runs-on`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub request_labels: Vec<String>,
     /// `JobStarted`, `JobCompleted`: the runner.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub runner_id: u64,
     /// `JobStarted`, `JobCompleted`: the runner's name (empty when none took it).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub runner_name: String,
     /// `JobCompleted`: `succeeded`, `failed`, `canceled`, ...
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub result: String,
     /// When the job was queued (RFC 3339).
     #[serde(default)]
     pub queue_time: Option<String>,
-    /// When a runner took it (RFC 3339; GitHub's zero time until then).
+    /// When a runner took it (RFC 3339; GitHub's zero time, or nothing, until then).
     #[serde(default)]
     pub runner_assign_time: Option<String>,
+}
+
+impl JobMessage {
+    /// Whether a runner ever took the job: a runner named, or a runner assignment time that
+    /// is not the zero time (`0001-01-01...`).
+    pub fn ran(&self) -> bool {
+        let assigned = self
+            .runner_assign_time
+            .as_deref()
+            .is_some_and(|t| !t.is_empty() && !t.starts_with("0001-"));
+        !self.runner_name.is_empty() || self.runner_id != 0 || assigned
+    }
 }
 
 /// One message of the queue: its id, the statistics, and its job messages in order.
@@ -207,33 +235,46 @@ pub struct QueueMessage {
     pub jobs: Vec<JobMessage>,
     /// Job messages of a kind not known (or unreadable): skipped, never blocking the queue.
     pub unreadable: usize,
+    /// Why the whole message could not be read (an envelope of another type, a body that is
+    /// not a JSON array): it is acknowledged all the same, so it never blocks the queue.
+    pub unreadable_message: Option<String>,
 }
 
 impl WireMessage {
-    /// The message's job messages; an item of an unknown kind is skipped (counted).
-    pub(crate) fn parse(self) -> Result<QueueMessage, String> {
-        if self.message_type != "RunnerScaleSetJobMessages" {
-            return Err(format!("unsupported message type {:?}", self.message_type));
-        }
-        let items: Vec<serde_json::Value> = if self.body.is_empty() {
-            Vec::new()
-        } else {
-            serde_json::from_str(&self.body).map_err(|e| format!("message body: {e}"))?
-        };
-        let mut jobs = Vec::with_capacity(items.len());
-        let mut unreadable = 0;
-        for item in items {
-            match serde_json::from_value::<JobMessage>(item) {
-                Ok(j) => jobs.push(j),
-                Err(_) => unreadable += 1,
-            }
-        }
-        Ok(QueueMessage {
+    /// The message's job messages; an item that does not parse (an unknown kind, a field of
+    /// the wrong type) is skipped and counted; a message of another type, or with a body that
+    /// is not an array, is kept as unreadable (with its id, so it can be acknowledged).
+    pub(crate) fn parse(self) -> QueueMessage {
+        let mut message = QueueMessage {
             id: self.message_id,
             statistics: self.statistics,
-            jobs,
-            unreadable,
-        })
+            jobs: Vec::new(),
+            unreadable: 0,
+            unreadable_message: None,
+        };
+        if self.message_type != "RunnerScaleSetJobMessages" {
+            message.unreadable_message = Some(format!("a message of type {:?}", self.message_type));
+            return message;
+        }
+        let body = self.body.trim_start_matches('\u{feff}');
+        let items: Vec<serde_json::Value> = if body.trim().is_empty() {
+            Vec::new()
+        } else {
+            match serde_json::from_str(body) {
+                Ok(items) => items,
+                Err(e) => {
+                    message.unreadable_message = Some(format!("a body that does not parse: {e}"));
+                    return message;
+                }
+            }
+        };
+        for item in items {
+            match serde_json::from_value::<JobMessage>(item) {
+                Ok(j) => message.jobs.push(j),
+                Err(_) => message.unreadable += 1,
+            }
+        }
+        message
     }
 }
 
@@ -287,7 +328,7 @@ mod tests {
                 ..Statistics::default()
             }),
         };
-        let m = wire.parse().unwrap();
+        let m = wire.parse();
         assert_eq!(m.id, 3);
         assert_eq!(m.unreadable, 1);
         let kinds: Vec<_> = m
@@ -306,14 +347,41 @@ mod tests {
     }
 
     #[test]
-    fn another_message_type_is_an_error() {
-        let wire = WireMessage {
-            message_id: 1,
-            message_type: "Other".into(),
-            body: String::new(),
+    fn a_message_of_another_type_or_an_unparsable_body_is_kept_to_be_acknowledged() {
+        let wire = |kind: &str, body: &str| WireMessage {
+            message_id: 8,
+            message_type: kind.into(),
+            body: body.into(),
             statistics: None,
         };
-        assert!(wire.parse().is_err());
+        let other = wire("RunnerScaleSetSomethingNew", "[]").parse();
+        assert_eq!(other.id, 8);
+        assert!(other.unreadable_message.unwrap().contains("SomethingNew"));
+        let bad = wire("RunnerScaleSetJobMessages", "{not json").parse();
+        assert!(bad.unreadable_message.is_some() && bad.jobs.is_empty());
+        let bom = wire("RunnerScaleSetJobMessages", "\u{feff}[]").parse();
+        assert_eq!(bom.unreadable_message, None);
+    }
+
+    #[test]
+    fn null_fields_read_as_empty_and_a_job_without_a_runner_never_ran() {
+        let item = serde_json::json!({
+            "messageType": "JobCompleted", "runnerRequestId": 0, "jobId": "a-b",
+            "runnerName": null, "runnerId": null, "result": null, "requestLabels": null,
+            "workflowRunId": null, "repositoryName": null, "ownerName": null,
+            "jobDisplayName": null, "queueTime": null, "runnerAssignTime": "0001-01-01T00:00:00Z",
+        });
+        let m: JobMessage = serde_json::from_value(item).unwrap();
+        assert_eq!((m.job_id.as_str(), m.runner_name.as_str()), ("a-b", ""));
+        assert!(!m.ran());
+        let started: JobMessage = serde_json::from_value(serde_json::json!({
+            "messageType": "JobStarted", "runnerName": "r-1", "runnerId": 4
+        }))
+        .unwrap();
+        assert!(started.ran());
+        let stats: Statistics =
+            serde_json::from_value(serde_json::json!({ "totalAssignedJobs": null })).unwrap();
+        assert_eq!(stats.total_assigned_jobs, 0);
     }
 
     #[test]
