@@ -190,6 +190,7 @@ impl Standin {
         let handle = server.handle();
         actix_rt::spawn(server);
         actix_rt::spawn(webhooks::sender(state.clone(), inbox));
+        actix_rt::spawn(scaleset::ticker(Arc::downgrade(&state)));
         lock(&state).base_url = format!("{scheme}://{addr}");
         Ok(Standin {
             addr,

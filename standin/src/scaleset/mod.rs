@@ -7,9 +7,22 @@
 //! statistics every message and session carries.
 //!
 //! Jobs reach a scale set when they are queued: the most specific scale set whose labels (or
-//! name) cover the job's labels gets a runner request (`JobAvailable`). Acquiring it assigns it
-//! (`JobAssigned`); a runner of that scale set takes it (`JobStarted`); it ends
-//! (`JobCompleted`, `result` `canceled` when it ended before a runner took it).
+//! name) cover the job's labels, among those with room under the `X-ScaleSetMaxCapacity` their
+//! listener last sent, gets the job; one with no room leaves it waiting (ARC PR #3431: the
+//! service holds the jobs it assigns against that number). Two message shapes, both played:
+//!
+//! - **github.com** ([`MessageShape::Dotcom`], the default): the job is assigned directly
+//!   (`JobAssigned`, no `JobAvailable` to acquire), and its messages carry `runnerRequestId: 0`
+//!   and name it by a string `jobId` (GARM PR #459; actions/scaleset PR #4 and #90).
+//! - **GHES** ([`MessageShape::Ghes`]): offered first (`JobAvailable`), assigned once acquired,
+//!   numbered by runner request ids (actions/scaleset#75).
+//!
+//! A runner of that scale set takes it (`JobStarted`); it ends (`JobCompleted`, `result`
+//! `canceled` when it ended before a runner took it). With [`ScaleSets::assign_window`] set, an
+//! assigned job no runner took in time is withdrawn (`JobCompleted`, `canceled`, no runner) and
+//! assigned again with the same ids, up to three times, then cancelled for good (the
+//! actions/scaleset README, "up to 3 times"; ARC#4602). Fields the service's C# serializer
+//! leaves unset are sent as `null`, the harsher reading of the sources.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -27,6 +40,19 @@ pub(crate) use service::{answer, endpoint, poll, registration_token};
 
 /// Job messages in one queue message at most (the service caps a batch at 50).
 pub const BATCH: usize = 50;
+
+/// Assignments of one job at most before the service gives it up (the scaleset README).
+pub const ASSIGNMENTS: u32 = 3;
+
+/// How the service words its job messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MessageShape {
+    /// github.com since mid-2025: assigned directly, `runnerRequestId: 0`, a string `jobId`.
+    #[default]
+    Dotcom,
+    /// A GHES: `JobAvailable` first, acquired by runner request id.
+    Ghes,
+}
 
 /// Where the Actions service lives on the stand-in.
 const SERVICE: &str = "_services/pipelines";
@@ -57,11 +83,25 @@ pub struct ScaleSets {
     /// Where the service says it lives, when not at the stand-in's own address (a test puts
     /// it behind a name only its proxy resolves; runners keep the stand-in's address).
     pub service_base: Option<String>,
-    /// This many jobs acquired next are assigned without their `JobAssigned` message (as if
-    /// another consumer had acknowledged it): the statistics count them, the queue does not.
+    /// This many jobs assigned next (acquired, on a GHES) go without their `JobAssigned`
+    /// message (as if another consumer had acknowledged it): the statistics count them, the
+    /// queue does not.
     pub swallow_assigned: usize,
     /// Every `X-ScaleSetMaxCapacity` a poll sent: (scale set id, value).
     pub capacities: Vec<(u64, u64)>,
+    /// How job messages are worded and whether jobs are offered before they are assigned.
+    pub shape: MessageShape,
+    /// Scale sets keep labels beyond their name (false: a GHES without
+    /// `AllowRunnerScaleSetCustomLabels`, which drops them silently).
+    pub custom_labels: bool,
+    /// An assigned job no runner takes within this is withdrawn and assigned again (`None`:
+    /// never).
+    pub assign_window: Option<Duration>,
+    /// How long after a withdrawal the job is assigned again.
+    pub reassign_delay: Duration,
+    /// Sessions that lapsed or were evicted: a DELETE of one answers 400
+    /// `RunnerScaleSetSessionExpiredException` (ARC#4285).
+    expired_sessions: std::collections::BTreeSet<String>,
     /// Wakes the polls waiting for a message.
     pub notify: Arc<tokio::sync::Notify>,
     next_set_id: u64,
@@ -84,6 +124,11 @@ impl Default for ScaleSets {
             service_base: None,
             swallow_assigned: 0,
             capacities: Vec::new(),
+            shape: MessageShape::Dotcom,
+            custom_labels: true,
+            assign_window: None,
+            reassign_delay: Duration::from_millis(500),
+            expired_sessions: Default::default(),
             notify: Arc::new(tokio::sync::Notify::new()),
             next_set_id: 1,
             next_request_id: 70_000,
@@ -110,6 +155,8 @@ pub struct ScaleSet {
     pub next_message_id: u64,
     /// Every session opened on it, in order: (session id, owner).
     pub sessions_opened: Vec<(String, String)>,
+    /// The `X-ScaleSetMaxCapacity` its last poll sent (`None`: never polled; no limit).
+    pub capacity: Option<u64>,
 }
 
 /// A message session.
@@ -136,6 +183,8 @@ pub struct Message {
     pub items: Vec<Value>,
     /// Handed to a poll at least once (nothing more is added to it then).
     pub sent: bool,
+    /// A message of another type, with this raw body (a test's: the service may add types).
+    pub other: Option<(String, String)>,
 }
 
 /// Where a runner request is.
@@ -145,6 +194,8 @@ pub enum RequestState {
     Available,
     /// Acquired: assigned to the scale set, waiting for one of its runners.
     Assigned,
+    /// Withdrawn (no runner took it in time): assigned again after a delay.
+    Withdrawn,
     /// A runner of the scale set took it.
     Running,
     /// Completed.
@@ -162,6 +213,10 @@ pub struct Request {
     pub set_id: u64,
     /// Where it is.
     pub state: RequestState,
+    /// When its current assignment began (unix ms).
+    pub assigned_at_ms: u128,
+    /// How many times it was withdrawn.
+    pub withdrawals: u32,
 }
 
 /// The Actions service's timings, settable by tests.
@@ -197,10 +252,48 @@ impl ScaleSets {
 
     /// Drops a scale set's session (an eviction): its polls get 404 and its refresh too.
     pub fn evict_session(&mut self, id: u64) {
-        if let Some(set) = self.sets.get_mut(&id) {
-            set.session = None;
+        if let Some(set) = self.sets.get_mut(&id)
+            && let Some(old) = set.session.take()
+        {
+            self.expired_sessions.insert(old.id);
         }
         self.notify.notify_waiters();
+    }
+
+    /// Puts a message of another type at the tail of a scale set's queue (one the service may
+    /// add some day), with `body` as it is.
+    pub fn inject_other(&mut self, set_id: u64, kind: &str, body: &str) {
+        let Some(set) = self.sets.get_mut(&set_id) else {
+            return;
+        };
+        let id = set.next_message_id;
+        set.next_message_id += 1;
+        set.queue.push_back(Message {
+            id,
+            items: Vec::new(),
+            sent: false,
+            other: Some((kind.to_string(), body.to_string())),
+        });
+        self.notify.notify_waiters();
+    }
+
+    /// Jobs assigned, running or between assignments in scale set `set_id`: what its capacity
+    /// holds.
+    fn held(&self, set_id: u64) -> u64 {
+        self.requests
+            .values()
+            .filter(|r| r.set_id == set_id && r.state != RequestState::Done)
+            .count() as u64
+    }
+
+    /// Whether scale set `set_id` has room for one more job under its capacity.
+    fn has_room(&self, set_id: u64) -> bool {
+        let capacity = self
+            .sets
+            .get(&set_id)
+            .and_then(|s| s.capacity)
+            .unwrap_or(u64::MAX);
+        self.held(set_id) < capacity
     }
 
     /// Puts a raw job message on a scale set's queue (a test's hostile or stale message).
@@ -247,7 +340,7 @@ impl ScaleSets {
             return;
         };
         match set.queue.back_mut() {
-            Some(m) if !m.sent && m.items.len() < BATCH => m.items.push(item),
+            Some(m) if !m.sent && m.other.is_none() && m.items.len() < BATCH => m.items.push(item),
             _ => {
                 let id = set.next_message_id;
                 set.next_message_id += 1;
@@ -255,6 +348,7 @@ impl ScaleSets {
                     id,
                     items: vec![item],
                     sent: false,
+                    other: None,
                 });
             }
         }
@@ -267,15 +361,30 @@ fn service_base(s: &State) -> &str {
     s.scalesets.service_base.as_deref().unwrap_or(&s.base_url)
 }
 
-/// A job message's common fields (`JobMessageBase` in `types.go`).
-fn job_message(kind: &str, request: &Request, job: &crate::state::Job, owner: &str) -> Value {
+/// A job message's common fields (`JobMessageBase` in `types.go`), with `null` where the
+/// service has nothing (a runner not named yet, no result yet). On github.com the runner
+/// request id is 0 and the job is named by `jobId` only.
+fn job_message(
+    shape: MessageShape,
+    kind: &str,
+    request: &Request,
+    job: &crate::state::Job,
+    owner: &str,
+) -> Value {
     let iso = |ms: u128| {
         humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
             .to_string()
     };
+    let request_id = match shape {
+        MessageShape::Dotcom => 0,
+        MessageShape::Ghes => request.id,
+    };
     json!({
         "messageType": kind,
-        "runnerRequestId": request.id,
+        "runnerRequestId": request_id,
+        "runnerId": null,
+        "runnerName": null,
+        "result": null,
         "repositoryName": job.repo,
         "ownerName": owner,
         "jobId": format!("{:08x}-0000-4000-8000-{:012x}", job.run_id, job.id),
@@ -285,14 +394,15 @@ fn job_message(kind: &str, request: &Request, job: &crate::state::Job, owner: &s
         "eventName": "push",
         "requestLabels": job.labels,
         "queueTime": iso(job.queued_at_ms),
-        "scaleSetAssignTime": iso(unix_now_ms()),
+        "scaleSetAssignTime": iso(request.assigned_at_ms.max(job.queued_at_ms)),
         "runnerAssignTime": job.picked_at_ms.map(iso),
         "finishTime": (job.status == "completed").then(|| iso(unix_now_ms())),
     })
 }
 
-/// Offers a queued job to the most specific scale set that covers it (its labels, or its
-/// name), as a `JobAvailable`; a job no scale set covers waits for one to be made.
+/// Gives a queued job to the most specific scale set that covers it (its labels, or its
+/// name) and has room under its capacity: assigned at once (github.com) or offered as a
+/// `JobAvailable` (GHES). A job no scale set covers, or none with room, waits.
 fn offer(s: &mut State, job_id: u64) {
     let Some(job) = s.jobs.get(&job_id).cloned() else {
         return;
@@ -301,9 +411,9 @@ fn offer(s: &mut State, job_id: u64) {
         return;
     }
     let wanted: Vec<String> = job.labels.iter().map(|l| l.to_ascii_lowercase()).collect();
-    // The fewest labels beyond the job's.
-    let pick = s
-        .scalesets
+    let ss = &s.scalesets;
+    // The fewest labels beyond the job's, among the scale sets with room.
+    let pick = ss
         .sets
         .values()
         .filter(|set| {
@@ -315,28 +425,121 @@ fn offer(s: &mut State, job_id: u64) {
                 .collect();
             wanted.iter().all(|l| offered.contains(l))
         })
+        .filter(|set| ss.has_room(set.id))
         .min_by_key(|set| (set.labels.len(), set.id))
         .map(|set| set.id);
     let Some(set_id) = pick else { return };
     let owner = s.owner.clone();
+    let base = service_base(s).to_string();
     let ss = &mut s.scalesets;
     let id = ss.next_request_id;
     ss.next_request_id += 1;
-    let request = Request {
+    let shape = ss.shape;
+    let mut request = Request {
         id,
         job_id,
         set_id,
         state: RequestState::Available,
+        assigned_at_ms: unix_now_ms(),
+        withdrawals: 0,
     };
-    let mut item = job_message("JobAvailable", &request, &job, &owner);
-    item["acquireJobUrl"] = json!(format!(
-        "{}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs",
-        service_base(s)
-    ));
-    let ss = &mut s.scalesets;
+    let item = match shape {
+        MessageShape::Dotcom => {
+            request.state = RequestState::Assigned;
+            job_message(shape, "JobAssigned", &request, &job, &owner)
+        }
+        MessageShape::Ghes => {
+            let mut item = job_message(shape, "JobAvailable", &request, &job, &owner);
+            item["acquireJobUrl"] = json!(format!(
+                "{base}/{SERVICE}/_apis/runtime/runnerscalesets/{set_id}/acquirejobs"
+            ));
+            item
+        }
+    };
     ss.requests.insert(id, request);
     ss.by_job.insert(job_id, id);
+    if shape == MessageShape::Dotcom && ss.swallow_assigned > 0 {
+        ss.swallow_assigned -= 1;
+        return;
+    }
     ss.push(set_id, item);
+}
+
+/// Gives the queued jobs that wait (no scale set had room) to scale sets with room now,
+/// oldest first.
+pub(crate) fn offer_waiting(s: &mut State) {
+    let mut waiting: Vec<(u128, u64)> = s
+        .jobs
+        .values()
+        .filter(|j| j.status == "queued" && !s.scalesets.by_job.contains_key(&j.id))
+        .map(|j| (j.queued_at_ms, j.id))
+        .collect();
+    waiting.sort_unstable();
+    for (_, job_id) in waiting {
+        offer(s, job_id);
+    }
+}
+
+/// The service's clock: withdraws assigned jobs no runner took within the window (at most
+/// [`ASSIGNMENTS`] assignments, then the job is cancelled) and assigns withdrawn jobs again
+/// after the delay, with the same ids.
+pub(crate) fn tick(s: &mut State) {
+    let Some(window) = s.scalesets.assign_window else {
+        return;
+    };
+    let now = unix_now_ms();
+    let delay = s.scalesets.reassign_delay.as_millis();
+    let shape = s.scalesets.shape;
+    let owner = s.owner.clone();
+    let due: Vec<u64> = s
+        .scalesets
+        .requests
+        .values()
+        .filter(|r| match r.state {
+            RequestState::Assigned => now >= r.assigned_at_ms + window.as_millis(),
+            RequestState::Withdrawn => now >= r.assigned_at_ms + delay,
+            _ => false,
+        })
+        .map(|r| r.id)
+        .collect();
+    let mut freed = false;
+    for id in due {
+        let Some(r) = s.scalesets.requests.get(&id).cloned() else {
+            continue;
+        };
+        let Some(job) = s.jobs.get(&r.job_id).cloned() else {
+            continue;
+        };
+        let mut r = r;
+        if r.state == RequestState::Assigned {
+            let mut item = job_message(shape, "JobCompleted", &r, &job, &owner);
+            item["result"] = json!("canceled");
+            item["runnerAssignTime"] = Value::Null;
+            r.withdrawals += 1;
+            r.assigned_at_ms = now;
+            if r.withdrawals >= ASSIGNMENTS {
+                // Given up: the job is cancelled for good.
+                r.state = RequestState::Done;
+                if let Some(j) = s.jobs.get_mut(&r.job_id) {
+                    j.status = "completed".into();
+                    j.conclusion = Some("cancelled".into());
+                }
+                freed = true;
+            } else {
+                r.state = RequestState::Withdrawn;
+            }
+            s.scalesets.push(r.set_id, item);
+        } else {
+            r.state = RequestState::Assigned;
+            r.assigned_at_ms = now;
+            let item = job_message(shape, "JobAssigned", &r, &job, &owner);
+            s.scalesets.push(r.set_id, item);
+        }
+        s.scalesets.requests.insert(id, r);
+    }
+    if freed {
+        offer_waiting(s);
+    }
 }
 
 /// What a job's state change means for the scale sets: called for every `queued`,
@@ -357,10 +560,11 @@ pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
             }
             let runner_id = job.runner_id.unwrap_or(0);
             let runner_name = job.runner_name.clone().unwrap_or_default();
+            let shape = s.scalesets.shape;
             let mut item = if action == "in_progress" {
-                job_message("JobStarted", &request, &job, &owner)
+                job_message(shape, "JobStarted", &request, &job, &owner)
             } else {
-                let mut m = job_message("JobCompleted", &request, &job, &owner);
+                let mut m = job_message(shape, "JobCompleted", &request, &job, &owner);
                 // The service spells a cancellation `canceled`.
                 let result = match job.conclusion.as_deref() {
                     Some("cancelled") | None => "canceled",
@@ -369,8 +573,13 @@ pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
                 m["result"] = json!(result);
                 m
             };
-            item["runnerId"] = json!(runner_id);
-            item["runnerName"] = json!(runner_name);
+            // A job that ended before any runner took it names none: `null` (the Go types
+            // read a string there, but the service writes C#'s `null` for what it never set;
+            // the harsher reading of the sources).
+            if runner_id != 0 {
+                item["runnerId"] = json!(runner_id);
+                item["runnerName"] = json!(runner_name);
+            }
             let state = if action == "in_progress" {
                 RequestState::Running
             } else {
@@ -383,6 +592,9 @@ pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
             // service just drops it.
             if request.state != RequestState::Available {
                 s.scalesets.push(request.set_id, item);
+            }
+            if action == "completed" {
+                offer_waiting(s);
             }
         }
         _ => {}
@@ -397,5 +609,15 @@ pub(crate) fn may_take(s: &State, runner_set: Option<u64>, job_id: u64) -> bool 
         (Some(_), None) => false,
         (None, Some(_)) => false,
         (None, None) => true,
+    }
+}
+
+/// The service's clock, every 100 ms while the stand-in lives: see [`tick`].
+pub(crate) async fn ticker(state: std::sync::Weak<std::sync::Mutex<State>>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(state) = state.upgrade() else { return };
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        tick(&mut s);
     }
 }

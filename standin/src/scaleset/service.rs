@@ -11,7 +11,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 use serde_json::{Value, json};
 
-use super::{RequestState, SERVICE, ScaleSet, Session, job_message, offer};
+use super::{RequestState, SERVICE, ScaleSet, Session, job_message, offer, offer_waiting};
 use crate::{
     routes::{Shared, bearer, error, random},
     state::{Call, State, unix_now, unix_now_ms},
@@ -22,6 +22,19 @@ pub(crate) fn endpoint(method: &str, segs: &[&str]) -> Option<&'static str> {
     match (method, segs) {
         ("POST", ["actions", "runner-registration"]) => return Some("actions_admin_connection"),
         ("DELETE", ["_services", "queue", _, _, _]) => return Some("actions_delete_message"),
+        (
+            "DELETE",
+            [
+                "_services",
+                "pipelines",
+                "_apis",
+                "distributedtask",
+                "pools",
+                _,
+                "agents",
+                _,
+            ],
+        ) => return Some("actions_delete_runner"),
         _ => {}
     }
     let api = segs.strip_prefix(&["_services", "pipelines", "_apis", "runtime"][..])?;
@@ -66,6 +79,18 @@ fn admin_token(exp: u64) -> String {
         part(json!({ "exp": exp, "iss": "stand-in actions service", "jti": random(8) })),
         random(16)
     )
+}
+
+/// An error as the Actions service words it: `{typeName, message}`, the type assembly
+/// qualified (ARC#4285's log), so clients match it by a part of the name.
+fn service_error(status: u16, kind: &str, message: &str) -> (u16, HttpResponse) {
+    let body = json!({
+        "typeName": format!("GitHub.Actions.Runtime.WebApi.{kind}, GitHub.Actions.Runtime.WebApi"),
+        "message": message,
+    });
+    let code = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    (status, HttpResponse::build(code).json(body))
 }
 
 fn seg_id(segs: &[&str], i: usize) -> u64 {
@@ -234,12 +259,22 @@ pub(crate) fn answer(
                 .unwrap_or_default();
             let name = asked["name"].as_str().unwrap_or_default().to_string();
             let group = asked["runnerGroupId"].as_u64().unwrap_or(1);
+            // A GHES without custom scale-set labels keeps the name alone, silently (the
+            // actions/scaleset README).
+            let custom = s.scalesets.custom_labels;
+            let keep = |labels: Vec<String>, name: &str| {
+                if custom {
+                    labels
+                } else {
+                    vec![name.to_string()]
+                }
+            };
             if endpoint == "actions_update_scale_set" {
                 let Some(set) = s.scalesets.sets.get_mut(&seg_id(segs, 5)) else {
-                    return error(404, "Not Found");
+                    return service_error(404, "RunnerScaleSetNotFoundException", "Not Found");
                 };
                 if !labels.is_empty() {
-                    set.labels = labels;
+                    set.labels = keep(labels, &set.name.clone());
                 }
                 let set = set.clone();
                 return (200, HttpResponse::Ok().json(set_json(&set, None)));
@@ -262,6 +297,7 @@ pub(crate) fn answer(
             }
             let id = s.scalesets.next_set_id;
             s.scalesets.next_set_id += 1;
+            let labels = keep(labels, &name);
             let set = ScaleSet {
                 id,
                 name,
@@ -271,6 +307,7 @@ pub(crate) fn answer(
                 queue: VecDeque::new(),
                 next_message_id: 1,
                 sessions_opened: Vec::new(),
+                capacity: None,
             };
             let answer = set_json(&set, None);
             s.scalesets.sets.insert(id, set);
@@ -302,23 +339,31 @@ pub(crate) fn answer(
                 .unwrap_or_default();
             let ttl = s.scalesets.queue_token_ttl;
             let Some(set) = s.scalesets.sets.get_mut(&id) else {
-                return error(404, "Not Found");
+                return service_error(
+                    404,
+                    "RunnerScaleSetNotFoundException",
+                    "The runner scale set was not found.",
+                );
             };
             if let Some(held) = &set.session
                 && unix_now_ms() < held.last_seen_ms + idle_ms
             {
-                return error(
+                return service_error(
                     409,
+                    "RunnerScaleSetSessionConflictException",
                     &format!(
                         "The actions runner scale set {} already has an active session for owner {}.",
                         set.name, held.owner
                     ),
                 );
             }
+            // A session not polled for the idle time lapsed: its id is expired now.
+            let lapsed = set.session.take().map(|x| x.id);
             let session = new_session(&owner, ttl);
             set.sessions_opened.push((session.id.clone(), owner));
             set.session = Some(session.clone());
             let set = set.clone();
+            s.scalesets.expired_sessions.extend(lapsed);
             (
                 200,
                 HttpResponse::Ok().json(session_json(s, &set, &session)),
@@ -331,7 +376,20 @@ pub(crate) fn answer(
                 return error(404, "Not Found");
             };
             if set.session.as_ref().is_none_or(|x| x.id != sid) {
-                return error(404, "the message session was not found");
+                if endpoint == "actions_delete_session"
+                    && s.scalesets.expired_sessions.contains(sid)
+                {
+                    return service_error(
+                        400,
+                        "RunnerScaleSetSessionExpiredException",
+                        &format!("The session identifier {sid} is not valid."),
+                    );
+                }
+                return service_error(
+                    404,
+                    "RunnerAdminException",
+                    "The session ID that doesn't exist in redis",
+                );
             }
             if endpoint == "actions_delete_session" {
                 set.session = None;
@@ -368,6 +426,7 @@ pub(crate) fn answer(
                     continue;
                 }
                 r.state = RequestState::Assigned;
+                r.assigned_at_ms = unix_now_ms();
                 let r = r.clone();
                 acquired.push(rid);
                 if s.scalesets.swallow_assigned > 0 {
@@ -375,7 +434,7 @@ pub(crate) fn answer(
                     continue;
                 }
                 if let Some(job) = s.jobs.get(&r.job_id).cloned() {
-                    let item = job_message("JobAssigned", &r, &job, &owner);
+                    let item = job_message(s.scalesets.shape, "JobAssigned", &r, &job, &owner);
                     s.scalesets.push(id, item);
                 }
             }
@@ -420,6 +479,21 @@ pub(crate) fn answer(
                     "encodedJITConfig": encoded,
                 })),
             )
+        }
+        "actions_delete_runner" => {
+            let id = seg_id(segs, 7);
+            match s.runners.get(&id) {
+                None => error(404, "Not Found"),
+                Some(r) if r.busy => service_error(
+                    400,
+                    "JobStillRunningException",
+                    "The runner is still running a job.",
+                ),
+                Some(_) => {
+                    s.runners.remove(&id);
+                    (204, HttpResponse::NoContent().finish())
+                }
+            }
         }
         "actions_delete_message" => {
             let (id, sid, mid) = (seg_id(segs, 2), segs[3], seg_id(segs, 4));
@@ -491,6 +565,10 @@ pub(crate) async fn poll(
                 }
                 if let Some(c) = capacity {
                     s.scalesets.capacities.push((set_id, c));
+                    if let Some(set) = s.scalesets.sets.get_mut(&set_id) {
+                        set.capacity = Some(c);
+                    }
+                    offer_waiting(&mut s);
                 }
             }
             let now = unix_now();
@@ -511,10 +589,17 @@ pub(crate) async fn poll(
             session.last_seen_ms = unix_now_ms();
             if let Some(m) = set.queue.iter_mut().find(|m| m.id > last) {
                 m.sent = true;
+                let (kind, body) = match &m.other {
+                    Some((kind, body)) => (kind.clone(), body.clone()),
+                    None => (
+                        "RunnerScaleSetJobMessages".to_string(),
+                        Value::Array(m.items.clone()).to_string(),
+                    ),
+                };
                 let body = json!({
                     "messageId": m.id,
-                    "messageType": "RunnerScaleSetJobMessages",
-                    "body": Value::Array(m.items.clone()).to_string(),
+                    "messageType": kind,
+                    "body": body,
                     "statistics": statistics,
                 });
                 record(&mut s, 200);
