@@ -8,7 +8,7 @@ use github_standin::{Standin, StandinConfig, scaleset::ServiceTimings};
 use crate::support::{daemon::Daemon, provision::eventually};
 
 pub(crate) const ALPHA: &[&str] = &["self-hosted", "linux", "alpha"];
-const BETA: &[&str] = &["self-hosted", "linux", "beta"];
+pub(crate) const BETA: &[&str] = &["self-hosted", "linux", "beta"];
 /// Scale sets are registered at the org: no `github.repos`.
 const ORG_LEVEL: &str = "repos = []\n";
 

@@ -341,3 +341,48 @@ fn a_runner_idle_for_a_job_that_ran_unseen_is_deleted_after_one_look() {
     d.advance(300);
     assert_eq!(d.looks, vec![]);
 }
+
+/// A pool of a scale set (routed by its pin alone).
+fn scaleset_driver() -> Driver {
+    let mut settings = super::tests::settings();
+    settings.providers[0].labels = vec!["scaleset:local".into()];
+    Driver::with(settings)
+}
+
+/// A scale set's job that the service withdrew before any runner took it (`completed`,
+/// cancelled, no runner) comes back a moment later as a new assignment: the runner made for
+/// the first is kept as a spare and serves the second, with no second claim. (Torn down at
+/// once, as a cancelled REST job's runner is, the new claim came up after the service's window
+/// again, and every job was given up.)
+#[test]
+fn a_withdrawn_scale_set_job_s_runner_serves_its_next_assignment() {
+    const PIN: &[&str] = &["scaleset:local"];
+    let mut d = scaleset_driver();
+    d.queued(1, PIN);
+    let a = d.runner_of(1);
+    d.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(1, PIN)
+        },
+    );
+    assert!(d.has_runner(&a), "kept for the next assignment");
+    d.advance(1);
+    d.queued(2, PIN);
+    assert_eq!(d.claims.len(), 1, "the kept runner serves it: no new claim");
+    assert_eq!(d.runner_of(2), a);
+    // A job withdrawn for good: its runner goes once the grace is over, not before.
+    d.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(2, PIN)
+        },
+    );
+    d.advance(super::sweep::REASSIGN_GRACE.as_secs() - 5);
+    assert!(d.has_runner(&a), "within the grace");
+    d.advance(40);
+    assert!(!d.has_runner(&a), "reaped after the grace");
+    assert_eq!(d.deletes.len(), 1);
+}

@@ -335,8 +335,30 @@ impl Scheduler {
             });
         }
         self.note(key, now, Note::Completed { conclusion });
-        if let Some(name) = target {
-            self.tear_down(key, &name, "job completed", now, fx);
+        let withdrawn = runner_name.is_none()
+            && self
+                .admission
+                .jobs
+                .get(key)
+                .is_some_and(|j| j.info.labels.iter().any(|l| is_scaleset_pin(l)));
+        match target {
+            // A scale set's job withdrawn before any runner took it comes back as a new
+            // assignment in a moment: its runner, already on its way, is kept as a spare for
+            // it (or for any job of the pool) instead of being torn down and claimed again.
+            Some(name) if withdrawn => {
+                let until = now.mono + super::sweep::REASSIGN_GRACE;
+                if let Some(r) = self.book.runners.get_mut(name.as_str()) {
+                    r.kept_until = Some(until);
+                }
+                self.wake_sweep_at(until, fx);
+            }
+            Some(name) => self.tear_down(key, &name, "job completed", now, fx),
+            None => {}
         }
     }
+}
+
+/// Whether `label` is a scale set's routing label ([`crate::config::scaleset_pin`]).
+fn is_scaleset_pin(label: &str) -> bool {
+    label.starts_with(crate::config::SCALESET_PIN_PREFIX)
 }

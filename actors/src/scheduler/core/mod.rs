@@ -352,6 +352,10 @@ pub struct RunnerRecord {
     /// When its intent job is looked at next (unset: [`sweep::UNBOUND_LOOK_AFTER`] after it
     /// came up or was handed its job).
     pub look_due: Option<Instant>,
+    /// A spare kept until then for the job it was made for to come back: a scale set's job
+    /// withdrawn before any runner took it is assigned again moments later
+    /// ([`sweep::REASSIGN_GRACE`]); the sweep leaves it alone until then.
+    pub kept_until: Option<Instant>,
 }
 
 impl RunnerRecord {
@@ -371,6 +375,7 @@ impl RunnerRecord {
             warm_start: false,
             looks: 0,
             look_due: None,
+            kept_until: None,
         }
     }
 }

@@ -175,6 +175,7 @@ impl Scheduler {
         };
         let from = std::mem::replace(&mut r.row.intent, key.clone());
         r.intent_since = now.mono;
+        r.kept_until = None;
         r.idle_check_due = None;
         r.looks = 0;
         r.look_due = None;

@@ -23,6 +23,11 @@ pub const UNBOUND_LOOK_AFTER: Duration = Duration::from_secs(30);
 
 /// Why the sweep reaps a spare: its job ran elsewhere and no waiting job can use it.
 pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued job needs it";
+/// How long a runner made for a scale set's job that the service withdrew before any runner
+/// took it is kept as a spare: the service assigns the job again moments later (the
+/// withdrawal and the new assignment come in consecutive messages, ARC#4602), and the runner
+/// already on its way serves it; kept longer, it is surplus.
+pub const REASSIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
 pub const REAP_ORPHAN: &str = "orphan: no job took it within the grace";
 
@@ -50,6 +55,7 @@ impl Scheduler {
             .values()
             .filter(|r| !(self.keeps_warm(&r.provider) && self.is_spare(r)))
             .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
+            .filter(|r| r.kept_until.is_none_or(|until| until <= now.mono))
             .filter_map(|r| {
                 if self.is_spare(r) {
                     Some((r.name.clone(), REAP_SPARE))
@@ -120,7 +126,7 @@ impl Scheduler {
     }
 
     /// Makes the sweep run by `at` (on the one timer), unless it runs sooner already.
-    fn wake_sweep_at(&mut self, at: tokio::time::Instant, fx: &mut Vec<Effect>) {
+    pub(super) fn wake_sweep_at(&mut self, at: tokio::time::Instant, fx: &mut Vec<Effect>) {
         self.sweep_wake = Some(self.sweep_wake.map_or(at, |w| w.min(at)));
         self.rearm_timer(fx);
     }
