@@ -4,7 +4,7 @@
 use ephemer_actors_core::{
     config::Config,
     github::{GithubClient, actions::ActionsClient},
-    scaleset::listener::scale_set_labels,
+    scaleset::record::scale_set_labels,
 };
 
 use super::Check;

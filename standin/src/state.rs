@@ -458,6 +458,7 @@ impl State {
             conclusion: job.conclusion.as_deref().map(Into::into),
             installation_id: None,
             github_wait_secs: None,
+            withdrawn: false,
         };
         let (created, started) = job.github_times();
         let body = ephemer_actors_core::github::event::render_workflow_job_at(

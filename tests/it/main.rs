@@ -120,6 +120,7 @@ mod reliability;
 mod runner_images;
 mod runner_update;
 mod scaleset;
+mod scaleset_chaos;
 mod scaleset_fidelity;
 mod scaleset_reckon;
 mod security;

@@ -10,7 +10,7 @@ use crate::support::{daemon::Daemon, provision::eventually};
 pub(crate) const ALPHA: &[&str] = &["self-hosted", "linux", "alpha"];
 pub(crate) const BETA: &[&str] = &["self-hosted", "linux", "beta"];
 /// Scale sets are registered at the org: no `github.repos`.
-const ORG_LEVEL: &str = "repos = []\n";
+pub(crate) const ORG_LEVEL: &str = "repos = []\n";
 
 pub(crate) fn standin() -> Standin {
     let standin = Standin::start(StandinConfig::default()).unwrap();
@@ -33,7 +33,7 @@ fn two_pools(slots: usize) -> String {
 }
 
 /// Two pools of the stand-in runner, `alpha` and `beta`, each with the lines `extra`.
-fn two_pools_with(slots: usize, extra: &str) -> String {
+pub(crate) fn two_pools_with(slots: usize, extra: &str) -> String {
     let bin = env!("CARGO_BIN_EXE_ephemer-actors");
     ["alpha", "beta"]
         .iter()

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// The id of the scale set named `name`.
-fn set_id(standin: &Standin, name: &str) -> u64 {
+pub(crate) fn set_id(standin: &Standin, name: &str) -> u64 {
     standin
         .scale_sets()
         .iter()
@@ -29,6 +29,16 @@ pub(crate) fn metric(metrics: &str, series: &str) -> u64 {
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// The jobs that did not run (the service gave them up, or they never ended well).
+pub(crate) fn jobs_not_run(standin: &Standin) -> Vec<u64> {
+    standin
+        .jobs()
+        .iter()
+        .filter(|j| j.conclusion.as_deref() != Some("success"))
+        .map(|j| j.id)
+        .collect()
 }
 
 /// Every capacity the listeners sent was what their pool can run, never less.
@@ -63,13 +73,7 @@ async fn both_message_shapes_run_a_backlog_with_capacity_said_as_the_pool_s() {
             .await;
         assert_each_job_on_its_pool(&standin);
         daemon.wait_no_runner_left(&standin).await;
-        assert!(
-            standin
-                .jobs()
-                .iter()
-                .all(|j| j.conclusion.as_deref() == Some("success")),
-            "{shape:?}: every job ran"
-        );
+        assert_eq!(jobs_not_run(&standin), Vec::<u64>::new(), "{shape:?}");
         assert_capacity_always(&standin, 3);
         let acquired = standin.count("actions_acquire_jobs");
         match shape {
@@ -125,12 +129,7 @@ async fn jobs_withdrawn_and_assigned_again_with_the_same_ids_get_runners() {
     daemon
         .wait_completed(&standin, 8, Duration::from_secs(120))
         .await;
-    let cancelled: Vec<u64> = standin
-        .jobs()
-        .iter()
-        .filter(|j| j.conclusion.as_deref() != Some("success"))
-        .map(|j| j.id)
-        .collect();
+    let cancelled = jobs_not_run(&standin);
     assert!(
         cancelled.is_empty(),
         "jobs given up: {cancelled:?}\n{}",
@@ -222,7 +221,7 @@ async fn labels_a_service_drops_are_said_once_and_never_asked_for_in_a_loop() {
     let sets = standin.scale_sets();
     assert!(
         sets.iter()
-            .all(|(_, name, labels, _)| labels == &[name.clone()]),
+            .all(|(_, name, labels, _)| labels.as_slice() == std::slice::from_ref(name)),
         "{sets:?}"
     );
     let logs = daemon.logs();

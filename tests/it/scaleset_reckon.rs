@@ -127,7 +127,7 @@ async fn a_job_of_a_deleted_scale_set_runs_once_in_the_new_one_and_leaves_no_run
     let logs = daemon.logs();
     assert!(logs.contains("scale set: made again"), "{logs}");
     assert!(
-        logs.contains("no longer assigns to the scale set withdrawn"),
+        logs.contains("its old jobs still waiting are withdrawn, the service assigns them anew"),
         "{logs}"
     );
     let json = daemon.ctl_json(&["status"]).await;

@@ -327,11 +327,8 @@ impl WebhookConfig {
 /// The label a pool's jobs carry inside the daemon in scale-set mode: GitHub assigned the
 /// job to the pool's scale set, so it is routed to that pool and no other.
 pub fn scaleset_pin(pool: &PoolName) -> String {
-    format!("{SCALESET_PIN_PREFIX}{pool}")
+    format!("scaleset:{pool}")
 }
-
-/// What every [`scaleset_pin`] starts with.
-pub const SCALESET_PIN_PREFIX: &str = "scaleset:";
 
 impl Config {
     /// The labels jobs are routed to `pool` by: its own, or in scale-set mode its pin alone.

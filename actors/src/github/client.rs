@@ -407,6 +407,7 @@ impl GithubClient {
                 j.created_at.as_deref(),
                 j.started_at.as_deref(),
             ),
+            withdrawn: false,
         }
     }
 

@@ -131,6 +131,7 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
                 payload.workflow_job.created_at.as_deref(),
                 payload.workflow_job.started_at.as_deref(),
             ),
+            withdrawn: false,
         },
     })
 }

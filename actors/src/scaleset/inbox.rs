@@ -140,6 +140,7 @@ pub fn event_of(m: &JobMessage, key: JobKey, pin: &str) -> Option<(JobAction, Jo
             m.queue_time.as_deref(),
             m.runner_assign_time.as_deref(),
         ),
+        withdrawn: withdrawn(m),
     };
     Some((action, info))
 }

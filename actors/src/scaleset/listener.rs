@@ -16,6 +16,7 @@ use super::{
     lease::{lease_key, renew_lease, take_lease},
     machine::{Call, Fail, Machine, Note, Outcome, Polled, SessionState},
     reckon::{Reckoner, reckon},
+    record::ensure_scale_set,
     view::observe,
 };
 use crate::{
@@ -26,7 +27,7 @@ use crate::{
         GithubError,
         actions::{
             ActionsClient,
-            types::{Label, QueueMessage, RunnerSetting, ScaleSet, Session, Statistics},
+            types::{QueueMessage, Session, Statistics},
         },
         actor::GenerateJitConfig,
         client::{JitRunner, random_suffix},
@@ -91,7 +92,10 @@ pub(super) struct Shared {
     /// The reckoning's last reading.
     pub(super) reckoner: RefCell<Reckoner>,
     /// The labels warning was given (once per run).
-    said_dropped: RefCell<bool>,
+    pub(super) said_dropped: RefCell<bool>,
+    /// Messages handled and kept whose acknowledgement failed: asked again before the next
+    /// poll (a poll past them never brings them back, but the service keeps them).
+    owed_acks: RefCell<Vec<u64>>,
 }
 
 /// One pool's scale-set listener.
@@ -133,6 +137,7 @@ impl ScaleSetListener {
                 statistics: RefCell::new(None),
                 reckoner: RefCell::new(Reckoner::default()),
                 said_dropped: RefCell::new(false),
+                owed_acks: RefCell::new(Vec::new()),
             }),
             machine,
             published: None,
@@ -322,6 +327,7 @@ async fn poll_once(shared: &Shared, set: u64, capacity: usize) -> Result<Polled,
     let Some(session) = shared.session.borrow().clone() else {
         return Err(Fail::NotFound);
     };
+    settle_acks(shared, &session).await;
     let last = shared.mark.borrow().last_message_id;
     let get = shared.client.get_message(&session, last, capacity);
     tokio::pin!(get);
@@ -355,135 +361,6 @@ async fn poll_once(shared: &Shared, set: u64, capacity: usize) -> Result<Polled,
             Err(Fail::from(&e))
         }
     }
-}
-
-/// The scale set's labels: its name first (the label `runs-on: <pool>` routes by, as ARC
-/// registers it), then the pool's, without repeats (case-insensitive).
-pub fn scale_set_labels(name: &str, labels: &[String]) -> Vec<String> {
-    let mut out = vec![name.to_string()];
-    for l in labels {
-        if !out.iter().any(|o| o.eq_ignore_ascii_case(l)) {
-            out.push(l.clone());
-        }
-    }
-    out
-}
-
-/// Label lists compared as sets, case-insensitive.
-fn same_labels(a: &[String], b: &[String]) -> bool {
-    let norm = |v: &[String]| {
-        let mut v: Vec<String> = v.iter().map(|l| l.to_ascii_lowercase()).collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    norm(a) == norm(b)
-}
-
-/// The scale set's id: found by name in the runner group (its labels and settings made the
-/// pool's if they differ, unless the service dropped those labels before), else created.
-async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
-    let s = &shared.settings;
-    let client = &shared.client;
-    let group = client
-        .runner_group_id(s.runner_group.as_deref(), s.runner_group_id)
-        .await?;
-    let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
-    let wanted = ScaleSet {
-        name: s.pool.to_string(),
-        runner_group_id: group,
-        labels: wanted_labels
-            .iter()
-            .map(|l| Label {
-                kind: "System".into(),
-                name: l.clone(),
-            })
-            .collect(),
-        runner_setting: RunnerSetting {
-            disable_update: s.disable_update,
-        },
-        ..ScaleSet::default()
-    };
-    let dropped_before = same_labels(&shared.mark.borrow().dropped_labels, &wanted_labels);
-    let (id, answered) = match client.find_scale_set(group, s.pool.as_str()).await? {
-        Some(found)
-            if found.runner_setting == wanted.runner_setting
-                && (same_labels(&found.label_names(), &wanted_labels) || dropped_before) =>
-        {
-            (found.id, None)
-        }
-        Some(found) => {
-            tracing::info!(pool = s.pool.as_str(), was = ?found.label_names(), now = ?wanted_labels, disable_update = s.disable_update, "scale set: the pool's labels or settings changed; updating the scale set");
-            let updated = client.update_scale_set(found.id, &wanted).await?;
-            (updated.id.max(found.id), Some(updated))
-        }
-        None => {
-            let made = client.create_scale_set(&wanted).await?;
-            tracing::info!(
-                pool = s.pool.as_str(),
-                scale_set = made.id,
-                labels = ?wanted_labels,
-                "scale set: created"
-            );
-            (made.id, Some(made))
-        }
-    };
-    let was = shared.mark.borrow().scale_set_id;
-    if was != id {
-        // Another scale set (this one was made again): its queue starts over, and the jobs
-        // still waiting from the old one are GitHub's to assign anew.
-        let orphans = if was == 0 {
-            Vec::new()
-        } else {
-            super::reckon::demand(shared)
-                .await
-                .map(|d| d.waiting.iter().map(|k| k.job_id).collect())
-                .unwrap_or_default()
-        };
-        if !orphans.is_empty() {
-            tracing::info!(
-                pool = s.pool.as_str(),
-                jobs = orphans.len(),
-                "scale set: made again; its old jobs still waiting are withdrawn unless the new scale set counts them"
-            );
-        }
-        let mut mark = shared.mark.borrow_mut();
-        *mark = Mark {
-            scale_set_id: id,
-            orphans,
-            session_id: mark.session_id.take(),
-            assignments: std::mem::take(&mut mark.assignments),
-            dropped_labels: std::mem::take(&mut mark.dropped_labels),
-            last_message_id: 0,
-        };
-    }
-    // A service that keeps only the name (a GHES without custom scale-set labels) drops the
-    // rest silently: said once, remembered so no restart asks again in vain.
-    if let Some(answer) = answered {
-        let kept = answer.label_names();
-        let lost: Vec<&String> = wanted_labels
-            .iter()
-            .filter(|l| !kept.iter().any(|k| k.eq_ignore_ascii_case(l)))
-            .collect();
-        shared.mark.borrow_mut().dropped_labels = if lost.is_empty() {
-            Vec::new()
-        } else {
-            wanted_labels.clone()
-        };
-        if !lost.is_empty() && !*shared.said_dropped.borrow() {
-            *shared.said_dropped.borrow_mut() = true;
-            tracing::warn!(pool = s.pool.as_str(), dropped = ?lost, "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
-        }
-    } else if dropped_before && !*shared.said_dropped.borrow() {
-        *shared.said_dropped.borrow_mut() = true;
-        tracing::warn!(
-            pool = s.pool.as_str(),
-            "scale set: the Actions service dropped its custom labels before; only `runs-on: {}` reaches this pool, and they are not asked for again until the pool's labels change",
-            s.pool
-        );
-    }
-    save_mark(shared).await;
-    Ok(id)
 }
 
 /// Handles one message: acquires its offered jobs, hands its job events to the intake, and
@@ -556,10 +433,30 @@ async fn handle(
     *shared.mark.borrow_mut() = mark;
     save_mark(shared).await;
     if let Err(e) = shared.client.delete_message(session, message.id).await {
-        // Durable already: when it comes again it is acknowledged only (its id is kept).
-        tracing::debug!(pool, error = %e, "scale set: acknowledging a message failed");
+        // Durable already: asked again before the next poll, and when it comes again it is
+        // acknowledged only (its id is kept).
+        tracing::debug!(pool, error = %e, "scale set: acknowledging a message failed; asked again");
+        shared.owed_acks.borrow_mut().push(message.id);
     }
     Ok(())
+}
+
+/// Asks again for the acknowledgements that failed (at most 100 kept); a message the queue
+/// no longer has counts as acknowledged.
+async fn settle_acks(shared: &Shared, session: &Session) {
+    let owed = std::mem::take(&mut *shared.owed_acks.borrow_mut());
+    let mut left = Vec::new();
+    for id in owed {
+        match shared.client.delete_message(session, id).await {
+            Ok(()) => {}
+            Err(GithubError::Http(f)) if f.status == 404 => {}
+            Err(_) => left.push(id),
+        }
+    }
+    let mut owed = shared.owed_acks.borrow_mut();
+    left.extend(owed.drain(..));
+    left.truncate(100);
+    *owed = left;
 }
 
 /// Acquires offered jobs (a GHES offers before it assigns); what was not acquired went to
@@ -639,43 +536,26 @@ impl Handler<GenerateJitConfig> for ScaleSetListener {
                 attempts: NAME_ATTEMPTS,
             })
         };
-        Box::pin(register.into_actor(self).map(|result, act, _| {
-            if let Err(GithubError::Http(f)) = &result
-                && f.status == 404
-            {
-                // Deleted under us: the next round makes it again.
-                act.machine.forget_set();
-            }
-            result
-        }))
+        Box::pin(
+            register
+                .into_actor(self)
+                .map(|result, act, _| match result {
+                    Err(GithubError::Http(f)) if f.status == 404 => {
+                        // Deleted under us: the next round makes it again, and the claim climbs the
+                        // ladder meanwhile (the operator has nothing to fix).
+                        act.machine.forget_set();
+                        Err(GithubError::Network {
+                            endpoint: "actions_generate_jitconfig",
+                            detail: format!(
+                                "the scale set is gone ({}); it is made again",
+                                f.message
+                            ),
+                        })
+                    }
+                    other => other,
+                }),
+        )
     }
 }
 
 crate::stop_on_request!(ScaleSetListener);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_scale_set_is_registered_with_its_name_first_then_the_pool_s_labels() {
-        let labels = vec![
-            "self-hosted".into(),
-            "Linux".into(),
-            "alpha".into(),
-            "linux".into(),
-        ];
-        assert_eq!(
-            scale_set_labels("alpha", &labels),
-            ["alpha", "self-hosted", "Linux"]
-        );
-        assert!(same_labels(
-            &["Linux".into(), "alpha".into()],
-            &["alpha".into(), "linux".into()]
-        ));
-        assert!(!same_labels(
-            &["alpha".into()],
-            &["alpha".into(), "linux".into()]
-        ));
-    }
-}

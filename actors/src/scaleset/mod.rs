@@ -17,7 +17,10 @@ pub mod inbox;
 mod lease;
 pub mod listener;
 pub mod machine;
+#[cfg(test)]
+mod machine_tests;
 mod reckon;
+pub mod record;
 mod view;
 
 use std::time::Duration;

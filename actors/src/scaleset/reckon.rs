@@ -178,8 +178,21 @@ pub(super) async fn reckon(shared: &Shared, set: u64) -> Result<(), crate::githu
     Ok(())
 }
 
-/// Hands a placeholder's `queued`, or a withdrawal's `completed` (cancelled), to the intake.
-async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) {
+/// Withdraws `jobs` (a `completed`, cancelled, for each); answers the job ids whose withdrawal
+/// the intake did not take, for the reckoning to withdraw later.
+pub(super) async fn withdraw(shared: &Shared, jobs: &[JobKey]) -> Vec<u64> {
+    let mut left = Vec::new();
+    for key in jobs {
+        if !deliver(shared, JobAction::Completed, key.clone(), "withdrawn").await {
+            left.push(key.job_id);
+        }
+    }
+    left
+}
+
+/// Hands a placeholder's `queued`, or a withdrawal's `completed` (cancelled), to the intake;
+/// false when the intake did not take it.
+async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) -> bool {
     let info = JobInfo {
         key: key.clone(),
         labels: vec![crate::config::scaleset_pin(&shared.settings.pool)].into(),
@@ -195,9 +208,10 @@ async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) {
         source: EventSource::ScaleSet,
     };
     match shared.wiring.intake.send(Deliver(event)).await {
-        Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => {}
+        Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => true,
         other => {
-            tracing::warn!(job_id = key.job_id, verdict = ?other, "scale set: the intake refused a reckoned job; the next reading tries again")
+            tracing::warn!(job_id = key.job_id, verdict = ?other, "scale set: the intake refused a reckoned job; the next reading tries again");
+            false
         }
     }
 }

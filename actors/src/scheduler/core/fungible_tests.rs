@@ -364,6 +364,7 @@ fn a_withdrawn_scale_set_job_s_runner_serves_its_next_assignment() {
         JobAction::Completed,
         JobInfo {
             conclusion: Some("cancelled".into()),
+            withdrawn: true,
             ..job(1, PIN)
         },
     );
@@ -377,6 +378,7 @@ fn a_withdrawn_scale_set_job_s_runner_serves_its_next_assignment() {
         JobAction::Completed,
         JobInfo {
             conclusion: Some("cancelled".into()),
+            withdrawn: true,
             ..job(2, PIN)
         },
     );
@@ -385,4 +387,16 @@ fn a_withdrawn_scale_set_job_s_runner_serves_its_next_assignment() {
     d.advance(40);
     assert!(!d.has_runner(&a), "reaped after the grace");
     assert_eq!(d.deletes.len(), 1);
+    // Cancelled, not withdrawn (the reckoning's withdrawal of a job of a deleted scale set,
+    // whose runner can never get it): torn down at once.
+    d.queued(3, PIN);
+    let b = d.runner_of(3);
+    d.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(3, PIN)
+        },
+    );
+    assert!(!d.has_runner(&b));
 }

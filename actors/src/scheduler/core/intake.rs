@@ -187,6 +187,7 @@ impl Scheduler {
     ) {
         let key = job.key.clone();
         let runner_name = job.runner_name.clone();
+        let withdrawn = job.withdrawn;
         let rec = self
             .admission
             .jobs
@@ -273,7 +274,7 @@ impl Scheduler {
             }
         }
         if action == JobAction::Completed {
-            self.on_completed(&key, runner_name.as_deref(), runner_id, now, fx);
+            self.on_completed(&key, runner_name.as_deref(), runner_id, withdrawn, now, fx);
             fx.extend(self.sweep(now));
         } else {
             self.rebalance(now, fx);
@@ -286,6 +287,7 @@ impl Scheduler {
         key: &JobKey,
         runner_name: Option<&str>,
         runner_id: Option<u64>,
+        withdrawn: bool,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
@@ -335,12 +337,7 @@ impl Scheduler {
             });
         }
         self.note(key, now, Note::Completed { conclusion });
-        let withdrawn = runner_name.is_none()
-            && self
-                .admission
-                .jobs
-                .get(key)
-                .is_some_and(|j| j.info.labels.iter().any(|l| is_scaleset_pin(l)));
+        let withdrawn = withdrawn && runner_name.is_none();
         match target {
             // A scale set's job withdrawn before any runner took it comes back as a new
             // assignment in a moment: its runner, already on its way, is kept as a spare for
@@ -356,9 +353,4 @@ impl Scheduler {
             None => {}
         }
     }
-}
-
-/// Whether `label` is a scale set's routing label ([`crate::config::scaleset_pin`]).
-fn is_scaleset_pin(label: &str) -> bool {
-    label.starts_with(crate::config::SCALESET_PIN_PREFIX)
 }

@@ -26,8 +26,9 @@ pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued 
 /// How long a runner made for a scale set's job that the service withdrew before any runner
 /// took it is kept as a spare: the service assigns the job again moments later (the
 /// withdrawal and the new assignment come in consecutive messages, ARC#4602), and the runner
-/// already on its way serves it; kept longer, it is surplus.
-pub const REASSIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+/// already on its way serves it. A job cancelled for good looks the same in its message, so
+/// its runner waits this long for nothing: kept short.
+pub const REASSIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 /// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
 pub const REAP_ORPHAN: &str = "orphan: no job took it within the grace";
 

@@ -1,0 +1,171 @@
+//! The scale set's record on the service: found by name in the runner group, created, or
+//! updated when the pool's labels or settings changed; its labels are the pool's name first,
+//! then the pool's (as actions-runner-controller registers a scale set). A service that drops
+//! custom labels (a GHES without them) is said once and remembered, never asked again in a
+//! loop. A scale set made again (GitHub deleted the old one) starts its queue over, and the
+//! jobs still waiting in the old one are withdrawn: the service assigns them anew.
+
+use super::{Mark, listener::Shared};
+use crate::github::{
+    GithubError,
+    actions::types::{Label, RunnerSetting, ScaleSet},
+};
+
+/// The scale set's labels: its name first (the label `runs-on: <pool>` routes by, as ARC
+/// registers it), then the pool's, without repeats (case-insensitive).
+pub fn scale_set_labels(name: &str, labels: &[String]) -> Vec<String> {
+    let mut out = vec![name.to_string()];
+    for l in labels {
+        if !out.iter().any(|o| o.eq_ignore_ascii_case(l)) {
+            out.push(l.clone());
+        }
+    }
+    out
+}
+
+/// Label lists compared as sets, case-insensitive.
+fn same_labels(a: &[String], b: &[String]) -> bool {
+    let norm = |v: &[String]| {
+        let mut v: Vec<String> = v.iter().map(|l| l.to_ascii_lowercase()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    norm(a) == norm(b)
+}
+
+/// The scale set's id: found by name in the runner group (its labels and settings made the
+/// pool's if they differ, unless the service dropped those labels before), else created.
+pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
+    let s = &shared.settings;
+    let client = &shared.client;
+    let group = client
+        .runner_group_id(s.runner_group.as_deref(), s.runner_group_id)
+        .await?;
+    let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
+    let wanted = ScaleSet {
+        name: s.pool.to_string(),
+        runner_group_id: group,
+        labels: wanted_labels
+            .iter()
+            .map(|l| Label {
+                kind: "System".into(),
+                name: l.clone(),
+            })
+            .collect(),
+        runner_setting: RunnerSetting {
+            disable_update: s.disable_update,
+        },
+        ..ScaleSet::default()
+    };
+    let dropped_before = same_labels(&shared.mark.borrow().dropped_labels, &wanted_labels);
+    let (id, answered) = match client.find_scale_set(group, s.pool.as_str()).await? {
+        Some(found)
+            if found.runner_setting == wanted.runner_setting
+                && (same_labels(&found.label_names(), &wanted_labels) || dropped_before) =>
+        {
+            (found.id, None)
+        }
+        Some(found) => {
+            tracing::info!(pool = s.pool.as_str(), was = ?found.label_names(), now = ?wanted_labels, disable_update = s.disable_update, "scale set: the pool's labels or settings changed; updating the scale set");
+            let updated = client.update_scale_set(found.id, &wanted).await?;
+            (updated.id.max(found.id), Some(updated))
+        }
+        None => {
+            let made = client.create_scale_set(&wanted).await?;
+            tracing::info!(
+                pool = s.pool.as_str(),
+                scale_set = made.id,
+                labels = ?wanted_labels,
+                "scale set: created"
+            );
+            (made.id, Some(made))
+        }
+    };
+    let was = shared.mark.borrow().scale_set_id;
+    if was != id {
+        // Another scale set (this one was made again): its queue starts over, and the jobs
+        // still waiting from the old one are GitHub's to assign anew in the new one, as new
+        // assignments (their keys name the scale set): the old ones are withdrawn at once, and
+        // the runners made for them, registered in a scale set that is gone, go with them.
+        let waiting = if was == 0 {
+            Vec::new()
+        } else {
+            super::reckon::demand(shared)
+                .await
+                .map(|d| d.waiting)
+                .unwrap_or_default()
+        };
+        if !waiting.is_empty() {
+            tracing::info!(
+                pool = s.pool.as_str(),
+                jobs = waiting.len(),
+                "scale set: made again; its old jobs still waiting are withdrawn, the service assigns them anew"
+            );
+        }
+        let orphans = super::reckon::withdraw(shared, &waiting).await;
+        let mut mark = shared.mark.borrow_mut();
+        *mark = Mark {
+            scale_set_id: id,
+            orphans,
+            session_id: mark.session_id.take(),
+            assignments: std::mem::take(&mut mark.assignments),
+            dropped_labels: std::mem::take(&mut mark.dropped_labels),
+            last_message_id: 0,
+        };
+    }
+    // A service that keeps only the name (a GHES without custom scale-set labels) drops the
+    // rest silently: said once, remembered so no restart asks again in vain.
+    if let Some(answer) = answered {
+        let kept = answer.label_names();
+        let lost: Vec<&String> = wanted_labels
+            .iter()
+            .filter(|l| !kept.iter().any(|k| k.eq_ignore_ascii_case(l)))
+            .collect();
+        shared.mark.borrow_mut().dropped_labels = if lost.is_empty() {
+            Vec::new()
+        } else {
+            wanted_labels.clone()
+        };
+        if !lost.is_empty() && !*shared.said_dropped.borrow() {
+            *shared.said_dropped.borrow_mut() = true;
+            tracing::warn!(pool = s.pool.as_str(), dropped = ?lost, "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
+        }
+    } else if dropped_before && !*shared.said_dropped.borrow() {
+        *shared.said_dropped.borrow_mut() = true;
+        tracing::warn!(
+            pool = s.pool.as_str(),
+            "scale set: the Actions service dropped its custom labels before; only `runs-on: {}` reaches this pool, and they are not asked for again until the pool's labels change",
+            s.pool
+        );
+    }
+    super::listener::save_mark(shared).await;
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_set_is_registered_with_its_name_first_then_the_pool_s_labels() {
+        let labels = vec![
+            "self-hosted".into(),
+            "Linux".into(),
+            "alpha".into(),
+            "linux".into(),
+        ];
+        assert_eq!(
+            scale_set_labels("alpha", &labels),
+            ["alpha", "self-hosted", "Linux"]
+        );
+        assert!(same_labels(
+            &["Linux".into(), "alpha".into()],
+            &["alpha".into(), "linux".into()]
+        ));
+        assert!(!same_labels(
+            &["alpha".into()],
+            &["alpha".into(), "linux".into()]
+        ));
+    }
+}
