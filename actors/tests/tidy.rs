@@ -19,6 +19,8 @@ const PURE: &[&str] = &[
     "job.rs",
     "vocab.rs",
     "cluster/types.rs",
+    "scaleset/machine.rs",
+    "scaleset/inbox.rs",
 ];
 
 /// What a pure module may not name, and why.

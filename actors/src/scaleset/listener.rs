@@ -93,9 +93,6 @@ pub(super) struct Shared {
     pub(super) reckoner: RefCell<Reckoner>,
     /// The labels warning was given (once per run).
     pub(super) said_dropped: RefCell<bool>,
-    /// Messages handled and kept whose acknowledgement failed: asked again before the next
-    /// poll (a poll past them never brings them back, but the service keeps them).
-    owed_acks: RefCell<Vec<u64>>,
 }
 
 /// One pool's scale-set listener.
@@ -137,7 +134,6 @@ impl ScaleSetListener {
                 statistics: RefCell::new(None),
                 reckoner: RefCell::new(Reckoner::default()),
                 said_dropped: RefCell::new(false),
-                owed_acks: RefCell::new(Vec::new()),
             }),
             machine,
             published: None,
@@ -429,34 +425,44 @@ async fn handle(
             "scale set: the service withdrew jobs no runner took in time; their next assignment gets a runner"
         );
     }
+    // Kept with the acknowledgement owed, before it is asked: a poll past the message never
+    // brings it back, but the service keeps it until it is deleted, even across a restart.
     mark.last_message_id = message.id;
+    mark.owed_acks.push(message.id);
     *shared.mark.borrow_mut() = mark;
     save_mark(shared).await;
-    if let Err(e) = shared.client.delete_message(session, message.id).await {
-        // Durable already: asked again before the next poll, and when it comes again it is
-        // acknowledged only (its id is kept).
-        tracing::debug!(pool, error = %e, "scale set: acknowledging a message failed; asked again");
-        shared.owed_acks.borrow_mut().push(message.id);
+    match shared.client.delete_message(session, message.id).await {
+        Ok(()) => shared
+            .mark
+            .borrow_mut()
+            .owed_acks
+            .retain(|id| *id != message.id),
+        Err(e) => {
+            tracing::debug!(pool, error = %e, "scale set: acknowledging a message failed; asked again before the next poll")
+        }
     }
     Ok(())
 }
 
-/// Asks again for the acknowledgements that failed (at most 100 kept); a message the queue
-/// no longer has counts as acknowledged.
+/// Asks again for the acknowledgements owed (a failed DELETE, or one cut short by a crash);
+/// a message the queue no longer has counts as acknowledged. At most 100 are kept.
 async fn settle_acks(shared: &Shared, session: &Session) {
-    let owed = std::mem::take(&mut *shared.owed_acks.borrow_mut());
-    let mut left = Vec::new();
+    let owed = shared.mark.borrow().owed_acks.clone();
+    if owed.is_empty() {
+        return;
+    }
+    let mut done = Vec::new();
     for id in owed {
         match shared.client.delete_message(session, id).await {
-            Ok(()) => {}
-            Err(GithubError::Http(f)) if f.status == 404 => {}
-            Err(_) => left.push(id),
+            Ok(()) => done.push(id),
+            Err(GithubError::Http(f)) if f.status == 404 => done.push(id),
+            Err(_) => {}
         }
     }
-    let mut owed = shared.owed_acks.borrow_mut();
-    left.extend(owed.drain(..));
-    left.truncate(100);
-    *owed = left;
+    let mut mark = shared.mark.borrow_mut();
+    mark.owed_acks.retain(|id| !done.contains(id));
+    let over = mark.owed_acks.len().saturating_sub(100);
+    mark.owed_acks.drain(..over);
 }
 
 /// Acquires offered jobs (a GHES offers before it assigns); what was not acquired went to

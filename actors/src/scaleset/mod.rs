@@ -54,6 +54,10 @@ pub struct Mark {
     /// Jobs the service withdrew and may assign again, with how many times ([`inbox`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assignments: Vec<inbox::Assignment>,
+    /// Messages handled whose acknowledgement is owed (written before it is asked, so a crash
+    /// between the two is settled at the next start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owed_acks: Vec<u64>,
     /// The labels the service dropped when the scale set was registered with them (a GHES
     /// without custom scale-set labels): asked again only when the pool's labels change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,6 +123,7 @@ mod tests {
                 at: 9,
             }],
             dropped_labels: vec!["linux".into()],
+            owed_acks: vec![16],
         };
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(serde_json::from_value::<Mark>(v).unwrap(), m);

@@ -112,6 +112,7 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
             assignments: std::mem::take(&mut mark.assignments),
             dropped_labels: std::mem::take(&mut mark.dropped_labels),
             last_message_id: 0,
+            owed_acks: Vec::new(),
         };
     }
     // A service that keeps only the name (a GHES without custom scale-set labels) drops the
