@@ -166,7 +166,11 @@ async fn a_jit_answer_that_renames_the_runner_is_refused_and_deleted() {
         matches!(&err, GithubError::RenamedRunner { answered, .. } if answered == "../../.."),
         "{err:?}"
     );
-    assert_eq!(err.class(), ErrorClass::NonRetryable);
+    assert_eq!(
+        err.class(),
+        ErrorClass::ServerSide,
+        "the server's fault: the claim goes on the ladder"
+    );
     assert!(
         s.standin.runners().is_empty(),
         "the registration is deleted"

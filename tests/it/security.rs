@@ -212,3 +212,30 @@ async fn a_job_cannot_reach_the_daemons_secrets_or_its_siblings_environment() {
     daemon.wait_no_runner_left(&standin).await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// A JIT answer that names another runner (a path, from a broken server or a proxy trusted
+/// through `ca_file`) is refused and its registration deleted, and the job goes on the ladder
+/// like a 5xx: it runs at the next rung once the server answers properly (before, it was parked
+/// for 30 minutes as the operator's fault).
+#[actix_rt::test]
+async fn a_jit_answer_naming_another_runner_is_retried_at_the_next_rung() {
+    let standin = github_standin::Standin::start(github_standin::StandinConfig::default()).unwrap();
+    let daemon = Daemon::start(
+        &standin,
+        "[runner]\nmax_concurrent = 2\n[runner.claim_retry]\nschedule = [\"2s\"]\njitter = 0.0\n",
+        &support::daemon::local_provider(2),
+    )
+    .await;
+    standin.rename_next_runner("../../..");
+    standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        standin.count("generate_jitconfig"),
+        2,
+        "one refused, one used"
+    );
+    daemon.wait_no_runner_left(&standin).await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -127,9 +127,10 @@ impl GithubError {
             GithubError::Decode { .. } | GithubError::NameConflict { .. } => {
                 ErrorClass::UnknownRetryable
             }
-            GithubError::Auth(_)
-            | GithubError::NoRunnerGroup { .. }
-            | GithubError::RenamedRunner { .. } => ErrorClass::NonRetryable,
+            GithubError::Auth(_) | GithubError::NoRunnerGroup { .. } => ErrorClass::NonRetryable,
+            // An odd answer is the server's fault, not the operator's config: the registration
+            // was deleted, and the claim climbs the ladder like a 5xx.
+            GithubError::RenamedRunner { .. } => ErrorClass::ServerSide,
             GithubError::TokenExchange(inner) => inner.class(),
         }
     }
@@ -263,6 +264,10 @@ mod tests {
                 UnknownRetryable,
             ),
             (GithubError::NameConflict { attempts: 3 }, UnknownRetryable),
+            (
+                GithubError::RenamedRunner { asked: "a".into(), answered: "../..".into() },
+                ServerSide,
+            ),
             (GithubError::Auth("private key rejected".into()), NonRetryable),
             (
                 GithubError::TokenExchange(Box::new(http(502, "Bad Gateway", None))),
