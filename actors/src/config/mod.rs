@@ -531,6 +531,9 @@ pub struct Environment {
     pub app_private_key: Option<Secret>,
     /// The daemon runs as root: a process pool then needs `run_as` or `allow_root`.
     pub as_root: bool,
+    /// The name of the user the daemon runs as: refused in `run_as` (a job as that user
+    /// reaches the daemon's token and state) unless `allow_same_user`.
+    pub daemon_user: Option<String>,
     /// `HTTPS_PROXY` (or `https_proxy`): the proxy when `github.proxy` is not set.
     pub https_proxy: Option<Secret>,
     /// `NO_PROXY` (or `no_proxy`).
@@ -560,6 +563,10 @@ impl Environment {
             webhook_secret: var("EPHEMER_WEBHOOK_SECRET"),
             app_private_key: var("EPHEMER_APP_PRIVATE_KEY"),
             as_root: nix::unistd::geteuid().is_root(),
+            daemon_user: nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name),
             https_proxy: var("HTTPS_PROXY").or_else(|| var("https_proxy")),
             cluster_url: var("EPHEMER_CLUSTER_URL"),
             no_proxy: std::env::var("NO_PROXY")

@@ -88,7 +88,9 @@ fn check_url(url: &str, allow_insecure: bool, p: &mut Problems) {
             p.push("cluster.url", "names no database (…/DBNAME at the end)")
         }
         Ok(c) => {
-            let local = c.get_hosts().iter().all(|h| match h {
+            // Every address the URL can reach: its hosts, and `hostaddr`, which (when given)
+            // is where the connection really goes, whatever the host's name says.
+            let hosts_local = c.get_hosts().iter().all(|h| match h {
                 tokio_postgres::config::Host::Tcp(name) => {
                     name == "localhost"
                         || name
@@ -98,6 +100,15 @@ fn check_url(url: &str, allow_insecure: bool, p: &mut Problems) {
                 }
                 tokio_postgres::config::Host::Unix(_) => true,
             });
+            let addrs = c.get_hostaddrs();
+            let local = if addrs.is_empty() {
+                hosts_local
+            } else {
+                addrs.iter().all(|ip| ip.is_loopback())
+                    && c.get_hosts()
+                        .iter()
+                        .all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)) || hosts_local)
+            };
             let tls = c.get_ssl_mode() == tokio_postgres::config::SslMode::Require;
             if !local && !tls && !allow_insecure {
                 p.push(

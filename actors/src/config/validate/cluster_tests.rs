@@ -122,6 +122,27 @@ fn a_ledger_off_this_host_needs_tls_that_cannot_be_stripped() {
         ("postgresql://u:pw@localhost/ephemer", "", true),
         ("postgresql://u:pw@[::1]/ephemer", "", true),
         ("postgresql:///ephemer?host=/run/postgresql", "", true),
+        // The name is local, the address the connection goes to is not (issue 52, item 4).
+        (
+            "postgresql://u:pw@localhost/ephemer?hostaddr=10.1.2.3",
+            "",
+            false,
+        ),
+        (
+            "postgresql://u:pw@localhost/ephemer?hostaddr=127.0.0.2",
+            "",
+            true,
+        ),
+        (
+            "postgresql://u:pw@db.internal/ephemer?hostaddr=127.0.0.1",
+            "",
+            false,
+        ),
+        (
+            "postgresql://u:pw@localhost/ephemer?hostaddr=10.1.2.3&sslmode=require",
+            "",
+            true,
+        ),
     ] {
         let text = format!("[cluster]\nurl = \"{url}\"\n{extra}");
         let got = load(&text, &env);

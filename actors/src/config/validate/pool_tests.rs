@@ -446,3 +446,46 @@ fn warm_mode_is_booted_or_registered_and_registered_needs_org_level_targets() {
         .expect("named at warm_mode");
     assert!(problem.reason.contains("acme"), "{}", problem.reason);
 }
+
+/// `run_as` never names root or the daemon's own user without the explicit yes: each would
+/// hand every job the daemon's credential and state (issue 52, item 3; before, both passed).
+#[test]
+fn run_as_refuses_root_and_the_daemons_own_user_without_a_yes() {
+    let env = Environment {
+        as_root: true,
+        daemon_user: Some("ephemer".into()),
+        ..Environment::default()
+    };
+    let pool = |users: &str, extra: &str| {
+        format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [providers.local]\ncommand = \"/bin/true\"\nmax_concurrent = 2\nrun_as = {users}\n{extra}\n"
+        )
+    };
+    let refused = |text: &str| -> Vec<String> {
+        match Config::from_toml_str(text, None, &env) {
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                e.0.into_iter()
+                    .filter(|p| p.key == "providers.local.run_as")
+                    .map(|p| p.reason)
+                    .collect()
+            }
+        }
+    };
+    let root = refused(&pool("[\"root\", \"ci1\"]", ""));
+    assert!(
+        root.len() == 1 && root[0].contains("lists root") && root[0].contains("allow_root"),
+        "{root:?}"
+    );
+    let own = refused(&pool("[\"ci1\", \"ephemer\"]", ""));
+    assert!(
+        own.len() == 1
+            && own[0].contains("the daemon's own user")
+            && own[0].contains("allow_same_user"),
+        "{own:?}"
+    );
+    assert!(refused(&pool("[\"root\", \"ci1\"]", "allow_root = true")).is_empty());
+    assert!(refused(&pool("[\"ci1\", \"ephemer\"]", "allow_same_user = true")).is_empty());
+    assert!(refused(&pool("[\"ci1\", \"ci2\"]", "")).is_empty());
+}

@@ -224,7 +224,7 @@ pub(super) fn build_providers(
                     dir: state_dir.to_path_buf(),
                 }
                 .runner_dir(),
-                env.as_root,
+                env,
                 p,
             )),
             ProviderKind::NativeMacos => PoolSpec::NativeMacos(build_process(
@@ -237,7 +237,7 @@ pub(super) fn build_providers(
                 }
                 .runner_dir()
                 .join("native"),
-                env.as_root,
+                env,
                 p,
             )),
             ProviderKind::Linux => PoolSpec::Linux(super::containers::build_linux(
@@ -352,9 +352,10 @@ fn build_process(
     enabled: bool,
     max_concurrent: usize,
     default_work_root: PathBuf,
-    as_root: bool,
+    env: &crate::config::Environment,
     p: &mut Problems,
 ) -> ProcessPoolConfig {
+    let as_root = env.as_root;
     let key = |k: &str| format!("{key}.{k}");
     let work_root = absolute_or_default(&key("work_root"), r.work_root, default_work_root, p);
     let runner_dir = r.runner_dir.filter(|s| !s.trim().is_empty());
@@ -447,6 +448,29 @@ fn build_process(
              credentials in reach of every job: set run_as to a dedicated user (the daemon then \
              needs root, or sudo rights to it), or allow_same_user = true to accept that",
         );
+    }
+    if enabled {
+        // A user named in run_as is trusted with nothing: root, and the daemon's own user,
+        // would hand every job the daemon's credential and state (issue 52, item 3).
+        for user in &run_as {
+            if (user == "root" || user == "0") && !allow_root {
+                p.push(
+                    key("run_as"),
+                    "lists root: its jobs would run as root, with the daemon's GitHub \
+                     credential and state in reach; list dedicated users, or allow_root = true \
+                     to accept that",
+                );
+            } else if env.daemon_user.as_deref() == Some(user.as_str()) && !allow_same_user {
+                p.push(
+                    key("run_as"),
+                    format!(
+                        "lists {user}, the daemon's own user: its jobs would reach the daemon's \
+                         admin token, state, config and credentials; list dedicated users, or \
+                         allow_same_user = true to accept that"
+                    ),
+                );
+            }
+        }
     }
     if enabled && as_root && run_as.is_empty() && !allow_root {
         // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
