@@ -208,6 +208,7 @@ fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) ->
 fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
     let state = build_state(raw.state.dir, p);
     let secrets = targets::secret_references(&raw.github);
+    let insecure = raw.github.allow_insecure.unwrap_or(false);
     let providers = build_providers(raw.providers, &state.dir, env, &secrets, p);
     // `[github]`'s problems are listed before `[webhook]`'s, as in the file.
     let mut webhook_problems = Problems::default();
@@ -224,7 +225,7 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
         github,
         targets,
         webhook,
-        runner: build_runner(raw.runner, p),
+        runner: build_runner(raw.runner, insecure, p),
         metrics: MetricsConfig {
             listen: raw
                 .metrics

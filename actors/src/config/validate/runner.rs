@@ -8,8 +8,12 @@ use super::{
     positive_duration,
 };
 
-pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems) -> RunnerConfig {
-    let update = build_update(&raw, p);
+pub(super) fn build_runner(
+    raw: crate::config::raw::RawRunner,
+    allow_insecure: bool,
+    p: &mut Problems,
+) -> RunnerConfig {
+    let update = build_update(&raw, allow_insecure, p);
     let name_prefix = raw
         .name_prefix
         .unwrap_or_else(|| defaults::NAME_PREFIX.into());
@@ -60,7 +64,11 @@ pub(super) fn build_runner(raw: crate::config::raw::RawRunner, p: &mut Problems)
 }
 
 /// `auto_update`, `runner_version`, `releases_url`, `release_check_interval`, `min_version`.
-fn build_update(raw: &crate::config::raw::RawRunner, p: &mut Problems) -> RunnerUpdateConfig {
+fn build_update(
+    raw: &crate::config::raw::RawRunner,
+    allow_insecure: bool,
+    p: &mut Problems,
+) -> RunnerUpdateConfig {
     let version = |key: &str, v: &Option<String>, p: &mut Problems| -> Option<String> {
         let v = v.as_deref().map(str::trim).filter(|v| !v.is_empty())?;
         let v = v.strip_prefix('v').unwrap_or(v);
@@ -86,6 +94,20 @@ fn build_update(raw: &crate::config::raw::RawRunner, p: &mut Problems) -> Runner
         p.push(
             "runner.releases_url",
             format!("{releases_url:?} must be an http(s) URL"),
+        );
+    } else if let Some(rest) = releases_url.strip_prefix("http://")
+        && !allow_insecure
+        && !super::loopback(rest)
+    {
+        // The release's checksum comes in the same answer as its archive: whoever is on a
+        // plain-http path plants the runner every job runs (issue 52, item 6).
+        p.push(
+            "runner.releases_url",
+            format!(
+                "{releases_url:?} is plain http to another host: whoever is on the path could \
+                 plant the runner every job runs (the checksum comes in the same answer); use \
+                 https://, or github.allow_insecure = true to accept that"
+            ),
         );
     }
     RunnerUpdateConfig {

@@ -604,3 +604,33 @@ fn release_checks_more_often_than_hourly_on_github_com_are_warned_about() {
         "release_check_interval = \"5m\"\nreleases_url = \"https://mirror.example/runner/releases\""
     )));
 }
+
+/// `runner.releases_url` over plain http to another host is refused (the archive and its
+/// checksum come on the same path); loopback, https, or `github.allow_insecure` pass.
+#[test]
+fn the_runner_s_releases_come_over_https_or_loopback() {
+    let base = "[github]\nowner = \"acme\"\ntoken = \"t\"\n{github}\n[webhook]\nsecret = \"s\"\n\
+                [runner]\nreleases_url = \"{url}\"\n";
+    for (url, github, ok) in [
+        ("http://mirror.example/runner/releases", "", false),
+        ("https://mirror.example/runner/releases", "", true),
+        ("http://127.0.0.1:8080/releases", "", true),
+        ("http://localhost/releases", "", true),
+        (
+            "http://mirror.example/runner/releases",
+            "allow_insecure = true",
+            true,
+        ),
+    ] {
+        let text = base.replace("{url}", url).replace("{github}", github);
+        let bad: Vec<_> = match Config::from_toml_str(&text, None, &env()) {
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                e.0.into_iter()
+                    .filter(|p| p.key == "runner.releases_url")
+                    .collect()
+            }
+        };
+        assert_eq!(bad.is_empty(), ok, "{url} {github}: {bad:?}");
+    }
+}
