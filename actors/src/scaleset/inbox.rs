@@ -78,6 +78,12 @@ pub fn key_of(owner: &str, set: u64, ident: &str, ordinal: u32, request: u64) ->
     JobKey::new(owner, JOB_ID_BASE | (h & (JOB_ID_BASE - 1)))
 }
 
+/// Whether `key` is a scale-set job keyed by its runner request id (a GHES job with no
+/// `jobId`, or any job recorded before `jobId` keys), not a placeholder or a warm intent.
+pub fn keyed_by_request(key: &JobKey) -> bool {
+    key.job_id < JOB_ID_BASE && !key.is_reckoned() && !key.is_warm()
+}
+
 /// One job message for the intake.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
@@ -498,6 +504,20 @@ mod tests {
         prune(&mut mark, ASSIGNMENTS_KEPT_SECS + 1);
         assert_eq!(mark.assignments.len(), ASSIGNMENTS_CAP);
         assert!(!mark.assignments.iter().any(|a| a.ident == "new"));
+    }
+
+    #[test]
+    fn request_keys_are_told_from_job_id_keys_and_placeholders() {
+        assert!(keyed_by_request(&JobKey::new("acme", 70_001)));
+        assert!(!keyed_by_request(&key_of("acme", 1, "job-a", 0, 0)));
+        assert!(!keyed_by_request(&JobKey::new(
+            "acme",
+            crate::job::RECKONED_BASE + 1
+        )));
+        assert!(!keyed_by_request(&JobKey::new(
+            "acme",
+            crate::job::WARM_BASE + 1
+        )));
     }
 
     #[test]

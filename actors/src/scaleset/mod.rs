@@ -54,6 +54,11 @@ pub struct Mark {
     /// Jobs the service withdrew and may assign again, with how many times ([`inbox`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assignments: Vec<inbox::Assignment>,
+    /// Written by a daemon that keys scale-set jobs by `jobId` ([`inbox`]); a mark without it
+    /// comes from before, whose waiting jobs are withdrawn once (their messages name other
+    /// keys now).
+    #[serde(default)]
+    pub keyed_by_job_id: bool,
     /// Messages handled whose acknowledgement is owed (written before it is asked, so a crash
     /// between the two is settled at the next start).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,12 +129,17 @@ mod tests {
             }],
             dropped_labels: vec!["linux".into()],
             owed_acks: vec![16],
+            keyed_by_job_id: true,
         };
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(serde_json::from_value::<Mark>(v).unwrap(), m);
         let old: Mark =
             serde_json::from_value(serde_json::json!({ "last_message_id": 4 })).unwrap();
         assert_eq!(old.last_message_id, 4);
+        assert!(
+            !old.keyed_by_job_id,
+            "a mark from before jobId keys says so"
+        );
         assert_eq!(mark_of("Acme", "linux"), "scaleset:acme/linux");
     }
 }

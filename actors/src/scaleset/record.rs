@@ -113,7 +113,31 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
             dropped_labels: std::mem::take(&mut mark.dropped_labels),
             last_message_id: 0,
             owed_acks: Vec::new(),
+            keyed_by_job_id: true,
         };
+    } else if !shared.mark.borrow().keyed_by_job_id {
+        // The first start after an upgrade from a daemon that keyed scale-set jobs by runner
+        // request id: the messages of the jobs it left waiting now name other keys, so those
+        // records would hold runners for jobs no message ends. They are withdrawn once; the
+        // service still counts the jobs as assigned, and the reckoning claims runners for them.
+        let stale: Vec<_> = super::reckon::demand(shared)
+            .await
+            .map(|d| d.waiting)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(super::inbox::keyed_by_request)
+            .collect();
+        if !stale.is_empty() {
+            tracing::info!(
+                pool = s.pool.as_str(),
+                jobs = stale.len(),
+                "scale set: jobs recorded by runner request id (before the upgrade) are withdrawn once; the reckoning claims runners for them"
+            );
+        }
+        let left = super::reckon::withdraw(shared, &stale).await;
+        let mut mark = shared.mark.borrow_mut();
+        mark.orphans.extend(left);
+        mark.keyed_by_job_id = true;
     }
     // A service that keeps only the name (a GHES without custom scale-set labels) drops the
     // rest silently: said once, remembered so no restart asks again in vain.
