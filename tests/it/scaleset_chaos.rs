@@ -23,7 +23,7 @@ use rand::{RngExt as _, SeedableRng, rngs::SmallRng};
 
 use crate::{
     scaleset::{ALPHA, BETA, ORG_LEVEL, assert_each_job_on_its_pool, standin, two_pools_with},
-    scaleset_fidelity::{assert_capacity_always, jobs_not_run, set_id},
+    scaleset_fidelity::{assert_capacity_always, jobs_not_run, set_id, withdrawals},
     support::{daemon::Daemon, provision::eventually},
 };
 
@@ -212,13 +212,7 @@ async fn run(shape: MessageShape, seed: u64) {
     );
     let (code, logs) = a.stop(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0), "{logs}");
-    let withdrawals: u32 = standin
-        .state()
-        .scalesets
-        .requests
-        .values()
-        .map(|r| r.withdrawals)
-        .sum();
+    let withdrawals = withdrawals(&standin);
     let registrations = standin.count("actions_generate_jitconfig");
     eprintln!(
         "scale-set chaos {shape:?} seed {seed}: {jobs} jobs ran once each, runners up after {boot_ms} ms (3.5 s at first), {withdrawals} withdrawals, {registrations} registrations"

@@ -41,6 +41,17 @@ pub(crate) fn jobs_not_run(standin: &Standin) -> Vec<u64> {
         .collect()
 }
 
+/// How many times the service withdrew an assigned job no runner took in time.
+pub(crate) fn withdrawals(standin: &Standin) -> u32 {
+    standin
+        .state()
+        .scalesets
+        .requests
+        .values()
+        .map(|r| r.withdrawals)
+        .sum()
+}
+
 /// Every capacity the listeners sent was what their pool can run, never less.
 pub(crate) fn assert_capacity_always(standin: &Standin, slots: u64) {
     let sent = standin.state().scalesets.capacities.clone();
@@ -135,13 +146,7 @@ async fn jobs_withdrawn_and_assigned_again_with_the_same_ids_get_runners() {
         "jobs given up: {cancelled:?}\n{}",
         daemon.logs()
     );
-    let withdrawn: u32 = standin
-        .state()
-        .scalesets
-        .requests
-        .values()
-        .map(|r| r.withdrawals)
-        .sum();
+    let withdrawn = withdrawals(&standin);
     assert!(
         withdrawn >= 8,
         "the service withdrew each job at least once: {withdrawn}"

@@ -88,22 +88,16 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
         // still waiting from the old one are GitHub's to assign anew in the new one, as new
         // assignments (their keys name the scale set): the old ones are withdrawn at once, and
         // the runners made for them, registered in a scale set that is gone, go with them.
-        let waiting = if was == 0 {
+        let orphans = if was == 0 {
             Vec::new()
         } else {
-            super::reckon::demand(shared)
-                .await
-                .map(|d| d.waiting)
-                .unwrap_or_default()
+            withdraw_waiting(
+                shared,
+                |_| true,
+                "scale set: made again; its old jobs still waiting are withdrawn, the service assigns them anew",
+            )
+            .await
         };
-        if !waiting.is_empty() {
-            tracing::info!(
-                pool = s.pool.as_str(),
-                jobs = waiting.len(),
-                "scale set: made again; its old jobs still waiting are withdrawn, the service assigns them anew"
-            );
-        }
-        let orphans = super::reckon::withdraw(shared, &waiting).await;
         let mut mark = shared.mark.borrow_mut();
         *mark = Mark {
             scale_set_id: id,
@@ -120,21 +114,12 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
         // request id: the messages of the jobs it left waiting now name other keys, so those
         // records would hold runners for jobs no message ends. They are withdrawn once; the
         // service still counts the jobs as assigned, and the reckoning claims runners for them.
-        let stale: Vec<_> = super::reckon::demand(shared)
-            .await
-            .map(|d| d.waiting)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(super::inbox::keyed_by_request)
-            .collect();
-        if !stale.is_empty() {
-            tracing::info!(
-                pool = s.pool.as_str(),
-                jobs = stale.len(),
-                "scale set: jobs recorded by runner request id (before the upgrade) are withdrawn once; the reckoning claims runners for them"
-            );
-        }
-        let left = super::reckon::withdraw(shared, &stale).await;
+        let left = withdraw_waiting(
+            shared,
+            super::inbox::keyed_by_request,
+            "scale set: jobs recorded by runner request id (before the upgrade) are withdrawn once; the reckoning claims runners for them",
+        )
+        .await;
         let mut mark = shared.mark.borrow_mut();
         mark.orphans.extend(left);
         mark.keyed_by_job_id = true;
@@ -166,6 +151,30 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
     }
     super::listener::save_mark(shared).await;
     Ok(id)
+}
+
+/// Withdraws the pool's waiting jobs that `which` picks, saying `why` when there are any;
+/// answers the ids whose withdrawal the intake did not take (left to the reckoning).
+async fn withdraw_waiting(
+    shared: &Shared,
+    which: impl Fn(&crate::job::JobKey) -> bool,
+    why: &str,
+) -> Vec<u64> {
+    let jobs: Vec<_> = super::reckon::demand(shared)
+        .await
+        .map(|d| d.waiting)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|k| which(k))
+        .collect();
+    if !jobs.is_empty() {
+        tracing::info!(
+            pool = shared.settings.pool.as_str(),
+            jobs = jobs.len(),
+            "{why}"
+        );
+    }
+    super::reckon::withdraw(shared, &jobs).await
 }
 
 #[cfg(test)]

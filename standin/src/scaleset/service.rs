@@ -480,6 +480,9 @@ pub(crate) fn answer(
                 })),
             )
         }
+        // `DELETE .../agents/{id}` with the admin token; a busy runner is refused with 400
+        // `JobStillRunningException` (actions-runner-controller's
+        // ephemeralrunnerset_controller.go skips such a runner).
         "actions_delete_runner" => {
             let id = seg_id(segs, 7);
             match s.runners.get(&id) {

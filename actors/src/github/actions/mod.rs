@@ -125,27 +125,24 @@ fn without_bom(body: &[u8]) -> &[u8] {
 
 /// A failed answer with the exception's `typeName` kept in its message, so callers can tell
 /// the service's exceptions apart.
-fn check_service(endpoint: &'static str, mut answer: Answer) -> Result<Answer, GithubError> {
-    if answer.status.is_success() {
-        return Ok(answer);
-    }
+fn check_service(endpoint: &'static str, answer: Answer) -> Result<Answer, GithubError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct ServiceError {
         #[serde(default)]
         type_name: Option<String>,
-        #[serde(default)]
-        message: Option<String>,
     }
-    if let Ok(e) = serde_json::from_slice::<ServiceError>(without_bom(&answer.body))
-        && let Some(kind) = e.type_name
-    {
-        let text = format!("{kind}: {}", e.message.unwrap_or_default());
-        answer.body = serde_json::to_vec(&json!({ "message": text }))
-            .unwrap_or_default()
-            .into();
-    }
-    check(endpoint, answer)
+    let kind = (!answer.status.is_success())
+        .then(|| serde_json::from_slice::<ServiceError>(without_bom(&answer.body)).ok())
+        .flatten()
+        .and_then(|e| e.type_name);
+    check(endpoint, answer).map_err(|e| match (e, kind) {
+        (GithubError::Http(mut f), Some(kind)) => {
+            f.message = format!("{kind}: {}", f.message);
+            GithubError::Http(f)
+        }
+        (e, _) => e,
+    })
 }
 
 impl ActionsClient {
