@@ -574,3 +574,44 @@ async fn a_reconcile_pass_leaves_the_rest_for_later_when_the_budget_runs_low() {
         "the second pass picked up where the first stopped"
     );
 }
+
+/// The Actions service words its errors `{typeName, message}`; the error keeps the type (so
+/// callers match it by a part of the name, as both Go clients do), and closing a session that
+/// lapsed, which the service answers 400 `RunnerScaleSetSessionExpiredException` (ARC#4285),
+/// is done, not a failure.
+#[actix_rt::test]
+async fn closing_a_lapsed_scale_set_session_is_done_and_service_errors_keep_their_type() {
+    use ephemer_actors_core::github::actions::{
+        ActionsClient, names_exception,
+        types::{Label, ScaleSet},
+    };
+    let standin = Standin::start(StandinConfig::default()).unwrap();
+    let token = GithubAuth::Token(Secret::new("ghp_standin_token"));
+    let client = GithubClient::new(&config(&standin, token, &[]), Metrics::new(), None);
+    let actions = ActionsClient::new(client);
+    let set = actions
+        .create_scale_set(&ScaleSet {
+            name: "alpha".into(),
+            runner_group_id: 1,
+            labels: vec![Label {
+                kind: "System".into(),
+                name: "alpha".into(),
+            }],
+            ..ScaleSet::default()
+        })
+        .await
+        .unwrap();
+    let first = actions.create_session(set.id, "host-a").await.unwrap();
+    let held = actions.create_session(set.id, "host-b").await.unwrap_err();
+    assert!(
+        names_exception(&held, "RunnerScaleSetSessionConflictException"),
+        "{held}"
+    );
+    standin.state().scalesets.evict_session(set.id);
+    actions
+        .delete_session(set.id, &first.session_id)
+        .await
+        .expect("a lapsed session is already closed");
+    let closes = standin.calls_to("actions_delete_session");
+    assert_eq!(closes.last().map(|c| c.status), Some(400));
+}
