@@ -258,6 +258,7 @@ pub fn run() -> ExitCode {
 /// as `doctor` does: `(key, problem)` for each that cannot. Elsewhere (a laptop, CI's package
 /// check without the users) nothing can be proved and nothing is said.
 fn runner_paths(config: &Config) -> Vec<(String, String)> {
+    use ephemer_actors_core::config::RunnerProgram;
     use ephemer_actors_core::provision::{
         build::{PoolSettings, pool_settings},
         reach,
@@ -270,6 +271,15 @@ fn runner_paths(config: &Config) -> Vec<(String, String)> {
         let PoolSettings::Process(s) = settings else {
             continue;
         };
+        // An operator's install no job user may change (docs/security.md). One not there yet
+        // is for `doctor` and `serve` to find; one that is there is judged here.
+        if let RunnerProgram::Install(dir) = &s.program
+            && dir.exists()
+            && let Err(e) = ephemer_actors_core::provision::trust::check_trusted(dir)
+        {
+            out.push((format!("providers.{}.runner_dir", pool.name), e));
+            continue;
+        }
         // The daemon-managed install as it is on disk; none yet: nothing to prove.
         let Some(s) = s.on_current_install(managed.as_ref()) else {
             continue;

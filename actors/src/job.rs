@@ -25,30 +25,59 @@ impl JobKey {
         JobKey { owner, job_id }
     }
 
-    /// Whether this is a scale-set listener's placeholder: a job GitHub assigned to a scale
-    /// set that this daemon never heard of, stood in for until a runner takes the real one
-    /// (see [`RECKONED_BASE`]).
-    pub fn is_reckoned(&self) -> bool {
-        self.job_id >= RECKONED_BASE
+    /// The key of the `n`th registered warm runner's intent ([`Intent::Warm`]).
+    pub fn warm(owner: &str, n: u64) -> Self {
+        JobKey::new(owner, WARM_BASE + n.min(RECKONED_BASE - WARM_BASE - 1))
     }
 
-    /// Whether this is a registered warm runner's intent, not a job (see [`WARM_BASE`]).
+    /// The key of the `n`th scale-set placeholder ([`Intent::Reckoned`]).
+    pub fn reckoned(owner: &str, n: u64) -> Self {
+        JobKey::new(owner, RECKONED_BASE + n.min(u64::MAX - RECKONED_BASE))
+    }
+
+    /// What the key stands for: a GitHub job, or something the daemon made up.
+    pub fn intent(&self) -> Intent {
+        match self.job_id {
+            id if id >= RECKONED_BASE => Intent::Reckoned(id - RECKONED_BASE),
+            id if id >= WARM_BASE => Intent::Warm(id - WARM_BASE),
+            id => Intent::Job(id),
+        }
+    }
+
+    /// Whether this is a scale-set listener's placeholder ([`Intent::Reckoned`]).
+    pub fn is_reckoned(&self) -> bool {
+        matches!(self.intent(), Intent::Reckoned(_))
+    }
+
+    /// Whether this is a registered warm runner's intent, not a job ([`Intent::Warm`]).
     pub fn is_warm(&self) -> bool {
-        (WARM_BASE..RECKONED_BASE).contains(&self.job_id)
+        matches!(self.intent(), Intent::Warm(_))
     }
 }
 
-/// Job ids from here up to [`RECKONED_BASE`] name registered warm runners' intents, never
-/// GitHub jobs: a runner claimed ahead of any job (`warm_mode = "registered"`) is made "for"
-/// one of these, so it is a spare from its claim on, supply for whichever job comes.
-pub const WARM_BASE: u64 = 1 << 61;
+/// What a [`JobKey`] stands for. The daemon makes up keys for runners that serve no job yet;
+/// they travel, and are stored, as job ids in ranges no GitHub id reaches (GitHub's ids, and
+/// runner request ids, are far below 2^61), and only this type tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Intent {
+    /// A GitHub job (or a scale-set job keyed by its assignment or runner request).
+    Job(u64),
+    /// A registered warm runner's intent, numbered: a runner claimed ahead of any job
+    /// (`warm_mode = "registered"`) is made "for" it, so it is a spare from its claim on,
+    /// supply for whichever job comes.
+    Warm(u64),
+    /// A scale-set placeholder, numbered: GitHub's statistics say more jobs are assigned to a
+    /// pool's scale set than the daemon knows (a message acknowledged by someone else, a store
+    /// lost), and a placeholder claims a runner for each; the runner takes whichever assigned
+    /// job GitHub gives it, and the placeholder ends there.
+    Reckoned(u64),
+}
 
-/// Job ids from here up name placeholders, never GitHub jobs: in scale-set mode GitHub's
-/// statistics can say more jobs are assigned to a pool's scale set than the daemon knows (a
-/// message acknowledged by someone else, a store lost), and a placeholder job claims a
-/// runner for each; the runner takes whichever assigned job GitHub gives it, and the
-/// placeholder ends there. (GitHub's ids, and runner request ids, are far below 2^62.)
-pub const RECKONED_BASE: u64 = 1 << 62;
+/// Where warm intents' ids start (the encoding [`Intent`] reads).
+const WARM_BASE: u64 = 1 << 61;
+
+/// Where placeholders' ids start (the encoding [`Intent`] reads).
+const RECKONED_BASE: u64 = 1 << 62;
 
 impl fmt::Display for JobKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

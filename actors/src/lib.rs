@@ -30,3 +30,16 @@ pub mod system;
 pub mod tls;
 pub mod vocab;
 pub mod webhook;
+
+/// What the library's own tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    /// Says loudly that a test cannot run here and why; fails instead when
+    /// `EPHEMER_REQUIRE_ENGINES` is set (CI, where nothing may skip).
+    pub(crate) fn skip(what: &str, why: &str) {
+        let required =
+            std::env::var_os("EPHEMER_REQUIRE_ENGINES").is_some_and(|v| !v.is_empty() && v != "0");
+        assert!(!required, "EPHEMER_REQUIRE_ENGINES is set, but {why}");
+        eprintln!("\n!!! SKIPPING {what}: {why}\n");
+    }
+}

@@ -14,6 +14,7 @@ const PURE: &[&str] = &[
     "scheduler/core",
     "retry/backoff.rs",
     "retry/queue.rs",
+    "retry/doubling.rs",
     "rate/book.rs",
     "durable.rs",
     "job.rs",
@@ -21,6 +22,8 @@ const PURE: &[&str] = &[
     "cluster/types.rs",
     "scaleset/machine.rs",
     "scaleset/inbox.rs",
+    "release/policy.rs",
+    "provision/warm_keeping.rs",
 ];
 
 /// What a pure module may not name, and why.

@@ -412,20 +412,34 @@ pub fn write_install_version(
         "#!/bin/sh\n# The stand-in's listener: answers --version as the real one does.\n\
          [ \"$1\" = --version ] && echo {version} && exit 0\necho 'stand-in listener' >&2; exit 1\n"
     );
-    let files: [(&str, &str, u32); 9] = [
+    // The build's manifest beside the listener, where the daemon reads the version: actions/runner
+    // publishes every project with `Version=$(RunnerVersion)` (src/dir.proj), so the .NET SDK's
+    // `bin/Runner.Listener.deps.json` names `Runner.Listener/<version>` among its targets and
+    // libraries.
+    let deps = format!(
+        "{{\"targets\":{{\".NETCoreApp,Version=v8.0/linux-x64\":{{\"Runner.Listener/{version}\":{{}}}}}},\
+         \"libraries\":{{\"Runner.Listener/{version}\":{{\"type\":\"project\"}}}}}}\n"
+    );
+    let files: [(&str, &str, u32); 10] = [
         ("run.sh", &run, 0o755),
         ("run-helper.sh.template", &helper, 0o755),
         ("run-helper.sh", &helper, 0o755),
         ("config.sh", "#!/bin/sh\necho configured\n", 0o755),
         ("bin/Runner.Listener", &listener, 0o755),
         ("bin/Runner.Worker", "stand-in worker\n", 0o755),
+        ("bin/Runner.Listener.deps.json", &deps, 0o644),
         ("externals/node20/bin/node", "stand-in node\n", 0o755),
         (".env", "LANG=C.UTF-8\n", 0o644),
         (".runner", "{\"AgentName\":\"configured-before\"}\n", 0o644),
     ];
     for (name, text, mode) in files {
         let path = dir.join(name);
-        std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
+        let parent = path.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent)?;
+        // As an operator lays it out: nobody but its owner may change it, whatever the umask.
+        for made in parent.ancestors().take_while(|a| a.starts_with(dir)) {
+            std::fs::set_permissions(made, std::fs::Permissions::from_mode(0o755))?;
+        }
         std::fs::write(&path, text)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
     }

@@ -232,8 +232,9 @@ fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeS
             if top == "lib" || is_test || path.extension().is_none_or(|e| e != "rs") {
                 continue;
             }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let whole = std::fs::read_to_string(&path).unwrap();
+            let code = non_test(&whole);
+            let text = code.as_str();
             let deps: &mut std::collections::BTreeSet<String> =
                 graph.entry(top.clone()).or_default();
             // `crate::name` and the names inside `crate::{...}`.
@@ -283,6 +284,47 @@ fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeS
         deps.retain(|d| modules.contains(d));
     }
     graph
+}
+
+/// `text` without its `#[cfg(test)]` items, wherever they sit: the attribute and the item
+/// after it (to its `;`, or to the brace that closes its body). What follows is read again.
+fn non_test(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + "#[cfg(test)]".len()..];
+        let (mut depth, mut end) = (0usize, item.len());
+        for (i, c) in item.char_indices() {
+            match c {
+                ';' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn a_test_item_anywhere_is_left_out_and_what_follows_is_read() {
+    let text = "use crate::a;\n#[cfg(test)]\nmod tests;\nuse crate::b;\n\
+                #[cfg(test)]\nmod inline { use crate::c; fn f() { g(); } }\nuse crate::d;\n";
+    let code = non_test(text);
+    assert!(code.contains("crate::a") && code.contains("crate::b") && code.contains("crate::d"));
+    assert!(!code.contains("crate::c"), "{code}");
 }
 
 /// The module edges ARCHITECTURE.md lists: `module -> dep, dep` (or `(nothing)`), one line
@@ -386,4 +428,24 @@ fn the_tests_architecture_md_names_exist() {
         );
     }
     assert!(named >= 10, "only {named} tests named");
+}
+
+/// The catalogue at the top of `tests/it/main.rs` names every test module of this binary.
+#[test]
+fn the_test_catalogue_names_every_module() {
+    let main = std::fs::read_to_string(repo_root().join("tests/it/main.rs")).unwrap();
+    let catalogue: String = main
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let missing: Vec<&str> = main
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .filter(|m| *m != "support" && !catalogue.contains(&format!("`{m}.rs`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "tests/it/main.rs's catalogue does not name: {missing:?}"
+    );
 }

@@ -142,3 +142,94 @@ async fn four_jobs_as_another_user_from_one_install() {
     )
     .await;
 }
+
+/// The review's escalation: a `runner_dir` its job user owns. Before, a job appended a line
+/// to `bin/Runner.Listener` (shared by hard link with every copy) and root ran it, with the
+/// org's token in its environment, at the next version probe. Now check-config, doctor and
+/// serve refuse the install, naming the path, no job is claimed for it, and nothing in it runs
+/// as root.
+#[actix_rt::test]
+async fn a_runner_dir_a_job_user_can_write_is_refused_and_root_never_runs_it() {
+    if !nix::unistd::geteuid().is_root() {
+        crate::support::skip(
+            "runner_dir trust",
+            "handing the install to a user needs root",
+        );
+        return;
+    }
+    const USER: &str = "ephemer-install";
+    assert!(crate::support::ensure_user(USER), "useradd {USER}");
+    let user = nix::unistd::User::from_name(USER).unwrap().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runner_dir = tmp.path().join("actions-runner");
+    install(&runner_dir);
+    // What the job did through its copy: the listener now also says who ran it. Without the
+    // build's manifest the daemon has to run the listener to learn the version.
+    let ran = tmp.path().join("ran");
+    std::fs::write(&ran, "").unwrap();
+    std::fs::set_permissions(&ran, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::remove_file(runner_dir.join("bin/Runner.Listener.deps.json")).unwrap();
+    let listener = runner_dir.join("bin/Runner.Listener");
+    std::fs::write(
+        &listener,
+        format!(
+            "#!/bin/sh\necho \"$(id -u) ${{GITHUB_TOKEN:+token}}\" >> {}\necho 2.330.0\n",
+            ran.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&listener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let chown = std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{USER}:{USER}"))
+        .arg(&runner_dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+
+    let standin = crate::support::standin(200);
+    let providers = format!(
+        "[providers.local]\nrunner_dir = \"{}\"\nwork_root = \"{}\"\n\
+         labels = [\"self-hosted\", \"linux\"]\nmax_concurrent = 1\nrun_as = \"{USER}\"\n",
+        runner_dir.display(),
+        tmp.path().join("work").display(),
+    );
+    let extra = "[runner]\nrelease_check_interval = \"1s\"\n";
+    let daemon = Daemon::start(&standin, extra, &providers).await;
+    let named = format!("{} is owned by uid {}", runner_dir.display(), user.uid);
+
+    let mut check = crate::support::daemon();
+    check.args(["check-config", "-c"]).arg(&daemon.config);
+    let (code, _, err) = crate::support::output(check).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("providers.local.runner_dir") && err.contains(&named),
+        "{err}"
+    );
+    let mut doctor = crate::support::daemon();
+    doctor.args(["doctor", "-c"]).arg(&daemon.config);
+    let (code, out, _) = crate::support::output(doctor).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("FAIL pool.local") && l.contains(&named)),
+        "{out}"
+    );
+
+    standin.queue_jobs("app", LABELS, 1);
+    eventually("serve names the path", Duration::from_secs(20), || {
+        daemon.logs().contains(&named)
+    })
+    .await;
+    // Release checks every second meanwhile: each would have run the listener as root.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(standin.count("generate_jitconfig"), 0, "{}", daemon.logs());
+    let seen = std::fs::read_to_string(&ran).unwrap();
+    for line in seen.lines() {
+        let mut said = line.split_whitespace();
+        assert_ne!(said.next(), Some("0"), "root ran the listener: {seen}");
+        assert_eq!(said.next(), None, "the probe saw the token: {seen}");
+    }
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

@@ -2,7 +2,8 @@
 //!
 //! Two jobs in a row on one `run_as` user (one slot). The first leaves what a job can leave
 //! outside its process group and directory: a daemonized process (`setsid`), a crontab entry,
-//! a file in `/tmp` and one in `/dev/shm`, and a System V shared memory segment. The second
+//! a file in `/tmp`, one in `/dev/shm`, one in `/run/lock` and one in its real home, a POSIX
+//! message queue (`/dev/mqueue`), and a System V shared memory segment. The second
 //! looks for each before it runs its job, and writes what it saw to its log. It sees none.
 
 use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
@@ -24,17 +25,42 @@ pgrep -u "$me" -f 'sleep 4242' >/dev/null && echo "SAW process"
 crontab -l 2>/dev/null | grep -q leftover-cron && echo "SAW crontab"
 ls /tmp/leftover-file-* >/dev/null 2>&1 && echo "SAW tmp file"
 ls /dev/shm/leftover-shm-* >/dev/null 2>&1 && echo "SAW shm file"
+ls /run/lock/leftover-lock-* >/dev/null 2>&1 && echo "SAW lock file"
+ls /dev/mqueue/leftover-mq-* >/dev/null 2>&1 && echo "SAW message queue"
+ls "$(getent passwd "$me" | cut -d: -f6)"/leftover-home-* >/dev/null 2>&1 && echo "SAW home file"
 awk -v u="$me" 'NR > 1 && $8 == u' /proc/sysvipc/shm | grep -q . && echo "SAW ipc"
 echo "LOOKED"
 setsid sleep 4242 >/dev/null 2>&1 < /dev/null &
 echo '* * * * * true # leftover-cron' | crontab - 2>/dev/null
 echo secret > "/tmp/leftover-file-$$"
 echo secret > "/dev/shm/leftover-shm-$$"
+echo secret > "/run/lock/leftover-lock-$$"
+: > "/dev/mqueue/leftover-mq-$$"
+echo secret > "$(getent passwd "$me" | cut -d: -f6)/leftover-home-$$"
 ipcmk -M 4096 >/dev/null 2>&1
 exec '{bin}' standin-runner "$@"
 "#,
         bin = env!("CARGO_BIN_EXE_ephemer-actors")
     )
+}
+
+/// `/dev/mqueue` as most hosts mount it (a container may not have it: mounted here, as root).
+fn mqueue_mounted() -> Result<(), String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    if mounts
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some("/dev/mqueue"))
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all("/dev/mqueue").map_err(|e| format!("mkdir /dev/mqueue: {e}"))?;
+    let done = std::process::Command::new("mount")
+        .args(["-t", "mqueue", "mqueue", "/dev/mqueue"])
+        .status()
+        .map_err(|e| format!("mount: {e}"))?;
+    done.success()
+        .then_some(())
+        .ok_or_else(|| "cannot mount /dev/mqueue here".to_string())
 }
 
 #[actix_rt::test]
@@ -52,6 +78,13 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
         );
     }
     assert!(support::ensure_user(USER), "cannot create the user {USER}");
+    if let Err(why) = mqueue_mounted() {
+        return support::skip("leftovers", &why);
+    }
+    // A home of its own, as `useradd --create-home` makes (what docs/security.md once said).
+    let account = nix::unistd::User::from_name(USER).unwrap().unwrap();
+    std::fs::create_dir_all(&account.dir).unwrap();
+    nix::unistd::chown(&account.dir, Some(account.uid), Some(account.gid)).unwrap();
     // Whatever an earlier run left is not this run's to see.
     let uid = nix::unistd::User::from_name(USER)
         .unwrap()

@@ -45,8 +45,10 @@
 //!   purges the package.
 //! - `jobdir.rs` swaps a job tree's directories for symlinks as `nobody` in a loop while root
 //!   builds 300 trees;
-//! - `leftovers.rs` has a job leave a process, a crontab entry, temp files and IPC that the next
-//!   job on its uid must not see.
+//! - `leftovers.rs` has a job leave a process, a crontab entry, temp, lock and home files, a
+//!   message queue and IPC that the next job on its uid must not see; `shared_users.rs` has two
+//!   pools list the same `run_as` users under a burst with warm claims, and no user serve two
+//!   jobs at once.
 //! - `network.rs`: every GitHub call through a test `CONNECT` proxy (`support/proxy.rs`; the API
 //!   host resolves only there), `NO_PROXY` honoured, a stand-in over TLS trusted only with
 //!   `ca_file`, and what a runner's environment holds (and nothing else).
@@ -66,13 +68,19 @@
 //! - `embed.rs` runs `examples/embed.rs` as it is: an instance in a host app runs a job, shuts
 //!   down with no actor left (asked through weak addresses) while the host keeps serving, and
 //!   starts again on the same state; in fleet mode, no actor and no gauge-writing task is left.
-//! - `cluster.rs`, `cluster_stream.rs` and `cluster_figures.rs`: `serve` processes sharing a
-//!   throwaway PostgreSQL cluster: one holder per job, a host killed mid-run, the event stream,
-//!   the round trips per job.
+//! - `cluster.rs`, `cluster_stream.rs`, `cluster_lazy.rs` and `cluster_figures.rs`: `serve`
+//!   processes sharing a throwaway PostgreSQL cluster: one holder per job, a host killed
+//!   mid-run, the event stream, the lazy changes that ride along a round trip, the round trips
+//!   per job.
 //! - `scaleset.rs`: scale-set mode against the stand-in's Actions service: two pools, each job
 //!   on its own pool's runner with no webhook; a cancelled assignment; kill -9 and resume from
 //!   the last message; a second daemon's 409; token expiry, eviction, deletion, dropped polls
 //!   and bad messages; a fleet's listener killed and its lease taken; `demo --scaleset`.
+//!   `scaleset_fidelity.rs` holds the daemon to the service as GitHub's own clients describe it
+//!   (both message shapes, capacity, jobs withdrawn and assigned again, unreadable messages,
+//!   dropped labels, a service URL that may not be followed); `scaleset_reckon.rs` to its
+//!   reckoning of `totalAssignedJobs`; `scaleset_chaos.rs` runs the service at its harshest
+//!   with seeds (five of each shape in CI).
 //! - `pull.rs` and `redeliver.rs`: pull mode's conditional polls, and push mode's redelivery of
 //!   failed deliveries (once per delivery across a fleet).
 //! - `pools.rs`, `groups.rs` and `ops.rs`: pools that are down claim nothing, runner groups, and
@@ -83,7 +91,9 @@
 //!   in ARCHITECTURE.md match the code.
 //! - `warm.rs`, `tart_warm.rs` and `warm_registered.rs`: warm pools, booted (a process pool's
 //!   directories, containers, tart VMs) and registered (idle JIT runners taking jobs at once,
-//!   rotated after `warm_max_age`, none left after a drain).
+//!   rotated after `warm_max_age`, none left after a drain); `warm_figures.rs` (ignored, by
+//!   hand) measures them for docs/benchmarks.md.
+//! - `status_page.rs` loads the status page in a real headless browser and keeps screenshots.
 //! - `targets_fleet.rs` does the same through a PostgreSQL fleet (each owner's budget row) and has
 //!   a dead host's registrations deleted with their owner's credential.
 
@@ -124,6 +134,7 @@ mod scaleset_chaos;
 mod scaleset_fidelity;
 mod scaleset_reckon;
 mod security;
+mod shared_users;
 mod status_page;
 mod support;
 mod systemd;

@@ -27,6 +27,7 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
         run_as: Vec::new(),
         name_prefix: "ephemer-local-".into(),
         grace,
+        peers: Vec::new(),
     })
 }
 

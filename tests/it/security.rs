@@ -152,18 +152,8 @@ async fn a_job_cannot_reach_the_daemons_secrets_or_its_siblings_environment() {
     for user in PROBE_USERS {
         assert!(support::ensure_user(user), "useradd {user}");
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, results) = support::shared_results(&PROBE_USERS);
     let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
-    open(tmp.path(), 0o755).unwrap();
-    let results = tmp.path().join("results");
-    std::fs::create_dir(&results).unwrap();
-    open(&results, 0o1777).unwrap();
-    // Root's files the probes append to: the teardown clears what a job's uid leaves in the
-    // shared temp directories, a result file of its own included.
-    for user in PROBE_USERS {
-        std::fs::write(results.join(user), "").unwrap();
-        open(&results.join(user), 0o666).unwrap();
-    }
     let probe = tmp.path().join("probe.sh");
 
     // Long enough jobs that the two runners overlap even on a loaded machine.

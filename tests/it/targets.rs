@@ -198,7 +198,8 @@ async fn a_delivery_signed_with_one_owners_secret_cannot_speak_for_another() {
     let daemon = start(&a, &b, 2).await;
     // A's hook posts a job that names owner beta: signed with A's secret, it is refused.
     let forged = a.deliver_foreign_job("beta", "app", None, LABELS);
-    // One naming an owner no target has is verified and ignored, as with a single owner.
+    // One naming an owner no target has (and no hook or App a target has) is claimed by no
+    // target: refused without a hash, whatever its signature.
     let stray = a.deliver_foreign_job("gamma", "app", None, LABELS);
     let status_of = |id: u64| {
         a.deliveries()
@@ -214,10 +215,10 @@ async fn a_delivery_signed_with_one_owners_secret_cannot_speak_for_another() {
     )
     .await;
     assert_eq!(status_of(forged), Some(401));
-    assert_eq!(status_of(stray), Some(202));
+    assert_eq!(status_of(stray), Some(401));
     let metrics = daemon.metrics().await;
     assert!(
-        metrics.contains("ephemerd_webhook_refused_total{reason=\"bad_signature\"} 1"),
+        metrics.contains("ephemerd_webhook_refused_total{reason=\"bad_signature\"} 2"),
         "{metrics}"
     );
     // Nothing changed: no job recorded, no call at either GitHub (beyond the listing of

@@ -16,6 +16,10 @@ use crate::{
     job::{JobAction, JobInfo},
 };
 
+/// Between attempts to mirror to the ledger: 250 ms, doubling to 10 s.
+const MIRROR_BACKOFF: crate::retry::Doubling =
+    crate::retry::Doubling::new(Duration::from_millis(250), Duration::from_secs(10));
+
 /// A handle on the mirroring task. Cheap to clone; the task ends when the last is dropped.
 #[derive(Debug, Clone)]
 pub struct Mirror {
@@ -59,7 +63,7 @@ impl Mirror {
                     }
                     Some(_) => {}
                 }
-                let mut wait = Duration::from_millis(250);
+                let mut wait = MIRROR_BACKOFF.first;
                 while alive.strong_count() > 0 {
                     match ledger.write_pending().await {
                         Ok(release) => {
@@ -80,7 +84,7 @@ impl Mirror {
                         Err(e) => {
                             tracing::warn!(error = %e, retry_in = ?wait, "cannot mirror to the cluster ledger; kept in order");
                             tokio::time::sleep(wait).await;
-                            wait = (wait * 2).min(Duration::from_secs(10));
+                            wait = MIRROR_BACKOFF.following(Some(wait));
                         }
                     }
                 }

@@ -49,6 +49,10 @@ pub use types::*;
 
 /// The channel `NOTIFY` wakes listeners on.
 pub const CHANNEL: &str = "ephemer_events";
+/// Between attempts to reach the ledger at start, and to reconnect the event stream: 250 ms,
+/// doubling to 5 s.
+pub(crate) const CONNECT_BACKOFF: crate::retry::Doubling =
+    crate::retry::Doubling::new(Duration::from_millis(250), Duration::from_secs(5));
 
 /// A ledger operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -184,7 +188,7 @@ impl Ledger {
             tls,
         };
         let deadline = tokio::time::Instant::now() + patience;
-        let mut wait = Duration::from_millis(250);
+        let mut wait = CONNECT_BACKOFF.first;
         loop {
             match ledger.migrate().await {
                 Ok(version) => {
@@ -197,7 +201,7 @@ impl Ledger {
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?wait, "cannot reach the cluster ledger yet");
                     tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
+                    wait = CONNECT_BACKOFF.following(Some(wait));
                 }
             }
         }

@@ -111,7 +111,7 @@ impl Cursor {
 /// itself are skipped (its intake handed them over already).
 pub async fn listen(ledger: Ledger, to: Recipient<FleetEvent>) {
     let mut cursor: Option<Cursor> = None;
-    let mut wait = Duration::from_millis(250);
+    let mut wait = super::CONNECT_BACKOFF.first;
     loop {
         match session(&ledger, &to, &mut cursor).await {
             Ok(()) => return, // the scheduler is gone
@@ -119,7 +119,7 @@ pub async fn listen(ledger: Ledger, to: Recipient<FleetEvent>) {
                 ledger.health.set(false);
                 tracing::warn!(error = %e, retry_in = ?wait, "cluster event stream lost; reconnecting");
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
+                wait = super::CONNECT_BACKOFF.following(Some(wait));
             }
         }
         if cursor.is_some() {

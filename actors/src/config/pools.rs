@@ -249,6 +249,9 @@ pub struct ContainerMounts {
     /// gives every job the host's engine (root on the host with rootful engines). Off by
     /// default; docs/providers.md shows a sidecar or rootless engine instead.
     pub docker_access: bool,
+    /// `allow_host_paths`: binds of the host's own trees, the daemon's directories or the
+    /// engine's socket, and devices off the allow-list, are accepted (docs/security.md).
+    pub allow_host_paths: bool,
 }
 
 /// What one runner container may use and do (`providers.linux.memory`, `pids_limit`, `cpus`,

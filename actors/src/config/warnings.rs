@@ -50,6 +50,37 @@ impl Config {
                 self.state.dir.join("admin.sock").display()
             ));
         }
+        w.extend(self.pool_warnings());
+        w
+    }
+
+    /// What each pool's settings are worth a second look for.
+    fn pool_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        // One user, one job, host-wide: pools that list the same users take turns with them.
+        let mut listed: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for pool in self.providers.enabled() {
+            for user in pool
+                .process()
+                .map(|p| p.run_as.as_slice())
+                .unwrap_or_default()
+            {
+                listed.entry(user).or_default().push(pool.name.as_str());
+            }
+        }
+        for (user, pools) in listed.iter().filter(|(_, pools)| pools.len() > 1) {
+            w.push(format!(
+                "providers.{}.run_as: user {user} is also listed by {}; the daemon gives a \
+                 user to one job at a time across all pools, so these pools take turns with it \
+                 (list each pool its own users for their full max_concurrent)",
+                pools[0],
+                pools[1..]
+                    .iter()
+                    .map(|p| format!("providers.{p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         for pool in self.providers.enabled() {
             let key = format!("providers.{}", pool.name);
             if let Some(p) = pool.process()

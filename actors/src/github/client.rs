@@ -192,6 +192,19 @@ pub(crate) fn connector(config: &GithubConfig) -> awc::Connector<super::proxy::P
         .timeout(CONNECT_TIMEOUT)
 }
 
+/// The HTTP stack every call to GitHub goes through (the API's, the Actions service's, the
+/// runner's releases and their archives): [`connector`]'s proxy and trusted roots, the
+/// connect timeout, the user agent and GitHub's media type; `timeout` for a whole request.
+pub(crate) fn http_client(
+    config: &GithubConfig,
+    timeout: Duration,
+) -> awc::ClientBuilder<super::proxy::ProxyConnector> {
+    awc::Client::builder()
+        .connector(connector(config))
+        .timeout(timeout)
+        .add_default_header(("User-Agent", USER_AGENT))
+}
+
 impl GithubClient {
     /// A client for `config`, counting into `metrics` and reporting rate headers to `rate`.
     pub fn new(
@@ -199,10 +212,7 @@ impl GithubClient {
         metrics: Metrics,
         rate: Option<Recipient<ObserveRate>>,
     ) -> Self {
-        let http = awc::Client::builder()
-            .connector(connector(config))
-            .timeout(REQUEST_TIMEOUT)
-            .add_default_header(("User-Agent", USER_AGENT))
+        let http = http_client(config, REQUEST_TIMEOUT)
             .add_default_header(("Accept", "application/vnd.github+json"))
             .add_default_header(("X-GitHub-Api-Version", API_VERSION))
             .finish();
@@ -289,42 +299,34 @@ impl GithubClient {
     ) -> Result<JitRunner, GithubError> {
         let path = format!("{}/generate-jitconfig", self.runners_base(repo));
         let runner_group_id = self.runner_group_id().await?;
-        for _ in 0..NAME_ATTEMPTS {
-            let name = format!("{name_base}{}", random_suffix());
+        let (path, labels) = (&path, labels);
+        with_fresh_names(name_base, |name| async move {
             let body = json!({
                 "name": name,
                 "runner_group_id": runner_group_id,
                 "labels": labels,
                 "work_folder": "_work",
             });
-            match self
-                .call("generate_jitconfig", Method::POST, &path, Some(body))
-                .await
-            {
-                Ok(answer) => {
-                    let jit: JitAnswer = decode("generate_jitconfig", &answer.body)?;
-                    if jit.runner.name != name {
-                        // A hostile or broken server (or a proxy trusted through ca_file):
-                        // the name it gave would become a path for root. Not followed.
-                        let _ = self.delete_runner(repo, jit.runner.id).await;
-                        return Err(GithubError::RenamedRunner {
-                            asked: name,
-                            answered: jit.runner.name,
-                        });
-                    }
-                    return Ok(JitRunner {
-                        id: jit.runner.id,
-                        name: jit.runner.name,
-                        encoded_jit_config: Secret::new(jit.encoded_jit_config),
-                    });
-                }
-                Err(GithubError::Http(f)) if f.status == 409 => continue,
-                Err(e) => return Err(e),
+            let answer = self
+                .call("generate_jitconfig", Method::POST, path, Some(body))
+                .await?;
+            let jit: JitAnswer = decode("generate_jitconfig", &answer.body)?;
+            if jit.runner.name != name {
+                // A hostile or broken server (or a proxy trusted through ca_file): the name it
+                // gave would become a path for root. Not followed.
+                let _ = self.delete_runner(repo, jit.runner.id).await;
+                return Err(GithubError::RenamedRunner {
+                    asked: name,
+                    answered: jit.runner.name,
+                });
             }
-        }
-        Err(GithubError::NameConflict {
-            attempts: NAME_ATTEMPTS,
+            Ok(JitRunner {
+                id: jit.runner.id,
+                name: jit.runner.name,
+                encoded_jit_config: Secret::new(jit.encoded_jit_config),
+            })
         })
+        .await
     }
 
     /// Deletes a runner registration. Already gone (404) counts as done.
@@ -641,3 +643,25 @@ pub(super) fn decode<T: DeserializeOwned>(
 }
 
 pub use crate::vocab::random_suffix;
+
+/// Registers a runner named `<name_base><random>` through `register`, with a fresh name on
+/// each 409 (the name is taken), up to [`NAME_ATTEMPTS`] names: the one name retry of the REST
+/// API's and the scale-set service's registrations.
+pub async fn with_fresh_names<F, Fut>(
+    name_base: &str,
+    mut register: F,
+) -> Result<JitRunner, GithubError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<JitRunner, GithubError>>,
+{
+    for _ in 0..NAME_ATTEMPTS {
+        match register(format!("{name_base}{}", random_suffix())).await {
+            Err(GithubError::Http(f)) if f.status == 409 => continue,
+            other => return other,
+        }
+    }
+    Err(GithubError::NameConflict {
+        attempts: NAME_ATTEMPTS,
+    })
+}

@@ -19,7 +19,6 @@ pub mod rate;
 pub mod reconcile;
 pub mod signature;
 
-pub(crate) use client::connector;
 pub use client::{GithubClient, JitRunner, RunnerInfo};
 pub use error::{ErrorClass, GithubError};
 

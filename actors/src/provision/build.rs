@@ -22,6 +22,27 @@ pub enum PoolSettings {
     Tart(TartSettings),
 }
 
+/// Every enabled process pool's work root and runner name prefix: `run_as` users are handed
+/// out host-wide ([`super::users`]).
+pub fn process_work_roots(config: &Config, install_id: &str) -> Vec<super::users::WorkRoot> {
+    config
+        .providers
+        .enabled()
+        .into_iter()
+        .filter_map(|pool| {
+            Some(super::users::WorkRoot {
+                pool: pool.name.clone(),
+                dir: pool.process()?.work_root.clone(),
+                prefix: crate::vocab::runner_prefix(
+                    &config.runner.name_prefix,
+                    &pool.name,
+                    install_id,
+                ),
+            })
+        })
+        .collect()
+}
+
 /// The settings of `pool`: its runner names start with this install's prefix for it, its
 /// runners get the pool's environment (and `ca_bundle`, when written), logs go to `log_dir`.
 pub fn pool_settings(
@@ -46,6 +67,7 @@ pub fn pool_settings(
             run_as: p.run_as.clone(),
             name_prefix,
             grace: KILL_GRACE,
+            peers: process_work_roots(config, install_id),
         }),
         PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
             pool: name,

@@ -318,6 +318,7 @@ mod tests {
             shm_size: Some(1 << 30),
             devices: vec!["/dev/nvidia0".into(), "nvidia.com/gpu=all".into()],
             docker_access: true,
+            allow_host_paths: false,
         };
         s.env.ca_bundle = Some("/var/lib/ephemer-actors/ca-bundle.pem".into());
         s.extra_hosts = vec!["ghe.internal:10.0.0.5".into()];

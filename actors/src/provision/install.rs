@@ -98,6 +98,18 @@ fn copy_tree(src: &Path, dest: &Tree, root: bool, report: &mut CopyReport) -> io
         } else if kind.is_symlink() {
             dest.symlink(&fs::read_link(&from)?, &name)?;
         } else if kind.is_file() {
+            // The install was judged at start (`check_install`); a file someone loosened
+            // since is not shared with a job.
+            if super::trust::shared_writable(&meta) {
+                return Err(io::Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "{} can be written by a user other than root and the daemon's: not \
+                         shared with a job (see docs/security.md)",
+                        from.display()
+                    ),
+                ));
+            }
             match dest.link(&from, &name) {
                 Ok(()) => report.linked += 1,
                 Err(e) if link_refused(&e) => {
@@ -122,7 +134,8 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
-/// The host check of an install: `run.sh` is an executable file at its root.
+/// The host check of an install: `run.sh` is an executable file at its root, and no job user
+/// can change anything in it ([`super::trust::check_trusted`]).
 pub fn check_install(dir: &Path) -> Result<(), String> {
     let meta = fs::metadata(dir).map_err(|e| format!("runner_dir {}: {e}", dir.display()))?;
     if !meta.is_dir() {
@@ -130,7 +143,9 @@ pub fn check_install(dir: &Path) -> Result<(), String> {
     }
     let run = dir.join("run.sh");
     match fs::metadata(&run) {
-        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {
+            super::trust::check_trusted(dir)
+        }
         Ok(_) => Err(format!("{} is not an executable file", run.display())),
         Err(e) => Err(format!(
             "runner_dir {} is not an actions/runner install: {}: {e}",

@@ -39,7 +39,7 @@ fn os(e: nix::Error, what: &Path) -> io::Error {
 
 /// Opens directory `name` in `parent` without following a link (`ELOOP` or `ENOTDIR` if it
 /// is one).
-fn open_dir_at(parent: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+pub(super) fn open_dir_at(parent: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
     nix::fcntl::openat(
         parent,
         name,

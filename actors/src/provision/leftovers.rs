@@ -17,8 +17,11 @@ use std::{
 
 use nix::{sys::signal::Signal, unistd::Pid};
 
-/// Shared directories a job may write to that outlive it.
-const TEMP_DIRS: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+use super::owned::remove_owned;
+
+/// Shared directories a job may write to that outlive it (POSIX message queues live in
+/// `/dev/mqueue`, lock files in `/run/lock`).
+const TEMP_DIRS: [&str; 5] = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue"];
 /// Where cron and at keep a user's entries (Debian's and Red Hat's layouts).
 const CRONTABS: [&str; 2] = ["/var/spool/cron/crontabs", "/var/spool/cron"];
 const AT_JOBS: [&str; 2] = ["/var/spool/cron/atjobs", "/var/spool/at"];
@@ -36,6 +39,9 @@ pub struct Cleared {
     pub schedules: usize,
     /// System V IPC objects removed.
     pub ipc: usize,
+    /// Entries removed from the user's home directory (jobs get their own `HOME`; the real
+    /// one is cleared so nothing in it reaches the next job).
+    pub home_entries: usize,
 }
 
 impl Cleared {
@@ -45,8 +51,47 @@ impl Cleared {
     }
 }
 
-/// The processes of `uid` (real, effective or saved), from `/proc`.
+/// The processes of `uid` (real, effective or saved): from `/proc` on Linux, from the OS's
+/// own listing (`ps`, which asks the kernel) elsewhere (macOS has no `/proc`).
 pub fn processes_of(uid: u32) -> Vec<Pid> {
+    if cfg!(target_os = "linux") {
+        proc_processes_of(uid)
+    } else {
+        ps_processes_of(uid)
+    }
+}
+
+/// The processes of `uid` as `ps` lists every process (its real, effective and saved uid
+/// and its state, zombies left out). No listing at all (no `ps`) reads as none.
+pub fn ps_processes_of(uid: u32) -> Vec<Pid> {
+    std::process::Command::new("ps")
+        .args(["-A", "-o", "pid=,uid=,ruid=,svuid=,stat="])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|out| parse_ps(&String::from_utf8_lossy(&out.stdout), uid))
+        .unwrap_or_default()
+}
+
+/// The pids of `uid` in `ps -o pid=,uid=,ruid=,svuid=,stat=` output.
+pub fn parse_ps(text: &str, uid: u32) -> Vec<Pid> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [pid, e, r, s, state, ..] = f.as_slice() else {
+                return None;
+            };
+            let ours = [e, r, s].iter().any(|id| id.parse() == Ok(uid));
+            if !ours || state.starts_with('Z') {
+                return None;
+            }
+            pid.parse().ok().map(Pid::from_raw)
+        })
+        .collect()
+}
+
+/// The processes of `uid` from `/proc`.
+fn proc_processes_of(uid: u32) -> Vec<Pid> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -115,41 +160,19 @@ pub fn clear(uid: u32, user: &str, keep: &[&Path]) -> Cleared {
     for dir in TEMP_DIRS {
         out.temp_entries += remove_owned(Path::new(dir), uid, TEMP_DEPTH, keep);
     }
+    if let Some(home) = own_home(user, uid) {
+        out.home_entries += remove_owned(&home, uid, TEMP_DEPTH, keep);
+    }
     out.ipc = remove_ipc(uid);
     out
 }
 
-/// Removes the entries of `dir` that `uid` owns (without following links), looking `depth`
-/// directories down into the others'.
-fn remove_owned(dir: &Path, uid: u32, depth: usize, keep: &[&Path]) -> usize {
-    if keep.iter().any(|k| dir.starts_with(k)) {
-        return 0;
-    }
-    let Ok(entries) = fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let Ok(meta) = entry.metadata() else {
-            continue;
-        };
-        let path = entry.path();
-        if keep.iter().any(|k| path.starts_with(k)) {
-            continue;
-        }
-        if meta.uid() == uid {
-            let gone = if meta.is_dir() {
-                // Never follows a link inside (std walks by descriptor).
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            };
-            removed += usize::from(gone.is_ok());
-        } else if meta.is_dir() && depth > 0 {
-            removed += remove_owned(&path, uid, depth - 1, keep);
-        }
-    }
-    removed
+/// The home directory of `user` when it is a directory of its own: owned by `uid`, not `/`.
+/// A home shared with others (`/nonexistent`, `/var/empty`, `/`) is never cleared.
+fn own_home(user: &str, uid: u32) -> Option<std::path::PathBuf> {
+    let home = nix::unistd::User::from_name(user).ok()??.dir;
+    let meta = fs::symlink_metadata(&home).ok()?;
+    (meta.is_dir() && meta.uid() == uid && home.parent().is_some()).then_some(home)
 }
 
 /// Removes the System V shared memory segments, message queues and semaphore sets `uid`
@@ -198,4 +221,38 @@ fn remove_ipc(uid: u32) -> usize {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What macOS's `ps -A -o pid=,uid=,ruid=,svuid=,stat=` prints: a process of the uid by
+    /// any of its three ids counts, a zombie does not.
+    #[test]
+    fn the_listing_of_ps_names_every_live_process_of_the_uid() {
+        let text = "    1     0     0     0 Ss\n  501   502   502   502 S\n  777     0   502     0 R+\n\
+                    \x20 778   502   502   502 Z\n  779     0     0   502 S\n  780   503   503   503 S\n";
+        let pids: Vec<i32> = parse_ps(text, 502).iter().map(|p| p.as_raw()).collect();
+        assert_eq!(pids, [501, 777, 779]);
+        assert!(parse_ps("garbage\n", 502).is_empty());
+    }
+
+    /// Where both exist (here), `ps` and `/proc` agree that this process is its uid's: the
+    /// path macOS takes is the one tested against the kernel's own answer.
+    #[test]
+    fn ps_and_proc_agree_on_this_process() {
+        let uid = nix::unistd::getuid().as_raw();
+        let me = Pid::this();
+        assert!(proc_processes_of(uid).contains(&me));
+        if std::process::Command::new("ps")
+            .arg("-p1")
+            .output()
+            .is_err()
+        {
+            return crate::test_support::skip("the ps listing", "there is no ps");
+        }
+        assert!(ps_processes_of(uid).contains(&me));
+        assert!(!ps_processes_of(4_000_123).contains(&me));
+    }
 }

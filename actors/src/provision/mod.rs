@@ -16,14 +16,19 @@ pub mod install;
 pub mod jobdir;
 pub mod leftovers;
 mod named;
+mod owned;
 pub mod process;
+mod process_users;
 mod process_warm;
 mod procgroup;
 pub mod reach;
 pub mod runner_env;
 mod supervisor;
 pub mod tart;
+pub mod trust;
+pub mod users;
 pub mod warm;
+mod warm_keeping;
 
 use std::pin::Pin;
 

@@ -15,7 +15,6 @@
 
 use std::{
     cell::{Cell, RefCell},
-    collections::HashSet,
     ffi::OsString,
     path::{Path, PathBuf},
     process::Stdio,
@@ -32,7 +31,7 @@ use super::{
     install::{check_install, copy_install, same_filesystem},
     jobdir::command_dir,
     procgroup::{self, group_alive, kill_group},
-    spawn_error,
+    spawn_error, users,
 };
 use crate::{
     config::{PoolName, ProviderKind, RunnerProgram},
@@ -76,6 +75,9 @@ pub struct ProcessSettings {
     pub name_prefix: String,
     /// SIGTERM to SIGKILL.
     pub grace: Duration,
+    /// Every process pool's work root on this host (this one's included): a `run_as` user
+    /// with a job directory in any of them is taken ([`super::users`]).
+    pub peers: Vec<users::WorkRoot>,
 }
 
 impl ProcessSettings {
@@ -102,8 +104,6 @@ pub struct ProcessBackend {
     cgroups: Rc<Option<CgroupRoot>>,
     /// Why there are none (said once by the host check).
     no_cgroups: Rc<RefCell<Option<String>>>,
-    /// `run_as` users taken by runners whose directories are still being made.
-    reserved: Rc<RefCell<HashSet<String>>>,
     /// The daemon-managed installs, for a pool with neither `runner_dir` nor `command`.
     pub(super) managed: Option<ManagedInstalls>,
     /// Warm directories prepared ahead of their claims, by name (see `process_warm`).
@@ -135,7 +135,6 @@ impl ProcessBackend {
             said_copied: Rc::default(),
             cgroups: Rc::new(cgroups),
             no_cgroups: Rc::new(RefCell::new(why)),
-            reserved: Rc::default(),
             managed: None,
             warm: Rc::default(),
         }
@@ -146,45 +145,6 @@ impl ProcessBackend {
     pub fn with_managed(mut self, installs: Option<&ManagedInstalls>) -> Self {
         self.managed = installs.cloned();
         self
-    }
-
-    /// The user a new runner runs as. With one `run_as` user every runner is it; with several,
-    /// one that no live runner has: a runner's directory belongs to its user until teardown
-    /// removes it, so the owners of the directories in the work root (and the reservations of
-    /// runners still making theirs) are the users taken, whichever incarnation started them.
-    fn take_user(&self) -> Result<Option<String>, ProvisionError> {
-        let users = &self.s.run_as;
-        if users.len() <= 1 {
-            return Ok(users.first().cloned());
-        }
-        let mut taken: HashSet<u32> = HashSet::new();
-        if let Ok(entries) = std::fs::read_dir(&self.s.work_root) {
-            for entry in entries.flatten() {
-                if entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(&self.s.name_prefix)
-                    && let Ok(meta) = entry.metadata()
-                {
-                    taken.insert(std::os::unix::fs::MetadataExt::uid(&meta));
-                }
-            }
-        }
-        let mut reserved = self.reserved.borrow_mut();
-        for user in users {
-            let uid = user_named(user)?.uid.as_raw();
-            // A uid that still runs something (a leftover the teardown could not end) is not
-            // handed to the next job.
-            if reserved.contains(user) || taken.contains(&uid) || super::leftovers::uid_busy(uid) {
-                continue;
-            }
-            reserved.insert(user.clone());
-            return Ok(Some(user.clone()));
-        }
-        Err(ProvisionError::HostUnavailable(format!(
-            "each of the {} run_as users already runs a job (or still runs a job's leftovers)",
-            users.len()
-        )))
     }
 
     fn cgroup(&self, name: &str) -> Option<super::cgroup::RunnerCgroup> {
@@ -341,28 +301,23 @@ impl ProcessBackend {
         else {
             return;
         };
-        let sibling = std::fs::read_dir(&self.s.work_root).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                let other = e.file_name().to_string_lossy().into_owned();
-                other != name
-                    && other.starts_with(&self.s.name_prefix)
-                    && e.metadata()
-                        .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
-            })
-        });
-        if sibling || !self.reserved.borrow_mut().insert(user.clone()) {
+        // Another runner of the uid (a pool's shared user): not cleared under it. This one's
+        // hold keeps the user from a new runner until the clearing is done.
+        if users::others_have(name, uid, &self.s.peers) {
             return;
         }
-        // Reserved meanwhile: the user is not handed to a new runner before it is clear.
-        let (work_root, who) = (self.s.work_root.clone(), user.clone());
+        users::hold(&self.s.pool, name, uid);
+        // Every pool's job directories are left alone (a work root may be under /tmp).
+        let roots: Vec<PathBuf> = self.s.peers.iter().map(|r| r.dir.clone()).collect();
+        let who = user.clone();
         let cleared = tokio::task::spawn_blocking(move || {
-            super::leftovers::clear(uid, &who, &[work_root.as_path()])
+            let keep: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+            super::leftovers::clear(uid, &who, &keep)
         })
         .await
         .unwrap_or_default();
-        self.reserved.borrow_mut().remove(&user);
         if cleared.any() {
-            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, "cleared what the job's user left behind");
+            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, home_entries = cleared.home_entries, "cleared what the job's user left behind");
         }
     }
 }
@@ -370,7 +325,7 @@ impl ProcessBackend {
 impl ProcessBackend {
     /// Everything a runner's directory needs before the runner: the work root, a user, the
     /// directory (the install's copy), the install's lease.
-    pub(super) async fn prepare(&self, dir: &Path) -> Result<Prepared, ProvisionError> {
+    pub(super) async fn prepare(&self, dir: &Path, wait: bool) -> Result<Prepared, ProvisionError> {
         let fail =
             |what: &str, e: std::io::Error| ProvisionError::HostUnavailable(format!("{what}: {e}"));
         self.make_work_root()
@@ -379,16 +334,15 @@ impl ProcessBackend {
         tokio::fs::create_dir_all(&self.s.log_dir)
             .await
             .map_err(|e| fail("cannot create the log directory", e))?;
-        let user = self.take_user()?;
-        let prepared = self.prepare_dir(dir, user.as_deref()).await;
-        if let Some(user) = &user {
-            // From here the directory's owner says the user is taken (until teardown).
-            self.reserved.borrow_mut().remove(user);
+        let name = dir_name(dir);
+        let user = self.take_user(&name, wait).await?;
+        match self.prepare_dir(dir, user.as_deref()).await {
+            Ok(lease) => Ok(Prepared { user, lease }),
+            Err(e) => {
+                users::release(&name);
+                Err(e)
+            }
         }
-        Ok(Prepared {
-            user,
-            lease: prepared?,
-        })
     }
 
     /// Starts `spec`'s runner from `dir`, prepared by [`ProcessBackend::prepare`].
@@ -457,7 +411,7 @@ impl Backend for ProcessBackend {
 
     async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let dir = self.s.work_root.join(&spec.name);
-        let prepared = self.prepare(&dir).await?;
+        let prepared = self.prepare(&dir, true).await?;
         self.launch(spec, dir, prepared).await
     }
 
@@ -512,6 +466,7 @@ impl Backend for ProcessBackend {
             );
             tracing::warn!(runner = %name, dir = %dir.display(), error = %e, disowned = disowned.is_ok(), "cannot remove the runner directory; root keeps it until the next start tries again");
         }
+        users::release(&name);
     }
 
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
@@ -653,7 +608,14 @@ async fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await
 }
 
-fn user_named(user: &str) -> Result<nix::unistd::User, ProvisionError> {
+/// The last part of a runner directory's path: its name.
+fn dir_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+pub(super) fn user_named(user: &str) -> Result<nix::unistd::User, ProvisionError> {
     nix::unistd::User::from_name(user)
         .map_err(|e| {
             ProvisionError::Misconfigured(format!("cannot look up run_as user {user}: {e}"))

@@ -11,7 +11,7 @@ use super::{
 impl ProcessBackend {
     /// Prepares warm directory `name`.
     pub(super) async fn boot_warm(&self, name: String) -> Result<(), ProvisionError> {
-        let prepared: Prepared = self.prepare(&self.s.work_root.join(&name)).await?;
+        let prepared: Prepared = self.prepare(&self.s.work_root.join(&name), false).await?;
         self.warm.borrow_mut().insert(name, prepared);
         Ok(())
     }
@@ -44,6 +44,8 @@ impl ProcessBackend {
         let prepared = self.warm.borrow_mut().remove(&warm).ok_or_else(|| {
             ProvisionError::EnvironmentFailed(format!("{warm} was not prepared by this run"))
         })?;
+        // Its user was given long before the claim: still its alone? Else a new directory.
+        self.recheck_user(&warm, prepared.user.as_deref())?;
         let root = &self.s.work_root;
         let dir = root.join(&spec.name);
         tokio::fs::rename(root.join(&warm), &dir)
@@ -53,6 +55,7 @@ impl ProcessBackend {
                     "cannot hand the warm directory {warm} to the runner: {e}"
                 ))
             })?;
+        super::users::rename(&warm, &spec.name);
         self.launch(spec, dir, prepared).await
     }
 }

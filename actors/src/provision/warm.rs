@@ -12,24 +12,18 @@
 //! restart removes what an earlier run left warm with the rest of its leftovers (warm
 //! environments carry runner-like names).
 
-use std::{
-    cell::Cell,
-    collections::{HashSet, VecDeque},
-    rc::Rc,
-    time::Duration,
-};
+use std::{cell::Cell, rc::Rc, time::Duration};
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use tokio::time::Instant;
 
-use super::{Backend, ProvisionerSupervisor};
+use super::{
+    Backend, ProvisionerSupervisor,
+    warm_keeping::{Booted, WarmKeeping},
+};
 use crate::config::WarmConfig;
 
 /// How often a pool's warm environments are checked and its target read again.
 pub const WARM_TICK: Duration = Duration::from_secs(5);
-/// The wait after a failed boot, doubling to [`BOOT_BACKOFF_CAP`].
-const BOOT_BACKOFF: Duration = Duration::from_secs(5);
-const BOOT_BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// How long a hold waits for the removals (and boots in flight) to finish.
 const HOLD_WAIT: Duration = Duration::from_secs(60);
 
@@ -74,16 +68,14 @@ pub struct WarmSettings {
 #[rtype(result = "()")]
 pub struct WarmHold(pub bool);
 
-/// A pool's warm environments.
+/// A pool's warm environments: the decisions ([`WarmKeeping`]) and where they are carried out.
 #[derive(Debug, Default)]
 pub struct WarmPool {
-    settings: Option<WarmSettings>,
-    /// Booted and waiting, oldest first: (name, booted at).
-    ready: VecDeque<(String, Instant)>,
-    booting: HashSet<String>,
-    held: bool,
-    failures: u32,
-    no_boot_before: Option<Instant>,
+    keeping: WarmKeeping,
+    /// What the pool's warm environments are named after.
+    prefix: String,
+    /// Where the pool's [`WarmStatus`] goes.
+    report: Option<actix::WeakRecipient<WarmStatus>>,
     /// Boots and removals in flight (a hold waits for them).
     in_flight: Rc<Cell<usize>>,
 }
@@ -91,25 +83,30 @@ pub struct WarmPool {
 impl WarmPool {
     /// The warm pool of `settings` (nothing warm when `None` or a zero count).
     pub fn new(settings: Option<WarmSettings>) -> Self {
+        let Some(s) = settings else {
+            return WarmPool::default();
+        };
         WarmPool {
-            settings: settings.filter(|s| s.config.booted()),
-            ..WarmPool::default()
+            keeping: WarmKeeping::new(Some(s.config), s.max),
+            prefix: s.prefix,
+            report: s.report,
+            in_flight: Rc::default(),
         }
     }
 
     /// Whether the pool keeps anything warm at any time.
     pub fn enabled(&self) -> bool {
-        self.settings.is_some()
+        self.keeping.enabled()
     }
 
     /// Environments waiting for a claim.
     pub fn available(&self) -> usize {
-        self.ready.len()
+        self.keeping.available()
     }
 
     /// Takes every waiting environment's name (the supervisor stops: it removes them).
     pub(super) fn drain_ready(&mut self) -> Vec<String> {
-        self.ready.drain(..).map(|(name, _)| name).collect()
+        self.keeping.clear()
     }
 }
 
@@ -136,7 +133,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
             return None;
         }
         let pool = self.backend.pool().as_str();
-        let taken = self.warm.ready.pop_front().map(|(name, _)| name);
+        let taken = self.warm.keeping.take();
         self.metrics
             .warm
             .claims
@@ -146,17 +143,11 @@ impl<B: Backend> ProvisionerSupervisor<B> {
         taken
     }
 
-    /// The pool's target now: its count (by the window the clock is in), 0 while held or
-    /// down, within the slots the running runners leave.
+    /// The pool's target now ([`WarmKeeping::target`]).
     fn warm_target(&self) -> usize {
-        let Some(s) = &self.warm.settings else {
-            return 0;
-        };
-        if self.warm.held || !self.accepting {
-            return 0;
-        }
-        let want = s.config.target_at(s.config.week_time(self.clock.unix()));
-        want.min(s.max.saturating_sub(self.live.len()))
+        self.warm
+            .keeping
+            .target(self.clock.unix(), self.accepting, self.live.len())
     }
 
     /// Boots what the target lacks; removes what is beyond it (the oldest first).
@@ -164,46 +155,39 @@ impl<B: Backend> ProvisionerSupervisor<B> {
         if !self.warm.enabled() {
             return;
         }
-        let target = self.warm_target();
-        while self.warm.ready.len() > target {
-            if let Some((name, _)) = self.warm.ready.pop_front() {
-                self.warm_discard(name, "surplus", ctx);
-            }
+        let refill = self
+            .warm
+            .keeping
+            .refill(self.warm_target(), self.clock.now());
+        for name in refill.surplus {
+            self.warm_discard(name, "surplus", ctx);
         }
-        let now = self.clock.now();
-        if self.warm.no_boot_before.is_some_and(|t| now < t) {
-            self.warm_gauges();
-            return;
-        }
-        let have = self.warm.ready.len() + self.warm.booting.len();
-        for _ in have..target {
+        for _ in 0..refill.boot {
             self.warm_boot(ctx);
         }
         self.warm_gauges();
     }
 
     fn warm_boot(&mut self, ctx: &mut Context<Self>) {
-        let Some(s) = &self.warm.settings else { return };
-        let name = format!("{}-warm-{}", s.prefix, crate::vocab::random_suffix());
-        self.warm.booting.insert(name.clone());
+        let name = format!(
+            "{}-warm-{}",
+            self.warm.prefix,
+            crate::vocab::random_suffix()
+        );
+        self.warm.keeping.boot_started(name.clone());
         let guard = InFlight::new(&self.warm.in_flight);
         let boot = self.backend.clone().warm_boot(name.clone());
         ctx.spawn(boot.into_actor(self).map(move |result, act, ctx| {
-            act.warm.booting.remove(&name);
-            match result {
-                Ok(()) if act.warm.ready.len() < act.warm_target() => {
-                    act.warm.failures = 0;
-                    tracing::info!(provider = act.backend.pool().as_str(), warm = %name, "warm environment ready");
-                    act.warm.ready.push_back((name, act.clock.now()));
+            let (target, now) = (act.warm_target(), act.clock.now());
+            let pool = act.backend.pool().clone();
+            match (act.warm.keeping.boot_ended(&name, result.is_ok(), target, now), result) {
+                (Booted::Ready, _) => {
+                    tracing::info!(provider = pool.as_str(), warm = %name, "warm environment ready");
                 }
-                Ok(()) => act.warm_discard(name, "surplus", ctx),
-                Err(error) => {
-                    act.warm.failures += 1;
-                    let wait = BOOT_BACKOFF
-                        .saturating_mul(1 << act.warm.failures.min(8))
-                        .min(BOOT_BACKOFF_CAP);
-                    act.warm.no_boot_before = Some(act.clock.now() + wait);
-                    tracing::warn!(provider = act.backend.pool().as_str(), warm = %name, %error, retry_in = ?wait, "a warm environment failed to boot");
+                (Booted::Surplus, _) => act.warm_discard(name, "surplus", ctx),
+                (Booted::Failed { wait }, result) => {
+                    let error = result.err().map(|e| e.to_string()).unwrap_or_default();
+                    tracing::warn!(provider = pool.as_str(), warm = %name, %error, retry_in = ?wait, "a warm environment failed to boot");
                     act.warm_discard(name, "failed", ctx);
                 }
             }
@@ -229,25 +213,18 @@ impl<B: Backend> ProvisionerSupervisor<B> {
 
     /// The periodic look: too old, failing its check or stale goes; then the refill.
     pub(super) fn warm_tick(&mut self, ctx: &mut Context<Self>) {
-        let Some(max_age) = self.warm.settings.as_ref().map(|s| s.config.max_age) else {
+        if !self.warm.enabled() {
             return;
-        };
-        let now = self.clock.now();
-        let (old, young): (Vec<_>, Vec<_>) = std::mem::take(&mut self.warm.ready)
-            .into_iter()
-            .partition(|(_, at)| now.saturating_duration_since(*at) >= max_age);
-        self.warm.ready = young.into();
-        for (name, _) in old {
+        }
+        for name in self.warm.keeping.expire(self.clock.now()) {
             self.warm_discard(name, "age", ctx);
         }
-        for (name, _) in self.warm.ready.clone() {
+        for name in self.warm.keeping.waiting() {
             let check = self.backend.clone().warm_ready(name.clone());
             ctx.spawn(check.into_actor(self).map(move |answer, act, ctx| {
                 let Err(reason) = answer else { return };
                 // Still waiting (not taken by a claim meanwhile): replaced.
-                let before = act.warm.ready.len();
-                act.warm.ready.retain(|(n, _)| *n != name);
-                if act.warm.ready.len() < before {
+                if act.warm.keeping.withdraw(&name) {
                     act.warm_discard(name, reason, ctx);
                     act.warm_refill(ctx);
                 }
@@ -259,22 +236,23 @@ impl<B: Backend> ProvisionerSupervisor<B> {
     /// Removes every warm environment (a hold, a stop); boots in flight remove theirs when
     /// they end.
     pub(super) fn warm_clear(&mut self, ctx: &mut Context<Self>) {
-        for (name, _) in std::mem::take(&mut self.warm.ready) {
+        for name in self.warm.keeping.clear() {
             self.warm_discard(name, "surplus", ctx);
         }
         self.warm_gauges();
     }
 
     fn warm_gauges(&self) {
-        let Some(settings) = &self.warm.settings else {
+        if !self.warm.enabled() {
             return;
-        };
+        }
         let view = WarmView {
-            available: self.warm.ready.len(),
-            booting: self.warm.booting.len(),
+            available: self.warm.keeping.available(),
+            booting: self.warm.keeping.booting(),
             target: self.warm_target(),
         };
-        if let Some(to) = settings
+        if let Some(to) = self
+            .warm
             .report
             .as_ref()
             .and_then(actix::WeakRecipient::upgrade)
@@ -288,10 +266,10 @@ impl<B: Backend> ProvisionerSupervisor<B> {
         let m = &self.metrics.warm;
         m.available
             .with_label_values(&[pool])
-            .set(i64::try_from(self.warm.ready.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(view.available).unwrap_or(i64::MAX));
         m.booting
             .with_label_values(&[pool])
-            .set(i64::try_from(self.warm.booting.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(view.booting).unwrap_or(i64::MAX));
     }
 
     /// Starts the periodic look, when the pool keeps anything warm.
@@ -306,12 +284,13 @@ impl<B: Backend> Handler<WarmHold> for ProvisionerSupervisor<B> {
     type Result = actix::ResponseFuture<()>;
 
     fn handle(&mut self, WarmHold(hold): WarmHold, ctx: &mut Context<Self>) -> Self::Result {
-        self.warm.held = hold;
-        if hold {
-            self.warm_clear(ctx);
-        } else {
+        for name in self.warm.keeping.hold(hold) {
+            self.warm_discard(name, "surplus", ctx);
+        }
+        if !hold {
             self.warm_refill(ctx);
         }
+        self.warm_gauges();
         let in_flight = self.warm.in_flight.clone();
         Box::pin(async move {
             let until = tokio::time::Instant::now() + HOLD_WAIT;

@@ -5,19 +5,17 @@
 //! Nothing here blocks a job: offline or failing, what is installed stays in use, the failure
 //! is logged and counted, and the next look tries again.
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-    time::{Duration, SystemTime},
-};
+use std::{collections::HashMap, path::PathBuf, time::SystemTime};
 
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
+pub use super::probe::install_version;
 use super::{
     Release, Version,
-    check::{Looked, ReleaseClient},
+    check::ReleaseClient,
     installs::{ManagedInstalls, unpack},
+    policy::{self, Answer, InstallError, Step},
 };
 use crate::{
     clock::unix_now,
@@ -30,7 +28,7 @@ use crate::{
 pub enum RunnerSource {
     /// The daemon-managed install.
     Managed,
-    /// An operator's install (`runner_dir`): `bin/Runner.Listener --version`.
+    /// An operator's install (`runner_dir`): its files say ([`install_version`]).
     Install(PathBuf),
     /// What the pool's provisioner reports (a container pool's image).
     Reported,
@@ -81,25 +79,6 @@ pub struct PoolRunnerView {
     pub managed: bool,
     /// Seconds since a newer release came out (0: current; `None`: the latest is unknown).
     pub behind_seconds: Option<u64>,
-}
-
-/// The version of the install at `dir`, as its listener says (`bin/Runner.Listener
-/// --version`, at most 20 s).
-pub async fn install_version(dir: &Path) -> Result<Version, String> {
-    let listener = dir.join("bin/Runner.Listener");
-    let run = tokio::process::Command::new(&listener)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .map_err(|_| format!("{} --version did not answer", listener.display()))?
-        .map_err(|e| format!("cannot run {}: {e}", listener.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(Version::parse)
-        .ok_or_else(|| format!("{} --version said {:?}", listener.display(), text.trim()))
 }
 
 /// Seconds a runner of `version` has been behind `latest` (0 when it is not).
@@ -182,48 +161,23 @@ impl ReleaseActor {
         let metrics = self.metrics.clone();
         let refused = self.refused.clone();
         let work = async move {
-            let looked = client.look(pinned.as_ref(), etag.as_deref()).await;
-            let (release, etag, mut problem) = match looked {
-                Ok(Looked::Unchanged) => (known, etag, None),
-                Ok(Looked::Found(r, new_etag)) => (Some(r), new_etag, None),
-                Ok(Looked::NotFound) => {
-                    let why = pinned
-                        .as_ref()
-                        .map(|v| format!("runner release v{v} (runner_version) does not exist"));
-                    (None, None, why)
-                }
-                Err(e) => {
-                    metrics.runner_release_check_failures.inc();
-                    (known, etag, Some(e))
-                }
+            let answer = match client.look(pinned.as_ref(), etag.as_deref()).await {
+                Ok(looked) => Answer::Looked(looked),
+                Err(e) => Answer::Failed(e),
             };
-            let stated = release
-                .as_ref()
-                .and_then(|r| Some((r.version.clone(), r.archive.as_ref()?.sha256?)));
-            let mut refused = refused.filter(|r| Some(r) == stated.as_ref());
-            match (&installs, &release) {
-                (Some(_), Some(release)) if refused.is_some() => {
-                    problem = problem.or_else(|| {
-                        Some(format!(
-                            "runner release {} was refused (its archive does not match its \
-                             digest); waiting for the release to change",
-                            release.version
-                        ))
-                    });
-                }
-                (Some(installs), Some(release)) => {
-                    match install(&client, installs, release, pinned.is_some(), &metrics).await {
-                        Ok(()) => {}
-                        Err(Install::Refused(e)) => {
-                            refused = stated;
-                            problem = Some(e);
-                        }
-                        Err(Install::Failed(e)) => problem = Some(e),
-                    }
-                }
-                _ => {}
+            let managed = installs.is_some();
+            let mut look =
+                policy::after_look(answer, known, etag, refused, pinned.as_ref(), managed);
+            if look.failed {
+                metrics.runner_release_check_failures.inc();
             }
-            (release, etag, problem, refused)
+            if let (Step::Install(release), Some(installs)) = (&look.step, &installs) {
+                let outcome = install(&client, installs, release, pinned.is_some(), &metrics).await;
+                let (refused, problem) = policy::after_install(release, outcome);
+                look.refused = refused;
+                look.problem = problem.or(look.problem);
+            }
+            (look.release, look.etag, look.problem, look.refused)
         };
         ctx.spawn(fut::wrap_future(work).map(
             |(release, etag, problem, refused), act: &mut Self, ctx| {
@@ -237,13 +191,7 @@ impl ReleaseActor {
                 }
                 act.problem = problem.clone();
                 if let Some(installs) = &act.installs {
-                    let missing = installs.current().is_none();
-                    let why = match (missing, problem) {
-                        (true, Some(p)) => Some(format!("no runner install yet: {p}")),
-                        (true, None) => Some("no runner install yet: no release found".into()),
-                        (false, p) => p,
-                    };
-                    installs.settle(why);
+                    installs.settle(policy::settle_reason(installs.current().is_some(), problem));
                 }
                 act.report(ctx);
             },
@@ -267,8 +215,9 @@ impl ReleaseActor {
                         let stamp = std::fs::metadata(dir.join("bin/Runner.Listener"))
                             .and_then(|m| m.modified())
                             .ok();
-                        match (stamp, seen.get(&dir)) {
-                            (Some(t), Some((at, v))) if *at == t => {
+                        let known = seen.get(&dir);
+                        match (stamp, known) {
+                            (Some(t), Some((_, v))) if !policy::read_again(stamp, known) => {
                                 Some((Some((dir, t)), v.clone()))
                             }
                             (stamp, _) => match install_version(&dir).await {
@@ -368,15 +317,10 @@ async fn install(
     release: &Release,
     pinned: bool,
     metrics: &Metrics,
-) -> Result<(), Install> {
+) -> Result<(), InstallError> {
     let version = &release.version;
     let current = installs.current();
-    let due = match &current {
-        None => true,
-        Some(c) if pinned => c != version,
-        Some(c) => c < version,
-    };
-    if !due {
+    if !policy::due(version, current.as_ref(), pinned) {
         return Ok(());
     }
     if installs.installed().contains(version) {
@@ -385,7 +329,7 @@ async fn install(
     }
     let platform = super::platform();
     let archive = release.archive.as_ref().ok_or_else(|| {
-        Install::Failed(format!(
+        InstallError::Failed(format!(
             "runner release {version} has no archive for {platform}"
         ))
     })?;
@@ -394,14 +338,14 @@ async fn install(
             .runner_release_refused
             .with_label_values(&["no_checksum"])
             .inc();
-        return Err(Install::Refused(format!(
+        return Err(InstallError::Refused(format!(
             "runner release {version} publishes no SHA-256 for {}: not installed",
             archive.name
         )));
     };
     let root = installs.root();
     std::fs::create_dir_all(&root)
-        .map_err(|e| Install::Failed(format!("cannot create {}: {e}", root.display())))?;
+        .map_err(|e| InstallError::Failed(format!("cannot create {}: {e}", root.display())))?;
     let download = root.join(format!(".download-{version}.tar.gz"));
     let got = client.download(archive, &download).await;
     let got = match got {
@@ -409,7 +353,7 @@ async fn install(
         Err(e) => {
             let _ = std::fs::remove_file(&download);
             metrics.runner_release_check_failures.inc();
-            return Err(Install::Failed(e));
+            return Err(InstallError::Failed(e));
         }
     };
     if got != want {
@@ -427,7 +371,7 @@ async fn install(
             current.map_or("no install".into(), |c| c.to_string())
         );
         tracing::error!("{why}");
-        return Err(Install::Refused(why));
+        return Err(InstallError::Refused(why));
     }
     let (from, to, v) = (download.clone(), root.clone(), version.clone());
     let unpacked = tokio::task::spawn_blocking(move || unpack(&from, &to, &v, &want))
@@ -440,7 +384,7 @@ async fn install(
             .runner_release_refused
             .with_label_values(&["unpack"])
             .inc();
-        return Err(Install::Failed(format!(
+        return Err(InstallError::Failed(format!(
             "cannot unpack runner release {version}: {e}"
         )));
     }
@@ -451,15 +395,6 @@ async fn install(
     );
     installs.switch_to(version.clone());
     Ok(())
-}
-
-/// Why a release was not installed.
-enum Install {
-    /// Its archive cannot be trusted (it does not match, or nothing to match against): not
-    /// tried again until the release changes.
-    Refused(String),
-    /// Something that may pass (the network, the disk): tried again at the next look.
-    Failed(String),
 }
 
 impl Actor for ReleaseActor {

@@ -1,5 +1,5 @@
-//! The releases API of `actions/runner` and the archive download, through the configured proxy
-//! and CA (the first target's `github.proxy` and `github.ca_file`).
+//! The releases API of `actions/runner` and the archive download, through the GitHub client's
+//! own HTTP stack (the first target's `github.proxy` and `github.ca_file`).
 
 use std::{path::Path, time::Duration};
 
@@ -15,16 +15,7 @@ const MAX_ARCHIVE: u64 = 1 << 30;
 /// How long a download may take in all.
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
-/// What a look at the releases found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Looked {
-    /// The same answer as last time (304 to `If-None-Match`): it cost nothing.
-    Unchanged,
-    /// The release, and the `ETag` to send next time.
-    Found(Release, Option<String>),
-    /// No such release (none published, or the pinned version does not exist).
-    NotFound,
-}
+pub use super::policy::Looked;
 
 /// A client of the releases API.
 #[derive(Clone)]
@@ -47,11 +38,10 @@ impl ReleaseClient {
     /// A client of `releases_url` (`.../repos/actions/runner/releases`) for `platform`'s
     /// archives, through `github`'s proxy and CA.
     pub fn new(github: &GithubConfig, releases_url: &str, platform: &str) -> ReleaseClient {
-        let http = awc::Client::builder()
-            .connector(crate::github::connector(github))
-            .timeout(Duration::from_secs(60))
+        // GitHub's own stack (proxy, trusted roots, timeouts, user agent); the archive is
+        // served through redirects to its storage.
+        let http = crate::github::client::http_client(github, Duration::from_secs(60))
             .max_redirects(5)
-            .add_default_header(("User-Agent", crate::github::client::USER_AGENT))
             .finish();
         ReleaseClient {
             http,

@@ -13,12 +13,18 @@
 //!   the archive download, hashed while it streams to disk.
 //! - [`installs`]: the versioned installs under `<state.dir>-work/runners/<version>`, which
 //!   one new jobs use, leases held by running jobs, and the removal of unused old versions.
+//! - [`policy`]: the decisions, pure: what a look leaves known, whether an install is due,
+//!   what a refused archive holds back, why a pool waits, when an install is read again.
+//! - [`probe`]: an operator install's version, read from its files (run unprivileged only
+//!   when they do not say).
 //! - [`actor`]: `ReleaseActor`, which looks every `release_check_interval`, installs what is
 //!   new, and reports versions to `/metrics`, `status` and `doctor`.
 
 pub mod actor;
 pub mod check;
 pub mod installs;
+pub mod policy;
+pub mod probe;
 
 use std::fmt;
 

@@ -1,11 +1,15 @@
-//! The claim retry ladder: the pure [`Backoff`] and [`RetryQueue`], and the [`RetryActor`] that
+//! The claim retry ladder: the pure [`Backoff`] and [`RetryQueue`], the one doubling wait
+//! every other retry loop uses ([`Doubling`], counted by [`DoublingBackoff`]), and the
+//! [`RetryActor`] that
 //! arms the scheduler's one timer (the earliest of its ladder's next item, its deferred
 //! decisions and its claim pacing's next token).
 
 mod actor;
 mod backoff;
+mod doubling;
 mod queue;
 
 pub use actor::{ArmRetryTimer, GetRetryTimer, RetryActor, RetryDue, RetryTimerView};
 pub use backoff::{Backoff, DelayReason, InvalidBackoff, RATE_READING_FRESH};
+pub use doubling::{Backoff as DoublingBackoff, Doubling};
 pub use queue::{Failure, MAX_WAIT, RetryItem, RetryQueue, RetryView, Scheduled};

@@ -22,7 +22,7 @@ use crate::{
 
 /// Keys of scale-set jobs named by a `jobId` are at or above this (and below 2^53, so a
 /// browser reads them whole): far above GitHub's REST job ids and runner request ids, far
-/// below the placeholders' ranges ([`crate::job::WARM_BASE`]).
+/// below the placeholders' ranges ([`crate::job::Intent`]).
 pub const JOB_ID_BASE: u64 = 1 << 52;
 
 /// How long a job's assignment count is kept after it last changed: far past the service's
@@ -81,7 +81,7 @@ pub fn key_of(owner: &str, set: u64, ident: &str, ordinal: u32, request: u64) ->
 /// Whether `key` is a scale-set job keyed by its runner request id (a GHES job with no
 /// `jobId`, or any job recorded before `jobId` keys), not a placeholder or a warm intent.
 pub fn keyed_by_request(key: &JobKey) -> bool {
-    key.job_id < JOB_ID_BASE && !key.is_reckoned() && !key.is_warm()
+    matches!(key.intent(), crate::job::Intent::Job(id) if id < JOB_ID_BASE)
 }
 
 /// One job message for the intake.
@@ -510,14 +510,8 @@ mod tests {
     fn request_keys_are_told_from_job_id_keys_and_placeholders() {
         assert!(keyed_by_request(&JobKey::new("acme", 70_001)));
         assert!(!keyed_by_request(&key_of("acme", 1, "job-a", 0, 0)));
-        assert!(!keyed_by_request(&JobKey::new(
-            "acme",
-            crate::job::RECKONED_BASE + 1
-        )));
-        assert!(!keyed_by_request(&JobKey::new(
-            "acme",
-            crate::job::WARM_BASE + 1
-        )));
+        assert!(!keyed_by_request(&JobKey::reckoned("acme", 1)));
+        assert!(!keyed_by_request(&JobKey::warm("acme", 1)));
     }
 
     #[test]

@@ -30,16 +30,13 @@ use crate::{
             types::{QueueMessage, Session, Statistics},
         },
         actor::GenerateJitConfig,
-        client::{JitRunner, random_suffix},
+        client::{JitRunner, with_fresh_names},
     },
     metrics::Metrics,
     scheduler::{JobEvent, SchedulerActor, messages::EventSource},
     store::Store,
     webhook::{Deliver, Verdict},
 };
-
-/// Runner names tried per claim when the name is taken (409).
-const NAME_ATTEMPTS: u32 = 3;
 
 /// What a listener serves.
 #[derive(Debug, Clone)]
@@ -531,16 +528,11 @@ impl Handler<GenerateJitConfig> for ScaleSetListener {
                     detail: "the scale set is not known yet".into(),
                 });
             };
-            for _ in 0..NAME_ATTEMPTS {
-                let name = format!("{}{}", claim.name_base, random_suffix());
-                match shared.client.generate_jitconfig(set, &name).await {
-                    Err(GithubError::Http(f)) if f.status == 409 => continue,
-                    other => return other,
-                }
-            }
-            Err(GithubError::NameConflict {
-                attempts: NAME_ATTEMPTS,
+            let client = &shared.client;
+            with_fresh_names(&claim.name_base, |name| async move {
+                client.generate_jitconfig(set, &name).await
             })
+            .await
         };
         Box::pin(
             register

@@ -23,7 +23,10 @@
 
 use std::time::Duration;
 
-use super::Backoff;
+use crate::retry::{Doubling, DoublingBackoff as Backoff};
+
+/// The session's waits move by ±20 % of themselves.
+const JITTER: f64 = 0.2;
 
 /// The backoff after a failure to reach the service.
 pub const DOWN_FIRST: Duration = Duration::from_secs(1);
@@ -216,9 +219,9 @@ impl Machine {
             set: None,
             session,
             after_wait: Call::Resolve,
-            down: Backoff::new(DOWN_FIRST, DOWN_CAP),
-            held: Backoff::new(HELD_FIRST, HELD_CAP),
-            dropped: Backoff::new(DOWN_FIRST, DOWN_CAP),
+            down: Backoff::new(Doubling::new(DOWN_FIRST, DOWN_CAP).jittered(JITTER)),
+            held: Backoff::new(Doubling::new(HELD_FIRST, HELD_CAP).jittered(JITTER)),
+            dropped: Backoff::new(Doubling::new(DOWN_FIRST, DOWN_CAP).jittered(JITTER)),
             failures: 0,
             said_held: false,
             yielding: false,

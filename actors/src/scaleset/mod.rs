@@ -23,8 +23,6 @@ mod reckon;
 pub mod record;
 mod view;
 
-use std::time::Duration;
-
 pub use listener::{ScaleSetListener, ScaleSetSettings, ScaleSetWiring};
 pub use view::{GetListener, ListenerView};
 
@@ -69,51 +67,9 @@ pub struct Mark {
     pub dropped_labels: Vec<String>,
 }
 
-/// A growing, capped wait with jitter (0.8x-1.2x): the session's and the poll's backoffs.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    first: Duration,
-    cap: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    /// Starts at `first`, doubles up to `cap`.
-    pub fn new(first: Duration, cap: Duration) -> Self {
-        Backoff {
-            first,
-            cap,
-            next: first,
-        }
-    }
-
-    /// The next wait; `draw` in `[0, 1)` places it in the jitter band.
-    pub fn next(&mut self, draw: f64) -> Duration {
-        let base = self.next;
-        self.next = (self.next * 2).min(self.cap);
-        base.mul_f64(0.8 + 0.4 * draw.clamp(0.0, 1.0))
-    }
-
-    /// Back to the first wait (after a success).
-    pub fn reset(&mut self) {
-        self.next = self.first;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_backoff_doubles_to_its_cap_and_starts_over_after_a_success() {
-        let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(60));
-        let waits: Vec<u64> = (0..6).map(|_| b.next(0.5).as_secs()).collect();
-        assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
-        assert!(b.next(0.0) >= Duration::from_secs(48));
-        assert!(b.next(1.0) <= Duration::from_secs(72));
-        b.reset();
-        assert_eq!(b.next(0.5), Duration::from_secs(5));
-    }
 
     #[test]
     fn the_mark_survives_json_and_an_older_one_reads() {

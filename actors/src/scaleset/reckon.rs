@@ -9,7 +9,7 @@
 //! - **more assigned than held** (a message acknowledged by another consumer, a store lost):
 //!   a placeholder job per missing one claims a runner in the scale set; GitHub gives that
 //!   runner one of its assigned jobs, whose `JobStarted` makes it known, and the placeholder
-//!   ends ([`crate::job::RECKONED_BASE`]);
+//!   ends ([`crate::job::Intent::Reckoned`]);
 //! - **more held than assigned**: placeholders still waiting are withdrawn first, then jobs
 //!   of a scale set made again (its orphans: a claim in the new scale set never gets them).
 //!   A job withdrawn is completed as cancelled, and the runner made for it goes unless it
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::{listener::Shared, view::observe};
 use crate::{
-    job::{JobAction, JobInfo, JobKey, RECKONED_BASE},
+    job::{JobAction, JobInfo, JobKey},
     scheduler::{
         JobEvent,
         core::PoolDemand,
@@ -136,9 +136,9 @@ pub(super) async fn reckon(shared: &Shared, set: u64) -> Result<(), crate::githu
             );
             // At most a pool's worth at a time; the next reading fills the rest.
             let n = n.min(shared.settings.max.max(1));
-            let base = RECKONED_BASE + crate::clock::unix_now() * 100_000;
+            let base = crate::clock::unix_now() * 100_000;
             for i in 0..n as u64 {
-                let key = JobKey::new(shared.client.owner(), base + i);
+                let key = JobKey::reckoned(shared.client.owner(), base + i);
                 deliver(shared, JobAction::Queued, key, "reckoned").await;
             }
             shared
@@ -235,19 +235,10 @@ mod tests {
     #[test]
     fn placeholders_go_first_then_orphans_and_never_a_job_from_a_message() {
         let k = |id| JobKey::new("acme", id);
-        let waiting = vec![
-            k(10),
-            k(11),
-            k(RECKONED_BASE + 1),
-            k(12),
-            k(RECKONED_BASE + 2),
-        ];
-        let ids = |v: Vec<JobKey>| v.into_iter().map(|k| k.job_id).collect::<Vec<_>>();
-        assert_eq!(
-            ids(to_withdraw(&waiting, &[12, 10], 3)),
-            [RECKONED_BASE + 2, RECKONED_BASE + 1, 10]
-        );
-        assert_eq!(ids(to_withdraw(&waiting, &[], 5)).len(), 2);
+        let p = |n| JobKey::reckoned("acme", n);
+        let waiting = vec![k(10), k(11), p(1), k(12), p(2)];
+        assert_eq!(to_withdraw(&waiting, &[12, 10], 3), [p(2), p(1), k(10)]);
+        assert_eq!(to_withdraw(&waiting, &[], 5).len(), 2);
         assert!(to_withdraw(&[k(10), k(11)], &[], 2).is_empty());
     }
 }

@@ -5,8 +5,19 @@
 pub use super::core::observation::Observation;
 use crate::metrics::Metrics;
 
-/// Logs `o` and updates its metrics.
+/// Logs `o` and updates its metrics: each kind in its family's function.
 pub fn record(o: Observation, m: &Metrics) {
+    let Some(o) = admission(o, m) else { return };
+    let Some(o) = job_runners(o, m) else { return };
+    let Some(o) = claims(o, m) else { return };
+    let Some(o) = runners_and_retries(o, m) else {
+        return;
+    };
+    pools(o, m);
+}
+
+/// A job's admission: ignored, duplicate, unroutable, parked, admitted again, held idle. Anything else is handed back.
+fn admission(o: Observation, m: &Metrics) -> Option<Observation> {
     use Observation as O;
     match o {
         O::Ignored { job_id, reason } => {
@@ -56,6 +67,15 @@ pub fn record(o: Observation, m: &Metrics) {
                 )
             }
         }
+        other => return Some(other),
+    }
+    None
+}
+
+/// What became of a job and the runner that served it. Anything else is handed back.
+fn job_runners(o: Observation, m: &Metrics) -> Option<Observation> {
+    use Observation as O;
+    match o {
         O::SpareHandedOver {
             job_id,
             runner,
@@ -122,6 +142,15 @@ pub fn record(o: Observation, m: &Metrics) {
                 m.job_duration.observe(d.as_secs_f64());
             }
         }
+        other => return Some(other),
+    }
+    None
+}
+
+/// Claims, warm claims and GitHub's pickups. Anything else is handed back.
+fn claims(o: Observation, m: &Metrics) -> Option<Observation> {
+    use Observation as O;
+    match o {
         O::Claiming { job_id, provider } => {
             tracing::info!(job_id, provider = provider.as_str(), "claiming a runner")
         }
@@ -191,6 +220,15 @@ pub fn record(o: Observation, m: &Metrics) {
             .claims
             .with_label_values(&[provider.as_str(), if hit { "hit" } else { "miss" }])
             .inc(),
+        other => return Some(other),
+    }
+    None
+}
+
+/// Runners started and removed, environments failed, retries, requeues. Anything else is handed back.
+fn runners_and_retries(o: Observation, m: &Metrics) -> Option<Observation> {
+    use Observation as O;
+    match o {
         O::RunnerRemoved { provider } => {
             m.jobs_active.with_label_values(&[provider.as_str()]).dec()
         }
@@ -247,6 +285,15 @@ pub fn record(o: Observation, m: &Metrics) {
         O::Requeued { job_id, why } => {
             tracing::info!(job_id, reason = why, "dispatching the job again")
         }
+        other => return Some(other),
+    }
+    None
+}
+
+/// Pools up or down, the cordon, reaping, the sweep, the daemon's own state.
+fn pools(o: Observation, m: &Metrics) {
+    use Observation as O;
+    match o {
         O::ProviderStatus {
             provider,
             up,
@@ -294,5 +341,36 @@ pub fn record(o: Observation, m: &Metrics) {
             retries,
             redispatch,
         } => tracing::info!(jobs, runners, retries, redispatch, "state restored"),
+        // Recorded by the families above (named, so a new kind must be placed somewhere).
+        O::Ignored { .. }
+        | O::Duplicate { .. }
+        | O::Unroutable { .. }
+        | O::Parked { .. }
+        | O::Readmitted { .. }
+        | O::QueuedIdle { .. }
+        | O::SpareHandedOver { .. }
+        | O::RegistrationDeleted { .. }
+        | O::DeletionFailed { .. }
+        | O::JobObserved { .. }
+        | O::RunnerTookOther { .. }
+        | O::JobFinished { .. }
+        | O::Claiming { .. }
+        | O::ClaimFailed { .. }
+        | O::Claimed { .. }
+        | O::RunnerAdded { .. }
+        | O::WarmClaiming { .. }
+        | O::WarmRegisteredOne { .. }
+        | O::WarmClaimFailed { .. }
+        | O::WarmRegistered { .. }
+        | O::GithubPickup { .. }
+        | O::WarmOutcome { .. }
+        | O::RunnerRemoved { .. }
+        | O::RunnerStarted { .. }
+        | O::EnvironmentFailed { .. }
+        | O::RetryScheduled { .. }
+        | O::RetryGivenUp { .. }
+        | O::Abandoned { .. }
+        | O::ClaimsPaused { .. }
+        | O::Requeued { .. } => {}
     }
 }

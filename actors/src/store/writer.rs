@@ -3,11 +3,11 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::retry::Doubling;
 
-/// The first wait before writing again after a failure; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-/// The longest wait between attempts while the disk fails.
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The wait before writing again after a failure: 250 ms, doubling to 10 s while the disk
+/// fails.
+const WRITE_BACKOFF: Doubling = Doubling::new(Duration::from_millis(250), Duration::from_secs(10));
 /// Changes held in memory at most while the disk fails; past this, writes are refused (the
 /// intake then answers 503) rather than the daemon growing without bound.
 pub(super) const BACKLOG_CAP: usize = 200_000;
@@ -104,9 +104,7 @@ impl Writer {
             Err(e) => {
                 // redb latches an I/O error: drop the database and open it again next time.
                 self.db = None;
-                let wait = self
-                    .retry
-                    .map_or(FIRST_BACKOFF, |(_, w)| (w * 2).min(MAX_BACKOFF));
+                let wait = WRITE_BACKOFF.following(self.retry.map(|(_, w)| w));
                 if self.retry.is_none() {
                     self.health.set(false);
                     tracing::error!(path = %self.path.display(), error = %e, "the state store cannot be written: holding changes in memory and trying again; deliveries are still accepted");

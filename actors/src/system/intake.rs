@@ -3,7 +3,7 @@
 //! deliveries: a `RedeliverActor` per target (push mode: GitHub never redelivers a failed
 //! delivery by itself) or a `PullActor` per target (pull mode: no delivery comes in).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use actix::{Actor, Addr};
 use actix_web::web;
@@ -11,14 +11,14 @@ use actix_web::web;
 use super::StartError;
 use crate::{
     cluster::Ledger,
-    config::{Config, Secret, Target},
+    config::{Config, GithubAuth, Secret, Target},
     github::actor::GithubActor,
     metrics::Metrics,
     scheduler::SchedulerActor,
     store::Store,
     vocab::LabelSet,
     webhook::{
-        WebhookActor, WebhookIntake,
+        HookIds, TargetKey, WebhookActor, WebhookIntake,
         pull::{PullActor, PullSettings, PullWiring},
         redeliver::{RedeliverActor, RedeliverSettings, RedeliverWiring, mark_of},
     },
@@ -67,6 +67,10 @@ pub(super) fn start(
     );
     let handoff = webhook.handoff();
     let webhook = webhook.start();
+    // What tells each target's deliveries apart: the hooks its redelivery pass finds with its
+    // own credential (`webhook.hook_id` is everyone's: it names no target by itself) and
+    // its App.
+    let books: Vec<std::sync::Arc<HookIds>> = targets.iter().map(|_| Arc::default()).collect();
     let redeliver_on = hook.push() && hook.redeliver != Some(false);
     let redeliver = w
         .github
@@ -85,6 +89,7 @@ pub(super) fn start(
                     max_age: config.runner.claim_retry.max_age,
                     ledger: w.ledger.clone(),
                     mark,
+                    learned: books.get(i).cloned(),
                 },
                 RedeliverWiring {
                     find: github.clone().recipient(),
@@ -132,8 +137,19 @@ pub(super) fn start(
     let edge = if targets.len() > 1 {
         let keys = targets
             .iter()
-            .map(|t| (t.github.owner.clone(), keyed(&t.webhook_secret)));
-        WebhookIntake::for_targets(keys, webhook.clone(), w.metrics.clone())?
+            .zip(&books)
+            .map(|(t, book)| {
+                let mut key =
+                    TargetKey::new(Some(t.github.owner.clone()), keyed(&t.webhook_secret));
+                key.hooks = book.clone();
+                key.app_id = match &t.github.auth {
+                    GithubAuth::App(app) => Some(app.app_id),
+                    GithubAuth::Token(_) => None,
+                };
+                key
+            })
+            .collect();
+        WebhookIntake::for_target_keys(keys, webhook.clone(), w.metrics.clone())?
     } else {
         WebhookIntake::new(
             keyed(&targets[0].webhook_secret),

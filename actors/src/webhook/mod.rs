@@ -18,6 +18,7 @@
 pub mod actor;
 pub mod gate;
 pub mod handoff;
+pub mod keys;
 pub mod pull;
 pub mod redeliver;
 
@@ -30,6 +31,7 @@ pub use actor::{
     Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, RememberedDeliveries,
     Verdict, WebhookActor,
 };
+pub use keys::{HookIds, TargetKey};
 
 use crate::{
     config::Secret,
@@ -120,7 +122,7 @@ pub use crate::config::defaults::MAX_TARGETS;
 /// The HTTP edge of the intake: shared by every actix-web worker; holds no state of its own.
 #[derive(Debug)]
 pub struct WebhookIntake {
-    keys: Vec<IntakeKey>,
+    keys: Vec<TargetKey>,
     actor: Addr<WebhookActor>,
     metrics: Metrics,
     max_body: usize,
@@ -132,14 +134,8 @@ pub struct WebhookIntake {
     /// The actor's shared half: deliveries that need no record are decided on the worker.
     /// `None`: every delivery is asked of the actor.
     handoff: Option<std::sync::Arc<handoff::Handoff>>,
-}
-
-/// A secret deliveries may be signed with, and the owner whose deliveries it signs (`None`:
-/// any owner's, the single-target intake).
-#[derive(Debug)]
-struct IntakeKey {
-    secret: Secret,
-    owner: Option<String>,
+    /// HMACs computed, for tests and benchmarks.
+    hmacs: std::sync::atomic::AtomicU64,
 }
 
 impl WebhookIntake {
@@ -149,38 +145,43 @@ impl WebhookIntake {
         actor: Addr<WebhookActor>,
         metrics: Metrics,
     ) -> Result<Self, IntakeError> {
-        Self::with_keys(
-            vec![IntakeKey {
-                secret,
-                owner: None,
-            }],
-            actor,
-            metrics,
-        )
+        Self::with_keys(vec![TargetKey::new(None, secret)], actor, metrics)
     }
 
     /// An edge for several GitHub targets, each `(owner, secret)`: a delivery must be signed
     /// with the secret of the target its job's owner names (a delivery signed with A's secret
-    /// that names B's owner is refused 401, so no target can speak for another); one naming
-    /// an owner no target has is verified against any of them (and then ignored, as ever).
-    /// Refuses an empty secret.
+    /// that names B's owner is refused 401, so no target can speak for another). Refuses an
+    /// empty secret. [`WebhookIntake::for_target_keys`] also tells hooks and Apps apart.
     pub fn for_targets(
         targets: impl IntoIterator<Item = (String, Secret)>,
         actor: Addr<WebhookActor>,
         metrics: Metrics,
     ) -> Result<Self, IntakeError> {
-        let keys: Vec<IntakeKey> = targets
+        let keys = targets
             .into_iter()
-            .map(|(owner, secret)| IntakeKey {
-                secret,
-                owner: Some(owner.to_ascii_lowercase()),
-            })
+            .map(|(owner, secret)| TargetKey::new(Some(owner), secret))
             .collect();
         Self::with_keys(keys, actor, metrics)
     }
 
+    /// An edge for several GitHub targets, each with its hooks and App ([`keys`]): every
+    /// delivery is checked with one target's secret at most, the one its hook, App or owner
+    /// names; a delivery none of them claims is refused without a hash.
+    pub fn for_target_keys(
+        keys: Vec<TargetKey>,
+        actor: Addr<WebhookActor>,
+        metrics: Metrics,
+    ) -> Result<Self, IntakeError> {
+        Self::with_keys(keys, actor, metrics)
+    }
+
+    /// How many HMACs the edge computed (an unverified body costs one at most).
+    pub fn hmacs(&self) -> u64 {
+        self.hmacs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn with_keys(
-        keys: Vec<IntakeKey>,
+        keys: Vec<TargetKey>,
         actor: Addr<WebhookActor>,
         metrics: Metrics,
     ) -> Result<Self, IntakeError> {
@@ -198,57 +199,54 @@ impl WebhookIntake {
             gate: gate::Gate::new(MAX_BODY),
             large: tokio::sync::Semaphore::new(1),
             handoff: None,
+            hmacs: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    /// Which keys `body` is signed with (a bit per key), or why none. With several targets,
-    /// only the key of the owner `json` names is tried (one HMAC, not one per target); a body
-    /// naming no target's owner is tried against each.
-    fn verified_keys(
+    /// Which key `body` is signed with (its index), or why none: the one key the delivery's
+    /// hook, App or owner picks ([`keys::pick`]), a single HMAC; none picked, none computed.
+    fn verified_key(
         &self,
+        req: &HttpRequest,
         body: &[u8],
         json: &[u8],
         signature: Option<&[u8]>,
-    ) -> Result<u128, Verdict> {
-        let mut verified = 0u128;
-        let mut error = SignatureError::Mismatch;
-        let named = (self.keys.len() > 1)
-            .then(|| owner_named(json))
-            .flatten()
-            .and_then(|owner| {
-                self.keys.iter().position(|k| {
-                    k.owner
-                        .as_deref()
-                        .is_some_and(|o| o.eq_ignore_ascii_case(&owner))
-                })
-            });
-        for (i, key) in self.keys.iter().enumerate() {
-            if named.is_some_and(|n| n != i) {
-                continue;
-            }
-            match verify(key.secret.expose().as_bytes(), body, signature) {
-                Ok(()) => verified |= 1 << i,
-                Err(e) => error = e,
-            }
-        }
-        if verified == 0 {
-            return Err(Verdict::Unauthorized(error));
-        }
-        Ok(verified)
+    ) -> Result<usize, Verdict> {
+        let number = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let integration = req
+            .headers()
+            .get("x-github-hook-installation-target-type")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"integration"));
+        let claimed = keys::Claimed {
+            hook_id: number("x-github-hook-id"),
+            app_id: number("x-github-hook-installation-target-id").filter(|_| integration),
+            owner: (self.keys.len() > 1).then(|| owner_named(json)).flatten(),
+        };
+        let Some(i) = keys::pick(&self.keys, &claimed) else {
+            return Err(Verdict::Unauthorized(SignatureError::Mismatch));
+        };
+        self.hmacs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        verify(self.keys[i].secret.expose().as_bytes(), body, signature)
+            .map(|()| i)
+            .map_err(Verdict::Unauthorized)
     }
 
     /// A verified delivery naming `owner` must be signed with that owner's key, if a key is
     /// the owner's.
-    fn check_owner(&self, owner: &str, verified: u128) -> Result<(), Verdict> {
+    fn check_owner(&self, owner: &str, verified: usize) -> Result<(), Verdict> {
         let owners_key = self.keys.iter().position(|k| {
             k.owner
                 .as_deref()
                 .is_some_and(|o| o.eq_ignore_ascii_case(owner))
         });
         match owners_key {
-            Some(i) if verified & (1 << i) == 0 => {
-                Err(Verdict::Unauthorized(SignatureError::Mismatch))
-            }
+            Some(i) if i != verified => Err(Verdict::Unauthorized(SignatureError::Mismatch)),
             _ => Ok(()),
         }
     }
@@ -341,14 +339,14 @@ impl WebhookIntake {
                     form.as_bytes()
                 }
                 Err(e) => {
-                    self.verified_keys(body, b"", header("x-hub-signature-256"))?;
+                    self.verified_key(req, body, b"", header("x-hub-signature-256"))?;
                     return Err(e);
                 }
             }
         } else {
             body
         };
-        let verified = self.verified_keys(body, json, header("x-hub-signature-256"))?;
+        let verified = self.verified_key(req, body, json, header("x-hub-signature-256"))?;
         if header("x-github-event") != Some(b"workflow_job".as_slice()) {
             return Err(Verdict::OtherEvent);
         }
@@ -407,11 +405,13 @@ fn form_payload(body: &[u8]) -> Result<String, Verdict> {
         .ok_or_else(|| Verdict::Malformed("form delivery without a payload field".into()))
 }
 
-/// The owner login a payload names (`repository.owner.login`), to pick the key to try.
+/// The owner login a payload names (`repository.owner.login`, or an org hook's ping's
+/// `organization.login`), to pick the key to try.
 fn owner_named(json: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Payload {
-        repository: Repository,
+        repository: Option<Repository>,
+        organization: Option<Owner>,
     }
     #[derive(serde::Deserialize)]
     struct Repository {
@@ -423,7 +423,8 @@ fn owner_named(json: &[u8]) -> Option<String> {
     }
     serde_json::from_slice::<Payload>(json)
         .ok()
-        .map(|p| p.repository.owner.login)
+        .and_then(|p| p.repository.map(|r| r.owner).or(p.organization))
+        .map(|o| o.login)
 }
 
 /// A body's chunks. One that comes in one chunk (GitHub's few-KB deliveries, mostly) is kept

@@ -59,7 +59,7 @@ impl Pace {
         let base = match self.interval {
             _ if changed || active => s.active,
             None => s.active,
-            Some(last) => (last * 2).min(s.idle),
+            Some(last) => crate::retry::Doubling::new(s.active, s.idle).following(Some(last)),
         };
         self.interval = Some(base);
         self.capped = false;

@@ -134,6 +134,9 @@ pub struct RedeliverSettings {
     /// The store mark its place is kept under ([`MARK`] for the first target, [`mark_of`]
     /// for the others).
     pub mark: String,
+    /// Where the ids of the hooks found are told to the intake, which then checks this
+    /// target's deliveries with its secret alone ([`super::keys`]).
+    pub learned: Option<std::sync::Arc<super::keys::HookIds>>,
 }
 
 /// The store mark of target `target`'s redelivery place (the first target keeps [`MARK`], as
@@ -237,6 +240,12 @@ impl RedeliverActor {
         if self.hooks.is_none() {
             for hook in &outcome.hooks {
                 tracing::info!(%hook, "webhook.redeliver: watching this hook's failed deliveries");
+            }
+            if let Some(book) = &self.settings.learned {
+                book.learn(outcome.hooks.iter().filter_map(|hook| match hook {
+                    HookRef::Org(id) | HookRef::Repo { id, .. } => Some(*id),
+                    HookRef::App => None,
+                }));
             }
         }
         self.hooks = Some(outcome.hooks);

@@ -555,8 +555,8 @@ async fn a_job_no_pool_covers_is_accepted_without_a_durable_record() {
 }
 
 /// Several targets: a delivery is verified with the secret of the owner it names. A's secret
-/// naming B is a 401 that hands nothing over; B's own is accepted; an owner no target has is
-/// accepted under any target's secret (and ignored downstream).
+/// naming B is a 401 that hands nothing over; B's own is accepted; a body naming an owner no
+/// target has is refused without a hash (no target claims it: issue 52, item 7).
 #[actix_web::test]
 async fn a_targets_secret_speaks_only_for_its_owner() {
     let (addr, seen) = recorder(64);
@@ -580,7 +580,7 @@ async fn a_targets_secret_speaks_only_for_its_owner() {
         ("secret-a", naming("beta", 1), "f1", 401),
         ("secret-b", naming("beta", 2), "f2", 202),
         ("secret-a", naming("acme", 3), "f3", 202),
-        ("secret-b", naming("gamma", 4), "f4", 202),
+        ("secret-b", naming("gamma", 4), "f4", 401),
         ("secret-c", naming("gamma", 5), "f5", 401),
     ];
     for (secret, body, id, want) in cases {
@@ -588,11 +588,16 @@ async fn a_targets_secret_speaks_only_for_its_owner() {
         assert_eq!(r.status().as_u16(), want, "{id}");
     }
     let ids = job_ids(&seen);
-    assert_eq!(ids, vec![2, 3, 4]);
+    assert_eq!(ids, vec![2, 3]);
     assert_eq!(
         remembered(&actor).await,
-        3,
+        2,
         "a refused delivery leaves no id"
+    );
+    assert_eq!(
+        intake.hmacs(),
+        3,
+        "one per body its owner names, none for gamma's"
     );
 }
 
@@ -611,3 +616,4 @@ fn a_body_s_chunks_are_gathered_in_order() {
 }
 
 mod handoff;
+mod one_key;

@@ -148,6 +148,24 @@ pub fn ensure_user(user: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// A temp directory jobs of other users can reach (0755), with `results/` in it (1777) and
+/// root's files `names` there, 0666, that jobs append to (root's: the teardown clears what a
+/// job's uid leaves in the shared temp directories, a file of its own included).
+pub fn shared_results(names: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    let tmp = tempfile::tempdir().unwrap();
+    open(tmp.path(), 0o755).unwrap();
+    let results = tmp.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    open(&results, 0o1777).unwrap();
+    for name in names {
+        std::fs::write(results.join(name), "").unwrap();
+        open(&results.join(name), 0o666).unwrap();
+    }
+    (tmp, results)
+}
+
 /// `tool` on `PATH`.
 pub fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?

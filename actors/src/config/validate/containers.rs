@@ -1,8 +1,6 @@
 //! `[providers.NAME]` of kind `linux`: the engine socket, the image and how it is pulled, what
 //! each container may use, and what it gets mounted.
 
-use std::path::{Path, PathBuf};
-
 use super::{
     ContainerLimits, ContainerMounts, LinuxConfig, Problems, PullPolicy, RawCommand, RawPool,
     defaults, loopback, non_empty, parse_size,
@@ -12,7 +10,6 @@ pub(super) fn build_linux(
     key: &str,
     mut x: RawPool,
     enabled: bool,
-    state_dir: &Path,
     p: &mut Problems,
 ) -> LinuxConfig {
     let k = |name: &str| format!("{key}.{name}");
@@ -59,8 +56,10 @@ pub(super) fn build_linux(
         }
     };
     let mounts = container_mounts(key, &x, &socket, p);
-    if !x.allow_host_paths.unwrap_or(false) {
-        refuse_dangerous_binds(key, &mounts.volumes, &socket, state_dir, p);
+    // Binds are judged once every pool is read (another pool's install or work root is
+    // guarded too: `providers::refuse_host_paths`).
+    if !mounts.allow_host_paths {
+        super::host_paths::refuse_devices(key, &mounts.devices, p);
     }
     let strings = |name: &str, list: Option<Vec<String>>, p: &mut Problems| {
         let list = list.unwrap_or_default();
@@ -180,66 +179,7 @@ fn container_mounts(key: &str, x: &RawPool, socket: &str, p: &mut Problems) -> C
         shm_size,
         devices,
         docker_access,
-    }
-}
-
-/// Host paths a job's container must not get: the engine's socket (every other container,
-/// and root on a rootful engine, without `docker_access`'s warning), the daemon's state (the
-/// store, the admin token) and its runners' directory, its config, and the system's own
-/// trees. A bind of one of them, of a directory holding one, or of one's inside, is refused
-/// unless the pool says `allow_host_paths = true`.
-fn refuse_dangerous_binds(
-    key: &str,
-    volumes: &[String],
-    socket: &str,
-    state_dir: &Path,
-    p: &mut Problems,
-) {
-    let state = crate::config::StateConfig {
-        dir: state_dir.to_path_buf(),
-    };
-    let mut guarded: Vec<PathBuf> = [
-        "/var/run/docker.sock",
-        "/run/docker.sock",
-        "/run/podman",
-        "/var/run/podman",
-        "/run/containerd",
-        "/var/lib/docker",
-        "/var/lib/containers",
-        "/etc/ephemer-actors",
-        "/proc",
-        "/sys",
-        "/dev",
-        "/boot",
-        "/root",
-        "/etc",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .collect();
-    guarded.extend(socket.strip_prefix("unix://").map(PathBuf::from));
-    guarded.push(state.dir.clone());
-    guarded.push(state.runner_dir());
-    for (i, v) in volumes.iter().enumerate() {
-        let Some(source) = v.split(':').next().filter(|s| s.starts_with('/')) else {
-            continue;
-        };
-        let source = Path::new(source);
-        let hit = guarded
-            .iter()
-            .find(|g| g.starts_with(source) || source.starts_with(g));
-        if let Some(g) = hit {
-            p.push(
-                format!("{key}.volumes[{i}]"),
-                format!(
-                    "binds {} into every job's container, which reaches {}: the engine's socket, \
-                     the daemon's state or the host's own files are no job's; use a named volume, \
-                     or set {key}.allow_host_paths = true to accept that",
-                    source.display(),
-                    g.display()
-                ),
-            );
-        }
+        allow_host_paths: x.allow_host_paths.unwrap_or(false),
     }
 }
 

@@ -18,26 +18,7 @@ pub(super) fn build_github(
     p: &mut Problems,
 ) -> GithubConfig {
     let fallback = k == "github";
-    let api_url = raw.api_url.unwrap_or_else(|| defaults::API_URL.into());
-    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
-        p.push(
-            format!("{k}.api_url"),
-            format!("{api_url:?} must start with https:// (or http://)"),
-        );
-    }
-    if !raw.allow_insecure.unwrap_or(false)
-        && let Some(rest) = api_url.strip_prefix("http://")
-        && !loopback(rest)
-    {
-        p.push(
-            format!("{k}.api_url"),
-            format!(
-                "{api_url:?} is plain http to another host: every claim's JIT config (a runner's \
-                 credential) and the token would cross the network in clear; use https://, or \
-                 set github.allow_insecure = true"
-            ),
-        );
-    }
+    let api_url = build_api_url(k, raw.api_url, raw.allow_insecure.unwrap_or(false), p);
     let owner = match raw.owner {
         Some(o) if !o.trim().is_empty() => o,
         _ => {
@@ -57,47 +38,9 @@ pub(super) fn build_github(
             );
         }
     }
-    let enterprise = raw.enterprise.filter(|e| !e.trim().is_empty());
-    if let Some(slug) = &enterprise {
-        if slug.contains(['/', ' ']) {
-            p.push(
-                format!("{k}.enterprise"),
-                format!(
-                    "{slug:?} must be the enterprise's slug (as in github.com/enterprises/SLUG)"
-                ),
-            );
-        }
-        if !repos.is_empty() {
-            p.push(
-                format!("{k}.enterprise"),
-                "enterprise runners are not repo-level: leave github.repos empty",
-            );
-        }
-    }
-    let runner_group = raw.runner_group.filter(|g| !g.trim().is_empty());
-    if runner_group.is_some() && raw.runner_group_id.is_some() {
-        p.push(
-            format!("{k}.runner_group"),
-            "set runner_group (a name) or runner_group_id, not both",
-        );
-    }
-    if runner_group.is_some() && !repos.is_empty() {
-        p.push(
-            format!("{k}.runner_group"),
-            "runner groups hold org-level (or enterprise) runners; with github.repos each runner registers in its repo (remove runner_group, or empty repos)",
-        );
-    }
-    let runner_group_id = match raw.runner_group_id {
-        None => defaults::RUNNER_GROUP_ID,
-        Some(n) if n >= 1 => n as u64,
-        Some(n) => {
-            p.push(
-                format!("{k}.runner_group_id"),
-                format!("must be at least 1, got {n}"),
-            );
-            defaults::RUNNER_GROUP_ID
-        }
-    };
+    let enterprise = build_enterprise(k, raw.enterprise, &repos, p);
+    let (runner_group, runner_group_id) =
+        build_runner_group(k, raw.runner_group, raw.runner_group_id, &repos, p);
     let max_claims_per_minute = match raw.max_claims_per_minute {
         None => defaults::MAX_CLAIMS_PER_MINUTE,
         Some(n) if (1..=10_000).contains(&n) => n as u32,
@@ -133,6 +76,98 @@ pub(super) fn build_github(
         ca_file,
         proxy,
     }
+}
+
+/// `api_url`: http(s), and plain http only on loopback unless `allow_insecure`.
+fn build_api_url(
+    k: &str,
+    api_url: Option<String>,
+    allow_insecure: bool,
+    p: &mut Problems,
+) -> String {
+    let api_url = api_url.unwrap_or_else(|| defaults::API_URL.into());
+    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
+        p.push(
+            format!("{k}.api_url"),
+            format!("{api_url:?} must start with https:// (or http://)"),
+        );
+    }
+    if !allow_insecure
+        && let Some(rest) = api_url.strip_prefix("http://")
+        && !loopback(rest)
+    {
+        p.push(
+            format!("{k}.api_url"),
+            format!(
+                "{api_url:?} is plain http to another host: every claim's JIT config (a runner's \
+                 credential) and the token would cross the network in clear; use https://, or \
+                 set github.allow_insecure = true"
+            ),
+        );
+    }
+    api_url
+}
+
+/// `enterprise`: a slug, for enterprise-level runners (no repos then).
+fn build_enterprise(
+    k: &str,
+    enterprise: Option<String>,
+    repos: &[String],
+    p: &mut Problems,
+) -> Option<String> {
+    let enterprise = enterprise.filter(|e| !e.trim().is_empty());
+    if let Some(slug) = &enterprise {
+        if slug.contains(['/', ' ']) {
+            p.push(
+                format!("{k}.enterprise"),
+                format!(
+                    "{slug:?} must be the enterprise's slug (as in github.com/enterprises/SLUG)"
+                ),
+            );
+        }
+        if !repos.is_empty() {
+            p.push(
+                format!("{k}.enterprise"),
+                "enterprise runners are not repo-level: leave github.repos empty",
+            );
+        }
+    }
+    enterprise
+}
+
+/// `runner_group` (a name) or `runner_group_id`, for org-level runners.
+fn build_runner_group(
+    k: &str,
+    runner_group: Option<String>,
+    runner_group_id: Option<i64>,
+    repos: &[String],
+    p: &mut Problems,
+) -> (Option<String>, u64) {
+    let runner_group = runner_group.filter(|g| !g.trim().is_empty());
+    if runner_group.is_some() && runner_group_id.is_some() {
+        p.push(
+            format!("{k}.runner_group"),
+            "set runner_group (a name) or runner_group_id, not both",
+        );
+    }
+    if runner_group.is_some() && !repos.is_empty() {
+        p.push(
+            format!("{k}.runner_group"),
+            "runner groups hold org-level (or enterprise) runners; with github.repos each runner registers in its repo (remove runner_group, or empty repos)",
+        );
+    }
+    let id = match runner_group_id {
+        None => defaults::RUNNER_GROUP_ID,
+        Some(n) if n >= 1 => n as u64,
+        Some(n) => {
+            p.push(
+                format!("{k}.runner_group_id"),
+                format!("must be at least 1, got {n}"),
+            );
+            defaults::RUNNER_GROUP_ID
+        }
+    };
+    (runner_group, id)
 }
 
 /// `github.ca_file`, `github.proxy` and `github.no_proxy`: the host's path to GitHub, which

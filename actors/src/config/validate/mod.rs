@@ -21,6 +21,7 @@ mod cluster;
 mod cluster_tests;
 mod containers;
 mod github;
+mod host_paths;
 mod network;
 #[cfg(test)]
 mod pool_tests;

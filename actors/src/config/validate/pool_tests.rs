@@ -489,3 +489,89 @@ fn run_as_refuses_root_and_the_daemons_own_user_without_a_yes() {
     assert!(refused(&pool("[\"ci1\", \"ephemer\"]", "allow_same_user = true")).is_empty());
     assert!(refused(&pool("[\"ci1\", \"ci2\"]", "")).is_empty());
 }
+
+/// Two process pools listing the same users: check-config says the pools take turns with
+/// them (issue 52, item 2; before, nothing was said and both pools handed out the same user).
+#[test]
+fn pools_sharing_run_as_users_are_warned_about() {
+    let env = Environment {
+        as_root: true,
+        ..Environment::default()
+    };
+    let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+        [providers.a]\nkind = \"local\"\ncommand = \"/bin/true\"\nrun_as = [\"ci1\", \"ci2\"]\n\
+        [providers.b]\nkind = \"local\"\ncommand = \"/bin/true\"\nrun_as = [\"ci2\", \"ci3\"]\n";
+    let c = Config::from_toml_str(text, None, &env).unwrap();
+    let shared: Vec<String> = c
+        .warnings()
+        .into_iter()
+        .filter(|w| w.contains("also listed by"))
+        .collect();
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    assert!(
+        shared[0].starts_with("providers.a.run_as: user ci2 is also listed by providers.b"),
+        "{shared:?}"
+    );
+}
+
+/// The review's bypasses (issue 52, item 5): binds were checked as text, so `..` and links
+/// walked past the guard, `/usr`, `/home` and an operator's install read-write were not
+/// guarded, and any device passed. Each is refused now with its key; a read-only bind of the
+/// install, a cache directory and the allowed devices pass.
+#[test]
+fn binds_and_devices_are_judged_on_the_path_they_resolve_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let link = tmp.path().join("innocent");
+    std::os::unix::fs::symlink("/etc", &link).unwrap();
+    let state = tmp.path().join("state");
+    let text = format!(
+        "[state]\ndir = \"{state}\"\n\
+         [providers.local]\nrunner_dir = \"/opt/actions-runner\"\nwork_root = \"/srv/jobs\"\n\
+         [providers.linux]\nimage = \"runner:1\"\nsocket = \"unix:///run/podman/podman.sock\"\n\
+         volumes = [\"/tmp/../etc:/x\", \"/tmp/../run/podman/podman.sock:/var/run/docker.sock\", \
+         \"{state}/x/../../state:/s\", \"/usr:/usr:ro\", \"/home:/h\", \
+         \"/opt/actions-runner:/r\", \"{link}:/l\", \"/srv/jobs/one:/j\", \"/:/host:ro\", \
+         \"/opt/actions-runner:/r:ro\", \"/srv/cache:/cache\", \"cache:/c\"]\n\
+         devices = [\"/dev/sda\", \"/dev/mem\", \"/dev/kvm\", \"/dev/dri/renderD128\", \
+         \"/dev/nvidia0\", \"nvidia.com/gpu=all\"]\n",
+        state = state.display(),
+        link = link.display(),
+    );
+    let env = Environment {
+        as_root: true,
+        ..Environment::default()
+    };
+    let linux_problems = |text: &str| -> Vec<String> {
+        match Config::from_toml_str(text, None, &env) {
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                e.0.into_iter()
+                    .filter(|p| p.key.starts_with("providers.linux"))
+                    .map(|p| format!("{}: {}", p.key, p.reason))
+                    .collect()
+            }
+        }
+    };
+    let refused = linux_problems(&text);
+    let said = |key: &str| {
+        refused
+            .iter()
+            .find(|r| r.starts_with(&format!("{key}: ")))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut keys: Vec<&str> = refused
+        .iter()
+        .map(|r| r.split(": ").next().unwrap_or_default())
+        .collect();
+    keys.sort();
+    let mut wanted: Vec<String> = ["devices[0]", "devices[1]"]
+        .map(|d| format!("providers.linux.{d}"))
+        .to_vec();
+    wanted.extend((0..9).map(|i| format!("providers.linux.volumes[{i}]")));
+    assert_eq!(keys, wanted, "{refused:#?}");
+    assert!(said("providers.linux.volumes[0]").contains("/tmp/../etc (that is /etc)"));
+    assert!(said("providers.linux.volumes[6]").contains("reaches /etc"));
+    let open = text.replace("devices = [", "allow_host_paths = true\ndevices = [");
+    assert_eq!(linux_problems(&open), Vec::<String>::new());
+}

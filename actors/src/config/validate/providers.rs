@@ -146,6 +146,52 @@ fn absolute_or_default(
     }
 }
 
+/// A pool's kind: its `kind` key, else its table's name when that is a kind; `None` (said)
+/// when neither tells, or the `kind` key names no kind.
+fn pool_kind(
+    key: &str,
+    name: &str,
+    kind: Option<String>,
+    p: &mut Problems,
+) -> Option<ProviderKind> {
+    let named_kind = ProviderKind::ALL.into_iter().find(|k| k.as_str() == name);
+    match (kind, named_kind) {
+        (Some(text), named) => match ProviderKind::ALL.into_iter().find(|k| k.as_str() == text) {
+            Some(kind) => {
+                if let Some(named) = named.filter(|n| *n != kind) {
+                    p.push(
+                        format!("{key}.kind"),
+                        format!(
+                            "a table named {named} is the {named} pool; name this {text} \
+                             pool otherwise"
+                        ),
+                    );
+                }
+                Some(kind)
+            }
+            None => {
+                p.push(
+                    format!("{key}.kind"),
+                    format!(
+                        "{text:?} must be \"local\", \"linux\", \"vm_macos\" or \
+                         \"native_macos\""
+                    ),
+                );
+                None
+            }
+        },
+        (None, Some(kind)) => Some(kind),
+        (None, None) => {
+            p.push(
+                format!("{key}.kind"),
+                "required for a pool not named after its kind: \"local\", \"linux\", \
+                 \"vm_macos\" or \"native_macos\"",
+            );
+            None
+        }
+    }
+}
+
 pub(super) fn build_providers(
     raw: RawProviders,
     state_dir: &Path,
@@ -170,36 +216,8 @@ pub(super) fn build_providers(
                 ),
             );
         }
-        let named_kind = ProviderKind::ALL.into_iter().find(|k| k.as_str() == name);
-        let kind = match (r.kind.take(), named_kind) {
-            (Some(text), named) => match ProviderKind::ALL.into_iter().find(|k| k.as_str() == text)
-            {
-                Some(kind) => {
-                    if let Some(named) = named.filter(|n| *n != kind) {
-                        p.push(
-                            format!("{key}.kind"),
-                            format!("a table named {named} is the {named} pool; name this {text} pool otherwise"),
-                        );
-                    }
-                    kind
-                }
-                None => {
-                    p.push(
-                        format!("{key}.kind"),
-                        format!("{text:?} must be \"local\", \"linux\", \"vm_macos\" or \"native_macos\""),
-                    );
-                    continue;
-                }
-            },
-            (None, Some(kind)) => kind,
-            (None, None) => {
-                p.push(
-                    format!("{key}.kind"),
-                    "required for a pool not named after its kind: \"local\", \"linux\", \
-                     \"vm_macos\" or \"native_macos\"",
-                );
-                continue;
-            }
+        let Some(kind) = pool_kind(&key, &name, r.kind.take(), p) else {
+            continue;
         };
         for (k, kinds) in r.kind_keys() {
             if !kinds.contains(&kind.as_str()) {
@@ -240,9 +258,9 @@ pub(super) fn build_providers(
                 env,
                 p,
             )),
-            ProviderKind::Linux => PoolSpec::Linux(super::containers::build_linux(
-                &key, r, enabled, state_dir, p,
-            )),
+            ProviderKind::Linux => {
+                PoolSpec::Linux(super::containers::build_linux(&key, r, enabled, p))
+            }
             ProviderKind::VmMacos => PoolSpec::VmMacos(build_vm(&key, r, &common, p)),
         };
         pools.push(PoolConfig {
@@ -253,6 +271,7 @@ pub(super) fn build_providers(
     }
     let providers = ProvidersConfig { pools };
     check_pool_names(&providers, p);
+    refuse_host_paths(&providers, state_dir, p);
     if providers.enabled().is_empty() {
         p.push(
             "providers",
@@ -355,59 +374,9 @@ fn build_process(
     env: &crate::config::Environment,
     p: &mut Problems,
 ) -> ProcessPoolConfig {
-    let as_root = env.as_root;
-    let key = |k: &str| format!("{key}.{k}");
-    let work_root = absolute_or_default(&key("work_root"), r.work_root, default_work_root, p);
-    let runner_dir = r.runner_dir.filter(|s| !s.trim().is_empty());
-    let command = match r.command {
-        None => None,
-        Some(RawCommand::One(c)) => Some(c).filter(|s| !s.trim().is_empty()),
-        Some(RawCommand::Many(_)) => {
-            p.push(
-                key("command"),
-                "must be one executable path (its arguments go in args)",
-            );
-            None
-        }
-    };
-    let program = match (runner_dir, command) {
-        (Some(dir), None) => {
-            let dir = PathBuf::from(dir);
-            if enabled {
-                if !dir.is_absolute() {
-                    p.push(
-                        key("runner_dir"),
-                        format!("{} must be an absolute path", dir.display()),
-                    );
-                } else if work_root.starts_with(&dir) {
-                    p.push(
-                        key("work_root"),
-                        format!(
-                            "{} is inside runner_dir {}: each job's copy of the install would \
-                             copy the copies",
-                            work_root.display(),
-                            dir.display()
-                        ),
-                    );
-                }
-            }
-            RunnerProgram::Install(dir)
-        }
-        (None, Some(command)) => RunnerProgram::Command(PathBuf::from(command)),
-        (Some(dir), Some(_)) => {
-            if enabled {
-                p.push(
-                    key("runner_dir"),
-                    "set runner_dir or command, not both: runner_dir is an actions/runner \
-                     install (each job runs run.sh from its own copy), command an executable \
-                     that keeps no state beside itself",
-                );
-            }
-            RunnerProgram::Install(PathBuf::from(dir))
-        }
-        // A daemon-managed install, if runner.auto_update allows (checked once [runner] is read).
-        (None, None) => RunnerProgram::Managed,
-    };
+    let k = |name: &str| format!("{key}.{name}");
+    let work_root = absolute_or_default(&k("work_root"), r.work_root, default_work_root, p);
+    let program = process_program(key, r.runner_dir, r.command, enabled, &work_root, p);
     let run_as: Vec<String> = match r.run_as {
         None => Vec::new(),
         Some(RawUsers::One(user)) => vec![user],
@@ -416,72 +385,11 @@ fn build_process(
     .into_iter()
     .filter(|u| !u.trim().is_empty())
     .collect();
-    if enabled {
-        if let Some(dup) = run_as
-            .iter()
-            .enumerate()
-            .find_map(|(i, u)| run_as[..i].contains(u).then_some(u))
-        {
-            p.push(key("run_as"), format!("lists the user {dup} twice"));
-        }
-        if run_as.len() > 1 && run_as.len() < max_concurrent {
-            p.push(
-                key("run_as"),
-                format!(
-                    "lists {} users for max_concurrent = {}: each concurrent runner needs its \
-                     own user (list at least {}, or one user that all runners share)",
-                    run_as.len(),
-                    max_concurrent,
-                    max_concurrent
-                ),
-            );
-        }
-    }
     let allow_root = r.allow_root.unwrap_or(false);
     let allow_same_user = r.allow_same_user.unwrap_or(false) || allow_root;
-    if enabled && !as_root && run_as.is_empty() && !allow_same_user {
-        // A job as the daemon's own uid can read the admin token, the store, the config and
-        // its key files, signal the daemon and edit its pid files.
-        p.push(
-            key("run_as"),
-            "jobs would run as the daemon's own user, with its admin token, state, config and \
-             credentials in reach of every job: set run_as to a dedicated user (the daemon then \
-             needs root, or sudo rights to it), or allow_same_user = true to accept that",
-        );
-    }
     if enabled {
-        // A user named in run_as is trusted with nothing: root, and the daemon's own user,
-        // would hand every job the daemon's credential and state (issue 52, item 3).
-        for user in &run_as {
-            if (user == "root" || user == "0") && !allow_root {
-                p.push(
-                    key("run_as"),
-                    "lists root: its jobs would run as root, with the daemon's GitHub \
-                     credential and state in reach; list dedicated users, or allow_root = true \
-                     to accept that",
-                );
-            } else if env.daemon_user.as_deref() == Some(user.as_str()) && !allow_same_user {
-                p.push(
-                    key("run_as"),
-                    format!(
-                        "lists {user}, the daemon's own user: its jobs would reach the daemon's \
-                         admin token, state, config and credentials; list dedicated users, or \
-                         allow_same_user = true to accept that"
-                    ),
-                );
-            }
-        }
-    }
-    if enabled && as_root && run_as.is_empty() && !allow_root {
-        // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
-        // (actions/runner src/Misc/layoutroot/run-helper.sh.template); a job as root could read the daemon's
-        // token, config and store.
-        p.push(
-            key("run_as"),
-            "the daemon runs as root, so its runners would too, with the daemon's GitHub \
-             credential and state in reach of every job: set run_as to a dedicated user, or \
-             allow_root = true to accept that",
-        );
+        check_run_as(&k("run_as"), &run_as, max_concurrent, p);
+        check_who_runs(&k("run_as"), &run_as, allow_root, allow_same_user, env, p);
     }
     ProcessPoolConfig {
         program,
@@ -489,5 +397,163 @@ fn build_process(
         work_root,
         run_as,
         allow_root,
+    }
+}
+
+/// `runner_dir` or `command` (exactly one; neither: the daemon-managed install, if
+/// `runner.auto_update` allows, checked once `[runner]` is read).
+fn process_program(
+    key: &str,
+    runner_dir: Option<String>,
+    command: Option<RawCommand>,
+    enabled: bool,
+    work_root: &Path,
+    p: &mut Problems,
+) -> RunnerProgram {
+    let k = |name: &str| format!("{key}.{name}");
+    let runner_dir = runner_dir.filter(|s| !s.trim().is_empty());
+    let command = match command {
+        None => None,
+        Some(RawCommand::One(c)) => Some(c).filter(|s| !s.trim().is_empty()),
+        Some(RawCommand::Many(_)) => {
+            p.push(
+                k("command"),
+                "must be one executable path (its arguments go in args)",
+            );
+            None
+        }
+    };
+    match (runner_dir, command) {
+        (Some(dir), None) => {
+            let dir = PathBuf::from(dir);
+            if enabled && !dir.is_absolute() {
+                p.push(
+                    k("runner_dir"),
+                    format!("{} must be an absolute path", dir.display()),
+                );
+            } else if enabled && work_root.starts_with(&dir) {
+                p.push(
+                    k("work_root"),
+                    format!(
+                        "{} is inside runner_dir {}: each job's copy of the install would \
+                         copy the copies",
+                        work_root.display(),
+                        dir.display()
+                    ),
+                );
+            }
+            RunnerProgram::Install(dir)
+        }
+        (None, Some(command)) => RunnerProgram::Command(PathBuf::from(command)),
+        (Some(dir), Some(_)) => {
+            if enabled {
+                p.push(
+                    k("runner_dir"),
+                    "set runner_dir or command, not both: runner_dir is an actions/runner \
+                     install (each job runs run.sh from its own copy), command an executable \
+                     that keeps no state beside itself",
+                );
+            }
+            RunnerProgram::Install(PathBuf::from(dir))
+        }
+        (None, None) => RunnerProgram::Managed,
+    }
+}
+
+/// `run_as` (key `key`): no user twice, and one per concurrent runner when there are several.
+fn check_run_as(key: &str, run_as: &[String], max_concurrent: usize, p: &mut Problems) {
+    if let Some(dup) = run_as
+        .iter()
+        .enumerate()
+        .find_map(|(i, u)| run_as[..i].contains(u).then_some(u))
+    {
+        p.push(key, format!("lists the user {dup} twice"));
+    }
+    if run_as.len() > 1 && run_as.len() < max_concurrent {
+        p.push(
+            key,
+            format!(
+                "lists {} users for max_concurrent = {}: each concurrent runner needs its \
+                 own user (list at least {}, or one user that all runners share)",
+                run_as.len(),
+                max_concurrent,
+                max_concurrent
+            ),
+        );
+    }
+}
+
+/// Who the jobs run as (key `key`): never the daemon's own user, nor root, without the
+/// explicit yes (`allow_same_user`, `allow_root`).
+fn check_who_runs(
+    key: &str,
+    run_as: &[String],
+    allow_root: bool,
+    allow_same_user: bool,
+    env: &crate::config::Environment,
+    p: &mut Problems,
+) {
+    if !env.as_root && run_as.is_empty() && !allow_same_user {
+        // A job as the daemon's own uid can read the admin token, the store, the config and
+        // its key files, signal the daemon and edit its pid files.
+        p.push(
+            key,
+            "jobs would run as the daemon's own user, with its admin token, state, config and \
+             credentials in reach of every job: set run_as to a dedicated user (the daemon then \
+             needs root, or sudo rights to it), or allow_same_user = true to accept that",
+        );
+    }
+    // A user named in run_as is trusted with nothing: root, and the daemon's own user, would
+    // hand every job the daemon's credential and state.
+    for user in run_as {
+        if (user == "root" || user == "0") && !allow_root {
+            p.push(
+                key,
+                "lists root: its jobs would run as root, with the daemon's GitHub credential \
+                 and state in reach; list dedicated users, or allow_root = true to accept that",
+            );
+        } else if env.daemon_user.as_deref() == Some(user.as_str()) && !allow_same_user {
+            p.push(
+                key,
+                format!(
+                    "lists {user}, the daemon's own user: its jobs would reach the daemon's \
+                     admin token, state, config and credentials; list dedicated users, or \
+                     allow_same_user = true to accept that"
+                ),
+            );
+        }
+    }
+    if env.as_root && run_as.is_empty() && !allow_root {
+        // The actions runner itself refuses to run as root unless RUNNER_ALLOW_RUNASROOT is set
+        // (actions/runner src/Misc/layoutroot/run-helper.sh.template); a job as root could read
+        // the daemon's token, config and store.
+        p.push(
+            key,
+            "the daemon runs as root, so its runners would too, with the daemon's GitHub \
+             credential and state in reach of every job: set run_as to a dedicated user, or \
+             allow_root = true to accept that",
+        );
+    }
+}
+
+/// Each container pool's binds, unless it says `allow_host_paths = true`: none may reach the
+/// host's own trees, the engine's socket, the daemon's state and work, any process pool's
+/// work root, or (read-write) an operator's runner install ([`super::host_paths`]).
+fn refuse_host_paths(providers: &ProvidersConfig, state_dir: &Path, p: &mut Problems) {
+    let process = providers.pools.iter().filter_map(|pool| pool.process());
+    let work_roots: Vec<PathBuf> = process.clone().map(|x| x.work_root.clone()).collect();
+    let installs: Vec<PathBuf> = process
+        .filter_map(|x| match &x.program {
+            RunnerProgram::Install(dir) => Some(dir.clone()),
+            _ => None,
+        })
+        .collect();
+    for pool in &providers.pools {
+        let Some(l) = pool.linux().filter(|l| !l.mounts.allow_host_paths) else {
+            continue;
+        };
+        let guarded = super::host_paths::guarded(&l.socket, state_dir, &work_roots, &installs);
+        let key = format!("providers.{}", pool.name);
+        super::host_paths::refuse_binds(&key, &l.mounts.volumes, &guarded, p);
     }
 }

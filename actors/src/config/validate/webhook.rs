@@ -27,31 +27,8 @@ pub(super) fn build_webhook(
         raw.listen.as_deref().unwrap_or(defaults::WEBHOOK_LISTEN),
         p,
     );
-    let path = raw.path.unwrap_or_else(|| defaults::WEBHOOK_PATH.into());
-    if !path.starts_with('/') || path.contains(char::is_whitespace) {
-        p.push(
-            "webhook.path",
-            format!("{path:?} must be a URL path starting with /"),
-        );
-    }
-    if matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics") {
-        p.push(
-            "webhook.path",
-            format!("{path:?} collides with a built-in endpoint"),
-        );
-    }
-    let mode = match raw.mode.as_deref() {
-        None | Some("push") => WebhookMode::Push,
-        Some("pull") => WebhookMode::Pull,
-        Some("scaleset") => WebhookMode::ScaleSet,
-        Some(other) => {
-            p.push(
-                "webhook.mode",
-                format!("{other:?} must be \"push\" (GitHub posts to webhook.listen), \"pull\" (no inbound port: the daemon polls) or \"scaleset\" (no inbound port: GitHub's runner scale-set message queue)"),
-            );
-            WebhookMode::Push
-        }
-    };
+    let path = build_path(raw.path, p);
+    let mode = build_mode(raw.mode.as_deref(), p);
     let secret = raw
         .secret
         .filter(|s| !s.is_empty())
@@ -67,7 +44,79 @@ pub(super) fn build_webhook(
             }
             Secret::default()
         });
-    let max_body = match raw.max_body.as_deref() {
+    let max_body = build_max_body(raw.max_body.as_deref(), p);
+    let redeliver_interval = positive_duration(
+        "webhook.redeliver_interval",
+        raw.redeliver_interval,
+        defaults::REDELIVER_INTERVAL,
+        p,
+    );
+    if redeliver_interval < Duration::from_secs(10) {
+        p.push(
+            "webhook.redeliver_interval",
+            "must be at least 10s (each pass lists the hook's deliveries)",
+        );
+    }
+    let (hook_id, public_url) = build_hook(raw.hook_id, raw.public_url, p);
+    WebhookConfig {
+        max_body,
+        listen,
+        path,
+        secret,
+        reconcile_interval: optional_duration(
+            "webhook.reconcile_interval",
+            raw.reconcile_interval,
+            defaults::RECONCILE_INTERVAL,
+            p,
+        ),
+        mode,
+        poll_interval: pull.0,
+        poll_idle_interval: pull.1,
+        poll_budget: pull.2,
+        redeliver: raw.redeliver,
+        redeliver_interval,
+        hook_id,
+        public_url,
+    }
+}
+
+/// `webhook.path`: a URL path of its own.
+fn build_path(path: Option<String>, p: &mut Problems) -> String {
+    let path = path.unwrap_or_else(|| defaults::WEBHOOK_PATH.into());
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        p.push(
+            "webhook.path",
+            format!("{path:?} must be a URL path starting with /"),
+        );
+    }
+    if matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics") {
+        p.push(
+            "webhook.path",
+            format!("{path:?} collides with a built-in endpoint"),
+        );
+    }
+    path
+}
+
+/// `webhook.mode`.
+fn build_mode(mode: Option<&str>, p: &mut Problems) -> WebhookMode {
+    match mode {
+        None | Some("push") => WebhookMode::Push,
+        Some("pull") => WebhookMode::Pull,
+        Some("scaleset") => WebhookMode::ScaleSet,
+        Some(other) => {
+            p.push(
+                "webhook.mode",
+                format!("{other:?} must be \"push\" (GitHub posts to webhook.listen), \"pull\" (no inbound port: the daemon polls) or \"scaleset\" (no inbound port: GitHub's runner scale-set message queue)"),
+            );
+            WebhookMode::Push
+        }
+    }
+}
+
+/// `webhook.max_body`: between 1 KiB and GitHub's 25 MB.
+fn build_max_body(text: Option<&str>, p: &mut Problems) -> usize {
+    match text {
         None => defaults::WEBHOOK_MAX_BODY,
         Some(text) => {
             match parse_size(text) {
@@ -90,20 +139,16 @@ pub(super) fn build_webhook(
                 }
             }
         }
-    };
-    let redeliver_interval = positive_duration(
-        "webhook.redeliver_interval",
-        raw.redeliver_interval,
-        defaults::REDELIVER_INTERVAL,
-        p,
-    );
-    if redeliver_interval < Duration::from_secs(10) {
-        p.push(
-            "webhook.redeliver_interval",
-            "must be at least 10s (each pass lists the hook's deliveries)",
-        );
     }
-    let hook_id = match raw.hook_id {
+}
+
+/// `webhook.hook_id` and `webhook.public_url`: which hook delivers to this daemon.
+fn build_hook(
+    hook_id: Option<i64>,
+    public_url: Option<String>,
+    p: &mut Problems,
+) -> (Option<u64>, Option<String>) {
+    let hook_id = match hook_id {
         None | Some(0) => None,
         Some(n) if n < 0 => {
             p.push(
@@ -114,7 +159,7 @@ pub(super) fn build_webhook(
         }
         Some(n) => u64::try_from(n).ok(),
     };
-    let public_url = raw.public_url.filter(|u| !u.trim().is_empty());
+    let public_url = public_url.filter(|u| !u.trim().is_empty());
     if let Some(url) = &public_url
         && !(url.starts_with("https://") || url.starts_with("http://"))
     {
@@ -123,26 +168,7 @@ pub(super) fn build_webhook(
             format!("{url:?} must be the http(s) URL GitHub posts to"),
         );
     }
-    WebhookConfig {
-        max_body,
-        listen,
-        path,
-        secret,
-        reconcile_interval: optional_duration(
-            "webhook.reconcile_interval",
-            raw.reconcile_interval,
-            defaults::RECONCILE_INTERVAL,
-            p,
-        ),
-        mode,
-        poll_interval: pull.0,
-        poll_idle_interval: pull.1,
-        poll_budget: pull.2,
-        redeliver: raw.redeliver,
-        redeliver_interval,
-        hook_id,
-        public_url,
-    }
+    (hook_id, public_url)
 }
 
 /// `poll_interval`, `poll_idle_interval` and `poll_budget`.

@@ -5,6 +5,7 @@
 //! `acquirejobs` and `generatejitconfig` are calls on that service. The connection is the
 //! target's own (its proxy, its trusted roots, its credential).
 
+pub mod reach;
 pub mod types;
 
 use std::{cell::RefCell, rc::Rc, time::Duration};
@@ -204,6 +205,7 @@ impl ActionsClient {
                 detail: "the answer has no service url or no token".into(),
             });
         }
+        self.may_follow("actions_admin_connection", &admin.url)?;
         let connection = Connection {
             expires_unix: jwt_expiry(&admin.token).unwrap_or(now + UNKNOWN_EXPIRY),
             url: admin.url,
@@ -211,6 +213,36 @@ impl ActionsClient {
         };
         *self.connection.borrow_mut() = Some(connection.clone());
         Ok(connection)
+    }
+
+    /// Whether `url`, which GitHub handed out, may be followed with a token ([`reach`]):
+    /// a refusal is logged and is the call's error.
+    fn may_follow(&self, endpoint: &'static str, url: &str) -> Result<(), GithubError> {
+        reach::check_service_url(url, self.github.api_url()).map_err(|refused| {
+            tracing::error!(endpoint, %refused, "refused to follow the Actions service");
+            GithubError::Decode {
+                endpoint,
+                detail: refused.to_string(),
+            }
+        })
+    }
+
+    /// [`ActionsClient::send`] to a URL GitHub handed out (the service's, the queue's), only
+    /// where it may lead.
+    #[allow(clippy::too_many_arguments)]
+    async fn follow(
+        &self,
+        endpoint: &'static str,
+        method: Method,
+        url: &str,
+        authorization: String,
+        body: Option<Value>,
+        header: Option<(&'static str, String)>,
+        timeout: Duration,
+    ) -> Result<Answer, GithubError> {
+        self.may_follow(endpoint, url)?;
+        self.send(endpoint, method, url, authorization, body, header, timeout)
+            .await
     }
 
     /// One exchange with any URL, counted under `endpoint`.
@@ -256,7 +288,7 @@ impl ActionsClient {
             let query = serde_urlencoded::to_string(&q).unwrap_or_default();
             let url = format!("{}/{path}?{query}", c.url.trim_end_matches('/'));
             let answer = self
-                .send(
+                .follow(
                     endpoint,
                     method.clone(),
                     &url,
@@ -461,7 +493,7 @@ impl ActionsClient {
             url.push_str(&format!("lastMessageId={last}"));
         }
         let answer = self
-            .send(
+            .follow(
                 endpoint,
                 Method::GET,
                 &url,
@@ -493,7 +525,7 @@ impl ActionsClient {
         };
         let url = format!("{}/{id}{query}", base.trim_end_matches('/'));
         let answer = self
-            .send(
+            .follow(
                 endpoint,
                 Method::DELETE,
                 &url,
@@ -521,7 +553,7 @@ impl ActionsClient {
             c.url.trim_end_matches('/')
         );
         let answer = self
-            .send(
+            .follow(
                 endpoint,
                 Method::POST,
                 &url,

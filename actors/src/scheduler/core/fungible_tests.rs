@@ -3,7 +3,7 @@
 
 use super::{Note, driver::Driver};
 use crate::{
-    job::{JobAction, JobInfo},
+    job::{JobAction, JobInfo, JobKey},
     scheduler::fixtures::job,
 };
 
@@ -224,9 +224,9 @@ fn a_swap_chain_ends_with_every_job_run_and_nothing_left() {
 /// runner waits takes the runner with it.
 #[test]
 fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_leaves_nothing() {
-    use crate::job::RECKONED_BASE;
+    let placeholder = |n| JobKey::reckoned("acme", n).job_id;
     let mut d = Driver::new();
-    let first = RECKONED_BASE + 1;
+    let first = placeholder(1);
     d.queued(first, LABELS);
     let a = d.runner_of(first);
     let owner = job(1, LABELS).key.owner.to_string();
@@ -246,7 +246,7 @@ fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_
         "{timeline:#?}"
     );
 
-    let second = RECKONED_BASE + 2;
+    let second = placeholder(2);
     d.queued(second, LABELS);
     let b = d.runner_of(second);
     d.send(

@@ -1,7 +1,7 @@
 //! Registered warm runners (`warm_mode = "registered"`): JIT runners claimed ahead of any job
 //! and left idle, so GitHub hands a queued job to one at once.
 //!
-//! Such a runner is made "for" a warm intent ([`crate::job::WARM_BASE`]), not a job, so it is
+//! Such a runner is made "for" a warm intent ([`crate::job::Intent::Warm`]), not a job, so it is
 //! a spare from its claim on: the fungibility accounting already counts it as supply, and a
 //! job that arrives is handed one (`rebalance`) before any claim is made for it. This module
 //! keeps their number per pool:
@@ -26,7 +26,7 @@ use crate::{
     clock::Now,
     config::PoolName,
     github::{GithubError, JitRunner},
-    job::{JobKey, WARM_BASE},
+    job::{Intent, JobKey},
     provision::warm::WarmView,
 };
 
@@ -242,12 +242,14 @@ impl Scheduler {
             .book
             .runners
             .values()
-            .map(|r| r.intent.job_id)
-            .filter(|id| (WARM_BASE..crate::job::RECKONED_BASE).contains(id))
+            .filter_map(|r| match r.intent.intent() {
+                Intent::Warm(n) => Some(n),
+                _ => None,
+            })
             .max()
-            .map_or(0, |id| id - WARM_BASE + 1);
+            .map_or(0, |n| n + 1);
         self.warm.next = self.warm.next.max(past);
-        let key = JobKey::new(&self.settings.targets[t].owner, WARM_BASE + self.warm.next);
+        let key = JobKey::warm(&self.settings.targets[t].owner, self.warm.next);
         self.warm.next += 1;
         self.capacity.take(i);
         self.stats.claims += 1;
@@ -327,9 +329,8 @@ impl Scheduler {
     fn hold_warm_claims(&mut self, i: usize, retry_after: Option<Duration>, now: Now) {
         let failures = self.warm.failures[i];
         self.warm.failures[i] = failures.saturating_add(1);
-        let wait = WARM_CLAIM_BACKOFF
-            .saturating_mul(1 << failures.min(10))
-            .min(WARM_CLAIM_BACKOFF_MAX)
+        let wait = crate::retry::Doubling::new(WARM_CLAIM_BACKOFF, WARM_CLAIM_BACKOFF_MAX)
+            .after(failures.saturating_add(1), 0.0)
             .max(retry_after.unwrap_or_default());
         self.warm.hold_until[i] = Some(now.mono + wait);
     }

@@ -1,0 +1,206 @@
+//! Whether an actions/runner install is out of every job's reach.
+//!
+//! Each job's copy of the install shares the install's files by hard link
+//! ([`super::install`]), and the daemon reads the install's version. So a file of the install
+//! that a job user can write is a file every later job runs, and a way into whatever reads it.
+//! An install is trusted only when nobody but root and the daemon's own user can change
+//! anything in it or on the path to it:
+//! - every directory and file in the tree (and what each symlink in it points at) is owned by
+//!   root or the daemon's user, with no group or other write bit;
+//! - every directory above it is too, except that a sticky directory (`/tmp`) may be
+//!   world-writable: only an entry's owner may rename or remove it there.
+
+use std::{
+    fs::{self, Metadata},
+    os::unix::fs::{MetadataExt, PermissionsExt},
+    path::Path,
+};
+
+/// Group or other write.
+const SHARED_WRITE: u32 = 0o022;
+/// The sticky bit.
+const STICKY: u32 = 0o1000;
+
+/// Why the install at `dir` is not safe for root to share with jobs (the first path found,
+/// with what is wrong and how to fix it), or `Ok`.
+pub fn check_trusted(dir: &Path) -> Result<(), String> {
+    let owners = owners();
+    let canonical =
+        fs::canonicalize(dir).map_err(|e| format!("runner_dir {}: {e}", dir.display()))?;
+    for above in canonical.ancestors().skip(1) {
+        let meta = fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?;
+        let sticky_shared = meta.mode() & STICKY != 0;
+        if !owners.contains(&meta.uid()) || (meta.mode() & SHARED_WRITE != 0 && !sticky_shared) {
+            return Err(refusal(dir, above, &meta, &owners));
+        }
+    }
+    walk(dir, &canonical, &owners)
+}
+
+fn walk(dir: &Path, path: &Path, owners: &[u32]) -> Result<(), String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.file_type().is_symlink() {
+        // What the link leads to is what a job runs; a dangling link leads nowhere.
+        return match fs::metadata(path) {
+            Ok(target) => judge(dir, path, &target, owners),
+            Err(_) => Ok(()),
+        };
+    }
+    judge(dir, path, &meta, owners)?;
+    if meta.is_dir() {
+        let entries = fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("{}: {e}", path.display()))?;
+            walk(dir, &entry.path(), owners)?;
+        }
+    }
+    Ok(())
+}
+
+/// Root and the daemon's own user: who may own an install.
+fn owners() -> [u32; 2] {
+    [0, nix::unistd::geteuid().as_raw()]
+}
+
+/// Owned by one of `owners`, with no group or other write.
+fn trusted(meta: &Metadata, owners: &[u32]) -> bool {
+    owners.contains(&meta.uid()) && meta.mode() & SHARED_WRITE == 0
+}
+
+fn judge(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> Result<(), String> {
+    if trusted(meta, owners) {
+        Ok(())
+    } else {
+        Err(refusal(dir, path, meta, owners))
+    }
+}
+
+fn refusal(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> String {
+    let owner = if owners.contains(&meta.uid()) {
+        String::new()
+    } else {
+        format!("owned by uid {}", meta.uid())
+    };
+    let mode = if meta.mode() & SHARED_WRITE != 0 {
+        format!(
+            "writable by group or others (mode {:o})",
+            meta.permissions().mode() & 0o7777
+        )
+    } else {
+        String::new()
+    };
+    let what = [owner, mode]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "runner_dir {} is not safe to share with jobs: {} is {what}; a job user who can change \
+         the install runs code in every later job and in the daemon's version probe (fix: \
+         `chown -R root:root {} && chmod -R go-w {}`, and keep its parents root's; see \
+         docs/security.md)",
+        dir.display(),
+        path.display(),
+        dir.display(),
+        dir.display()
+    )
+}
+
+/// Whether a job user could write the file `meta` describes: the copy's own last look
+/// ([`super::install::copy_install`]) never hard-links such a file into a job's tree.
+pub fn shared_writable(meta: &Metadata) -> bool {
+    !trusted(meta, &owners())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn install(root: &Path) {
+        fs::create_dir_all(root.join("bin")).unwrap();
+        fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(root.join("bin"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(root.join("bin/Runner.Listener"), "listener").unwrap();
+        fs::set_permissions(
+            root.join("bin/Runner.Listener"),
+            fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    }
+
+    fn base() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        tmp
+    }
+
+    #[test]
+    fn an_install_only_root_or_the_daemon_can_change_is_trusted() {
+        let tmp = base();
+        install(&tmp.path().join("i"));
+        check_trusted(&tmp.path().join("i")).unwrap();
+    }
+
+    #[test]
+    fn a_listener_others_can_write_is_refused_with_its_path() {
+        let tmp = base();
+        let dir = tmp.path().join("i");
+        install(&dir);
+        let listener = dir.join("bin/Runner.Listener");
+        fs::set_permissions(&listener, fs::Permissions::from_mode(0o757)).unwrap();
+        let err = check_trusted(&dir).unwrap_err();
+        assert!(err.contains(&listener.display().to_string()), "{err}");
+        assert!(
+            err.contains("writable by group or others (mode 757)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_group_writable_directory_in_the_tree_or_above_it_is_refused() {
+        let tmp = base();
+        let dir = tmp.path().join("i");
+        install(&dir);
+        fs::set_permissions(dir.join("bin"), fs::Permissions::from_mode(0o775)).unwrap();
+        assert!(check_trusted(&dir).unwrap_err().contains("/i/bin is"));
+        fs::set_permissions(dir.join("bin"), fs::Permissions::from_mode(0o755)).unwrap();
+        // Above: whoever may rename the parent's entries may swap the install.
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        let err = check_trusted(&dir).unwrap_err();
+        assert!(
+            err.contains(&format!("{} is", tmp.path().display())),
+            "{err}"
+        );
+        // Sticky (as /tmp is): only an entry's owner may rename it.
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+        check_trusted(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_leading_to_a_writable_file_is_judged_by_its_target() {
+        let tmp = base();
+        let dir = tmp.path().join("i");
+        install(&dir);
+        let outside = tmp.path().join("planted");
+        fs::write(&outside, "x").unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("bin/libplanted.so")).unwrap();
+        let err = check_trusted(&dir).unwrap_err();
+        assert!(err.contains("libplanted.so"), "{err}");
+    }
+
+    #[test]
+    fn a_file_owned_by_another_user_is_refused_when_the_daemon_can_tell() {
+        if !nix::unistd::geteuid().is_root() {
+            return crate::test_support::skip("the owner check", "chown needs root");
+        }
+        let tmp = base();
+        let dir = tmp.path().join("i");
+        install(&dir);
+        let listener = dir.join("bin/Runner.Listener");
+        std::os::unix::fs::chown(&listener, Some(65534), None).unwrap();
+        let err = check_trusted(&dir).unwrap_err();
+        assert!(err.contains("owned by uid 65534"), "{err}");
+        assert!(shared_writable(&fs::metadata(&listener).unwrap()));
+    }
+}

@@ -1,0 +1,282 @@
+//! One `run_as` user, one job, across the whole host.
+//!
+//! Pools may list the same users (check-config warns). A user is handed to a runner only when
+//! nothing on the host has it: no hold (a runner of any pool from its allocation to the end of
+//! its teardown, warm directories included), no job directory it owns in any process pool's
+//! work root (what survives a restart), and no live process (a leftover the teardown could not
+//! end, or something else the user runs). A pool with a single user shared by its own
+//! concurrent runners (warned about) still never shares it with another pool.
+//!
+//! The decision is [`pick`]; the holds are one table for the daemon (every process pool's
+//! backend takes from it), keyed by runner directory name, which is unique on the host.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{Mutex, MutexGuard},
+};
+
+use crate::config::PoolName;
+
+/// What the host says of one candidate user, besides the runner asking.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// Pools whose runners (or warm directories) hold the user now.
+    pub held_by: Vec<PoolName>,
+    /// Pools with a job directory of the user in their work root.
+    pub dirs_of: Vec<PoolName>,
+    /// The user runs a process.
+    pub busy: bool,
+}
+
+/// The first of `users` free for a runner of `pool`, or why none is. `shared`: the pool's
+/// single user serves all of its runners, so its own holds, directories and processes do not
+/// count (only another pool's do).
+pub fn pick(pool: &PoolName, shared: bool, users: &[(String, Seen)]) -> Result<usize, String> {
+    let mut why = Vec::new();
+    for (i, (user, seen)) in users.iter().enumerate() {
+        let counts = |p: &PoolName| !shared || p != pool;
+        let reason = if let Some(p) = seen.held_by.iter().find(|p| counts(p)) {
+            format!("{user} runs a job of pool {p}")
+        } else if let Some(p) = seen.dirs_of.iter().find(|p| counts(p)) {
+            format!("{user} owns a job directory of pool {p}")
+        } else if seen.busy && !shared {
+            format!("{user} still runs a process")
+        } else {
+            return Ok(i);
+        };
+        why.push(reason);
+    }
+    Err(format!(
+        "each of the {} run_as users is taken ({}): a user serves one job at a time on this \
+         host, whatever pool lists it",
+        users.len(),
+        why.join("; ")
+    ))
+}
+
+/// A runner's hold on its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hold {
+    uid: u32,
+    pool: PoolName,
+}
+
+static HOLDS: Mutex<BTreeMap<String, Hold>> = Mutex::new(BTreeMap::new());
+
+fn holds() -> MutexGuard<'static, BTreeMap<String, Hold>> {
+    HOLDS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Where one process pool keeps its runners' directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkRoot {
+    /// The pool.
+    pub pool: PoolName,
+    /// Its `work_root`.
+    pub dir: PathBuf,
+    /// Its runners' name prefix (what its job directories are called).
+    pub prefix: String,
+}
+
+/// One user of a pool's `run_as`: its name and uid.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The user's name.
+    pub name: String,
+    /// Its uid.
+    pub uid: u32,
+}
+
+/// Takes a user for runner directory `name` of `pool` from `users` (in order), looking at
+/// every pool's `roots`: the user's name, held until [`release`]`(name)`.
+pub fn take(
+    pool: &PoolName,
+    name: &str,
+    users: &[Candidate],
+    roots: &[WorkRoot],
+) -> Result<String, String> {
+    let shared = users.len() == 1;
+    let mut table = holds();
+    let seen: Vec<(String, Seen)> = users
+        .iter()
+        .map(|u| (u.name.clone(), look(&table, name, u.uid, roots, !shared)))
+        .collect();
+    let i = pick(pool, shared, &seen)?;
+    table.insert(
+        name.to_string(),
+        Hold {
+            uid: users[i].uid,
+            pool: pool.clone(),
+        },
+    );
+    Ok(users[i].name.clone())
+}
+
+/// Whether directory `name`'s user (`uid`) is still its alone, looked at again at the claim
+/// (a warm directory was given its user before): no other hold, no other job directory, no
+/// process. Not for a pool's single shared user.
+pub fn still_alone(name: &str, uid: u32, roots: &[WorkRoot]) -> Result<(), String> {
+    let table = holds();
+    let seen = look(&table, name, uid, roots, true);
+    match (seen.held_by.first(), seen.dirs_of.first(), seen.busy) {
+        (Some(p), _, _) => Err(format!("uid {uid} also runs a job of pool {p}")),
+        (_, Some(p), _) => Err(format!("uid {uid} also owns a job directory of pool {p}")),
+        (_, _, true) => Err(format!("uid {uid} runs a process no runner of it started")),
+        _ => Ok(()),
+    }
+}
+
+/// Holds `uid` for directory `name` of `pool` (a teardown of a runner from before a restart
+/// holds its user while it clears it). A hold `name` already has is kept.
+pub fn hold(pool: &PoolName, name: &str, uid: u32) {
+    holds().entry(name.to_string()).or_insert(Hold {
+        uid,
+        pool: pool.clone(),
+    });
+}
+
+/// Moves the hold of directory `from` to `to` (a warm directory renamed at its claim).
+pub fn rename(from: &str, to: &str) {
+    let mut table = holds();
+    if let Some(h) = table.remove(from) {
+        table.insert(to.to_string(), h);
+    }
+}
+
+/// Ends directory `name`'s hold.
+pub fn release(name: &str) {
+    holds().remove(name);
+}
+
+/// Whether anything but directory `name` holds `uid` or has a job directory of it.
+pub fn others_have(name: &str, uid: u32, roots: &[WorkRoot]) -> bool {
+    let seen = look(&holds(), name, uid, roots, false);
+    !seen.held_by.is_empty() || !seen.dirs_of.is_empty()
+}
+
+fn look(
+    table: &BTreeMap<String, Hold>,
+    name: &str,
+    uid: u32,
+    roots: &[WorkRoot],
+    processes: bool,
+) -> Seen {
+    let held_by = table
+        .iter()
+        .filter(|(n, h)| n.as_str() != name && h.uid == uid)
+        .map(|(_, h)| h.pool.clone())
+        .collect();
+    let dirs_of = roots
+        .iter()
+        .filter(|root| owns_dir_in(root, name, uid))
+        .map(|root| root.pool.clone())
+        .collect();
+    Seen {
+        held_by,
+        dirs_of,
+        busy: processes && super::leftovers::uid_busy(uid),
+    }
+}
+
+fn owns_dir_in(root: &WorkRoot, name: &str, uid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir(&root.dir) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        file != name
+            && file.starts_with(&root.prefix)
+            && entry
+                .metadata()
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(name: &str) -> PoolName {
+        PoolName::from(name)
+    }
+
+    fn seen(held_by: &[&str], dirs_of: &[&str], busy: bool) -> Seen {
+        Seen {
+            held_by: held_by.iter().map(|p| pool(p)).collect(),
+            dirs_of: dirs_of.iter().map(|p| pool(p)).collect(),
+            busy,
+        }
+    }
+
+    #[test]
+    fn a_user_another_pool_holds_is_never_handed_out() {
+        let a = pool("a");
+        let users = [
+            ("u1".to_string(), seen(&["b"], &[], false)),
+            ("u2".to_string(), seen(&[], &[], false)),
+        ];
+        assert_eq!(pick(&a, false, &users), Ok(1));
+        let err = pick(&a, false, &users[..1]).unwrap_err();
+        assert!(err.contains("u1 runs a job of pool b"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_or_a_process_of_the_user_anywhere_keeps_it_taken() {
+        let a = pool("a");
+        for taken in [
+            seen(&[], &["b"], false),
+            seen(&[], &["a"], false),
+            seen(&[], &[], true),
+        ] {
+            let users = [
+                ("u1".to_string(), taken.clone()),
+                ("u2".to_string(), seen(&[], &[], false)),
+            ];
+            assert_eq!(pick(&a, false, &users), Ok(1), "{taken:?}");
+        }
+        let err = pick(&a, false, &[("u1".into(), seen(&["a"], &["b"], true))]).unwrap_err();
+        assert!(err.contains("each of the 1 run_as users is taken"), "{err}");
+    }
+
+    #[test]
+    fn a_pools_single_shared_user_is_shared_only_within_the_pool() {
+        let a = pool("a");
+        let own = [("u1".to_string(), seen(&["a", "a"], &["a"], true))];
+        assert_eq!(pick(&a, true, &own), Ok(0));
+        let other = [("u1".to_string(), seen(&["a", "b"], &[], true))];
+        assert!(pick(&a, true, &other).unwrap_err().contains("pool b"));
+        let dir = [("u1".to_string(), seen(&[], &["b"], false))];
+        assert!(pick(&a, true, &dir).is_err());
+    }
+
+    #[test]
+    fn holds_follow_a_warm_directory_renamed_and_end_at_release() {
+        // uids no test user has, so no other test's holds meet these.
+        let (a, b) = (pool("a"), pool("b"));
+        let users = [
+            Candidate {
+                name: "x1".into(),
+                uid: 4_000_001,
+            },
+            Candidate {
+                name: "x2".into(),
+                uid: 4_000_002,
+            },
+        ];
+        assert_eq!(take(&a, "warm-a-1", &users, &[]).unwrap(), "x1");
+        assert_eq!(take(&b, "run-b-1", &users, &[]).unwrap(), "x2");
+        assert!(take(&b, "run-b-2", &users, &[]).is_err());
+        rename("warm-a-1", "run-a-1");
+        assert!(others_have("run-b-1", 4_000_001, &[]));
+        assert!(still_alone("run-a-1", 4_000_001, &[]).is_ok());
+        release("run-a-1");
+        assert_eq!(take(&b, "run-b-2", &users, &[]).unwrap(), "x1");
+        release("run-b-1");
+        release("run-b-2");
+        assert!(!others_have("none", 4_000_001, &[]));
+    }
+}
