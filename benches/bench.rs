@@ -17,7 +17,7 @@ use ephemer_actors_core::{
     job::{JobAction, JobInfo, JobKey},
     metrics::Metrics,
     retry::{Backoff, Failure, RetryQueue},
-    scheduler::{Effect, Scheduler, SchedulerSettings},
+    scheduler::{Effect, Scheduler, settings_of},
     system::{self, StartOptions},
     webhook::WebhookIntake,
 };
@@ -328,7 +328,7 @@ fn retry_scale() {
             })
             .collect();
         let rss0 = rss_bytes();
-        let t0 = tokio::time::Instant::now();
+        let t0 = StdInstant::now();
         let started = StdInstant::now();
         for j in jobs {
             q.record_failure(&j.key, &failure, t0, 0, None, &mut rng);
@@ -437,20 +437,20 @@ fn idle(d: Duration) {
 /// its default 150, every claim answering at once. Returns when each claim was sent, from the
 /// moment the burst arrived.
 fn burst(jobs: u64) -> Vec<Duration> {
-    let t0 = tokio::time::Instant::now();
+    let t0 = StdInstant::now();
     let mut now = Now::whole_seconds(t0, 1_800_000_000);
     let text = "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n[runner]\nmax_concurrent = 2000\n[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true\nmax_concurrent = 2000\n";
     let cfg = Config::from_toml_str(text, None, &Environment::default()).unwrap();
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
-    let mut s = Scheduler::new(SchedulerSettings::from_config(&cfg), backoff, Some(7));
+    let mut s = Scheduler::new(settings_of(&cfg), backoff, 7);
     let _ = s.on_provider_status(ProviderKind::Local.into(), true, None, now);
-    let mut claims: Vec<tokio::time::Instant> = Vec::new();
+    let mut claims: Vec<StdInstant> = Vec::new();
     let mut wake = None;
     let handle = |fx: Vec<Effect>,
                   now: Now,
                   s: &mut Scheduler,
-                  claims: &mut Vec<tokio::time::Instant>,
-                  wake: &mut Option<tokio::time::Instant>| {
+                  claims: &mut Vec<StdInstant>,
+                  wake: &mut Option<StdInstant>| {
         let mut queue: VecDeque<Effect> = fx.into();
         while let Some(e) = queue.pop_front() {
             match e {

@@ -12,11 +12,9 @@ pub mod admin;
 pub mod clock;
 pub mod cluster;
 pub mod config;
-pub mod durable;
 pub mod github;
 pub mod harden;
 pub mod http;
-pub mod job;
 pub mod lifecycle;
 pub mod metrics;
 pub mod provision;
@@ -29,6 +27,8 @@ pub mod store;
 pub mod system;
 pub mod tls;
 pub mod vocab;
+
+pub use ephemer_decide::{durable, job};
 pub mod webhook;
 
 /// What the library's own tests share.

@@ -14,9 +14,9 @@ use ephemer_actors_core::{
     job::{JobAction, JobInfo, JobKey},
     provision::{ExitReason, RunnerEventKind},
     retry::Backoff,
-    scheduler::{Effect, Scheduler, SchedulerSettings},
+    scheduler::{Effect, Scheduler, settings_of},
 };
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Slots of the host's one pool.
 const SLOTS: u64 = 64;
@@ -63,11 +63,11 @@ pub fn burst(jobs: u64) -> Burst {
     let cfg = Config::from_toml_str(&text, None, &Environment::default()).unwrap();
     let pacing = cfg.github.max_claims_per_minute;
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
-    let settings = SchedulerSettings::from_config(&cfg);
+    let settings = settings_of(&cfg);
     let t0 = Instant::now();
     let at = |d: Duration| Now::whole_seconds(t0 + d, 1_800_000_000 + d.as_secs());
     let before = super::rss_bytes();
-    let mut s = Scheduler::new(settings, backoff, Some(7));
+    let mut s = Scheduler::new(settings, backoff, 7);
     let mut clock = Duration::ZERO;
     let mut wall = Duration::ZERO;
     let mut calls = 0u64;

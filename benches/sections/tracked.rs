@@ -9,7 +9,7 @@ use ephemer_actors_core::{
     github::{ErrorClass, GithubError, JitRunner},
     job::{JobAction, JobInfo, JobKey},
     retry::Backoff,
-    scheduler::{Effect, Scheduler, SchedulerSettings},
+    scheduler::{Effect, Scheduler, settings_of},
 };
 
 const JOBS: u64 = 100_000;
@@ -118,12 +118,12 @@ fn measure(mix: Mix) -> (f64, Scheduler, Now) {
     );
     let cfg = Config::from_toml_str(&text, None, &Environment::default()).unwrap();
     let backoff = Backoff::try_new(&cfg.runner.claim_retry).unwrap();
-    let mut settings = SchedulerSettings::from_config(&cfg);
+    let mut settings = settings_of(&cfg);
     settings.targets[0].claims_per_minute = u32::MAX;
-    let t0 = tokio::time::Instant::now();
+    let t0 = std::time::Instant::now();
     let now = Now::whole_seconds(t0, 1_800_000_000);
     let before = super::rss_bytes();
-    let mut s = Scheduler::new(settings, backoff, Some(7));
+    let mut s = Scheduler::new(settings, backoff, 7);
     let _ = s.on_provider_status(ProviderKind::Local.into(), true, None, now);
     for id in 0..JOBS {
         let labels: &[&str] = if mix.uncovered(id) {

@@ -56,7 +56,7 @@ async fn linux_container_runs_a_job_and_is_removed() {
     })
     .unwrap();
     let (sup, events) = supervise(backend, None);
-    sup.send(Provision(spec(&runner, job))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, job))).await.unwrap();
     events
         .wait_for(&runner.name, Duration::from_secs(60), |k| {
             matches!(k, RunnerEventKind::Started { .. })
@@ -160,7 +160,7 @@ async fn container_run(
     })
     .unwrap();
     let (sup, events) = supervise(backend, None);
-    sup.send(Provision(spec(&fake_runner(name), 1)))
+    sup.send(Provision::now(spec(&fake_runner(name), 1)))
         .await
         .unwrap();
     let exit = events

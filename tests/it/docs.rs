@@ -206,10 +206,12 @@ fn the_readme_embedding_section_is_the_example() {
     );
 }
 
-/// The top-level modules of `actors/src` (each file or folder under it) and the ones each
-/// names through `crate::` outside its tests.
-fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
-    let root = repo_root().join("actors/src");
+/// The top-level modules of `src` (`actors/src`, `decide/src`: each file or folder under it)
+/// and the ones each names through `crate::` outside its tests.
+fn module_graph(
+    src: &str,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let root = repo_root().join(src);
     let mut graph = std::collections::BTreeMap::new();
     let mut stack = vec![root.clone()];
     while let Some(dir) = stack.pop() {
@@ -328,12 +330,14 @@ fn a_test_item_anywhere_is_left_out_and_what_follows_is_read() {
 }
 
 /// The module edges ARCHITECTURE.md lists: `module -> dep, dep` (or `(nothing)`), one line
-/// per module, in the `text` block under "Module edges".
-fn documented_edges() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+/// per module, in the `text` block under the heading `heading`.
+fn documented_edges(
+    heading: &str,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
     let text = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
     let section = &text[text
-        .find("### Module edges")
-        .expect("a Module edges section")..];
+        .find(heading)
+        .unwrap_or_else(|| panic!("a {heading} section"))..];
     let start = section.find("```text\n").expect("a text block") + "```text\n".len();
     let block = &section[start..start + section[start..].find("```").unwrap()];
     block
@@ -352,13 +356,23 @@ fn documented_edges() -> std::collections::BTreeMap<String, std::collections::BT
         .collect()
 }
 
-/// The import graph between the top-level modules of `actors/src` is exactly the one
-/// ARCHITECTURE.md lists (an edge added or dropped in the code fails until the map says so),
-/// and it has no cycle.
+/// The import graph between the top-level modules of `actors/src`, and that of `decide/src`,
+/// is exactly the one ARCHITECTURE.md lists (an edge added or dropped in the code fails until
+/// the map says so), and neither has a cycle.
 #[test]
 fn the_library_module_edges_are_as_documented() {
-    let graph = module_graph();
-    let documented = documented_edges();
+    edges_are_as_documented("actors/src", "### Module edges");
+    edges_are_as_documented("decide/src", "### Decision crate edges");
+}
+
+fn edges_are_as_documented(src: &str, heading: &str) {
+    let graph = module_graph(src);
+    let documented = documented_edges(heading);
+    assert!(
+        graph.len() > 8,
+        "only {} modules read in {src}",
+        graph.len()
+    );
     let mut diff = Vec::new();
     for module in graph.keys().chain(documented.keys()) {
         let (code, doc) = (graph.get(module), documented.get(module));
@@ -367,7 +381,11 @@ fn the_library_module_edges_are_as_documented() {
         }
     }
     diff.dedup();
-    assert!(diff.is_empty(), "module edges differ:\n{}", diff.join("\n"));
+    assert!(
+        diff.is_empty(),
+        "module edges of {src} differ:\n{}",
+        diff.join("\n")
+    );
     // Depth-first search for a back edge.
     fn visit<'a>(
         node: &'a str,
@@ -402,7 +420,11 @@ fn the_tests_architecture_md_names_exist() {
     let section =
         &text[text.find("## Invariants").unwrap()..text.find("## Cross-cutting").unwrap()];
     let mut sources = String::new();
-    let mut stack = vec![repo_root().join("actors"), repo_root().join("tests")];
+    let mut stack = vec![
+        repo_root().join("actors"),
+        repo_root().join("decide"),
+        repo_root().join("tests"),
+    ];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();

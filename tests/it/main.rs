@@ -1,6 +1,6 @@
 //! Integration tests of the daemon as a whole: the real binary, its CLI and its listeners, in
-//! one test binary. The pure cores are tested in their own modules (`actors/src`), the source
-//! tree's rules in `actors/tests/tidy.rs`.
+//! one test binary. The pure cores are tested in their own modules (`decide/src`), the source
+//! tree's rules in `decide/tests/tidy.rs`.
 //!
 //! # The catalogue
 //!

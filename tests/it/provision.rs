@@ -53,7 +53,7 @@ async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
         ),
         None,
     );
-    sup.send(Provision(spec(&runner, job))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, job))).await.unwrap();
 
     events
         .wait_for(&runner.name, Duration::from_secs(20), |k| {
@@ -162,7 +162,7 @@ async fn job_timeout_kills_a_hanging_runner_and_its_tree() {
         Some(Duration::from_secs(1)),
     );
     let runner = fake_runner("ephemer-local-hang");
-    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, 1))).await.unwrap();
     eventually("the runner to start", Duration::from_secs(10), || {
         tree_started(tmp.path())
     })
@@ -202,7 +202,7 @@ async fn started_tree(
         process_backend(dir, script, &[], Duration::from_millis(500)),
         None,
     );
-    sup.send(Provision(spec(&fake_runner(name), 1)))
+    sup.send(Provision::now(spec(&fake_runner(name), 1)))
         .await
         .unwrap();
     eventually("the runner to start", Duration::from_secs(10), || {
@@ -303,7 +303,7 @@ async fn leftover_local_runners_are_reaped_at_start_up() {
         process_backend(tmp.path(), &script, &[], Duration::from_secs(2)),
         None,
     );
-    sup.send(Provision(spec(&fake_runner("ephemer-local-left"), 1)))
+    sup.send(Provision::now(spec(&fake_runner("ephemer-local-left"), 1)))
         .await
         .unwrap();
     eventually("the runner to start", Duration::from_secs(10), || {

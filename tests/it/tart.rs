@@ -162,7 +162,7 @@ async fn vm_lifecycle_for_one_job() {
         public_key(1) + " root@guest\n",
     )
     .unwrap();
-    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, 1))).await.unwrap();
     wait_clean_exit(&events, n, Duration::from_secs(20)).await;
     let c = calls(dir);
     assert_eq!(c[0], "tart list --format json");
@@ -236,7 +236,7 @@ async fn vm_lifecycle_for_one_job() {
         public_key(2) + "\n",
     )
     .unwrap();
-    sup.send(Provision(spec(&second, 2))).await.unwrap();
+    sup.send(Provision::now(spec(&second, 2))).await.unwrap();
     wait_clean_exit(&events, &second.name, Duration::from_secs(20)).await;
     assert_eq!(
         std::fs::read_to_string(dir.join("pin-seen-by-ssh")).unwrap(),
@@ -255,7 +255,7 @@ async fn an_image_key_is_learned_once_and_required_after() {
         .into_iter()
         .enumerate()
     {
-        sup.send(Provision(spec(&fake_runner(name), i as u64 + 1)))
+        sup.send(Provision::now(spec(&fake_runner(name), i as u64 + 1)))
             .await
             .unwrap();
         wait_clean_exit(&events, name, Duration::from_secs(20)).await;
@@ -302,7 +302,7 @@ async fn a_vm_that_cannot_make_its_own_key_gets_no_jit_config() {
     let backend = TartBackend::new(settings(dir, HostKeys::PerVm, Duration::from_secs(2)));
     let (sup, events) = supervise(backend, None);
     let runner = fake_runner("ephemer-vm-macos-noagent1");
-    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, 1))).await.unwrap();
     let failed = events
         .wait_for(&runner.name, Duration::from_secs(20), |k| {
             matches!(k, RunnerEventKind::Failed { .. })
@@ -335,7 +335,7 @@ async fn vm_boot_failure_cleans_up_and_reports() {
     let backend = tart_fixture(tmp.path(), &guest, HostKeys::PerVm);
     let (sup, events) = supervise(backend, None);
     let runner = fake_runner("ephemer-vm-macos-noboot1");
-    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, 1))).await.unwrap();
     let failed = events
         .wait_for(&runner.name, Duration::from_secs(20), |k| {
             matches!(k, RunnerEventKind::Failed { .. })
@@ -524,7 +524,7 @@ async fn a_sibling_holding_the_image_key_cannot_pose_as_a_booting_vm() {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         })
         .await;
-        sup.send(Provision(spec(&fake_runner(name), round as u64 + 1)))
+        sup.send(Provision::now(spec(&fake_runner(name), round as u64 + 1)))
             .await
             .unwrap();
         let exit = events

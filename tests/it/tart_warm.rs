@@ -81,7 +81,7 @@ async fn pickup(dir: &Path, warm: usize, runner: &str) -> Duration {
     }
     let runner = fake_runner(runner);
     let asked = std::time::Instant::now();
-    sup.send(Provision(spec(&runner, 1))).await.unwrap();
+    sup.send(Provision::now(spec(&runner, 1))).await.unwrap();
     events
         .wait_for(&runner.name, Duration::from_secs(20), |k| {
             matches!(k, RunnerEventKind::Started { .. })

@@ -40,12 +40,11 @@ mod mirror;
 mod redeliveries;
 pub mod schema;
 pub mod stream;
-mod types;
 
 pub use actor::FleetActor;
+pub use ephemer_decide::cluster::types::*;
 pub use listeners::ListenerLease;
 pub use mirror::Mirror;
-pub use types::*;
 
 /// The channel `NOTIFY` wakes listeners on.
 pub const CHANNEL: &str = "ephemer_events";

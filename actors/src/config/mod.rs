@@ -11,9 +11,7 @@ pub mod cluster;
 pub mod net;
 mod pools;
 mod raw;
-mod secret;
 mod validate;
-pub mod warm;
 mod warnings;
 
 use std::{
@@ -24,9 +22,10 @@ use std::{
 };
 
 pub use cluster::ClusterConfig;
+pub use ephemer_decide::config::{
+    ClaimRetryConfig, Secret, WarmConfig, WarmMode, scaleset_pin, warm,
+};
 pub use pools::*;
-pub use secret::Secret;
-pub use warm::{WarmConfig, WarmMode};
 
 pub use crate::vocab::{PoolName, ProviderKind};
 
@@ -38,8 +37,6 @@ pub mod defaults {
     pub const API_URL: &str = "https://api.github.com";
     /// `github.runner_group_id`
     pub const RUNNER_GROUP_ID: u64 = 1;
-    /// `github.max_claims_per_minute`
-    pub const MAX_CLAIMS_PER_MINUTE: u32 = 150;
     /// `[[github.targets]]`: the most one daemon serves (its intake tells them apart with a
     /// bit each).
     pub const MAX_TARGETS: usize = 128;
@@ -89,21 +86,9 @@ pub mod defaults {
     pub const RELEASES_URL: &str = "https://api.github.com/repos/actions/runner/releases";
     /// `runner.release_check_interval`
     pub const RELEASE_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
-    /// `runner.claim_retry.schedule`
-    pub const RETRY_SCHEDULE: [Duration; 5] = [
-        Duration::from_secs(30),
-        Duration::from_secs(60),
-        Duration::from_secs(120),
-        Duration::from_secs(300),
-        Duration::from_secs(600),
-    ];
-    /// `runner.claim_retry.max_age`
-    pub const RETRY_MAX_AGE: Duration = Duration::from_secs(90 * 60);
-    /// `runner.claim_retry.jitter`
-    pub const RETRY_JITTER: f64 = 0.2;
-    /// `runner.claim_retry.rate_reset_jitter`
-    pub const RATE_RESET_JITTER: (Duration, Duration) =
-        (Duration::from_secs(5), Duration::from_secs(25));
+    pub use ephemer_decide::config::defaults::{
+        MAX_CLAIMS_PER_MINUTE, RATE_RESET_JITTER, RETRY_JITTER, RETRY_MAX_AGE, RETRY_SCHEDULE,
+    };
     /// `runner.orphan_sweep.grace`
     pub const ORPHAN_GRACE: Duration = Duration::from_secs(10 * 60);
     /// `state.dir`
@@ -324,12 +309,6 @@ impl WebhookConfig {
     }
 }
 
-/// The label a pool's jobs carry inside the daemon in scale-set mode: GitHub assigned the
-/// job to the pool's scale set, so it is routed to that pool and no other.
-pub fn scaleset_pin(pool: &PoolName) -> String {
-    format!("scaleset:{pool}")
-}
-
 impl Config {
     /// The labels jobs are routed to `pool` by: its own, or in scale-set mode its pin alone.
     pub fn routing_labels(&self, pool: &PoolConfig) -> Vec<String> {
@@ -385,33 +364,6 @@ impl Default for RunnerUpdateConfig {
             releases_url: defaults::RELEASES_URL.into(),
             check_interval: Some(defaults::RELEASE_CHECK_INTERVAL),
             min_version: None,
-        }
-    }
-}
-
-/// `[runner.claim_retry]`: the ladder a failed claim climbs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClaimRetryConfig {
-    /// Off: a failed claim is given up at once.
-    pub enabled: bool,
-    /// Delays before each retry; the last rung repeats. Non-empty, non-decreasing.
-    pub schedule: Vec<Duration>,
-    /// Give up once the first failure is older than this.
-    pub max_age: Duration,
-    /// Uniform jitter as a fraction of the rung, in `[0, 1]`.
-    pub jitter: f64,
-    /// After a rate-limit error with a fresh reading: reset + uniform `[lo, hi)`.
-    pub rate_reset_jitter: (Duration, Duration),
-}
-
-impl Default for ClaimRetryConfig {
-    fn default() -> Self {
-        ClaimRetryConfig {
-            enabled: true,
-            schedule: defaults::RETRY_SCHEDULE.to_vec(),
-            max_age: defaults::RETRY_MAX_AGE,
-            jitter: defaults::RETRY_JITTER,
-            rate_reset_jitter: defaults::RATE_RESET_JITTER,
         }
     }
 }

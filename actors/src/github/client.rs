@@ -38,26 +38,7 @@ pub const NAME_ATTEMPTS: u32 = 3;
 /// The REST API version every call pins.
 pub const API_VERSION: &str = "2022-11-28";
 
-/// A just-in-time runner GitHub registered for us.
-#[derive(Clone, PartialEq, Eq)]
-pub struct JitRunner {
-    /// GitHub's runner id (to delete it).
-    pub id: u64,
-    /// The name it was registered under.
-    pub name: String,
-    /// The runner's config; a secret: it goes only into the runner's environment.
-    pub encoded_jit_config: Secret,
-}
-
-impl std::fmt::Debug for JitRunner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JitRunner")
-            .field("id", &self.id)
-            .field("name", &self.name)
-            .field("encoded_jit_config", &"***")
-            .finish()
-    }
-}
+pub use ephemer_decide::github::JitRunner;
 
 /// A registered runner as `list runners` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]

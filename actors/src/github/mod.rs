@@ -7,7 +7,6 @@ pub mod actions;
 pub mod actor;
 pub mod auth;
 pub mod client;
-pub mod error;
 pub mod event;
 pub mod groups;
 pub mod hooks;
@@ -19,8 +18,8 @@ pub mod rate;
 pub mod reconcile;
 pub mod signature;
 
-pub use client::{GithubClient, JitRunner, RunnerInfo};
-pub use error::{ErrorClass, GithubError};
+pub use client::{GithubClient, RunnerInfo};
+pub use ephemer_decide::github::{ErrorClass, GithubError, JitRunner, error};
 
 /// The web address an API URL's pages are at: `https://api.github.com` (and a GHE.com
 /// tenant's `https://api.TENANT.ghe.com`) drops its `api.`, a GHES `https://HOST/api/v3` drops

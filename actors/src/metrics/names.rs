@@ -46,3 +46,14 @@ pub const CONTRACT_METRICS: [&str; 23] = [
     "ephemerd_runner_release_behind_seconds",
     "ephemerd_warm_available",
 ];
+
+#[cfg(test)]
+mod tests {
+    use crate::vocab::ErrorClass;
+
+    #[test]
+    fn class_names_match_the_contract() {
+        let names: Vec<_> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names, super::ERROR_CLASSES);
+    }
+}

@@ -147,6 +147,8 @@ impl<B: Backend> Handler<crate::lifecycle::Crash> for ProvisionerActor<B> {
 pub struct StartIn {
     /// The runner.
     pub spec: super::RunnerSpec,
+    /// When its record is durable ([`super::Provision::durable`]).
+    pub durable: super::Durable,
     /// The warm environment's name.
     pub warm: String,
 }
@@ -154,8 +156,8 @@ pub struct StartIn {
 impl<B: Backend> Handler<Provision> for ProvisionerActor<B> {
     type Result = ();
 
-    fn handle(&mut self, Provision(spec): Provision, ctx: &mut Context<Self>) {
-        self.launch(spec, None, ctx);
+    fn handle(&mut self, m: Provision, ctx: &mut Context<Self>) {
+        self.launch(m.spec, m.durable, None, ctx);
     }
 }
 
@@ -163,14 +165,20 @@ impl<B: Backend> Handler<StartIn> for ProvisionerActor<B> {
     type Result = ();
 
     fn handle(&mut self, m: StartIn, ctx: &mut Context<Self>) {
-        self.launch(m.spec, Some(m.warm), ctx);
+        self.launch(m.spec, m.durable, Some(m.warm), ctx);
     }
 }
 
 impl<B: Backend> ProvisionerActor<B> {
     /// Starts `spec`'s runner: in warm environment `warm` when one is given (a warm start that
     /// fails removes the environment and starts the runner the cold way), else in a new one.
-    fn launch(&mut self, spec: super::RunnerSpec, warm: Option<String>, ctx: &mut Context<Self>) {
+    fn launch(
+        &mut self,
+        spec: super::RunnerSpec,
+        durable: super::Durable,
+        warm: Option<String>,
+        ctx: &mut Context<Self>,
+    ) {
         let name = spec.name.clone();
         self.runners.insert(
             name.clone(),
@@ -181,7 +189,7 @@ impl<B: Backend> ProvisionerActor<B> {
         );
         let backend = self.backend.clone();
         let start = async move {
-            spec.durable.wait().await;
+            durable.wait().await;
             if let Some(warm) = warm {
                 match backend.clone().warm_start(warm.clone(), spec.clone()).await {
                     Ok(running) => return Ok((running, true)),

@@ -10,7 +10,6 @@ mod cgroup;
 pub mod container;
 mod container_version;
 mod container_warm;
-mod error;
 mod image;
 pub mod install;
 pub mod jobdir;
@@ -23,28 +22,28 @@ mod process_warm;
 mod procgroup;
 pub mod reach;
 pub mod runner_env;
+mod spawn;
 mod supervisor;
 pub mod tart;
 pub mod trust;
 pub mod users;
 pub mod warm;
-mod warm_keeping;
 
 use std::pin::Pin;
 
 use actix::{Message, Recipient};
 pub use actor::{Adopt, ChildStopped, ProvisionerActor, StartIn};
-pub use error::{ProvisionError, check_executable, spawn_error};
+pub use ephemer_decide::provision::{
+    ExitReason, ProvisionError, RunnerEventKind, RunnerSpec, WarmView, warm_keeping,
+};
 pub use named::{
     LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, VmMacosProvisioner,
     start_linux, start_process, start_vm_macos,
 };
+pub use spawn::{check_executable, spawn_error};
 pub use supervisor::ProvisionerSupervisor;
 
-use crate::{
-    config::{PoolName, ProviderKind, Secret},
-    job::JobKey,
-};
+use crate::config::{PoolName, ProviderKind, Secret};
 
 /// A future on the provisioner's arbiter (backends are not `Send`).
 pub type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
@@ -192,34 +191,6 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     }
 }
 
-/// Everything a provisioner needs to start one runner.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RunnerSpec {
-    /// Runner name (unique; also the environment's name).
-    pub name: String,
-    /// GitHub's runner id.
-    pub runner_id: u64,
-    /// The JIT config: goes into `ACTIONS_RUNNER_INPUT_JITCONFIG`, never argv, never a log.
-    pub jit_config: Secret,
-    /// The job the runner was created for (GitHub may give it another).
-    pub intent: JobKey,
-    /// Labels it registered with.
-    pub labels: Vec<String>,
-    /// When the scheduler's record of this runner is durable: its environment starts only
-    /// then.
-    pub durable: Durable,
-}
-
-impl std::fmt::Debug for RunnerSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunnerSpec")
-            .field("name", &self.name)
-            .field("runner_id", &self.runner_id)
-            .field("intent", &self.intent)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Resolves when a runner's row is in the store. A restart removes every environment the
 /// store does not name as a leftover; a runner started before its row was committed, killed
 /// with the daemon in between, could take a job and then be removed with it. Starting only
@@ -273,7 +244,22 @@ impl Eq for Durable {}
 /// Start a runner.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct Provision(pub RunnerSpec);
+pub struct Provision {
+    /// The runner.
+    pub spec: RunnerSpec,
+    /// When the scheduler's record of it is durable: its environment starts only then.
+    pub durable: Durable,
+}
+
+impl Provision {
+    /// Start `spec` as soon as it can (nothing to wait for: tests, tools).
+    pub fn now(spec: RunnerSpec) -> Self {
+        Provision {
+            spec,
+            durable: Durable::default(),
+        }
+    }
+}
 
 /// Stop a runner and remove its environment (idempotent).
 #[derive(Debug, Clone, Message)]
@@ -283,51 +269,6 @@ pub struct Teardown {
     pub name: String,
     /// Why, for logs.
     pub reason: &'static str,
-}
-
-/// How a runner ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExitReason {
-    /// The runner process exited by itself.
-    Exited,
-    /// Torn down on request.
-    TornDown,
-    /// Killed after `job_timeout`.
-    TimedOut,
-    /// Its provisioner died; the environment was cleaned up.
-    ProvisionerDied,
-    /// It was gone (or could not be re-attached) when the daemon came back after a restart.
-    Lost,
-}
-
-/// What happened to a runner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunnerEventKind {
-    /// The environment is up and the runner process started.
-    Started {
-        /// In a warm environment (booted before the claim).
-        warm: bool,
-    },
-    /// The runner is gone and its environment removed.
-    Exited {
-        /// Exit code, if there was a process.
-        code: Option<i32>,
-        /// Why it ended.
-        reason: ExitReason,
-    },
-    /// The environment could not be created; nothing is left of it.
-    Failed {
-        /// What went wrong, and whether it is worth retrying.
-        error: ProvisionError,
-    },
-}
-
-impl RunnerEventKind {
-    /// Gone without an exit code of its own (torn down, lost, its provisioner died).
-    pub fn gone(reason: ExitReason) -> Self {
-        RunnerEventKind::Exited { code: None, reason }
-    }
 }
 
 /// A provisioner's report about one runner.

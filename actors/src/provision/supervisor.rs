@@ -16,11 +16,11 @@ use std::{
     time::Duration,
 };
 
+use crate::clock::Instant;
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, WeakRecipient,
     WrapFuture,
 };
-use tokio::time::Instant;
 
 use super::{
     Backend, ChildStopped, ExitReason, ProviderStatus, Provision, ProvisionError, ProvisionerActor,
@@ -356,14 +356,18 @@ impl<B: Backend> Handler<Provision> for ProvisionerSupervisor<B> {
     type Result = ();
 
     fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
-        let name = m.0.name.clone();
+        let name = m.spec.name.clone();
         match self.child.clone() {
             Some(child) if child.connected() && self.accepting => {
                 self.live.insert(name);
                 // The refill waits for this runner's start (its event), so a new warm
                 // environment's boot does not compete with the start on the engine.
                 match self.warm_take() {
-                    Some(warm) => child.do_send(super::StartIn { spec: m.0, warm }),
+                    Some(warm) => child.do_send(super::StartIn {
+                        spec: m.spec,
+                        durable: m.durable,
+                        warm,
+                    }),
                     None => child.do_send(m),
                 }
             }

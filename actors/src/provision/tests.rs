@@ -111,7 +111,6 @@ fn spec(name: &str) -> RunnerSpec {
         jit_config: crate::config::Secret::new("jit"),
         intent: crate::job::JobKey::new("acme", 1),
         labels: vec![],
-        durable: Default::default(),
     }
 }
 
@@ -176,7 +175,7 @@ fn kinds(seen: &Arc<Mutex<Seen>>) -> Vec<(String, RunnerEventKind)> {
 #[actix_rt::test]
 async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     let (sup, fake, seen, metrics) = supervised(RestartPolicy::Permanent, 5).await;
-    sup.send(Provision(spec("r-a"))).await.unwrap();
+    sup.send(Provision::now(spec("r-a"))).await.unwrap();
     settle().await;
     assert_eq!(
         kinds(&seen),
@@ -184,7 +183,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     );
 
     *fake.0.explode.borrow_mut() = true;
-    sup.send(Provision(spec("r-b"))).await.unwrap();
+    sup.send(Provision::now(spec("r-b"))).await.unwrap();
     settle().await;
     *fake.0.explode.borrow_mut() = false;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -229,7 +228,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
         "{:?}",
         kinds(&seen)
     );
-    sup.send(Provision(spec("r-c"))).await.unwrap();
+    sup.send(Provision::now(spec("r-c"))).await.unwrap();
     settle().await;
     assert_eq!(
         kinds(&seen).last().unwrap(),
@@ -241,7 +240,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
 async fn policy_never_leaves_the_provider_down() {
     let (sup, fake, seen, metrics) = supervised(RestartPolicy::Never, 5).await;
     *fake.0.explode.borrow_mut() = true;
-    sup.send(Provision(spec("r-a"))).await.unwrap();
+    sup.send(Provision::now(spec("r-a"))).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
     settle().await;
     assert_eq!(seen.lock().unwrap().status, vec![true, false]);
@@ -252,7 +251,7 @@ async fn policy_never_leaves_the_provider_down() {
             .get(),
         0
     );
-    sup.send(Provision(spec("r-b"))).await.unwrap();
+    sup.send(Provision::now(spec("r-b"))).await.unwrap();
     settle().await;
     assert!(
         matches!(
@@ -268,7 +267,9 @@ async fn the_restart_budget_is_enforced() {
     let (sup, fake, seen, metrics) = supervised(RestartPolicy::Permanent, 2).await;
     *fake.0.explode.borrow_mut() = true;
     for i in 0..4 {
-        sup.send(Provision(spec(&format!("r-{i}")))).await.unwrap();
+        sup.send(Provision::now(spec(&format!("r-{i}"))))
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(2)).await;
         settle().await;
     }
@@ -289,7 +290,7 @@ async fn the_restart_budget_is_enforced() {
 #[actix_rt::test]
 async fn teardown_stops_the_runner_and_reports_it() {
     let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
-    sup.send(Provision(spec("r-a"))).await.unwrap();
+    sup.send(Provision::now(spec("r-a"))).await.unwrap();
     settle().await;
     sup.send(Teardown {
         name: "r-a".into(),
@@ -335,9 +336,12 @@ async fn teardown_stops_the_runner_and_reports_it() {
 async fn a_runner_starts_only_after_its_record_is_committed() {
     let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
     let (commit, committed) = tokio::sync::oneshot::channel::<Result<(), String>>();
-    let mut s = spec("r-a");
-    s.durable = Durable::after(async move { committed.await.unwrap() });
-    sup.send(Provision(s)).await.unwrap();
+    sup.send(Provision {
+        spec: spec("r-a"),
+        durable: Durable::after(async move { committed.await.unwrap() }),
+    })
+    .await
+    .unwrap();
     settle().await;
     assert!(
         !fake.0.exits.borrow().contains_key("r-a"),

@@ -27,17 +27,7 @@ pub const WARM_TICK: Duration = Duration::from_secs(5);
 /// How long a hold waits for the removals (and boots in flight) to finish.
 const HOLD_WAIT: Duration = Duration::from_secs(60);
 
-/// A pool's warm environments, as `status` shows them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct WarmView {
-    /// Booted and waiting for a claim.
-    pub available: usize,
-    /// Booting.
-    pub booting: usize,
-    /// How many the pool keeps now (its count or window, within its free slots; 0 while
-    /// cordoned, draining or down).
-    pub target: usize,
-}
+pub use ephemer_decide::provision::WarmView;
 
 /// A pool's warm environments changed (to the scheduler, for `status`).
 #[derive(Debug, Clone, Message)]

@@ -154,13 +154,12 @@ async fn a_window_raises_and_lowers_the_count_claims_take_the_oldest_and_a_hold_
 
     // A claim takes the oldest; another boots in its place.
     let oldest = fake.0.borrow().live[0].clone();
-    sup.send(Provision(RunnerSpec {
+    sup.send(Provision::now(RunnerSpec {
         name: "t-local-xrunner1".into(),
         runner_id: 1,
         jit_config: crate::config::Secret::new("jit"),
         intent: crate::job::JobKey::new("acme", 1),
         labels: vec![],
-        durable: Default::default(),
     }))
     .await
     .unwrap();

@@ -11,15 +11,13 @@
 
 use std::time::Duration;
 
-mod book;
-
 pub use crate::vocab::RateSnapshot;
 use crate::{
     metrics::Metrics,
     vocab::{RateBucket, RateHeaders},
 };
 use actix::{Actor, Context, Handler, Message, MessageResult, Recipient, WeakRecipient};
-pub use book::RateBook;
+pub use ephemer_decide::rate::RateBook;
 
 /// One GitHub answer's rate information.
 #[derive(Debug, Clone, Message)]

@@ -8,11 +8,11 @@
 //! One timer, not one per job: actix polls every spawned future of a context on each wake, so a
 //! timer per job would make every message cost O(jobs). The timer dies with the actor.
 
+use crate::clock::Instant;
 use actix::{
     Actor, AsyncContext, Context, Handler, Message, MessageResult, SpawnHandle, WeakRecipient,
 };
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::clock::Clock;
 

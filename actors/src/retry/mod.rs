@@ -5,11 +5,6 @@
 //! decisions and its claim pacing's next token).
 
 mod actor;
-mod backoff;
-mod doubling;
-mod queue;
 
 pub use actor::{ArmRetryTimer, GetRetryTimer, RetryActor, RetryDue, RetryTimerView};
-pub use backoff::{Backoff, DelayReason, InvalidBackoff, RATE_READING_FRESH};
-pub use doubling::{Backoff as DoublingBackoff, Doubling};
-pub use queue::{Failure, MAX_WAIT, RetryItem, RetryQueue, RetryView, Scheduled};
+pub use ephemer_decide::retry::*;

@@ -402,7 +402,7 @@ async fn handle(
             delivery_id: Some(delivery.id),
             action: delivery.action,
             job: delivery.job,
-            received: tokio::time::Instant::now(),
+            received: crate::clock::mono_now(),
             source: EventSource::ScaleSet,
         };
         match shared.wiring.intake.send(Deliver(event)).await {

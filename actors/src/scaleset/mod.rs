@@ -13,12 +13,8 @@
 //! Claims for a pool go to its listener, which registers the runner in the scale set
 //! (`generatejitconfig`): they climb the ladder as REST claims do.
 
-pub mod inbox;
 mod lease;
 pub mod listener;
-pub mod machine;
-#[cfg(test)]
-mod machine_tests;
 mod reckon;
 pub mod record;
 mod view;
@@ -26,76 +22,4 @@ mod view;
 pub use listener::{ScaleSetListener, ScaleSetSettings, ScaleSetWiring};
 pub use view::{GetListener, ListenerView};
 
-/// The store mark a pool's listener keeps: `scaleset:<owner>/<pool>`.
-pub fn mark_of(owner: &str, pool: &str) -> String {
-    format!("scaleset:{}/{pool}", owner.to_ascii_lowercase())
-}
-
-/// What a listener keeps across restarts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Mark {
-    /// The scale set's id.
-    #[serde(default)]
-    pub scale_set_id: u64,
-    /// The last message handled and acknowledged.
-    #[serde(default)]
-    pub last_message_id: u64,
-    /// This host's last session, closed at the next start so the host does not wait out its
-    /// own session (after a `kill -9`).
-    #[serde(default)]
-    pub session_id: Option<String>,
-    /// Jobs (runner request ids) still waiting when the scale set was made again: GitHub
-    /// assigns them anew in the new scale set, so these may be withdrawn when the new one's
-    /// statistics do not count them (see `reckon`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub orphans: Vec<u64>,
-    /// Jobs the service withdrew and may assign again, with how many times ([`inbox`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub assignments: Vec<inbox::Assignment>,
-    /// Written by a daemon that keys scale-set jobs by `jobId` ([`inbox`]); a mark without it
-    /// comes from before, whose waiting jobs are withdrawn once (their messages name other
-    /// keys now).
-    #[serde(default)]
-    pub keyed_by_job_id: bool,
-    /// Messages handled whose acknowledgement is owed (written before it is asked, so a crash
-    /// between the two is settled at the next start).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub owed_acks: Vec<u64>,
-    /// The labels the service dropped when the scale set was registered with them (a GHES
-    /// without custom scale-set labels): asked again only when the pool's labels change.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropped_labels: Vec<String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_mark_survives_json_and_an_older_one_reads() {
-        let m = Mark {
-            scale_set_id: 3,
-            last_message_id: 17,
-            session_id: Some("s".into()),
-            orphans: vec![5],
-            assignments: vec![inbox::Assignment {
-                ident: "j".into(),
-                ordinal: 1,
-                at: 9,
-            }],
-            dropped_labels: vec!["linux".into()],
-            owed_acks: vec![16],
-            keyed_by_job_id: true,
-        };
-        let v = serde_json::to_value(&m).unwrap();
-        assert_eq!(serde_json::from_value::<Mark>(v).unwrap(), m);
-        let old: Mark =
-            serde_json::from_value(serde_json::json!({ "last_message_id": 4 })).unwrap();
-        assert_eq!(old.last_message_id, 4);
-        assert!(
-            !old.keyed_by_job_id,
-            "a mark from before jobId keys says so"
-        );
-        assert_eq!(mark_of("Acme", "linux"), "scaleset:acme/linux");
-    }
-}
+pub use ephemer_decide::scaleset::{Mark, inbox, machine, mark_of};

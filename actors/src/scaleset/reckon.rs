@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 use super::{listener::Shared, view::observe};
 use crate::{
@@ -89,7 +89,7 @@ pub(super) async fn demand(shared: &Shared) -> Option<PoolDemand> {
 /// A reading, when one is due: the session refreshed for fresh statistics (it returns with a
 /// new queue token), the gap taken, and acted on when it held since the last reading.
 pub(super) async fn reckon(shared: &Shared, set: u64) -> Result<(), crate::github::GithubError> {
-    let now = Instant::now();
+    let now = crate::clock::mono_now();
     let due = shared
         .reckoner
         .borrow()
@@ -204,7 +204,7 @@ async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) -> 
         delivery_id: Some(format!("scaleset-{why}-{}", key.job_id)),
         action,
         job: info,
-        received: Instant::now(),
+        received: crate::clock::mono_now(),
         source: EventSource::ScaleSet,
     };
     match shared.wiring.intake.send(Deliver(event)).await {

@@ -172,7 +172,7 @@ pub fn start_in(
     for p in &settings.providers {
         metrics.init_provider(p.name.as_str());
     }
-    let mut core = Scheduler::new(settings, backoff, seed);
+    let mut core = Scheduler::new(settings, backoff, seed.unwrap_or_else(rand::random));
     let mut deps = deps;
     if let Some(rate) = &deps.rate {
         core.read_rates(rate.book.clone(), rate.credentials.clone());
@@ -237,11 +237,14 @@ impl SchedulerActor {
                     provider,
                     request,
                 } => self.claim(key, provider, request, ctx),
-                Effect::Provision { provider, mut spec } => {
-                    spec.durable = self.runners_durable.clone();
+                Effect::Provision { provider, spec } => {
                     let name = spec.name.clone();
+                    let provision = Provision {
+                        spec,
+                        durable: self.runners_durable.clone(),
+                    };
                     let sent = match self.deps.provisioners.get(&provider) {
-                        Some(h) => deliver(&h.provision, Provision(spec)),
+                        Some(h) => deliver(&h.provision, provision),
                         None => false,
                     };
                     if !sent {

@@ -1,7 +1,7 @@
 //! Messages the scheduler receives.
 
+use crate::clock::Instant;
 use actix::Message;
-use tokio::time::Instant;
 
 use crate::job::{JobAction, JobInfo};
 

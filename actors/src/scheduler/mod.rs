@@ -1,13 +1,15 @@
-//! The scheduler: the one owner of dedup, routing, slot and claim state. [`core`] decides,
-//! [`actor`] carries decisions out, [`messages`] is what it receives.
+//! The scheduler: the one owner of dedup, routing, slot and claim state. [`core`] decides (in
+//! the pure `ephemer-decide` crate), [`actor`] carries decisions out, [`messages`] is what it
+//! receives, [`settings_of`] reads what the core decides with from the config.
 
 pub mod actor;
 mod calls;
 mod cleanup;
-pub mod core;
+pub use ephemer_decide::scheduler::core;
 mod fleet;
 pub mod messages;
 pub mod observe;
+mod settings;
 
 pub use actor::{
     GithubHandle, RateHandle, ScaleSetClaims, SchedulerActor, SchedulerDeps, start_in,
@@ -17,8 +19,9 @@ pub use core::{
     ClaimRequest, Effect, Note, Phase, Scheduler, SchedulerSettings, SchedulerState, TargetSpec,
 };
 pub use messages::JobEvent;
+pub use settings::{settings_of, target_of};
 
 #[cfg(test)]
-pub(crate) mod fixtures;
+pub(crate) use ephemer_decide::scheduler::fixtures;
 #[cfg(test)]
 mod tests;

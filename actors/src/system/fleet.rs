@@ -13,7 +13,7 @@ use crate::{
     },
     config::{Config, Target},
     metrics::Metrics,
-    scheduler::{SchedulerActor, TargetSpec},
+    scheduler::SchedulerActor,
 };
 
 /// Starts the fleet actor of `ledger`.
@@ -38,7 +38,7 @@ pub(super) fn start(
                     owner: t.github.owner.to_ascii_lowercase(),
                     delete: github.clone().recipient(),
                     list: github.clone().recipient(),
-                    scopes: TargetSpec::of(t).scopes(),
+                    scopes: crate::scheduler::target_of(t).scopes(),
                 })
                 .collect(),
             identity: RunnerIdentity {

@@ -38,9 +38,7 @@ use crate::{
     provision::ProvisionerHandle,
     rate::RateActor,
     retry::{Backoff, RetryActor},
-    scheduler::{
-        GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, SchedulerSettings, start_in,
-    },
+    scheduler::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in},
     store::{Store, StoreClosed},
     webhook::{WebhookActor, WebhookIntake},
 };
@@ -322,7 +320,7 @@ pub fn start(
         scalesets: config.webhook.scaleset().then(HashMap::new),
         ledger: options.ledger.clone(),
     };
-    let mut settings = SchedulerSettings::from_config(config);
+    let mut settings = crate::scheduler::settings_of(config);
     settings.install_id = install_id.clone();
     let (scheduler, retry) = start_in(
         scheduler_ctx,

@@ -20,11 +20,11 @@ use std::{
     time::Duration,
 };
 
+use crate::clock::Instant;
 use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, ResponseActFuture,
     WrapFuture, dev::SendError,
 };
-use tokio::time::Instant;
 
 use super::handoff::{FLUSH_AFTER, FLUSH_RETRY, Flush, Handoff, OUTBOX_CAPACITY};
 use crate::github::signature::SignatureError;
@@ -373,7 +373,7 @@ impl Handler<Deliver> for WebhookActor {
         }
         if let Some(id) = &event.delivery_id {
             let mut seen = self.handoff.seen();
-            if seen.deliveries.contains(id, Instant::now()) {
+            if seen.deliveries.contains(id, crate::clock::mono_now()) {
                 return Box::pin(actix::fut::ready(Verdict::Replayed));
             }
             if !seen.in_flight.insert(id.clone()) {
@@ -471,7 +471,7 @@ impl Handler<Unprocessed> for WebhookActor {
     type Result = Vec<String>;
 
     fn handle(&mut self, Unprocessed(guids): Unprocessed, _: &mut Context<Self>) -> Vec<String> {
-        let now = Instant::now();
+        let now = crate::clock::mono_now();
         let mut seen = self.handoff.seen();
         guids
             .into_iter()

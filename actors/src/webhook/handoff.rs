@@ -24,7 +24,6 @@ use std::{
 };
 
 use actix::Message;
-use tokio::time::Instant;
 
 use super::actor::{DELIVERY_CAPACITY, DELIVERY_WINDOW, DeliveryDedup, Verdict};
 use crate::{job::JobAction, metrics::Metrics, scheduler::messages::JobEvent, vocab::LabelSet};
@@ -62,7 +61,7 @@ impl Seen {
     /// Delivery `id` was handed over: remembered, and counted if it was an awaited redelivery.
     pub(super) fn accepted(&mut self, id: &str, metrics: &Metrics) {
         self.in_flight.remove(id);
-        self.deliveries.insert(id, Instant::now());
+        self.deliveries.insert(id, crate::clock::mono_now());
         if let Some(at) = self.expected.iter().position(|g| g == id) {
             self.expected.remove(at);
             metrics
@@ -197,7 +196,7 @@ impl Handoff {
             return Ok(busy);
         }
         if let Some(id) = &event.delivery_id {
-            if seen.deliveries.contains(id, Instant::now()) {
+            if seen.deliveries.contains(id, crate::clock::mono_now()) {
                 return Ok(Decided {
                     verdict: Verdict::Replayed,
                     wake: false,

@@ -22,10 +22,10 @@ pub mod keys;
 pub mod pull;
 pub mod redeliver;
 
+use crate::clock::Instant;
 use actix::Addr;
 use actix_web::{HttpRequest, HttpResponse, Resource, web};
 use serde_json::json;
-use tokio::time::Instant;
 
 pub use actor::{
     Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, RememberedDeliveries,
@@ -502,7 +502,7 @@ async fn receive(
                     } else {
                         None
                     };
-                    let checked = intake.check(&req, &body, Instant::now());
+                    let checked = intake.check(&req, &body, crate::clock::mono_now());
                     if matches!(checked, Err(Verdict::Unauthorized(_))) {
                         intake.gate.strike(peer, std::time::Instant::now());
                     }

@@ -149,7 +149,7 @@ impl PullActor {
                         delivery_id: Some(format!("poll-{}-{}", job.key.job_id, action.as_str())),
                         action: *action,
                         job: job.clone(),
-                        received: tokio::time::Instant::now(),
+                        received: crate::clock::mono_now(),
                         source: EventSource::Poll,
                     };
                     match intake.send(Deliver(event)).await {

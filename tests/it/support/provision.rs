@@ -131,7 +131,6 @@ pub fn spec(runner: &JitRunner, job_id: u64) -> RunnerSpec {
         jit_config: runner.encoded_jit_config.clone(),
         intent: JobKey::new("acme", job_id),
         labels: vec![],
-        durable: Default::default(),
     }
 }
 

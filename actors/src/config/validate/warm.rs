@@ -101,15 +101,19 @@ pub(super) fn build_warm(
                     min,
                 });
             }
-            if let Some(zone) = t.time_zone {
-                if jiff::tz::TimeZone::get(&zone).is_err() {
-                    p.push(
+            // The zone is resolved here, once: the cores read the windows in it.
+            match t.time_zone {
+                Some(zone) => match jiff::tz::TimeZone::get(&zone) {
+                    Ok(tz) => {
+                        c.zone = tz;
+                        c.time_zone = Some(zone);
+                    }
+                    Err(_) => p.push(
                         format!("{key}.warm.time_zone"),
                         format!("{zone:?} is not a time zone this host knows (an IANA name, e.g. \"Europe/Berlin\")"),
-                    );
-                } else {
-                    c.time_zone = Some(zone);
-                }
+                    ),
+                },
+                None => c.zone = jiff::tz::TimeZone::system(),
             }
         }
     }

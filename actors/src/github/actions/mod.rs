@@ -6,7 +6,7 @@
 //! target's own (its proxy, its trusted roots, its credential).
 
 pub mod reach;
-pub mod types;
+pub use ephemer_decide::github::actions::types;
 
 use std::{cell::RefCell, rc::Rc, time::Duration};
 

@@ -9,8 +9,8 @@ use std::{
     time::Duration,
 };
 
+use crate::clock::Instant;
 use actix::{Actor, Addr, Context, Handler, Message, Recipient, ResponseFuture};
-use tokio::time::Instant;
 
 use super::{
     actor::{GithubHandle, RateHandle, SchedulerActor, SchedulerDeps, start_in},
@@ -69,7 +69,7 @@ impl Handler<GenerateJitConfig> for FakeGithub {
         self.next_id += 1;
         let id = self.next_id;
         let mut log = self.log.lock().unwrap();
-        log.claims.push((Instant::now(), m.clone()));
+        log.claims.push((crate::clock::mono_now(), m.clone()));
         let outcome = log
             .script
             .pop_front()
@@ -212,7 +212,7 @@ impl Handler<SetSink> for FakeProvisioner {
 impl Handler<Provision> for FakeProvisioner {
     type Result = ();
     fn handle(&mut self, m: Provision, _: &mut Context<Self>) {
-        self.provisioned.lock().unwrap().push(m.0.name.clone());
+        self.provisioned.lock().unwrap().push(m.spec.name.clone());
         let kind = match &self.fail {
             Some(error) => RunnerEventKind::Failed {
                 error: error.clone(),
@@ -222,7 +222,7 @@ impl Handler<Provision> for FakeProvisioner {
         if let Some(s) = &self.sink {
             s.do_send(RunnerEvent {
                 provider: self.provider.clone(),
-                name: m.0.name,
+                name: m.spec.name,
                 kind,
             });
         }
@@ -421,7 +421,7 @@ async fn harness(s: Setup) -> Harness {
         provisioned,
         metrics,
         clock,
-        t0: Instant::now(),
+        t0: crate::clock::mono_now(),
     }
 }
 
@@ -432,7 +432,7 @@ fn event(action: JobAction, job: JobInfo) -> JobEvent {
         delivery_id: None,
         action,
         job,
-        received: Instant::now(),
+        received: crate::clock::mono_now(),
         source: EventSource::Webhook,
     }
 }

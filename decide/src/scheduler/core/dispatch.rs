@@ -1,0 +1,502 @@
+//! Dispatch: routing a pending job to a covering provider with a free slot, claim pacing, and
+//! what a claim's answer leads to.
+
+use super::{
+    Abandon, ClaimRequest, Deletion, Effect, Note, Phase, RunnerRecord, Scheduler, capacity::Pick,
+    observation::Observation,
+};
+use crate::clock::Instant;
+use crate::{
+    clock::Now,
+    config::PoolName,
+    durable::{Op, RunnerRow},
+    github::{GithubError, JitRunner},
+    job::JobKey,
+    provision::RunnerSpec,
+    retry::{Failure, MAX_WAIT, RATE_READING_FRESH},
+    vocab::{LabelSet, RateBucket, RateSnapshot},
+};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
+
+impl Scheduler {
+    /// The pool for a job of `target` with `labels` (see [`SlotTable::pick`]).
+    pub(super) fn pick(&self, labels: &[String], target: usize) -> Pick {
+        self.capacity.pick(&self.settings.providers, labels, target)
+    }
+
+    /// The target of a job (the first, for an owner no target has: such a job is ignored at
+    /// intake, so it only reaches here from an old store).
+    pub(super) fn target_index(&self, key: &JobKey) -> usize {
+        self.target_of(&key.owner).unwrap_or(0)
+    }
+
+    /// Slots each target holds now: its claims in flight and its runners.
+    pub(super) fn held_per_target(&self) -> Vec<usize> {
+        let mut held = vec![0; self.settings.targets.len()];
+        for t in self.capacity.claiming.values() {
+            held[*t] += 1;
+        }
+        for r in self.book.runners.values() {
+            held[self.target_index(&r.intent)] += 1;
+        }
+        held
+    }
+
+    /// Starts claims for pending jobs while slots and claim tokens allow. When slots are
+    /// scarce, targets get them in proportion to their weight: the next claim goes to the
+    /// target holding the fewest slots per unit of weight (its oldest job first; among equals,
+    /// the target whose next job is oldest). A target out of claim tokens waits alone.
+    pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let n = self.settings.targets.len();
+        let mut queues = self.admission.pending.take(n);
+        let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); queues.len()];
+        let mut held = if n > 1 {
+            self.held_per_target()
+        } else {
+            vec![0]
+        };
+        // Targets that can take no more claims in this pump: out of claim tokens, or no pool
+        // of theirs has a free slot.
+        let mut paced = vec![false; queues.len()];
+        let mut wake: Option<Instant> = None;
+        while let Some(t) = self.fairest(&queues, &held, &paced) {
+            let Some(key) = queues[t].pop_front() else {
+                break;
+            };
+            let Some(rec) = self.admission.jobs.get(&key) else {
+                continue;
+            };
+            if rec.phase != Phase::Pending {
+                continue;
+            }
+            if self.draining {
+                self.abandon(
+                    &key,
+                    Phase::Seen,
+                    Note::Abandoned(Abandon::CordonedWhileWaiting),
+                    now,
+                    fx,
+                );
+                continue;
+            }
+            if rec.started_at.is_some() {
+                self.stats.satisfied_elsewhere += 1;
+                self.abandon(&key, Phase::Done, Note::RanElsewhere, now, fx);
+                continue;
+            }
+            if self.capacity.host_full() {
+                queues[t].push_front(key);
+                break;
+            }
+            let labels = rec.info.labels.clone();
+            let i = match self.pick(&labels, t) {
+                Pick::Provider(i) => i,
+                Pick::Wait => {
+                    skipped[t].push_back(key);
+                    // No pool of this target has a free slot: none of its other jobs can
+                    // be claimed now either, and looking at each would cost a decision time
+                    // in proportion to the backlog.
+                    if !self.capacity.room_for(&self.settings.providers, t) {
+                        paced[t] = true;
+                    }
+                    continue;
+                }
+                Pick::Uncovered => {
+                    self.abandon(
+                        &key,
+                        Phase::Unroutable,
+                        Note::Abandoned(Abandon::NoProviderAnyMore),
+                        now,
+                        fx,
+                    );
+                    continue;
+                }
+            };
+            self.hold_claims_while_budget_empty(t, now);
+            if !self.capacity.pacers[t].try_take(now.mono) {
+                let at = self.capacity.pacers[t].next_slot_at(now.mono);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+                paced[t] = true;
+                queues[t].push_front(key);
+                continue;
+            }
+            if let Some(h) = held.get_mut(t) {
+                *h += 1;
+            }
+            self.start_claim(key, i, t, now, fx);
+        }
+        // The skipped jobs go back in front of the ones not reached, in their order.
+        for (skipped, queue) in skipped.into_iter().zip(queues.iter_mut()) {
+            for key in skipped.into_iter().rev() {
+                queue.push_front(key);
+            }
+        }
+        self.admission.pending.restore(queues);
+        // Then the registered warm runners, with what the jobs left.
+        if let Some(at) = self.keep_warm(now, fx) {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        self.pace_wake = wake;
+        self.rearm_timer(fx);
+    }
+
+    /// The target whose turn it is: of those with a job to try and a claim token, the one
+    /// holding the fewest slots per unit of weight; among equals, the one whose next job is
+    /// oldest.
+    fn fairest(
+        &self,
+        queues: &[VecDeque<JobKey>],
+        held: &[usize],
+        paced: &[bool],
+    ) -> Option<usize> {
+        if queues.len() == 1 {
+            return (!paced[0] && !queues[0].is_empty()).then_some(0);
+        }
+        let weight = |t: usize| self.settings.targets[t].weight.max(1) as usize;
+        let age = |t: usize| {
+            queues[t]
+                .front()
+                .and_then(|k| self.admission.jobs.get(k))
+                .map(|r| r.received_at)
+        };
+        (0..queues.len())
+            .filter(|&t| !paced[t] && !queues[t].is_empty())
+            .min_by(|&a, &b| {
+                (held[a] * weight(b))
+                    .cmp(&(held[b] * weight(a)))
+                    .then_with(|| age(a).cmp(&age(b)))
+            })
+    }
+
+    /// A registration budget a fresh reading proves empty is not spent: every claim of the
+    /// target waits for its reset (a second past it, as readings count whole seconds).
+    fn hold_claims_while_budget_empty(&mut self, t: usize, now: Now) {
+        if let Some(reading) = self
+            .ladder
+            .reading(t, RateBucket::ActionsRunnerRegistration)
+        {
+            self.hold_claims_until_reset(t, &reading, now);
+        }
+    }
+
+    /// Holds target `t`'s claims until the reset of a registration budget `reading` proves
+    /// empty.
+    fn hold_claims_until_reset(&mut self, t: usize, reading: &RateSnapshot, now: Now) {
+        let Some(reset) = reading.exhausted_until(now.unix, RATE_READING_FRESH) else {
+            return;
+        };
+        let wait = Duration::from_secs(reset.saturating_sub(now.unix).saturating_add(1));
+        self.pause_claims(
+            t,
+            wait.min(MAX_WAIT),
+            "the registration budget is empty until its reset",
+            now,
+        );
+    }
+
+    /// What a failed claim of target `t` says about the credential, not the job: a reading
+    /// that proves the registration budget empty holds the target's claims until its reset,
+    /// a secondary limit holds them for its wait (job claims and warm claims alike). The
+    /// failed answer's own reading, whether or not the rate actor has folded it into its book
+    /// yet: it decides the job's retry too.
+    pub(super) fn hold_claims_after(
+        &mut self,
+        t: usize,
+        e: &GithubError,
+        now: Now,
+    ) -> Option<RateSnapshot> {
+        let reading = e.rate_reading().map(|(bucket, remaining, reset)| {
+            let reading = RateSnapshot {
+                remaining: Some(remaining),
+                reset: Some(reset),
+                updated: now.unix,
+                ..RateSnapshot::default()
+            };
+            if bucket == RateBucket::ActionsRunnerRegistration {
+                self.hold_claims_until_reset(t, &reading, now);
+            }
+            reading
+        });
+        if let Some(wait) = e.secondary_limit_wait() {
+            self.pause_claims(t, wait, "GitHub answered a secondary rate limit", now);
+        }
+        reading
+    }
+
+    /// Holds every claim of target `t` back for `wait` (a pause already longer stays).
+    pub(super) fn pause_claims(&mut self, t: usize, wait: Duration, why: &'static str, now: Now) {
+        let until = now.mono + wait;
+        if self.capacity.pacers[t]
+            .paused(now.mono)
+            .is_none_or(|p| p < until)
+        {
+            self.capacity.pacers[t].pause_until(until);
+            self.observe(Observation::ClaimsPaused {
+                target: self.settings.targets[t].name.clone(),
+                until_unix: now.unix.saturating_add(wait.as_secs()),
+                why,
+            });
+        }
+    }
+
+    /// Stops a job's dispatch with nothing in flight: `why` goes to its timeline and the log,
+    /// and it leaves the ladder.
+    pub(super) fn abandon(
+        &mut self,
+        key: &JobKey,
+        phase: Phase,
+        why: Note,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.set_phase(key, phase);
+        self.leave_ladder(key, fx);
+        self.observe(Observation::Abandoned {
+            job_id: key.job_id,
+            why: match &why {
+                Note::Abandoned(a) => a.to_string(),
+                other => other.to_string(),
+            },
+        });
+        self.note(key, now, why);
+    }
+
+    pub(super) fn start_claim(
+        &mut self,
+        key: JobKey,
+        i: usize,
+        t: usize,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let spec = &self.settings.providers[i];
+        let provider = spec.name.clone();
+        let request = ClaimRequest {
+            repo: self.settings.targets[t]
+                .repo_level()
+                .then(|| self.admission.jobs[&key].info.repo.to_string()),
+            name_base: self.settings.runner_prefix(&provider),
+            labels: spec.labels.clone(),
+        };
+        self.capacity.take(i);
+        self.stats.claims += 1;
+        self.capacity.claiming.insert(key.clone(), t);
+        self.set_phase(
+            &key,
+            Phase::Claiming {
+                provider: provider.clone(),
+            },
+        );
+        self.note(
+            &key,
+            now,
+            Note::Claiming {
+                provider: provider.clone(),
+            },
+        );
+        self.observe(Observation::Claiming {
+            job_id: key.job_id,
+            provider: provider.clone(),
+        });
+        fx.push(Effect::Claim {
+            key,
+            provider,
+            request,
+        });
+    }
+
+    /// The answer to a claim.
+    pub fn on_claim_result(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        result: Result<JitRunner, GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if key.is_warm() {
+            self.on_warm_claim_result(key, provider, result, now, &mut fx);
+            self.pump(now, &mut fx);
+            return fx;
+        }
+        self.capacity.claiming.remove(&key);
+        self.held_notices.remove(&key);
+        let t = self.target_index(&key);
+        match result {
+            Ok(runner) => self.claimed(key, provider, runner, now, &mut fx),
+            Err(e) => {
+                self.release(&provider);
+                self.stats.claim_failures += 1;
+                let reading = self.hold_claims_after(t, &e, now);
+                let class = e.class();
+                self.observe(Observation::ClaimFailed {
+                    job_id: key.job_id,
+                    target: self.settings.targets[t].name.clone(),
+                    provider,
+                    class,
+                    error: e.to_string(),
+                });
+                self.note(
+                    &key,
+                    now,
+                    Note::ClaimFailed {
+                        class,
+                        error: e.to_string(),
+                    },
+                );
+                let failure = Failure {
+                    class,
+                    retry_after: e.retry_after(),
+                    bucket: e.rate_bucket(),
+                    reading,
+                    message: e.to_string(),
+                };
+                self.failed(&key, failure, now, &mut fx);
+            }
+        }
+        self.pump(now, &mut fx);
+        fx
+    }
+
+    pub(super) fn claimed(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        runner: JitRunner,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let t = self.target_index(&key);
+        let repo = self.settings.targets[t].repo_level().then(|| {
+            self.admission
+                .jobs
+                .get(&key)
+                .map(|r| r.info.repo.to_string())
+                .unwrap_or_default()
+        });
+        let started = self
+            .admission
+            .jobs
+            .get(&key)
+            .and_then(|r| r.started_at)
+            .is_some();
+        if self.draining || (started && !self.waiting_for(&provider, &key)) {
+            // The claim raced a cordon or the job starting elsewhere, and no other job waits
+            // for a runner of this pool: the runner is not needed and has not connected yet,
+            // so delete it rather than start an environment.
+            self.release(&provider);
+            let why = if self.draining {
+                Abandon::CordonedDuringClaim
+            } else {
+                Abandon::StartedDuringClaim
+            };
+            fx.push(Effect::DeleteRunner(Deletion {
+                owner: key.owner.to_string(),
+                repo,
+                runner_id: runner.id,
+                name: runner.name.clone(),
+                attempt: 0,
+            }));
+            let phase = if started { Phase::Done } else { Phase::Seen };
+            self.abandon(&key, phase, Note::Abandoned(why), now, fx);
+            return;
+        }
+        // Started elsewhere during the claim, with another job waiting: the runner is supply
+        // for that one (handed over below, as a spare).
+        let spare = started;
+        let runner_id = runner.id;
+        let handle = self.add_runner(key.clone(), provider.clone(), repo, runner, now, fx);
+        let phase = if spare {
+            Phase::Done
+        } else {
+            Phase::Active {
+                provider: provider.clone(),
+                runner: handle.clone(),
+            }
+        };
+        self.set_phase(&key, phase);
+        // A job on the ladder keeps its item (attempts, first failure) until it is seen
+        // running: if this runner's environment fails, the same item climbs.
+        self.note(
+            &key,
+            now,
+            Note::Claimed {
+                runner: handle.clone(),
+                runner_id,
+                provider: provider.clone(),
+            },
+        );
+        self.observe(Observation::Claimed {
+            job_id: key.job_id,
+            provider,
+            runner: handle.to_string(),
+        });
+        if spare {
+            self.rebalance(now, fx);
+        }
+    }
+
+    /// Enters a claimed runner in the book (made for `intent`, registered in `repo` for a
+    /// repo-level target), makes it durable, and asks its pool to start it: the same for a
+    /// job's runner and a registered warm one. Its handle.
+    pub(super) fn add_runner(
+        &mut self,
+        intent: JobKey,
+        provider: PoolName,
+        repo: Option<String>,
+        runner: JitRunner,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) -> Arc<str> {
+        let handle: Arc<str> = Arc::from(runner.name.as_str());
+        let row = RunnerRow {
+            name: runner.name.clone(),
+            id: runner.id,
+            provider: provider.clone(),
+            repo,
+            intent: intent.clone(),
+            bound: None,
+            created_unix: now.unix,
+        };
+        self.book
+            .runners
+            .insert(handle.clone(), RunnerRecord::new(row.clone(), now.mono));
+        self.ops.push(Op::PutRunner(row));
+        self.observe(Observation::RunnerAdded {
+            provider: provider.clone(),
+        });
+        let labels = self
+            .provider_index(&provider)
+            .map(|i| self.settings.providers[i].labels.clone())
+            .unwrap_or_default();
+        fx.push(Effect::Provision {
+            provider,
+            spec: RunnerSpec {
+                name: runner.name,
+                runner_id: runner.id,
+                jit_config: runner.encoded_jit_config,
+                intent,
+                labels,
+            },
+        });
+        handle
+    }
+
+    /// Whether a job other than `except` waits for a runner `provider` could serve (pending
+    /// or on the ladder, not started).
+    fn waiting_for(&self, provider: &PoolName, except: &JobKey) -> bool {
+        let Some(i) = self.provider_index(provider) else {
+            return false;
+        };
+        let covers = |k: &JobKey| {
+            self.admission.jobs.get(k).is_some_and(|j| {
+                self.capacity.provider_sets[i].covers(&LabelSet::new(&j.info.labels))
+            })
+        };
+        self.admission
+            .pending
+            .iter()
+            .chain(self.ladder.queue.keys())
+            .any(|k| k != except && self.admission.needs_runner(k) && covers(k))
+    }
+}

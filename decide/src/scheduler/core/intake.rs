@@ -1,0 +1,356 @@
+//! Intake: `workflow_job` events through the dedup gate, label coverage and cordon; observed
+//! starts and completions bind runners (a runner bound to a sibling's job leaves its own job
+//! needing another) and trigger teardown.
+
+use super::{
+    DeliveryId, Effect, JobRecord, Note, Phase, Scheduler, bounded_conclusion, capacity::Pick,
+    observation::Observation,
+};
+use crate::clock::Instant;
+use crate::{
+    clock::Now,
+    durable::Op,
+    job::{JobAction, JobInfo, JobKey},
+};
+
+impl Scheduler {
+    /// A `workflow_job` event (webhook or reconcile).
+    pub fn on_job_event(
+        &mut self,
+        action: JobAction,
+        job: JobInfo,
+        delivery: Option<&str>,
+        received: Instant,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let mut job = job;
+        self.admission.shared.job(&mut job);
+        if let Some(reason) = self.out_of_scope(&job) {
+            self.ignore(action, job, reason, received, now);
+            return fx;
+        }
+        match action {
+            JobAction::Queued => self.on_queued(job, delivery, received, now, &mut fx),
+            JobAction::InProgress | JobAction::Completed => {
+                self.on_started(action, job, delivery, now, &mut fx)
+            }
+            JobAction::Waiting => {
+                let key = job.key.clone();
+                self.note(&key, now, Note::AwaitingApproval);
+            }
+        }
+        fx
+    }
+
+    /// Why `job` is none of this daemon's business, if it is not: an owner no target has
+    /// (case-insensitive), a repo outside its target's `repos` (when set), another App
+    /// installation than its target's.
+    pub(super) fn out_of_scope(&self, job: &JobInfo) -> Option<&'static str> {
+        let Some(t) = self.target_of(&job.key.owner) else {
+            return Some("owner");
+        };
+        let s = &self.settings.targets[t];
+        if !s.repos.is_empty() && !s.repos.iter().any(|r| r.eq_ignore_ascii_case(&job.repo)) {
+            return Some("repo");
+        }
+        if let (Some(ours), Some(theirs)) = (s.installation_id, job.installation_id)
+            && ours != theirs
+        {
+            return Some("installation");
+        }
+        None
+    }
+
+    /// Leaves an out-of-scope job alone: no claim, no call; a queued one is remembered (so
+    /// `jobs ID` says why) and counted.
+    pub(super) fn ignore(
+        &mut self,
+        action: JobAction,
+        job: JobInfo,
+        reason: &'static str,
+        received: Instant,
+        now: Now,
+    ) {
+        self.observe(Observation::Ignored {
+            job_id: job.key.job_id,
+            reason,
+        });
+        if action != JobAction::Queued {
+            return;
+        }
+        let key = job.key.clone();
+        let rec = self
+            .admission
+            .jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobRecord::new(job, Phase::Ignored, received));
+        rec.seen_at = Some(now.mono);
+        rec.phase = Phase::Ignored;
+        self.note(&key, now, Note::OutOfScope { reason });
+    }
+
+    pub(super) fn on_queued(
+        &mut self,
+        job: JobInfo,
+        delivery: Option<&str>,
+        received: Instant,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.stats.queued_events += 1;
+        let key = job.key.clone();
+        // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
+        //    covers costs nothing when it is delivered again.
+        if let Some(rec) = self.admission.jobs.get(&key) {
+            // A parked job is looked at again when a delivery for it comes.
+            if matches!(rec.phase, Phase::Parked { .. }) && !self.draining {
+                self.admit_again(&key, "delivery", now);
+                self.pump(now, fx);
+                return;
+            }
+            let in_flight = matches!(
+                rec.phase,
+                Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
+            );
+            let recently_seen = rec
+                .seen_at
+                .is_some_and(|at| now.mono.saturating_duration_since(at) < self.settings.seen_ttl);
+            if in_flight || recently_seen {
+                self.stats.duplicates += 1;
+                self.observe(Observation::Duplicate {
+                    job_id: key.job_id,
+                    delivery: delivery.map(str::to_string),
+                });
+                return;
+            }
+        }
+        let rec = self
+            .admission
+            .jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobRecord::new(job.clone(), Phase::Seen, received));
+        rec.info = job;
+        rec.seen_at = Some(now.mono);
+        let labels = rec.info.labels.clone();
+        self.note(
+            &key,
+            now,
+            Note::Queued {
+                delivery: delivery.map(DeliveryId::new),
+            },
+        );
+
+        // 2. Label coverage.
+        if matches!(self.pick(&labels, self.target_index(&key)), Pick::Uncovered) {
+            self.set_phase(&key, Phase::Unroutable);
+            self.note(
+                &key,
+                now,
+                Note::Unroutable {
+                    labels: labels.clone(),
+                },
+            );
+            self.observe(Observation::Unroutable {
+                job_id: key.job_id,
+                delivery: delivery.map(str::to_string),
+                labels,
+            });
+            return;
+        }
+        // 3. Cordon: seen kept, not pending (a reconcile pass after the uncordon admits it).
+        if self.draining {
+            self.set_phase(&key, Phase::Seen);
+            self.note(&key, now, Note::CordonedNotAdmitted);
+            return;
+        }
+        // 4. Pending: wait for a slot and a claim token (or a spare runner).
+        if let Some(rec) = self.admission.jobs.get_mut(&key) {
+            rec.admissions += 1;
+        }
+        self.set_phase(&key, Phase::Pending);
+        let t = self.target_index(&key);
+        self.admission.pending.push_back(t, key.clone());
+        self.note(&key, now, Note::Admitted);
+        // A spare (a registered warm runner, a runner whose job ran elsewhere) first.
+        self.rebalance(now, fx);
+        self.pump(now, fx);
+    }
+
+    pub(super) fn on_started(
+        &mut self,
+        action: JobAction,
+        job: JobInfo,
+        delivery: Option<&str>,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let key = job.key.clone();
+        let runner_name = job.runner_name.clone();
+        let withdrawn = job.withdrawn;
+        let rec = self
+            .admission
+            .jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobRecord::new(job.clone(), Phase::Done, now.mono));
+        if rec.started_at.is_none() {
+            rec.started_at = Some(now.mono);
+            self.ops.push(Op::JobStarted(key.clone(), now.unix));
+        }
+        let rec = self
+            .admission
+            .jobs
+            .get_mut(&key)
+            .unwrap_or_else(|| unreachable!("inserted above"));
+        rec.info.runner_name = job.runner_name.clone();
+        rec.info.runner_id = job.runner_id;
+        if job.conclusion.is_some() {
+            rec.info.conclusion = job.conclusion.clone();
+        }
+        match rec.phase {
+            Phase::Pending
+            | Phase::Retrying
+            | Phase::Seen
+            | Phase::Unroutable
+            | Phase::Ignored
+            | Phase::Parked { .. } => {
+                rec.phase = Phase::Done;
+            }
+            Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done => {}
+        }
+        self.leave_ladder(&key, fx);
+        let runner = runner_name.as_deref().map(|n| self.runner_handle(n));
+        self.note(&key, now, Note::Observed { action, runner });
+        self.observe(Observation::JobObserved {
+            job_id: key.job_id,
+            delivery: delivery.map(str::to_string),
+            runner: runner_name.clone(),
+            action,
+        });
+
+        // Bind the runner named in the event, if it is ours.
+        // A runner already gone that is named now did run a job: no registration to delete,
+        // and a clean exit of it counted against its job is explained.
+        if let Some(intent) = runner_name
+            .as_ref()
+            .and_then(|n| self.book.recent.ran_a_job(n.as_str()))
+            && let Some(j) = self.admission.jobs.get_mut(&intent)
+        {
+            j.quiet_exits = j.quiet_exits.saturating_sub(1);
+        }
+        // Ours only if the name *and* the id match (a name alone could be another's).
+        let runner_id = job.runner_id;
+        if let Some(name) = &runner_name
+            && let Some(runner) = self.book.runners.get_mut(name.as_str())
+            && runner_id.is_none_or(|id| id == runner.id)
+        {
+            let bound_now = runner.bound.is_none();
+            if bound_now {
+                runner.bound = Some(key.clone());
+                let row = runner.row.clone();
+                self.ops.push(Op::PutRunner(row));
+            }
+            let (intent, provider) = (runner.intent.clone(), runner.provider.clone());
+            let warm_start = runner.warm_start;
+            if bound_now {
+                self.job_taken(&key, provider, warm_start, job.github_wait_secs);
+            }
+            if intent != key && !intent.is_warm() {
+                self.observe(Observation::RunnerTookOther {
+                    job_id: key.job_id,
+                    runner: name.clone(),
+                    intended: intent.job_id,
+                });
+                let runner = self.runner_handle(name);
+                self.note(
+                    &intent,
+                    now,
+                    Note::RunnerTookOther {
+                        runner: runner.clone(),
+                        job_id: key.job_id,
+                    },
+                );
+                self.runner_taken(&intent, &runner, now);
+            }
+        }
+        if action == JobAction::Completed {
+            self.on_completed(&key, runner_name.as_deref(), runner_id, withdrawn, now, fx);
+            fx.extend(self.sweep(now));
+        } else {
+            self.rebalance(now, fx);
+        }
+        self.pump(now, fx);
+    }
+
+    pub(super) fn on_completed(
+        &mut self,
+        key: &JobKey,
+        runner_name: Option<&str>,
+        runner_id: Option<u64>,
+        withdrawn: bool,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        // Teardown follows the runner named in the event (name and id), never the job a
+        // runner was made for.
+        let target = match runner_name {
+            Some(name) => self
+                .book
+                .runners
+                .get(name)
+                .filter(|r| runner_id.is_none_or(|id| id == r.id))
+                .map(|r| r.name.clone()),
+            // Cancelled before any runner took it: the runner made for it may go, if it is
+            // not busy with another job.
+            None => self
+                .book
+                .runners
+                .values()
+                .find(|r| &r.intent == key && r.bound.as_ref().is_none_or(|b| b == key))
+                .map(|r| r.name.clone()),
+        };
+        let conclusion = self
+            .admission
+            .jobs
+            .get(key)
+            .and_then(|r| r.info.conclusion.clone())
+            .unwrap_or_else(|| "unknown".into());
+        // Count the job if it ran on a runner of ours, live or just gone (a runner often exits
+        // before GitHub's `completed` delivery arrives).
+        let ran_on = runner_name.and_then(|n| {
+            self.book
+                .runners
+                .get(n)
+                .map(|r| (r.provider.clone(), r.started_at))
+                .or_else(|| {
+                    self.book
+                        .recent
+                        .get(n)
+                        .map(|g| (g.provider.clone(), g.started_at))
+                })
+        });
+        if let Some((provider, started)) = ran_on {
+            self.observe(Observation::JobFinished {
+                provider,
+                conclusion: bounded_conclusion(&conclusion),
+                duration: started.map(|s| now.mono.saturating_duration_since(s)),
+            });
+        }
+        self.note(key, now, Note::Completed { conclusion });
+        let withdrawn = withdrawn && runner_name.is_none();
+        match target {
+            // A scale set's job withdrawn before any runner took it comes back as a new
+            // assignment in a moment: its runner, already on its way, is kept as a spare for
+            // it (or for any job of the pool) instead of being torn down and claimed again.
+            Some(name) if withdrawn => {
+                let until = now.mono + super::sweep::REASSIGN_GRACE;
+                if let Some(r) = self.book.runners.get_mut(name.as_str()) {
+                    r.kept_until = Some(until);
+                }
+                self.wake_sweep_at(until, fx);
+            }
+            Some(name) => self.tear_down(key, &name, "job completed", now, fx),
+            None => {}
+        }
+    }
+}

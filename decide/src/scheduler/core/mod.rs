@@ -1,0 +1,591 @@
+//! `Scheduler`: every scheduling decision, as a plain struct. No actix, no I/O, no clock: each
+//! method takes the time ([`Now`]) and returns the [`Effect`]s the actor shell must carry out.
+//!
+//! It owns the job table (dedup: pending / running / seen, observed `started`), the runner
+//! ledger, the slot counts, claim pacing, and cordon. Decisions follow the original's order for
+//! a queued job: dedup gate (running, pending, seen) before the label check; a job no provider
+//! covers is remembered as seen (so a re-delivery costs nothing) and never made pending; cordon
+//! before the zombie count; route and claim only when a slot and a claim token are free.
+//!
+//! It also owns the claim retry ladder (each failed job's item, and every delay, decided with
+//! the rate reading it is pushed). It holds no metrics and writes no logs: what operators count
+//! or read leaves as [`Observation`]s, durable changes as store [`Op`]s, and everything to do
+//! as plain-data [`Effect`]s; the actor shell carries all three out.
+
+use crate::config::PoolName;
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use crate::clock::Instant;
+use serde::Serialize;
+
+use crate::{
+    clock::Now,
+    durable::{Op, RunnerRow},
+    github::ErrorClass,
+    job::{JobInfo, JobKey},
+    provision::RunnerSpec,
+    rate::RateBook,
+    retry::Backoff,
+};
+use observation::Observation;
+
+mod admission;
+mod capacity;
+mod dispatch;
+mod fleet;
+#[cfg(test)]
+mod fleet_tests;
+mod intake;
+mod ladder;
+mod ledger;
+pub mod observation;
+mod pacing;
+mod parking;
+mod restore;
+mod runner_book;
+mod settings;
+mod shared;
+mod supply;
+mod sweep;
+pub mod timeline;
+mod view;
+mod warm;
+
+use admission::Admission;
+use capacity::SlotTable;
+use ladder::Ladder;
+pub use pacing::ClaimPacer;
+use runner_book::RunnerBook;
+pub use settings::{ProviderSpec, SchedulerSettings, TargetSpec};
+pub use supply::PoolDemand;
+pub use timeline::{Abandon, DeliveryId, Note, TimelineEntry};
+pub use view::{
+    Capacity, JobDetail, JobView, JobsView, ProviderView, RetryQueueView, SchedulerState,
+    StatusView, TargetView,
+};
+pub use warm::{REAP_WARM_AGE, REAP_WARM_SURPLUS};
+
+/// A job is remembered as seen this long; a re-delivery inside it is a duplicate.
+pub const SEEN_TTL: Duration = Duration::from_secs(10 * 60);
+/// How long an observed start is remembered when there is no job timeout.
+pub const STARTED_TTL_NO_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// Idle reaps after which a job is parked: runners made for it sat idle until the orphan sweep
+/// reaped them this many times, so GitHub lists it queued but never assigns it (a superseded
+/// run, say). Only this counts: a runner that ran a sibling's job, or crashed, does not.
+pub const ZOMBIE_CAP: u32 = 5;
+/// How long a parked job waits before it is looked at again (its state asked of GitHub; a
+/// reconcile pass that lists it queued after this time, or a new delivery, admits it too).
+pub const PARK_LOOK: Duration = Duration::from_secs(30 * 60);
+/// Runners of one job that may exit cleanly with no job seen before the next such exit is
+/// taken for an environment that failed (its ladder climbs): a JIT runner exits 0 after its
+/// one job, so a clean exit is a job ran whose event is late, unless it keeps happening.
+pub const QUIET_EXITS_FREE: u8 = 2;
+/// How long a runner that exited by itself may wait for its job's `in_progress` before it is
+/// taken for one that never ran a job (and deleted on GitHub).
+pub const DELETE_DELAY: Duration = Duration::from_secs(10);
+/// Deletions of one registration tried before it is left to the next start's cleanup.
+pub const DELETE_ATTEMPTS: u32 = 8;
+/// The wait after a registration's first failed deletion (doubling after each).
+const DELETE_RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest wait between two deletions of one registration.
+const MAX_WAIT_DELETE: Duration = Duration::from_secs(300);
+
+pub use crate::vocab::runner_prefix;
+
+/// A generate-jitconfig call, as plain data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The job's repo, for repo-level runners; `None` claims at the org.
+    pub repo: Option<String>,
+    /// Runner name without its random part (`<prefix>-<provider>-<install id>`).
+    pub name_base: String,
+    /// Labels the runner registers with.
+    pub labels: Vec<String>,
+}
+
+/// What the actor shell must do after a decision. Plain data: the shell builds the messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Call generate-jitconfig; report back with `on_claim_result`.
+    Claim {
+        /// The job.
+        key: JobKey,
+        /// The provider the runner is for.
+        provider: PoolName,
+        /// The call.
+        request: ClaimRequest,
+    },
+    /// Hand a claimed runner to its provisioner.
+    Provision {
+        /// Which provisioner.
+        provider: PoolName,
+        /// The runner.
+        spec: RunnerSpec,
+    },
+    /// Ask a provisioner to stop a runner.
+    Teardown {
+        /// Which provisioner.
+        provider: PoolName,
+        /// Runner name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Delete a runner registration on GitHub (it never ran a job, so it will not go by itself);
+    /// report the answer with `on_runner_deleted`.
+    DeleteRunner(Deletion),
+    /// Ask GitHub for a parked job's state; report it with `on_job_looked`.
+    LookAtJob {
+        /// The job.
+        key: JobKey,
+        /// Its repo.
+        repo: String,
+    },
+    /// Arm the one timer for the earliest due time of everything timed (a ladder item, a
+    /// deferred decision, the claim pacing's next token; `None`: nothing waits); when it
+    /// fires, call `on_timer`.
+    ArmTimer {
+        /// Due time.
+        at: Option<Instant>,
+    },
+    /// Delete a runner's registration on GitHub before reaping it, unless it is busy (its
+    /// `in_progress` may be late; GitHub refuses to delete a runner that runs a job); report
+    /// back with `on_idle_checked` (`Ok(false)`: deleted, `Ok(true)`: busy).
+    CheckIdle {
+        /// The owner whose target registered it.
+        owner: String,
+        /// Runner name.
+        name: String,
+        /// Runner id.
+        runner_id: u64,
+        /// Repo for repo-level runners.
+        repo: Option<String>,
+        /// Why it would be reaped.
+        reason: &'static str,
+    },
+}
+
+/// One registration to delete, and how many deletions of it failed before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    /// The owner whose target registered it.
+    pub owner: String,
+    /// Repo for repo-level runners.
+    pub repo: Option<String>,
+    /// Runner id.
+    pub runner_id: u64,
+    /// Runner name, for logs.
+    pub name: String,
+    /// Deletions of it that failed before this one.
+    pub attempt: u32,
+}
+
+impl Deletion {
+    /// The first deletion of `r`'s registration.
+    pub(crate) fn of(r: &RunnerRow) -> Self {
+        Deletion {
+            owner: r.intent.owner.to_string(),
+            repo: r.repo.clone(),
+            runner_id: r.id,
+            name: r.name.clone(),
+            attempt: 0,
+        }
+    }
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Phase {
+    /// Admitted before; nothing in flight (failed, abandoned, cordoned, zombie, torn down).
+    Seen,
+    /// No enabled provider's labels cover the job; remembered only to make re-deliveries free.
+    Unroutable,
+    /// Outside the configured owner, repos or installation: accepted and left alone.
+    Ignored,
+    /// Waiting for a slot or a claim token.
+    Pending,
+    /// generate-jitconfig in flight; a slot is held.
+    Claiming {
+        /// For this provider.
+        provider: PoolName,
+    },
+    /// On the retry ladder; no slot held.
+    Retrying,
+    /// A runner was claimed for it and its environment is starting or running.
+    Active {
+        /// The provider.
+        provider: PoolName,
+        /// The runner created for the job (its name, shared with the ledger).
+        runner: Arc<str>,
+    },
+    /// Observed in progress or completed (on any runner); nothing more to do.
+    Done,
+    /// Not running, and not claimed for now: looked at again at `look_unix` (GitHub asked
+    /// whether it is still queued), or sooner when a delivery or a reconcile pass brings it.
+    Parked {
+        /// Why.
+        reason: ParkReason,
+        /// Unix seconds of the next look.
+        look_unix: u64,
+    },
+}
+
+/// Why a job is parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParkReason {
+    /// Its runners sat idle until reaped `ZOMBIE_CAP` times: GitHub never assigns it.
+    Zombie,
+    /// Its claims kept failing past `max_age`.
+    GaveUp,
+    /// Its last failure cannot be helped by retrying right away (a claim GitHub refused).
+    NotRetryable,
+}
+
+impl ParkReason {
+    /// The reason's name (the `reason` label, and `jobs`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkReason::Zombie => "zombie",
+            ParkReason::GaveUp => "gave_up",
+            ParkReason::NotRetryable => "not_retryable",
+        }
+    }
+}
+
+impl Phase {
+    /// The state's name, as its `state` tag on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Seen => "seen",
+            Phase::Unroutable => "unroutable",
+            Phase::Ignored => "ignored",
+            Phase::Pending => "pending",
+            Phase::Claiming { .. } => "claiming",
+            Phase::Retrying => "retrying",
+            Phase::Active { .. } => "active",
+            Phase::Done => "done",
+            Phase::Parked { .. } => "parked",
+        }
+    }
+}
+
+/// What the scheduler knows about a job.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// Latest information.
+    pub info: JobInfo,
+    /// Where it stands.
+    pub phase: Phase,
+    /// Last admitted (the dedup TTL runs from here).
+    pub seen_at: Option<Instant>,
+    /// Observed `in_progress` or `completed` (any runner).
+    pub started_at: Option<Instant>,
+    /// When the first queued event for it arrived.
+    pub received_at: Instant,
+    /// Admissions so far (each a dispatch: a delivery, a reconcile, a heal).
+    pub admissions: u32,
+    /// Runners made for it that sat idle until the sweep reaped them (the zombie counter).
+    pub idle_reaps: u8,
+    /// Runners made for it that exited cleanly with no job seen on them, not yet explained by
+    /// a late event.
+    pub quiet_exits: u8,
+    /// What its ladder item held when it left the ladder (failures, the latest one's
+    /// class): its history. While it is on the ladder, the item there is the one count.
+    pub ladder_left: Option<(u32, ErrorClass)>,
+    /// Every decision taken about it.
+    pub timeline: Vec<TimelineEntry>,
+    /// Fleet mode: delivered to another host's intake, which asks the ledger first.
+    pub delivered_elsewhere: bool,
+}
+
+impl JobRecord {
+    fn new(info: JobInfo, phase: Phase, received_at: Instant) -> Box<Self> {
+        Box::new(JobRecord {
+            info,
+            phase,
+            seen_at: None,
+            started_at: None,
+            received_at,
+            admissions: 0,
+            idle_reaps: 0,
+            quiet_exits: 0,
+            ladder_left: None,
+            timeline: Vec::new(),
+            delivered_elsewhere: false,
+        })
+    }
+}
+
+/// A runner of ours: what the ledger keeps (its [`RunnerRow`], read through `Deref`), and
+/// when it was claimed and came up.
+#[derive(Debug, Clone)]
+pub struct RunnerRecord {
+    /// The durable part.
+    pub row: RunnerRow,
+    /// Claimed at.
+    pub created_at: Instant,
+    /// Made for its intent job at (its claim, or when it was handed over as a spare): the
+    /// orphan grace runs from here.
+    pub intent_since: Instant,
+    /// Environment up at.
+    pub started_at: Option<Instant>,
+    /// When the sweep may ask GitHub again whether it is busy: a minute after it asked, or
+    /// [`sweep::IDLE_RETRY_AFTER_ERROR`] after a question GitHub failed to answer (never
+    /// while an answer is outstanding).
+    pub idle_check_due: Option<Instant>,
+    /// The sweep's question is outstanding.
+    pub idle_check_pending: bool,
+    /// GitHub said it is busy (with a job whose `in_progress` never reached us): the sweep
+    /// leaves it alone; its job's `completed`, or its own exit, ends it.
+    pub seen_busy: bool,
+    /// Its registration is already deleted on GitHub (by the sweep): its exit deletes nothing.
+    pub registration_deleted: bool,
+    /// A teardown was asked for: the sweep leaves it to that.
+    pub tearing_down: bool,
+    /// It started in a booted warm environment.
+    pub warm_start: bool,
+    /// How often its intent job was looked at on GitHub while it sat up and unbound for it
+    /// ([`sweep::UNBOUND_LOOK_AFTER`]); back to 0 when it is handed another job.
+    pub looks: u8,
+    /// When its intent job is looked at next (unset: [`sweep::UNBOUND_LOOK_AFTER`] after it
+    /// came up or was handed its job).
+    pub look_due: Option<Instant>,
+    /// A spare kept until then for the job it was made for to come back: a scale set's job
+    /// withdrawn before any runner took it is assigned again moments later
+    /// ([`sweep::REASSIGN_GRACE`]); the sweep leaves it alone until then.
+    pub kept_until: Option<Instant>,
+}
+
+impl RunnerRecord {
+    /// A runner of `row`, claimed at `created_at` (and made for its intent job then), not up
+    /// yet and never asked about.
+    pub(crate) fn new(row: RunnerRow, created_at: Instant) -> Self {
+        RunnerRecord {
+            row,
+            created_at,
+            intent_since: created_at,
+            started_at: None,
+            idle_check_due: None,
+            idle_check_pending: false,
+            seen_busy: false,
+            registration_deleted: false,
+            tearing_down: false,
+            warm_start: false,
+            looks: 0,
+            look_due: None,
+            kept_until: None,
+        }
+    }
+}
+
+impl std::ops::Deref for RunnerRecord {
+    type Target = RunnerRow;
+
+    fn deref(&self) -> &RunnerRow {
+        &self.row
+    }
+}
+
+impl std::ops::DerefMut for RunnerRecord {
+    fn deref_mut(&mut self) -> &mut RunnerRow {
+        &mut self.row
+    }
+}
+
+/// The scheduler: its owned parts, and what crosses them (the settings, cordon, the one
+/// timer, and what waits for the shell).
+#[derive(Debug)]
+pub struct Scheduler {
+    settings: SchedulerSettings,
+    /// Target index per owner (lowercased).
+    owners: HashMap<String, usize>,
+    /// The job table, the pending queue, shared strings, jobs held idle.
+    admission: Admission,
+    /// Slots, pacing, claims in flight.
+    capacity: SlotTable,
+    /// Runners of ours, runners just gone, deferred decisions.
+    book: RunnerBook,
+    /// The claim retry ladder: the one owner of every failed job's retry state.
+    ladder: Ladder,
+    /// Fleet mode: jobs whose claim is in flight here that another host was heard to hold
+    /// (the host): a claim still waiting for its offer delay does not ask the ledger.
+    held_notices: HashMap<JobKey, String>,
+    draining: bool,
+    /// The shutdown drain has begun: the cordon can no longer be lifted.
+    shutting_down: bool,
+    stats: Stats,
+    /// When the claim pacing next has a token for a job that waits for one.
+    pace_wake: Option<Instant>,
+    /// When the sweep runs again: to retry a busy check GitHub failed to answer, or to look at
+    /// the job of a runner idle for it (`sweep::UNBOUND_LOOK_AFTER`).
+    sweep_wake: Option<Instant>,
+    /// The due time the timer was last handed.
+    timer: Option<Instant>,
+    /// What operators count or read, waiting for the shell.
+    observed: Vec<Observation>,
+    /// State changes waiting to be made durable.
+    ops: Vec<Op>,
+    /// Registered warm runners: the counts and the claims.
+    warm: warm::WarmBook,
+}
+
+/// A cordon cannot be lifted: the daemon is draining to shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the daemon is draining to shut down; it cannot be uncordoned")]
+pub struct ShuttingDown;
+
+/// Counters for status views and tests.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Queued events received.
+    pub queued_events: u64,
+    /// Queued events dropped by the dedup gate.
+    pub duplicates: u64,
+    /// Claims sent.
+    pub claims: u64,
+    /// Claims that failed.
+    pub claim_failures: u64,
+    /// Runners that reported started.
+    pub runners_started: u64,
+    /// Dispatches abandoned because the job was observed running elsewhere.
+    pub satisfied_elsewhere: u64,
+}
+
+impl Scheduler {
+    /// A scheduler with no jobs, climbing `backoff` on failures; `seed` seeds the ladder's
+    /// jitter (random from the shell, fixed in tests).
+    pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: u64) -> Self {
+        Scheduler {
+            owners: settings
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.owner.to_ascii_lowercase(), i))
+                .collect(),
+            admission: Admission::new(settings.targets.len()),
+            capacity: SlotTable::new(&settings),
+            warm: warm::WarmBook::new(settings.providers.len()),
+            book: RunnerBook::default(),
+            ladder: Ladder::new(backoff, seed),
+            held_notices: HashMap::new(),
+            settings,
+            draining: false,
+            shutting_down: false,
+            stats: Stats::default(),
+            pace_wake: None,
+            sweep_wake: None,
+            timer: None,
+            observed: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Reads rate-limit readings from `book`, target `t`'s under `credentials[t]` (targets
+    /// that share a credential share its budget). Without it, a rate-limited claim climbs the
+    /// plain ladder.
+    pub fn read_rates(&mut self, book: RateBook, credentials: Vec<String>) {
+        self.ladder.read_rates(book, credentials);
+    }
+
+    /// Runner `name` as its notes share it (see [`RunnerBook::handle`]).
+    fn runner_handle(&self, name: &str) -> Arc<str> {
+        self.book.handle(name)
+    }
+
+    fn note(&mut self, key: &JobKey, now: Now, note: Note) {
+        self.admission.note(key, now, note);
+    }
+
+    fn observe(&mut self, o: Observation) {
+        self.observed.push(o);
+    }
+
+    /// What was observed since the last call (the shell logs and counts it).
+    pub fn take_observations(&mut self) -> Vec<Observation> {
+        std::mem::take(&mut self.observed)
+    }
+
+    fn provider_index(&self, pool: &PoolName) -> Option<usize> {
+        self.settings.providers.iter().position(|p| p.name == *pool)
+    }
+
+    fn set_phase(&mut self, key: &JobKey, phase: Phase) {
+        self.admission.set_phase(key, phase);
+    }
+
+    fn release(&mut self, provider: &PoolName) {
+        let i = self.provider_index(provider);
+        self.capacity.free(i);
+    }
+
+    /// `runner.name_prefix`.
+    pub fn name_prefix(&self) -> &str {
+        &self.settings.name_prefix
+    }
+
+    /// Whether a runner name is one of this install's, of any pool, configured now or not
+    /// (a pool removed from the config may have left runners): `<name_prefix>-<pool>-` and
+    /// then exactly this install's id and a random part (neither has a `-`, so another
+    /// host's pool whose name ends in `-<our id>` does not match: its tail is longer).
+    pub fn is_ours(&self, name: &str) -> bool {
+        let s = &self.settings;
+        if s.providers
+            .iter()
+            .any(|p| name.starts_with(&s.runner_prefix(&p.name)))
+        {
+            return true;
+        }
+        crate::vocab::names_install_runner(name, &s.name_prefix, &s.install_id)
+    }
+
+    /// The targets.
+    pub fn targets(&self) -> &[TargetSpec] {
+        &self.settings.targets
+    }
+
+    /// The target whose owner is `owner` (case-insensitive).
+    pub fn target_of(&self, owner: &str) -> Option<usize> {
+        self.owners
+            .get(owner)
+            .or_else(|| self.owners.get(&owner.to_ascii_lowercase()))
+            .copied()
+    }
+
+    /// How often to reconcile, if at all.
+    pub fn reconcile_interval(&self) -> Option<Duration> {
+        self.settings.reconcile_interval
+    }
+}
+
+/// GitHub's conclusions, so the metric label stays bounded.
+fn bounded_conclusion(c: &str) -> &'static str {
+    match c {
+        "success" => "success",
+        "failure" => "failure",
+        "cancelled" => "cancelled",
+        "skipped" => "skipped",
+        "timed_out" => "timed_out",
+        "neutral" => "neutral",
+        "action_required" => "action_required",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod driver;
+#[cfg(test)]
+mod fungible_tests;
+#[cfg(test)]
+mod ladder_tests;
+#[cfg(test)]
+mod parking_tests;
+#[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
+mod targets_tests;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod warm_tests;

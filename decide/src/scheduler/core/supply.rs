@@ -1,0 +1,207 @@
+//! Fungibility as accounting. GitHub hands a JIT runner the oldest queued job its labels
+//! cover, not the job it was made for. So demand is the set of jobs that wait for a runner
+//! (pending, or on the ladder), supply is the runners claimed, booting or idle and not yet
+//! bound, and a runner is *for* a job only until an event says otherwise:
+//!
+//! - a runner named in a sibling's event leaves its own job needing another (`runner_taken`):
+//!   dispatched again at once, which is not a failure and counts toward nothing;
+//! - an unbound runner whose job no longer needs it is a spare (`is_spare`), handed to the
+//!   oldest waiting job it can serve (`rebalance`) before any new claim is made for it; a
+//!   spare nobody can use is surplus, which the sweep reaps.
+
+use super::{Effect, Note, Phase, RunnerRecord, Scheduler, observation::Observation};
+use crate::clock::Instant;
+use crate::{clock::Now, durable::Op, job::JobKey, vocab::LabelSet};
+use std::sync::Arc;
+
+/// A scale set's jobs as this daemon holds them ([`Scheduler::pool_demand`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolDemand {
+    /// Not yet taken by a runner, oldest first (placeholders among them).
+    pub waiting: Vec<JobKey>,
+    /// Taken by a runner of ours that is still there.
+    pub running: usize,
+}
+
+impl Scheduler {
+    /// Whether `r` is free to serve another job: alive, unbound, not on its way out, and the
+    /// job it was made for no longer waits for it (started, gone, or moved on).
+    pub(super) fn is_spare(&self, r: &RunnerRecord) -> bool {
+        if r.bound.is_some() || r.tearing_down || r.registration_deleted || r.seen_busy {
+            return false;
+        }
+        self.admission.jobs.get(&r.intent).is_none_or(|j| {
+            j.started_at.is_some()
+                || !matches!(&j.phase, Phase::Active { runner, .. } if **runner == *r.name)
+        })
+    }
+
+    /// Runner `runner`, made for `intent`, was named in another job's event: `intent` lost its
+    /// supply and waits for a runner again (a spare, or a new claim), at once.
+    pub(super) fn runner_taken(&mut self, intent: &JobKey, runner: &Arc<str>, now: Now) {
+        let Some(rec) = self.admission.jobs.get_mut(intent) else {
+            return;
+        };
+        let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if r == runner);
+        if intent.is_reckoned() && its_own {
+            // A placeholder's runner took an assigned job: the placeholder stood for exactly
+            // that, and is done.
+            self.set_phase(intent, Phase::Done);
+            self.ops.push(Op::DeleteJob(intent.clone()));
+            self.note(
+                intent,
+                now,
+                Note::Recorded("its runner took a job assigned to the scale set".into()),
+            );
+            return;
+        }
+        if rec.started_at.is_some() || !its_own || self.draining {
+            return;
+        }
+        rec.phase = Phase::Pending;
+        rec.admissions += 1;
+        rec.seen_at = Some(now.mono);
+        let t = self.target_index(intent);
+        self.admission.pending.push_back(t, intent.clone());
+        let why = "its runner ran a sibling's job";
+        self.observe(Observation::Requeued {
+            job_id: intent.job_id,
+            why,
+        });
+        self.note(intent, now, Note::Requeued { why });
+    }
+
+    /// What this daemon holds of the jobs routed by `pin` (a scale set's routing label) for
+    /// `owner`: the ones that still wait for a runner to take them, and how many run on a
+    /// runner of ours. GitHub's `totalAssignedJobs` for the scale set counts the same jobs.
+    pub fn pool_demand(&self, owner: &str, pin: &str) -> PoolDemand {
+        let mine = |key: &JobKey, labels: &[String]| {
+            key.owner.eq_ignore_ascii_case(owner) && labels.iter().any(|l| l == pin)
+        };
+        let mut waiting: Vec<(Instant, JobKey)> = self
+            .admission
+            .jobs
+            .iter()
+            .filter(|(key, j)| {
+                mine(key, &j.info.labels)
+                    && j.started_at.is_none()
+                    && j.info.conclusion.is_none()
+                    && !matches!(j.phase, Phase::Done | Phase::Ignored | Phase::Unroutable)
+            })
+            .map(|(key, j)| (j.received_at, key.clone()))
+            .collect();
+        waiting.sort();
+        // Running: started, not completed, on a runner of ours (live, or gone a moment ago
+        // with GitHub's `JobCompleted` not yet in).
+        let bound: std::collections::HashSet<&JobKey> = self
+            .book
+            .runners
+            .values()
+            .filter_map(|r| r.bound.as_ref())
+            .collect();
+        let running = self
+            .admission
+            .jobs
+            .iter()
+            .filter(|(key, j)| {
+                mine(key, &j.info.labels)
+                    && j.started_at.is_some()
+                    && j.info.conclusion.is_none()
+                    && (bound.contains(key)
+                        || j.info.runner_name.as_deref().is_some_and(|n| {
+                            self.book.runners.contains_key(n) || self.book.recent.get(n).is_some()
+                        }))
+            })
+            .count();
+        PoolDemand {
+            waiting: waiting.into_iter().map(|(_, k)| k).collect(),
+            running,
+        }
+    }
+
+    /// Hands spares to the jobs that wait for a runner: oldest job first, each to the newest
+    /// spare that can serve it (same target, same repo for repo-level runners, labels covered).
+    pub(super) fn rebalance(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let mut spares: Vec<(Instant, Arc<str>)> = self
+            .book
+            .runners
+            .iter()
+            .filter(|(_, r)| self.is_spare(r))
+            .map(|(name, r)| (r.created_at, name.clone()))
+            .collect();
+        if spares.is_empty() || self.draining {
+            return;
+        }
+        spares.sort_by(|a, b| b.cmp(a));
+        let waiting = self.admission.waiting(self.ladder.queue.keys());
+        for (_, key) in waiting {
+            if spares.is_empty() {
+                break;
+            }
+            let Some(job) = self.admission.jobs.get(&key) else {
+                continue;
+            };
+            let wanted = LabelSet::new(&job.info.labels);
+            let target = self.target_index(&key);
+            let serves = |name: &Arc<str>| {
+                self.book
+                    .runners
+                    .get(name)
+                    .is_some_and(|r| self.can_serve(r, target, &job.info.repo, &wanted))
+            };
+            if let Some(pos) = spares.iter().position(|(_, name)| serves(name)) {
+                let (_, name) = spares.remove(pos);
+                self.hand_over(&key, name, now, fx);
+            }
+        }
+    }
+
+    /// Whether runner `r` can take a job of `target` in `repo` that wants `wanted`.
+    fn can_serve(&self, r: &RunnerRecord, target: usize, repo: &str, wanted: &LabelSet) -> bool {
+        self.target_index(&r.intent) == target
+            && r.repo
+                .as_deref()
+                .is_none_or(|own| own.eq_ignore_ascii_case(repo))
+            && self
+                .provider_index(&r.provider)
+                .is_some_and(|i| self.capacity.provider_sets[i].covers(wanted))
+    }
+
+    /// Makes spare `name` the runner of waiting job `key` (its ladder item, if any, waits for
+    /// this attempt, as for a claimed runner).
+    fn hand_over(&mut self, key: &JobKey, name: Arc<str>, now: Now, _fx: &mut Vec<Effect>) {
+        let Some(r) = self.book.runners.get_mut(&name) else {
+            return;
+        };
+        let from = std::mem::replace(&mut r.row.intent, key.clone());
+        r.intent_since = now.mono;
+        r.kept_until = None;
+        r.idle_check_due = None;
+        r.looks = 0;
+        r.look_due = None;
+        let provider = r.provider.clone();
+        let row = r.row.clone();
+        self.ops.push(Op::PutRunner(row));
+        self.ladder.queue.hold(key);
+        self.set_phase(
+            key,
+            Phase::Active {
+                provider,
+                runner: name.clone(),
+            },
+        );
+        self.observe(Observation::SpareHandedOver {
+            job_id: key.job_id,
+            runner: name.to_string(),
+            from: from.job_id,
+        });
+        self.note(
+            key,
+            now,
+            Note::SpareHandedOver {
+                runner: name,
+                from: from.job_id,
+            },
+        );
+    }
+}

@@ -1,0 +1,299 @@
+//! The orphan sweep (spares, surplus, grace-expired orphans; each checked idle on GitHub first),
+//! the drain's teardown of every runner, and pruning of forgotten jobs.
+
+use super::{Effect, Note, Scheduler, observation::Observation};
+use crate::{clock::Now, durable::Op, github::GithubError, job::JobKey};
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+/// The sweep asks GitHub about one runner at most this often.
+pub const IDLE_CHECK_EVERY: Duration = Duration::from_secs(60);
+/// A busy check GitHub failed to answer (a 5xx, a dropped connection) is asked again this
+/// soon, from a timer of its own: a registration left after the last job is a leak until
+/// the next check, and the sweep's own interval is longer.
+pub const IDLE_RETRY_AFTER_ERROR: Duration = Duration::from_secs(10);
+
+/// A runner up this long, unbound, its job not seen started, has its job looked at on GitHub;
+/// again after twice as long, and so on (30 s, 1 min, 2 min, ... after it came up or was
+/// handed its job). A JIT runner that is up takes a queued job within seconds, so one that
+/// sits idle this long most likely waits for a job that ran elsewhere and whose events never
+/// reached this host (delivered to a fleet host killed before it wrote them, or lost on the
+/// way). Looked at, the job is marked started and the runner becomes a spare the sweep
+/// deletes, instead of staying registered for the whole orphan grace.
+pub const UNBOUND_LOOK_AFTER: Duration = Duration::from_secs(30);
+
+/// Why the sweep reaps a spare: its job ran elsewhere and no waiting job can use it.
+pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued job needs it";
+/// How long a runner made for a scale set's job that the service withdrew before any runner
+/// took it is kept as a spare: the service assigns the job again moments later (the
+/// withdrawal and the new assignment come in consecutive messages, ARC#4602), and the runner
+/// already on its way serves it. A job cancelled for good looks the same in its message, so
+/// its runner waits this long for nothing: kept short.
+pub const REASSIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+/// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
+pub const REAP_ORPHAN: &str = "orphan: no job took it within the grace";
+
+impl Scheduler {
+    /// The orphan sweep. Spares (unbound runners whose job no longer needs them) are first
+    /// handed to jobs that wait for a runner (`rebalance`); the spares left are surplus and
+    /// reaped at once. An unbound runner its own job still waits for, older than the grace,
+    /// is an orphan: GitHub did not hand it that job (or any) while it sat idle, which is the
+    /// one thing that counts toward the job's zombie cap. Each is deleted on GitHub first
+    /// (`CheckIdle`), which GitHub refuses for a runner that runs a job.
+    pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.rebalance(now, &mut fx);
+        self.look_for_idle_runners(now, &mut fx);
+        let Some(grace) = self.settings.orphan_grace else {
+            return fx;
+        };
+        // A registered pool's spares are its warm runners, kept or rotated by `keep_warm`.
+        if self.any_registered_warm() {
+            self.pump(now, &mut fx);
+        }
+        let mut reap: Vec<(String, &'static str)> = self
+            .book
+            .runners
+            .values()
+            .filter(|r| !(self.keeps_warm(&r.provider) && self.is_spare(r)))
+            .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
+            .filter(|r| r.kept_until.is_none_or(|until| until <= now.mono))
+            .filter_map(|r| {
+                if self.is_spare(r) {
+                    Some((r.name.clone(), REAP_SPARE))
+                } else if now.mono.saturating_duration_since(r.intent_since) >= grace {
+                    Some((r.name.clone(), REAP_ORPHAN))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        reap.sort();
+        for (name, why) in reap {
+            self.ask_idle(&name, why, now, &mut fx);
+        }
+        fx
+    }
+
+    /// Looks on GitHub at the job of each runner that has sat up and unbound for it longer
+    /// than its next [`UNBOUND_LOOK_AFTER`] step (`on_job_looked` marks a job GitHub says
+    /// started or finished, which makes its runner a spare), and wakes the sweep for the next
+    /// step due. Warm intents and scale-set placeholders have no job to look at.
+    fn look_for_idle_runners(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let mut next: Option<crate::clock::Instant> = None;
+        let mut due = Vec::new();
+        for r in self.book.runners.values() {
+            let Some(up) = r.started_at else { continue };
+            if r.bound.is_some()
+                || r.seen_busy
+                || r.tearing_down
+                || r.intent.is_warm()
+                || r.intent.is_reckoned()
+                || self.is_spare(r)
+            {
+                continue;
+            }
+            let at = r
+                .look_due
+                .unwrap_or_else(|| up.max(r.intent_since) + UNBOUND_LOOK_AFTER);
+            if at <= now.mono {
+                due.push(r.name.clone());
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        for name in due {
+            let Some(r) = self.book.runners.get_mut(name.as_str()) else {
+                continue;
+            };
+            r.looks = r.looks.saturating_add(1);
+            let at = now.mono + UNBOUND_LOOK_AFTER * (1u32 << r.looks.min(8));
+            r.look_due = Some(at);
+            next = Some(next.map_or(at, |n| n.min(at)));
+            let key = r.intent.clone();
+            let Some(job) = self.admission.jobs.get(&key) else {
+                continue;
+            };
+            if job.info.repo.is_empty() {
+                continue;
+            }
+            fx.push(Effect::LookAtJob {
+                repo: job.info.repo.to_string(),
+                key,
+            });
+        }
+        if let Some(at) = next {
+            self.wake_sweep_at(at, fx);
+        }
+    }
+
+    /// Makes the sweep run by `at` (on the one timer), unless it runs sooner already.
+    pub(super) fn wake_sweep_at(&mut self, at: crate::clock::Instant, fx: &mut Vec<Effect>) {
+        self.sweep_wake = Some(self.sweep_wake.map_or(at, |w| w.min(at)));
+        self.rearm_timer(fx);
+    }
+
+    /// Asks GitHub to delete runner `name`'s registration unless it is busy (`CheckIdle`), at
+    /// most once a minute and never while an answer is outstanding: the sweep runs on every
+    /// `completed` in the org, and without this one runner whose `in_progress` was lost would
+    /// cost a call per completed job.
+    pub(super) fn ask_idle(
+        &mut self,
+        name: &str,
+        reason: &'static str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(r) = self.book.runners.get_mut(name) else {
+            return;
+        };
+        let not_yet = r.idle_check_due.is_some_and(|t| now.mono < t);
+        if r.idle_check_pending || not_yet {
+            return;
+        }
+        r.idle_check_due = Some(now.mono + IDLE_CHECK_EVERY);
+        r.idle_check_pending = true;
+        fx.push(Effect::CheckIdle {
+            owner: r.intent.owner.to_string(),
+            runner_id: r.id,
+            repo: r.repo.clone(),
+            name: name.to_string(),
+            reason,
+        });
+    }
+
+    /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was
+    /// not busy, or GitHub no longer knew it) and it is torn down; or it is busy and kept.
+    pub fn on_idle_checked(
+        &mut self,
+        name: &str,
+        busy: Result<bool, GithubError>,
+        reason: &'static str,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.observe(Observation::SweepChecked {
+            result: match &busy {
+                Ok(false) => "idle",
+                Ok(true) => "busy",
+                Err(_) => "error",
+            },
+        });
+        let Some(r) = self.book.runners.get_mut(name) else {
+            return fx;
+        };
+        r.idle_check_pending = false;
+        if busy.is_err() {
+            let at = now.mono + IDLE_RETRY_AFTER_ERROR;
+            r.idle_check_due = Some(at);
+            self.wake_sweep_at(at, &mut fx);
+        }
+        let Some(r) = self.book.runners.get_mut(name) else {
+            return fx;
+        };
+        if r.bound.is_some() {
+            return fx;
+        }
+        r.seen_busy = matches!(busy, Ok(true));
+        r.registration_deleted = matches!(busy, Ok(false));
+        r.tearing_down |= matches!(busy, Ok(false));
+        let (provider, intent) = (r.provider.clone(), r.intent.clone());
+        let handle = self.runner_handle(name);
+        match busy {
+            Ok(false) => {
+                self.observe(Observation::Reaping {
+                    runner: name.to_string(),
+                    provider: provider.clone(),
+                    reason,
+                });
+                self.note(
+                    &intent,
+                    now,
+                    Note::Reaped {
+                        runner: handle,
+                        reason,
+                    },
+                );
+                if reason == REAP_ORPHAN {
+                    self.idle_reaped(&intent, name, now, &mut fx);
+                }
+                fx.push(Effect::Teardown {
+                    provider,
+                    name: name.to_string(),
+                    reason,
+                });
+            }
+            Ok(true) => self.observe(Observation::Keeping {
+                runner: name.to_string(),
+                why: "it looked idle but GitHub says it is busy".into(),
+            }),
+            Err(e) => self.observe(Observation::Keeping {
+                runner: name.to_string(),
+                why: format!("cannot check it ({}): {e}", e.class()),
+            }),
+        }
+        fx
+    }
+
+    /// Tears down every runner (the end of a drain). Runners that never ran a job are deleted
+    /// on GitHub when they report their exit.
+    pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let runners: Vec<(Arc<str>, JobKey)> = self
+            .book
+            .runners
+            .iter()
+            .map(|(name, r)| (name.clone(), r.intent.clone()))
+            .collect();
+        for (name, intent) in runners {
+            self.tear_down(&intent, &name, "shutdown timeout reached", now, &mut fx);
+        }
+        fx
+    }
+
+    /// Asks the provisioner of runner `name` (of ours) to stop it, noting why on `key`.
+    pub(super) fn tear_down(
+        &mut self,
+        key: &JobKey,
+        name: &str,
+        reason: &'static str,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(r) = self.book.runners.get_mut(name) else {
+            return;
+        };
+        r.tearing_down = true;
+        let provider = r.provider.clone();
+        let handle = self.runner_handle(name);
+        self.note(
+            key,
+            now,
+            Note::TearingDown {
+                runner: handle,
+                reason,
+            },
+        );
+        fx.push(Effect::Teardown {
+            provider,
+            name: name.to_string(),
+            reason,
+        });
+    }
+
+    /// Forgets jobs whose dedup and started windows have passed (and no runner points at),
+    /// and runners gone longer than the dedup window.
+    pub fn prune(&mut self, now: Now) {
+        let referenced: HashSet<&JobKey> = self
+            .book
+            .runners
+            .values()
+            .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
+            .collect();
+        let (seen_ttl, started_ttl) = (self.settings.seen_ttl, self.settings.started_ttl);
+        let gone = self
+            .admission
+            .prune(now, seen_ttl, started_ttl, &referenced);
+        self.ops.extend(gone.into_iter().map(Op::DeleteJob));
+        self.book.recent.prune(now.mono, seen_ttl);
+    }
+}

@@ -1,0 +1,402 @@
+//! Registered warm runners (`warm_mode = "registered"`): JIT runners claimed ahead of any job
+//! and left idle, so GitHub hands a queued job to one at once.
+//!
+//! Such a runner is made "for" a warm intent ([`crate::job::Intent::Warm`]), not a job, so it is
+//! a spare from its claim on: the fungibility accounting already counts it as supply, and a
+//! job that arrives is handed one (`rebalance`) before any claim is made for it. This module
+//! keeps their number per pool:
+//!
+//! - the pool's spares (warm runners, and runners whose own job ran elsewhere, which are the
+//!   same thing to GitHub) younger than `warm_max_age` are kept from the sweep, newest first,
+//!   up to the pool's warm count (its window's, at the minute);
+//! - an older one is rotated: its registration is deleted (`CheckIdle`) and, until GitHub
+//!   answered, it still counts, so the old registration goes before a new one is made;
+//! - the rest are surplus and reaped the same way (a window closed; a cordon or a drain,
+//!   under which the count is 0, so a drain leaves no registration behind);
+//! - the count is topped up by claims of their own, within the pool's and the host's slots
+//!   and the target's claim pacing, never while a job waits for a claim, while cordoned or
+//!   draining, or while the pool is down; a failed warm claim holds the pool's for a while.
+
+use std::{sync::Arc, time::Duration};
+
+use crate::clock::Instant;
+
+use super::{ClaimRequest, Effect, Scheduler, observation::Observation};
+use crate::{
+    clock::Now,
+    config::PoolName,
+    github::{GithubError, JitRunner},
+    job::{Intent, JobKey},
+    provision::WarmView,
+};
+
+/// Why a warm runner is reaped: older than `warm_max_age`.
+pub const REAP_WARM_AGE: &str = "warm runner older than warm_max_age: rotated";
+/// Why a warm runner is reaped: more than the pool keeps now.
+pub const REAP_WARM_SURPLUS: &str = "warm runner beyond the pool's warm count";
+/// How long a pool's warm claims wait after the first failure in a row (a claim refused, a
+/// warm runner dead before any job); each further failure doubles it, up to
+/// [`WARM_CLAIM_BACKOFF_MAX`]; a job taken by one of the pool's runners resets it. (A job's
+/// claims climb their own ladder.)
+pub const WARM_CLAIM_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest wait between warm claims that keep failing.
+pub const WARM_CLAIM_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// The registered pools' counts and claims.
+#[derive(Debug)]
+pub(super) struct WarmBook {
+    /// Per pool (settings order): how many to keep, as of `minute`.
+    targets: Vec<usize>,
+    /// The unix minute `targets` were read at.
+    minute: Option<u64>,
+    /// The next warm intent's id, past every one in the runner book.
+    next: u64,
+    /// Warm claims in flight: intent, pool index.
+    claiming: Vec<(JobKey, usize)>,
+    /// Per pool: no warm claim before this (after a failed one).
+    hold_until: Vec<Option<Instant>>,
+    /// Per pool: failures in a row (claims refused, warm runners dead before any job).
+    failures: Vec<u32>,
+}
+
+impl WarmBook {
+    /// The book of `pools` pools, none held back.
+    pub(super) fn new(pools: usize) -> Self {
+        WarmBook {
+            targets: vec![0; pools],
+            minute: None,
+            next: 0,
+            claiming: Vec::new(),
+            hold_until: vec![None; pools],
+            failures: vec![0; pools],
+        }
+    }
+}
+
+/// One registered pool's spares now.
+struct Spares {
+    /// Kept warm, newest first.
+    kept: Vec<Arc<str>>,
+    /// Older than `warm_max_age`.
+    old: Vec<Arc<str>>,
+    /// Beyond the count.
+    surplus: Vec<Arc<str>>,
+    /// Of `kept`, those whose environment is up.
+    up: usize,
+    /// When the oldest of `kept` grows older than `warm_max_age`.
+    rotate_at: Option<Instant>,
+}
+
+impl Scheduler {
+    /// Whether any pool keeps registered warm runners.
+    pub(super) fn any_registered_warm(&self) -> bool {
+        self.settings.providers.iter().any(|p| p.warm.is_some())
+    }
+
+    /// Reads each registered pool's count for the current minute (windows are in minutes).
+    fn read_warm_targets(&mut self, now: Now) {
+        let minute = now.unix / 60;
+        if self.warm.minute == Some(minute) {
+            return;
+        }
+        self.warm.minute = Some(minute);
+        self.warm.targets = self
+            .settings
+            .providers
+            .iter()
+            .map(|p| {
+                p.warm
+                    .as_ref()
+                    .map_or(0, |w| w.target_at(w.week_time(now.unix)))
+            })
+            .collect();
+    }
+
+    /// How many pool `i` keeps now: its count, 0 while cordoned or draining.
+    fn warm_target(&self, i: usize) -> usize {
+        if self.draining {
+            return 0;
+        }
+        self.warm.targets.get(i).copied().unwrap_or(0)
+    }
+
+    /// Pool `i`'s spares, sorted into kept, old and surplus.
+    fn warm_spares(&self, i: usize, now: Now) -> Spares {
+        let spec = &self.settings.providers[i];
+        let max_age = spec.warm.as_ref().map_or(Duration::MAX, |w| w.max_age);
+        let mut fresh: Vec<(Instant, Arc<str>, bool)> = Vec::new();
+        let mut old = Vec::new();
+        for (name, r) in &self.book.runners {
+            if r.provider != spec.name || !self.is_spare(r) {
+                continue;
+            }
+            if now.mono.saturating_duration_since(r.created_at) >= max_age {
+                old.push(name.clone());
+            } else {
+                fresh.push((r.created_at, name.clone(), r.started_at.is_some()));
+            }
+        }
+        fresh.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let keep = self.warm_target(i).min(fresh.len());
+        let surplus = fresh.split_off(keep);
+        Spares {
+            up: fresh.iter().filter(|(_, _, up)| *up).count(),
+            rotate_at: fresh
+                .iter()
+                .map(|(created, _, _)| *created)
+                .min()
+                .and_then(|t| t.checked_add(max_age)),
+            kept: fresh.into_iter().map(|(_, n, _)| n).collect(),
+            old,
+            surplus: surplus.into_iter().map(|(_, n, _)| n).collect(),
+        }
+    }
+
+    /// Whether pool `provider` keeps registered warm runners (its spares are those).
+    pub(super) fn keeps_warm(&self, provider: &PoolName) -> bool {
+        self.provider_index(provider)
+            .is_some_and(|i| self.settings.providers[i].warm.is_some())
+    }
+
+    /// Keeps every registered pool at its count: rotates and reaps, then claims. Returns
+    /// when the claim pacing or a held pool next allows a claim, if one is wanted.
+    pub(super) fn keep_warm(&mut self, now: Now, fx: &mut Vec<Effect>) -> Option<Instant> {
+        if !self.any_registered_warm() {
+            return None;
+        }
+        self.read_warm_targets(now);
+        let mut wake: Option<Instant> = None;
+        for i in 0..self.settings.providers.len() {
+            if self.settings.providers[i].warm.is_none() {
+                continue;
+            }
+            let spares = self.warm_spares(i, now);
+            for name in &spares.old {
+                self.ask_idle(name, REAP_WARM_AGE, now, fx);
+            }
+            for name in &spares.surplus {
+                self.ask_idle(name, REAP_WARM_SURPLUS, now, fx);
+            }
+            // The oldest is rotated on time, not at the next sweep.
+            if let Some(at) = spares.rotate_at {
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+            let claiming = self.warm.claiming.iter().filter(|(_, p)| *p == i).count();
+            let target = self.warm_target(i);
+            self.show_warm(
+                i,
+                WarmView {
+                    available: spares.up,
+                    booting: spares.kept.len() - spares.up + claiming,
+                    target,
+                },
+            );
+            // An old registration still counts until it is deleted: the new one comes after.
+            let have = spares.kept.len() + spares.old.len() + claiming;
+            if have >= target || !self.admission.pending.is_empty() || !self.capacity.slots[i].up {
+                continue;
+            }
+            if let Some(until) = self.warm.hold_until[i].filter(|t| *t > now.mono) {
+                wake = Some(wake.map_or(until, |w| w.min(until)));
+                continue;
+            }
+            for _ in have..target {
+                let max = self.settings.providers[i].max_concurrent;
+                if self.capacity.host_full() || self.capacity.slots[i].used >= max {
+                    break;
+                }
+                let t = self.warm_target_of(i);
+                if !self.capacity.pacers[t].try_take(now.mono) {
+                    let at = self.capacity.pacers[t].next_slot_at(now.mono);
+                    wake = Some(wake.map_or(at, |w| w.min(at)));
+                    break;
+                }
+                self.start_warm_claim(i, t, fx);
+            }
+        }
+        wake
+    }
+
+    /// The target a warm runner of pool `i` registers with: of the targets the pool serves,
+    /// the one holding the fewest of its warm runners.
+    fn warm_target_of(&self, i: usize) -> usize {
+        let spec = &self.settings.providers[i];
+        let serves: Vec<usize> = match &spec.targets {
+            Some(t) if !t.is_empty() => t.clone(),
+            _ => (0..self.settings.targets.len()).collect(),
+        };
+        let held = |t: usize| {
+            self.book
+                .runners
+                .values()
+                .filter(|r| r.provider == spec.name && r.intent.is_warm())
+                .filter(|r| self.target_index(&r.intent) == t)
+                .count()
+        };
+        serves.into_iter().min_by_key(|&t| held(t)).unwrap_or(0)
+    }
+
+    /// Claims a warm runner for pool `i` with target `t`, in one of the pool's slots.
+    fn start_warm_claim(&mut self, i: usize, t: usize, fx: &mut Vec<Effect>) {
+        let past = self
+            .book
+            .runners
+            .values()
+            .filter_map(|r| match r.intent.intent() {
+                Intent::Warm(n) => Some(n),
+                _ => None,
+            })
+            .max()
+            .map_or(0, |n| n + 1);
+        self.warm.next = self.warm.next.max(past);
+        let key = JobKey::warm(&self.settings.targets[t].owner, self.warm.next);
+        self.warm.next += 1;
+        self.capacity.take(i);
+        self.stats.claims += 1;
+        self.capacity.claiming.insert(key.clone(), t);
+        self.warm.claiming.push((key.clone(), i));
+        let spec = &self.settings.providers[i];
+        let (provider, labels) = (spec.name.clone(), spec.labels.clone());
+        let name_base = self.settings.runner_prefix(&provider);
+        self.observe(Observation::WarmClaiming {
+            provider: provider.clone(),
+        });
+        fx.push(Effect::Claim {
+            key,
+            provider,
+            request: ClaimRequest {
+                repo: None,
+                name_base,
+                labels,
+            },
+        });
+    }
+
+    /// Job `key` was taken by a runner of ours of `provider` (`warm_start`: started in a
+    /// booted warm environment): counts a registered pool's hit or miss (a hit when no claim
+    /// was made for the job: a runner registered ahead took it), and GitHub's own queued ->
+    /// started wait when the event carried it.
+    pub(super) fn job_taken(
+        &mut self,
+        key: &JobKey,
+        provider: PoolName,
+        warm_start: bool,
+        github_wait_secs: Option<u32>,
+    ) {
+        let registered = self.keeps_warm(&provider);
+        let hit = if registered {
+            self.admission.jobs.get(key).is_none_or(|j| {
+                !j.timeline
+                    .iter()
+                    .any(|e| matches!(e.note, super::Note::Claiming { .. }))
+            })
+        } else {
+            warm_start
+        };
+        if let Some(secs) = github_wait_secs {
+            self.observe(Observation::GithubPickup {
+                provider: provider.clone(),
+                hit,
+                secs,
+            });
+        }
+        if registered {
+            // The pool's warm runners work: its warm claims' backoff starts over.
+            if let Some(f) = self
+                .provider_index(&provider)
+                .and_then(|i| self.warm.failures.get_mut(i))
+            {
+                *f = 0;
+            }
+            self.observe(Observation::WarmOutcome { provider, hit });
+        }
+    }
+
+    /// A runner ended by itself or failed: if it was a warm runner that never took a job, its
+    /// pool's warm claims wait a while (a pool whose runners die at boot would otherwise spend
+    /// a registration on each, as fast as the claim pacing allows).
+    pub(super) fn warm_runner_lost(&mut self, r: &super::RunnerRecord, now: Now) {
+        if !r.intent.is_warm() || r.bound.is_some() {
+            return;
+        }
+        if let Some(i) = self.provider_index(&r.provider) {
+            self.hold_warm_claims(i, None, now);
+        }
+    }
+
+    /// Holds pool `i`'s warm claims after a failure: 5 s, doubling with each failure in a
+    /// row up to 5 min, and never less than GitHub's `retry_after`.
+    fn hold_warm_claims(&mut self, i: usize, retry_after: Option<Duration>, now: Now) {
+        let failures = self.warm.failures[i];
+        self.warm.failures[i] = failures.saturating_add(1);
+        let wait = crate::retry::Doubling::new(WARM_CLAIM_BACKOFF, WARM_CLAIM_BACKOFF_MAX)
+            .after(failures.saturating_add(1), 0.0)
+            .max(retry_after.unwrap_or_default());
+        self.warm.hold_until[i] = Some(now.mono + wait);
+    }
+
+    /// Shows pool `i`'s warm runners in `status` and the metrics, when they changed.
+    fn show_warm(&mut self, i: usize, view: WarmView) {
+        if self.capacity.slots[i].warm == Some(view) {
+            return;
+        }
+        self.capacity.slots[i].warm = Some(view);
+        self.observe(Observation::WarmRegistered {
+            provider: self.settings.providers[i].name.clone(),
+            available: view.available,
+            booting: view.booting,
+        });
+    }
+
+    /// The answer to a warm claim: the runner joins the book as a spare and is provisioned
+    /// (or, claimed into a cordon, deleted); a failure holds the pool's warm claims a while.
+    pub(super) fn on_warm_claim_result(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        result: Result<JitRunner, GithubError>,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let t = self.capacity.claiming.remove(&key);
+        self.warm.claiming.retain(|(k, _)| *k != key);
+        let i = self.provider_index(&provider);
+        let runner = match result {
+            Ok(runner) => runner,
+            Err(e) => {
+                self.release(&provider);
+                self.stats.claim_failures += 1;
+                // A rate limit is the credential's: the target's job claims wait too.
+                let t = t.unwrap_or_else(|| self.target_index(&key));
+                self.hold_claims_after(t, &e, now);
+                if let Some(i) = i {
+                    self.hold_warm_claims(i, e.retry_after(), now);
+                }
+                self.observe(Observation::WarmClaimFailed {
+                    provider,
+                    class: e.class(),
+                    error: e.to_string(),
+                });
+                return;
+            }
+        };
+        if self.draining || i.is_none() {
+            self.release(&provider);
+            fx.push(Effect::DeleteRunner(super::Deletion {
+                owner: key.owner.to_string(),
+                repo: None,
+                runner_id: runner.id,
+                name: runner.name.clone(),
+                attempt: 0,
+            }));
+            return;
+        }
+        self.observe(Observation::WarmRegisteredOne {
+            provider: provider.clone(),
+            runner: runner.name.clone(),
+        });
+        self.add_runner(key, provider, None, runner, now, fx);
+        // A job may have come while the claim was out.
+        self.rebalance(now, fx);
+    }
+}
