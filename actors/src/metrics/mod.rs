@@ -5,6 +5,7 @@
 //! status. Never a job id, a repository or a runner name. A host app that embeds two instances
 //! makes two `Metrics` and gets two registries; nothing registers with prometheus' global one.
 
+mod defs;
 mod names;
 pub mod scaleset;
 pub mod warm;
@@ -12,8 +13,7 @@ pub mod warm;
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
 };
 
 pub use names::{
@@ -222,268 +222,72 @@ impl Metrics {
 
     fn build(per_target: bool) -> Self {
         let registry = Registry::new();
-        let target = |labels: &[&'static str]| {
-            let mut labels = labels.to_vec();
-            if per_target {
-                labels.push("target");
-            }
-            labels
+        let r = defs::Registrar {
+            registry: &registry,
+            per_target,
         };
-        let gauge = |name: &str, help: &str| {
-            let g = must(IntGauge::new(name, help));
-            must(registry.register(Box::new(g.clone())));
-            g
-        };
-        // The rate gauges carry the bucket GitHub named (`X-RateLimit-Resource`).
-        let bucket_gauge = |name: &str, help: &str| {
-            let g = must(IntGaugeVec::new(
-                Opts::new(name, help),
-                &target(&["resource"]),
-            ));
-            must(registry.register(Box::new(g.clone())));
-            g
-        };
-        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            let c = must(IntCounterVec::new(Opts::new(name, help), labels));
-            must(registry.register(Box::new(c.clone())));
-            c
-        };
-        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
-            let g = must(IntGaugeVec::new(Opts::new(name, help), labels));
-            must(registry.register(Box::new(g.clone())));
-            g
-        };
-        let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            let h = must(Histogram::with_opts(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-            ));
-            must(registry.register(Box::new(h.clone())));
-            h
-        };
-        let jobs_active = must(IntGaugeVec::new(
-            Opts::new(
-                "ephemerd_jobs_active",
-                "Runners alive per provider, bound to a job or not.",
-            ),
-            &["provider"],
-        ));
-        must(registry.register(Box::new(jobs_active.clone())));
-        let retry_given_up = must(IntCounter::new(
-            "ephemerd_claim_retry_given_up_total",
-            "Jobs whose claim retries were given up after max_age.",
-        ));
-        must(registry.register(Box::new(retry_given_up.clone())));
-        let reconcile_repo_failures = must(IntCounter::new(
-            "ephemerd_reconcile_repo_failures_total",
-            "Repos whose listing failed in a reconcile pass (their jobs wait for the next pass).",
-        ));
-        must(registry.register(Box::new(reconcile_repo_failures.clone())));
-        let runner_release_check_failures = must(IntCounter::new(
-            "ephemerd_runner_release_check_failures_total",
-            "Runner release lookups (the releases API, a download) that failed.",
-        ));
-        must(registry.register(Box::new(runner_release_check_failures.clone())));
-        let ledger_round_trips = must(IntCounter::new(
-            "ephemerd_ledger_round_trips_total",
-            "Fleet mode: round trips to the cluster ledger (statements sent together are one).",
-        ));
-        must(registry.register(Box::new(ledger_round_trips.clone())));
-
         let m = Metrics {
             started: Instant::now(),
             per_target,
-            rate_remaining: bucket_gauge(
-                "ephemerd_github_api_rate_remaining",
-                "GitHub API requests left in the current window of each bucket (last reading).",
-            ),
-            rate_limit: bucket_gauge(
-                "ephemerd_github_api_rate_limit",
-                "GitHub API requests allowed per window.",
-            ),
-            rate_reset_seconds: bucket_gauge(
-                "ephemerd_github_api_rate_reset_seconds",
-                "Unix time at which the GitHub API window resets.",
-            ),
-            rate_updated_seconds: bucket_gauge(
-                "ephemerd_github_api_rate_updated_seconds",
-                "Unix time of the last rate-limit reading; compare with time() for staleness.",
-            ),
-            api_requests: counter_vec(
-                "ephemerd_github_api_requests_total",
-                "GitHub API requests by endpoint and HTTP status (\"error\" when no response).",
-                &target(&["endpoint", "code"]),
-            ),
-            webhook_events: counter_vec(
-                "ephemerd_github_webhook_events_total",
-                "workflow_job webhook deliveries accepted, by action.",
-                &["action"],
-            ),
-            webhook_ignored: counter_vec(
-                "ephemerd_webhook_ignored_total",
-                "workflow_job events outside the configured owner, repos or installation, by reason.",
-                &["reason"],
-            ),
-            environment_failures: counter_vec(
-                "ephemerd_environment_failures_total",
-                "Runner environments that failed to come up or exited before their job started, by provider.",
-                &["provider"],
-            ),
-            reconcile_repo_failures,
-            reconcile_readmitted: counter_vec(
-                "ephemerd_reconcile_readmitted_total",
-                "Jobs GitHub lists as queued that the backstop admitted, by reason (unknown, idle, parked).",
-                &["reason"],
-            ),
-            reconcile_queued_idle: gauge(
-                "ephemerd_reconcile_queued_idle",
-                "Jobs the last reconcile passes found queued on GitHub that the daemon holds idle (parked or cordoned).",
-            ),
-            jobs_parked: counter_vec(
-                "ephemerd_jobs_parked_total",
-                "Jobs parked until a later look, by reason (zombie, gave_up, not_retryable).",
-                &["reason"],
-            ),
-            runner_version_info: gauge_vec(
-                "ephemerd_runner_version_info",
-                "1 for the actions/runner version each pool starts.",
-                &["pool", "version"],
-            ),
-            runner_release_behind: gauge_vec(
-                "ephemerd_runner_release_behind_seconds",
-                "Seconds since a runner release newer than the pool's came out (0: current).",
-                &["pool"],
-            ),
-            runner_below_minimum: gauge_vec(
-                "ephemerd_runner_below_minimum",
-                "1 while the pool's runner is older than runner.min_version.",
-                &["pool"],
-            ),
-            runner_release_refused: counter_vec(
-                "ephemerd_runner_release_refused_total",
-                "Runner releases downloaded and not installed, by reason (digest, no_checksum, unpack).",
-                &["reason"],
-            ),
-            runner_release_check_failures,
-            ledger_round_trips,
-            store_healthy: gauge(
-                "ephemerd_store_healthy",
-                "1 while the state store's writes reach the disk; 0 while it holds changes in memory.",
-            ),
-            ledger_up: gauge(
-                "ephemerd_ledger_up",
-                "Fleet mode: 1 while the cluster ledger answers; 0 while it does not (deliveries get 503).",
-            ),
-            sweep_checks: counter_vec(
-                "ephemerd_orphan_sweep_checks_total",
-                "Busy checks the orphan sweep asked GitHub before reaping an unbound runner, by result.",
-                &["result"],
-            ),
-            jit_registration_errors: counter_vec(
-                "ephemerd_github_jit_registration_errors_total",
-                "Failed generate-jitconfig claims, by error class.",
-                &target(&["class"]),
-            ),
-            jobs_total: counter_vec(
-                "ephemerd_jobs_total",
-                "Jobs finished on our runners, by provider and conclusion.",
-                &["provider", "conclusion"],
-            ),
-            jobs_active,
-            job_queue_wait: histogram(
-                "ephemerd_job_queue_wait_seconds",
-                "Time from the queued webhook to the runner process started.",
-                &[
-                    0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
-                ],
-            ),
-            job_startup: histogram(
-                "ephemerd_job_startup_seconds",
-                "Time from a successful claim to the runner process started.",
-                &[
-                    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
-                ],
-            ),
-            job_duration: histogram(
-                "ephemerd_job_duration_seconds",
-                "Time from runner started to torn down.",
-                &[
-                    1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
-                ],
-            ),
-            retry_queue_depth: gauge(
-                "ephemerd_claim_retry_queue_depth",
-                "Jobs waiting on the claim retry ladder.",
-            ),
-            retry_attempts: counter_vec(
-                "ephemerd_claim_retry_attempts_total",
-                "Claim retries scheduled, by the class of the failure that caused each.",
-                &["class"],
-            ),
-            retry_given_up,
-            provisioner_restarts: counter_vec(
-                "ephemerd_provisioner_restarts_total",
-                "Provisioner actors re-created by their restart policy.",
-                &["provider"],
-            ),
-            concurrent_capacity: gauge(
-                "ephemerd_concurrent_capacity",
-                "runner.max_concurrent: runners allowed at once across providers.",
-            ),
-            draining: gauge("ephemerd_draining", "1 while cordoned or draining, else 0."),
-            uptime_seconds: gauge(
-                "ephemerd_uptime_seconds",
-                "Seconds since this instance started.",
-            ),
-            webhook_refused: counter_vec(
-                "ephemerd_webhook_refused_total",
-                "Webhook deliveries refused, by reason (bad_signature, bad_payload, wrong_shape, too_large, slow_body, mailbox_full, ledger_down, overloaded).",
-                &["reason"],
-            ),
-            webhook_redeliveries: counter_vec(
-                "ephemerd_webhook_redeliveries_total",
-                "Failed webhook deliveries GitHub was asked to redeliver (requested), that then arrived (recovered), or whose ask GitHub refused (failed).",
-                &["outcome"],
-            ),
+            rate_remaining: r.gauge_vec("ephemerd_github_api_rate_remaining"),
+            rate_limit: r.gauge_vec("ephemerd_github_api_rate_limit"),
+            rate_reset_seconds: r.gauge_vec("ephemerd_github_api_rate_reset_seconds"),
+            rate_updated_seconds: r.gauge_vec("ephemerd_github_api_rate_updated_seconds"),
+            api_requests: r.counter_vec("ephemerd_github_api_requests_total"),
+            webhook_events: r.counter_vec("ephemerd_github_webhook_events_total"),
+            webhook_ignored: r.counter_vec("ephemerd_webhook_ignored_total"),
+            environment_failures: r.counter_vec("ephemerd_environment_failures_total"),
+            reconcile_repo_failures: r.counter("ephemerd_reconcile_repo_failures_total"),
+            reconcile_readmitted: r.counter_vec("ephemerd_reconcile_readmitted_total"),
+            reconcile_queued_idle: r.gauge("ephemerd_reconcile_queued_idle"),
+            jobs_parked: r.counter_vec("ephemerd_jobs_parked_total"),
+            runner_version_info: r.gauge_vec("ephemerd_runner_version_info"),
+            runner_release_behind: r.gauge_vec("ephemerd_runner_release_behind_seconds"),
+            runner_below_minimum: r.gauge_vec("ephemerd_runner_below_minimum"),
+            runner_release_refused: r.counter_vec("ephemerd_runner_release_refused_total"),
+            runner_release_check_failures: r
+                .counter("ephemerd_runner_release_check_failures_total"),
+            ledger_round_trips: r.counter("ephemerd_ledger_round_trips_total"),
+            store_healthy: r.gauge("ephemerd_store_healthy"),
+            ledger_up: r.gauge("ephemerd_ledger_up"),
+            sweep_checks: r.counter_vec("ephemerd_orphan_sweep_checks_total"),
+            jit_registration_errors: r.counter_vec("ephemerd_github_jit_registration_errors_total"),
+            jobs_total: r.counter_vec("ephemerd_jobs_total"),
+            jobs_active: r.gauge_vec("ephemerd_jobs_active"),
+            job_queue_wait: r.histogram("ephemerd_job_queue_wait_seconds"),
+            job_startup: r.histogram("ephemerd_job_startup_seconds"),
+            job_duration: r.histogram("ephemerd_job_duration_seconds"),
+            retry_queue_depth: r.gauge("ephemerd_claim_retry_queue_depth"),
+            retry_attempts: r.counter_vec("ephemerd_claim_retry_attempts_total"),
+            retry_given_up: r.counter("ephemerd_claim_retry_given_up_total"),
+            provisioner_restarts: r.counter_vec("ephemerd_provisioner_restarts_total"),
+            concurrent_capacity: r.gauge("ephemerd_concurrent_capacity"),
+            draining: r.gauge("ephemerd_draining"),
+            uptime_seconds: r.gauge("ephemerd_uptime_seconds"),
+            webhook_refused: r.counter_vec("ephemerd_webhook_refused_total"),
+            webhook_redeliveries: r.counter_vec("ephemerd_webhook_redeliveries_total"),
             scaleset: scaleset::ScaleSetMetrics::new(&registry),
             warm: warm::WarmMetrics::new(&registry),
-            pull_polls: counter_vec(
-                "ephemerd_pull_polls_total",
-                "Pull mode's GitHub requests: changed (a body, counted against core), unchanged (a free 304), error.",
-                &["result"],
-            ),
-            jobs_uncovered: counter_vec(
-                "ephemerd_jobs_uncovered_total",
-                "Queued jobs no enabled pool covers, by label set (the first 20 sets; other after).",
-                &["labels"],
-            ),
+            pull_polls: r.counter_vec("ephemerd_pull_polls_total"),
+            jobs_uncovered: r.counter_vec("ephemerd_jobs_uncovered_total"),
             uncovered_sets: std::sync::Arc::default(),
-            pool_up: gauge_vec(
-                "ephemerd_pool_up",
-                "1 while a pool takes runners, 0 while it is down.",
-                &["provider"],
-            ),
-            build_info: gauge_vec(
-                "ephemerd_build_info",
-                "Always 1; the version and commit of this build.",
-                &["version", "commit"],
-            ),
+            pool_up: r.gauge_vec("ephemerd_pool_up"),
+            build_info: r.gauge_vec("ephemerd_build_info"),
             process: ProcessGauges {
-                rss: gauge(
-                    "process_resident_memory_bytes",
-                    "Resident memory of this process.",
-                ),
-                cpu: {
-                    let g = must(prometheus::Gauge::new(
-                        "process_cpu_seconds_total",
-                        "User and system CPU time of this process.",
-                    ));
-                    must(registry.register(Box::new(g.clone())));
-                    g
-                },
-                fds: gauge("process_open_fds", "Open file descriptors of this process."),
+                rss: r.gauge("process_resident_memory_bytes"),
+                cpu: r.float_gauge("process_cpu_seconds_total"),
+                fds: r.gauge("process_open_fds"),
             },
             registry,
         };
+        m.touch_bounded_labels();
+        m
+    }
+
+    /// Touches every series whose label values are bounded and known, so each exists (at 0)
+    /// from the first scrape.
+    fn touch_bounded_labels(&self) {
+        let (m, per_target) = (self, self.per_target);
         for reason in [
             "bad_signature",
             "bad_payload",
@@ -541,7 +345,6 @@ impl Metrics {
         for result in ["changed", "unchanged", "error"] {
             m.pull_polls.with_label_values(&[result]);
         }
-        m
     }
 
     /// Touches every per-provider series, so an enabled provider shows zeros before its
