@@ -22,4 +22,4 @@ mod view;
 pub use listener::{ScaleSetListener, ScaleSetSettings, ScaleSetWiring};
 pub use view::{GetListener, ListenerView};
 
-pub use ephemer_decide::scaleset::{Mark, inbox, machine, mark_of};
+pub use ephemer_decide::scaleset::{Mark, dropped_labels, inbox, machine, mark_of};

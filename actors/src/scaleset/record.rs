@@ -5,7 +5,7 @@
 //! loop. A scale set made again (GitHub deleted the old one) starts its queue over, and the
 //! jobs still waiting in the old one are withdrawn: the service assigns them anew.
 
-use super::{Mark, listener::Shared};
+use super::listener::Shared;
 use crate::github::{
     GithubError,
     actions::types::{Label, RunnerSetting, ScaleSet},
@@ -38,11 +38,30 @@ fn same_labels(a: &[String], b: &[String]) -> bool {
 /// pool's if they differ, unless the service dropped those labels before), else created.
 pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
     let s = &shared.settings;
-    let client = &shared.client;
-    let group = client
+    let group = shared
+        .client
         .runner_group_id(s.runner_group.as_deref(), s.runner_group_id)
         .await?;
     let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
+    let dropped_before = same_labels(&shared.mark.borrow().dropped_labels, &wanted_labels);
+    let (id, answered) = find_or_make(shared, group, &wanted_labels, dropped_before).await?;
+    settle_mark(shared, id).await;
+    note_dropped(shared, &wanted_labels, answered, dropped_before);
+    super::listener::save_mark(shared).await;
+    Ok(id)
+}
+
+/// The pool's scale set in runner group `group`: the one found by name when its labels and
+/// settings are the pool's (or its labels were dropped before), else it updated or created;
+/// with the service's answer when it was asked to change something.
+async fn find_or_make(
+    shared: &Shared,
+    group: u64,
+    wanted_labels: &[String],
+    dropped_before: bool,
+) -> Result<(u64, Option<ScaleSet>), GithubError> {
+    let s = &shared.settings;
+    let client = &shared.client;
     let wanted = ScaleSet {
         name: s.pool.to_string(),
         runner_group_id: group,
@@ -58,11 +77,10 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
         },
         ..ScaleSet::default()
     };
-    let dropped_before = same_labels(&shared.mark.borrow().dropped_labels, &wanted_labels);
-    let (id, answered) = match client.find_scale_set(group, s.pool.as_str()).await? {
+    Ok(match client.find_scale_set(group, s.pool.as_str()).await? {
         Some(found)
             if found.runner_setting == wanted.runner_setting
-                && (same_labels(&found.label_names(), &wanted_labels) || dropped_before) =>
+                && (same_labels(&found.label_names(), wanted_labels) || dropped_before) =>
         {
             (found.id, None)
         }
@@ -81,7 +99,12 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
             );
             (made.id, Some(made))
         }
-    };
+    })
+}
+
+/// The mark after the scale set's id is known: a scale set made again starts over, and the
+/// first start after the upgrade to `jobId` keys withdraws the jobs keyed the old way once.
+async fn settle_mark(shared: &Shared, id: u64) {
     let was = shared.mark.borrow().scale_set_id;
     if was != id {
         // Another scale set (this one was made again): its queue starts over, and the jobs
@@ -98,17 +121,7 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
             )
             .await
         };
-        let mut mark = shared.mark.borrow_mut();
-        *mark = Mark {
-            scale_set_id: id,
-            orphans,
-            session_id: mark.session_id.take(),
-            assignments: std::mem::take(&mut mark.assignments),
-            dropped_labels: std::mem::take(&mut mark.dropped_labels),
-            last_message_id: 0,
-            owed_acks: Vec::new(),
-            keyed_by_job_id: true,
-        };
+        shared.mark.borrow_mut().remade(id, orphans);
     } else if !shared.mark.borrow().keyed_by_job_id {
         // The first start after an upgrade from a daemon that keyed scale-set jobs by runner
         // request id: the messages of the jobs it left waiting now name other keys, so those
@@ -124,18 +137,24 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
         mark.orphans.extend(left);
         mark.keyed_by_job_id = true;
     }
-    // A service that keeps only the name (a GHES without custom scale-set labels) drops the
-    // rest silently: said once, remembered so no restart asks again in vain.
+}
+
+/// What the service kept of the labels: a service that keeps only the name (a GHES without custom scale-set labels) drops the
+/// rest silently: said once, remembered so no restart asks again in vain.
+fn note_dropped(
+    shared: &Shared,
+    wanted_labels: &[String],
+    answered: Option<ScaleSet>,
+    dropped_before: bool,
+) {
+    let s = &shared.settings;
     if let Some(answer) = answered {
         let kept = answer.label_names();
-        let lost: Vec<&String> = wanted_labels
-            .iter()
-            .filter(|l| !kept.iter().any(|k| k.eq_ignore_ascii_case(l)))
-            .collect();
+        let lost = super::dropped_labels(wanted_labels, &kept);
         shared.mark.borrow_mut().dropped_labels = if lost.is_empty() {
             Vec::new()
         } else {
-            wanted_labels.clone()
+            wanted_labels.to_vec()
         };
         if !lost.is_empty() && !*shared.said_dropped.borrow() {
             *shared.said_dropped.borrow_mut() = true;
@@ -149,8 +168,6 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
             s.pool
         );
     }
-    super::listener::save_mark(shared).await;
-    Ok(id)
 }
 
 /// Withdraws the pool's waiting jobs that `which` picks, saying `why` when there are any;

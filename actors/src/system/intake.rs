@@ -71,9 +71,27 @@ pub(super) fn start(
     // own credential (`webhook.hook_id` is everyone's: it names no target by itself) and
     // its App.
     let books: Vec<std::sync::Arc<HookIds>> = targets.iter().map(|_| Arc::default()).collect();
+    let redeliver = start_redeliver(config, &w, &webhook, &books);
+    let pull = start_pull(config, &w, &webhook);
+    let edge = edge(config, targets, &books, &webhook, w.metrics)?;
+    Ok(IntakeWing {
+        webhook,
+        edge: web::Data::new(edge.with_max_body(hook.max_body).with_handoff(handoff)),
+        redeliver,
+        pull,
+    })
+}
+
+/// Push mode's redelivery pass, one per target (unless `redeliver = false`).
+fn start_redeliver(
+    config: &Config,
+    w: &IntakeWiring<'_>,
+    webhook: &Addr<WebhookActor>,
+    books: &[Arc<HookIds>],
+) -> Vec<Addr<RedeliverActor>> {
+    let hook = &config.webhook;
     let redeliver_on = hook.push() && hook.redeliver != Some(false);
-    let redeliver = w
-        .github
+    w.github
         .iter()
         .enumerate()
         .filter(|_| redeliver_on)
@@ -104,9 +122,17 @@ pub(super) fn start(
             )
             .start()
         })
-        .collect();
-    let pull = w
-        .github
+        .collect()
+}
+
+/// Pull mode's poller, one per target.
+fn start_pull(
+    config: &Config,
+    w: &IntakeWiring<'_>,
+    webhook: &Addr<WebhookActor>,
+) -> Vec<Addr<PullActor>> {
+    let hook = &config.webhook;
+    w.github
         .iter()
         .filter(|_| hook.pull())
         .map(|(_, github)| {
@@ -124,7 +150,18 @@ pub(super) fn start(
             )
             .start()
         })
-        .collect();
+        .collect()
+}
+
+/// The HTTP edge: each target's key (its secret, the hooks its pass found, its App).
+fn edge(
+    config: &Config,
+    targets: &[Target],
+    books: &[Arc<HookIds>],
+    webhook: &Addr<WebhookActor>,
+    metrics: &Metrics,
+) -> Result<WebhookIntake, StartError> {
+    let hook = &config.webhook;
     // Pull and scale-set modes mount no intake and need no secret; the edge still exists (unmounted) so
     // embedding apps see one shape, keyed with a throwaway secret nobody knows.
     let keyed = |secret: &Secret| {
@@ -134,10 +171,10 @@ pub(super) fn start(
             secret.clone()
         }
     };
-    let edge = if targets.len() > 1 {
+    Ok(if targets.len() > 1 {
         let keys = targets
             .iter()
-            .zip(&books)
+            .zip(books)
             .map(|(t, book)| {
                 let mut key =
                     TargetKey::new(Some(t.github.owner.clone()), keyed(&t.webhook_secret));
@@ -149,18 +186,12 @@ pub(super) fn start(
                 key
             })
             .collect();
-        WebhookIntake::for_target_keys(keys, webhook.clone(), w.metrics.clone())?
+        WebhookIntake::for_target_keys(keys, webhook.clone(), metrics.clone())?
     } else {
         WebhookIntake::new(
             keyed(&targets[0].webhook_secret),
             webhook.clone(),
-            w.metrics.clone(),
+            metrics.clone(),
         )?
-    };
-    Ok(IntakeWing {
-        webhook,
-        edge: web::Data::new(edge.with_max_body(hook.max_body).with_handoff(handoff)),
-        redeliver,
-        pull,
     })
 }

@@ -275,9 +275,7 @@ pub fn start(
 
     // 0. The durable state a previous run left.
     let (store, snapshot) = Store::open_with(&config.state.dir, options.store_faults.clone())?;
-    let store_health = store.health();
     let install_id = crate::store::install_id(&config.state.dir)?;
-    let store_closed = store.closed();
     let targets = config.targets();
     let marks = snapshot.marks.clone();
 
@@ -332,15 +330,63 @@ pub fn start(
         options.seed,
     );
 
+    edges(
+        config,
+        &targets,
+        Core {
+            scheduler,
+            retry,
+            github,
+            pools,
+            store,
+            marks,
+            install_id,
+            metrics,
+            ledger: options.ledger,
+        },
+    )
+}
+
+/// What [`start`] made before the edges: the scheduler, GitHub, the pools, the store.
+struct Core {
+    scheduler: Addr<SchedulerActor>,
+    retry: Addr<RetryActor>,
+    github: github::GithubWing,
+    pools: pools::PoolsWing,
+    store: Store,
+    marks: HashMap<String, serde_json::Value>,
+    install_id: String,
+    metrics: Metrics,
+    ledger: Option<crate::cluster::Ledger>,
+}
+
+/// Starts the edges around `core` (the intake, scale-set listeners, fleet mode) and hands
+/// everything back as one instance's [`Handles`].
+fn edges(
+    config: &Config,
+    targets: &[crate::config::Target],
+    core: Core,
+) -> Result<Handles, StartError> {
+    let Core {
+        scheduler,
+        retry,
+        github,
+        pools,
+        store,
+        marks,
+        install_id,
+        metrics,
+        ledger,
+    } = core;
     // 5. The intake.
     let intake = intake::start(
         config,
-        &targets,
+        targets,
         intake::IntakeWiring {
             scheduler: &scheduler,
             github: &github.actors,
             store: &store,
-            ledger: options.ledger.clone(),
+            ledger: ledger.clone(),
             marks: &marks,
             metrics: &metrics,
         },
@@ -349,7 +395,7 @@ pub fn start(
     // 6. Scale-set mode: a listener per pool.
     let scalesets = scalesets::start(
         config,
-        &targets,
+        targets,
         scalesets::ScaleSetWiringIn {
             scheduler: &scheduler,
             webhook: &intake.webhook,
@@ -357,17 +403,17 @@ pub fn start(
             store: &store,
             marks: &marks,
             install_id: &install_id,
-            ledger: options.ledger.clone(),
+            ledger: ledger.clone(),
             metrics: &metrics,
         },
     );
 
     // 7. Fleet mode.
-    let fleet = options.ledger.clone().map(|ledger| {
+    let fleet = ledger.clone().map(|ledger| {
         fleet::start(
             ledger,
             config,
-            &targets,
+            targets,
             &install_id,
             &scheduler,
             &github,
@@ -375,17 +421,7 @@ pub fn start(
         )
     });
 
-    let health = web::Data::new(Health::default());
-    let healthy = store_health.clone();
-    health.add_check(STORE_CHECK, move || healthy.is_healthy());
-    let gauge = metrics.store_healthy.clone();
-    let closed = store_closed.clone();
-    actix_rt::spawn(async move {
-        while !closed.is_closed() {
-            gauge.set(i64::from(store_health.is_healthy()));
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
-    });
+    let health = store_health(&store, &metrics);
     let handles = Handles {
         scheduler,
         retry,
@@ -398,31 +434,60 @@ pub fn start(
         metrics,
         credential: github.credentials[0].clone(),
         credentials: github.credentials,
-        web: config
-            .targets()
-            .iter()
-            .map(|t| {
-                (
-                    t.github.owner.to_ascii_lowercase(),
-                    crate::github::web_url(&t.github.api_url),
-                )
-            })
-            .collect(),
+        web: web_urls(config),
         health,
-        store_closed,
+        store_closed: store.closed(),
         fleet,
-        ledger: options.ledger,
+        ledger,
         redeliver: intake.redeliver,
         pull: intake.pull,
         scalesets,
         release: pools.release,
     };
-    for (name, alive) in handles.core_actors() {
-        handles.health.add_check(name, alive);
-    }
-    if let Some(ledger) = &handles.ledger {
-        let up = ledger.health();
-        handles.health.add_check(LEDGER_CHECK, move || up.is_up());
-    }
+    handles.add_health_checks();
     Ok(handles)
+}
+
+impl Handles {
+    /// `/healthz` answers for the core actors and, in fleet mode, the ledger.
+    fn add_health_checks(&self) {
+        for (name, alive) in self.core_actors() {
+            self.health.add_check(name, alive);
+        }
+        if let Some(ledger) = &self.ledger {
+            let up = ledger.health();
+            self.health.add_check(LEDGER_CHECK, move || up.is_up());
+        }
+    }
+}
+
+/// The health checks, starting with the store's, and the task that keeps its gauge.
+fn store_health(store: &Store, metrics: &Metrics) -> web::Data<Health> {
+    let health = web::Data::new(Health::default());
+    let store_health = store.health();
+    let healthy = store_health.clone();
+    health.add_check(STORE_CHECK, move || healthy.is_healthy());
+    let gauge = metrics.store_healthy.clone();
+    let closed = store.closed();
+    actix_rt::spawn(async move {
+        while !closed.is_closed() {
+            gauge.set(i64::from(store_health.is_healthy()));
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    });
+    health
+}
+
+/// Each target's owner (lowercase) and the web address its jobs' pages are at.
+fn web_urls(config: &Config) -> Vec<(String, String)> {
+    config
+        .targets()
+        .iter()
+        .map(|t| {
+            (
+                t.github.owner.to_ascii_lowercase(),
+                crate::github::web_url(&t.github.api_url),
+            )
+        })
+        .collect()
 }

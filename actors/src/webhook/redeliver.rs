@@ -349,84 +349,119 @@ async fn one_pass(
             .seen
             .get(&key)
             .map_or(oldest, |at| at.saturating_sub(OVERLAP_SECS).max(oldest));
-        let mut listed: Vec<HookDelivery> = Vec::new();
-        let mut cursor = None;
-        for _ in 0..MAX_PAGES {
-            let ask = ListHookDeliveries {
-                hook: hook.clone(),
-                cursor: cursor.take(),
-            };
-            let (page, next) = to.list.send(ask).await.map_err(mailbox)??;
-            let reached = page
-                .iter()
-                .any(|d| d.at_unix().is_some_and(|at| at < since));
-            listed.extend(page);
-            match next {
-                Some(n) if !reached => cursor = Some(n),
-                _ => break,
-            }
-        }
+        let listed = list_since(&to, &hook, since).await?;
         let newest = listed.iter().filter_map(HookDelivery::at_unix).max();
-        let mut wanted = candidates(&listed, &place, since);
-        if !wanted.is_empty() {
-            let guids = wanted.iter().map(|(_, g)| g.clone()).collect();
-            let open: HashSet<String> = to
-                .unprocessed
-                .send(Unprocessed(guids))
-                .await
-                .map_err(mailbox)?
-                .into_iter()
-                .collect();
-            wanted.retain(|(_, g)| open.contains(g));
-        }
-        // Fleet mode: one host asks for each guid.
-        if let Some(ledger) = settings.ledger.as_ref().filter(|_| !wanted.is_empty()) {
-            let guids: Vec<String> = wanted.iter().map(|(_, g)| g.clone()).collect();
-            let mine: HashSet<String> = ledger
-                .take_redeliveries(&guids)
-                .await
-                .map_err(|e| PassError::Ledger(e.to_string()))?
-                .into_iter()
-                .collect();
-            wanted.retain(|(_, g)| mine.contains(g));
-        }
-        // Told before asking: GitHub may redeliver before the ask is even answered.
-        if !wanted.is_empty() {
-            let guids = wanted.iter().map(|(_, g)| g.clone()).collect();
-            let _ = to.expect.send(ExpectRedelivery(guids)).await;
-        }
-        // A refused ask is tried again: the place stays before it.
-        let mut hold: Option<u64> = None;
-        for (id, guid) in wanted {
-            let ask = Redeliver {
-                hook: hook.clone(),
-                delivery_id: id,
-            };
-            match to.redeliver.send(ask).await.map_err(mailbox)? {
-                Ok(()) => out.asked.push(guid),
-                Err(e) => {
-                    tracing::warn!(%hook, delivery = id, error = %e, "GitHub refused to redeliver a failed delivery; asking again next pass");
-                    out.refused += 1;
-                    if let Some(ledger) = &settings.ledger
-                        && let Err(e) = ledger.give_back_redelivery(&guid).await
-                    {
-                        tracing::warn!(error = %e, "cannot give the redelivery back to the fleet");
-                    }
-                    let at = listed
-                        .iter()
-                        .find(|d| d.id == id)
-                        .and_then(HookDelivery::at_unix);
-                    if let Some(at) = at {
-                        hold = Some(hold.map_or(at, |h| h.min(at)));
-                    }
-                }
-            }
-        }
+        let wanted = narrow(&to, &settings, candidates(&listed, &place, since)).await?;
+        let hold = ask(&to, &settings, &hook, wanted, &listed, &mut out).await?;
         if let Some(at) = hold.or(newest) {
             out.seen.insert(key, at.max(since));
         }
     }
     Ok(out)
+}
+
+/// `hook`'s deliveries back to `since` (the page that reaches it is the last read, and
+/// [`MAX_PAGES`] at most).
+async fn list_since(
+    to: &RedeliverWiring,
+    hook: &HookRef,
+    since: u64,
+) -> Result<Vec<HookDelivery>, PassError> {
+    let mut listed: Vec<HookDelivery> = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let ask = ListHookDeliveries {
+            hook: hook.clone(),
+            cursor: cursor.take(),
+        };
+        let (page, next) = to.list.send(ask).await.map_err(mailbox)??;
+        let reached = page
+            .iter()
+            .any(|d| d.at_unix().is_some_and(|at| at < since));
+        listed.extend(page);
+        match next {
+            Some(n) if !reached => cursor = Some(n),
+            _ => break,
+        }
+    }
+    Ok(listed)
+}
+
+/// Of the failed deliveries `wanted`, those still unprocessed here and (fleet mode) this
+/// host's to ask for; the intake is told of them before the ask.
+async fn narrow(
+    to: &RedeliverWiring,
+    settings: &RedeliverSettings,
+    mut wanted: Vec<(u64, String)>,
+) -> Result<Vec<(u64, String)>, PassError> {
+    if !wanted.is_empty() {
+        let guids = wanted.iter().map(|(_, g)| g.clone()).collect();
+        let open: HashSet<String> = to
+            .unprocessed
+            .send(Unprocessed(guids))
+            .await
+            .map_err(mailbox)?
+            .into_iter()
+            .collect();
+        wanted.retain(|(_, g)| open.contains(g));
+    }
+    // Fleet mode: one host asks for each guid.
+    if let Some(ledger) = settings.ledger.as_ref().filter(|_| !wanted.is_empty()) {
+        let guids: Vec<String> = wanted.iter().map(|(_, g)| g.clone()).collect();
+        let mine: HashSet<String> = ledger
+            .take_redeliveries(&guids)
+            .await
+            .map_err(|e| PassError::Ledger(e.to_string()))?
+            .into_iter()
+            .collect();
+        wanted.retain(|(_, g)| mine.contains(g));
+    }
+    // Told before asking: GitHub may redeliver before the ask is even answered.
+    if !wanted.is_empty() {
+        let guids = wanted.iter().map(|(_, g)| g.clone()).collect();
+        let _ = to.expect.send(ExpectRedelivery(guids)).await;
+    }
+    Ok(wanted)
+}
+
+/// Asks GitHub to redeliver each of `wanted`; answers how far the place may move: before
+/// the oldest refused ask (tried again next pass), if any.
+async fn ask(
+    to: &RedeliverWiring,
+    settings: &RedeliverSettings,
+    hook: &HookRef,
+    wanted: Vec<(u64, String)>,
+    listed: &[HookDelivery],
+    out: &mut Outcome,
+) -> Result<Option<u64>, PassError> {
+    // A refused ask is tried again: the place stays before it.
+    let mut hold: Option<u64> = None;
+    for (id, guid) in wanted {
+        let ask = Redeliver {
+            hook: hook.clone(),
+            delivery_id: id,
+        };
+        match to.redeliver.send(ask).await.map_err(mailbox)? {
+            Ok(()) => out.asked.push(guid),
+            Err(e) => {
+                tracing::warn!(%hook, delivery = id, error = %e, "GitHub refused to redeliver a failed delivery; asking again next pass");
+                out.refused += 1;
+                if let Some(ledger) = &settings.ledger
+                    && let Err(e) = ledger.give_back_redelivery(&guid).await
+                {
+                    tracing::warn!(error = %e, "cannot give the redelivery back to the fleet");
+                }
+                let at = listed
+                    .iter()
+                    .find(|d| d.id == id)
+                    .and_then(HookDelivery::at_unix);
+                if let Some(at) = at {
+                    hold = Some(hold.map_or(at, |h| h.min(at)));
+                }
+            }
+        }
+    }
+    Ok(hold)
 }
 
 #[cfg(test)]

@@ -49,6 +49,34 @@ pub struct Mark {
     pub dropped_labels: Vec<String>,
 }
 
+impl Mark {
+    /// The scale set was made again as `id`: its queue starts over (no message handled, none
+    /// owed), its jobs are keyed by `jobId`; the session to close, the assignments and the
+    /// labels the service dropped carry over; `orphans` are the old scale set's jobs left to
+    /// the reckoning.
+    pub fn remade(&mut self, id: u64, orphans: Vec<u64>) {
+        *self = Mark {
+            scale_set_id: id,
+            orphans,
+            session_id: self.session_id.take(),
+            assignments: std::mem::take(&mut self.assignments),
+            dropped_labels: std::mem::take(&mut self.dropped_labels),
+            last_message_id: 0,
+            owed_acks: Vec::new(),
+            keyed_by_job_id: true,
+        };
+    }
+}
+
+/// The labels of `wanted` the service's answer does not keep (`kept`, any case): a GHES
+/// without custom scale-set labels keeps the name alone.
+pub fn dropped_labels<'a>(wanted: &'a [String], kept: &[String]) -> Vec<&'a String> {
+    wanted
+        .iter()
+        .filter(|l| !kept.iter().any(|k| k.eq_ignore_ascii_case(l)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +107,38 @@ mod tests {
             "a mark from before jobId keys says so"
         );
         assert_eq!(mark_of("Acme", "linux"), "scaleset:acme/linux");
+    }
+
+    #[test]
+    fn a_scale_set_made_again_starts_its_queue_over_and_keeps_what_carries() {
+        let mut m = Mark {
+            scale_set_id: 3,
+            last_message_id: 17,
+            session_id: Some("s".into()),
+            orphans: vec![1],
+            assignments: vec![inbox::Assignment {
+                ident: "j".into(),
+                ordinal: 1,
+                at: 9,
+            }],
+            dropped_labels: vec!["linux".into()],
+            owed_acks: vec![16],
+            keyed_by_job_id: false,
+        };
+        m.remade(4, vec![7, 8]);
+        assert_eq!((m.scale_set_id, m.last_message_id), (4, 0));
+        assert_eq!(m.orphans, vec![7, 8]);
+        assert!(m.owed_acks.is_empty() && m.keyed_by_job_id);
+        assert_eq!(m.session_id.as_deref(), Some("s"));
+        assert_eq!(m.assignments.len(), 1);
+        assert_eq!(m.dropped_labels, vec!["linux".to_string()]);
+    }
+
+    #[test]
+    fn labels_the_answer_does_not_keep_are_dropped_in_any_case() {
+        let wanted: Vec<String> = vec!["pool".into(), "Linux".into(), "gpu".into()];
+        let kept: Vec<String> = vec!["pool".into(), "linux".into()];
+        assert_eq!(dropped_labels(&wanted, &kept), vec![&"gpu".to_string()]);
+        assert!(dropped_labels(&wanted, &wanted).is_empty());
     }
 }

@@ -153,102 +153,135 @@ pub fn overview(status: &StatusAnswer, jobs: &[JobView], now: u64) -> Markup {
             @else { "Admitting jobs." }
             " Slots " (s.capacity.used) " of " (s.capacity.max_concurrent) " in use."
         }
-        section aria-labelledby="h-targets" {
-            h2 #h-targets { "GitHub budgets" }
-            @for t in &s.targets {
-                article.card {
-                    h3 { (t.name) " (" (t.owner) ")" }
-                    p { (t.held) " slots held, " (t.pending) " jobs waiting" }
-                    @for (bucket, r) in &t.rate {
-                        @let limit = r.limit.unwrap_or(0);
-                        @let left = r.remaining.unwrap_or(0);
-                        @let reset = r.reset.map(|at| format!(", resets in {} ({})", age(at.saturating_sub(now)), utc(at))).unwrap_or_default();
-                        (meter(bucket_name(*bucket), left, limit, format!("{left} of {limit} left{reset}")))
-                    }
-                    @if t.rate.is_empty() { p.muted { "No rate reading yet." } }
-                }
-            }
-        }
-        section aria-labelledby="h-pools" {
-            h2 #h-pools { "Pools" }
-            div.scroll { table {
-                thead { tr { th scope="col" { "Pool" } th scope="col" { "State" } th scope="col" { "Slots" } th scope="col" { "Warm" } th scope="col" { "Labels" } } }
-                tbody {
-                    @for p in &s.providers {
-                        tr {
-                            th scope="row" { (p.provider.as_str()) br; small { (p.provisioner) } }
-                            td {
-                                @if p.up { span.good { "up" } } @else { span.bad { "down" } }
-                                @if let Some(cause) = &p.down_cause { br; small { (cause) } }
-                                @if p.environment_failures > 0 { br; small { (p.environment_failures) " environments failed" } }
-                            }
-                            td { (meter("slots", p.used as u64, p.max as u64, format!("{} of {}", p.used, p.max))) }
-                            td { @if let Some(w) = &p.warm { (w.available) " ready, " (w.booting) " booting, of " (w.target) } @else { "none" } }
-                            td { @for l in &p.labels { code.label { (l) } " " } }
-                        }
-                    }
-                }
-            } }
-        }
-        section aria-labelledby="h-queue" {
-            h2 #h-queue { "Queue" }
-            div.scroll { table {
-                thead { tr { th scope="col" { "State" } th scope="col" { "Jobs" } th scope="col" { "Oldest" } } }
-                tbody {
-                    @for (state, words) in STATES {
-                        @let these: Vec<&JobView> = jobs.iter().filter(|j| state_of(&j.phase) == Some(state)).collect();
-                        @let oldest = these.iter().filter_map(|j| arrived(j)).min();
-                        tr class={ "q-" (state) } {
-                            th scope="row" { (state) br; small { (words) } }
-                            td { (these.len()) }
-                            td { @if let Some(at) = oldest { (age(now.saturating_sub(at))) } @else { "-" } }
-                        }
-                    }
-                }
-            } }
-            p { (s.retry_queue_depth) " on the ladder; " (s.runners) " runners alive." }
-        }
-        @if let Some(fleet) = &status.fleet {
-            section aria-labelledby="h-fleet" {
-                h2 #h-fleet { "Fleet" }
-                p { "This host: " (fleet.me) ". " (fleet.queued) " jobs recorded and not claimed by any host." }
-                div.scroll { table {
-                    thead { tr { th scope="col" { "Host" } th scope="col" { "Lease" } th scope="col" { "Slots" } th scope="col" { "Holding" } } }
-                    tbody {
-                        @for h in &fleet.hosts {
-                            tr {
-                                th scope="row" { (h.host) }
-                                td { @if h.alive { span.good { "current, " (h.lease_secs) " s left" } } @else { span.bad { "expired " (-h.lease_secs) " s ago" } } }
-                                td { (h.used) " of " (h.capacity) }
-                                td { (h.holding) }
-                            }
-                        }
-                    }
-                } }
-            }
-        }
-        section aria-labelledby="h-jobs" {
-            h2 #h-jobs { "Jobs not started (" (open.len()) ")" }
-            @if open.is_empty() { p.muted { "None." } } @else {
-                div.scroll { table {
-                    thead { tr { th scope="col" { "Job" } th scope="col" { "Repo" } th scope="col" { "Labels" } th scope="col" { "State" } th scope="col" { "Waiting" } th scope="col" { "Next" } } }
-                    tbody {
-                        @for j in open.iter().take(200) {
-                            tr class={ "q-" (state_of(&j.phase).unwrap_or("")) } {
-                                th scope="row" { a href={ "/jobs/" (j.key.job_id) } { (j.key.job_id) } }
-                                td { (j.key.owner) "/" (j.repo) }
-                                td { @for l in &j.labels { code.label { (l) } " " } }
-                                td { (state_of(&j.phase).unwrap_or("")) @if j.retry_attempts > 0 { " (" (j.retry_attempts) " failed)" } }
-                                td { @if let Some(at) = arrived(j) { (age(now.saturating_sub(at))) } }
-                                td { @if let Some(next) = j.next_attempt_unix { "retry in " (age(next.saturating_sub(now))) } }
-                            }
-                        }
-                    }
-                } }
-            }
-        }
+        (budgets(s, now))
+        (pools(s))
+        (queue(s, jobs, now))
+        @if let Some(fleet) = &status.fleet { (fleet_hosts(fleet)) }
+        (open_jobs(&open, now))
     };
     layout("Status", body)
+}
+
+/// Each target's rate budgets.
+fn budgets(s: &crate::scheduler::core::StatusView, now: u64) -> Markup {
+    html! {
+    section aria-labelledby="h-targets" {
+        h2 #h-targets { "GitHub budgets" }
+        @for t in &s.targets {
+            article.card {
+                h3 { (t.name) " (" (t.owner) ")" }
+                p { (t.held) " slots held, " (t.pending) " jobs waiting" }
+                @for (bucket, r) in &t.rate {
+                    @let limit = r.limit.unwrap_or(0);
+                    @let left = r.remaining.unwrap_or(0);
+                    @let reset = r.reset.map(|at| format!(", resets in {} ({})", age(at.saturating_sub(now)), utc(at))).unwrap_or_default();
+                    (meter(bucket_name(*bucket), left, limit, format!("{left} of {limit} left{reset}")))
+                }
+                @if t.rate.is_empty() { p.muted { "No rate reading yet." } }
+            }
+        }
+    }
+    }
+}
+
+/// The pools: state, slots, warm environments, labels.
+fn pools(s: &crate::scheduler::core::StatusView) -> Markup {
+    html! {
+    section aria-labelledby="h-pools" {
+        h2 #h-pools { "Pools" }
+        div.scroll { table {
+            thead { tr { th scope="col" { "Pool" } th scope="col" { "State" } th scope="col" { "Slots" } th scope="col" { "Warm" } th scope="col" { "Labels" } } }
+            tbody {
+                @for p in &s.providers {
+                    tr {
+                        th scope="row" { (p.provider.as_str()) br; small { (p.provisioner) } }
+                        td {
+                            @if p.up { span.good { "up" } } @else { span.bad { "down" } }
+                            @if let Some(cause) = &p.down_cause { br; small { (cause) } }
+                            @if p.environment_failures > 0 { br; small { (p.environment_failures) " environments failed" } }
+                        }
+                        td { (meter("slots", p.used as u64, p.max as u64, format!("{} of {}", p.used, p.max))) }
+                        td { @if let Some(w) = &p.warm { (w.available) " ready, " (w.booting) " booting, of " (w.target) } @else { "none" } }
+                        td { @for l in &p.labels { code.label { (l) } " " } }
+                    }
+                }
+            }
+        } }
+    }
+    }
+}
+
+/// The jobs by state, with the oldest of each.
+fn queue(s: &crate::scheduler::core::StatusView, jobs: &[JobView], now: u64) -> Markup {
+    html! {
+    section aria-labelledby="h-queue" {
+        h2 #h-queue { "Queue" }
+        div.scroll { table {
+            thead { tr { th scope="col" { "State" } th scope="col" { "Jobs" } th scope="col" { "Oldest" } } }
+            tbody {
+                @for (state, words) in STATES {
+                    @let these: Vec<&JobView> = jobs.iter().filter(|j| state_of(&j.phase) == Some(state)).collect();
+                    @let oldest = these.iter().filter_map(|j| arrived(j)).min();
+                    tr class={ "q-" (state) } {
+                        th scope="row" { (state) br; small { (words) } }
+                        td { (these.len()) }
+                        td { @if let Some(at) = oldest { (age(now.saturating_sub(at))) } @else { "-" } }
+                    }
+                }
+            }
+        } }
+        p { (s.retry_queue_depth) " on the ladder; " (s.runners) " runners alive." }
+    }
+    }
+}
+
+/// Fleet mode: the hosts and their leases.
+fn fleet_hosts(fleet: &crate::cluster::FleetView) -> Markup {
+    html! {
+    section aria-labelledby="h-fleet" {
+        h2 #h-fleet { "Fleet" }
+        p { "This host: " (fleet.me) ". " (fleet.queued) " jobs recorded and not claimed by any host." }
+        div.scroll { table {
+            thead { tr { th scope="col" { "Host" } th scope="col" { "Lease" } th scope="col" { "Slots" } th scope="col" { "Holding" } } }
+            tbody {
+                @for h in &fleet.hosts {
+                    tr {
+                        th scope="row" { (h.host) }
+                        td { @if h.alive { span.good { "current, " (h.lease_secs) " s left" } } @else { span.bad { "expired " (-h.lease_secs) " s ago" } } }
+                        td { (h.used) " of " (h.capacity) }
+                        td { (h.holding) }
+                    }
+                }
+            }
+        } }
+    }
+    }
+}
+
+/// The jobs not done, oldest first (200 at most).
+fn open_jobs(open: &[&JobView], now: u64) -> Markup {
+    html! {
+    section aria-labelledby="h-jobs" {
+        h2 #h-jobs { "Jobs not started (" (open.len()) ")" }
+        @if open.is_empty() { p.muted { "None." } } @else {
+            div.scroll { table {
+                thead { tr { th scope="col" { "Job" } th scope="col" { "Repo" } th scope="col" { "Labels" } th scope="col" { "State" } th scope="col" { "Waiting" } th scope="col" { "Next" } } }
+                tbody {
+                    @for j in open.iter().take(200) {
+                        tr class={ "q-" (state_of(&j.phase).unwrap_or("")) } {
+                            th scope="row" { a href={ "/jobs/" (j.key.job_id) } { (j.key.job_id) } }
+                            td { (j.key.owner) "/" (j.repo) }
+                            td { @for l in &j.labels { code.label { (l) } " " } }
+                            td { (state_of(&j.phase).unwrap_or("")) @if j.retry_attempts > 0 { " (" (j.retry_attempts) " failed)" } }
+                            td { @if let Some(at) = arrived(j) { (age(now.saturating_sub(at))) } }
+                            td { @if let Some(next) = j.next_attempt_unix { "retry in " (age(next.saturating_sub(now))) } }
+                        }
+                    }
+                }
+            } }
+        }
+    }
+    }
 }
 
 fn bucket_name(bucket: RateBucket) -> &'static str {
