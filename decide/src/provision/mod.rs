@@ -49,6 +49,19 @@ pub enum ExitReason {
     Lost,
 }
 
+impl ExitReason {
+    /// How it ended, in words.
+    pub fn words(self) -> &'static str {
+        match self {
+            ExitReason::Exited => "its process exited",
+            ExitReason::TornDown => "torn down",
+            ExitReason::TimedOut => "killed after the job timeout",
+            ExitReason::ProvisionerDied => "its provisioner died",
+            ExitReason::Lost => "lost over a restart",
+        }
+    }
+}
+
 /// What happened to a runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunnerEventKind {

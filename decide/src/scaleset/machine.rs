@@ -285,17 +285,40 @@ impl Machine {
                 self.hold(format!("host {holder} holds the listener lease"));
                 self.wait(wait, Call::Resolve)
             }
-            Outcome::Closed(result) => {
-                if result.is_ok() || result == Err(Fail::NotFound) {
-                    self.session = None;
-                }
-                match (std::mem::take(&mut self.yielding), self.set) {
-                    // A lost lease: back to waiting for it.
-                    (true, _) | (_, None) => Call::Resolve,
-                    (false, Some(set)) => Call::Open(set),
-                }
+            Outcome::Closed(result) => self.on_closed(result),
+            Outcome::Opened(result) => self.on_opened(result, draw),
+            Outcome::Renewed(true) => match self.state {
+                SessionState::Listening => self.poll(),
+                _ => self.listen(),
+            },
+            Outcome::Renewed(false) => self.lost_lease(),
+            Outcome::Polled(result) => self.on_polled(result, draw),
+            Outcome::Refreshed(Err(Fail::NotFound)) | Outcome::Reckoned(Err(Fail::NotFound)) => {
+                self.session_gone()
             }
-            Outcome::Opened(Ok(id)) => {
+            Outcome::Refreshed(Ok(())) | Outcome::Reckoned(_) => self.poll(),
+            Outcome::Refreshed(Err(e)) => {
+                self.reconnect(format!("cannot refresh the message session: {e}"), draw)
+            }
+        }
+    }
+
+    /// The old session was closed (or was gone already).
+    fn on_closed(&mut self, result: Result<(), Fail>) -> Call {
+        if result.is_ok() || result == Err(Fail::NotFound) {
+            self.session = None;
+        }
+        match (std::mem::take(&mut self.yielding), self.set) {
+            // A lost lease: back to waiting for it.
+            (true, _) | (_, None) => Call::Resolve,
+            (false, Some(set)) => Call::Open(set),
+        }
+    }
+
+    /// A session was asked for: listening, held by another listener, or the scale set gone.
+    fn on_opened(&mut self, result: Result<String, Fail>, draw: f64) -> Call {
+        match result {
+            Ok(id) => {
                 self.session = self.set.map(|set| (set, id));
                 self.said_held = false;
                 self.held.reset();
@@ -307,12 +330,12 @@ impl Machine {
                     self.listen()
                 }
             }
-            Outcome::Opened(Err(Fail::Conflict(words))) => {
+            Err(Fail::Conflict(words)) => {
                 let wait = self.held.next(draw);
                 self.hold(words);
                 self.wait(wait, Call::Resolve)
             }
-            Outcome::Opened(Err(Fail::NotFound)) => {
+            Err(Fail::NotFound) => {
                 self.set = None;
                 self.notes.push(Note::SetGone);
                 self.set_state(
@@ -321,39 +344,37 @@ impl Machine {
                 );
                 Call::Resolve
             }
-            Outcome::Opened(Err(e)) => {
-                self.reconnect(format!("cannot open the message session: {e}"), draw)
-            }
-            Outcome::Renewed(true) => match self.state {
-                SessionState::Listening => self.poll(),
-                _ => self.listen(),
-            },
-            Outcome::Renewed(false) | Outcome::Polled(Ok(Polled::LostLease)) => self.lost_lease(),
-            Outcome::Polled(Ok(Polled::Nothing)) => {
+            Err(e) => self.reconnect(format!("cannot open the message session: {e}"), draw),
+        }
+    }
+
+    /// A long poll ended: a message, none, a message not handled, or a failure.
+    fn on_polled(&mut self, result: Result<Polled, Fail>, draw: f64) -> Call {
+        match result {
+            Ok(Polled::LostLease) => self.lost_lease(),
+            Ok(Polled::Nothing) => {
                 self.polled_fine();
                 match self.set {
                     Some(set) => Call::Reckon(set),
                     None => Call::Resolve,
                 }
             }
-            Outcome::Polled(Ok(Polled::Handled)) => {
+            Ok(Polled::Handled) => {
                 self.polled_fine();
                 self.after_message()
             }
-            Outcome::Polled(Ok(Polled::NotHandled)) => {
+            Ok(Polled::NotHandled) => {
                 self.failures = 0;
                 let wait = self.dropped.next(draw);
                 let next = self.after_message();
                 self.wait(wait, next)
             }
-            Outcome::Polled(Err(Fail::Unauthorized)) => match self.set {
+            Err(Fail::Unauthorized) => match self.set {
                 Some(set) => Call::Refresh(set),
                 None => Call::Resolve,
             },
-            Outcome::Polled(Err(Fail::NotFound))
-            | Outcome::Refreshed(Err(Fail::NotFound))
-            | Outcome::Reckoned(Err(Fail::NotFound)) => self.session_gone(),
-            Outcome::Polled(Err(e)) => {
+            Err(Fail::NotFound) => self.session_gone(),
+            Err(e) => {
                 self.failures += 1;
                 if self.failures >= POLL_FAILURES {
                     self.failures = 0;
@@ -363,10 +384,6 @@ impl Machine {
                     let next = self.poll();
                     self.wait(wait, next)
                 }
-            }
-            Outcome::Refreshed(Ok(())) | Outcome::Reckoned(_) => self.poll(),
-            Outcome::Refreshed(Err(e)) => {
-                self.reconnect(format!("cannot refresh the message session: {e}"), draw)
             }
         }
     }

@@ -18,6 +18,20 @@ use crate::{
 };
 use std::{collections::VecDeque, sync::Arc, time::Duration};
 
+/// What the pump does with one pending job.
+enum Turn {
+    /// Nothing more to do here: not pending any more, abandoned, or ran elsewhere.
+    Gone,
+    /// The host has no free slot: the pump stops.
+    HostFull,
+    /// No pool of its target has a free slot for it now.
+    NoSlot,
+    /// Its target is out of claim tokens until then.
+    Paced(Instant),
+    /// Claim it on pool `i`.
+    Claim(usize),
+}
+
 impl Scheduler {
     /// The pool for a job of `target` with `labels` (see [`SlotTable::pick`]).
     pub(super) fn pick(&self, labels: &[String], target: usize) -> Pick {
@@ -63,35 +77,13 @@ impl Scheduler {
             let Some(key) = queues[t].pop_front() else {
                 break;
             };
-            let Some(rec) = self.admission.jobs.get(&key) else {
-                continue;
-            };
-            if rec.phase != Phase::Pending {
-                continue;
-            }
-            if self.draining {
-                self.abandon(
-                    &key,
-                    Phase::Seen,
-                    Note::Abandoned(Abandon::CordonedWhileWaiting),
-                    now,
-                    fx,
-                );
-                continue;
-            }
-            if rec.started_at.is_some() {
-                self.stats.satisfied_elsewhere += 1;
-                self.abandon(&key, Phase::Done, Note::RanElsewhere, now, fx);
-                continue;
-            }
-            if self.capacity.host_full() {
-                queues[t].push_front(key);
-                break;
-            }
-            let labels = rec.info.labels.clone();
-            let i = match self.pick(&labels, t) {
-                Pick::Provider(i) => i,
-                Pick::Wait => {
+            match self.turn(&key, t, now, fx) {
+                Turn::Gone => {}
+                Turn::HostFull => {
+                    queues[t].push_front(key);
+                    break;
+                }
+                Turn::NoSlot => {
                     skipped[t].push_back(key);
                     // No pool of this target has a free slot: none of its other jobs can
                     // be claimed now either, and looking at each would cost a decision time
@@ -99,31 +91,19 @@ impl Scheduler {
                     if !self.capacity.room_for(&self.settings.providers, t) {
                         paced[t] = true;
                     }
-                    continue;
                 }
-                Pick::Uncovered => {
-                    self.abandon(
-                        &key,
-                        Phase::Unroutable,
-                        Note::Abandoned(Abandon::NoProviderAnyMore),
-                        now,
-                        fx,
-                    );
-                    continue;
+                Turn::Paced(at) => {
+                    wake = Some(wake.map_or(at, |w| w.min(at)));
+                    paced[t] = true;
+                    queues[t].push_front(key);
                 }
-            };
-            self.hold_claims_while_budget_empty(t, now);
-            if !self.capacity.pacers[t].try_take(now.mono) {
-                let at = self.capacity.pacers[t].next_slot_at(now.mono);
-                wake = Some(wake.map_or(at, |w| w.min(at)));
-                paced[t] = true;
-                queues[t].push_front(key);
-                continue;
+                Turn::Claim(i) => {
+                    if let Some(h) = held.get_mut(t) {
+                        *h += 1;
+                    }
+                    self.start_claim(key, i, t, now, fx);
+                }
             }
-            if let Some(h) = held.get_mut(t) {
-                *h += 1;
-            }
-            self.start_claim(key, i, t, now, fx);
         }
         // The skipped jobs go back in front of the ones not reached, in their order.
         for (skipped, queue) in skipped.into_iter().zip(queues.iter_mut()) {
@@ -138,6 +118,44 @@ impl Scheduler {
         }
         self.pace_wake = wake;
         self.rearm_timer(fx);
+    }
+
+    /// What one pending job of target `t` gets in this pump.
+    fn turn(&mut self, key: &JobKey, t: usize, now: Now, fx: &mut Vec<Effect>) -> Turn {
+        let Some(rec) = self.admission.jobs.get(key) else {
+            return Turn::Gone;
+        };
+        if rec.phase != Phase::Pending {
+            return Turn::Gone;
+        }
+        if self.draining {
+            let why = Note::Abandoned(Abandon::CordonedWhileWaiting);
+            self.abandon(key, Phase::Seen, why, now, fx);
+            return Turn::Gone;
+        }
+        if rec.started_at.is_some() {
+            self.stats.satisfied_elsewhere += 1;
+            self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
+            return Turn::Gone;
+        }
+        if self.capacity.host_full() {
+            return Turn::HostFull;
+        }
+        let labels = rec.info.labels.clone();
+        let i = match self.pick(&labels, t) {
+            Pick::Provider(i) => i,
+            Pick::Wait => return Turn::NoSlot,
+            Pick::Uncovered => {
+                let why = Note::Abandoned(Abandon::NoProviderAnyMore);
+                self.abandon(key, Phase::Unroutable, why, now, fx);
+                return Turn::Gone;
+            }
+        };
+        self.hold_claims_while_budget_empty(t, now);
+        if !self.capacity.pacers[t].try_take(now.mono) {
+            return Turn::Paced(self.capacity.pacers[t].next_slot_at(now.mono));
+        }
+        Turn::Claim(i)
     }
 
     /// The target whose turn it is: of those with a job to try and a claim token, the one

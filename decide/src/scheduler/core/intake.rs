@@ -102,28 +102,8 @@ impl Scheduler {
         let key = job.key.clone();
         // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
         //    covers costs nothing when it is delivered again.
-        if let Some(rec) = self.admission.jobs.get(&key) {
-            // A parked job is looked at again when a delivery for it comes.
-            if matches!(rec.phase, Phase::Parked { .. }) && !self.draining {
-                self.admit_again(&key, "delivery", now);
-                self.pump(now, fx);
-                return;
-            }
-            let in_flight = matches!(
-                rec.phase,
-                Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
-            );
-            let recently_seen = rec
-                .seen_at
-                .is_some_and(|at| now.mono.saturating_duration_since(at) < self.settings.seen_ttl);
-            if in_flight || recently_seen {
-                self.stats.duplicates += 1;
-                self.observe(Observation::Duplicate {
-                    job_id: key.job_id,
-                    delivery: delivery.map(str::to_string),
-                });
-                return;
-            }
+        if self.held_already(&key, delivery, now, fx) {
+            return;
         }
         let rec = self
             .admission
@@ -177,6 +157,42 @@ impl Scheduler {
         self.pump(now, fx);
     }
 
+    /// The dedup gate: whether a `queued` event for `key` is one the daemon holds already
+    /// (in flight, or seen within the seen TTL). A parked job is looked at again instead.
+    fn held_already(
+        &mut self,
+        key: &JobKey,
+        delivery: Option<&str>,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        let Some(rec) = self.admission.jobs.get(key) else {
+            return false;
+        };
+        // A parked job is looked at again when a delivery for it comes.
+        if matches!(rec.phase, Phase::Parked { .. }) && !self.draining {
+            self.admit_again(key, "delivery", now);
+            self.pump(now, fx);
+            return true;
+        }
+        let in_flight = matches!(
+            rec.phase,
+            Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
+        );
+        let recently_seen = rec
+            .seen_at
+            .is_some_and(|at| now.mono.saturating_duration_since(at) < self.settings.seen_ttl);
+        if in_flight || recently_seen {
+            self.stats.duplicates += 1;
+            self.observe(Observation::Duplicate {
+                job_id: key.job_id,
+                delivery: delivery.map(str::to_string),
+            });
+            return true;
+        }
+        false
+    }
+
     pub(super) fn on_started(
         &mut self,
         action: JobAction,
@@ -228,9 +244,29 @@ impl Scheduler {
             action,
         });
 
-        // Bind the runner named in the event, if it is ours.
-        // A runner already gone that is named now did run a job: no registration to delete,
-        // and a clean exit of it counted against its job is explained.
+        self.bind_named_runner(&key, &job, now);
+        if action == JobAction::Completed {
+            self.on_completed(
+                &key,
+                runner_name.as_deref(),
+                job.runner_id,
+                withdrawn,
+                now,
+                fx,
+            );
+            fx.extend(self.sweep(now));
+        } else {
+            self.rebalance(now, fx);
+        }
+        self.pump(now, fx);
+    }
+
+    /// Binds the runner `job`'s event names to it, if it is ours (name and id), and notes a
+    /// runner that took another job than its own. A runner already gone that is named now
+    /// did run a job: no registration to delete, and a clean exit of it counted against its
+    /// job is explained.
+    fn bind_named_runner(&mut self, key: &JobKey, job: &JobInfo, now: Now) {
+        let runner_name = &job.runner_name;
         if let Some(intent) = runner_name
             .as_ref()
             .and_then(|n| self.book.recent.ran_a_job(n.as_str()))
@@ -253,9 +289,9 @@ impl Scheduler {
             let (intent, provider) = (runner.intent.clone(), runner.provider.clone());
             let warm_start = runner.warm_start;
             if bound_now {
-                self.job_taken(&key, provider, warm_start, job.github_wait_secs);
+                self.job_taken(key, provider, warm_start, job.github_wait_secs);
             }
-            if intent != key && !intent.is_warm() {
+            if intent != *key && !intent.is_warm() {
                 self.observe(Observation::RunnerTookOther {
                     job_id: key.job_id,
                     runner: name.clone(),
@@ -273,13 +309,6 @@ impl Scheduler {
                 self.runner_taken(&intent, &runner, now);
             }
         }
-        if action == JobAction::Completed {
-            self.on_completed(&key, runner_name.as_deref(), runner_id, withdrawn, now, fx);
-            fx.extend(self.sweep(now));
-        } else {
-            self.rebalance(now, fx);
-        }
-        self.pump(now, fx);
     }
 
     pub(super) fn on_completed(

@@ -96,31 +96,7 @@ impl Scheduler {
         // The ladder's item counts the job's failures (this one included once it is recorded).
         let attempts = self.ladder.queue.get(key).map_or(0, |i| i.attempts) + 1;
         if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
-            let mut park = None;
-            let why = if self.draining {
-                Abandon::CordonedNoRetry
-            } else if !failure.class.is_retryable() {
-                park = Some(ParkReason::NotRetryable);
-                // Retrying cannot help (a claim GitHub refuses, an environment the engine
-                // rejects as invalid): the job's attempts end here, counted as given up.
-                self.observe(Observation::RetryGivenUp {
-                    job_id: key.job_id,
-                    attempts,
-                    class: failure.class,
-                });
-                Abandon::NotRetryable(failure.class)
-            } else {
-                Abandon::RetryDisabled
-            };
-            self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
-            if let Some(rec) = self.admission.jobs.get_mut(key) {
-                rec.ladder_left = Some((attempts, failure.class));
-            }
-            // Not forgotten: looked at again on the slow lane (an operator may fix what the
-            // claim refused), like a job given up on after `max_age`.
-            if let Some(reason) = park {
-                self.park(key, reason, now, fx);
-            }
+            self.not_retried(key, &failure, attempts, now, fx);
             return;
         }
         let outcome = self
@@ -160,30 +136,78 @@ impl Scheduler {
                 attempts,
                 age,
                 class,
-            } => {
-                // The ladder dropped its item: what it held stays on the record.
-                if let Some(rec) = self.admission.jobs.get_mut(key) {
-                    rec.ladder_left = Some((attempts, class));
-                }
-                self.ops.push(Op::DeleteRetry(key.clone()));
-                self.observe(Observation::RetryGivenUp {
-                    job_id: key.job_id,
-                    attempts,
-                    class,
-                });
-                let why = Abandon::GaveUp {
-                    attempts,
-                    age_secs: age.as_secs(),
-                    class,
-                };
-                self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
-                self.park(key, ParkReason::GaveUp, now, fx);
-            }
+            } => self.gave_up(key, attempts, age, class, now, fx),
             Scheduled::NotRetryable { class } => {
                 unreachable!("a {class} failure was given up before the ladder")
             }
         }
         self.rearm_timer(fx);
+    }
+
+    /// A failure that does not go on the ladder: the daemon is cordoned, retries are off, or
+    /// the failure's class cannot be helped by trying again (then the job is parked).
+    fn not_retried(
+        &mut self,
+        key: &JobKey,
+        failure: &Failure,
+        attempts: u32,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let mut park = None;
+        let why = if self.draining {
+            Abandon::CordonedNoRetry
+        } else if !failure.class.is_retryable() {
+            park = Some(ParkReason::NotRetryable);
+            // Retrying cannot help (a claim GitHub refuses, an environment the engine
+            // rejects as invalid): the job's attempts end here, counted as given up.
+            self.observe(Observation::RetryGivenUp {
+                job_id: key.job_id,
+                attempts,
+                class: failure.class,
+            });
+            Abandon::NotRetryable(failure.class)
+        } else {
+            Abandon::RetryDisabled
+        };
+        self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+        if let Some(rec) = self.admission.jobs.get_mut(key) {
+            rec.ladder_left = Some((attempts, failure.class));
+        }
+        // Not forgotten: looked at again on the slow lane (an operator may fix what the
+        // claim refused), like a job given up on after `max_age`.
+        if let Some(reason) = park {
+            self.park(key, reason, now, fx);
+        }
+    }
+
+    /// The ladder gave up on the job after `max_age`: it is parked for a slower look.
+    fn gave_up(
+        &mut self,
+        key: &JobKey,
+        attempts: u32,
+        age: std::time::Duration,
+        class: crate::vocab::ErrorClass,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        // The ladder dropped its item: what it held stays on the record.
+        if let Some(rec) = self.admission.jobs.get_mut(key) {
+            rec.ladder_left = Some((attempts, class));
+        }
+        self.ops.push(Op::DeleteRetry(key.clone()));
+        self.observe(Observation::RetryGivenUp {
+            job_id: key.job_id,
+            attempts,
+            class,
+        });
+        let why = Abandon::GaveUp {
+            attempts,
+            age_secs: age.as_secs(),
+            class,
+        };
+        self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+        self.park(key, ParkReason::GaveUp, now, fx);
     }
 
     /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).

@@ -94,35 +94,7 @@ impl Scheduler {
         let (handle, intent) = (handle.clone(), runner.intent.clone());
         match kind {
             RunnerEventKind::Started { warm } => {
-                let runner = self
-                    .book
-                    .runners
-                    .get_mut(name)
-                    .unwrap_or_else(|| unreachable!("looked up above"));
-                runner.started_at = Some(now.mono);
-                runner.warm_start = warm;
-                let startup = now.mono.saturating_duration_since(runner.created_at);
-                let queue_wait = self
-                    .admission
-                    .jobs
-                    .get(&intent)
-                    .map(|rec| now.mono.saturating_duration_since(rec.received_at));
-                let provider = runner.provider.clone();
-                self.observe(Observation::RunnerStarted {
-                    startup,
-                    queue_wait,
-                    provider,
-                    warm,
-                });
-                self.stats.runners_started += 1;
-                self.note(
-                    &intent,
-                    now,
-                    Note::RunnerStarted {
-                        runner: handle,
-                        after: startup,
-                    },
-                );
+                self.runner_started(name, handle, &intent, warm, now)
             }
             RunnerEventKind::Exited { code, reason } => {
                 let runner = self.forget_runner(name, now);
@@ -143,50 +115,98 @@ impl Scheduler {
                 }
             }
             RunnerEventKind::Failed { error } => {
-                let r = self.forget_runner(name, now);
-                if let Some(r) = &r {
-                    fx.push(Effect::DeleteRunner(Deletion::of(r)));
-                }
-                if let Some(r) = &r {
-                    self.warm_runner_lost(r, now);
-                    self.environment_failed(
-                        r.provider.clone(),
-                        &intent,
-                        name,
-                        error.to_string(),
-                        now,
-                    );
-                }
-                let waiting = matches!(
-                    self.admission.jobs.get(&intent).map(|r| &r.phase),
-                    Some(Phase::Seen)
-                );
-                if waiting && error.takes_pool_down() {
-                    // The pool itself cannot run jobs (its supervisor reported it down first):
-                    // the job waits for it or goes to another covering pool; no rung is spent.
-                    self.set_phase(&intent, Phase::Pending);
-                    let t = self.target_index(&intent);
-                    self.admission.pending.push_back(t, intent.clone());
-                    let why = "its pool cannot run jobs right now";
-                    self.observe(Observation::Requeued {
-                        job_id: intent.job_id,
-                        why,
-                    });
-                    self.note(&intent, now, Note::Requeued { why });
-                } else if waiting {
-                    let failure = Failure {
-                        class: error.class(),
-                        retry_after: None,
-                        bucket: None,
-                        reading: None,
-                        message: format!("provisioning failed: {error}"),
-                    };
-                    self.failed(&intent, failure, now, &mut fx);
-                }
+                self.environment_not_made(name, &intent, error, now, &mut fx)
             }
         }
         self.pump(now, &mut fx);
         fx
+    }
+
+    /// A runner's environment came up and its process started.
+    fn runner_started(
+        &mut self,
+        name: &str,
+        handle: std::sync::Arc<str>,
+        intent: &JobKey,
+        warm: bool,
+        now: Now,
+    ) {
+        let runner = self
+            .book
+            .runners
+            .get_mut(name)
+            .unwrap_or_else(|| unreachable!("looked up above"));
+        runner.started_at = Some(now.mono);
+        runner.warm_start = warm;
+        let startup = now.mono.saturating_duration_since(runner.created_at);
+        let queue_wait = self
+            .admission
+            .jobs
+            .get(intent)
+            .map(|rec| now.mono.saturating_duration_since(rec.received_at));
+        let provider = runner.provider.clone();
+        self.observe(Observation::RunnerStarted {
+            startup,
+            queue_wait,
+            provider,
+            warm,
+        });
+        self.stats.runners_started += 1;
+        self.note(
+            intent,
+            now,
+            Note::RunnerStarted {
+                runner: handle,
+                after: startup,
+            },
+        );
+    }
+
+    /// A runner's environment could not be made: its registration goes, and its job waits for
+    /// the pool (a pool that cannot run jobs) or climbs the ladder.
+    fn environment_not_made(
+        &mut self,
+        name: &str,
+        intent: &JobKey,
+        error: crate::provision::ProvisionError,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let intent = intent.clone();
+        let r = self.forget_runner(name, now);
+        if let Some(r) = &r {
+            fx.push(Effect::DeleteRunner(Deletion::of(r)));
+        }
+        if let Some(r) = &r {
+            self.warm_runner_lost(r, now);
+            self.environment_failed(r.provider.clone(), &intent, name, error.to_string(), now);
+        }
+        let waiting = matches!(
+            self.admission.jobs.get(&intent).map(|r| &r.phase),
+            Some(Phase::Seen)
+        );
+        if waiting && error.takes_pool_down() {
+            // The pool itself cannot run jobs (its supervisor reported it down first):
+            // the job waits for it or goes to another covering pool; no rung is spent.
+            self.set_phase(&intent, Phase::Pending);
+            let t = self.target_index(&intent);
+            self.admission.pending.push_back(t, intent.clone());
+            let why = "its pool cannot run jobs right now";
+            self.observe(Observation::Requeued {
+                job_id: intent.job_id,
+                why,
+            });
+            self.note(&intent, now, Note::Requeued { why });
+        } else if waiting {
+            let failure = Failure {
+                class: error.class(),
+                retry_after: None,
+                bucket: None,
+                reading: None,
+                message: format!("provisioning failed: {error}"),
+            };
+            self.failed(&intent, failure, now, fx);
+        }
     }
 
     /// What a runner's end means for its registration and for the job it was made for. It

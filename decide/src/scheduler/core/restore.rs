@@ -23,11 +23,34 @@ impl Scheduler {
     /// flight (the caller dispatches them again through the normal path), and the effects of
     /// the restored ladder (its timer).
     pub fn restore(&mut self, snapshot: &Snapshot, now: Now) -> (Vec<JobInfo>, Vec<Effect>) {
-        let ago = |unix: u64| {
-            now.mono
-                .checked_sub(Duration::from_secs(now.unix.saturating_sub(unix)))
-                .unwrap_or(now.mono)
-        };
+        self.restore_jobs(snapshot, now);
+        self.restore_runners(snapshot, now);
+        let mut fx = Vec::new();
+        self.restore_ladder(snapshot, now, &mut fx);
+        self.rearm_timer(&mut fx);
+        let redo: Vec<JobInfo> = self
+            .admission
+            .jobs
+            .values_mut()
+            .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())
+            .map(|r| {
+                // Let the re-dispatch through the dedup gate.
+                r.seen_at = None;
+                r.info.clone()
+            })
+            .collect();
+        self.observe(Observation::Restored {
+            jobs: snapshot.jobs.len(),
+            runners: snapshot.runners.len(),
+            retries: snapshot.retries.len(),
+            redispatch: redo.len(),
+        });
+        (redo, fx)
+    }
+
+    /// The jobs the store held: seen, and done when they were observed running.
+    fn restore_jobs(&mut self, snapshot: &Snapshot, now: Now) {
+        let ago = |unix| ago(now, unix);
         for row in &snapshot.jobs {
             let mut info = row.info.clone();
             self.admission.shared.job(&mut info);
@@ -43,6 +66,12 @@ impl Scheduler {
             });
             self.admission.jobs.insert(rec.info.key.clone(), rec);
         }
+    }
+
+    /// The runners the store held: each holds its slot, and its job is active on it unless
+    /// the job was observed running.
+    fn restore_runners(&mut self, snapshot: &Snapshot, now: Now) {
+        let ago = |unix| ago(now, unix);
         for r in &snapshot.runners {
             let Some(i) = self.provider_index(&r.provider) else {
                 // The provider was disabled since: nothing will adopt it; forget it.
@@ -82,12 +111,16 @@ impl Scheduler {
                 };
             }
         }
+    }
+
+    /// The ladder comes back with its original times; an item whose job has moved on
+    /// (started, or a runner in the ledger) leaves it.
+    fn restore_ladder(&mut self, snapshot: &Snapshot, now: Now, fx: &mut Vec<Effect>) {
         // The ladder comes back with its original times; an item whose job has moved on
         // (started, or a runner in the ledger) leaves it.
         self.ladder
             .queue
             .restore(&snapshot.retries, now.mono, now.unix);
-        let mut fx = Vec::new();
         for r in &snapshot.retries {
             if !self.admission.jobs.contains_key(&r.job.key) {
                 let mut info = r.job.clone();
@@ -106,27 +139,15 @@ impl Scheduler {
                 // An attempt was in flight (a runner in the ledger): the item waits for it.
                 self.ladder.queue.hold(&r.job.key);
             } else {
-                self.leave_ladder(&r.job.key, &mut fx);
+                self.leave_ladder(&r.job.key, fx);
             }
         }
-        self.rearm_timer(&mut fx);
-        let redo: Vec<JobInfo> = self
-            .admission
-            .jobs
-            .values_mut()
-            .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())
-            .map(|r| {
-                // Let the re-dispatch through the dedup gate.
-                r.seen_at = None;
-                r.info.clone()
-            })
-            .collect();
-        self.observe(Observation::Restored {
-            jobs: snapshot.jobs.len(),
-            runners: snapshot.runners.len(),
-            retries: snapshot.retries.len(),
-            redispatch: redo.len(),
-        });
-        (redo, fx)
     }
+}
+
+/// The monotonic instant of unix second `unix`, read against `now` (now, for one ahead).
+fn ago(now: Now, unix: u64) -> crate::clock::Instant {
+    now.mono
+        .checked_sub(Duration::from_secs(now.unix.saturating_sub(unix)))
+        .unwrap_or(now.mono)
 }

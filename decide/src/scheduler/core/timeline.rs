@@ -346,6 +346,46 @@ pub enum Note {
 
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Every kind is sorted here (no catch-all: a new kind must be placed).
+        match self {
+            Note::Queued { .. }
+            | Note::AwaitingApproval
+            | Note::Unroutable { .. }
+            | Note::OutOfScope { .. }
+            | Note::CordonedNotAdmitted
+            | Note::Parked { .. }
+            | Note::Readmitted { .. }
+            | Note::LookedAt { .. }
+            | Note::SpareHandedOver { .. }
+            | Note::Admitted => self.fmt_admission(f),
+            Note::Claiming { .. }
+            | Note::ClaimFailed { .. }
+            | Note::Claimed { .. }
+            | Note::RetryScheduled { .. }
+            | Note::RetryDue { .. }
+            | Note::Abandoned(_)
+            | Note::RanElsewhere
+            | Note::HeldElsewhere { .. }
+            | Note::FleetPaced { .. }
+            | Note::Released { .. } => self.fmt_claim(f),
+            Note::Observed { .. }
+            | Note::RunnerTookOther { .. }
+            | Note::Completed { .. }
+            | Note::TearingDown { .. }
+            | Note::RunnerStarted { .. }
+            | Note::RunnerGone { .. }
+            | Note::EnvironmentFailed { .. }
+            | Note::Requeued { .. }
+            | Note::Reaped { .. }
+            | Note::Restored
+            | Note::Recorded(_) => self.fmt_runner(f),
+        }
+    }
+}
+
+impl Note {
+    /// Before a claim: arrival, scope, admission, parking.
+    fn fmt_admission(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Note::Queued { delivery: Some(id) } => {
                 write!(f, "queued event received (delivery {id})")
@@ -366,7 +406,7 @@ impl fmt::Display for Note {
             Note::Parked { reason, look_unix } => write!(
                 f,
                 "parked ({}): nothing claimed until it is looked at again at {}, or a delivery \
-                 or a reconcile pass brings it",
+             or a reconcile pass brings it",
                 reason.as_str(),
                 crate::clock::rfc3339(*look_unix)
             ),
@@ -379,6 +419,13 @@ impl fmt::Display for Note {
                 "spare runner {runner} (made for job {from}, which no longer needs it) handed to it"
             ),
             Note::Admitted => f.write_str("admitted; waiting for a slot"),
+            _ => unreachable!("sorted by Display::fmt"),
+        }
+    }
+
+    /// Claims, the ladder, the fleet.
+    fn fmt_claim(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Note::Claiming { provider } => write!(f, "routed to {provider}; claiming a runner"),
             Note::ClaimFailed { class, error } => write!(f, "claim failed ({class}): {error}"),
             Note::Claimed {
@@ -419,6 +466,13 @@ impl fmt::Display for Note {
                 f,
                 "released to the fleet by {by} with {attempts} failure(s) on its ladder; admitted again"
             ),
+            _ => unreachable!("sorted by Display::fmt"),
+        }
+    }
+
+    /// Runners and the job's end.
+    fn fmt_runner(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Note::Observed { action, runner } => write!(
                 f,
                 "{} on {}",
@@ -441,7 +495,14 @@ impl fmt::Display for Note {
                 runner,
                 reason,
                 code,
-            } => write!(f, "runner {runner} gone ({reason:?}, exit code {code:?})"),
+            } => match code {
+                Some(code) => write!(
+                    f,
+                    "runner {runner} gone: {} (exit code {code})",
+                    reason.words()
+                ),
+                None => write!(f, "runner {runner} gone: {}", reason.words()),
+            },
             Note::EnvironmentFailed { runner, error } => {
                 write!(f, "environment for {runner} failed: {error}")
             }
@@ -449,6 +510,7 @@ impl fmt::Display for Note {
             Note::Reaped { runner, reason } => write!(f, "runner {runner} reaped: {reason}"),
             Note::Restored => f.write_str("restored from the state store after a restart"),
             Note::Recorded(text) => f.write_str(text),
+            _ => unreachable!("sorted by Display::fmt"),
         }
     }
 }
@@ -488,5 +550,37 @@ mod tests {
             DeliveryId::Other(_)
         ));
         assert!(std::mem::size_of::<Option<DeliveryId>>() <= 24);
+    }
+
+    #[test]
+    fn a_runner_s_end_reads_in_words() {
+        use crate::provision::ExitReason;
+        let gone = |code, reason| {
+            Note::RunnerGone {
+                runner: "r1".into(),
+                reason,
+                code,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            gone(None, ExitReason::TornDown),
+            "runner r1 gone: torn down"
+        );
+        assert_eq!(
+            gone(Some(0), ExitReason::Exited),
+            "runner r1 gone: its process exited (exit code 0)"
+        );
+        for reason in [
+            ExitReason::TimedOut,
+            ExitReason::ProvisionerDied,
+            ExitReason::Lost,
+        ] {
+            let text = gone(None, reason);
+            assert!(
+                !text.contains("None") && !text.contains(&format!("{reason:?}")),
+                "{text}"
+            );
+        }
     }
 }
