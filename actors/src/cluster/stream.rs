@@ -160,25 +160,10 @@ async fn session(
             .await?;
         ledger.health.set(true);
         if cursor.is_none() {
-            let row = client
-                .query_one("SELECT coalesce(max(seq), 0) FROM ephemer_events", &[])
-                .await?;
-            *cursor = Some(Cursor::after(row.get(0)));
-            let open = client
-                .query(
-                    "SELECT info FROM ephemer_jobs WHERE phase = 'queued'
-                        OR (phase = 'held' AND holder = $1)
-                     ORDER BY received_at",
-                    &[&ledger.host()],
-                )
-                .await?;
-            for row in open {
-                if let Ok(info) = serde_json::from_value::<JobInfo>(row.get(0))
-                    && to.send(FleetEvent::Open(info)).await.is_err()
-                {
-                    return Ok(());
-                }
-            }
+            let Some(first) = first_cursor(&client, ledger, to).await? else {
+                return Ok(());
+            };
+            *cursor = Some(first);
         }
         let Some(cursor) = cursor.as_mut() else {
             return Ok(());
@@ -203,22 +188,10 @@ async fn session(
                     let Some(first) = woke else {
                         return Err(LedgerError::Pool("the listening connection closed".into()));
                     };
-                    // A burst of notifications: each carried event handed over in order, at
-                    // most one read for the rest.
-                    let mut read_after = false;
-                    let mut next = Some(first);
-                    while let Some(payload) = next {
-                        match Notice::parse(&payload) {
-                            Some(notice) => {
-                                if !notice.hand_over(ledger.host(), cursor, to).await {
-                                    return Ok(());
-                                }
-                            }
-                            None => read_after = true,
-                        }
-                        next = wake.try_recv().ok();
-                    }
-                    cursor.settle(Instant::now());
+                    let Some(read_after) = burst(first, &mut wake, ledger.host(), cursor, to).await
+                    else {
+                        return Ok(());
+                    };
                     // The backstop runs on a busy stream too, not only after a quiet spell.
                     read_after || last_read.elapsed() >= BACKSTOP
                 }
@@ -229,6 +202,61 @@ async fn session(
     .await;
     drive.abort();
     result
+}
+
+/// Where a fresh stream starts: after the newest event, with the jobs open now (queued, or
+/// held by this host) handed over first. `None` when the recipient is gone.
+async fn first_cursor(
+    client: &tokio_postgres::Client,
+    ledger: &Ledger,
+    to: &Recipient<FleetEvent>,
+) -> Result<Option<Cursor>, LedgerError> {
+    let row = client
+        .query_one("SELECT coalesce(max(seq), 0) FROM ephemer_events", &[])
+        .await?;
+    let cursor = Cursor::after(row.get(0));
+    let open = client
+        .query(
+            "SELECT info FROM ephemer_jobs WHERE phase = 'queued'
+                OR (phase = 'held' AND holder = $1)
+             ORDER BY received_at",
+            &[&ledger.host()],
+        )
+        .await?;
+    for row in open {
+        if let Ok(info) = serde_json::from_value::<JobInfo>(row.get(0))
+            && to.send(FleetEvent::Open(info)).await.is_err()
+        {
+            return Ok(None);
+        }
+    }
+    Ok(Some(cursor))
+}
+
+/// A burst of notifications from `first` on: each carried event handed over in order.
+/// Answers whether one carried none (a read follows), `None` when the recipient is gone.
+async fn burst(
+    first: String,
+    wake: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    me: &str,
+    cursor: &mut Cursor,
+    to: &Recipient<FleetEvent>,
+) -> Option<bool> {
+    let mut read_after = false;
+    let mut next = Some(first);
+    while let Some(payload) = next {
+        match Notice::parse(&payload) {
+            Some(notice) => {
+                if !notice.hand_over(me, cursor, to).await {
+                    return None;
+                }
+            }
+            None => read_after = true,
+        }
+        next = wake.try_recv().ok();
+    }
+    cursor.settle(Instant::now());
+    Some(read_after)
 }
 
 /// Reads and hands over what is new. False when the recipient is gone.

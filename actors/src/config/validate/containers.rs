@@ -14,6 +14,52 @@ pub(super) fn build_linux(
 ) -> LinuxConfig {
     let k = |name: &str| format!("{key}.{name}");
     let limits = container_limits(key, &x, p);
+    let socket = engine_socket(key, &x, enabled, p);
+    let command = match x.command.take() {
+        None => vec![defaults::LINUX_COMMAND.to_string()],
+        Some(RawCommand::Many(argv)) => argv,
+        Some(RawCommand::One(path)) => vec![path],
+    };
+    let pull = match x.pull.as_deref() {
+        None | Some("missing") => PullPolicy::Missing,
+        Some("always") => PullPolicy::Always,
+        Some("never") => PullPolicy::Never,
+        Some(other) => {
+            p.push(
+                k("pull"),
+                format!("{other:?} must be \"missing\", \"always\" or \"never\""),
+            );
+            PullPolicy::Missing
+        }
+    };
+    let mounts = container_mounts(key, &x, &socket, p);
+    // Binds are judged once every pool is read (another pool's install or work root is
+    // guarded too: `providers::refuse_host_paths`).
+    if !mounts.allow_host_paths {
+        super::host_paths::refuse_devices(key, &mounts.devices, p);
+    }
+    let (extra_hosts, dns) = host_names(key, x.extra_hosts, x.dns, p);
+    LinuxConfig {
+        limits,
+        socket,
+        image: if enabled {
+            non_empty(&k("image"), x.image, defaults::LINUX_IMAGE, p)
+        } else {
+            x.image.unwrap_or_else(|| defaults::LINUX_IMAGE.into())
+        },
+        command,
+        network: x.network.filter(|n| !n.is_empty()),
+        pull,
+        mounts,
+        extra_hosts,
+        dns,
+    }
+}
+
+/// The engine's socket: unix, or tcp/http on loopback (elsewhere only with
+/// `allow_insecure`: each container's JIT config crosses it).
+fn engine_socket(key: &str, x: &RawPool, enabled: bool, p: &mut Problems) -> String {
+    let k = |name: &str| format!("{key}.{name}");
     let socket = x
         .socket
         .clone()
@@ -38,29 +84,16 @@ pub(super) fn build_linux(
             ),
         );
     }
-    let command = match x.command.take() {
-        None => vec![defaults::LINUX_COMMAND.to_string()],
-        Some(RawCommand::Many(argv)) => argv,
-        Some(RawCommand::One(path)) => vec![path],
-    };
-    let pull = match x.pull.as_deref() {
-        None | Some("missing") => PullPolicy::Missing,
-        Some("always") => PullPolicy::Always,
-        Some("never") => PullPolicy::Never,
-        Some(other) => {
-            p.push(
-                k("pull"),
-                format!("{other:?} must be \"missing\", \"always\" or \"never\""),
-            );
-            PullPolicy::Missing
-        }
-    };
-    let mounts = container_mounts(key, &x, &socket, p);
-    // Binds are judged once every pool is read (another pool's install or work root is
-    // guarded too: `providers::refuse_host_paths`).
-    if !mounts.allow_host_paths {
-        super::host_paths::refuse_devices(key, &mounts.devices, p);
-    }
+    socket
+}
+
+/// `extra_hosts` (each `host:ip`) and `dns` (each an IP address), one word each.
+fn host_names(
+    key: &str,
+    extra_hosts: Option<Vec<String>>,
+    dns: Option<Vec<String>>,
+    p: &mut Problems,
+) -> (Vec<String>, Vec<String>) {
     let strings = |name: &str, list: Option<Vec<String>>, p: &mut Problems| {
         let list = list.unwrap_or_default();
         for (i, v) in list.iter().enumerate() {
@@ -73,7 +106,7 @@ pub(super) fn build_linux(
         }
         list
     };
-    let extra_hosts = strings("extra_hosts", x.extra_hosts, p);
+    let extra_hosts = strings("extra_hosts", extra_hosts, p);
     for (i, h) in extra_hosts.iter().enumerate() {
         if !h.contains(':') {
             p.push(
@@ -82,7 +115,7 @@ pub(super) fn build_linux(
             );
         }
     }
-    let dns = strings("dns", x.dns, p);
+    let dns = strings("dns", dns, p);
     for (i, d) in dns.iter().enumerate() {
         if d.parse::<std::net::IpAddr>().is_err() {
             p.push(
@@ -91,21 +124,7 @@ pub(super) fn build_linux(
             );
         }
     }
-    LinuxConfig {
-        limits,
-        socket,
-        image: if enabled {
-            non_empty(&k("image"), x.image, defaults::LINUX_IMAGE, p)
-        } else {
-            x.image.unwrap_or_else(|| defaults::LINUX_IMAGE.into())
-        },
-        command,
-        network: x.network.filter(|n| !n.is_empty()),
-        pull,
-        mounts,
-        extra_hosts,
-        dns,
-    }
+    (extra_hosts, dns)
 }
 
 /// `volumes`, `tmpfs`, `shm_size`, `devices`, `docker_access`.

@@ -3,7 +3,7 @@
 use super::{Problems, duration};
 use crate::config::{
     WarmConfig, WarmMode,
-    raw::RawWarm,
+    raw::{RawWarm, RawWarmWindow},
     warm::{WARM_MAX_AGE, WarmWindow, parse_days, parse_hours},
 };
 
@@ -47,23 +47,7 @@ pub(super) fn build_warm(
     if c.max_age.is_zero() {
         p.push(format!("{key}.warm_max_age"), "must be longer than 0s");
     }
-    let counted = |at: String, n: Option<i64>, p: &mut Problems| -> usize {
-        match n {
-            None => 0,
-            Some(n) if n < 0 => {
-                p.push(at, format!("must be 0 or more, got {n}"));
-                0
-            }
-            Some(n) if n as u64 > max_concurrent as u64 => {
-                p.push(
-                    at,
-                    format!("{n} is more than the pool's max_concurrent ({max_concurrent}): warm environments take the pool's slots"),
-                );
-                0
-            }
-            Some(n) => usize::try_from(n).unwrap_or(0),
-        }
-    };
+    let counted = |at: String, n: Option<i64>, p: &mut Problems| counted(at, n, max_concurrent, p);
     match raw {
         None => {}
         Some(RawWarm::Count(n)) => c.min = counted(format!("{key}.warm"), Some(n), p),
@@ -71,35 +55,7 @@ pub(super) fn build_warm(
             c.min = counted(format!("{key}.warm.min"), t.min, p);
             for (i, w) in t.windows.unwrap_or_default().into_iter().enumerate() {
                 let at = format!("{key}.warm.windows[{i}]");
-                let days = match w.days.as_deref().map(parse_days) {
-                    Some(Ok(days)) => days,
-                    Some(Err(e)) => {
-                        p.push(format!("{at}.days"), e);
-                        [false; 7]
-                    }
-                    None => [true; 7],
-                };
-                let (from, to) = match w.hours.as_deref().map(parse_hours) {
-                    Some(Ok(hours)) => hours,
-                    Some(Err(e)) => {
-                        p.push(format!("{at}.hours"), e);
-                        (0, 0)
-                    }
-                    None => (0, 24 * 60),
-                };
-                if w.min.is_none() {
-                    p.push(
-                        format!("{at}.min"),
-                        "required: how many to keep warm in the window",
-                    );
-                }
-                let min = counted(format!("{at}.min"), w.min, p);
-                c.windows.push(WarmWindow {
-                    days,
-                    from,
-                    to,
-                    min,
-                });
+                c.windows.push(window(&at, w, max_concurrent, p));
             }
             // The zone is resolved here, once: the cores read the windows in it.
             match t.time_zone {
@@ -118,6 +74,59 @@ pub(super) fn build_warm(
         }
     }
     c
+}
+
+/// A count of environments at `at`: 0 or more, and at most the pool's `max_concurrent`.
+fn counted(at: String, n: Option<i64>, max_concurrent: usize, p: &mut Problems) -> usize {
+    match n {
+        None => 0,
+        Some(n) if n < 0 => {
+            p.push(at, format!("must be 0 or more, got {n}"));
+            0
+        }
+        Some(n) if n as u64 > max_concurrent as u64 => {
+            p.push(
+                at,
+                format!("{n} is more than the pool's max_concurrent ({max_concurrent}): warm environments take the pool's slots"),
+            );
+            0
+        }
+        Some(n) => usize::try_from(n).unwrap_or(0),
+    }
+}
+
+/// One window at `at`: its days (all when not said), its hours (the whole day when not
+/// said) and its count (required).
+fn window(at: &str, w: RawWarmWindow, max_concurrent: usize, p: &mut Problems) -> WarmWindow {
+    let days = match w.days.as_deref().map(parse_days) {
+        Some(Ok(days)) => days,
+        Some(Err(e)) => {
+            p.push(format!("{at}.days"), e);
+            [false; 7]
+        }
+        None => [true; 7],
+    };
+    let (from, to) = match w.hours.as_deref().map(parse_hours) {
+        Some(Ok(hours)) => hours,
+        Some(Err(e)) => {
+            p.push(format!("{at}.hours"), e);
+            (0, 0)
+        }
+        None => (0, 24 * 60),
+    };
+    if w.min.is_none() {
+        p.push(
+            format!("{at}.min"),
+            "required: how many to keep warm in the window",
+        );
+    }
+    let min = counted(format!("{at}.min"), w.min, max_concurrent, p);
+    WarmWindow {
+        days,
+        from,
+        to,
+        min,
+    }
 }
 
 /// A registered warm runner is made before its job, so it cannot be registered in the job's
