@@ -277,7 +277,7 @@ fn runner_paths(config: &Config) -> Vec<(String, String)> {
             && dir.exists()
             && let Err(e) = ephemer_actors_core::provision::trust::check_trusted(dir)
         {
-            out.push((format!("providers.{}.runner_dir", pool.name), e));
+            out.push((format!("providers.{}.runner_dir", pool.name), e.to_string()));
             continue;
         }
         // The daemon-managed install as it is on disk; none yet: nothing to prove.

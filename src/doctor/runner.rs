@@ -101,7 +101,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                 Err(e) => (Err(e), "see docs/providers.md"),
             },
             RunnerSource::Install(dir) => (
-                install_version(dir).await,
+                install_version(dir).await.map_err(|e| e.to_string()),
                 "unpack the new actions/runner release into runner_dir (or drop runner_dir and let the daemon keep it current)",
             ),
         };

@@ -136,23 +136,41 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
 
 /// The host check of an install: `run.sh` is an executable file at its root, and no job user
 /// can change anything in it ([`super::trust::check_trusted`]).
-pub fn check_install(dir: &Path) -> Result<(), String> {
-    let meta = fs::metadata(dir).map_err(|e| format!("runner_dir {}: {e}", dir.display()))?;
+pub fn check_install(dir: &Path) -> Result<(), InstallCheckError> {
+    let shown = || dir.display().to_string();
+    let meta =
+        fs::metadata(dir).map_err(|e| InstallCheckError::Unreadable(shown(), e.to_string()))?;
     if !meta.is_dir() {
-        return Err(format!("runner_dir {} is not a directory", dir.display()));
+        return Err(InstallCheckError::NotADirectory(shown()));
     }
     let run = dir.join("run.sh");
     match fs::metadata(&run) {
         Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {
-            super::trust::check_trusted(dir)
+            Ok(super::trust::check_trusted(dir)?)
         }
-        Ok(_) => Err(format!("{} is not an executable file", run.display())),
-        Err(e) => Err(format!(
-            "runner_dir {} is not an actions/runner install: {}: {e}",
-            dir.display(),
-            run.display()
-        )),
+        Ok(_) => Err(InstallCheckError::NotExecutable(run.display().to_string())),
+        Err(e) => Err(InstallCheckError::NotAnInstall(shown(), e.to_string())),
     }
+}
+
+/// Why a directory is not an install a pool may run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallCheckError {
+    /// It cannot be read.
+    #[error("runner_dir {0}: {1}")]
+    Unreadable(String, String),
+    /// It is a file.
+    #[error("runner_dir {0} is not a directory")]
+    NotADirectory(String),
+    /// Its `run.sh` is not an executable file.
+    #[error("{0} is not an executable file")]
+    NotExecutable(String),
+    /// It has no `run.sh`.
+    #[error("runner_dir {0} is not an actions/runner install: run.sh: {1}")]
+    NotAnInstall(String, String),
+    /// A job user could change it.
+    #[error(transparent)]
+    Untrusted(#[from] super::trust::TrustError),
 }
 
 /// Whether two paths are on the same filesystem (so the copy can use hard links).
@@ -218,6 +236,8 @@ mod tests {
     fn an_install_without_run_sh_is_named_as_such() {
         let tmp = tempfile::tempdir().unwrap();
         let err = check_install(tmp.path()).unwrap_err();
+        assert!(matches!(err, InstallCheckError::NotAnInstall(..)), "{err}");
+        let err = err.to_string();
         assert!(err.contains("not an actions/runner install"), "{err}");
         install(&tmp.path().join("i"));
         check_install(&tmp.path().join("i")).unwrap();

@@ -514,7 +514,7 @@ impl Backend for ProcessBackend {
     async fn probe(self) -> Result<(), ProvisionError> {
         match &self.s.program {
             RunnerProgram::Install(dir) => {
-                check_install(dir).map_err(ProvisionError::Misconfigured)?
+                check_install(dir).map_err(|e| ProvisionError::Misconfigured(e.to_string()))?
             }
             RunnerProgram::Command(command) => check_executable(command, "runner command")?,
             RunnerProgram::Managed => {
@@ -528,7 +528,8 @@ impl Backend for ProcessBackend {
                         "no runner install yet: the releases were not looked at".into()
                     }))
                 })?;
-                check_install(&installs.dir_of(&current)).map_err(ProvisionError::Misconfigured)?
+                check_install(&installs.dir_of(&current))
+                    .map_err(|e| ProvisionError::Misconfigured(e.to_string()))?
             }
         }
         for user in &self.s.run_as {

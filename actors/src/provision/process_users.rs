@@ -60,7 +60,7 @@ impl ProcessBackend {
             .collect::<Result<Vec<_>, ProvisionError>>()?;
         users::take(&self.s.pool, name, &candidates, &self.s.peers)
             .map(Some)
-            .map_err(ProvisionError::HostUnavailable)
+            .map_err(|e| ProvisionError::HostUnavailable(e.to_string()))
     }
 
     /// At the claim, before the runner starts: the directory's user is still its alone (a

@@ -23,12 +23,11 @@ const STICKY: u32 = 0o1000;
 
 /// Why the install at `dir` is not safe for root to share with jobs (the first path found,
 /// with what is wrong and how to fix it), or `Ok`.
-pub fn check_trusted(dir: &Path) -> Result<(), String> {
+pub fn check_trusted(dir: &Path) -> Result<(), TrustError> {
     let owners = owners();
-    let canonical =
-        fs::canonicalize(dir).map_err(|e| format!("runner_dir {}: {e}", dir.display()))?;
+    let canonical = fs::canonicalize(dir).map_err(|e| TrustError::unreadable(dir, &e))?;
     for above in canonical.ancestors().skip(1) {
-        let meta = fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?;
+        let meta = fs::metadata(above).map_err(|e| TrustError::unreadable(above, &e))?;
         let sticky_shared = meta.mode() & STICKY != 0;
         if !owners.contains(&meta.uid()) || (meta.mode() & SHARED_WRITE != 0 && !sticky_shared) {
             return Err(refusal(dir, above, &meta, &owners));
@@ -37,8 +36,8 @@ pub fn check_trusted(dir: &Path) -> Result<(), String> {
     walk(dir, &canonical, &owners)
 }
 
-fn walk(dir: &Path, path: &Path, owners: &[u32]) -> Result<(), String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn walk(dir: &Path, path: &Path, owners: &[u32]) -> Result<(), TrustError> {
+    let meta = fs::symlink_metadata(path).map_err(|e| TrustError::unreadable(path, &e))?;
     if meta.file_type().is_symlink() {
         // What the link leads to is what a job runs; a dangling link leads nowhere.
         return match fs::metadata(path) {
@@ -48,9 +47,9 @@ fn walk(dir: &Path, path: &Path, owners: &[u32]) -> Result<(), String> {
     }
     judge(dir, path, &meta, owners)?;
     if meta.is_dir() {
-        let entries = fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let entries = fs::read_dir(path).map_err(|e| TrustError::unreadable(path, &e))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("{}: {e}", path.display()))?;
+            let entry = entry.map_err(|e| TrustError::unreadable(path, &e))?;
             walk(dir, &entry.path(), owners)?;
         }
     }
@@ -67,7 +66,7 @@ fn trusted(meta: &Metadata, owners: &[u32]) -> bool {
     owners.contains(&meta.uid()) && meta.mode() & SHARED_WRITE == 0
 }
 
-fn judge(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> Result<(), String> {
+fn judge(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> Result<(), TrustError> {
     if trusted(meta, owners) {
         Ok(())
     } else {
@@ -75,7 +74,7 @@ fn judge(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> Result<(),
     }
 }
 
-fn refusal(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> String {
+fn refusal(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> TrustError {
     let owner = if owners.contains(&meta.uid()) {
         String::new()
     } else {
@@ -94,16 +93,48 @@ fn refusal(dir: &Path, path: &Path, meta: &Metadata, owners: &[u32]) -> String {
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join(", ");
-    format!(
-        "runner_dir {} is not safe to share with jobs: {} is {what}; a job user who can change \
-         the install runs code in every later job and in the daemon's version probe (fix: \
-         `chown -R root:root {} && chmod -R go-w {}`, and keep its parents root's; see \
-         docs/security.md)",
-        dir.display(),
-        path.display(),
-        dir.display(),
-        dir.display()
-    )
+    TrustError::Shared {
+        dir: dir.display().to_string(),
+        path: path.display().to_string(),
+        what,
+    }
+}
+
+/// Why an install is not trusted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustError {
+    /// A path of it (or above it) could not be read.
+    #[error("runner_dir: {path}: {error}")]
+    Unreadable {
+        /// The path.
+        path: String,
+        /// What reading it answered.
+        error: String,
+    },
+    /// Something in it or above it that a job user could change.
+    #[error(
+        "runner_dir {dir} is not safe to share with jobs: {path} is {what}; a job user who can \
+         change the install runs code in every later job and in the daemon's version probe \
+         (fix: `chown -R root:root {dir} && chmod -R go-w {dir}`, and keep its parents root's; \
+         see docs/security.md)"
+    )]
+    Shared {
+        /// The install.
+        dir: String,
+        /// What in it (or above it) is not trusted.
+        path: String,
+        /// Who owns it or who may write it.
+        what: String,
+    },
+}
+
+impl TrustError {
+    fn unreadable(path: &Path, e: &std::io::Error) -> Self {
+        TrustError::Unreadable {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        }
+    }
 }
 
 /// Whether a job user could write the file `meta` describes: the copy's own last look
@@ -148,7 +179,7 @@ mod tests {
         install(&dir);
         let listener = dir.join("bin/Runner.Listener");
         fs::set_permissions(&listener, fs::Permissions::from_mode(0o757)).unwrap();
-        let err = check_trusted(&dir).unwrap_err();
+        let err = check_trusted(&dir).unwrap_err().to_string();
         assert!(err.contains(&listener.display().to_string()), "{err}");
         assert!(
             err.contains("writable by group or others (mode 757)"),
@@ -162,11 +193,16 @@ mod tests {
         let dir = tmp.path().join("i");
         install(&dir);
         fs::set_permissions(dir.join("bin"), fs::Permissions::from_mode(0o775)).unwrap();
-        assert!(check_trusted(&dir).unwrap_err().contains("/i/bin is"));
+        assert!(
+            check_trusted(&dir)
+                .unwrap_err()
+                .to_string()
+                .contains("/i/bin is")
+        );
         fs::set_permissions(dir.join("bin"), fs::Permissions::from_mode(0o755)).unwrap();
         // Above: whoever may rename the parent's entries may swap the install.
         fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o777)).unwrap();
-        let err = check_trusted(&dir).unwrap_err();
+        let err = check_trusted(&dir).unwrap_err().to_string();
         assert!(
             err.contains(&format!("{} is", tmp.path().display())),
             "{err}"
@@ -185,7 +221,7 @@ mod tests {
         fs::write(&outside, "x").unwrap();
         fs::set_permissions(&outside, fs::Permissions::from_mode(0o666)).unwrap();
         std::os::unix::fs::symlink(&outside, dir.join("bin/libplanted.so")).unwrap();
-        let err = check_trusted(&dir).unwrap_err();
+        let err = check_trusted(&dir).unwrap_err().to_string();
         assert!(err.contains("libplanted.so"), "{err}");
     }
 
@@ -199,7 +235,7 @@ mod tests {
         install(&dir);
         let listener = dir.join("bin/Runner.Listener");
         std::os::unix::fs::chown(&listener, Some(65534), None).unwrap();
-        let err = check_trusted(&dir).unwrap_err();
+        let err = check_trusted(&dir).unwrap_err().to_string();
         assert!(err.contains("owned by uid 65534"), "{err}");
         assert!(shared_writable(&fs::metadata(&listener).unwrap()));
     }

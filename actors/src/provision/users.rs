@@ -32,27 +32,59 @@ pub struct Seen {
 /// The first of `users` free for a runner of `pool`, or why none is. `shared`: the pool's
 /// single user serves all of its runners, so its own holds, directories and processes do not
 /// count (only another pool's do).
-pub fn pick(pool: &PoolName, shared: bool, users: &[(String, Seen)]) -> Result<usize, String> {
+pub fn pick(pool: &PoolName, shared: bool, users: &[(String, Seen)]) -> Result<usize, UserTaken> {
     let mut why = Vec::new();
     for (i, (user, seen)) in users.iter().enumerate() {
         let counts = |p: &PoolName| !shared || p != pool;
         let reason = if let Some(p) = seen.held_by.iter().find(|p| counts(p)) {
-            format!("{user} runs a job of pool {p}")
+            Busy::Job(p.clone())
         } else if let Some(p) = seen.dirs_of.iter().find(|p| counts(p)) {
-            format!("{user} owns a job directory of pool {p}")
+            Busy::Directory(p.clone())
         } else if seen.busy && !shared {
-            format!("{user} still runs a process")
+            Busy::Process
         } else {
             return Ok(i);
         };
-        why.push(reason);
+        why.push((user.clone(), reason));
     }
-    Err(format!(
+    Err(UserTaken::All(why))
+}
+
+/// What keeps a user from a runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Busy {
+    /// It runs a job of this pool.
+    Job(PoolName),
+    /// It owns a job directory of this pool.
+    Directory(PoolName),
+    /// It runs a process no runner of it started.
+    Process,
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Busy::Job(p) => write!(f, "runs a job of pool {p}"),
+            Busy::Directory(p) => write!(f, "owns a job directory of pool {p}"),
+            Busy::Process => f.write_str("still runs a process"),
+        }
+    }
+}
+
+/// Why no user (or not this one) can serve a runner now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserTaken {
+    /// Every user of the pool is taken, each for its reason.
+    #[error(
         "each of the {} run_as users is taken ({}): a user serves one job at a time on this \
          host, whatever pool lists it",
-        users.len(),
-        why.join("; ")
-    ))
+        .0.len(),
+        .0.iter().map(|(u, why)| format!("{u} {why}")).collect::<Vec<_>>().join("; ")
+    )]
+    All(Vec<(String, Busy)>),
+    /// The user given to a directory is not its alone any more.
+    #[error("uid {0} also {1}")]
+    NotAlone(u32, Busy),
 }
 
 /// A runner's hold on its user.
@@ -97,7 +129,7 @@ pub fn take(
     name: &str,
     users: &[Candidate],
     roots: &[WorkRoot],
-) -> Result<String, String> {
+) -> Result<String, UserTaken> {
     let shared = users.len() == 1;
     let mut table = holds();
     let seen: Vec<(String, Seen)> = users
@@ -118,15 +150,16 @@ pub fn take(
 /// Whether directory `name`'s user (`uid`) is still its alone, looked at again at the claim
 /// (a warm directory was given its user before): no other hold, no other job directory, no
 /// process. Not for a pool's single shared user.
-pub fn still_alone(name: &str, uid: u32, roots: &[WorkRoot]) -> Result<(), String> {
+pub fn still_alone(name: &str, uid: u32, roots: &[WorkRoot]) -> Result<(), UserTaken> {
     let table = holds();
     let seen = look(&table, name, uid, roots, true);
-    match (seen.held_by.first(), seen.dirs_of.first(), seen.busy) {
-        (Some(p), _, _) => Err(format!("uid {uid} also runs a job of pool {p}")),
-        (_, Some(p), _) => Err(format!("uid {uid} also owns a job directory of pool {p}")),
-        (_, _, true) => Err(format!("uid {uid} runs a process no runner of it started")),
-        _ => Ok(()),
-    }
+    let busy = match (seen.held_by.first(), seen.dirs_of.first(), seen.busy) {
+        (Some(p), _, _) => Busy::Job(p.clone()),
+        (_, Some(p), _) => Busy::Directory(p.clone()),
+        (_, _, true) => Busy::Process,
+        _ => return Ok(()),
+    };
+    Err(UserTaken::NotAlone(uid, busy))
 }
 
 /// Holds `uid` for directory `name` of `pool` (a teardown of a runner from before a restart
@@ -221,7 +254,11 @@ mod tests {
         ];
         assert_eq!(pick(&a, false, &users), Ok(1));
         let err = pick(&a, false, &users[..1]).unwrap_err();
-        assert!(err.contains("u1 runs a job of pool b"), "{err}");
+        assert_eq!(
+            err,
+            UserTaken::All(vec![("u1".into(), Busy::Job(pool("b")))])
+        );
+        assert!(err.to_string().contains("u1 runs a job of pool b"), "{err}");
     }
 
     #[test]
@@ -239,7 +276,11 @@ mod tests {
             assert_eq!(pick(&a, false, &users), Ok(1), "{taken:?}");
         }
         let err = pick(&a, false, &[("u1".into(), seen(&["a"], &["b"], true))]).unwrap_err();
-        assert!(err.contains("each of the 1 run_as users is taken"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("each of the 1 run_as users is taken"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -248,7 +289,10 @@ mod tests {
         let own = [("u1".to_string(), seen(&["a", "a"], &["a"], true))];
         assert_eq!(pick(&a, true, &own), Ok(0));
         let other = [("u1".to_string(), seen(&["a", "b"], &[], true))];
-        assert!(pick(&a, true, &other).unwrap_err().contains("pool b"));
+        assert_eq!(
+            pick(&a, true, &other),
+            Err(UserTaken::All(vec![("u1".into(), Busy::Job(pool("b")))]))
+        );
         let dir = [("u1".to_string(), seen(&[], &["b"], false))];
         assert!(pick(&a, true, &dir).is_err());
     }

@@ -163,7 +163,7 @@ impl ReleaseActor {
         let work = async move {
             let answer = match client.look(pinned.as_ref(), etag.as_deref()).await {
                 Ok(looked) => Answer::Looked(looked),
-                Err(e) => Answer::Failed(e),
+                Err(e) => Answer::Failed(e.to_string()),
             };
             let managed = installs.is_some();
             let mut look =
@@ -353,7 +353,7 @@ async fn install(
         Err(e) => {
             let _ = std::fs::remove_file(&download);
             metrics.runner_release_check_failures.inc();
-            return Err(InstallError::Failed(e));
+            return Err(InstallError::Failed(e.to_string()));
         }
     };
     if got != want {

@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
-use super::{Archive, Release, Version};
+use super::{Archive, Release, ReleaseError, Version};
 use crate::config::GithubConfig;
 
 /// The most an archive may weigh (a real one is about 200 MB).
@@ -55,7 +55,7 @@ impl ReleaseClient {
         &self,
         pinned: Option<&Version>,
         etag: Option<&str>,
-    ) -> Result<Looked, String> {
+    ) -> Result<Looked, CheckError> {
         let url = match pinned {
             Some(v) => format!("{}/tags/v{v}", self.url),
             None => format!("{}/latest", self.url),
@@ -70,7 +70,7 @@ impl ReleaseClient {
         let mut answer = request
             .send()
             .await
-            .map_err(|e| format!("cannot reach {url}: {e}"))?;
+            .map_err(|e| CheckError::Unreachable(url.clone(), e.to_string()))?;
         let status = answer.status().as_u16();
         match status {
             304 => Ok(Looked::Unchanged),
@@ -85,15 +85,20 @@ impl ReleaseClient {
                     .body()
                     .limit(4 << 20)
                     .await
-                    .map_err(|e| format!("reading {url}: {e}"))?;
-                Release::from_json(&body, &self.platform).map(|r| Looked::Found(r, etag))
+                    .map_err(|e| CheckError::Read(url.clone(), e.to_string()))?;
+                Ok(Looked::Found(
+                    Release::from_json(&body, &self.platform)?,
+                    etag,
+                ))
             }
-            other => Err(format!("{url} answered {other}")),
+            other => Err(CheckError::Status(url, other)),
         }
     }
 
     /// Downloads `archive` to `dest`, hashing it as it streams; returns its SHA-256.
-    pub async fn download(&self, archive: &Archive, dest: &Path) -> Result<[u8; 32], String> {
+    pub async fn download(&self, archive: &Archive, dest: &Path) -> Result<[u8; 32], CheckError> {
+        let write =
+            |e: std::io::Error| CheckError::Write(dest.display().to_string(), e.to_string());
         let fetch = async {
             let mut answer = self
                 .http
@@ -101,41 +106,55 @@ impl ReleaseClient {
                 .insert_header(("Accept", "application/octet-stream"))
                 .send()
                 .await
-                .map_err(|e| format!("cannot download {}: {e}", archive.url))?;
+                .map_err(|e| CheckError::Unreachable(archive.url.clone(), e.to_string()))?;
             if !answer.status().is_success() {
-                return Err(format!("{} answered {}", archive.url, answer.status()));
+                let status = answer.status().as_u16();
+                return Err(CheckError::Status(archive.url.clone(), status));
             }
-            let mut file = tokio::fs::File::create(dest)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+            let mut file = tokio::fs::File::create(dest).await.map_err(write)?;
             let mut hash = sha2::Sha256::new();
             let mut size = 0u64;
             while let Some(chunk) = answer.next().await {
-                let chunk = chunk.map_err(|e| format!("downloading {}: {e}", archive.name))?;
+                let chunk =
+                    chunk.map_err(|e| CheckError::Read(archive.name.clone(), e.to_string()))?;
                 size += chunk.len() as u64;
                 if size > MAX_ARCHIVE {
-                    return Err(format!(
-                        "{} is larger than {MAX_ARCHIVE} bytes",
-                        archive.name
-                    ));
+                    return Err(CheckError::TooLarge(archive.name.clone()));
                 }
                 hash.update(&chunk);
-                file.write_all(&chunk)
-                    .await
-                    .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+                file.write_all(&chunk).await.map_err(write)?;
             }
-            file.flush()
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+            file.flush().await.map_err(write)?;
             Ok(hash.finalize().into())
         };
         tokio::time::timeout(DOWNLOAD_TIMEOUT, fetch)
             .await
-            .map_err(|_| {
-                format!(
-                    "downloading {} took over {DOWNLOAD_TIMEOUT:?}",
-                    archive.name
-                )
-            })?
+            .map_err(|_| CheckError::Slow(archive.name.clone()))?
     }
+}
+
+/// Why a look-up or a download failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// No answer from the URL.
+    #[error("cannot reach {0}: {1}")]
+    Unreachable(String, String),
+    /// An answer that is not a success.
+    #[error("{0} answered {1}")]
+    Status(String, u16),
+    /// The answer's body broke off.
+    #[error("reading {0}: {1}")]
+    Read(String, String),
+    /// The archive could not be written to disk.
+    #[error("cannot write {0}: {1}")]
+    Write(String, String),
+    /// An archive over the size any runner release has.
+    #[error("{0} is larger than {MAX_ARCHIVE} bytes")]
+    TooLarge(String),
+    /// A download slower than the time it is given.
+    #[error("downloading {0} took over {DOWNLOAD_TIMEOUT:?}")]
+    Slow(String),
+    /// The answer was not a release.
+    #[error(transparent)]
+    Release(#[from] ReleaseError),
 }

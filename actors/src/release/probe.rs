@@ -20,7 +20,7 @@ const DEPS: &str = "bin/Runner.Listener.deps.json";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The version of the install at `dir`: from its files, else from its listener run unprivileged.
-pub async fn install_version(dir: &Path) -> Result<Version, String> {
+pub async fn install_version(dir: &Path) -> Result<Version, ProbeError> {
     if let Some(version) = deps_version(dir) {
         return Ok(version);
     }
@@ -51,7 +51,7 @@ fn unprivileged() -> Option<(u32, u32)> {
     })
 }
 
-async fn run_listener(dir: &Path) -> Result<Version, String> {
+async fn run_listener(dir: &Path) -> Result<Version, ProbeError> {
     let listener = dir.join("bin/Runner.Listener");
     let mut command = tokio::process::Command::new(&listener);
     command
@@ -69,18 +69,29 @@ async fn run_listener(dir: &Path) -> Result<Version, String> {
         }
         None => String::new(),
     };
+    let shown = || listener.display().to_string();
     let out = tokio::time::timeout(PROBE_TIMEOUT, command.output())
         .await
-        .map_err(|_| format!("{} --version did not answer{who}", listener.display()))?
-        .map_err(|e| format!("cannot run {}{who}: {e}", listener.display()))?;
+        .map_err(|_| ProbeError::Silent(shown(), who.clone()))?
+        .map_err(|e| ProbeError::NotRun(shown(), who.clone(), e.to_string()))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    text.lines().find_map(Version::parse).ok_or_else(|| {
-        format!(
-            "{} --version{who} said {:?} (the install has no {DEPS} to read it from)",
-            listener.display(),
-            text.trim()
-        )
-    })
+    text.lines()
+        .find_map(Version::parse)
+        .ok_or_else(|| ProbeError::NoVersion(shown(), who, text.trim().to_string()))
+}
+
+/// Why an install's version could not be told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// The listener did not answer within its time.
+    #[error("{0} --version did not answer{1}")]
+    Silent(String, String),
+    /// The listener could not be started.
+    #[error("cannot run {0}{1}: {2}")]
+    NotRun(String, String, String),
+    /// It answered no version.
+    #[error("{0} --version{1} said {2:?} (the install has no {DEPS} to read it from)")]
+    NoVersion(String, String, String),
 }
 
 #[cfg(test)]

@@ -31,10 +31,27 @@ impl fmt::Display for Version {
 }
 
 impl TryFrom<String> for Version {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        Version::parse(&s).ok_or_else(|| format!("{s:?} is not a version"))
+    type Error = ReleaseError;
+    fn try_from(s: String) -> Result<Self, ReleaseError> {
+        Version::parse(&s).ok_or(ReleaseError::NotAVersion(s))
     }
+}
+
+/// Why a release answer, or a JIT config to rewrite, could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    /// A version that is not `MAJOR.MINOR.PATCH`.
+    #[error("{0:?} is not a version")]
+    NotAVersion(String),
+    /// The releases API answered something else than a release.
+    #[error("an unexpected release: {0}")]
+    Unexpected(String),
+    /// A release whose tag names no version.
+    #[error("the release tag {0:?} is not a version")]
+    Tag(String),
+    /// A JIT config that is not GitHub's shape (base64 of a JSON map holding `.runner`).
+    #[error("the JIT config {0}")]
+    JitConfig(String),
 }
 
 impl From<Version> for String {
@@ -103,11 +120,11 @@ struct RawAsset {
 
 impl Release {
     /// Reads GitHub's answer for a release, keeping the archive of `platform`.
-    pub fn from_json(body: &[u8], platform: &str) -> Result<Release, String> {
+    pub fn from_json(body: &[u8], platform: &str) -> Result<Release, ReleaseError> {
         let raw: RawRelease =
-            serde_json::from_slice(body).map_err(|e| format!("an unexpected release: {e}"))?;
-        let version = Version::parse(&raw.tag_name)
-            .ok_or_else(|| format!("the release tag {:?} is not a version", raw.tag_name))?;
+            serde_json::from_slice(body).map_err(|e| ReleaseError::Unexpected(e.to_string()))?;
+        let version =
+            Version::parse(&raw.tag_name).ok_or_else(|| ReleaseError::Tag(raw.tag_name.clone()))?;
         let published_unix = raw
             .published_at
             .as_deref()
@@ -155,29 +172,30 @@ fn notes_checksum(body: &str, platform: &str) -> Option<[u8; 32]> {
 /// settings), for runners whose install the daemon keeps current. The config is base64 of a
 /// JSON map of file name to base64 content, as GitHub mints it; one that is not is returned as
 /// an error and left to the caller.
-pub fn without_self_update(jit_config: &str) -> Result<String, String> {
+pub fn without_self_update(jit_config: &str) -> Result<String, ReleaseError> {
+    let bad = |what: &str, e: &dyn fmt::Display| ReleaseError::JitConfig(format!("{what}: {e}"));
     let b64 = base64::engine::general_purpose::STANDARD;
     let raw = b64
         .decode(jit_config.trim())
-        .map_err(|e| format!("the JIT config is not base64: {e}"))?;
+        .map_err(|e| bad("is not base64", &e))?;
     let mut files: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&raw).map_err(|e| format!("the JIT config is not JSON: {e}"))?;
+        serde_json::from_slice(&raw).map_err(|e| bad("is not JSON", &e))?;
     let runner = files
         .get(".runner")
         .and_then(|v| v.as_str())
-        .ok_or("the JIT config has no .runner")?;
+        .ok_or_else(|| ReleaseError::JitConfig("has no .runner".into()))?;
     let settings = b64
         .decode(runner)
-        .map_err(|e| format!(".runner is not base64: {e}"))?;
+        .map_err(|e| bad("holds a .runner that is not base64", &e))?;
     // The runner writes its settings with a byte-order mark; it reads them either way.
     let text = String::from_utf8_lossy(&settings);
     let mut settings: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(text.trim_start_matches('\u{feff}'))
-            .map_err(|e| format!(".runner is not JSON: {e}"))?;
+            .map_err(|e| bad("holds a .runner that is not JSON", &e))?;
     settings.insert("DisableUpdate".into(), serde_json::Value::Bool(true));
-    let settings = serde_json::to_vec(&settings).map_err(|e| e.to_string())?;
+    let settings = serde_json::to_vec(&settings).map_err(|e| bad("cannot be written", &e))?;
     files.insert(".runner".into(), b64.encode(settings).into());
-    let files = serde_json::to_vec(&files).map_err(|e| e.to_string())?;
+    let files = serde_json::to_vec(&files).map_err(|e| bad("cannot be written", &e))?;
     Ok(b64.encode(files))
 }
 
