@@ -7,7 +7,7 @@ use std::{path::Path, sync::Arc};
 use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::{CertificateDer, pem::PemObject};
 
-use crate::config::net::read_pem_certs;
+use crate::config::net::{CertError, read_pem_certs};
 
 /// Where Linux distributions and macOS keep the system's PEM bundle (Debian/Ubuntu,
 /// RHEL/Fedora, openSUSE, Alpine and macOS), as OpenSSL's own probe looks for it.
@@ -24,7 +24,7 @@ pub fn system_bundle() -> Option<Vec<u8>> {
 }
 
 /// A rustls client config trusting the bundled roots, the system's and `ca_file`'s.
-pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, CertError> {
     let mut roots = RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
@@ -38,13 +38,13 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
         for cert in read_pem_certs(path)? {
             roots
                 .add(cert)
-                .map_err(|e| format!("{}: a certificate rustls cannot use: {e}", path.display()))?;
+                .map_err(|e| CertError::Unusable(path.display().to_string(), e.to_string()))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| CertError::Library(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))

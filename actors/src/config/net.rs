@@ -95,18 +95,36 @@ fn percent_decode(s: &str) -> Vec<u8> {
 }
 
 /// The certificates of a PEM file; an error when it has none or cannot be read.
-pub fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| CertError::Unreadable(shown(), e.to_string()))?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{} is not a PEM bundle: {e}", path.display()))?;
+        .map_err(|e| CertError::NotPem(shown(), e.to_string()))?;
     if certs.is_empty() {
-        return Err(format!(
-            "{} holds no certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        ));
+        return Err(CertError::Empty(shown()));
     }
     Ok(certs)
+}
+
+/// Why a CA bundle cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertError {
+    /// It cannot be read.
+    #[error("cannot read {0}: {1}")]
+    Unreadable(String, String),
+    /// It is not PEM.
+    #[error("{0} is not a PEM bundle: {1}")]
+    NotPem(String, String),
+    /// It holds no certificate.
+    #[error("{0} holds no certificate (-----BEGIN CERTIFICATE-----)")]
+    Empty(String),
+    /// A certificate of it rustls cannot use.
+    #[error("{0}: a certificate rustls cannot use: {1}")]
+    Unusable(String, String),
+    /// The TLS library refused its own defaults (a build without the ring provider).
+    #[error("the TLS library: {0}")]
+    Library(String),
 }
 
 #[cfg(test)]

@@ -186,7 +186,7 @@ pub(super) fn build_network(
             None => PathBuf::from(&f),
         };
         if let Err(reason) = super::network::check_ca_file(&path) {
-            p.push("github.ca_file", reason);
+            p.push("github.ca_file", reason.to_string());
         }
         path
     });

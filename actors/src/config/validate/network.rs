@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::{Environment, Problems, ProxyConfig, Secret};
 
-pub(super) fn check_ca_file(path: &Path) -> Result<(), String> {
+pub(super) fn check_ca_file(path: &Path) -> Result<(), crate::config::net::CertError> {
     crate::config::net::read_pem_certs(path).map(|_| ())
 }
 
