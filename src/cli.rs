@@ -290,7 +290,7 @@ fn runner_paths(config: &Config) -> Vec<(String, String)> {
         let ca = match write_ca_bundle(config) {
             Ok(ca) => ca,
             Err(e) => {
-                out.push(("github.ca_file".into(), e));
+                out.push(("github.ca_file".into(), e.to_string()));
                 continue;
             }
         };

@@ -47,7 +47,7 @@ pub async fn pool_checks(config: &Config) -> Vec<Check> {
         let backend = match backend(settings, managed.as_ref()) {
             Ok(b) => b,
             Err(e) => {
-                out.push(Check::fail(&name, e, "fix the pool's settings"));
+                out.push(Check::fail(&name, e.to_string(), "fix the pool's settings"));
                 continue;
             }
         };

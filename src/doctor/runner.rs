@@ -159,5 +159,6 @@ async fn reported(
         return Ok(None);
     };
     let settings = pool_settings(config, pool, "doctor", None, std::env::temp_dir());
-    backend(settings, None)?.runner_version().await
+    let backend = backend(settings, None).map_err(|e| e.to_string())?;
+    backend.runner_version().await.map_err(|e| e.to_string())
 }

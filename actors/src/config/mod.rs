@@ -433,16 +433,27 @@ impl AdminListen {
     }
 
     /// `IP:PORT` or `unix:PATH`, as written in the config.
-    pub fn parse(text: &str) -> Result<AdminListen, String> {
+    pub fn parse(text: &str) -> Result<AdminListen, AdminListenError> {
         match text.strip_prefix("unix:") {
             Some(path) if Path::new(path).is_absolute() => Ok(AdminListen::Unix(path.into())),
-            Some(path) => Err(format!("{path:?} must be an absolute path")),
+            Some(path) => Err(AdminListenError::Relative(path.to_string())),
             None => text
                 .parse()
                 .map(AdminListen::Tcp)
-                .map_err(|_| format!("{text:?} must be IP:PORT or unix:/absolute/path")),
+                .map_err(|_| AdminListenError::Shape(text.to_string())),
         }
     }
+}
+
+/// Why an `admin.listen` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminListenError {
+    /// A socket path that is not absolute.
+    #[error("{0:?} must be an absolute path")]
+    Relative(String),
+    /// Neither `IP:PORT` nor `unix:PATH`.
+    #[error("{0:?} must be IP:PORT or unix:/absolute/path")]
+    Shape(String),
 }
 
 impl fmt::Display for AdminListen {

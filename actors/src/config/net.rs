@@ -29,15 +29,10 @@ impl std::fmt::Debug for ProxyUrl {
 
 impl ProxyUrl {
     /// Parses a proxy URL. Errors never quote the credentials.
-    pub fn parse(url: &str) -> Result<ProxyUrl, String> {
+    pub fn parse(url: &str) -> Result<ProxyUrl, ProxyUrlError> {
         let rest = match url.split_once("://") {
             Some(("http", rest)) => rest,
-            Some((scheme, _)) => {
-                return Err(format!(
-                    "a {scheme}:// proxy is not supported: use http://host:port (HTTPS to GitHub \
-                     still goes end to end through the CONNECT tunnel)"
-                ));
-            }
+            Some((scheme, _)) => return Err(ProxyUrlError::Scheme(scheme.to_string())),
             // `HTTPS_PROXY=host:3128` is common; curl reads it as http.
             None => url,
         };
@@ -47,7 +42,7 @@ impl ProxyUrl {
             None => (None, rest),
         };
         if hostport.is_empty() || hostport.contains('/') {
-            return Err("must be http://[user:password@]host[:port]".into());
+            return Err(ProxyUrlError::Shape);
         }
         let has_port = match hostport.strip_prefix('[') {
             Some(v6) => v6.contains("]:"),
@@ -92,6 +87,20 @@ fn percent_decode(s: &str) -> Vec<u8> {
         i += 1;
     }
     out
+}
+
+/// Why a proxy URL cannot be used (never quoting its credentials).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyUrlError {
+    /// Not an http:// proxy.
+    #[error(
+        "a {0}:// proxy is not supported: use http://host:port (HTTPS to GitHub still goes end \
+         to end through the CONNECT tunnel)"
+    )]
+    Scheme(String),
+    /// Not `[user:password@]host[:port]`.
+    #[error("must be http://[user:password@]host[:port]")]
+    Shape,
 }
 
 /// The certificates of a PEM file; an error when it has none or cannot be read.

@@ -55,7 +55,7 @@ pub struct ProxyConnector {
 
 impl ProxyConnector {
     /// A connector for `config` (its URL already validated by the config).
-    pub fn new(config: &ProxyConfig) -> Result<Self, String> {
+    pub fn new(config: &ProxyConfig) -> Result<Self, crate::config::net::ProxyUrlError> {
         let url = ProxyUrl::parse(config.url.expose())?;
         Ok(ProxyConnector {
             inner: Rc::new(Some((url, config.no_proxy.clone()))),

@@ -135,7 +135,9 @@ impl PoolBackend {
     }
 
     /// See [`Backend::runner_version`].
-    pub async fn runner_version(&self) -> Result<Option<crate::release::Version>, String> {
+    pub async fn runner_version(
+        &self,
+    ) -> Result<Option<crate::release::Version>, super::VersionError> {
         match self {
             PoolBackend::Process(b) => b.clone().runner_version().await,
             PoolBackend::Container(b) => b.clone().runner_version().await,
@@ -149,7 +151,7 @@ impl PoolBackend {
 pub fn backend(
     settings: PoolSettings,
     managed: Option<&crate::release::installs::ManagedInstalls>,
-) -> Result<PoolBackend, String> {
+) -> Result<PoolBackend, super::BackendError> {
     Ok(match settings {
         PoolSettings::Process(s) => {
             PoolBackend::Process(ProcessBackend::new(s).with_managed(managed))

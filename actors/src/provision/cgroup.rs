@@ -33,13 +33,31 @@ pub struct CgroupRoot {
     v2: bool,
 }
 
+/// Why this host gives runners no cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupError {
+    /// The kernel's account of the mounts or this process's cgroup cannot be read.
+    #[error("cannot read {0}: {1}")]
+    Unreadable(&'static str, String),
+    /// Neither cgroup v2 nor a v1 pids hierarchy is mounted.
+    #[error("no cgroup2 or v1 pids hierarchy is mounted")]
+    NoHierarchy,
+    /// The daemon may not make its directory there.
+    #[error("cannot create {0}: {1}")]
+    NotWritable(String, String),
+    /// This OS has none.
+    #[cfg(not(target_os = "linux"))]
+    #[error("this OS has no cgroups")]
+    Unsupported,
+}
+
 impl CgroupRoot {
     /// This host's place for runner cgroups, if it has one the daemon may write.
-    pub fn detect() -> Result<CgroupRoot, String> {
+    pub fn detect() -> Result<CgroupRoot, CgroupError> {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+            .map_err(|e| CgroupError::Unreadable("/proc/self/mountinfo", e.to_string()))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+            .map_err(|e| CgroupError::Unreadable("/proc/self/cgroup", e.to_string()))?;
         let candidates = find_mount(&mounts, "cgroup2", None)
             .zip(own_path(&own, "0", ""))
             .map(|(m, p)| (m, p, true))
@@ -49,12 +67,12 @@ impl CgroupRoot {
                     .zip(own_path(&own, "", "pids"))
                     .map(|(m, p)| (m, p, false)),
             );
-        let mut why = String::from("no cgroup2 or v1 pids hierarchy is mounted");
+        let mut why = CgroupError::NoHierarchy;
         for (mount, own, v2) in candidates {
             let dir = mount.join(own.trim_start_matches('/')).join(PARENT);
             match std::fs::create_dir_all(&dir) {
                 Ok(()) => return Ok(CgroupRoot { dir, v2 }),
-                Err(e) => why = format!("cannot create {}: {e}", dir.display()),
+                Err(e) => why = CgroupError::NotWritable(dir.display().to_string(), e.to_string()),
             }
         }
         Err(why)

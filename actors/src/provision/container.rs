@@ -112,14 +112,14 @@ pub struct ContainerBackend {
 
 impl ContainerBackend {
     /// Connects (lazily) to the engine at `settings.socket`.
-    pub fn new(settings: ContainerSettings) -> Result<Self, String> {
+    pub fn new(settings: ContainerSettings) -> Result<Self, super::BackendError> {
         let version = bollard::API_DEFAULT_VERSION;
         let docker = if settings.socket.starts_with("unix://") {
             Docker::connect_with_unix(&settings.socket, 120, version)
         } else {
             Docker::connect_with_http(&settings.socket, 120, version)
         }
-        .map_err(|e| format!("cannot use container engine at {}: {e}", settings.socket))?;
+        .map_err(|e| super::BackendError::Engine(settings.socket.clone(), e.to_string()))?;
         Ok(ContainerBackend {
             docker,
             s: Rc::new(settings),
@@ -473,7 +473,7 @@ impl Backend for ContainerBackend {
         vec![super::image::doctor(&self.docker, &self.s).await]
     }
 
-    async fn runner_version(self) -> Result<Option<crate::release::Version>, String> {
+    async fn runner_version(self) -> Result<Option<crate::release::Version>, super::VersionError> {
         self.image_runner_version().await
     }
 }

@@ -21,7 +21,7 @@ pub(super) type VersionCache = Rc<RefCell<HashMap<String, Version>>>;
 impl ContainerBackend {
     /// The pool's image's runner version; `None` when the image is not on the engine yet or
     /// runs its own entrypoint (no `command` to find the install by).
-    pub(super) async fn image_runner_version(self) -> Result<Option<Version>, String> {
+    pub(super) async fn image_runner_version(self) -> Result<Option<Version>, super::VersionError> {
         let s = self.settings();
         let Some(run) = s.command.first() else {
             return Ok(None);
@@ -36,7 +36,7 @@ impl ContainerBackend {
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
             }) => return Ok(None),
-            Err(e) => return Err(format!("cannot inspect image {}: {e}", s.image)),
+            Err(e) => return Err(super::VersionError::Inspect(s.image.clone(), e.to_string())),
         };
         if let Some(v) = self.versions().borrow().get(&id) {
             return Ok(Some(v.clone()));
@@ -95,11 +95,10 @@ impl ContainerBackend {
         let remove = RemoveContainerOptionsBuilder::new().force(true).build();
         let _ = docker.remove_container(&name, Some(remove)).await;
         let said =
-            said.map_err(|e| format!("cannot run {listener} --version in {}: {e}", s.image))?;
-        let version = said
-            .lines()
-            .find_map(Version::parse)
-            .ok_or_else(|| format!("{listener} --version in {} said {:?}", s.image, said.trim()))?;
+            said.map_err(|e| super::VersionError::Run(listener.clone(), s.image.clone(), e))?;
+        let version = said.lines().find_map(Version::parse).ok_or_else(|| {
+            super::VersionError::Said(listener.clone(), s.image.clone(), said.trim().to_string())
+        })?;
         self.versions().borrow_mut().insert(id, version.clone());
         Ok(Some(version))
     }

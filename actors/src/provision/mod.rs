@@ -41,6 +41,28 @@ pub use named::{
     start_linux, start_process, start_vm_macos,
 };
 pub use spawn::{check_executable, spawn_error};
+
+/// Why a pool's runner version could not be told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    /// The engine would not describe the pool's image.
+    #[error("cannot inspect image {0}: {1}")]
+    Inspect(String, String),
+    /// The listener could not be run in the image.
+    #[error("cannot run {0} --version in {1}: {2}")]
+    Run(String, String, String),
+    /// It answered no version.
+    #[error("{0} --version in {1} said {2:?}")]
+    Said(String, String, String),
+}
+
+/// Why a pool's backend could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The container engine's address cannot be used.
+    #[error("cannot use container engine at {0}: {1}")]
+    Engine(String, String),
+}
 pub use supervisor::ProvisionerSupervisor;
 
 use crate::config::{PoolName, ProviderKind, Secret};
@@ -175,7 +197,7 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     /// pool's image); `Ok(None)`: it cannot (yet).
     fn runner_version(
         self,
-    ) -> impl Future<Output = Result<Option<crate::release::Version>, String>> {
+    ) -> impl Future<Output = Result<Option<crate::release::Version>, VersionError>> {
         async { Ok(None) }
     }
     /// What `doctor` checks beyond [`Backend::probe`] (the container pool: is its image there,

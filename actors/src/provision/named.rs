@@ -95,7 +95,7 @@ pub fn start_process(settings: ProcessSettings, wiring: PoolWiring) -> Provision
 pub fn start_linux(
     settings: ContainerSettings,
     wiring: PoolWiring,
-) -> Result<ProvisionerHandle, String> {
+) -> Result<ProvisionerHandle, super::BackendError> {
     Ok(wiring.start(ContainerBackend::new(settings)?))
 }
 

@@ -125,10 +125,11 @@ impl ProcessBackend {
         #[cfg(target_os = "linux")]
         let cgroups = CgroupRoot::detect();
         #[cfg(not(target_os = "linux"))]
-        let cgroups: Result<CgroupRoot, String> = Err("this OS has no cgroups".into());
+        let cgroups: Result<CgroupRoot, super::cgroup::CgroupError> =
+            Err(super::cgroup::CgroupError::Unsupported);
         let (cgroups, why) = match cgroups {
             Ok(root) => (Some(root), None),
-            Err(why) => (None, Some(why)),
+            Err(why) => (None, Some(why.to_string())),
         };
         ProcessBackend {
             s: Rc::new(settings),

@@ -248,12 +248,10 @@ impl<B: Backend> ProvisionerSupervisor<B> {
     }
 
     /// Whether the policy and the budget allow another restart now.
-    fn may_restart(&mut self, panicked: bool) -> Result<(), String> {
+    fn may_restart(&mut self, panicked: bool) -> Result<(), NoRestart> {
         match self.restart.policy {
-            RestartPolicy::Never => return Err("restart policy is never".into()),
-            RestartPolicy::Transient if !panicked => {
-                return Err("stopped normally (transient policy)".into());
-            }
+            RestartPolicy::Never => return Err(NoRestart::Never),
+            RestartPolicy::Transient if !panicked => return Err(NoRestart::StoppedNormally),
             _ => {}
         }
         let now = self.clock.now();
@@ -265,11 +263,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
             self.restarts.pop_front();
         }
         if self.restarts.len() >= self.restart.max_restarts as usize {
-            return Err(format!(
-                "{} restarts within {:?} already",
-                self.restarts.len(),
-                self.restart.within
-            ));
+            return Err(NoRestart::Budget(self.restarts.len(), self.restart.within));
         }
         self.restarts.push_back(now);
         Ok(())
@@ -488,4 +482,18 @@ impl<B: Backend> Handler<ChildStopped> for ProvisionerSupervisor<B> {
             }
         }
     }
+}
+
+/// Why a provisioner that stopped is not restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum NoRestart {
+    /// `restart = "never"`.
+    #[error("restart policy is never")]
+    Never,
+    /// It stopped without a panic under `restart = "transient"`.
+    #[error("stopped normally (transient policy)")]
+    StoppedNormally,
+    /// Its budget of restarts within the window is spent.
+    #[error("{0} restarts within {1:?} already")]
+    Budget(usize, std::time::Duration),
 }

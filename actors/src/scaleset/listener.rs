@@ -356,6 +356,20 @@ async fn poll_once(shared: &Shared, set: u64, capacity: usize) -> Result<Polled,
     }
 }
 
+/// Why a message was not handled (it is not acknowledged: the queue hands it out again).
+#[derive(Debug, thiserror::Error)]
+enum Unhandled {
+    /// Its offered jobs could not be acquired.
+    #[error("acquiring jobs: {0}")]
+    Acquire(GithubError),
+    /// The intake refused one of its jobs.
+    #[error("the intake refused job {0}: {1}")]
+    Refused(u64, String),
+    /// The intake is gone (the daemon is stopping).
+    #[error("the intake is gone: {0}")]
+    IntakeGone(String),
+}
+
 /// Handles one message: acquires its offered jobs, hands its job events to the intake, and
 /// once all are durable keeps its id (with the assignments it counted) and acknowledges it.
 /// What cannot be read is counted, logged with the message's id, and acknowledged too.
@@ -364,7 +378,7 @@ async fn handle(
     set: u64,
     session: &Session,
     message: QueueMessage,
-) -> Result<(), String> {
+) -> Result<(), Unhandled> {
     let pool = shared.settings.pool.as_str();
     let metrics = &shared.metrics.scaleset;
     if let Some(stats) = &message.statistics {
@@ -407,8 +421,8 @@ async fn handle(
         };
         match shared.wiring.intake.send(Deliver(event)).await {
             Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => {}
-            Ok(other) => return Err(format!("the intake refused job {job_id}: {other:?}")),
-            Err(e) => return Err(format!("the intake is gone: {e}")),
+            Ok(other) => return Err(Unhandled::Refused(job_id, format!("{other:?}"))),
+            Err(e) => return Err(Unhandled::IntakeGone(e.to_string())),
         }
     }
     for (label, n) in handled.counts {
@@ -464,7 +478,12 @@ async fn settle_acks(shared: &Shared, session: &Session) {
 
 /// Acquires offered jobs (a GHES offers before it assigns); what was not acquired went to
 /// another scale set or was cancelled meanwhile.
-async fn acquire(shared: &Shared, set: u64, session: &Session, ids: &[u64]) -> Result<(), String> {
+async fn acquire(
+    shared: &Shared,
+    set: u64,
+    session: &Session,
+    ids: &[u64],
+) -> Result<(), Unhandled> {
     let pool = shared.settings.pool.as_str();
     let metrics = &shared.metrics.scaleset;
     match shared.client.acquire_jobs(set, session, ids).await {
@@ -497,7 +516,7 @@ async fn acquire(shared: &Shared, set: u64, session: &Session, ids: &[u64]) -> R
                 .acquire
                 .with_label_values(&[pool, "error"])
                 .inc_by(ids.len() as u64);
-            Err(format!("acquiring jobs: {e}"))
+            Err(Unhandled::Acquire(e))
         }
     }
 }

@@ -55,8 +55,11 @@ pub(super) fn start(
     let release = ReleaseActor::wanted(config)
         .then(|| ReleaseActor::new(config, managed.clone(), metrics.clone()).start());
     let log_dir = config.state.dir.join("logs");
-    let ca_bundle = crate::provision::runner_env::write_ca_bundle(config)
-        .map_err(|detail| StartError::CaBundle { detail })?;
+    let ca_bundle = crate::provision::runner_env::write_ca_bundle(config).map_err(|e| {
+        StartError::CaBundle {
+            detail: e.to_string(),
+        }
+    })?;
     let mut provisioners = HashMap::new();
     for pool in config.providers.enabled() {
         let name = pool.name.clone();
@@ -87,7 +90,7 @@ pub(super) fn start(
             PoolSettings::Container(s) => {
                 start_linux(s, wired).map_err(|detail| StartError::Provider {
                     provider: name.clone(),
-                    detail,
+                    detail: detail.to_string(),
                 })?
             }
             PoolSettings::Tart(s) => start_vm_macos(s, wired),

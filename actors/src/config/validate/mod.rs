@@ -48,10 +48,10 @@ use webhook::build_webhook;
 struct Problems(Vec<ConfigError>);
 
 impl Problems {
-    fn push(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+    fn push(&mut self, key: impl Into<String>, reason: impl std::fmt::Display) {
         self.0.push(ConfigError {
             key: key.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         });
     }
 }

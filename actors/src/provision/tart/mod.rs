@@ -373,7 +373,7 @@ impl Backend for TartBackend {
     }
 
     /// What the base image's last VM said (none before the first job).
-    async fn runner_version(self) -> Result<Option<crate::release::Version>, String> {
+    async fn runner_version(self) -> Result<Option<crate::release::Version>, super::VersionError> {
         Ok(self.version.borrow().as_ref().map(|(v, _)| v.clone()))
     }
 
