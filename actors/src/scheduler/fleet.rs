@@ -1,7 +1,8 @@
 //! The scheduler shell's claim call, and its part in fleet mode: a claim asks the cluster
-//! ledger first (after the offer delay that lets the host that received the delivery, then
-//! the fleet's most specific, least loaded pool ask first; a host that hears the job granted
-//! meanwhile never asks) and calls GitHub only when this host holds the job; the fleet's events and
+//! ledger first (the core hands it over only after the offer delay that lets the host that
+//! received the delivery, then the fleet's most specific, least loaded pool ask first; a host
+//! that hears the job granted meanwhile never asks) and calls GitHub only when this host holds
+//! the job; the fleet's events and
 //! releases come in as [`FleetEvent`]s; the host's load goes out with its lease.
 
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, MessageResult, WrapFuture};
@@ -31,33 +32,8 @@ impl SchedulerActor {
             self.call_github_claim(key, provider, request, ctx);
             return;
         };
-        let delay = self.core.offer_delay(&key, &provider);
-        if delay.is_zero() {
-            self.ask_ledger(ledger, key, provider, request, ctx);
-            return;
-        }
-        // Waiting out the offer delay: if another host is heard to be granted the job
-        // meanwhile, this host does not ask at all. (The wait counts as a claim in flight.)
-        self.claims_in_flight += 1;
-        ctx.spawn(
-            tokio::time::sleep(delay)
-                .into_actor(self)
-                .map(move |(), act, ctx| {
-                    act.claims_in_flight -= 1;
-                    match act.core.take_held_notice(&key) {
-                        Some(host) => {
-                            let fx = act.core.on_acquire_refused(
-                                key,
-                                provider,
-                                Acquire::HeldBy(host),
-                                act.clock.tick(),
-                            );
-                            act.run(fx, ctx);
-                        }
-                        None => act.ask_ledger(ledger, key, provider, request, ctx),
-                    }
-                }),
-        );
+        // The core waited out the offer delay before it asked for this claim.
+        self.ask_ledger(ledger, key, provider, request, ctx);
     }
 
     /// Asks the ledger whether this host may claim; calls GitHub if granted.

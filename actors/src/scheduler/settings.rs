@@ -76,6 +76,7 @@ pub fn settings_of(c: &Config) -> SchedulerSettings {
             .webhook
             .reconcile_interval
             .filter(|_| !c.webhook.scaleset()),
+        fleet: c.cluster.is_some(),
     }
 }
 

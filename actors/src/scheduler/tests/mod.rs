@@ -367,6 +367,7 @@ async fn harness(s: Setup) -> Harness {
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
+        fleet: false,
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),

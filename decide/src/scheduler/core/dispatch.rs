@@ -316,11 +316,7 @@ impl Scheduler {
             job_id: key.job_id,
             provider: provider.clone(),
         });
-        fx.push(Effect::Claim {
-            key,
-            provider,
-            request,
-        });
+        self.offer_claim(key, provider, request, now, fx);
     }
 
     /// The answer to a claim.

@@ -2,7 +2,7 @@
 //! arbitrates (one holder per job across the fleet, one budget per credential); the core
 //! only hears the outcome.
 
-use super::{Effect, JobRecord, Note, Phase, Scheduler, capacity::Pick};
+use super::{ClaimRequest, Effect, JobRecord, Note, Phase, Scheduler, capacity::Pick};
 use crate::cluster::{Acquire, Load, Released};
 use crate::{
     clock::Now,
@@ -34,7 +34,7 @@ impl Scheduler {
 
     /// How long to wait before asking the ledger for `key` on `provider`: nothing for a pool
     /// with exactly the job's labels on an idle host, more for extra labels and for load.
-    pub fn offer_delay(&self, key: &JobKey, provider: &PoolName) -> Duration {
+    pub(super) fn offer_delay(&self, key: &JobKey, provider: &PoolName) -> Duration {
         let Some(i) = self.provider_index(provider) else {
             return Duration::ZERO;
         };
@@ -51,6 +51,67 @@ impl Scheduler {
         OFFER_STEP_PER_EXTRA_LABEL * (extra.min(20) as u32)
             + OFFER_STEP_FOR_LOAD.mul_f64(load.clamp(0.0, 1.0))
             + elsewhere
+    }
+
+    /// A claim this host starts: at once, or in fleet mode after its offer delay (a
+    /// registered warm runner is made for no job: nothing is offered for it).
+    pub(super) fn offer_claim(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        request: ClaimRequest,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let delay = if self.settings.fleet && !key.is_warm() {
+            self.offer_delay(&key, &provider)
+        } else {
+            Duration::ZERO
+        };
+        if delay.is_zero() {
+            fx.push(Effect::Claim {
+                key,
+                provider,
+                request,
+            });
+            return;
+        }
+        self.offers.push(Offer {
+            at: now.mono + delay,
+            key,
+            provider,
+            request,
+        });
+        self.rearm_timer(fx);
+    }
+
+    /// When the next offer delay ends.
+    pub(super) fn next_offer(&self) -> Option<crate::clock::Instant> {
+        self.offers.iter().map(|o| o.at).min()
+    }
+
+    /// Claims whose offer delay ended: one another host was heard to hold meanwhile is given
+    /// up as held there, without asking the ledger; the rest are claimed.
+    pub(super) fn offers_due(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let (due, waiting): (Vec<Offer>, Vec<Offer>) = std::mem::take(&mut self.offers)
+            .into_iter()
+            .partition(|o| o.at <= now.mono);
+        self.offers = waiting;
+        for o in due {
+            match self.take_held_notice(&o.key) {
+                Some(host) => fx.extend(self.on_acquire_refused(
+                    o.key,
+                    o.provider,
+                    Acquire::HeldBy(host),
+                    now,
+                )),
+                None => fx.push(Effect::Claim {
+                    key: o.key,
+                    provider: o.provider,
+                    request: o.request,
+                }),
+            }
+        }
     }
 
     /// A job event another host's intake recorded: as [`Scheduler::on_job_event`], and the
@@ -91,7 +152,7 @@ impl Scheduler {
     }
 
     /// The host heard to hold a job whose claim is in flight here, if any (taken).
-    pub fn take_held_notice(&mut self, key: &JobKey) -> Option<String> {
+    pub(super) fn take_held_notice(&mut self, key: &JobKey) -> Option<String> {
         self.held_notices.remove(key)
     }
 
@@ -218,4 +279,14 @@ impl Scheduler {
             capacity: self.settings.max_concurrent,
         }
     }
+}
+
+/// A claim waiting out its offer delay (fleet mode).
+#[derive(Debug, Clone)]
+pub(super) struct Offer {
+    /// When the ledger may be asked.
+    pub(super) at: crate::clock::Instant,
+    pub(super) key: JobKey,
+    pub(super) provider: PoolName,
+    pub(super) request: ClaimRequest,
 }

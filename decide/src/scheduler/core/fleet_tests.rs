@@ -4,7 +4,7 @@ use crate::job::JobAction;
 use std::time::Duration;
 
 use super::{
-    fleet::{OFFER_STEP_FOR_ELSEWHERE, OFFER_STEP_FOR_LOAD},
+    fleet::{OFFER_STEP_FOR_ELSEWHERE, OFFER_STEP_FOR_LOAD, OFFER_STEP_PER_EXTRA_LABEL},
     tests::{at, core},
     *,
 };
@@ -168,4 +168,45 @@ fn a_grant_heard_from_another_host_stops_this_one_asking() {
             .any(|e| e.note == Note::HeldElsewhere { host: "h3".into() })
     );
     assert_eq!(s.take_held_notice(&waiting), None);
+}
+
+/// Fleet mode: the offer delay is the core's to wait out, on its one timer; a host heard to
+/// hold the job meanwhile means this one never asks the ledger.
+#[test]
+fn a_fleet_claim_waits_out_its_offer_delay_on_the_one_timer() {
+    let mut settings = super::tests::settings();
+    settings.fleet = true;
+    let (mut s, t0, _) = super::tests::core_with(settings);
+    let when = |at: crate::clock::Instant| Now::whole_seconds(at, super::tests::UNIX0);
+    let claims = |fx: &[Effect]| {
+        fx.iter()
+            .filter(|e| matches!(e, Effect::Claim { .. }))
+            .count()
+    };
+    // The pool has a label over the job's and a slot in use once the claim starts: the
+    // delay is a label step and a load step.
+    let fx = s.on_job_event(JobAction::Queued, job(1, LABELS), None, t0, at(t0, 0));
+    assert_eq!(claims(&fx), 0, "claimed before the offer delay: {fx:?}");
+    let due = t0 + OFFER_STEP_PER_EXTRA_LABEL + OFFER_STEP_FOR_LOAD.mul_f64(0.25);
+    assert!(
+        fx.contains(&Effect::ArmTimer { at: Some(due) }),
+        "the one timer is armed for the offer: {fx:?}"
+    );
+    assert_eq!(claims(&s.on_timer(at(t0, 0))), 0, "not due yet");
+    assert_eq!(claims(&s.on_timer(when(due))), 1, "due: the claim goes out");
+
+    // A second job, heard held by another host while its offer waits: never claimed here.
+    let fx = s.on_job_event(JobAction::Queued, job(2, LABELS), None, due, when(due));
+    assert_eq!(claims(&fx), 0);
+    let fx = s.on_held_elsewhere(JobKey::new("acme", 2), "h2".into(), when(due));
+    assert_eq!(fx, vec![]);
+    let later = due + Duration::from_secs(1);
+    assert_eq!(claims(&s.on_timer(when(later))), 0);
+    let rec = s.job(&JobKey::new("acme", 2)).unwrap();
+    assert_eq!(rec.phase, Phase::Seen);
+    assert!(
+        rec.timeline
+            .iter()
+            .any(|e| e.note == Note::HeldElsewhere { host: "h2".into() })
+    );
 }

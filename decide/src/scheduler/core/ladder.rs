@@ -230,6 +230,7 @@ impl Scheduler {
             self.book.next_due(),
             self.pace_wake,
             self.sweep_wake,
+            self.next_offer(),
         ]
         .into_iter()
         .flatten()
@@ -247,6 +248,7 @@ impl Scheduler {
     pub fn on_timer(&mut self, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.run_deferred(now, false, &mut fx);
+        self.offers_due(now, &mut fx);
         if self.sweep_wake.is_some_and(|at| at <= now.mono) {
             self.sweep_wake = None;
             fx.extend(self.sweep(now));

@@ -412,6 +412,8 @@ pub struct Scheduler {
     /// Fleet mode: jobs whose claim is in flight here that another host was heard to hold
     /// (the host): a claim still waiting for its offer delay does not ask the ledger.
     held_notices: HashMap<JobKey, String>,
+    /// Fleet mode: claims waiting out their offer delay, each due at its instant.
+    offers: Vec<fleet::Offer>,
     draining: bool,
     /// The shutdown drain has begun: the cordon can no longer be lifted.
     shutting_down: bool,
@@ -470,6 +472,7 @@ impl Scheduler {
             book: RunnerBook::default(),
             ladder: Ladder::new(backoff, seed),
             held_notices: HashMap::new(),
+            offers: Vec::new(),
             settings,
             draining: false,
             shutting_down: false,

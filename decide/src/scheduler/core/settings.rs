@@ -36,6 +36,10 @@ pub struct SchedulerSettings {
     pub orphan_grace: Option<Duration>,
     /// `webhook.reconcile_interval`: `None` when disabled.
     pub reconcile_interval: Option<Duration>,
+    /// Fleet mode: a claim waits out its offer delay ([`Scheduler::offer_delay`]) before the
+    /// ledger is asked, so the host that received the delivery, then the one that fits the
+    /// job best, asks first.
+    pub fleet: bool,
 }
 
 impl SchedulerSettings {

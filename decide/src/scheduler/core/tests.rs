@@ -45,6 +45,7 @@ pub(super) fn settings() -> SchedulerSettings {
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
+        fleet: false,
     }
 }
 
