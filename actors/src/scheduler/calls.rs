@@ -32,16 +32,6 @@ impl SchedulerActor {
 
     /// Asks GitHub for a parked job's state and tells the core.
     pub(super) fn look_at_job(&mut self, key: JobKey, repo: String, ctx: &mut Context<Self>) {
-        if self.deps.scalesets.is_some() {
-            // Scale-set mode: a job is a runner request, which the REST API does not know; it
-            // stays assigned to the scale set until its `JobCompleted` comes (the queue keeps
-            // that message until it is acknowledged), so a parked job is claimed for again.
-            let fx = self
-                .core
-                .on_job_looked(&key, Ok("queued".to_string()), self.clock.tick());
-            self.run(fx, ctx);
-            return;
-        }
         let get = self.github(&key.owner).get_job.clone();
         self.calls_in_flight += 1;
         let msg = GetJob {

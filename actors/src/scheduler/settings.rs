@@ -77,6 +77,7 @@ pub fn settings_of(c: &Config) -> SchedulerSettings {
             .reconcile_interval
             .filter(|_| !c.webhook.scaleset()),
         fleet: c.cluster.is_some(),
+        scaleset: c.webhook.scaleset(),
     }
 }
 

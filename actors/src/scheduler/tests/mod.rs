@@ -368,6 +368,7 @@ async fn harness(s: Setup) -> Harness {
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
         fleet: false,
+        scaleset: false,
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),

@@ -231,6 +231,8 @@ impl Scheduler {
             self.pace_wake,
             self.sweep_wake,
             self.next_offer(),
+            // A look answered here is due when it was asked.
+            self.unanswerable.iter().map(|(at, _)| *at).min(),
         ]
         .into_iter()
         .flatten()
@@ -249,6 +251,7 @@ impl Scheduler {
         let mut fx = Vec::new();
         self.run_deferred(now, false, &mut fx);
         self.offers_due(now, &mut fx);
+        self.answer_unanswerable(now, &mut fx);
         if self.sweep_wake.is_some_and(|at| at <= now.mono) {
             self.sweep_wake = None;
             fx.extend(self.sweep(now));

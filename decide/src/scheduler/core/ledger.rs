@@ -432,10 +432,8 @@ impl Scheduler {
             return;
         };
         if why == Strand::QuietExit && !key.is_reckoned() && !rec.info.repo.is_empty() {
-            fx.push(Effect::LookAtJob {
-                key: key.clone(),
-                repo: rec.info.repo.to_string(),
-            });
+            let repo = rec.info.repo.to_string();
+            self.ask_where(key.clone(), repo, now, fx);
             return;
         }
         self.dispatch_again(key, why.why(), now, fx);

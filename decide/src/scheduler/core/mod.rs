@@ -414,6 +414,8 @@ pub struct Scheduler {
     held_notices: HashMap<JobKey, String>,
     /// Fleet mode: claims waiting out their offer delay, each due at its instant.
     offers: Vec<fleet::Offer>,
+    /// Scale-set mode: jobs a look was wanted for, answered `queued` at the next timer.
+    unanswerable: Vec<(Instant, JobKey)>,
     draining: bool,
     /// The shutdown drain has begun: the cordon can no longer be lifted.
     shutting_down: bool,
@@ -473,6 +475,7 @@ impl Scheduler {
             ladder: Ladder::new(backoff, seed),
             held_notices: HashMap::new(),
             offers: Vec::new(),
+            unanswerable: Vec::new(),
             settings,
             draining: false,
             shutting_down: false,

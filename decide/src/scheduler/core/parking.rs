@@ -77,10 +77,28 @@ impl Scheduler {
             _ => return,
         }
         let repo = rec.info.repo.to_string();
-        fx.push(Effect::LookAtJob {
-            key: key.clone(),
-            repo,
-        });
+        self.ask_where(key.clone(), repo, now, fx);
+    }
+
+    /// Asks GitHub where `key` stands ([`Scheduler::on_job_looked`] takes the answer). In
+    /// scale-set mode GitHub cannot say: a job is a runner request the REST API does not know,
+    /// and it stays assigned to the scale set until its `JobCompleted` comes (the queue keeps
+    /// that message until it is acknowledged). The answer is then `queued`, at once (on the
+    /// next timer), so a parked job is claimed for again.
+    pub(super) fn ask_where(&mut self, key: JobKey, repo: String, now: Now, fx: &mut Vec<Effect>) {
+        if self.settings.scaleset {
+            self.unanswerable.push((now.mono, key));
+            self.rearm_timer(fx);
+        } else {
+            fx.push(Effect::LookAtJob { key, repo });
+        }
+    }
+
+    /// The looks [`Scheduler::ask_where`] answered itself, taken as `queued`.
+    pub(super) fn answer_unanswerable(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        for (_, key) in std::mem::take(&mut self.unanswerable) {
+            fx.extend(self.on_job_looked(&key, Ok("queued".to_string()), now));
+        }
     }
 
     /// GitHub's answer about a parked job: still queued, it is admitted again; started or
@@ -200,7 +218,7 @@ impl Scheduler {
                 .map(|(key, j)| (key.clone(), j.info.repo.to_string()))
                 .collect();
             for (key, repo) in unlisted {
-                fx.push(Effect::LookAtJob { key, repo });
+                self.ask_where(key, repo, now, &mut fx);
             }
         }
         let mut idle = 0;

@@ -531,3 +531,27 @@ fn a_quiet_exit_whose_job_ran_claims_nothing_again() {
     s.sweep(at(t0, 700));
     assert_eq!(claims(&s.on_timer(at(t0, 701))), Vec::<u64>::new());
 }
+
+/// Scale-set mode: GitHub cannot say where a runner request stands, so the core answers a
+/// parked job's look itself (`queued`: it stays assigned until its `JobCompleted` comes) and
+/// claims for it again, with no call to GitHub.
+#[test]
+fn a_parked_scale_set_job_is_claimed_for_again_without_asking_github() {
+    let mut settings = super::tests::settings();
+    settings.scaleset = true;
+    let (mut s, t0, _) = super::tests::core_with(settings);
+    assert_eq!(claims(&queued(&mut s, 1, at(t0, 0))), vec![1]);
+    // A claim the service refuses as invalid: not retryable, parked with a look due.
+    let refused = crate::scheduler::fixtures::http(422, None, None);
+    s.on_claim_result(key(1), PoolName::from("local"), Err(refused), at(t0, 1));
+    let Phase::Parked { look_unix, .. } = phase(&s, 1) else {
+        panic!("not parked: {:?}", phase(&s, 1));
+    };
+    let due = look_unix - super::tests::UNIX0;
+    let fx = s.on_timer(at(t0, due));
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::LookAtJob { .. })),
+        "GitHub is not asked: {fx:?}"
+    );
+    assert_eq!(claims(&fx), vec![1], "claimed for again: {fx:?}");
+}

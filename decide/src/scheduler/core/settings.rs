@@ -40,6 +40,9 @@ pub struct SchedulerSettings {
     /// ledger is asked, so the host that received the delivery, then the one that fits the
     /// job best, asks first.
     pub fleet: bool,
+    /// Scale-set mode: a job is a runner request the REST API does not know, so a look at it
+    /// is answered `queued` by the core itself ([`Scheduler::ask_where`]).
+    pub scaleset: bool,
 }
 
 impl SchedulerSettings {

@@ -116,10 +116,8 @@ impl Scheduler {
             if job.info.repo.is_empty() {
                 continue;
             }
-            fx.push(Effect::LookAtJob {
-                repo: job.info.repo.to_string(),
-                key,
-            });
+            let repo = job.info.repo.to_string();
+            self.ask_where(key, repo, now, fx);
         }
         if let Some(at) = next {
             self.wake_sweep_at(at, fx);

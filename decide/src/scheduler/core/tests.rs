@@ -46,6 +46,7 @@ pub(super) fn settings() -> SchedulerSettings {
         orphan_grace: Some(Duration::from_secs(600)),
         reconcile_interval: None,
         fleet: false,
+        scaleset: false,
     }
 }
 
