@@ -347,32 +347,19 @@ async fn install(
     std::fs::create_dir_all(&root)
         .map_err(|e| InstallError::Failed(format!("cannot create {}: {e}", root.display())))?;
     let download = root.join(format!(".download-{version}.tar.gz"));
-    let got = client.download(archive, &download).await;
-    let got = match got {
-        Ok(sha) => sha,
-        Err(e) => {
-            let _ = std::fs::remove_file(&download);
-            metrics.runner_release_check_failures.inc();
-            return Err(InstallError::Failed(e.to_string()));
-        }
-    };
-    if got != want {
-        let _ = std::fs::remove_file(&download);
-        metrics
-            .runner_release_refused
-            .with_label_values(&["digest"])
-            .inc();
-        let why = format!(
-            "runner release {version} refused: {} has SHA-256 {}, but the release says {}; \
-             staying on {}",
-            archive.name,
-            hex::encode(got),
-            hex::encode(want),
-            current.map_or("no install".into(), |c| c.to_string())
-        );
-        tracing::error!("{why}");
-        return Err(InstallError::Refused(why));
-    }
+    let current_name = current
+        .as_ref()
+        .map_or("no install".into(), |c| c.to_string());
+    fetch_verified(
+        client,
+        archive,
+        &download,
+        want,
+        version,
+        &current_name,
+        metrics,
+    )
+    .await?;
     let (from, to, v) = (download.clone(), root.clone(), version.clone());
     let unpacked = tokio::task::spawn_blocking(move || unpack(&from, &to, &v, &want))
         .await
@@ -394,6 +381,46 @@ async fn install(
         "runner release verified and installed: new jobs use it, running jobs finish on theirs"
     );
     installs.switch_to(version.clone());
+    Ok(())
+}
+
+/// Downloads `archive` to `download` and checks it against `want`, the SHA-256 the release
+/// publishes; an archive that does not match is removed, counted and refused.
+async fn fetch_verified(
+    client: &ReleaseClient,
+    archive: &crate::release::Archive,
+    download: &std::path::Path,
+    want: [u8; 32],
+    version: &crate::release::Version,
+    current: &str,
+    metrics: &Metrics,
+) -> Result<(), InstallError> {
+    let got = client.download(archive, download).await;
+    let got = match got {
+        Ok(sha) => sha,
+        Err(e) => {
+            let _ = std::fs::remove_file(download);
+            metrics.runner_release_check_failures.inc();
+            return Err(InstallError::Failed(e.to_string()));
+        }
+    };
+    if got != want {
+        let _ = std::fs::remove_file(download);
+        metrics
+            .runner_release_refused
+            .with_label_values(&["digest"])
+            .inc();
+        let why = format!(
+            "runner release {version} refused: {} has SHA-256 {}, but the release says {}; \
+             staying on {}",
+            archive.name,
+            hex::encode(got),
+            hex::encode(want),
+            current
+        );
+        tracing::error!("{why}");
+        return Err(InstallError::Refused(why));
+    }
     Ok(())
 }
 

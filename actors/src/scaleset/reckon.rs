@@ -123,6 +123,52 @@ pub(super) async fn reckon(shared: &Shared, set: u64) -> Result<(), crate::githu
             .iter()
             .any(|k| k.job_id == *id && !k.is_reckoned())
     });
+    act(shared, step, &held, assigned, ours).await;
+    super::listener::save_mark(shared).await;
+    Ok(())
+}
+
+/// Withdraws `jobs` (a `completed`, cancelled, for each); answers the job ids whose withdrawal
+/// the intake did not take, for the reckoning to withdraw later.
+pub(super) async fn withdraw(shared: &Shared, jobs: &[JobKey]) -> Vec<u64> {
+    let mut left = Vec::new();
+    for key in jobs {
+        if !deliver(shared, JobAction::Completed, key.clone(), "withdrawn").await {
+            left.push(key.job_id);
+        }
+    }
+    left
+}
+
+/// Hands a placeholder's `queued`, or a withdrawal's `completed` (cancelled), to the intake;
+/// false when the intake did not take it.
+async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) -> bool {
+    let info = JobInfo {
+        key: key.clone(),
+        labels: vec![crate::config::scaleset_pin(&shared.settings.pool)].into(),
+        conclusion: (action == JobAction::Completed).then(|| "cancelled".into()),
+        run_attempt: 1,
+        ..JobInfo::default()
+    };
+    let event = JobEvent {
+        delivery_id: Some(format!("scaleset-{why}-{}", key.job_id)),
+        action,
+        job: info,
+        received: crate::clock::mono_now(),
+        source: EventSource::ScaleSet,
+    };
+    match shared.wiring.intake.send(Deliver(event)).await {
+        Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => true,
+        other => {
+            tracing::warn!(job_id = key.job_id, verdict = ?other, "scale set: the intake refused a reckoned job; the next reading tries again");
+            false
+        }
+    }
+}
+
+/// Carries out what the reading decided: runners claimed for jobs never heard of, or jobs
+/// the service no longer assigns withdrawn.
+async fn act(shared: &Shared, step: Amend, held: &PoolDemand, assigned: i64, ours: i64) {
     let pool = shared.settings.pool.as_str();
     match step {
         Amend::Nothing => {}
@@ -172,46 +218,6 @@ pub(super) async fn reckon(shared: &Shared, set: u64) -> Result<(), crate::githu
                     .inc_by(gone.len() as u64);
                 shared.reckoner.borrow_mut().gap = None;
             }
-        }
-    }
-    super::listener::save_mark(shared).await;
-    Ok(())
-}
-
-/// Withdraws `jobs` (a `completed`, cancelled, for each); answers the job ids whose withdrawal
-/// the intake did not take, for the reckoning to withdraw later.
-pub(super) async fn withdraw(shared: &Shared, jobs: &[JobKey]) -> Vec<u64> {
-    let mut left = Vec::new();
-    for key in jobs {
-        if !deliver(shared, JobAction::Completed, key.clone(), "withdrawn").await {
-            left.push(key.job_id);
-        }
-    }
-    left
-}
-
-/// Hands a placeholder's `queued`, or a withdrawal's `completed` (cancelled), to the intake;
-/// false when the intake did not take it.
-async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) -> bool {
-    let info = JobInfo {
-        key: key.clone(),
-        labels: vec![crate::config::scaleset_pin(&shared.settings.pool)].into(),
-        conclusion: (action == JobAction::Completed).then(|| "cancelled".into()),
-        run_attempt: 1,
-        ..JobInfo::default()
-    };
-    let event = JobEvent {
-        delivery_id: Some(format!("scaleset-{why}-{}", key.job_id)),
-        action,
-        job: info,
-        received: crate::clock::mono_now(),
-        source: EventSource::ScaleSet,
-    };
-    match shared.wiring.intake.send(Deliver(event)).await {
-        Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => true,
-        other => {
-            tracing::warn!(job_id = key.job_id, verdict = ?other, "scale set: the intake refused a reckoned job; the next reading tries again");
-            false
         }
     }
 }

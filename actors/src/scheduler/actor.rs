@@ -238,24 +238,7 @@ impl SchedulerActor {
                     request,
                 } => self.claim(key, provider, request, ctx),
                 Effect::Provision { provider, spec } => {
-                    let name = spec.name.clone();
-                    let provision = Provision {
-                        spec,
-                        durable: self.runners_durable.clone(),
-                    };
-                    let sent = match self.deps.provisioners.get(&provider) {
-                        Some(h) => deliver(&h.provision, provision),
-                        None => false,
-                    };
-                    if !sent {
-                        let kind = RunnerEventKind::Failed {
-                            error: ProvisionError::HostUnavailable(format!(
-                                "provider {provider} is not running"
-                            )),
-                        };
-                        queue.extend(self.core.on_runner_event(&name, kind, self.clock.tick()));
-                        self.persist();
-                    }
+                    queue.extend(self.provision(provider, spec));
                 }
                 Effect::Teardown {
                     provider,
@@ -284,33 +267,68 @@ impl SchedulerActor {
                     runner_id,
                     repo,
                     reason,
-                } => {
-                    // Delete first, tear down after: GitHub refuses to delete a runner that
-                    // is running a job, atomically with handing it one, where a busy check
-                    // followed by a teardown can kill a job assigned in between.
-                    let delete = self.github(&owner).delete.clone();
-                    let fut = async move {
-                        match delete.send(DeleteRunner { repo, runner_id }).await {
-                            Ok(Ok(())) => Ok(false),
-                            Ok(Err(e)) if e.is_runner_busy() => Ok(true),
-                            Ok(Err(e)) => Err(e),
-                            Err(e) => Err(GithubError::Network {
-                                endpoint: "delete_runner",
-                                detail: e.to_string(),
-                            }),
-                        }
-                    };
-                    self.calls_in_flight += 1;
-                    ctx.spawn(fut.into_actor(self).map(move |busy, act, ctx| {
-                        act.calls_in_flight -= 1;
-                        let fx = act
-                            .core
-                            .on_idle_checked(&name, busy, reason, act.clock.tick());
-                        act.run(fx, ctx);
-                    }));
-                }
+                } => self.check_idle(owner, name, runner_id, repo, reason, ctx),
             }
         }
+    }
+
+    /// Hands a runner to its pool's provisioner; when none takes it, the core hears its
+    /// environment failed (and says what follows).
+    fn provision(&mut self, provider: PoolName, spec: crate::provision::RunnerSpec) -> Vec<Effect> {
+        let name = spec.name.clone();
+        let provision = Provision {
+            spec,
+            durable: self.runners_durable.clone(),
+        };
+        let sent = match self.deps.provisioners.get(&provider) {
+            Some(h) => deliver(&h.provision, provision),
+            None => false,
+        };
+        if sent {
+            return Vec::new();
+        }
+        let kind = RunnerEventKind::Failed {
+            error: ProvisionError::HostUnavailable(format!("provider {provider} is not running")),
+        };
+        let fx = self.core.on_runner_event(&name, kind, self.clock.tick());
+        self.persist();
+        fx
+    }
+
+    /// An unbound runner is deleted on GitHub if it is idle (GitHub refuses to delete a busy
+    /// one); the core hears which.
+    fn check_idle(
+        &mut self,
+        owner: String,
+        name: String,
+        runner_id: u64,
+        repo: Option<String>,
+        reason: &'static str,
+        ctx: &mut Context<Self>,
+    ) {
+        // Delete first, tear down after: GitHub refuses to delete a runner that
+        // is running a job, atomically with handing it one, where a busy check
+        // followed by a teardown can kill a job assigned in between.
+        let delete = self.github(&owner).delete.clone();
+        let fut = async move {
+            match delete.send(DeleteRunner { repo, runner_id }).await {
+                Ok(Ok(())) => Ok(false),
+                Ok(Err(e)) if e.is_runner_busy() => Ok(true),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(GithubError::Network {
+                    endpoint: "delete_runner",
+                    detail: e.to_string(),
+                }),
+            }
+        };
+        self.calls_in_flight += 1;
+        ctx.spawn(fut.into_actor(self).map(move |busy, act, ctx| {
+            act.calls_in_flight -= 1;
+            let fx = act
+                .core
+                .on_idle_checked(&name, busy, reason, act.clock.tick());
+            act.run(fx, ctx);
+        }));
     }
 
     /// Hands the core's state changes to the store (in order; the store commits them in

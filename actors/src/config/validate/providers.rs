@@ -202,62 +202,32 @@ pub(super) fn build_providers(
     let mut pools = Vec::new();
     for (name, mut r) in raw {
         let key = format!("providers.{name}");
-        if name.is_empty()
-            || name.len() > MAX_POOL_NAME
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            p.push(
-                &key,
-                format!(
-                    "{name:?} is not a pool name: up to {MAX_POOL_NAME} letters, digits, '-' \
-                     and '_' (runner names carry it)"
-                ),
-            );
-        }
+        check_pool_name(&key, &name, p);
         let Some(kind) = pool_kind(&key, &name, r.kind.take(), p) else {
             continue;
         };
         for (k, kinds) in r.kind_keys() {
             if !kinds.contains(&kind.as_str()) {
-                p.push(
-                    format!("{key}.{k}"),
-                    format!(
-                        "unknown key for a {kind} pool (it is a key of {})",
-                        kinds.join(", ")
-                    ),
-                );
+                let of = kinds.join(", ");
+                let why = format!("unknown key for a {kind} pool (it is a key of {of})");
+                p.push(format!("{key}.{k}"), why);
             }
         }
         let common = build_common(&key, kind, &mut r, env, secrets, p);
         let enabled = common.enabled;
+        let runners = crate::config::StateConfig {
+            dir: state_dir.to_path_buf(),
+        }
+        .runner_dir();
+        let max = common.max_concurrent;
         let spec = match kind {
-            ProviderKind::Local => PoolSpec::Local(build_process(
-                &key,
-                r,
-                enabled,
-                common.max_concurrent,
-                crate::config::StateConfig {
-                    dir: state_dir.to_path_buf(),
-                }
-                .runner_dir(),
-                env,
-                p,
-            )),
-            ProviderKind::NativeMacos => PoolSpec::NativeMacos(build_process(
-                &key,
-                r,
-                enabled,
-                common.max_concurrent,
-                crate::config::StateConfig {
-                    dir: state_dir.to_path_buf(),
-                }
-                .runner_dir()
-                .join("native"),
-                env,
-                p,
-            )),
+            ProviderKind::Local => {
+                PoolSpec::Local(build_process(&key, r, enabled, max, runners, env, p))
+            }
+            ProviderKind::NativeMacos => {
+                let root = runners.join("native");
+                PoolSpec::NativeMacos(build_process(&key, r, enabled, max, root, env, p))
+            }
             ProviderKind::Linux => {
                 PoolSpec::Linux(super::containers::build_linux(&key, r, enabled, p))
             }
@@ -280,6 +250,20 @@ pub(super) fn build_providers(
         );
     }
     providers
+}
+
+/// A pool's name: up to [`MAX_POOL_NAME`] letters, digits, '-' and '_' (runner names carry it).
+fn check_pool_name(key: &str, name: &str, p: &mut Problems) {
+    let fits = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if name.is_empty() || name.len() > MAX_POOL_NAME || !name.chars().all(fits) {
+        p.push(
+            key,
+            format!(
+                "{name:?} is not a pool name: up to {MAX_POOL_NAME} letters, digits, '-' \
+                 and '_' (runner names carry it)"
+            ),
+        );
+    }
 }
 
 /// Pools whose runner names would share a prefix: each pool reaps leftovers by its prefix

@@ -127,36 +127,7 @@ fn build_update(
 fn build_claim_retry(raw: crate::config::raw::RawClaimRetry, p: &mut Problems) -> ClaimRetryConfig {
     let defaults = ClaimRetryConfig::default();
     const KEY: &str = "runner.claim_retry";
-    let schedule = match raw.schedule {
-        None => defaults.schedule.clone(),
-        Some(rungs) if rungs.is_empty() => {
-            p.push(format!("{KEY}.schedule"), "must list at least one delay");
-            defaults.schedule.clone()
-        }
-        Some(rungs) => {
-            let mut out = Vec::with_capacity(rungs.len());
-            for (i, rung) in rungs.iter().enumerate() {
-                let key = format!("{KEY}.schedule[{i}]");
-                match parse_duration(rung) {
-                    Ok(d) if d.is_zero() => p.push(key, "a retry delay must be greater than zero"),
-                    Ok(d) => {
-                        if let Some(prev) = out.last().copied().filter(|prev| d < *prev) {
-                            p.push(
-                                key,
-                                format!(
-                                    "{rung:?} is shorter than the rung before it ({}); the ladder must not decrease",
-                                    humantime::format_duration(prev)
-                                ),
-                            );
-                        }
-                        out.push(d);
-                    }
-                    Err(reason) => p.push(key, reason),
-                }
-            }
-            out
-        }
-    };
+    let schedule = retry_schedule(KEY, raw.schedule, &defaults.schedule, p);
     let jitter = match raw.jitter {
         None => defaults.jitter,
         Some(j) if (0.0..=1.0).contains(&j) => j,
@@ -205,6 +176,45 @@ fn build_claim_retry(raw: crate::config::raw::RawClaimRetry, p: &mut Problems) -
         max_age: positive_duration(&format!("{KEY}.max_age"), raw.max_age, defaults.max_age, p),
         jitter,
         rate_reset_jitter,
+    }
+}
+
+/// The ladder's rungs: at least one, each above zero, none shorter than the one before.
+fn retry_schedule(
+    key: &str,
+    raw: Option<Vec<String>>,
+    defaults: &[std::time::Duration],
+    p: &mut Problems,
+) -> Vec<std::time::Duration> {
+    match raw {
+        None => defaults.to_vec(),
+        Some(rungs) if rungs.is_empty() => {
+            p.push(format!("{key}.schedule"), "must list at least one delay");
+            defaults.to_vec()
+        }
+        Some(rungs) => {
+            let mut out = Vec::with_capacity(rungs.len());
+            for (i, rung) in rungs.iter().enumerate() {
+                let key = format!("{key}.schedule[{i}]");
+                match parse_duration(rung) {
+                    Ok(d) if d.is_zero() => p.push(key, "a retry delay must be greater than zero"),
+                    Ok(d) => {
+                        if let Some(prev) = out.last().copied().filter(|prev| d < *prev) {
+                            p.push(
+                                key,
+                                format!(
+                                    "{rung:?} is shorter than the rung before it ({}); the ladder must not decrease",
+                                    humantime::format_duration(prev)
+                                ),
+                            );
+                        }
+                        out.push(d);
+                    }
+                    Err(reason) => p.push(key, reason),
+                }
+            }
+            out
+        }
     }
 }
 
