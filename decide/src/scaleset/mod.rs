@@ -81,9 +81,9 @@ pub fn dropped_labels<'a>(wanted: &'a [String], kept: &[String]) -> Vec<&'a Stri
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_mark_survives_json_and_an_older_one_reads() {
-        let m = Mark {
+    /// A mark with every field set.
+    fn full() -> Mark {
+        Mark {
             scale_set_id: 3,
             last_message_id: 17,
             session_id: Some("s".into()),
@@ -96,7 +96,12 @@ mod tests {
             dropped_labels: vec!["linux".into()],
             owed_acks: vec![16],
             keyed_by_job_id: true,
-        };
+        }
+    }
+
+    #[test]
+    fn the_mark_survives_json_and_an_older_one_reads() {
+        let m = full();
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(serde_json::from_value::<Mark>(v).unwrap(), m);
         let old: Mark =
@@ -112,18 +117,8 @@ mod tests {
     #[test]
     fn a_scale_set_made_again_starts_its_queue_over_and_keeps_what_carries() {
         let mut m = Mark {
-            scale_set_id: 3,
-            last_message_id: 17,
-            session_id: Some("s".into()),
-            orphans: vec![1],
-            assignments: vec![inbox::Assignment {
-                ident: "j".into(),
-                ordinal: 1,
-                at: 9,
-            }],
-            dropped_labels: vec!["linux".into()],
-            owed_acks: vec![16],
             keyed_by_job_id: false,
+            ..full()
         };
         m.remade(4, vec![7, 8]);
         assert_eq!((m.scale_set_id, m.last_message_id), (4, 0));
