@@ -410,21 +410,7 @@ async fn handle(
     if !handled.acquire.is_empty() {
         acquire(shared, set, session, &handled.acquire).await?;
     }
-    for delivery in handled.deliveries {
-        let job_id = delivery.job.key.job_id;
-        let event = JobEvent {
-            delivery_id: Some(delivery.id),
-            action: delivery.action,
-            job: delivery.job,
-            received: crate::clock::mono_now(),
-            source: EventSource::ScaleSet,
-        };
-        match shared.wiring.intake.send(Deliver(event)).await {
-            Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => {}
-            Ok(other) => return Err(Unhandled::Refused(job_id, format!("{other:?}"))),
-            Err(e) => return Err(Unhandled::IntakeGone(e.to_string())),
-        }
-    }
+    deliver_all(shared, handled.deliveries).await?;
     for (label, n) in handled.counts {
         metrics.messages.with_label_values(&[pool, label]).inc_by(n);
     }
@@ -450,6 +436,27 @@ async fn handle(
             .retain(|id| *id != message.id),
         Err(e) => {
             tracing::debug!(pool, error = %e, "scale set: acknowledging a message failed; asked again before the next poll")
+        }
+    }
+    Ok(())
+}
+
+/// Hands a message's job events to the intake, each as a delivery of its own; any it does
+/// not take leaves the message unacknowledged.
+async fn deliver_all(shared: &Shared, deliveries: Vec<inbox::Delivery>) -> Result<(), Unhandled> {
+    for delivery in deliveries {
+        let job_id = delivery.job.key.job_id;
+        let event = JobEvent {
+            delivery_id: Some(delivery.id),
+            action: delivery.action,
+            job: delivery.job,
+            received: crate::clock::mono_now(),
+            source: EventSource::ScaleSet,
+        };
+        match shared.wiring.intake.send(Deliver(event)).await {
+            Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => {}
+            Ok(other) => return Err(Unhandled::Refused(job_id, format!("{other:?}"))),
+            Err(e) => return Err(Unhandled::IntakeGone(e.to_string())),
         }
     }
     Ok(())

@@ -249,7 +249,24 @@ fn build_auth(
     };
     let app_id = id(format!("{k}.app_id"), app_id);
     let installation_id = id(format!("{k}.installation_id"), installation_id);
-    let private_key = match (private_key_path, env_key) {
+    let private_key = app_private_key(k, private_key_path, env_key, base_dir, p);
+    GithubAuth::App(AppAuth {
+        app_id,
+        installation_id,
+        private_key,
+    })
+}
+
+/// The App's private key: from `private_key_path` (relative to the config's folder), else
+/// from `EPHEMER_APP_PRIVATE_KEY` where it may stand in; checked to parse, never quoted.
+fn app_private_key(
+    k: &str,
+    private_key_path: Option<String>,
+    env_key: Option<&Secret>,
+    base_dir: Option<&Path>,
+    p: &mut Problems,
+) -> Secret {
+    match (private_key_path, env_key) {
         (Some(path), _) => {
             let path = resolve(base_dir, &path);
             match std::fs::read_to_string(&path) {
@@ -271,12 +288,7 @@ fn build_auth(
             );
             Secret::default()
         }
-    };
-    GithubAuth::App(AppAuth {
-        app_id,
-        installation_id,
-        private_key,
-    })
+    }
 }
 
 /// Checks that a key parses as an RSA private key (PKCS#1 or PKCS#8 PEM) without quoting it.
