@@ -6,30 +6,56 @@
 //! and mounts the HTTP scopes it wants. Nothing here stops the actix `System` or installs global
 //! state (no `SystemService`, no global metrics registry, no global tracing subscriber).
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
+// Without the `daemon` feature the daemon's own modules are private and partly unused here.
+#![cfg_attr(
+    not(feature = "daemon"),
+    allow(unreachable_pub, unused_imports, dead_code)
+)]
 
+// The embedding API (docs/embedding.md): what a host app names to run, observe and stop an
+// instance. `examples/embed`, a crate of its own built without the `daemon` feature, is the
+// proof that it is enough.
 pub mod admin;
 pub mod clock;
-pub mod cluster;
 pub mod config;
-pub mod github;
-pub mod harden;
 pub mod http;
-pub mod lifecycle;
 pub mod metrics;
-pub mod provision;
-pub mod rate;
-pub mod release;
-pub mod retry;
-pub mod scaleset;
-pub mod scheduler;
-pub mod store;
 pub mod system;
-pub mod tls;
-pub mod vocab;
-
-pub use ephemer_decide::{durable, job};
 pub mod webhook;
+
+pub use ephemer_decide::job;
+
+/// Modules public only to the daemon's own binary, the stand-ins and the tests (the `daemon`
+/// feature); without it they are the crate's own, and their items' names do not leak.
+macro_rules! daemon_modules {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "daemon")]
+            #[doc(hidden)]
+            pub mod $name;
+            #[cfg(not(feature = "daemon"))]
+            mod $name;
+        )*
+    };
+}
+
+daemon_modules!(
+    cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store, vocab,
+);
+// Written out: it exports a macro the crate names by path, which a macro-made module cannot.
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub mod lifecycle;
+#[cfg(not(feature = "daemon"))]
+mod lifecycle;
+pub(crate) mod tls;
+
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub use ephemer_decide::durable;
+#[cfg(not(feature = "daemon"))]
+use ephemer_decide::durable;
 
 /// What the library's own tests share.
 #[cfg(test)]

@@ -19,12 +19,12 @@ const SYSTEM_BUNDLES: [&str; 4] = [
 ];
 
 /// The system's PEM bundle, if this host has one where distributions keep it.
-pub fn system_bundle() -> Option<Vec<u8>> {
+pub(crate) fn system_bundle() -> Option<Vec<u8>> {
     SYSTEM_BUNDLES.iter().find_map(|p| std::fs::read(p).ok())
 }
 
 /// A rustls client config trusting the bundled roots, the system's and `ca_file`'s.
-pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, CertError> {
+pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, CertError> {
     let mut roots = RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };

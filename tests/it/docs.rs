@@ -196,13 +196,13 @@ fn systemd_stop_window_outlasts_the_default_drain() {
 #[test]
 fn the_readme_embedding_section_is_the_example() {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let example = std::fs::read_to_string(repo_root().join("examples/embed.rs")).unwrap();
+    let example = std::fs::read_to_string(repo_root().join("examples/embed/src/main.rs")).unwrap();
     let section = &readme[readme.find("## Embedding").expect("an embedding section")..];
     let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
     let block = &section[start..start + section[start..].find("\n```").unwrap()];
     assert!(
         block.starts_with("use actix_web::") && example.ends_with(&format!("{block}\n")),
-        "README.md's embedding block differs from examples/embed.rs"
+        "README.md's embedding block differs from examples/embed/src/main.rs"
     );
 }
 

@@ -1,4 +1,4 @@
-//! The embedding example (`examples/embed.rs`, included here as it is) in a host app: an
+//! The embedding example (`examples/embed/src/main.rs`, included here as it is) in a host app: an
 //! instance runs a job, shuts down while the host keeps serving (no actor left running, no
 //! GitHub call afterwards, a delivery answered 503), and a second instance on the same state
 //! dir in the same process runs a job.
@@ -19,7 +19,7 @@ use crate::support::{
 };
 
 #[allow(dead_code)]
-#[path = "../../examples/embed.rs"]
+#[path = "../../examples/embed/src/main.rs"]
 mod example;
 
 const LABELS: &[&str] = &["self-hosted", "linux"];
@@ -144,6 +144,13 @@ async fn an_embedded_instance_runs_a_job_shuts_down_and_starts_again_on_the_same
         standin.jobs_in("completed") == 1
     })
     .await;
+
+    // Observed in code, through the embedding API alone.
+    let seen = example::observe(&handles).await;
+    assert!(
+        seen.starts_with("1 pools, 0 jobs waiting") && seen.ends_with("1 claims so far"),
+        "{seen}"
+    );
 
     let actors = watch(&handles);
     assert_all_running(&actors);

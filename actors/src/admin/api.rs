@@ -4,9 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::scheduler::core::{
-    Capacity, JobDetail as JobAnswer, JobView, JobsView as JobsAnswer, ProviderView, StatusView,
-};
+use crate::scheduler::core::StatusView;
+pub use crate::scheduler::core::{JobDetail as JobAnswer, JobsView as JobsAnswer};
 use crate::{
     retry::RetryTimerView,
     vocab::{RateBucket, RateSnapshot},

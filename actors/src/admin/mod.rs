@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 pub mod access;
-pub mod api;
+pub(crate) mod api;
 mod page;
 
 use access::{Access, Want};
@@ -110,6 +110,14 @@ async fn status(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
     match status_answer(&admin).await {
         Ok(answer) => HttpResponse::Ok().json(answer),
         Err(unavailable) => unavailable,
+    }
+}
+
+impl Admin {
+    /// The instance's status, as `GET /api/v1/status` answers it (an embedding application
+    /// reads it without going through HTTP); `None` while the scheduler is not running.
+    pub async fn status(&self) -> Option<StatusAnswer> {
+        status_answer(self).await.ok()
     }
 }
 

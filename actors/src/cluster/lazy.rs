@@ -21,15 +21,15 @@ use crate::{
 };
 
 /// How long a lazy change waits for a round trip to ride on before it goes on its own.
-pub const LINGER: Duration = Duration::from_secs(1);
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
 
 /// Job events held at most; past that a delivery is recorded before its answer again (a
 /// ledger down for long: the memory stays bounded and GitHub is told 503).
-pub const MAX_EVENTS: usize = 20_000;
+pub(crate) const MAX_EVENTS: usize = 20_000;
 
 /// What waits to be written.
 #[derive(Debug, Default)]
-pub struct Batch {
+pub(crate) struct Batch {
     /// Store ops the ledger keeps, in order.
     pub ops: Vec<Op>,
     /// Job events, at most one per job: the furthest along (a job's `completed` makes its
@@ -41,7 +41,7 @@ pub struct Batch {
 
 impl Batch {
     /// Whether there is nothing to write.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ops.is_empty() && self.events.is_empty() && !self.release
     }
 
@@ -81,7 +81,7 @@ struct Pending {
 
 /// The queue of lazy changes, shared by every handle on one host's ledger.
 #[derive(Debug, Default)]
-pub struct Lazy {
+pub(crate) struct Lazy {
     pending: Mutex<Pending>,
     /// Held by whoever is writing a batch: one batch in flight at a time keeps the order.
     pub(super) writer: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -94,7 +94,7 @@ impl Lazy {
     }
 
     /// Queues the store ops the ledger keeps (the others are host-local).
-    pub fn push_ops(&self, ops: &[Op], release: bool) {
+    pub(crate) fn push_ops(&self, ops: &[Op], release: bool) {
         let mut p = self.pending();
         let before = (p.batch.ops.len(), p.batch.release);
         for op in ops {
@@ -120,7 +120,7 @@ impl Lazy {
     }
 
     /// Queues a job event; false when [`MAX_EVENTS`] are held already.
-    pub fn push_event(&self, action: JobAction, info: JobInfo) -> bool {
+    pub(crate) fn push_event(&self, action: JobAction, info: JobInfo) -> bool {
         let mut p = self.pending();
         if p.batch.events.len() >= MAX_EVENTS {
             return false;
@@ -134,7 +134,7 @@ impl Lazy {
 
     /// When the queue should be written on its own: `None` when empty, now when jobs are to
     /// be given back, else [`LINGER`] after its oldest change.
-    pub fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         let p = self.pending();
         if p.batch.is_empty() {
             return None;

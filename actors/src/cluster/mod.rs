@@ -30,11 +30,11 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 use crate::config::{ClusterConfig, Config};
 
-pub mod actor;
+pub(crate) mod actor;
 mod connect;
 mod hosts;
 mod jobs;
-pub mod lazy;
+pub(crate) mod lazy;
 mod listeners;
 mod mirror;
 mod redeliveries;

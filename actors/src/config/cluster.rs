@@ -30,7 +30,7 @@ impl ClusterConfig {
 }
 
 /// This machine's hostname, the default `cluster.host`.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

@@ -10,7 +10,7 @@ use super::Secret;
 
 /// A parsed `http://[user:password@]host[:port]` proxy URL.
 #[derive(Clone)]
-pub struct ProxyUrl {
+pub(crate) struct ProxyUrl {
     /// `host:port` to connect to.
     pub authority: String,
     /// `Proxy-Authorization: Basic ...` value, when the URL has credentials.
@@ -29,7 +29,7 @@ impl std::fmt::Debug for ProxyUrl {
 
 impl ProxyUrl {
     /// Parses a proxy URL. Errors never quote the credentials.
-    pub fn parse(url: &str) -> Result<ProxyUrl, ProxyUrlError> {
+    pub(crate) fn parse(url: &str) -> Result<ProxyUrl, ProxyUrlError> {
         let rest = match url.split_once("://") {
             Some(("http", rest)) => rest,
             Some((scheme, _)) => return Err(ProxyUrlError::Scheme(scheme.to_string())),
@@ -64,7 +64,7 @@ impl ProxyUrl {
     }
 
     /// The `Proxy-Authorization` value, when the URL has credentials.
-    pub fn authorization(&self) -> Option<&str> {
+    pub(crate) fn authorization(&self) -> Option<&str> {
         self.auth.as_ref().map(Secret::expose)
     }
 }
@@ -91,7 +91,7 @@ fn percent_decode(s: &str) -> Vec<u8> {
 
 /// Why a proxy URL cannot be used (never quoting its credentials).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProxyUrlError {
+pub(crate) enum ProxyUrlError {
     /// Not an http:// proxy.
     #[error(
         "a {0}:// proxy is not supported: use http://host:port (HTTPS to GitHub still goes end \
@@ -104,7 +104,7 @@ pub enum ProxyUrlError {
 }
 
 /// The certificates of a PEM file; an error when it has none or cannot be read.
-pub fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
+pub(crate) fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
     let shown = || path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| CertError::Unreadable(shown(), e.to_string()))?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&bytes)
@@ -118,7 +118,7 @@ pub fn read_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, CertE
 
 /// Why a CA bundle cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CertError {
+pub(crate) enum CertError {
     /// It cannot be read.
     #[error("cannot read {0}: {1}")]
     Unreadable(String, String),

@@ -26,7 +26,7 @@ struct Claims {
 }
 
 /// Signs the App JWT that authenticates `/app/...` calls.
-pub fn app_jwt(app: &AppAuth, now: u64) -> Result<String, GithubError> {
+pub(crate) fn app_jwt(app: &AppAuth, now: u64) -> Result<String, GithubError> {
     let key = jsonwebtoken::EncodingKey::from_rsa_pem(app.private_key.expose().as_bytes())
         .map_err(|e| GithubError::Auth(format!("app private key rejected: {e}")))?;
     let iat = now.saturating_sub(JWT_BACKDATE);
@@ -81,7 +81,7 @@ pub(crate) struct AppTokens {
 /// App installation, on one API ("Rate limits for the REST API": "per user or per
 /// installation"). Two tokens never share a reading, whichever owners they act for. A token
 /// is keyed by a hash of it, never kept.
-pub fn budget_key(api_url: &str, auth: &GithubAuth) -> String {
+pub(crate) fn budget_key(api_url: &str, auth: &GithubAuth) -> String {
     use sha2::Digest as _;
     match auth {
         GithubAuth::Token(token) => {

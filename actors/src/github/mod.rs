@@ -5,17 +5,17 @@
 
 pub mod actions;
 pub mod actor;
-pub mod auth;
+pub(crate) mod auth;
 pub mod client;
 pub mod event;
-pub mod groups;
-pub mod hooks;
+pub(crate) mod groups;
+pub(crate) mod hooks;
 mod inspect;
 mod pages;
-pub mod poll;
-pub mod proxy;
-pub mod rate;
-pub mod reconcile;
+pub(crate) mod poll;
+pub(crate) mod proxy;
+pub(crate) mod rate;
+pub(crate) mod reconcile;
 pub mod signature;
 
 pub use client::{GithubClient, RunnerInfo};

@@ -23,7 +23,7 @@ const MAX_CONNECT_ANSWER: usize = 16 * 1024;
 
 /// Whether `host` bypasses the proxy per `NO_PROXY` entries: `*`, an exact host or IP, or a
 /// domain (`example.com` or `.example.com`) and its subdomains; an entry may carry a port.
-pub fn bypasses(no_proxy: &[String], host: &str, port: u16) -> bool {
+pub(crate) fn bypasses(no_proxy: &[String], host: &str, port: u16) -> bool {
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -48,14 +48,14 @@ pub fn bypasses(no_proxy: &[String], host: &str, port: u16) -> bool {
 
 /// awc's TCP connector: direct, or through a `CONNECT` tunnel.
 #[derive(Clone, Debug)]
-pub struct ProxyConnector {
+pub(crate) struct ProxyConnector {
     /// The proxy and its `NO_PROXY` list; `None`: every connection is direct.
     inner: Rc<Option<(ProxyUrl, Vec<String>)>>,
 }
 
 impl ProxyConnector {
     /// A connector for `config` (its URL already validated by the config).
-    pub fn new(config: &ProxyConfig) -> Result<Self, crate::config::net::ProxyUrlError> {
+    pub(crate) fn new(config: &ProxyConfig) -> Result<Self, crate::config::net::ProxyUrlError> {
         let url = ProxyUrl::parse(config.url.expose())?;
         Ok(ProxyConnector {
             inner: Rc::new(Some((url, config.no_proxy.clone()))),
@@ -63,7 +63,7 @@ impl ProxyConnector {
     }
 
     /// A connector that always connects directly.
-    pub fn direct() -> Self {
+    pub(crate) fn direct() -> Self {
         ProxyConnector {
             inner: Rc::new(None),
         }

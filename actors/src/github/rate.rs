@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-pub use crate::vocab::{RateBucket, RateHeaders};
+pub(crate) use crate::vocab::{RateBucket, RateHeaders};
 use actix_web::http::header::HeaderMap;
 
 /// Parses the rate headers of one answer; `None` when `X-RateLimit-Remaining` is absent.
 /// Unparseable values are skipped one by one.
-pub fn parse_rate_headers(headers: &HeaderMap) -> Option<RateHeaders> {
+pub(crate) fn parse_rate_headers(headers: &HeaderMap) -> Option<RateHeaders> {
     let get = |name: &str| {
         headers
             .get(name)
@@ -29,7 +29,7 @@ pub fn parse_rate_headers(headers: &HeaderMap) -> Option<RateHeaders> {
 }
 
 /// `Retry-After` in seconds (GitHub never sends the HTTP-date form).
-pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
         .get("retry-after")
         .and_then(|v| v.to_str().ok())

@@ -7,8 +7,8 @@
 
 mod defs;
 mod names;
-pub mod scaleset;
-pub mod warm;
+pub(crate) mod scaleset;
+pub(crate) mod warm;
 
 use std::time::Instant;
 

@@ -4,7 +4,7 @@
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// The statistics' names, the `stat` label.
-pub const STATS: [&str; 7] = [
+pub(crate) const STATS: [&str; 7] = [
     "available",
     "acquired",
     "assigned",
@@ -15,7 +15,7 @@ pub const STATS: [&str; 7] = [
 ];
 
 /// The session's states, the `state` label.
-pub const SESSION_STATES: [&str; 3] = ["listening", "held_elsewhere", "reconnecting"];
+pub(crate) const SESSION_STATES: [&str; 3] = ["listening", "held_elsewhere", "reconnecting"];
 
 /// The series.
 #[derive(Debug, Clone)]

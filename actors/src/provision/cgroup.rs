@@ -28,14 +28,14 @@ const PARENT: &str = "ephemer-runners";
 
 /// Where runner cgroups are made on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupRoot {
+pub(super) struct CgroupRoot {
     dir: PathBuf,
     v2: bool,
 }
 
 /// Why this host gives runners no cgroup.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CgroupError {
+pub(super) enum CgroupError {
     /// The kernel's account of the mounts or this process's cgroup cannot be read.
     #[error("cannot read {0}: {1}")]
     Unreadable(&'static str, String),
@@ -53,7 +53,7 @@ pub enum CgroupError {
 
 impl CgroupRoot {
     /// This host's place for runner cgroups, if it has one the daemon may write.
-    pub fn detect() -> Result<CgroupRoot, CgroupError> {
+    pub(super) fn detect() -> Result<CgroupRoot, CgroupError> {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| CgroupError::Unreadable("/proc/self/mountinfo", e.to_string()))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
@@ -79,7 +79,7 @@ impl CgroupRoot {
     }
 
     /// The cgroup of runner `name` (it may not exist yet).
-    pub fn runner(&self, name: &str) -> RunnerCgroup {
+    pub(super) fn runner(&self, name: &str) -> RunnerCgroup {
         RunnerCgroup {
             dir: self.dir.join(name),
             v2: self.v2,
@@ -89,14 +89,14 @@ impl CgroupRoot {
 
 /// One runner's cgroup.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunnerCgroup {
+pub(super) struct RunnerCgroup {
     dir: PathBuf,
     v2: bool,
 }
 
 impl RunnerCgroup {
     /// Makes it (empty).
-    pub fn create(&self) -> io::Result<()> {
+    pub(super) fn create(&self) -> io::Result<()> {
         match std::fs::create_dir(&self.dir) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             other => other,
@@ -104,7 +104,7 @@ impl RunnerCgroup {
     }
 
     /// The file a process writes its pid to in order to enter.
-    pub fn procs(&self) -> PathBuf {
+    pub(super) fn procs(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
     }
 
@@ -112,7 +112,7 @@ impl RunnerCgroup {
     /// not fork any more (`pids.max` = 0, where the pids controller is on it): a fork bomb
     /// then cannot outrun the kill, on cgroup v1 too, where there is no `cgroup.kill` and each
     /// pid is signalled alone. Gives up only after [`KILL_FOR`], loudly.
-    pub async fn kill_and_remove(&self) {
+    pub(super) async fn kill_and_remove(&self) {
         if !self.dir.exists() {
             return;
         }

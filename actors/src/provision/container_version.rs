@@ -46,23 +46,7 @@ impl ContainerBackend {
             s.name_prefix,
             crate::vocab::random_suffix()
         );
-        let body = ContainerCreateBody {
-            image: Some(s.image.clone()),
-            entrypoint: Some(vec![listener.clone()]),
-            cmd: Some(vec!["--version".into()]),
-            labels: Some(HashMap::from([(
-                PREFIX_LABEL.to_string(),
-                s.name_prefix.clone(),
-            )])),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                privileged: Some(false),
-                cap_drop: Some(vec!["ALL".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
-                ..HostConfig::default()
-            }),
-            ..ContainerCreateBody::default()
-        };
+        let body = version_container(&s.image, &listener, &s.name_prefix);
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
         let said = async {
             docker
@@ -101,5 +85,27 @@ impl ContainerBackend {
         })?;
         self.versions().borrow_mut().insert(id, version.clone());
         Ok(Some(version))
+    }
+}
+
+/// A container of `image` that runs `listener --version` and nothing else: labelled as the
+/// pool's (so a crash leaves nothing the start-up sweep misses), no network, no capability.
+fn version_container(image: &str, listener: &str, name_prefix: &str) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint: Some(vec![listener.to_string()]),
+        cmd: Some(vec!["--version".into()]),
+        labels: Some(HashMap::from([(
+            PREFIX_LABEL.to_string(),
+            name_prefix.to_string(),
+        )])),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            privileged: Some(false),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            ..HostConfig::default()
+        }),
+        ..ContainerCreateBody::default()
     }
 }

@@ -27,7 +27,7 @@ use nix::{
 
 /// A directory being built: its descriptor, and whom it will belong to.
 #[derive(Debug)]
-pub struct Tree {
+pub(crate) struct Tree {
     fd: OwnedFd,
     owner: Option<(Uid, Gid)>,
 }
@@ -51,7 +51,7 @@ pub(super) fn open_dir_at(parent: impl AsFd, name: &OsStr) -> nix::Result<OwnedF
 impl Tree {
     /// Makes `dir` (which must not exist), root's and `0700` whatever the umask, in a parent
     /// the daemon owns; it goes to `owner` at [`Tree::hand_over`].
-    pub fn create(dir: &Path, owner: Option<(Uid, Gid)>) -> io::Result<Tree> {
+    pub(crate) fn create(dir: &Path, owner: Option<(Uid, Gid)>) -> io::Result<Tree> {
         let (parent, name) = match (dir.parent(), dir.file_name()) {
             (Some(p), Some(n)) => (p, n),
             _ => {
@@ -73,7 +73,7 @@ impl Tree {
 
     /// A subdirectory `name` with exactly `mode`, already the owner's (nobody but root can
     /// reach it before the top is handed over).
-    pub fn dir(&self, name: &OsStr, mode: u32) -> io::Result<Tree> {
+    pub(crate) fn dir(&self, name: &OsStr, mode: u32) -> io::Result<Tree> {
         let fd = mkdir_at(&self.fd, name, mode).map_err(|e| named(e, name))?;
         if let Some((uid, gid)) = self.owner {
             nix::unistd::fchown(&fd, Some(uid), Some(gid)).map_err(|e| named(e, name))?;
@@ -85,13 +85,13 @@ impl Tree {
     }
 
     /// A hard link `name` to the file at `from` (the install's; it stays the install's).
-    pub fn link(&self, from: &Path, name: &OsStr) -> io::Result<()> {
+    pub(crate) fn link(&self, from: &Path, name: &OsStr) -> io::Result<()> {
         nix::unistd::linkat(nix::fcntl::AT_FDCWD, from, &self.fd, name, AtFlags::empty())
             .map_err(io::Error::from)
     }
 
     /// A copy `name` of the file at `from`, with its mode (root's: it is only read).
-    pub fn copy(&self, from: &Path, name: &OsStr, mode: u32) -> io::Result<()> {
+    pub(crate) fn copy(&self, from: &Path, name: &OsStr, mode: u32) -> io::Result<()> {
         let fd = nix::fcntl::openat(
             &self.fd,
             name,
@@ -106,12 +106,12 @@ impl Tree {
     }
 
     /// A symlink `name` to `target` (a link the install itself has).
-    pub fn symlink(&self, target: &Path, name: &OsStr) -> io::Result<()> {
+    pub(crate) fn symlink(&self, target: &Path, name: &OsStr) -> io::Result<()> {
         nix::unistd::symlinkat(target, &self.fd, name).map_err(|e| named(e, name))
     }
 
     /// Gives the top directory to its owner: from now on the user can enter it.
-    pub fn hand_over(self) -> io::Result<()> {
+    pub(crate) fn hand_over(self) -> io::Result<()> {
         if let Some((uid, gid)) = self.owner {
             nix::unistd::fchown(&self.fd, Some(uid), Some(gid)).map_err(io::Error::from)?;
         }
@@ -139,7 +139,7 @@ fn named(e: impl Into<io::Error>, name: &OsStr) -> io::Error {
 
 /// The directory of a `command` runner: empty but for its own `HOME` and `TMPDIR`, handed to
 /// `owner` last.
-pub fn command_dir(dir: &Path, owner: Option<(Uid, Gid)>) -> io::Result<()> {
+pub(crate) fn command_dir(dir: &Path, owner: Option<(Uid, Gid)>) -> io::Result<()> {
     let top = Tree::create(dir, owner)?;
     for sub in ["_home", "_tmp"] {
         top.dir(OsStr::new(sub), 0o700)?;

@@ -23,7 +23,7 @@ use nix::{
 /// Removes the entries `uid` owns in `dir` (whole, if directories), looking `depth`
 /// directories down into the others' entries; nothing at or under a path in `keep` is
 /// touched. Returns how many entries went.
-pub fn remove_owned(dir: &Path, uid: u32, depth: usize, keep: &[&Path]) -> usize {
+pub(super) fn remove_owned(dir: &Path, uid: u32, depth: usize, keep: &[&Path]) -> usize {
     if keep.iter().any(|k| dir.starts_with(k)) {
         return 0;
     }

@@ -27,7 +27,7 @@ const GATED_START: &str = r#"[ -n "$1" ] && echo $$ > "$1" 2>/dev/null; shift; I
 
 /// The start of a runner's argv: the gate, then (pushed by the caller) the runner's own
 /// command. Spawn it with a piped stdin and pass that to [`open_gate`].
-pub fn gated(cgroup_procs: Option<PathBuf>) -> Vec<OsString> {
+pub(super) fn gated(cgroup_procs: Option<PathBuf>) -> Vec<OsString> {
     let mut argv: Vec<OsString> = ["sh", "-c", GATED_START, "sh"].map(OsString::from).into();
     argv.push(
         cgroup_procs
@@ -38,7 +38,7 @@ pub fn gated(cgroup_procs: Option<PathBuf>) -> Vec<OsString> {
 }
 
 /// Lets a gated runner become itself (call once its pid file is written).
-pub async fn open_gate(gate: Option<tokio::process::ChildStdin>) -> std::io::Result<()> {
+pub(super) async fn open_gate(gate: Option<tokio::process::ChildStdin>) -> std::io::Result<()> {
     use tokio::io::AsyncWriteExt;
     match gate {
         Some(mut gate) => gate.write_all(b"go\n").await,
@@ -47,7 +47,7 @@ pub async fn open_gate(gate: Option<tokio::process::ChildStdin>) -> std::io::Res
 }
 
 /// The pid file's text for the group led by `pid`.
-pub fn record(pid: u32) -> String {
+pub(super) fn record(pid: u32) -> String {
     match (start_time(pid as i32), boot_id()) {
         (Some(start), Some(boot)) => format!("{pid} {start} {boot}\n"),
         _ => format!("{pid}\n"),
@@ -55,7 +55,7 @@ pub fn record(pid: u32) -> String {
 }
 
 /// The group named by the pid file at `path`, if that very process still leads it.
-pub async fn read(path: &Path) -> Option<Pid> {
+pub(super) async fn read(path: &Path) -> Option<Pid> {
     let text = tokio::fs::read_to_string(path).await.ok()?;
     let mut fields = text.split_whitespace();
     let pid: i32 = fields.next()?.parse().ok()?;
@@ -99,7 +99,7 @@ fn boot_id() -> Option<String> {
 }
 
 /// SIGTERM the group, wait up to `grace`, then SIGKILL, and wait until it is gone.
-pub async fn kill_group(pgid: Pid, grace: Duration) {
+pub(super) async fn kill_group(pgid: Pid, grace: Duration) {
     if pgid.as_raw() <= 1 || !group_alive(pgid) {
         return;
     }
@@ -126,7 +126,7 @@ pub async fn kill_group(pgid: Pid, grace: Duration) {
 
 /// Whether any process of the group is alive. On Linux zombies do not count (a runner orphaned
 /// by a daemon killed with `kill -9` may never be reaped by whatever adopted it).
-pub fn group_alive(pgid: Pid) -> bool {
+pub(super) fn group_alive(pgid: Pid) -> bool {
     if killpg(pgid, None).is_err() {
         return false;
     }

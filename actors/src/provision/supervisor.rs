@@ -33,9 +33,9 @@ use crate::{
 };
 
 /// How often a pool whose host check failed is checked again.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(30);
+pub(super) const PROBE_INTERVAL: Duration = Duration::from_secs(30);
 /// How often a pool's runner version is asked again (an image re-pulled under its tag).
-pub const VERSION_INTERVAL: Duration = Duration::from_secs(3600);
+pub(super) const VERSION_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Sends `m` to `to` if it is still alive.
 fn tell<M>(to: &WeakRecipient<M>, m: M)

@@ -23,6 +23,6 @@
 pub mod actor;
 pub mod check;
 pub mod installs;
-pub mod probe;
+pub(crate) mod probe;
 
 pub use ephemer_decide::release::*;

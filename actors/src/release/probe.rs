@@ -28,7 +28,7 @@ pub async fn install_version(dir: &Path) -> Result<Version, ProbeError> {
 }
 
 /// `Runner.Listener/<version>` among the manifest's targets or libraries.
-pub fn deps_version(dir: &Path) -> Option<Version> {
+pub(crate) fn deps_version(dir: &Path) -> Option<Version> {
     let text = std::fs::read(dir.join(DEPS)).ok()?;
     let deps: serde_json::Value = serde_json::from_slice(&text).ok()?;
     let targets = deps.get("targets")?.as_object()?.values();

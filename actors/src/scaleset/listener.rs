@@ -463,7 +463,7 @@ async fn deliver_all(shared: &Shared, deliveries: Vec<inbox::Delivery>) -> Resul
 }
 
 /// Asks again for the acknowledgements owed (a failed DELETE, or one cut short by a crash);
-/// a message the queue no longer has counts as acknowledged. At most 100 are kept.
+/// a message the queue no longer has counts as acknowledged (`Mark::acks_settled` keeps the rest).
 async fn settle_acks(shared: &Shared, session: &Session) {
     let owed = shared.mark.borrow().owed_acks.clone();
     if owed.is_empty() {
@@ -477,10 +477,7 @@ async fn settle_acks(shared: &Shared, session: &Session) {
             Err(_) => {}
         }
     }
-    let mut mark = shared.mark.borrow_mut();
-    mark.owed_acks.retain(|id| !done.contains(id));
-    let over = mark.owed_acks.len().saturating_sub(100);
-    mark.owed_acks.drain(..over);
+    shared.mark.borrow_mut().acks_settled(&done);
 }
 
 /// Acquires offered jobs (a GHES offers before it assigns); what was not acquired went to

@@ -14,7 +14,7 @@
 //! (`generatejitconfig`): they climb the ladder as REST claims do.
 
 mod lease;
-pub mod listener;
+pub(crate) mod listener;
 mod reckon;
 pub mod record;
 mod view;

@@ -39,7 +39,7 @@ use crate::{
 };
 
 /// The scheduler's mailbox; a full one makes the webhook answer 503.
-pub const SCHEDULER_MAILBOX: usize = 16_384;
+pub(crate) const SCHEDULER_MAILBOX: usize = 16_384;
 /// How often the orphan sweep runs (it also runs after every `completed`).
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often forgotten jobs are pruned.

@@ -2,13 +2,13 @@
 //! the pure `ephemer-decide` crate), [`actor`] carries decisions out, [`messages`] is what it
 //! receives, [`settings_of`] reads what the core decides with from the config.
 
-pub mod actor;
+pub(crate) mod actor;
 mod calls;
 mod cleanup;
 pub use ephemer_decide::scheduler::core;
 mod fleet;
 pub mod messages;
-pub mod observe;
+pub(crate) mod observe;
 mod settings;
 
 pub use actor::{

@@ -2,11 +2,11 @@
 //! each into its log line and its metrics ([`record`]), so a log and a metric for one event
 //! cannot drift. The core only pushes observations; the actor shell records them.
 
-pub use super::core::observation::Observation;
-use crate::metrics::Metrics;
+pub(crate) use super::core::observation::Observation;
+use crate::{config::PoolName, metrics::Metrics};
 
 /// Logs `o` and updates its metrics: each kind in its family's function.
-pub fn record(o: Observation, m: &Metrics) {
+pub(crate) fn record(o: Observation, m: &Metrics) {
     let Some(o) = admission(o, m) else { return };
     let Some(o) = job_runners(o, m) else { return };
     let Some(o) = claims(o, m) else { return };
@@ -290,6 +290,22 @@ fn runners_and_retries(o: Observation, m: &Metrics) -> Option<Observation> {
     None
 }
 
+/// A runner reaped: a warm one's discard counted by why.
+fn reaping(runner: &str, provider: &PoolName, reason: &'static str, m: &Metrics) {
+    let warm = match reason {
+        crate::scheduler::core::REAP_WARM_AGE => Some("age"),
+        crate::scheduler::core::REAP_WARM_SURPLUS => Some("surplus"),
+        _ => None,
+    };
+    if let Some(why) = warm {
+        m.warm
+            .discarded
+            .with_label_values(&[provider.as_str(), why])
+            .inc();
+    }
+    tracing::info!(runner, provider = provider.as_str(), reason, "reaping runner")
+}
+
 /// Pools up or down, the cordon, reaping, the sweep, the daemon's own state.
 fn pools(o: Observation, m: &Metrics) {
     use Observation as O;
@@ -317,20 +333,7 @@ fn pools(o: Observation, m: &Metrics) {
             runner,
             provider,
             reason,
-        } => {
-            let warm = match reason {
-                crate::scheduler::core::REAP_WARM_AGE => Some("age"),
-                crate::scheduler::core::REAP_WARM_SURPLUS => Some("surplus"),
-                _ => None,
-            };
-            if let Some(why) = warm {
-                m.warm
-                    .discarded
-                    .with_label_values(&[provider.as_str(), why])
-                    .inc();
-            }
-            tracing::info!(runner = %runner, provider = provider.as_str(), reason, "reaping runner")
-        }
+        } => reaping(&runner, &provider, reason, m),
         O::SweepChecked { result } => m.sweep_checks.with_label_values(&[result]).inc(),
         O::Keeping { runner, why } => {
             tracing::info!(runner = %runner, reason = %why, "keeping the runner")

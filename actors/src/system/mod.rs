@@ -302,22 +302,14 @@ pub fn start(
     )?;
 
     // 4. The scheduler and its retry actor.
-    let deps = SchedulerDeps {
-        github: github
-            .actors
-            .iter()
-            .map(|(_, g)| GithubHandle::of(g))
-            .collect(),
-        rate: Some(RateHandle {
-            book: github.book.clone(),
-            credentials: github.credentials.clone(),
-        }),
-        provisioners: pools.provisioners.clone(),
-        store: Some(store.clone()),
-        restore: Some(snapshot),
-        scalesets: config.webhook.scaleset().then(HashMap::new),
-        ledger: options.ledger.clone(),
-    };
+    let deps = scheduler_deps(
+        config,
+        &github,
+        &pools,
+        &store,
+        snapshot,
+        options.ledger.clone(),
+    );
     let mut settings = crate::scheduler::settings_of(config);
     settings.install_id = install_id.clone();
     let (scheduler, retry) = start_in(
@@ -347,6 +339,34 @@ pub fn start(
     )
 }
 
+/// What the scheduler is started with: GitHub's actors and rate book, the pools, the store and
+/// the state it restores from, the scale-set record, the fleet ledger.
+fn scheduler_deps(
+    config: &Config,
+    github: &github::GithubWing,
+    pools: &pools::PoolsWing,
+    store: &Store,
+    snapshot: crate::store::Snapshot,
+    ledger: Option<crate::cluster::Ledger>,
+) -> SchedulerDeps {
+    SchedulerDeps {
+        github: github
+            .actors
+            .iter()
+            .map(|(_, g)| GithubHandle::of(g))
+            .collect(),
+        rate: Some(RateHandle {
+            book: github.book.clone(),
+            credentials: github.credentials.clone(),
+        }),
+        provisioners: pools.provisioners.clone(),
+        store: Some(store.clone()),
+        restore: Some(snapshot),
+        scalesets: config.webhook.scaleset().then(HashMap::new),
+        ledger,
+    }
+}
+
 /// What [`start`] made before the edges: the scheduler, GitHub, the pools, the store.
 struct Core {
     scheduler: Addr<SchedulerActor>,
@@ -367,28 +387,17 @@ fn edges(
     targets: &[crate::config::Target],
     core: Core,
 ) -> Result<Handles, StartError> {
-    let Core {
-        scheduler,
-        retry,
-        github,
-        pools,
-        store,
-        marks,
-        install_id,
-        metrics,
-        ledger,
-    } = core;
     // 5. The intake.
     let intake = intake::start(
         config,
         targets,
         intake::IntakeWiring {
-            scheduler: &scheduler,
-            github: &github.actors,
-            store: &store,
-            ledger: ledger.clone(),
-            marks: &marks,
-            metrics: &metrics,
+            scheduler: &core.scheduler,
+            github: &core.github.actors,
+            store: &core.store,
+            ledger: core.ledger.clone(),
+            marks: &core.marks,
+            metrics: &core.metrics,
         },
     )?;
 
@@ -397,30 +406,51 @@ fn edges(
         config,
         targets,
         scalesets::ScaleSetWiringIn {
-            scheduler: &scheduler,
+            scheduler: &core.scheduler,
             webhook: &intake.webhook,
-            github: &github,
-            store: &store,
-            marks: &marks,
-            install_id: &install_id,
-            ledger: ledger.clone(),
-            metrics: &metrics,
+            github: &core.github,
+            store: &core.store,
+            marks: &core.marks,
+            install_id: &core.install_id,
+            ledger: core.ledger.clone(),
+            metrics: &core.metrics,
         },
     );
 
     // 7. Fleet mode.
-    let fleet = ledger.clone().map(|ledger| {
+    let fleet = core.ledger.clone().map(|ledger| {
         fleet::start(
             ledger,
             config,
             targets,
-            &install_id,
-            &scheduler,
-            &github,
-            &metrics,
+            &core.install_id,
+            &core.scheduler,
+            &core.github,
+            &core.metrics,
         )
     });
+    Ok(handles(config, core, intake, scalesets, fleet))
+}
 
+/// One instance's [`Handles`]: its core, its edges, and the store's and core actors'
+/// readiness checks.
+fn handles(
+    config: &Config,
+    core: Core,
+    intake: intake::IntakeWing,
+    scalesets: Vec<Addr<crate::scaleset::ScaleSetListener>>,
+    fleet: Option<Addr<crate::cluster::FleetActor>>,
+) -> Handles {
+    let Core {
+        scheduler,
+        retry,
+        github,
+        pools,
+        store,
+        metrics,
+        ledger,
+        ..
+    } = core;
     let health = store_health(&store, &metrics);
     let handles = Handles {
         scheduler,
@@ -445,7 +475,7 @@ fn edges(
         release: pools.release,
     };
     handles.add_health_checks();
-    Ok(handles)
+    handles
 }
 
 impl Handles {

@@ -28,17 +28,17 @@ use std::{
 
 /// A body this size or smaller is verified at once; a larger one waits its turn (GitHub's
 /// `workflow_job` payloads are a few KB).
-pub const SMALL: usize = 64 * 1024;
+pub(crate) const SMALL: usize = 64 * 1024;
 /// Deliveries of one peer read at once.
-pub const PER_PEER: usize = 64;
+pub(crate) const PER_PEER: usize = 64;
 /// Bad signatures after which a peer is refused unread.
-pub const STRIKES: u32 = 3;
+pub(crate) const STRIKES: u32 = 3;
 /// The window the strikes count in.
-pub const STRIKE_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const STRIKE_WINDOW: Duration = Duration::from_secs(10);
 /// How long a peer that struck out is refused.
-pub const PENALTY: Duration = Duration::from_secs(10);
+pub(crate) const PENALTY: Duration = Duration::from_secs(10);
 /// How long a refused delivery waits for its answer.
-pub const TARPIT: Duration = Duration::from_secs(1);
+pub(crate) const TARPIT: Duration = Duration::from_secs(1);
 /// Peers remembered at most (the oldest are forgotten first; an attacker rotating addresses
 /// gets no more than the budget).
 const MAX_PEERS: usize = 4096;
@@ -53,7 +53,7 @@ struct Peer {
 
 /// The bounds, shared by every worker of the intake.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     budget: usize,
     held: AtomicUsize,
     peers: Mutex<HashMap<IpAddr, Peer>>,
@@ -61,7 +61,7 @@ pub struct Gate {
 
 /// Why a delivery was not let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The peer sent bad signatures just now.
     StruckOut,
     /// The peer has [`PER_PEER`] deliveries being read.
@@ -70,7 +70,7 @@ pub enum Refusal {
 
 /// A delivery let in: what it holds is given back when it is dropped.
 #[derive(Debug)]
-pub struct Pass<'a> {
+pub(crate) struct Pass<'a> {
     gate: &'a Gate,
     peer: Option<IpAddr>,
     held: usize,
@@ -78,7 +78,7 @@ pub struct Pass<'a> {
 
 impl Gate {
     /// Bounds for bodies of at most `max_body` bytes.
-    pub fn new(max_body: usize) -> Self {
+    pub(crate) fn new(max_body: usize) -> Self {
         Gate {
             budget: max_body.saturating_mul(32).max(32 << 20),
             held: AtomicUsize::new(0),
@@ -92,7 +92,7 @@ impl Gate {
 
     /// Lets a delivery of `peer` be read, or not (the peer struck out, or has [`PER_PEER`]
     /// being read).
-    pub fn enter(&self, peer: Option<IpAddr>, now: Instant) -> Result<Pass<'_>, Refusal> {
+    pub(crate) fn enter(&self, peer: Option<IpAddr>, now: Instant) -> Result<Pass<'_>, Refusal> {
         if let Some(ip) = peer {
             let mut peers = self.peers();
             if peers.len() >= MAX_PEERS && !peers.contains_key(&ip) {
@@ -115,7 +115,7 @@ impl Gate {
     }
 
     /// A bad signature from `peer`: the third within the window refuses it for a while.
-    pub fn strike(&self, peer: Option<IpAddr>, now: Instant) {
+    pub(crate) fn strike(&self, peer: Option<IpAddr>, now: Instant) {
         let Some(ip) = peer.filter(|ip| !ip.is_loopback()) else {
             return;
         };
@@ -136,7 +136,8 @@ impl Gate {
     }
 
     /// Bytes held by bodies not yet verified.
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
     }
 }
@@ -144,7 +145,7 @@ impl Gate {
 impl Pass<'_> {
     /// Holds `n` more bytes of this body; `false` (and nothing held) when that would pass the
     /// budget.
-    pub fn hold(&mut self, n: usize) -> bool {
+    pub(crate) fn hold(&mut self, n: usize) -> bool {
         let before = self.gate.held.fetch_add(n, Ordering::AcqRel);
         if before + n > self.gate.budget {
             self.gate.held.fetch_sub(n, Ordering::AcqRel);

@@ -30,11 +30,11 @@ use crate::{job::JobAction, metrics::Metrics, scheduler::messages::JobEvent, voc
 
 /// How long the first event into an empty outbox waits for others before the actor passes them
 /// on: the batch a burst forms, for a millisecond of latency on events no claim waits for.
-pub const FLUSH_AFTER: Duration = Duration::from_millis(1);
+pub(crate) const FLUSH_AFTER: Duration = Duration::from_millis(1);
 /// A refused flush (the scheduler's mailbox full) is tried again this much later.
-pub const FLUSH_RETRY: Duration = Duration::from_millis(10);
+pub(crate) const FLUSH_RETRY: Duration = Duration::from_millis(10);
 /// Events the outbox holds at most; past it the workers answer 503.
-pub const OUTBOX_CAPACITY: usize = 16_384;
+pub(crate) const OUTBOX_CAPACITY: usize = 16_384;
 /// Guids GitHub was asked to redeliver that are awaited at most (oldest forgotten first).
 const EXPECTED_CAPACITY: usize = 4096;
 

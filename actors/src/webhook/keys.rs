@@ -70,7 +70,7 @@ impl TargetKey {
 
 /// What a delivery says of where it comes from, before it is verified.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Claimed {
+pub(crate) struct Claimed {
     /// `X-GitHub-Hook-ID`.
     pub hook_id: Option<u64>,
     /// `X-GitHub-Hook-Installation-Target-ID` when its type is `integration` (an App's id).
@@ -80,7 +80,7 @@ pub struct Claimed {
 }
 
 /// The one key to check a delivery claiming `claimed` with, if any.
-pub fn pick(keys: &[TargetKey], claimed: &Claimed) -> Option<usize> {
+pub(crate) fn pick(keys: &[TargetKey], claimed: &Claimed) -> Option<usize> {
     if keys.len() == 1 {
         return Some(0);
     }

@@ -15,12 +15,12 @@
 //! with `try_send` (503 when its mailbox is full). The edge never provisions, never calls GitHub
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
 
-pub mod actor;
-pub mod gate;
-pub mod handoff;
-pub mod keys;
-pub mod pull;
-pub mod redeliver;
+pub(crate) mod actor;
+pub(crate) mod gate;
+pub(crate) mod handoff;
+pub(crate) mod keys;
+pub(crate) mod pull;
+pub(crate) mod redeliver;
 
 use crate::clock::Instant;
 use actix::Addr;

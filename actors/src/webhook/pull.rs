@@ -35,7 +35,7 @@ pub struct PullSettings {
 
 /// The pace of the polls: the backoff and the budget spent in the current rate window.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Pace {
+pub(crate) struct Pace {
     interval: Option<Duration>,
     window_reset: u64,
     spent: u64,
@@ -47,7 +47,7 @@ impl Pace {
     /// The wait before the next pass, after one that spent `spent` requests, found changes
     /// (`changed`), with jobs still open (`active`), and left `core` at (remaining, limit,
     /// reset) at unix second `now`.
-    pub fn next(
+    pub(crate) fn next(
         &mut self,
         s: &PullSettings,
         spent: u32,

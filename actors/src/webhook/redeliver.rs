@@ -25,10 +25,10 @@ use crate::{
 };
 
 /// The store mark this actor keeps its place under.
-pub const MARK: &str = "redeliver";
+pub(crate) const MARK: &str = "redeliver";
 /// GitHub keeps a hook's deliveries, and redelivers them, for 3 days ("Redelivering webhooks",
 /// docs.github.com).
-pub const RETENTION: std::time::Duration = std::time::Duration::from_secs(3 * 24 * 3600);
+pub(crate) const RETENTION: std::time::Duration = std::time::Duration::from_secs(3 * 24 * 3600);
 /// A pass looks this far behind where the last one stopped: a slow delivery may be listed
 /// after newer ones.
 const OVERLAP_SECS: u64 = 60;
@@ -40,7 +40,7 @@ const ASKED_CAPACITY: usize = 20_000;
 /// Where the passes left off: per hook, the newest delivery time seen; and the guids GitHub
 /// was asked to redeliver (each at most once), with when.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Place {
+pub(crate) struct Place {
     /// Hook key -> unix seconds of the newest delivery listed.
     pub seen: BTreeMap<String, u64>,
     /// Guid -> unix seconds it was asked for.
@@ -69,7 +69,7 @@ impl Place {
 /// The failed `workflow_job` deliveries worth asking for again, as (attempt id, guid): not
 /// older than `floor` (unix seconds), not asked for before, no attempt of the guid delivered,
 /// and (checked after, against the intake) not accepted. One attempt per guid, the newest.
-pub fn candidates(listed: &[HookDelivery], place: &Place, floor: u64) -> Vec<(u64, String)> {
+pub(crate) fn candidates(listed: &[HookDelivery], place: &Place, floor: u64) -> Vec<(u64, String)> {
     let delivered: HashSet<&str> = listed
         .iter()
         .filter(|d| d.delivered())
@@ -141,7 +141,7 @@ pub struct RedeliverSettings {
 
 /// The store mark of target `target`'s redelivery place (the first target keeps [`MARK`], as
 /// a single target always did).
-pub fn mark_of(index: usize, target: &str) -> String {
+pub(crate) fn mark_of(index: usize, target: &str) -> String {
     if index == 0 {
         MARK.to_string()
     } else {

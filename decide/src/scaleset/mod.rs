@@ -66,7 +66,20 @@ impl Mark {
             keyed_by_job_id: true,
         };
     }
+
+    /// The owed acknowledgements `settled` were said (the service took them, or answered 404:
+    /// the message is gone anyway); the rest stay owed, the newest [`OWED_ACKS_KEPT`] of
+    /// them (an older one the service never took is redelivered and handled again, which its
+    /// keys make harmless).
+    pub fn acks_settled(&mut self, settled: &[u64]) {
+        self.owed_acks.retain(|id| !settled.contains(id));
+        let over = self.owed_acks.len().saturating_sub(OWED_ACKS_KEPT);
+        self.owed_acks.drain(..over);
+    }
 }
+
+/// The most owed acknowledgements a mark keeps.
+pub const OWED_ACKS_KEPT: usize = 100;
 
 /// The labels of `wanted` the service's answer does not keep (`kept`, any case): a GHES
 /// without custom scale-set labels keeps the name alone.
@@ -127,6 +140,26 @@ mod tests {
         assert_eq!(m.session_id.as_deref(), Some("s"));
         assert_eq!(m.assignments.len(), 1);
         assert_eq!(m.dropped_labels, vec!["linux".to_string()]);
+    }
+
+    #[test]
+    fn settled_acks_leave_and_only_the_newest_owed_ones_stay() {
+        let mut m = Mark {
+            owed_acks: (1..=105).collect(),
+            ..full()
+        };
+        m.acks_settled(&[2, 3]);
+        assert_eq!(m.owed_acks.len(), OWED_ACKS_KEPT);
+        assert_eq!(m.owed_acks.first(), Some(&6), "the oldest go past the cap");
+        assert_eq!(m.owed_acks.last(), Some(&105));
+        m.acks_settled(&m.owed_acks.clone());
+        assert!(m.owed_acks.is_empty());
+        let mut few = Mark {
+            owed_acks: vec![7, 8, 9],
+            ..full()
+        };
+        few.acks_settled(&[8, 40]);
+        assert_eq!(few.owed_acks, vec![7, 9], "an unknown id changes nothing");
     }
 
     #[test]

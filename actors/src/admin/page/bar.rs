@@ -8,7 +8,7 @@ use crate::{job::JobAction, retry::DelayReason, scheduler::core::TimelineEntry};
 
 /// What a span of the bar was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Span {
+pub(super) enum Span {
     /// Admitted, waiting for a slot or a claim token.
     Waiting,
     /// generate-jitconfig in flight.
@@ -30,7 +30,7 @@ pub enum Span {
 
 impl Span {
     /// The CSS class and the legend's word.
-    pub fn class(self) -> (&'static str, &'static str) {
+    pub(super) fn class(self) -> (&'static str, &'static str) {
         match self {
             Span::Waiting => ("s-wait", "waiting for a slot"),
             Span::Claiming => ("s-claim", "claim in flight"),
@@ -46,7 +46,7 @@ impl Span {
 
 /// A moment on the bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mark {
+pub(super) enum Mark {
     /// A claim GitHub refused.
     ClaimFailed,
     /// Runners swapped (a spare handed over, or its runner took another job).
@@ -58,7 +58,7 @@ pub enum Mark {
 /// The bar of one job, in unix milliseconds (a job's first seconds are often a few hundred of
 /// them: a claim, a boot).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bar {
+pub(super) struct Bar {
     /// Its first note.
     pub from: u64,
     /// Its end, or now.
@@ -70,7 +70,7 @@ pub struct Bar {
 }
 
 /// The bar of `timeline`, drawn up to `now_ms` unless it ended.
-pub fn bar(timeline: &[TimelineEntry], now_ms: u64) -> Option<Bar> {
+pub(super) fn bar(timeline: &[TimelineEntry], now_ms: u64) -> Option<Bar> {
     let first = timeline.first()?.at_ms;
     let mut spans = Vec::new();
     let mut marks = Vec::new();

@@ -23,7 +23,7 @@ const JS: &str = include_str!("page.js");
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Adds the page's routes.
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(super) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(overview))
         .route("/jobs/{id}", web::get().to(job))
         .route("/assets/page.css", web::get().to(css))

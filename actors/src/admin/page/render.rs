@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// "3m 20s", "2h 5m", "45s".
-pub fn age(secs: u64) -> String {
+pub(super) fn age(secs: u64) -> String {
     match secs {
         s if s < 60 => format!("{s}s"),
         s if s < 3600 => format!("{}m {}s", s / 60, s % 60),
@@ -55,7 +55,7 @@ fn utc(unix: u64) -> String {
 
 /// The page around `body`: its title, the stylesheet and the script (both served by the
 /// admin listener itself: nothing from elsewhere).
-pub fn layout(title: &str, body: Markup) -> Markup {
+pub(super) fn layout(title: &str, body: Markup) -> Markup {
     page(title, body, false)
 }
 
@@ -87,7 +87,7 @@ fn page(title: &str, body: Markup, needs_token: bool) -> Markup {
 }
 
 /// Shown in place of a page the listener will not show without the token.
-pub fn login() -> Markup {
+pub(super) fn login() -> Markup {
     page(
         "Admin token needed",
         html! {
@@ -137,7 +137,7 @@ fn arrived(job: &JobView) -> Option<u64> {
 
 /// `GET /`: targets and their budgets, pools, the queue by state, fleet hosts, and the jobs
 /// not done, oldest first.
-pub fn overview(status: &StatusAnswer, jobs: &[JobView], now: u64) -> Markup {
+pub(super) fn overview(status: &StatusAnswer, jobs: &[JobView], now: u64) -> Markup {
     let s = &status.scheduler;
     let mut open: Vec<&JobView> = jobs
         .iter()
@@ -332,7 +332,7 @@ fn bar_svg(b: &Bar) -> Markup {
 
 /// `GET /jobs/ID`: the job's bar, its facts and its timeline in words (`now_ms`: unix
 /// milliseconds).
-pub fn job(detail: &JobAnswer, web: Option<&str>, now_ms: u64) -> Markup {
+pub(super) fn job(detail: &JobAnswer, web: Option<&str>, now_ms: u64) -> Markup {
     let now = now_ms / 1000;
     let j = &detail.job;
     let link = web.filter(|_| j.run_id != 0).map(|w| {

@@ -5,7 +5,7 @@
 //! `acquirejobs` and `generatejitconfig` are calls on that service. The connection is the
 //! target's own (its proxy, its trusted roots, its credential).
 
-pub mod reach;
+pub(crate) mod reach;
 pub use ephemer_decide::github::actions::types;
 
 use std::{cell::RefCell, rc::Rc, time::Duration};

@@ -13,7 +13,7 @@ use awc::http::Uri;
 
 /// Why a URL GitHub handed out is not followed with a token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// It does not parse, or names no host.
     #[error("{0:?} is not a URL with a host")]
     NotAUrl(String),
@@ -40,7 +40,7 @@ pub enum Refused {
 }
 
 /// Whether `url` may be followed with a token, given the target's `api_url`.
-pub fn check_service_url(url: &str, api_url: &str) -> Result<(), Refused> {
+pub(crate) fn check_service_url(url: &str, api_url: &str) -> Result<(), Refused> {
     let parse = |u: &str| -> Result<(String, String), Refused> {
         let uri: Uri = u.parse().map_err(|_| Refused::NotAUrl(u.to_string()))?;
         let scheme = uri.scheme_str().unwrap_or_default().to_ascii_lowercase();

@@ -81,14 +81,14 @@ impl Pending {
 pub(super) struct Admission {
     /// Boxed: a map slot is then a pointer, and its spare slots (a hash map keeps about a
     /// quarter free) cost 40 B each instead of the record's 300.
-    pub(super) jobs: HashMap<JobKey, Box<JobRecord>>,
+    jobs: HashMap<JobKey, Box<JobRecord>>,
     /// Jobs waiting for a slot or a claim token, per target, oldest first.
-    pub(super) pending: Pending,
+    pending: Pending,
     /// One copy of each owner, repository, label set and conclusion the jobs repeat.
-    pub(super) shared: Shared,
+    shared: Shared,
     /// Per target: jobs its last reconcile pass found queued on GitHub that the daemon holds
     /// idle (parked before their look, or cordoned).
-    pub(super) held_idle: Vec<usize>,
+    held_idle: Vec<usize>,
 }
 
 impl Admission {
@@ -99,6 +99,77 @@ impl Admission {
             pending: Pending::new(targets),
             shared: Shared::default(),
             held_idle: vec![0; targets],
+        }
+    }
+
+    /// `key`'s record.
+    pub(super) fn job(&self, key: &JobKey) -> Option<&JobRecord> {
+        self.jobs.get(key).map(|r| &**r)
+    }
+
+    /// `key`'s record, to change.
+    pub(super) fn job_mut(&mut self, key: &JobKey) -> Option<&mut JobRecord> {
+        self.jobs.get_mut(key).map(|r| &mut **r)
+    }
+
+    /// `key`'s record, made by `make` if there is none.
+    pub(super) fn record_or(
+        &mut self,
+        key: JobKey,
+        make: impl FnOnce() -> Box<JobRecord>,
+    ) -> &mut JobRecord {
+        self.jobs.entry(key).or_insert_with(make)
+    }
+
+    /// Puts `rec` in as `key`'s record.
+    pub(super) fn insert(&mut self, key: JobKey, rec: Box<JobRecord>) {
+        self.jobs.insert(key, rec);
+    }
+
+    /// Whether `key` has a record.
+    pub(super) fn knows(&self, key: &JobKey) -> bool {
+        self.jobs.contains_key(key)
+    }
+
+    /// Every record, with its key.
+    pub(super) fn jobs(&self) -> impl Iterator<Item = (&JobKey, &JobRecord)> {
+        self.jobs.iter().map(|(k, r)| (k, &**r))
+    }
+
+    /// Every record.
+    pub(super) fn records(&self) -> impl Iterator<Item = &JobRecord> {
+        self.jobs.values().map(|r| &**r)
+    }
+
+    /// Every record, to change.
+    pub(super) fn records_mut(&mut self) -> impl Iterator<Item = &mut JobRecord> {
+        self.jobs.values_mut().map(|r| &mut **r)
+    }
+
+    /// The jobs waiting for a slot or a claim token.
+    pub(super) fn pending(&self) -> &Pending {
+        &self.pending
+    }
+
+    /// The jobs waiting for a slot or a claim token, to queue or take.
+    pub(super) fn pending_mut(&mut self) -> &mut Pending {
+        &mut self.pending
+    }
+
+    /// The shared strings, to intern a job's or a runner's.
+    pub(super) fn shared_mut(&mut self) -> &mut Shared {
+        &mut self.shared
+    }
+
+    /// Jobs the last reconcile pass found queued on GitHub and held idle, all targets.
+    pub(super) fn held_idle(&self) -> usize {
+        self.held_idle.iter().sum()
+    }
+
+    /// Records what `target`'s reconcile pass found held idle.
+    pub(super) fn set_held_idle(&mut self, target: usize, idle: usize) {
+        if let Some(held) = self.held_idle.get_mut(target) {
+            *held = idle;
         }
     }
 

@@ -37,18 +37,75 @@ pub(super) enum Pick {
 #[derive(Debug)]
 pub(super) struct SlotTable {
     /// Each pool's labels, in the settings' order.
-    pub(super) provider_sets: Vec<LabelSet>,
-    pub(super) slots: Vec<Slots>,
-    pub(super) used_total: usize,
+    provider_sets: Vec<LabelSet>,
+    slots: Vec<Slots>,
+    used_total: usize,
     max_concurrent: usize,
     /// Claim pacing per target: the sliding window, and pauses while its credential is
     /// limited.
-    pub(super) pacers: Vec<ClaimPacer>,
+    pacers: Vec<ClaimPacer>,
     /// Jobs whose claim is in flight, with their target (the fair share counts them).
-    pub(super) claiming: HashMap<JobKey, usize>,
+    claiming: HashMap<JobKey, usize>,
 }
 
 impl SlotTable {
+    /// Pool `i`'s slots.
+    pub(super) fn slot(&self, i: usize) -> &Slots {
+        &self.slots[i]
+    }
+
+    /// Every pool's slots, in the settings' order.
+    pub(super) fn slots(&self) -> &[Slots] {
+        &self.slots
+    }
+
+    /// Slots taken, all pools.
+    pub(super) fn used_total(&self) -> usize {
+        self.used_total
+    }
+
+    /// Pool `i`'s labels.
+    pub(super) fn set(&self, i: usize) -> &LabelSet {
+        &self.provider_sets[i]
+    }
+
+    /// Target `t`'s claim pacing.
+    pub(super) fn pacer_mut(&mut self, t: usize) -> &mut ClaimPacer {
+        &mut self.pacers[t]
+    }
+
+    /// The claims in flight, with their target.
+    pub(super) fn claiming(&self) -> &HashMap<JobKey, usize> {
+        &self.claiming
+    }
+
+    /// The claims in flight, to add or end one.
+    pub(super) fn claiming_mut(&mut self) -> &mut HashMap<JobKey, usize> {
+        &mut self.claiming
+    }
+
+    /// Pool `i`'s environment failed to come up with `error`.
+    pub(super) fn env_failed(&mut self, i: usize, error: &str) {
+        let slot = &mut self.slots[i];
+        slot.env_failures += 1;
+        slot.last_env_failure = Some(error.to_string());
+    }
+
+    /// Pool `i` is up, or down for `cause`.
+    pub(super) fn set_up(&mut self, i: usize, up: bool, cause: Option<String>) {
+        let slot = &mut self.slots[i];
+        slot.up = up;
+        slot.down_cause = if up { None } else { cause };
+    }
+
+    /// Pool `i`'s warm environments are `view`; whether that is news.
+    pub(super) fn show_warm(&mut self, i: usize, view: crate::provision::WarmView) -> bool {
+        let slot = &mut self.slots[i];
+        let news = slot.warm != Some(view);
+        slot.warm = Some(view);
+        news
+    }
+
     /// Every pool down until its supervisor reports the host check passed: no job is claimed
     /// for a pool that cannot run it.
     pub(super) fn new(settings: &SchedulerSettings) -> Self {

@@ -47,10 +47,10 @@ impl Scheduler {
     /// Slots each target holds now: its claims in flight and its runners.
     pub(super) fn held_per_target(&self) -> Vec<usize> {
         let mut held = vec![0; self.settings.targets.len()];
-        for t in self.capacity.claiming.values() {
+        for t in self.capacity.claiming().values() {
             held[*t] += 1;
         }
-        for r in self.book.runners.values() {
+        for r in self.book.runners() {
             held[self.target_index(&r.intent)] += 1;
         }
         held
@@ -62,7 +62,7 @@ impl Scheduler {
     /// the target whose next job is oldest). A target out of claim tokens waits alone.
     pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let n = self.settings.targets.len();
-        let mut queues = self.admission.pending.take(n);
+        let mut queues = self.admission.pending_mut().take(n);
         let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); queues.len()];
         let mut held = if n > 1 {
             self.held_per_target()
@@ -111,7 +111,7 @@ impl Scheduler {
                 queue.push_front(key);
             }
         }
-        self.admission.pending.restore(queues);
+        self.admission.pending_mut().restore(queues);
         // Then the registered warm runners, with what the jobs left.
         if let Some(at) = self.keep_warm(now, fx) {
             wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -122,7 +122,7 @@ impl Scheduler {
 
     /// What one pending job of target `t` gets in this pump.
     fn turn(&mut self, key: &JobKey, t: usize, now: Now, fx: &mut Vec<Effect>) -> Turn {
-        let Some(rec) = self.admission.jobs.get(key) else {
+        let Some(rec) = self.admission.job(key) else {
             return Turn::Gone;
         };
         if rec.phase != Phase::Pending {
@@ -152,8 +152,8 @@ impl Scheduler {
             }
         };
         self.hold_claims_while_budget_empty(t, now);
-        if !self.capacity.pacers[t].try_take(now.mono) {
-            return Turn::Paced(self.capacity.pacers[t].next_slot_at(now.mono));
+        if !self.capacity.pacer_mut(t).try_take(now.mono) {
+            return Turn::Paced(self.capacity.pacer_mut(t).next_slot_at(now.mono));
         }
         Turn::Claim(i)
     }
@@ -174,7 +174,7 @@ impl Scheduler {
         let age = |t: usize| {
             queues[t]
                 .front()
-                .and_then(|k| self.admission.jobs.get(k))
+                .and_then(|k| self.admission.job(k))
                 .map(|r| r.received_at)
         };
         (0..queues.len())
@@ -244,11 +244,13 @@ impl Scheduler {
     /// Holds every claim of target `t` back for `wait` (a pause already longer stays).
     pub(super) fn pause_claims(&mut self, t: usize, wait: Duration, why: &'static str, now: Now) {
         let until = now.mono + wait;
-        if self.capacity.pacers[t]
+        if self
+            .capacity
+            .pacer_mut(t)
             .paused(now.mono)
             .is_none_or(|p| p < until)
         {
-            self.capacity.pacers[t].pause_until(until);
+            self.capacity.pacer_mut(t).pause_until(until);
             self.observe(Observation::ClaimsPaused {
                 target: self.settings.targets[t].name.clone(),
                 until_unix: now.unix.saturating_add(wait.as_secs()),
@@ -290,15 +292,18 @@ impl Scheduler {
         let spec = &self.settings.providers[i];
         let provider = spec.name.clone();
         let request = ClaimRequest {
-            repo: self.settings.targets[t]
-                .repo_level()
-                .then(|| self.admission.jobs[&key].info.repo.to_string()),
+            repo: self.settings.targets[t].repo_level().then(|| {
+                self.admission
+                    .job(&key)
+                    .map(|j| j.info.repo.to_string())
+                    .unwrap_or_default()
+            }),
             name_base: self.settings.runner_prefix(&provider),
             labels: spec.labels.clone(),
         };
         self.capacity.take(i);
         self.stats.claims += 1;
-        self.capacity.claiming.insert(key.clone(), t);
+        self.capacity.claiming_mut().insert(key.clone(), t);
         self.set_phase(
             &key,
             Phase::Claiming {
@@ -333,7 +338,7 @@ impl Scheduler {
             self.pump(now, &mut fx);
             return fx;
         }
-        self.capacity.claiming.remove(&key);
+        self.capacity.claiming_mut().remove(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match result {
@@ -383,15 +388,13 @@ impl Scheduler {
         let t = self.target_index(&key);
         let repo = self.settings.targets[t].repo_level().then(|| {
             self.admission
-                .jobs
-                .get(&key)
+                .job(&key)
                 .map(|r| r.info.repo.to_string())
                 .unwrap_or_default()
         });
         let started = self
             .admission
-            .jobs
-            .get(&key)
+            .job(&key)
             .and_then(|r| r.started_at)
             .is_some();
         if self.draining || (started && !self.waiting_for(&provider, &key)) {
@@ -473,7 +476,6 @@ impl Scheduler {
             created_unix: now.unix,
         };
         self.book
-            .runners
             .insert(handle.clone(), RunnerRecord::new(row.clone(), now.mono));
         self.ops.push(Op::PutRunner(row));
         self.observe(Observation::RunnerAdded {
@@ -503,14 +505,14 @@ impl Scheduler {
             return false;
         };
         let covers = |k: &JobKey| {
-            self.admission.jobs.get(k).is_some_and(|j| {
-                self.capacity.provider_sets[i].covers(&LabelSet::new(&j.info.labels))
-            })
+            self.admission
+                .job(k)
+                .is_some_and(|j| self.capacity.set(i).covers(&LabelSet::new(&j.info.labels)))
         };
         self.admission
-            .pending
+            .pending()
             .iter()
-            .chain(self.ladder.queue.keys())
+            .chain(self.ladder.queue().keys())
             .any(|k| k != except && self.admission.needs_runner(k) && covers(k))
     }
 }

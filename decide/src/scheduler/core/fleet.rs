@@ -29,7 +29,7 @@ pub const OFFER_STEP_FOR_ELSEWHERE: Duration = Duration::from_millis(15);
 impl Scheduler {
     /// The job as last heard of.
     pub fn job_info(&self, key: &JobKey) -> Option<JobInfo> {
-        self.admission.jobs.get(key).map(|r| r.info.clone())
+        self.admission.job(key).map(|r| r.info.clone())
     }
 
     /// How long to wait before asking the ledger for `key` on `provider`: nothing for a pool
@@ -38,11 +38,14 @@ impl Scheduler {
         let Some(i) = self.provider_index(provider) else {
             return Duration::ZERO;
         };
-        let (extra, elsewhere) = self.admission.jobs.get(key).map_or((0, false), |r| {
-            let extra = self.capacity.provider_sets[i].extra_over(&LabelSet::new(&r.info.labels));
+        let (extra, elsewhere) = self.admission.job(key).map_or((0, false), |r| {
+            let extra = self
+                .capacity
+                .set(i)
+                .extra_over(&LabelSet::new(&r.info.labels));
             (extra, r.delivered_elsewhere)
         });
-        let load = self.capacity.used_total as f64 / self.settings.max_concurrent.max(1) as f64;
+        let load = self.capacity.used_total() as f64 / self.settings.max_concurrent.max(1) as f64;
         let elsewhere = if elsewhere {
             OFFER_STEP_FOR_ELSEWHERE
         } else {
@@ -124,7 +127,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let key = info.key.clone();
         let fx = self.on_job_event(action, info, None, now.mono, now);
-        if let Some(rec) = self.admission.jobs.get_mut(&key) {
+        if let Some(rec) = self.admission.job_mut(&key) {
             rec.delivered_elsewhere = true;
         }
         fx
@@ -135,7 +138,7 @@ impl Scheduler {
     /// ([`Scheduler::take_held_notice`]).
     pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
-        match self.admission.jobs.get(&key).map(|r| &r.phase) {
+        match self.admission.job(&key).map(|r| &r.phase) {
             Some(Phase::Pending) => self.held_elsewhere(&key, host, now, &mut fx),
             Some(Phase::Claiming { .. }) => {
                 self.held_notices.insert(key, host);
@@ -168,7 +171,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.release(&provider);
-        self.capacity.claiming.remove(&key);
+        self.capacity.claiming_mut().remove(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match answer {
@@ -180,7 +183,7 @@ impl Scheduler {
             }
             Acquire::Paced { wait, why } => {
                 self.set_phase(&key, Phase::Pending);
-                self.admission.pending.push_front(t, key.clone());
+                self.admission.pending_mut().push_front(t, key.clone());
                 self.note(
                     &key,
                     now,
@@ -205,7 +208,7 @@ impl Scheduler {
         if self.out_of_scope(&job.info).is_some() {
             return fx;
         }
-        if let Some(rec) = self.admission.jobs.get(&key)
+        if let Some(rec) = self.admission.job(&key)
             && (rec.started_at.is_some()
                 || matches!(
                     rec.phase,
@@ -228,24 +231,22 @@ impl Scheduler {
             attempts: job.attempts.max(0) as u32,
         };
         match ladder {
-            Some(row) if self.ladder.queue.get(&key).is_none() => {
-                let rec = self
-                    .admission
-                    .jobs
-                    .entry(key.clone())
-                    .or_insert_with(|| JobRecord::new(job.info.clone(), Phase::Seen, now.mono));
+            Some(row) if self.ladder.queue().get(&key).is_none() => {
+                let rec = self.admission.record_or(key.clone(), || {
+                    JobRecord::new(job.info.clone(), Phase::Seen, now.mono)
+                });
                 rec.info = job.info.clone();
                 rec.phase = Phase::Retrying;
                 rec.seen_at = Some(now.mono);
                 self.note(&key, now, released);
                 self.ladder
-                    .queue
+                    .queue_mut()
                     .restore(std::slice::from_ref(&row), now.mono, now.unix);
                 self.ops.push(Op::PutRetry(row));
                 self.rearm_timer(&mut fx);
             }
             _ => {
-                if let Some(rec) = self.admission.jobs.get_mut(&key) {
+                if let Some(rec) = self.admission.job_mut(&key) {
                     rec.seen_at = None;
                 }
                 self.on_queued(job.info, None, now.mono, now, &mut fx);
@@ -261,7 +262,7 @@ impl Scheduler {
             .settings
             .providers
             .iter()
-            .zip(&self.capacity.slots)
+            .zip(self.capacity.slots())
             .map(|(p, s)| {
                 serde_json::json!({
                     "name": p.name.as_str(),
@@ -275,7 +276,7 @@ impl Scheduler {
             .collect();
         Load {
             pools: serde_json::Value::Array(pools),
-            used: self.capacity.used_total,
+            used: self.capacity.used_total(),
             capacity: self.settings.max_concurrent,
         }
     }

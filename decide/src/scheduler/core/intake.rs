@@ -12,6 +12,43 @@ use crate::{
     durable::Op,
     job::{JobAction, JobInfo, JobKey},
 };
+use std::time::Duration;
+
+/// What the dedup gate makes of a `queued` event, from the job's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Not held: admit it (first delivery, or a record at rest past its seen TTL).
+    New,
+    /// Parked, and not cordoned: the delivery is a reason to look at it again.
+    Parked,
+    /// In flight, or seen within the seen TTL: a duplicate that costs nothing.
+    Duplicate,
+}
+
+impl Gate {
+    /// The gate's verdict on `rec` (`None`: never seen) at `now`; while `cordoned`, a parked
+    /// job is judged as any other record at rest.
+    fn of(rec: Option<&JobRecord>, seen_ttl: Duration, cordoned: bool, now: Now) -> Gate {
+        let Some(rec) = rec else {
+            return Gate::New;
+        };
+        if matches!(rec.phase, Phase::Parked { .. }) && !cordoned {
+            return Gate::Parked;
+        }
+        let in_flight = matches!(
+            rec.phase,
+            Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
+        );
+        let recently_seen = rec
+            .seen_at
+            .is_some_and(|at| now.mono.saturating_duration_since(at) < seen_ttl);
+        if in_flight || recently_seen {
+            Gate::Duplicate
+        } else {
+            Gate::New
+        }
+    }
+}
 
 impl Scheduler {
     /// A `workflow_job` event (webhook or reconcile).
@@ -25,7 +62,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         let mut job = job;
-        self.admission.shared.job(&mut job);
+        self.admission.shared_mut().job(&mut job);
         if let Some(reason) = self.out_of_scope(&job) {
             self.ignore(action, job, reason, received, now);
             return fx;
@@ -80,11 +117,9 @@ impl Scheduler {
             return;
         }
         let key = job.key.clone();
-        let rec = self
-            .admission
-            .jobs
-            .entry(key.clone())
-            .or_insert_with(|| JobRecord::new(job, Phase::Ignored, received));
+        let rec = self.admission.record_or(key.clone(), || {
+            JobRecord::new(job, Phase::Ignored, received)
+        });
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Ignored;
         self.note(&key, now, Note::OutOfScope { reason });
@@ -105,11 +140,9 @@ impl Scheduler {
         if self.held_already(&key, delivery, now, fx) {
             return;
         }
-        let rec = self
-            .admission
-            .jobs
-            .entry(key.clone())
-            .or_insert_with(|| JobRecord::new(job.clone(), Phase::Seen, received));
+        let rec = self.admission.record_or(key.clone(), || {
+            JobRecord::new(job.clone(), Phase::Seen, received)
+        });
         rec.info = job;
         rec.seen_at = Some(now.mono);
         let labels = rec.info.labels.clone();
@@ -145,12 +178,12 @@ impl Scheduler {
             return;
         }
         // 4. Pending: wait for a slot and a claim token (or a spare runner).
-        if let Some(rec) = self.admission.jobs.get_mut(&key) {
+        if let Some(rec) = self.admission.job_mut(&key) {
             rec.admissions += 1;
         }
         self.set_phase(&key, Phase::Pending);
         let t = self.target_index(&key);
-        self.admission.pending.push_back(t, key.clone());
+        self.admission.pending_mut().push_back(t, key.clone());
         self.note(&key, now, Note::Admitted);
         // A spare (a registered warm runner, a runner whose job ran elsewhere) first.
         self.rebalance(now, fx);
@@ -166,31 +199,23 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) -> bool {
-        let Some(rec) = self.admission.jobs.get(key) else {
-            return false;
-        };
-        // A parked job is looked at again when a delivery for it comes.
-        if matches!(rec.phase, Phase::Parked { .. }) && !self.draining {
-            self.admit_again(key, "delivery", now);
-            self.pump(now, fx);
-            return true;
+        let rec = self.admission.job(key);
+        match Gate::of(rec, self.settings.seen_ttl, self.draining, now) {
+            Gate::New => false,
+            Gate::Parked => {
+                self.admit_again(key, "delivery", now);
+                self.pump(now, fx);
+                true
+            }
+            Gate::Duplicate => {
+                self.stats.duplicates += 1;
+                self.observe(Observation::Duplicate {
+                    job_id: key.job_id,
+                    delivery: delivery.map(str::to_string),
+                });
+                true
+            }
         }
-        let in_flight = matches!(
-            rec.phase,
-            Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
-        );
-        let recently_seen = rec
-            .seen_at
-            .is_some_and(|at| now.mono.saturating_duration_since(at) < self.settings.seen_ttl);
-        if in_flight || recently_seen {
-            self.stats.duplicates += 1;
-            self.observe(Observation::Duplicate {
-                job_id: key.job_id,
-                delivery: delivery.map(str::to_string),
-            });
-            return true;
-        }
-        false
     }
 
     pub(super) fn on_started(
@@ -204,19 +229,16 @@ impl Scheduler {
         let key = job.key.clone();
         let runner_name = job.runner_name.clone();
         let withdrawn = job.withdrawn;
-        let rec = self
-            .admission
-            .jobs
-            .entry(key.clone())
-            .or_insert_with(|| JobRecord::new(job.clone(), Phase::Done, now.mono));
+        let rec = self.admission.record_or(key.clone(), || {
+            JobRecord::new(job.clone(), Phase::Done, now.mono)
+        });
         if rec.started_at.is_none() {
             rec.started_at = Some(now.mono);
             self.ops.push(Op::JobStarted(key.clone(), now.unix));
         }
         let rec = self
             .admission
-            .jobs
-            .get_mut(&key)
+            .job_mut(&key)
             .unwrap_or_else(|| unreachable!("inserted above"));
         rec.info.runner_name = job.runner_name.clone();
         rec.info.runner_id = job.runner_id;
@@ -269,15 +291,15 @@ impl Scheduler {
         let runner_name = &job.runner_name;
         if let Some(intent) = runner_name
             .as_ref()
-            .and_then(|n| self.book.recent.ran_a_job(n.as_str()))
-            && let Some(j) = self.admission.jobs.get_mut(&intent)
+            .and_then(|n| self.book.recent_mut().ran_a_job(n.as_str()))
+            && let Some(j) = self.admission.job_mut(&intent)
         {
             j.quiet_exits = j.quiet_exits.saturating_sub(1);
         }
         // Ours only if the name *and* the id match (a name alone could be another's).
         let runner_id = job.runner_id;
         if let Some(name) = &runner_name
-            && let Some(runner) = self.book.runners.get_mut(name.as_str())
+            && let Some(runner) = self.book.runner_mut(name.as_str())
             && runner_id.is_none_or(|id| id == runner.id)
         {
             let bound_now = runner.bound.is_none();
@@ -325,35 +347,31 @@ impl Scheduler {
         let target = match runner_name {
             Some(name) => self
                 .book
-                .runners
-                .get(name)
+                .runner(name)
                 .filter(|r| runner_id.is_none_or(|id| id == r.id))
                 .map(|r| r.name.clone()),
             // Cancelled before any runner took it: the runner made for it may go, if it is
             // not busy with another job.
             None => self
                 .book
-                .runners
-                .values()
+                .runners()
                 .find(|r| &r.intent == key && r.bound.as_ref().is_none_or(|b| b == key))
                 .map(|r| r.name.clone()),
         };
         let conclusion = self
             .admission
-            .jobs
-            .get(key)
+            .job(key)
             .and_then(|r| r.info.conclusion.clone())
             .unwrap_or_else(|| "unknown".into());
         // Count the job if it ran on a runner of ours, live or just gone (a runner often exits
         // before GitHub's `completed` delivery arrives).
         let ran_on = runner_name.and_then(|n| {
             self.book
-                .runners
-                .get(n)
+                .runner(n)
                 .map(|r| (r.provider.clone(), r.started_at))
                 .or_else(|| {
                     self.book
-                        .recent
+                        .recent()
                         .get(n)
                         .map(|g| (g.provider.clone(), g.started_at))
                 })
@@ -373,7 +391,7 @@ impl Scheduler {
             // it (or for any job of the pool) instead of being torn down and claimed again.
             Some(name) if withdrawn => {
                 let until = now.mono + super::sweep::REASSIGN_GRACE;
-                if let Some(r) = self.book.runners.get_mut(name.as_str()) {
+                if let Some(r) = self.book.runner_mut(name.as_str()) {
                     r.kept_until = Some(until);
                 }
                 self.wake_sweep_at(until, fx);
@@ -381,5 +399,57 @@ impl Scheduler {
             Some(name) => self.tear_down(key, &name, "job completed", now, fx),
             None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(phase: Phase, seen_at: Option<Instant>, t0: Instant) -> Box<JobRecord> {
+        let mut rec = JobRecord::new(JobInfo::default(), phase, t0);
+        rec.seen_at = seen_at;
+        rec
+    }
+
+    #[test]
+    fn the_gate_admits_new_and_stale_jobs_and_drops_the_held_ones() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(600);
+        let soon = Now::whole_seconds(t0 + Duration::from_secs(60), 0);
+        let later = Now::whole_seconds(t0 + Duration::from_secs(601), 0);
+        assert_eq!(Gate::of(None, ttl, false, soon), Gate::New);
+        let seen = record(Phase::Seen, Some(t0), t0);
+        assert_eq!(Gate::of(Some(&seen), ttl, false, soon), Gate::Duplicate);
+        assert_eq!(
+            Gate::of(Some(&seen), ttl, false, later),
+            Gate::New,
+            "past the TTL"
+        );
+        let unseen_done = record(Phase::Done, None, t0);
+        assert_eq!(Gate::of(Some(&unseen_done), ttl, false, soon), Gate::New);
+        for phase in [Phase::Pending, Phase::Retrying] {
+            let rec = record(phase, Some(t0), t0);
+            assert_eq!(
+                Gate::of(Some(&rec), ttl, false, later),
+                Gate::Duplicate,
+                "in flight"
+            );
+        }
+        let parked = record(
+            Phase::Parked {
+                reason: super::super::ParkReason::Zombie,
+                look_unix: 0,
+            },
+            Some(t0),
+            t0,
+        );
+        assert_eq!(Gate::of(Some(&parked), ttl, false, soon), Gate::Parked);
+        assert_eq!(
+            Gate::of(Some(&parked), ttl, true, soon),
+            Gate::Duplicate,
+            "cordoned: a parked job seen a moment ago is a duplicate"
+        );
+        assert_eq!(Gate::of(Some(&parked), ttl, true, later), Gate::New);
     }
 }

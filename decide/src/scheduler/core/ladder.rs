@@ -20,7 +20,7 @@ use crate::{
 /// the rate readings its delays are decided with are read.
 #[derive(Debug)]
 pub(super) struct Ladder {
-    pub(super) queue: RetryQueue,
+    queue: RetryQueue,
     /// Jitter (seeded in tests).
     rng: SmallRng,
     /// The rate actor's book, and each target's credential in it: read, never copied.
@@ -36,6 +36,16 @@ impl Ladder {
             rng: SmallRng::seed_from_u64(seed),
             rates: None,
         }
+    }
+
+    /// The items on the ladder.
+    pub(super) fn queue(&self) -> &RetryQueue {
+        &self.queue
+    }
+
+    /// The items on the ladder, to hold, take or remove one.
+    pub(super) fn queue_mut(&mut self) -> &mut RetryQueue {
+        &mut self.queue
     }
 
     /// Reads rate readings from `book`, target `t`'s under `credentials[t]`.
@@ -86,7 +96,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(rec) = self.admission.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.job_mut(key) else {
             return;
         };
         if rec.started_at.is_some() {
@@ -94,7 +104,7 @@ impl Scheduler {
             return;
         }
         // The ladder's item counts the job's failures (this one included once it is recorded).
-        let attempts = self.ladder.queue.get(key).map_or(0, |i| i.attempts) + 1;
+        let attempts = self.ladder.queue().get(key).map_or(0, |i| i.attempts) + 1;
         if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
             self.not_retried(key, &failure, attempts, now, fx);
             return;
@@ -114,9 +124,8 @@ impl Scheduler {
                 self.observe(Observation::RetryScheduled { class });
                 if let Some(row) = self
                     .admission
-                    .jobs
-                    .get(key)
-                    .and_then(|rec| self.ladder.queue.row(&rec.info, now.mono, now.unix))
+                    .job(key)
+                    .and_then(|rec| self.ladder.queue().row(&rec.info, now.mono, now.unix))
                 {
                     self.ops.push(Op::PutRetry(row));
                 }
@@ -171,7 +180,7 @@ impl Scheduler {
             Abandon::RetryDisabled
         };
         self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
-        if let Some(rec) = self.admission.jobs.get_mut(key) {
+        if let Some(rec) = self.admission.job_mut(key) {
             rec.ladder_left = Some((attempts, failure.class));
         }
         // Not forgotten: looked at again on the slow lane (an operator may fix what the
@@ -192,7 +201,7 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         // The ladder dropped its item: what it held stays on the record.
-        if let Some(rec) = self.admission.jobs.get_mut(key) {
+        if let Some(rec) = self.admission.job_mut(key) {
             rec.ladder_left = Some((attempts, class));
         }
         self.ops.push(Op::DeleteRetry(key.clone()));
@@ -212,8 +221,8 @@ impl Scheduler {
 
     /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).
     pub(super) fn leave_ladder(&mut self, key: &JobKey, fx: &mut Vec<Effect>) {
-        if let Some(item) = self.ladder.queue.remove(key) {
-            if let Some(rec) = self.admission.jobs.get_mut(key) {
+        if let Some(item) = self.ladder.queue_mut().remove(key) {
+            if let Some(rec) = self.admission.job_mut(key) {
                 rec.ladder_left = Some((item.attempts, item.class));
             }
             self.ops.push(Op::DeleteRetry(key.clone()));
@@ -226,7 +235,7 @@ impl Scheduler {
     /// them all.
     pub(super) fn rearm_timer(&mut self, fx: &mut Vec<Effect>) {
         let next = [
-            self.ladder.queue.next_due(),
+            self.ladder.queue_mut().next_due(),
             self.book.next_due(),
             self.pace_wake,
             self.sweep_wake,
@@ -256,8 +265,8 @@ impl Scheduler {
             self.sweep_wake = None;
             fx.extend(self.sweep(now));
         }
-        for (key, attempts) in self.ladder.queue.pop_due(now.mono) {
-            let phase = self.admission.jobs.get(&key).map(|r| r.phase.clone());
+        for (key, attempts) in self.ladder.queue_mut().pop_due(now.mono) {
+            let phase = self.admission.job(&key).map(|r| r.phase.clone());
             if phase != Some(Phase::Retrying) {
                 // Resolved while it waited (started elsewhere, completed): nothing to retry.
                 self.leave_ladder(&key, &mut fx);
@@ -275,7 +284,7 @@ impl Scheduler {
             }
             self.set_phase(&key, Phase::Pending);
             let t = self.target_index(&key);
-            self.admission.pending.push_back(t, key.clone());
+            self.admission.pending_mut().push_back(t, key.clone());
             self.note(&key, now, Note::RetryDue { attempt: attempts });
         }
         self.pump(now, &mut fx);

@@ -62,7 +62,7 @@ impl Scheduler {
         for what in self.book.take_due(now.mono, all) {
             match what {
                 Deferred::Delete(deletion) => {
-                    let gone = self.book.recent.get(&deletion.name);
+                    let gone = self.book.recent().get(&deletion.name);
                     if gone.is_some_and(|r| r.ran_a_job) {
                         // A late event named it with a job: GitHub removes it after that job.
                         self.ops.push(Op::Unregistered(deletion.name));
@@ -88,7 +88,7 @@ impl Scheduler {
     pub fn on_runner_event(&mut self, name: &str, kind: RunnerEventKind, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         // An event for a runner no longer in the ledger changes nothing.
-        let Some((handle, runner)) = self.book.runners.get_key_value(name) else {
+        let Some((handle, runner)) = self.book.runner_with_handle(name) else {
             return fx;
         };
         let (handle, intent) = (handle.clone(), runner.intent.clone());
@@ -133,16 +133,14 @@ impl Scheduler {
     ) {
         let runner = self
             .book
-            .runners
-            .get_mut(name)
+            .runner_mut(name)
             .unwrap_or_else(|| unreachable!("looked up above"));
         runner.started_at = Some(now.mono);
         runner.warm_start = warm;
         let startup = now.mono.saturating_duration_since(runner.created_at);
         let queue_wait = self
             .admission
-            .jobs
-            .get(intent)
+            .job(intent)
             .map(|rec| now.mono.saturating_duration_since(rec.received_at));
         let provider = runner.provider.clone();
         self.observe(Observation::RunnerStarted {
@@ -182,7 +180,7 @@ impl Scheduler {
             self.environment_failed(r.provider.clone(), &intent, name, error.to_string(), now);
         }
         let waiting = matches!(
-            self.admission.jobs.get(&intent).map(|r| &r.phase),
+            self.admission.job(&intent).map(|r| &r.phase),
             Some(Phase::Seen)
         );
         if waiting && error.takes_pool_down() {
@@ -190,7 +188,7 @@ impl Scheduler {
             // the job waits for it or goes to another covering pool; no rung is spent.
             self.set_phase(&intent, Phase::Pending);
             let t = self.target_index(&intent);
-            self.admission.pending.push_back(t, intent.clone());
+            self.admission.pending_mut().push_back(t, intent.clone());
             let why = "its pool cannot run jobs right now";
             self.observe(Observation::Requeued {
                 job_id: intent.job_id,
@@ -235,7 +233,7 @@ impl Scheduler {
         let clean = by_itself && code == Some(0);
         let ran_a_job = r.bound.is_some() || clean;
         if clean {
-            self.book.recent.ran_a_job(name);
+            self.book.recent_mut().ran_a_job(name);
         }
         if r.bound.is_some() && !r.registration_deleted {
             // An event named it with a job: GitHub removes it after that job. (A clean exit
@@ -256,8 +254,7 @@ impl Scheduler {
         // Its job, if it still waits for this runner (it is `Seen` now), goes on.
         let waiting = self
             .admission
-            .jobs
-            .get(intent)
+            .job(intent)
             .is_some_and(|j| j.phase == Phase::Seen && j.started_at.is_none());
         if !waiting || r.bound.is_some() {
             if waiting {
@@ -273,7 +270,7 @@ impl Scheduler {
             return self.attempt_failed(&r, intent, name, error, now, fx);
         }
         if clean {
-            let quiet = self.admission.jobs.get_mut(intent).map_or(0, |j| {
+            let quiet = self.admission.job_mut(intent).map_or(0, |j| {
                 j.quiet_exits = j.quiet_exits.saturating_add(1);
                 j.quiet_exits
             });
@@ -359,8 +356,7 @@ impl Scheduler {
         now: Now,
     ) {
         if let Some(i) = self.provider_index(&provider) {
-            self.capacity.slots[i].env_failures += 1;
-            self.capacity.slots[i].last_env_failure = Some(error.clone());
+            self.capacity.env_failed(i, &error);
         }
         self.observe(Observation::EnvironmentFailed {
             job_id: job.job_id,
@@ -380,14 +376,14 @@ impl Scheduler {
 
     /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
     pub(super) fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
-        let (handle, r) = self.book.runners.remove_entry(name)?;
+        let (handle, r) = self.book.remove(name)?;
         self.ops.push(Op::DeleteRunner(r.name.clone()));
         self.release(&r.provider);
         self.observe(Observation::RunnerRemoved {
             provider: r.provider.clone(),
         });
-        self.book.recent.remember(handle, &r, now.mono);
-        if let Some(rec) = self.admission.jobs.get_mut(&r.intent)
+        self.book.recent_mut().remember(handle, &r, now.mono);
+        if let Some(rec) = self.admission.job_mut(&r.intent)
             && matches!(&rec.phase, Phase::Active { runner, .. } if **runner == *name)
         {
             rec.phase = if rec.started_at.is_some() {
@@ -443,9 +439,7 @@ impl Scheduler {
     /// and the daemon not draining.
     fn stranded(&self, key: &JobKey) -> Option<&super::JobRecord> {
         self.admission
-            .jobs
-            .get(key)
-            .map(|r| &**r)
+            .job(key)
             .filter(|r| r.started_at.is_none() && r.phase == Phase::Seen && !self.draining)
     }
 
@@ -460,14 +454,14 @@ impl Scheduler {
         if self.stranded(key).is_none() {
             return;
         }
-        let Some(rec) = self.admission.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.job_mut(key) else {
             return;
         };
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
         rec.phase = Phase::Pending;
         let t = self.target_index(key);
-        self.admission.pending.push_back(t, key.clone());
+        self.admission.pending_mut().push_back(t, key.clone());
         self.observe(Observation::Requeued {
             job_id: key.job_id,
             why,
@@ -479,7 +473,7 @@ impl Scheduler {
     /// A pool's warm environments changed (for `status`).
     pub fn on_warm_status(&mut self, provider: &PoolName, view: crate::provision::WarmView) {
         if let Some(i) = self.provider_index(provider) {
-            self.capacity.slots[i].warm = Some(view);
+            self.capacity.show_warm(i, view);
         }
     }
 
@@ -498,8 +492,7 @@ impl Scheduler {
             cause: cause.clone(),
         });
         if let Some(i) = self.provider_index(&provider) {
-            self.capacity.slots[i].up = up;
-            self.capacity.slots[i].down_cause = if up { None } else { cause };
+            self.capacity.set_up(i, up, cause);
         }
         self.pump(now, &mut fx);
         fx

@@ -29,7 +29,7 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let cap = self.settings.zombie_cap;
-        let Some(rec) = self.admission.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.job_mut(key) else {
             return;
         };
         let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if **r == *runner);
@@ -68,7 +68,7 @@ impl Scheduler {
 
     /// A parked job's look is due: GitHub is asked whether it is still queued.
     pub(super) fn look_at(&mut self, key: &JobKey, now: Now, fx: &mut Vec<Effect>) {
-        let Some(rec) = self.admission.jobs.get(key) else {
+        let Some(rec) = self.admission.job(key) else {
             return;
         };
         match rec.phase {
@@ -112,7 +112,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         if !matches!(
-            self.admission.jobs.get(key).map(|j| &j.phase),
+            self.admission.job(key).map(|j| &j.phase),
             Some(Phase::Parked { .. })
         ) {
             self.unlisted_looked(key, status, now, &mut fx);
@@ -138,7 +138,7 @@ impl Scheduler {
             }
             _ => {
                 if let Some(Phase::Parked { look_unix, .. }) =
-                    self.admission.jobs.get_mut(key).map(|j| &mut j.phase)
+                    self.admission.job_mut(key).map(|j| &mut j.phase)
                 {
                     *look_unix = now.unix.saturating_add(PARK_LOOK.as_secs());
                 }
@@ -155,7 +155,7 @@ impl Scheduler {
     /// Admits a known job again (a parked job looked at, a job held idle that a reconcile pass
     /// found queued): past the dedup window, without spending anything toward its cap.
     pub(super) fn admit_again(&mut self, key: &JobKey, reason: &'static str, now: Now) {
-        let Some(rec) = self.admission.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.job_mut(key) else {
             return;
         };
         if rec.started_at.is_some() || self.draining {
@@ -165,7 +165,7 @@ impl Scheduler {
         rec.seen_at = Some(now.mono);
         rec.admissions += 1;
         let t = self.target_index(key);
-        self.admission.pending.push_back(t, key.clone());
+        self.admission.pending_mut().push_back(t, key.clone());
         self.observe(Observation::Readmitted {
             job_id: key.job_id,
             reason,
@@ -198,8 +198,7 @@ impl Scheduler {
             let listed: std::collections::HashSet<&JobKey> = jobs.iter().map(|j| &j.key).collect();
             let unlisted: Vec<(JobKey, String)> = self
                 .admission
-                .jobs
-                .iter()
+                .jobs()
                 .filter(|(key, j)| {
                     j.started_at.is_none()
                         && !key.is_warm()
@@ -224,11 +223,11 @@ impl Scheduler {
         let mut idle = 0;
         for job in jobs {
             let key = job.key.clone();
-            let Some(rec) = self.admission.jobs.get(&key) else {
+            let Some(rec) = self.admission.job(&key) else {
                 self.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now)
                     .into_iter()
                     .for_each(|e| fx.push(e));
-                let admitted = self.admission.jobs.get(&key).is_some_and(|r| {
+                let admitted = self.admission.job(&key).is_some_and(|r| {
                     matches!(
                         r.phase,
                         Phase::Pending | Phase::Claiming { .. } | Phase::Active { .. }
@@ -254,11 +253,9 @@ impl Scheduler {
                 _ => {}
             }
         }
-        if let Some(held) = self.admission.held_idle.get_mut(target) {
-            *held = idle;
-        }
+        self.admission.set_held_idle(target, idle);
         self.observe(Observation::QueuedIdle {
-            jobs: self.admission.held_idle.iter().sum(),
+            jobs: self.admission.held_idle(),
         });
         self.pump(now, &mut fx);
         fx
@@ -276,7 +273,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(rec) = self.admission.jobs.get_mut(key) else {
+        let Some(rec) = self.admission.job_mut(key) else {
             return;
         };
         if rec.started_at.is_some() {
@@ -297,7 +294,7 @@ impl Scheduler {
             .push(crate::durable::Op::JobStarted(key.clone(), now.unix));
         self.note(key, now, Note::LookedAt { status });
         if !matches!(
-            self.admission.jobs.get(key).map(|j| &j.phase),
+            self.admission.job(key).map(|j| &j.phase),
             Some(Phase::Claiming { .. })
         ) {
             // A claim in flight ends by itself (started during the claim).

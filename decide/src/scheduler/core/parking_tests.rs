@@ -118,7 +118,7 @@ fn a_runner_that_takes_a_sibling_leaves_its_job_claiming_again_at_once_and_uncou
     let j1 = s.job(&key(1)).unwrap();
     assert_eq!((j1.idle_reaps, j1.quiet_exits), (0, 0));
     assert!(
-        s.ladder.queue.get(&key(2)).is_none(),
+        s.ladder.queue().get(&key(2)).is_none(),
         "job 2 left its ladder"
     );
     // a finishes job 2 and exits cleanly: nothing for job 1, no deletion (GitHub removed it).
@@ -509,7 +509,7 @@ fn a_spare_is_handed_to_a_job_on_the_ladder_instead_of_a_new_claim() {
     // a crashing now climbs job 2's own item.
     exited(&mut s, &a, Some(1), ExitReason::Exited, at(t0, 121));
     assert_eq!(phase(&s, 2), Phase::Retrying);
-    assert_eq!(s.ladder.queue.get(&key(2)).unwrap().attempts, 2);
+    assert_eq!(s.ladder.queue().get(&key(2)).unwrap().attempts, 2);
 }
 
 /// A quiet exit whose job GitHub says ran (its `in_progress` and `completed` lost): nothing is

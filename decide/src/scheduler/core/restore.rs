@@ -30,8 +30,7 @@ impl Scheduler {
         self.rearm_timer(&mut fx);
         let redo: Vec<JobInfo> = self
             .admission
-            .jobs
-            .values_mut()
+            .records_mut()
             .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())
             .map(|r| {
                 // Let the re-dispatch through the dedup gate.
@@ -53,7 +52,7 @@ impl Scheduler {
         let ago = |unix| ago(now, unix);
         for row in &snapshot.jobs {
             let mut info = row.info.clone();
-            self.admission.shared.job(&mut info);
+            self.admission.shared_mut().job(&mut info);
             let mut rec = JobRecord::new(info, Phase::Seen, ago(row.received_unix));
             rec.seen_at = Some(now.mono);
             rec.started_at = row.started_unix.map(ago);
@@ -64,7 +63,7 @@ impl Scheduler {
                 at_ms: now.unix_ms,
                 note: Note::Restored,
             });
-            self.admission.jobs.insert(rec.info.key.clone(), rec);
+            self.admission.insert(rec.info.key.clone(), rec);
         }
     }
 
@@ -83,27 +82,23 @@ impl Scheduler {
                 provider: r.provider.clone(),
             });
             let handle: Arc<str> = Arc::from(r.name.as_str());
-            self.book.runners.insert(
+            self.book.insert(
                 handle.clone(),
                 RunnerRecord {
                     started_at: Some(now.mono),
                     ..RunnerRecord::new(r.clone(), ago(r.created_unix))
                 },
             );
-            let rec = self
-                .admission
-                .jobs
-                .entry(r.intent.clone())
-                .or_insert_with(|| {
-                    JobRecord::new(
-                        JobInfo {
-                            key: r.intent.clone(),
-                            ..JobInfo::default()
-                        },
-                        Phase::Seen,
-                        now.mono,
-                    )
-                });
+            let rec = self.admission.record_or(r.intent.clone(), || {
+                JobRecord::new(
+                    JobInfo {
+                        key: r.intent.clone(),
+                        ..JobInfo::default()
+                    },
+                    Phase::Seen,
+                    now.mono,
+                )
+            });
             if rec.started_at.is_none() {
                 rec.phase = Phase::Active {
                     provider: r.provider.clone(),
@@ -119,25 +114,24 @@ impl Scheduler {
         // The ladder comes back with its original times; an item whose job has moved on
         // (started, or a runner in the ledger) leaves it.
         self.ladder
-            .queue
+            .queue_mut()
             .restore(&snapshot.retries, now.mono, now.unix);
         for r in &snapshot.retries {
-            if !self.admission.jobs.contains_key(&r.job.key) {
+            if !self.admission.knows(&r.job.key) {
                 let mut info = r.job.clone();
-                self.admission.shared.job(&mut info);
+                self.admission.shared_mut().job(&mut info);
                 let key = info.key.clone();
                 self.admission
-                    .jobs
                     .insert(key, JobRecord::new(info, Phase::Seen, now.mono));
             }
-            let Some(rec) = self.admission.jobs.get_mut(&r.job.key) else {
+            let Some(rec) = self.admission.job_mut(&r.job.key) else {
                 continue;
             };
             if rec.started_at.is_none() && rec.phase == Phase::Seen {
                 rec.phase = Phase::Retrying;
             } else if rec.started_at.is_none() && matches!(rec.phase, Phase::Active { .. }) {
                 // An attempt was in flight (a runner in the ledger): the item waits for it.
-                self.ladder.queue.hold(&r.job.key);
+                self.ladder.queue_mut().hold(&r.job.key);
             } else {
                 self.leave_ladder(&r.job.key, fx);
             }

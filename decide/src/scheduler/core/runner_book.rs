@@ -79,8 +79,8 @@ pub(super) enum Deferred {
 /// The runners of ours, the ones just gone, and the deferred decisions.
 #[derive(Debug, Default)]
 pub(super) struct RunnerBook {
-    pub(super) runners: HashMap<Arc<str>, RunnerRecord>,
-    pub(super) recent: RecentRunners,
+    runners: HashMap<Arc<str>, RunnerRecord>,
+    recent: RecentRunners,
     /// Decisions waiting for a late delivery (see `DELETE_DELAY`, `heal_grace`), failed
     /// deletions waiting to be tried again, and parked jobs' next looks.
     deferred: Vec<(Instant, Deferred)>,
@@ -96,6 +96,61 @@ impl RunnerBook {
             .map(|(k, _)| k.clone())
             .or_else(|| self.recent.0.get_key_value(name).map(|(k, _)| k.clone()))
             .unwrap_or_else(|| Arc::from(name))
+    }
+
+    /// Runner `name`.
+    pub(super) fn runner(&self, name: &str) -> Option<&RunnerRecord> {
+        self.runners.get(name)
+    }
+
+    /// Runner `name`, to change.
+    pub(super) fn runner_mut(&mut self, name: &str) -> Option<&mut RunnerRecord> {
+        self.runners.get_mut(name)
+    }
+
+    /// Runner `name` with the name's shared copy.
+    pub(super) fn runner_with_handle(&self, name: &str) -> Option<(&Arc<str>, &RunnerRecord)> {
+        self.runners.get_key_value(name)
+    }
+
+    /// Every runner of ours.
+    pub(super) fn runners(&self) -> impl Iterator<Item = &RunnerRecord> {
+        self.runners.values()
+    }
+
+    /// Every runner of ours, with its name's shared copy.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (&Arc<str>, &RunnerRecord)> {
+        self.runners.iter()
+    }
+
+    /// How many runners of ours there are.
+    pub(super) fn len(&self) -> usize {
+        self.runners.len()
+    }
+
+    /// Whether `name` is a runner of ours.
+    pub(super) fn has(&self, name: &str) -> bool {
+        self.runners.contains_key(name)
+    }
+
+    /// Books runner `r` under `name`.
+    pub(super) fn insert(&mut self, name: Arc<str>, r: RunnerRecord) {
+        self.runners.insert(name, r);
+    }
+
+    /// Takes runner `name` out of the book.
+    pub(super) fn remove(&mut self, name: &str) -> Option<(Arc<str>, RunnerRecord)> {
+        self.runners.remove_entry(name)
+    }
+
+    /// The runners gone a moment ago.
+    pub(super) fn recent(&self) -> &RecentRunners {
+        &self.recent
+    }
+
+    /// The runners gone a moment ago, to remember or mark one.
+    pub(super) fn recent_mut(&mut self) -> &mut RecentRunners {
+        &mut self.recent
     }
 
     /// Takes `what` at `due`.

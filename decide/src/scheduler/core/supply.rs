@@ -30,7 +30,7 @@ impl Scheduler {
         if r.bound.is_some() || r.tearing_down || r.registration_deleted || r.seen_busy {
             return false;
         }
-        self.admission.jobs.get(&r.intent).is_none_or(|j| {
+        self.admission.job(&r.intent).is_none_or(|j| {
             j.started_at.is_some()
                 || !matches!(&j.phase, Phase::Active { runner, .. } if **runner == *r.name)
         })
@@ -39,7 +39,7 @@ impl Scheduler {
     /// Runner `runner`, made for `intent`, was named in another job's event: `intent` lost its
     /// supply and waits for a runner again (a spare, or a new claim), at once.
     pub(super) fn runner_taken(&mut self, intent: &JobKey, runner: &Arc<str>, now: Now) {
-        let Some(rec) = self.admission.jobs.get_mut(intent) else {
+        let Some(rec) = self.admission.job_mut(intent) else {
             return;
         };
         let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if r == runner);
@@ -62,7 +62,7 @@ impl Scheduler {
         rec.admissions += 1;
         rec.seen_at = Some(now.mono);
         let t = self.target_index(intent);
-        self.admission.pending.push_back(t, intent.clone());
+        self.admission.pending_mut().push_back(t, intent.clone());
         let why = "its runner ran a sibling's job";
         self.observe(Observation::Requeued {
             job_id: intent.job_id,
@@ -80,8 +80,7 @@ impl Scheduler {
         };
         let mut waiting: Vec<(Instant, JobKey)> = self
             .admission
-            .jobs
-            .iter()
+            .jobs()
             .filter(|(key, j)| {
                 mine(key, &j.info.labels)
                     && j.started_at.is_none()
@@ -95,21 +94,19 @@ impl Scheduler {
         // with GitHub's `JobCompleted` not yet in).
         let bound: std::collections::HashSet<&JobKey> = self
             .book
-            .runners
-            .values()
+            .runners()
             .filter_map(|r| r.bound.as_ref())
             .collect();
         let running = self
             .admission
-            .jobs
-            .iter()
+            .jobs()
             .filter(|(key, j)| {
                 mine(key, &j.info.labels)
                     && j.started_at.is_some()
                     && j.info.conclusion.is_none()
                     && (bound.contains(key)
                         || j.info.runner_name.as_deref().is_some_and(|n| {
-                            self.book.runners.contains_key(n) || self.book.recent.get(n).is_some()
+                            self.book.has(n) || self.book.recent().get(n).is_some()
                         }))
             })
             .count();
@@ -124,8 +121,7 @@ impl Scheduler {
     pub(super) fn rebalance(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let mut spares: Vec<(Instant, Arc<str>)> = self
             .book
-            .runners
-            .iter()
+            .entries()
             .filter(|(_, r)| self.is_spare(r))
             .map(|(name, r)| (r.created_at, name.clone()))
             .collect();
@@ -133,20 +129,19 @@ impl Scheduler {
             return;
         }
         spares.sort_by(|a, b| b.cmp(a));
-        let waiting = self.admission.waiting(self.ladder.queue.keys());
+        let waiting = self.admission.waiting(self.ladder.queue().keys());
         for (_, key) in waiting {
             if spares.is_empty() {
                 break;
             }
-            let Some(job) = self.admission.jobs.get(&key) else {
+            let Some(job) = self.admission.job(&key) else {
                 continue;
             };
             let wanted = LabelSet::new(&job.info.labels);
             let target = self.target_index(&key);
             let serves = |name: &Arc<str>| {
                 self.book
-                    .runners
-                    .get(name)
+                    .runner(name)
                     .is_some_and(|r| self.can_serve(r, target, &job.info.repo, &wanted))
             };
             if let Some(pos) = spares.iter().position(|(_, name)| serves(name)) {
@@ -164,13 +159,13 @@ impl Scheduler {
                 .is_none_or(|own| own.eq_ignore_ascii_case(repo))
             && self
                 .provider_index(&r.provider)
-                .is_some_and(|i| self.capacity.provider_sets[i].covers(wanted))
+                .is_some_and(|i| self.capacity.set(i).covers(wanted))
     }
 
     /// Makes spare `name` the runner of waiting job `key` (its ladder item, if any, waits for
     /// this attempt, as for a claimed runner).
     fn hand_over(&mut self, key: &JobKey, name: Arc<str>, now: Now, _fx: &mut Vec<Effect>) {
-        let Some(r) = self.book.runners.get_mut(&name) else {
+        let Some(r) = self.book.runner_mut(&name) else {
             return;
         };
         let from = std::mem::replace(&mut r.row.intent, key.clone());
@@ -182,7 +177,7 @@ impl Scheduler {
         let provider = r.provider.clone();
         let row = r.row.clone();
         self.ops.push(Op::PutRunner(row));
-        self.ladder.queue.hold(key);
+        self.ladder.queue_mut().hold(key);
         self.set_phase(
             key,
             Phase::Active {

@@ -52,8 +52,7 @@ impl Scheduler {
         }
         let mut reap: Vec<(String, &'static str)> = self
             .book
-            .runners
-            .values()
+            .runners()
             .filter(|r| !(self.keeps_warm(&r.provider) && self.is_spare(r)))
             .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
             .filter(|r| r.kept_until.is_none_or(|until| until <= now.mono))
@@ -81,7 +80,7 @@ impl Scheduler {
     fn look_for_idle_runners(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let mut next: Option<crate::clock::Instant> = None;
         let mut due = Vec::new();
-        for r in self.book.runners.values() {
+        for r in self.book.runners() {
             let Some(up) = r.started_at else { continue };
             if r.bound.is_some()
                 || r.seen_busy
@@ -102,7 +101,7 @@ impl Scheduler {
             }
         }
         for name in due {
-            let Some(r) = self.book.runners.get_mut(name.as_str()) else {
+            let Some(r) = self.book.runner_mut(name.as_str()) else {
                 continue;
             };
             r.looks = r.looks.saturating_add(1);
@@ -110,7 +109,7 @@ impl Scheduler {
             r.look_due = Some(at);
             next = Some(next.map_or(at, |n| n.min(at)));
             let key = r.intent.clone();
-            let Some(job) = self.admission.jobs.get(&key) else {
+            let Some(job) = self.admission.job(&key) else {
                 continue;
             };
             if job.info.repo.is_empty() {
@@ -141,7 +140,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(r) = self.book.runners.get_mut(name) else {
+        let Some(r) = self.book.runner_mut(name) else {
             return;
         };
         let not_yet = r.idle_check_due.is_some_and(|t| now.mono < t);
@@ -176,7 +175,7 @@ impl Scheduler {
                 Err(_) => "error",
             },
         });
-        let Some(r) = self.book.runners.get_mut(name) else {
+        let Some(r) = self.book.runner_mut(name) else {
             return fx;
         };
         r.idle_check_pending = false;
@@ -185,7 +184,7 @@ impl Scheduler {
             r.idle_check_due = Some(at);
             self.wake_sweep_at(at, &mut fx);
         }
-        let Some(r) = self.book.runners.get_mut(name) else {
+        let Some(r) = self.book.runner_mut(name) else {
             return fx;
         };
         if r.bound.is_some() {
@@ -238,8 +237,7 @@ impl Scheduler {
         let mut fx = Vec::new();
         let runners: Vec<(Arc<str>, JobKey)> = self
             .book
-            .runners
-            .iter()
+            .entries()
             .map(|(name, r)| (name.clone(), r.intent.clone()))
             .collect();
         for (name, intent) in runners {
@@ -257,7 +255,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(r) = self.book.runners.get_mut(name) else {
+        let Some(r) = self.book.runner_mut(name) else {
             return;
         };
         r.tearing_down = true;
@@ -283,8 +281,7 @@ impl Scheduler {
     pub fn prune(&mut self, now: Now) {
         let referenced: HashSet<&JobKey> = self
             .book
-            .runners
-            .values()
+            .runners()
             .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
             .collect();
         let (seen_ttl, started_ttl) = (self.settings.seen_ttl, self.settings.started_ttl);
@@ -292,6 +289,6 @@ impl Scheduler {
             .admission
             .prune(now, seen_ttl, started_ttl, &referenced);
         self.ops.extend(gone.into_iter().map(Op::DeleteJob));
-        self.book.recent.prune(now.mono, seen_ttl);
+        self.book.recent_mut().prune(now.mono, seen_ttl);
     }
 }

@@ -15,17 +15,17 @@ impl Scheduler {
 
     /// Runners alive.
     pub fn runner_count(&self) -> usize {
-        self.book.runners.len()
+        self.book.len()
     }
 
     /// Runners of ours, by name.
     pub fn runners(&self) -> impl Iterator<Item = &RunnerRecord> {
-        self.book.runners.values()
+        self.book.runners()
     }
 
     /// A job's record.
     pub fn job(&self, key: &JobKey) -> Option<&JobRecord> {
-        self.admission.jobs.get(key).map(Box::as_ref)
+        self.admission.job(key)
     }
 
     /// The repo and pool of a target's job `job_id`, for its log span (`-` where unknown: a
@@ -35,7 +35,7 @@ impl Scheduler {
             .settings
             .targets
             .iter()
-            .find_map(|t| self.admission.jobs.get(&JobKey::new(&t.owner, job_id)));
+            .find_map(|t| self.admission.job(&JobKey::new(&t.owner, job_id)));
         match record {
             Some(r) => {
                 let pool = match &r.phase {
@@ -57,19 +57,19 @@ impl Scheduler {
 
     /// Items waiting on the retry ladder.
     pub fn ladder_depth(&self) -> usize {
-        self.ladder.queue.len()
+        self.ladder.queue().len()
     }
 
     /// The ladder's items, for status pages.
     pub fn retry_queue(&self, now: Now) -> RetryQueueView {
         RetryQueueView {
-            depth: self.ladder.queue.len(),
-            items: self.ladder.queue.views(now.mono),
+            depth: self.ladder.queue().len(),
+            items: self.ladder.queue().views(now.mono),
         }
     }
 
     fn job_view(&self, r: &JobRecord, now: Now, timeline: bool) -> JobView {
-        let item = self.ladder.queue.get(&r.info.key);
+        let item = self.ladder.queue().get(&r.info.key);
         JobView {
             key: r.info.key.clone(),
             repo: r.info.repo.to_string(),
@@ -108,8 +108,7 @@ impl Scheduler {
     fn job_views(&self, now: Now, timelines: bool) -> Vec<JobView> {
         let mut jobs: Vec<JobView> = self
             .admission
-            .jobs
-            .values()
+            .records()
             .map(|r| self.job_view(r, now, timelines))
             .collect();
         jobs.sort_by(|a, b| a.key.cmp(&b.key));
@@ -119,8 +118,7 @@ impl Scheduler {
     fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRow> {
         let mut runners: Vec<RunnerRow> = self
             .book
-            .runners
-            .values()
+            .runners()
             .filter(|r| keep(r))
             .map(|r| r.row.clone())
             .collect();
@@ -135,12 +133,12 @@ impl Scheduler {
             shutting_down: self.shutting_down,
             capacity: Capacity {
                 max_concurrent: self.settings.max_concurrent,
-                used: self.capacity.used_total,
+                used: self.capacity.used_total(),
             },
             providers: self.provider_views(),
-            pending: self.admission.pending.len(),
-            runners: self.book.runners.len(),
-            retry_queue_depth: self.ladder.queue.len(),
+            pending: self.admission.pending().len(),
+            runners: self.book.len(),
+            retry_queue_depth: self.ladder.queue().len(),
             stats: self.stats,
             targets: self.target_views(),
         }
@@ -149,7 +147,7 @@ impl Scheduler {
     fn target_views(&self) -> Vec<TargetView> {
         let held = self.held_per_target();
         let mut pending = vec![0; self.settings.targets.len()];
-        for (t, n) in self.admission.pending.per_target().enumerate() {
+        for (t, n) in self.admission.pending().per_target().enumerate() {
             if let Some(p) = pending.get_mut(t) {
                 *p += n;
             }
@@ -173,7 +171,7 @@ impl Scheduler {
         self.settings
             .providers
             .iter()
-            .zip(&self.capacity.slots)
+            .zip(self.capacity.slots())
             .map(|(p, s)| ProviderView {
                 provider: p.name.clone(),
                 kind: p.kind,
@@ -203,15 +201,14 @@ impl Scheduler {
     pub fn job_detail(&self, job_id: u64, now: Now) -> Option<JobDetail> {
         let r = self
             .admission
-            .jobs
-            .values()
+            .records()
             .find(|r| r.info.key.job_id == job_id)?;
         let key = &r.info.key;
         Some(JobDetail {
             job: self.job_view(r, now, true),
             retry: self
                 .ladder
-                .queue
+                .queue()
                 .views(now.mono)
                 .into_iter()
                 .find(|v| &v.key == key),

@@ -126,7 +126,7 @@ impl Scheduler {
         let max_age = spec.warm.as_ref().map_or(Duration::MAX, |w| w.max_age);
         let mut fresh: Vec<(Instant, Arc<str>, bool)> = Vec::new();
         let mut old = Vec::new();
-        for (name, r) in &self.book.runners {
+        for (name, r) in self.book.entries() {
             if r.provider != spec.name || !self.is_spare(r) {
                 continue;
             }
@@ -193,7 +193,7 @@ impl Scheduler {
             );
             // An old registration still counts until it is deleted: the new one comes after.
             let have = spares.kept.len() + spares.old.len() + claiming;
-            if have >= target || !self.admission.pending.is_empty() || !self.capacity.slots[i].up {
+            if have >= target || !self.admission.pending().is_empty() || !self.capacity.slot(i).up {
                 continue;
             }
             if let Some(until) = self.warm.hold_until[i].filter(|t| *t > now.mono) {
@@ -202,12 +202,12 @@ impl Scheduler {
             }
             for _ in have..target {
                 let max = self.settings.providers[i].max_concurrent;
-                if self.capacity.host_full() || self.capacity.slots[i].used >= max {
+                if self.capacity.host_full() || self.capacity.slot(i).used >= max {
                     break;
                 }
                 let t = self.warm_target_of(i);
-                if !self.capacity.pacers[t].try_take(now.mono) {
-                    let at = self.capacity.pacers[t].next_slot_at(now.mono);
+                if !self.capacity.pacer_mut(t).try_take(now.mono) {
+                    let at = self.capacity.pacer_mut(t).next_slot_at(now.mono);
                     wake = Some(wake.map_or(at, |w| w.min(at)));
                     break;
                 }
@@ -227,8 +227,7 @@ impl Scheduler {
         };
         let held = |t: usize| {
             self.book
-                .runners
-                .values()
+                .runners()
                 .filter(|r| r.provider == spec.name && r.intent.is_warm())
                 .filter(|r| self.target_index(&r.intent) == t)
                 .count()
@@ -240,8 +239,7 @@ impl Scheduler {
     fn start_warm_claim(&mut self, i: usize, t: usize, fx: &mut Vec<Effect>) {
         let past = self
             .book
-            .runners
-            .values()
+            .runners()
             .filter_map(|r| match r.intent.intent() {
                 Intent::Warm(n) => Some(n),
                 _ => None,
@@ -253,7 +251,7 @@ impl Scheduler {
         self.warm.next += 1;
         self.capacity.take(i);
         self.stats.claims += 1;
-        self.capacity.claiming.insert(key.clone(), t);
+        self.capacity.claiming_mut().insert(key.clone(), t);
         self.warm.claiming.push((key.clone(), i));
         let spec = &self.settings.providers[i];
         let (provider, labels) = (spec.name.clone(), spec.labels.clone());
@@ -285,7 +283,7 @@ impl Scheduler {
     ) {
         let registered = self.keeps_warm(&provider);
         let hit = if registered {
-            self.admission.jobs.get(key).is_none_or(|j| {
+            self.admission.job(key).is_none_or(|j| {
                 !j.timeline
                     .iter()
                     .any(|e| matches!(e.note, super::Note::Claiming { .. }))
@@ -337,10 +335,9 @@ impl Scheduler {
 
     /// Shows pool `i`'s warm runners in `status` and the metrics, when they changed.
     fn show_warm(&mut self, i: usize, view: WarmView) {
-        if self.capacity.slots[i].warm == Some(view) {
+        if !self.capacity.show_warm(i, view) {
             return;
         }
-        self.capacity.slots[i].warm = Some(view);
         self.observe(Observation::WarmRegistered {
             provider: self.settings.providers[i].name.clone(),
             available: view.available,
@@ -358,7 +355,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let t = self.capacity.claiming.remove(&key);
+        let t = self.capacity.claiming_mut().remove(&key);
         self.warm.claiming.retain(|(k, _)| *k != key);
         let i = self.provider_index(&provider);
         let runner = match result {

@@ -1,7 +1,11 @@
 //! Embedding ephemer-actors in a host actix-web app: the host keeps its own routes, mounts one
 //! instance's intake, health, metrics and admin routes under a scope of its choosing, starts
-//! the actors with `system::start`, and shuts the instance down with `Handles::shutdown` while
-//! the host keeps serving.
+//! the actors with `system::start`, reads the instance's status in code with `Admin::status`,
+//! and shuts the instance down with `Handles::shutdown` while the host keeps serving.
+//!
+//! A crate of its own that names only the embedding API (docs/embedding.md): it depends on
+//! `ephemer-actors-core` without the `daemon` feature, so it compiles only while that API is
+//! enough.
 //!
 //! ```sh
 //! cargo run --example embed -- ephemer.toml
@@ -56,6 +60,23 @@ pub fn start_instance(config: &Config) -> Result<Handles, system::StartError> {
     Ok(handles)
 }
 
+/// One line on how the instance stands, read in code (the admin API answers the same).
+pub async fn observe(handles: &Handles) -> String {
+    match Admin::new(handles).status().await {
+        Some(status) => {
+            let s = &status.scheduler;
+            format!(
+                "{} pools, {} jobs waiting, {} runners, {} claims so far",
+                s.providers.len(),
+                s.pending,
+                s.runners,
+                s.stats.claims
+            )
+        }
+        None => "the instance is not running".to_string(),
+    }
+}
+
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let path = std::env::args()
@@ -75,6 +96,10 @@ async fn main() -> anyhow::Result<()> {
     let host = server.handle();
     actix_rt::spawn(server);
 
+    println!(
+        "ephemer-actors instance under /ci: {}",
+        observe(&handles).await
+    );
     tokio::signal::ctrl_c().await?;
     // The instance drains and stops; the host app is still serving `/hello` meanwhile.
     handles.shutdown(config.runner.shutdown_timeout).await;
