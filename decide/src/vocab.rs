@@ -69,15 +69,18 @@ pub enum ProviderKind {
     VmMacos,
     /// A runner process directly on a macOS host.
     NativeMacos,
+    /// A QEMU microVM per job: its own kernel, a copy-on-write disk.
+    LinuxVm,
 }
 
 impl ProviderKind {
     /// All kinds, in routing tie-break order.
-    pub const ALL: [ProviderKind; 4] = [
+    pub const ALL: [ProviderKind; 5] = [
         ProviderKind::Local,
         ProviderKind::Linux,
         ProviderKind::VmMacos,
         ProviderKind::NativeMacos,
+        ProviderKind::LinuxVm,
     ];
 
     /// The name used in config keys, runner names, metrics labels and logs.
@@ -87,6 +90,7 @@ impl ProviderKind {
             ProviderKind::Linux => "linux",
             ProviderKind::VmMacos => "vm_macos",
             ProviderKind::NativeMacos => "native_macos",
+            ProviderKind::LinuxVm => "linux_vm",
         }
     }
 
@@ -97,6 +101,7 @@ impl ProviderKind {
             ProviderKind::Linux => "LinuxProvisioner",
             ProviderKind::VmMacos => "VmMacosProvisioner",
             ProviderKind::NativeMacos => "NativeMacosProvisioner",
+            ProviderKind::LinuxVm => "LinuxVmProvisioner",
         }
     }
 
@@ -107,6 +112,7 @@ impl ProviderKind {
             ProviderKind::Linux => "linux",
             ProviderKind::VmMacos => "vm-macos",
             ProviderKind::NativeMacos => "native-macos",
+            ProviderKind::LinuxVm => "linux-vm",
         }
     }
 }

@@ -157,6 +157,7 @@ impl Standin {
             next_runner_id: 1,
             next_job_id: 1000,
             base_url: String::new(),
+            runner_url: None,
             scalesets: Default::default(),
         }));
         let shared = web::Data::new(routes::Shared {
@@ -291,6 +292,13 @@ impl Standin {
         let id = s.runner_groups.iter().map(|(id, _)| *id).max().unwrap_or(0) + 1;
         s.runner_groups.push((id, name.to_string()));
         id
+    }
+
+    /// The `ServerUrl` runners are handed in their JIT configs, when they reach the stand-in
+    /// elsewhere than the daemon does (a VM's guest: `http://10.0.2.2:PORT`, QEMU's gateway to
+    /// the host's loopback).
+    pub fn set_runner_url(&self, url: &str) {
+        self.state().runner_url = Some(url.trim_end_matches('/').to_string());
     }
 
     /// Puts the webhook target behind a proxy whose public URL is `url`: the hook's

@@ -376,6 +376,11 @@ pub struct State {
     pub next_job_id: u64,
     /// `ServerUrl` written into JIT configs.
     pub base_url: String,
+    /// Where runners reach the stand-in, when not at `base_url` (a VM's guest reaches the
+    /// host's loopback at QEMU's gateway): the `.runner` file's `ServerUrl`, which the real
+    /// listener connects to (actions/runner, `RunnerSettings.ServerUrl` in
+    /// `src/Runner.Common/ConfigurationStore.cs`).
+    pub runner_url: Option<String>,
     /// The Actions service's scale sets, sessions and message queues.
     pub scalesets: crate::scaleset::ScaleSets,
 }

@@ -65,7 +65,9 @@
 //!   token, budget and hook secret): both owners' jobs run, A's empty registration budget holds
 //!   back only A's claims, a delivery signed with A's secret that names B is refused 401, and a
 //!   burst of 20 jobs from A does not keep B's first job from the first free slot;
-//! - `embed.rs` runs `examples/embed.rs` as it is: an instance in a host app runs a job, shuts
+//! - `linux_vm.rs`: `linux_vm` pools, each job's runner in a QEMU microVM of its own (TCG),
+//!   booted from an image the test builds: nothing left, no JIT config on the host.
+//! - `embed.rs` runs `examples/embed/src/main.rs` as it is: an instance in a host app runs a job, shuts
 //!   down with no actor left (asked through weak addresses) while the host keeps serving, and
 //!   starts again on the same state; in fleet mode, no actor and no gauge-writing task is left.
 //! - `cluster.rs`, `cluster_stream.rs`, `cluster_lazy.rs` and `cluster_figures.rs`: `serve`
@@ -119,6 +121,7 @@ mod install;
 mod intake;
 mod jobdir;
 mod leftovers;
+mod linux_vm;
 mod network;
 mod ops;
 mod package;

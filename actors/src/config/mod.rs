@@ -7,8 +7,9 @@
 //!
 //! This module never logs and never prints a secret: secrets live in [`Secret`].
 
-pub mod cluster;
-pub mod net;
+pub(crate) mod cluster;
+pub mod linux_vm;
+pub(crate) mod net;
 mod pools;
 mod raw;
 mod validate;
@@ -113,6 +114,12 @@ pub mod defaults {
     pub const MACOS_BOOT_TIMEOUT: Duration = Duration::from_secs(180);
     /// Apple's licence allows two macOS guests per host.
     pub const MACOS_MAX_VMS: usize = 2;
+    /// `providers.linux_vm.image`
+    pub const LINUX_VM_IMAGE: &str = "/var/lib/ephemer-actors-images/runner.img";
+    /// `providers.linux_vm.boot_timeout`: from QEMU's start to the guest agent's hello.
+    pub const LINUX_VM_BOOT_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `providers.linux_vm.runner_command`: where `image build` puts the runner.
+    pub const LINUX_VM_RUNNER: &str = "/opt/actions-runner/run.sh";
 }
 
 /// The whole, validated configuration.

@@ -42,6 +42,7 @@ impl PoolConfig {
             PoolSpec::Linux(_) => ProviderKind::Linux,
             PoolSpec::VmMacos(_) => ProviderKind::VmMacos,
             PoolSpec::NativeMacos(_) => ProviderKind::NativeMacos,
+            PoolSpec::LinuxVm(_) => ProviderKind::LinuxVm,
         }
     }
 
@@ -73,6 +74,8 @@ pub enum PoolSpec {
     VmMacos(VmMacosConfig),
     /// `kind = "native_macos"`
     NativeMacos(ProcessPoolConfig),
+    /// `kind = "linux_vm"`
+    LinuxVm(super::linux_vm::LinuxVmConfig),
 }
 
 /// Keys every provider table takes.

@@ -248,17 +248,27 @@ pub(crate) struct RawPool {
     pub boot_timeout: Option<String>,
     pub host_keys: Option<String>,
     pub run_args: Option<Vec<String>>,
+    // `linux_vm` (with `image`, `network`, `memory`, `cpus`, `boot_timeout`, `runner_command`).
+    pub kernel: Option<String>,
+    pub initrd: Option<String>,
+    pub disk: Option<String>,
+    pub accel: Option<String>,
+    pub qemu_path: Option<String>,
+    pub qemu_img_path: Option<String>,
 }
 
 impl RawPool {
     /// The kind-specific keys this table sets, by kind that takes them, for "not a key of
     /// this kind" problems.
-    pub fn kind_keys(&self) -> Vec<(&'static str, &'static [&'static str])> {
+    pub(super) fn kind_keys(&self) -> Vec<(&'static str, &'static [&'static str])> {
         const PROCESS: &[&str] = &["local", "native_macos"];
         const LINUX: &[&str] = &["linux"];
         const VM: &[&str] = &["vm_macos"];
         const PROCESS_OR_LINUX: &[&str] = &["local", "native_macos", "linux"];
-        let keys: [(&'static str, bool, &'static [&'static str]); 33] = [
+        const LINUX_OR_LINUX_VM: &[&str] = &["linux", "linux_vm"];
+        const MACOS_OR_LINUX_VM: &[&str] = &["vm_macos", "linux_vm"];
+        const LINUX_VM: &[&str] = &["linux_vm"];
+        let keys: [(&'static str, bool, &'static [&'static str]); 39] = [
             ("runner_dir", self.runner_dir.is_some(), PROCESS),
             ("command", self.command.is_some(), PROCESS_OR_LINUX),
             ("args", self.args.is_some(), PROCESS),
@@ -267,12 +277,12 @@ impl RawPool {
             ("allow_root", self.allow_root.is_some(), PROCESS),
             ("allow_same_user", self.allow_same_user.is_some(), PROCESS),
             ("socket", self.socket.is_some(), LINUX),
-            ("image", self.image.is_some(), LINUX),
-            ("network", self.network.is_some(), LINUX),
+            ("image", self.image.is_some(), LINUX_OR_LINUX_VM),
+            ("network", self.network.is_some(), LINUX_OR_LINUX_VM),
             ("allow_insecure", self.allow_insecure.is_some(), LINUX),
-            ("memory", self.memory.is_some(), LINUX),
+            ("memory", self.memory.is_some(), LINUX_OR_LINUX_VM),
             ("pids_limit", self.pids_limit.is_some(), LINUX),
-            ("cpus", self.cpus.is_some(), LINUX),
+            ("cpus", self.cpus.is_some(), LINUX_OR_LINUX_VM),
             ("read_only_root", self.read_only_root.is_some(), LINUX),
             ("cap_add", self.cap_add.is_some(), LINUX),
             ("pull", self.pull.is_some(), LINUX),
@@ -286,12 +296,26 @@ impl RawPool {
             ("docker_access", self.docker_access.is_some(), LINUX),
             ("base_image", self.base_image.is_some(), VM),
             ("ssh_user", self.ssh_user.is_some(), VM),
-            ("runner_command", self.runner_command.is_some(), VM),
+            (
+                "runner_command",
+                self.runner_command.is_some(),
+                MACOS_OR_LINUX_VM,
+            ),
             ("tart_path", self.tart_path.is_some(), VM),
             ("ssh_path", self.ssh_path.is_some(), VM),
-            ("boot_timeout", self.boot_timeout.is_some(), VM),
+            (
+                "boot_timeout",
+                self.boot_timeout.is_some(),
+                MACOS_OR_LINUX_VM,
+            ),
             ("host_keys", self.host_keys.is_some(), VM),
             ("run_args", self.run_args.is_some(), VM),
+            ("kernel", self.kernel.is_some(), LINUX_VM),
+            ("initrd", self.initrd.is_some(), LINUX_VM),
+            ("disk", self.disk.is_some(), LINUX_VM),
+            ("accel", self.accel.is_some(), LINUX_VM),
+            ("qemu_path", self.qemu_path.is_some(), LINUX_VM),
+            ("qemu_img_path", self.qemu_img_path.is_some(), LINUX_VM),
         ];
         keys.into_iter()
             .filter(|(_, set, _)| *set)

@@ -7,6 +7,7 @@ use super::{
     Backend, Finding, ProvisionError,
     container::{ContainerBackend, ContainerSettings},
     process::{KILL_GRACE, ProcessBackend, ProcessSettings},
+    qemu::{QemuBackend, QemuSettings},
     tart::{TartBackend, TartSettings},
 };
 use crate::config::{Config, PoolConfig, PoolSpec};
@@ -20,6 +21,8 @@ pub enum PoolSettings {
     Container(ContainerSettings),
     /// `vm_macos`.
     Tart(TartSettings),
+    /// `linux_vm`.
+    Qemu(QemuSettings),
 }
 
 /// Every enabled process pool's work root and runner name prefix: `run_as` users are handed
@@ -101,6 +104,14 @@ pub fn pool_settings(
             known_hosts: config.state.dir.join("tart-known-hosts"),
             vm_hosts: config.state.dir.join("tart-hosts"),
         }),
+        PoolSpec::LinuxVm(v) => PoolSettings::Qemu(QemuSettings {
+            pool: name,
+            env,
+            vm: v.clone(),
+            name_prefix,
+            run_dir: config.state.dir.join("vms"),
+            log_dir,
+        }),
     }
 }
 
@@ -113,6 +124,8 @@ pub enum PoolBackend {
     Container(ContainerBackend),
     /// `vm_macos`.
     Tart(TartBackend),
+    /// `linux_vm`.
+    Qemu(QemuBackend),
 }
 
 impl PoolBackend {
@@ -122,6 +135,7 @@ impl PoolBackend {
             PoolBackend::Process(b) => b.clone().probe().await,
             PoolBackend::Container(b) => b.clone().probe().await,
             PoolBackend::Tart(b) => b.clone().probe().await,
+            PoolBackend::Qemu(b) => b.clone().probe().await,
         }
     }
 
@@ -131,6 +145,7 @@ impl PoolBackend {
             PoolBackend::Process(b) => b.clone().doctor_checks().await,
             PoolBackend::Container(b) => b.clone().doctor_checks().await,
             PoolBackend::Tart(b) => b.clone().doctor_checks().await,
+            PoolBackend::Qemu(b) => b.clone().doctor_checks().await,
         }
     }
 
@@ -142,6 +157,7 @@ impl PoolBackend {
             PoolBackend::Process(b) => b.clone().runner_version().await,
             PoolBackend::Container(b) => b.clone().runner_version().await,
             PoolBackend::Tart(b) => b.clone().runner_version().await,
+            PoolBackend::Qemu(b) => b.clone().runner_version().await,
         }
     }
 }
@@ -158,5 +174,6 @@ pub fn backend(
         }
         PoolSettings::Container(s) => PoolBackend::Container(ContainerBackend::new(s)?),
         PoolSettings::Tart(s) => PoolBackend::Tart(TartBackend::new(s)),
+        PoolSettings::Qemu(s) => PoolBackend::Qemu(QemuBackend::new(s)),
     })
 }

@@ -12,7 +12,7 @@ mod container_version;
 mod container_warm;
 mod image;
 pub mod install;
-pub mod jobdir;
+pub(crate) mod jobdir;
 pub mod leftovers;
 mod named;
 mod owned;
@@ -24,9 +24,10 @@ pub mod reach;
 pub mod runner_env;
 mod spawn;
 mod supervisor;
+pub mod qemu;
 pub mod tart;
 pub mod trust;
-pub mod users;
+pub(crate) mod users;
 pub mod warm;
 
 use std::pin::Pin;
@@ -37,8 +38,8 @@ pub use ephemer_decide::provision::{
     ExitReason, ProvisionError, RunnerEventKind, RunnerSpec, WarmView, warm_keeping,
 };
 pub use named::{
-    LinuxProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring, VmMacosProvisioner,
-    start_linux, start_process, start_vm_macos,
+    LinuxProvisioner, LinuxVmProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring,
+    VmMacosProvisioner, start_linux, start_linux_vm, start_process, start_vm_macos,
 };
 pub use spawn::{check_executable, spawn_error};
 
@@ -211,6 +212,19 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     fn probe(self) -> impl Future<Output = Result<(), ProvisionError>> {
         async { Ok(()) }
     }
+}
+
+/// `result` of starting runner `name`; a start that failed half-way leaves nothing: what it
+/// made (a VM, its disk) is stopped and removed before the failure is reported.
+pub(crate) async fn stopped_on_failure<B: Backend>(
+    backend: B,
+    name: String,
+    result: Result<RunningRunner, ProvisionError>,
+) -> Result<RunningRunner, ProvisionError> {
+    if result.is_err() {
+        backend.stop(name).await;
+    }
+    result
 }
 
 /// Resolves when a runner's row is in the store. A restart removes every environment the

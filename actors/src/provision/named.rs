@@ -1,4 +1,4 @@
-//! The four provisioners of the design card, as types: each is the one generic
+//! The five provisioners of the design card, as types: each is the one generic
 //! [`ProvisionerSupervisor`] (restart policy, host check) over the one generic
 //! [`ProvisionerActor`] (watch, timeout, teardown), statically bound to its backend:
 //!
@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`LinuxProvisioner`] | [`ContainerBackend`] | its own container on a Docker-compatible engine |
 //! | [`VmMacosProvisioner`] | [`TartBackend`] | its own cloned macOS VM, driven by `tart` |
+//! | [`LinuxVmProvisioner`] | [`QemuBackend`] | its own QEMU microVM: a kernel of its own, a fresh disk |
 //! | [`LocalProvisioner`] | [`ProcessBackend`] | a process on this host, from its own directory |
 //! | [`NativeMacosProvisioner`] | [`ProcessBackend`] | a process directly on a macOS host |
 //!
@@ -23,6 +24,7 @@ use super::{
     Backend, ProviderStatus, ProvisionerHandle, ProvisionerSupervisor, RunnerEvent,
     container::{ContainerBackend, ContainerSettings},
     process::{ProcessBackend, ProcessSettings},
+    qemu::{QemuBackend, QemuSettings},
     tart::{TartBackend, TartSettings},
 };
 use crate::{clock::Clock, config::RestartConfig, metrics::Metrics};
@@ -31,6 +33,8 @@ use crate::{clock::Clock, config::RestartConfig, metrics::Metrics};
 pub type LinuxProvisioner = ProvisionerSupervisor<ContainerBackend>;
 /// `VmMacosProvisioner`: each runner in its own cloned macOS VM, driven by `tart`.
 pub type VmMacosProvisioner = ProvisionerSupervisor<TartBackend>;
+/// `LinuxVmProvisioner`: each runner in its own QEMU microVM.
+pub type LinuxVmProvisioner = ProvisionerSupervisor<QemuBackend>;
 /// `LocalProvisioner`: each runner a process on this host, from its own work directory.
 pub type LocalProvisioner = ProvisionerSupervisor<ProcessBackend>;
 /// `NativeMacosProvisioner`: each runner a process directly on a macOS host (weak isolation,
@@ -97,6 +101,11 @@ pub fn start_linux(
     wiring: PoolWiring,
 ) -> Result<ProvisionerHandle, super::BackendError> {
     Ok(wiring.start(ContainerBackend::new(settings)?))
+}
+
+/// Starts a `linux_vm` pool.
+pub fn start_linux_vm(settings: QemuSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    wiring.start(QemuBackend::new(settings))
 }
 
 /// Starts a `vm_macos` pool.

@@ -16,7 +16,7 @@ use crate::{
     provision::{
         PoolWiring, ProviderStatus, ProvisionerHandle, RunnerEvent,
         build::{PoolSettings, pool_settings},
-        start_linux, start_process, start_vm_macos,
+        start_linux, start_linux_vm, start_process, start_vm_macos,
     },
     release::{actor::ReleaseActor, installs::ManagedInstalls},
 };
@@ -94,6 +94,7 @@ pub(super) fn start(
                 })?
             }
             PoolSettings::Tart(s) => start_vm_macos(s, wired),
+            PoolSettings::Qemu(s) => start_linux_vm(s, wired),
         };
         provisioners.insert(name, supervisor);
     }

@@ -9,6 +9,7 @@ pub mod provision;
 pub mod proxy;
 pub mod registry;
 pub mod tls;
+pub mod vm;
 
 use std::{
     path::{Path, PathBuf},

@@ -22,6 +22,7 @@ mod cluster_tests;
 mod containers;
 mod github;
 mod host_paths;
+mod linux_vm;
 mod network;
 #[cfg(test)]
 mod pool_tests;

@@ -575,3 +575,91 @@ fn binds_and_devices_are_judged_on_the_path_they_resolve_to() {
     let open = text.replace("devices = [", "allow_host_paths = true\ndevices = [");
     assert_eq!(linux_problems(&open), Vec::<String>::new());
 }
+
+#[test]
+fn a_linux_vm_pool_reads_every_key_and_says_each_problem_with_its_key() {
+    let c = load(
+        r#"
+        [providers.linux_vm]
+        enabled = false
+        kernel = ""
+        image = "/var/lib/ephemer-actors-images/runner.img"
+        cpus = 2
+        memory = "4GiB"
+        disk = "20GiB"
+        network = "user"
+        accel = "kvm"
+        labels = ["self-hosted", "linux", "x64", "vm"]
+        max_concurrent = 2
+        [providers.vms]
+        kind = "linux_vm"
+        image = "/srv/img/runner.qcow2"
+        kernel = "/srv/vmlinuz"
+        accel = "tcg"
+        network = "none"
+        memory = "512MiB"
+        warm = 1
+        warm_mode = "registered"
+        "#,
+        &Environment::default(),
+    )
+    .unwrap();
+    let vm = |name: &str| match &c
+        .providers
+        .pools
+        .iter()
+        .find(|p| p.name.as_str() == name)
+        .unwrap()
+        .spec
+    {
+        PoolSpec::LinuxVm(v) => v.clone(),
+        other => panic!("{other:?}"),
+    };
+    let contract = vm("linux_vm");
+    assert_eq!(contract.kernel, None, "\"\": the host's cloud kernel");
+    assert_eq!(
+        (contract.cpus, contract.memory, contract.disk),
+        (2, 4 << 30, 20 << 30)
+    );
+    assert_eq!(contract.network, crate::config::linux_vm::VmNetwork::User);
+    assert_eq!(contract.accel, crate::config::linux_vm::Accel::Kvm);
+    let vms = vm("vms");
+    assert_eq!(
+        vms.kernel.as_deref(),
+        Some(std::path::Path::new("/srv/vmlinuz"))
+    );
+    assert_eq!(vms.accel, crate::config::linux_vm::Accel::Tcg);
+    assert_eq!(vms.network, crate::config::linux_vm::VmNetwork::None);
+    assert_eq!(vms.memory, 512 << 20);
+
+    let bad = keys(
+        r#"
+        [providers.linux_vm]
+        kernel = "vmlinuz"
+        image = "runner.img"
+        cpus = 1.5
+        memory = "100MiB"
+        disk = "10MiB"
+        network = "bridge"
+        accel = "hvf"
+        boot_timeout = "0s"
+        socket = "unix:///run/podman.sock"
+        warm = 1
+        "#,
+    );
+    assert_has_keys(
+        &bad,
+        &[
+            "providers.linux_vm.kernel",
+            "providers.linux_vm.image",
+            "providers.linux_vm.cpus",
+            "providers.linux_vm.memory",
+            "providers.linux_vm.disk",
+            "providers.linux_vm.network",
+            "providers.linux_vm.accel",
+            "providers.linux_vm.boot_timeout",
+            "providers.linux_vm.socket",
+            "providers.linux_vm.warm",
+        ],
+    );
+}

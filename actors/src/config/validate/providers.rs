@@ -33,6 +33,10 @@ fn kind_defaults(kind: ProviderKind) -> KindDefaults {
             labels: &["self-hosted", "macos", "arm64", "native"],
             max_concurrent: 1,
         },
+        ProviderKind::LinuxVm => KindDefaults {
+            labels: &["self-hosted", "linux", "x64", "vm"],
+            max_concurrent: 2,
+        },
     }
 }
 
@@ -173,8 +177,8 @@ fn pool_kind(
                 p.push(
                     format!("{key}.kind"),
                     format!(
-                        "{text:?} must be \"local\", \"linux\", \"vm_macos\" or \
-                         \"native_macos\""
+                        "{text:?} must be \"local\", \"linux\", \"vm_macos\", \
+                         \"native_macos\" or \"linux_vm\""
                     ),
                 );
                 None
@@ -185,7 +189,7 @@ fn pool_kind(
             p.push(
                 format!("{key}.kind"),
                 "required for a pool not named after its kind: \"local\", \"linux\", \
-                 \"vm_macos\" or \"native_macos\"",
+                 \"vm_macos\", \"native_macos\" or \"linux_vm\"",
             );
             None
         }
@@ -232,6 +236,17 @@ pub(super) fn build_providers(
                 PoolSpec::Linux(super::containers::build_linux(&key, r, enabled, p))
             }
             ProviderKind::VmMacos => PoolSpec::VmMacos(build_vm(&key, r, &common, p)),
+            ProviderKind::LinuxVm => {
+                if common.warm.booted() {
+                    p.push(
+                        format!("{key}.warm"),
+                        "a linux_vm pool keeps no VM booted ahead of its claim: set \
+                         warm_mode = \"registered\" (runners claimed ahead, each VM booted \
+                         at its job)",
+                    );
+                }
+                PoolSpec::LinuxVm(super::linux_vm::build_linux_vm(&key, r, p))
+            }
         };
         pools.push(PoolConfig {
             name: PoolName::new(&name),
@@ -246,7 +261,7 @@ pub(super) fn build_providers(
         p.push(
             "providers",
             "no provider is enabled: add a [providers.NAME] table (e.g. providers.local, \
-             providers.linux, providers.vm_macos, providers.native_macos)",
+             providers.linux, providers.vm_macos, providers.native_macos, providers.linux_vm)",
         );
     }
     providers

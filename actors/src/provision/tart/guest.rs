@@ -23,8 +23,8 @@ pub(super) fn remote_command(runner_command: &str) -> String {
     )
 }
 
-/// What [`remote_command`] reads on stdin.
-pub(super) fn stdin_payload(env: &RunnerEnv, jit_config: &str) -> Vec<u8> {
+/// What [`remote_command`] reads on stdin, and a `linux_vm` guest's agent on its port.
+pub(in crate::provision) fn stdin_payload(env: &RunnerEnv, jit_config: &str) -> Vec<u8> {
     use base64::Engine;
     let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
     let mut out = String::new();

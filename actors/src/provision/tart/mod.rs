@@ -7,7 +7,7 @@
 //! at start-up the same for every VM named with our prefix. The pool is capped at two VMs by
 //! config validation: Apple's limit per host.
 
-mod guest;
+pub(super) mod guest;
 mod host_keys;
 
 use std::{path::PathBuf, process::Stdio, rc::Rc, time::Duration};
@@ -298,10 +298,7 @@ impl Backend for TartBackend {
     async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
         let name = spec.name.clone();
         let result = self.boot_and_run(spec).await;
-        if result.is_err() {
-            self.clone().stop(name).await;
-        }
-        result
+        super::stopped_on_failure(self, name, result).await
     }
 
     async fn stop(self, name: String) {

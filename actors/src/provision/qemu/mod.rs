@@ -1,0 +1,332 @@
+//! `QemuBackend`: one QEMU microVM per job (`kind = "linux_vm"`), a kernel of its own between
+//! the job and the host.
+//!
+//! Per job, in its run directory (`state.dir/vms/<runner>`, 0700): a copy-on-write overlay on
+//! the image (`qemu-img create -f qcow2 -b <image>`; the image is never written), QEMU with the
+//! `microvm` machine and direct kernel boot ([`args`]), the guest agent's hello on the VM's
+//! second serial port, then the runner's variables and JIT config handed over that port
+//! ([`agent`]; never on QEMU's command line, in its environment or in a file). The VM ends when
+//! its runner does (the agent powers it off) or at teardown (QEMU killed, the run directory
+//! removed). A restart reaps every run directory of the pool's prefix, with its QEMU.
+
+mod agent;
+mod args;
+mod image;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    rc::Rc,
+    time::Duration,
+};
+
+use tokio::process::Command;
+
+use super::{
+    Backend, Finding, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner, check_executable,
+    spawn_error,
+};
+use crate::config::{
+    PoolName, ProviderKind, Secret,
+    linux_vm::{Accel, LinuxVmConfig},
+};
+use agent::Agent;
+use args::{VmFiles, VmShape, cloud_kernel, initrd_beside, qemu_args};
+
+/// Settings of the QEMU backend.
+#[derive(Debug, Clone)]
+pub struct QemuSettings {
+    /// The pool (`[providers.NAME]`).
+    pub pool: PoolName,
+    /// What the runner gets in its environment besides its JIT config.
+    pub env: RunnerEnv,
+    /// The pool's VM keys.
+    pub vm: LinuxVmConfig,
+    /// VM names of this pool start with this.
+    pub name_prefix: String,
+    /// Where each VM's run directory goes (`state.dir/vms`).
+    pub run_dir: PathBuf,
+    /// Where QEMU's own output and the guest's console go.
+    pub log_dir: PathBuf,
+}
+
+/// Runs runners in QEMU microVMs.
+#[derive(Debug, Clone)]
+pub struct QemuBackend {
+    s: Rc<QemuSettings>,
+}
+
+/// How long a guest whose runner exited may take to power off before QEMU is stopped.
+const POWER_OFF_GRACE: Duration = Duration::from_secs(30);
+
+impl QemuBackend {
+    /// A backend with these settings.
+    pub fn new(settings: QemuSettings) -> Self {
+        QemuBackend {
+            s: Rc::new(settings),
+        }
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &QemuSettings {
+        &self.s
+    }
+
+    /// The kernel and initramfs each VM boots.
+    fn boot_files(&self) -> Result<(PathBuf, Option<PathBuf>), ProvisionError> {
+        let kernel = match &self.s.vm.kernel {
+            Some(k) => k.clone(),
+            None => cloud_kernel(Path::new("/boot")).ok_or_else(|| {
+                ProvisionError::HostUnavailable(
+                    "no kernel: install linux-image-cloud-amd64 (or set the pool's kernel)"
+                        .to_string(),
+                )
+            })?,
+        };
+        let initrd = self.s.vm.initrd.clone().or_else(|| initrd_beside(&kernel));
+        Ok((kernel, initrd))
+    }
+
+    fn vm_dir(&self, name: &str) -> PathBuf {
+        self.s.run_dir.join(name)
+    }
+
+    /// Makes `name`'s overlay, starts its QEMU, and waits for the agent's hello.
+    async fn boot(&self, name: &str) -> Result<(tokio::process::Child, Agent), ProvisionError> {
+        let host = |what: &str, e: std::io::Error| {
+            ProvisionError::HostUnavailable(format!("cannot {what}: {e}"))
+        };
+        let (kernel, initrd) = self.boot_files()?;
+        crate::harden::private_dir(&self.s.run_dir)
+            .map_err(|e| host("make the VMs' run directory", e))?;
+        let dir = self.vm_dir(name);
+        crate::harden::private_dir(&dir).map_err(|e| host("make the VM's run directory", e))?;
+        let files = VmFiles::in_dir(&dir);
+        image::overlay(&self.s.vm.qemu_img_path, &self.s.vm.image, &files.overlay, self.s.vm.disk).await?;
+        let shape = VmShape {
+            accel: self.s.vm.accel,
+            cpus: self.s.vm.cpus,
+            memory: self.s.vm.memory,
+            kernel: &kernel,
+            initrd: initrd.as_deref(),
+            network: self.s.vm.network,
+            tsc_khz: std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|c| args::host_tsc_khz(&c)),
+        };
+        std::fs::create_dir_all(&self.s.log_dir).map_err(|e| host("create the log directory", e))?;
+        let log = crate::harden::private_file(&self.s.log_dir.join(format!("{name}.log")), true)
+            .map_err(|e| host("open the VM's log", e))?;
+        let err = log.try_clone().map_err(|e| host("share the VM's log", e))?;
+        let console = log.try_clone().map_err(|e| host("share the VM's log", e))?;
+        let child = Command::new(&self.s.vm.qemu_path)
+            .args(qemu_args(name, &shape, &files))
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| spawn_error(&format!("cannot run {}", self.s.vm.qemu_path.display()), &e))?;
+        let pid = child.id();
+        let alive = || pid.is_some_and(running);
+        let agent = Agent::hello(&files.agent, self.s.vm.boot_timeout, alive, console).await?;
+        Ok((child, agent))
+    }
+
+    /// What the agent is handed: the pool's variables, the runner's start script, the JIT
+    /// config.
+    fn payload(&self, jit_config: &str) -> Vec<u8> {
+        let mut env = self.s.env.clone();
+        env.vars.push((
+            "EPHEMER_RUNNER_COMMAND".into(),
+            Secret::new(&self.s.vm.runner_command),
+        ));
+        let mut payload = super::tart::guest::stdin_payload(&env, jit_config);
+        // The JIT config's line ends: ssh's pipe closes after it, the agent's port does not.
+        payload.push(b'\n');
+        payload
+    }
+
+    async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
+        let (mut child, mut agent) = self.boot(&spec.name).await?;
+        agent.start(&self.payload(spec.jit_config.expose())).await?;
+        tracing::info!(runner = %spec.name, pool = %self.s.pool, "runner started in its VM");
+        Ok(RunningRunner {
+            exited: Box::pin(async move {
+                let code = tokio::select! {
+                    code = agent.exit() => code,
+                    _ = child.wait() => None,
+                };
+                // The agent powers the VM off after the runner; a guest that does not is
+                // stopped by the teardown that follows.
+                let _ = tokio::time::timeout(POWER_OFF_GRACE, child.wait()).await;
+                code
+            }),
+        })
+    }
+
+    /// Stops VM `name`'s QEMU (by its pid file, if that pid is still its QEMU) and waits for
+    /// it to go.
+    async fn kill(&self, name: &str) {
+        let files = VmFiles::in_dir(&self.vm_dir(name));
+        let Some(pid) = std::fs::read_to_string(&files.pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        else {
+            return;
+        };
+        if !is_our_qemu(pid, name) {
+            return;
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        for _ in 0..100 {
+            if !running(pid as u32) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::warn!(vm = %name, pid, "QEMU still runs 5 s after SIGKILL");
+    }
+
+    /// The run directories of this pool's VMs.
+    fn vm_names(&self) -> Vec<String> {
+        std::fs::read_dir(&self.s.run_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&self.s.name_prefix))
+            .collect()
+    }
+}
+
+/// Whether process `pid` runs (and is not a zombie waiting to be reaped).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+/// Whether `pid` is VM `name`'s QEMU (a pid file can outlive its process, and pids are
+/// reused): its command line names the VM.
+fn is_our_qemu(pid: i32, name: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg == format!("{name},process={name}").as_bytes())
+    })
+}
+
+impl Backend for QemuBackend {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::LinuxVm
+    }
+
+    fn pool(&self) -> &PoolName {
+        &self.s.pool
+    }
+
+    async fn start(self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
+        let name = spec.name.clone();
+        let result = self.boot_and_run(spec).await;
+        super::stopped_on_failure(self, name, result).await
+    }
+
+    async fn stop(self, name: String) {
+        self.kill(&name).await;
+        let dir = self.vm_dir(&name);
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(vm = %name, dir = %dir.display(), error = %e, "cannot remove the VM's run directory");
+        }
+    }
+
+    async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
+        let names: Vec<String> = self
+            .vm_names()
+            .into_iter()
+            .filter(|n| !keep.contains(n))
+            .collect();
+        for name in &names {
+            self.clone().stop(name.clone()).await;
+        }
+        names
+    }
+
+    /// A VM is not re-attached: its agent's port and QEMU's exit belong to the daemon that
+    /// started it. A restart reaps it, and the job's runner is claimed anew.
+    async fn adopt(self, _name: String) -> Option<RunningRunner> {
+        None
+    }
+
+    async fn probe(self) -> Result<(), ProvisionError> {
+        check_executable(&self.s.vm.qemu_path, "the QEMU system emulator (qemu-system-x86)")?;
+        check_executable(&self.s.vm.qemu_img_path, "qemu-img (qemu-utils)")?;
+        let (kernel, initrd) = self.boot_files()?;
+        for (what, path) in [("kernel", Some(&kernel)), ("initrd", initrd.as_ref())] {
+            if let Some(path) = path {
+                std::fs::File::open(path).map_err(|e| {
+                    ProvisionError::HostUnavailable(format!(
+                        "cannot read the {what} {}: {e}",
+                        path.display()
+                    ))
+                })?;
+            }
+        }
+        image::check(&self.s.vm.image)?;
+        if self.s.vm.accel == Accel::Kvm {
+            image::kvm_works(&self.s.vm.qemu_path)
+                .await
+                .map_err(ProvisionError::HostUnavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn doctor_checks(self) -> Vec<Finding> {
+        let mut found = Vec::new();
+        match self.boot_files() {
+            Ok((kernel, initrd)) => found.push(Finding::Ok(format!(
+                "kernel {}{}",
+                kernel.display(),
+                initrd.map_or(String::new(), |i| format!(", initrd {}", i.display()))
+            ))),
+            Err(e) => found.push(Finding::Fail(e.to_string())),
+        }
+        found.push(match image::check(&self.s.vm.image) {
+            Ok(()) => Finding::Ok(format!("image {}", self.s.vm.image.display())),
+            Err(e) => Finding::Fail(format!(
+                "{e}: build one with contrib/linux-vm/build-image (docs/providers.md)"
+            )),
+        });
+        found.push(match self.s.vm.accel {
+            Accel::Kvm => match image::kvm_works(&self.s.vm.qemu_path).await {
+                Ok(()) => Finding::Ok("/dev/kvm opens and makes a VM".into()),
+                Err(e) => Finding::Fail(e),
+            },
+            Accel::Tcg => Finding::Warn(
+                "accel = \"tcg\": software emulation, 10-50x slower than KVM (meant for tests)"
+                    .into(),
+            ),
+        });
+        found
+    }
+
+    fn startup_warning(&self) -> Option<String> {
+        (self.s.vm.accel == Accel::Tcg).then(|| {
+            format!(
+                "pool {}: accel = \"tcg\" emulates each VM in software, 10-50x slower than KVM",
+                self.s.pool
+            )
+        })
+    }
+}

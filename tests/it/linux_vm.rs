@@ -1,0 +1,129 @@
+//! `linux_vm` pools end to end: the real daemon, the stand-in GitHub, and each job's stand-in
+//! runner in a QEMU microVM of its own (TCG: nested KVM does not boot guests here), booted from
+//! an image the test builds (`support::vm`).
+
+use std::time::Duration;
+
+use github_standin::{RunnerBehavior, Standin};
+
+use crate::support::{daemon::Daemon, provision::eventually, vm};
+
+const LABELS: &[&str] = &["self-hosted", "linux", "vm"];
+
+/// The stand-in, with runners handed its address as the guest reaches it (QEMU's gateway to
+/// the host's loopback).
+fn standin(job_ms: u64) -> Standin {
+    let standin = crate::support::standin(100);
+    standin.set_runner_url(&format!("http://10.0.2.2:{}", standin.addr().port()));
+    standin.set_behavior(RunnerBehavior {
+        job_ms,
+        ..RunnerBehavior::default()
+    });
+    standin
+}
+
+/// The daemon's VM run directories left (`state.dir/vms`).
+fn run_dirs(daemon: &Daemon) -> Vec<String> {
+    let state = daemon.config.parent().unwrap();
+    walk_for_vms(state)
+}
+
+fn walk_for_vms(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "vms") {
+                found.extend(
+                    std::fs::read_dir(&path)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().to_string()),
+                );
+            } else {
+                found.extend(walk_for_vms(&path));
+            }
+        }
+    }
+    found
+}
+
+/// The QEMU processes of `daemon`'s runners.
+fn qemus_of(daemon: &Daemon) -> Vec<(u32, String)> {
+    let prefix = daemon.prefix();
+    vm::qemus()
+        .into_iter()
+        .filter(|(_, cmdline)| cmdline.contains(&prefix))
+        .collect()
+}
+
+/// Kills `prefix`'s QEMU processes when the test ends, passed or not: a failed test drops its
+/// daemon with SIGKILL, and a VM outlives it (the next start would reap it; a test's state
+/// directory is gone by then), taking a core from every later test.
+struct KillVms(String);
+
+impl Drop for KillVms {
+    fn drop(&mut self) {
+        for (pid, cmdline) in vm::qemus() {
+            if cmdline.contains(&self.0) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_host() {
+    let Some(image) = vm::image() else { return };
+    let before = std::fs::read(&image).unwrap();
+    let standin = standin(3000);
+    // One VM at a time: two TCG guests take both cores of these machines for half a minute,
+    // which other tests running beside this one feel.
+    let daemon = Daemon::start(&standin, "", &vm::provider(&image, 1)).await;
+    let _vms = KillVms(daemon.prefix());
+    standin.queue_jobs("app", LABELS, 2);
+
+    // While the VMs run: no QEMU's command line or environment holds a runner's token.
+    eventually("a VM to run", Duration::from_secs(240), || {
+        !qemus_of(&daemon).is_empty()
+    })
+    .await;
+    let mut looked = 0;
+    while standin.jobs_in("completed") < 2 && looked < 600 {
+        for (pid, cmdline) in qemus_of(&daemon) {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let environ = String::from_utf8_lossy(&environ).to_string();
+            for r in standin.runners() {
+                assert!(
+                    !cmdline.contains(&r.token) && !environ.contains(&r.token),
+                    "runner {}'s token on QEMU's command line or in its environment",
+                    r.name
+                );
+            }
+            assert!(!cmdline.contains("JITCONFIG") && !environ.contains("JITCONFIG"));
+        }
+        looked += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(300))
+        .await;
+    daemon.wait_no_runner_left(&standin).await;
+    eventually("every VM gone", Duration::from_secs(30), || {
+        qemus_of(&daemon).is_empty() && run_dirs(&daemon).is_empty()
+    })
+    .await;
+    assert_eq!(
+        std::fs::read(&image).unwrap(),
+        before,
+        "a job wrote the image"
+    );
+    let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    for r in standin.runners() {
+        assert!(!logs.contains(&r.token), "a runner's token in the log");
+    }
+}
