@@ -4,7 +4,7 @@
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// Why a warm environment was thrown away, the `reason` label.
-pub const DISCARD_REASONS: [&str; 5] = ["age", "dead", "failed", "stale", "surplus"];
+pub(crate) const DISCARD_REASONS: [&str; 6] = ["age", "dead", "failed", "stale", "surplus", "user"];
 
 /// The series.
 #[derive(Debug, Clone)]
@@ -19,7 +19,8 @@ pub struct WarmMetrics {
     /// `ephemerd_warm_discarded_total{pool,reason}`: warm environments thrown away: `age`
     /// (older than `warm_max_age`), `dead` (failed its readiness check), `failed` (its boot
     /// failed), `stale` (built from what is no longer current), `surplus` (more than the
-    /// pool keeps now: a window closed, a cordon, a drain).
+    /// pool keeps now: a window closed, a cordon, a drain), `user` (its `run_as` user went to
+    /// a claimed job's runner waiting for it).
     pub discarded: IntCounterVec,
     /// `ephemerd_pickup_seconds{pool,warm}`: queued to runner process started, by whether
     /// the runner started in a warm environment (`hit`) or not (`miss`).

@@ -25,6 +25,9 @@ impl ProcessBackend {
         if !self.s.work_root.join(name).is_dir() {
             return Err("dead");
         }
+        if self.user_wanted(prepared.user.as_deref()) {
+            return Err("user");
+        }
         if let (Some(lease), Some(current)) = (
             &prepared.lease,
             self.managed.as_ref().and_then(|m| m.current()),

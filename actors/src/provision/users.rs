@@ -20,19 +20,27 @@ use crate::config::PoolName;
 
 /// What the host says of one candidate user, besides the runner asking.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// Pools whose runners (or warm directories) hold the user now.
     pub held_by: Vec<PoolName>,
     /// Pools with a job directory of the user in their work root.
     pub dirs_of: Vec<PoolName>,
     /// The user runs a process.
     pub busy: bool,
+    /// A claimed job's runner waits for the user.
+    pub wanted: bool,
 }
 
 /// The first of `users` free for a runner of `pool`, or why none is. `shared`: the pool's
 /// single user serves all of its runners, so its own holds, directories and processes do not
-/// count (only another pool's do).
-pub fn pick(pool: &PoolName, shared: bool, users: &[(String, Seen)]) -> Result<usize, UserTaken> {
+/// count (only another pool's do). `warm`: the runner is a warm directory, which never takes a
+/// user a claimed job's runner waits for.
+pub(crate) fn pick(
+    pool: &PoolName,
+    shared: bool,
+    warm: bool,
+    users: &[(String, Seen)],
+) -> Result<usize, UserTaken> {
     let mut why = Vec::new();
     for (i, (user, seen)) in users.iter().enumerate() {
         let counts = |p: &PoolName| !shared || p != pool;
@@ -42,6 +50,8 @@ pub fn pick(pool: &PoolName, shared: bool, users: &[(String, Seen)]) -> Result<u
             Busy::Directory(p.clone())
         } else if seen.busy && !shared {
             Busy::Process
+        } else if seen.wanted && warm {
+            Busy::Wanted
         } else {
             return Ok(i);
         };
@@ -52,13 +62,15 @@ pub fn pick(pool: &PoolName, shared: bool, users: &[(String, Seen)]) -> Result<u
 
 /// What keeps a user from a runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Busy {
+pub(crate) enum Busy {
     /// It runs a job of this pool.
     Job(PoolName),
     /// It owns a job directory of this pool.
     Directory(PoolName),
     /// It runs a process no runner of it started.
     Process,
+    /// A claimed job's runner waits for it (a warm directory's view).
+    Wanted,
 }
 
 impl std::fmt::Display for Busy {
@@ -67,13 +79,14 @@ impl std::fmt::Display for Busy {
             Busy::Job(p) => write!(f, "runs a job of pool {p}"),
             Busy::Directory(p) => write!(f, "owns a job directory of pool {p}"),
             Busy::Process => f.write_str("still runs a process"),
+            Busy::Wanted => f.write_str("is waited for by a claimed job's runner"),
         }
     }
 }
 
 /// Why no user (or not this one) can serve a runner now.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UserTaken {
+pub(crate) enum UserTaken {
     /// Every user of the pool is taken, each for its reason.
     #[error(
         "each of the {} run_as users is taken ({}): a user serves one job at a time on this \
@@ -95,6 +108,8 @@ struct Hold {
 }
 
 static HOLDS: Mutex<BTreeMap<String, Hold>> = Mutex::new(BTreeMap::new());
+/// The uids each waiting runner (of a claimed job) could take, by runner directory name.
+static WANTS: Mutex<BTreeMap<String, Vec<u32>>> = Mutex::new(BTreeMap::new());
 
 fn holds() -> MutexGuard<'static, BTreeMap<String, Hold>> {
     HOLDS
@@ -115,20 +130,51 @@ pub struct WorkRoot {
 
 /// One user of a pool's `run_as`: its name and uid.
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The user's name.
     pub name: String,
     /// Its uid.
     pub uid: u32,
 }
 
+fn wants() -> MutexGuard<'static, BTreeMap<String, Vec<u32>>> {
+    WANTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A claimed job's runner waiting for one of its users: while it lives, warm directories take
+/// none of them and give up the one they hold ([`wanted`]), so an idle warm directory never
+/// keeps a job waiting.
+#[derive(Debug)]
+pub(crate) struct Want(String);
+
+impl Want {
+    /// Runner directory `name` waits for any of `users`.
+    pub(crate) fn new(name: &str, users: &[Candidate]) -> Self {
+        wants().insert(name.to_string(), users.iter().map(|u| u.uid).collect());
+        Want(name.to_string())
+    }
+}
+
+impl Drop for Want {
+    fn drop(&mut self) {
+        wants().remove(&self.0);
+    }
+}
+
+/// Whether a claimed job's runner waits for `uid`.
+pub(crate) fn wanted(uid: u32) -> bool {
+    wants().values().any(|uids| uids.contains(&uid))
+}
+
 /// Takes a user for runner directory `name` of `pool` from `users` (in order), looking at
-/// every pool's `roots`: the user's name, held until [`release`]`(name)`.
-pub fn take(
+/// every pool's `roots`: the user's name, held until [`release`]`(name)`. `warm`: for a warm
+/// directory, which leaves alone the users a claimed job's runner waits for.
+pub(crate) fn take(
     pool: &PoolName,
     name: &str,
     users: &[Candidate],
     roots: &[WorkRoot],
+    warm: bool,
 ) -> Result<String, UserTaken> {
     let shared = users.len() == 1;
     let mut table = holds();
@@ -136,7 +182,7 @@ pub fn take(
         .iter()
         .map(|u| (u.name.clone(), look(&table, name, u.uid, roots, !shared)))
         .collect();
-    let i = pick(pool, shared, &seen)?;
+    let i = pick(pool, shared, warm, &seen)?;
     table.insert(
         name.to_string(),
         Hold {
@@ -150,7 +196,7 @@ pub fn take(
 /// Whether directory `name`'s user (`uid`) is still its alone, looked at again at the claim
 /// (a warm directory was given its user before): no other hold, no other job directory, no
 /// process. Not for a pool's single shared user.
-pub fn still_alone(name: &str, uid: u32, roots: &[WorkRoot]) -> Result<(), UserTaken> {
+pub(crate) fn still_alone(name: &str, uid: u32, roots: &[WorkRoot]) -> Result<(), UserTaken> {
     let table = holds();
     let seen = look(&table, name, uid, roots, true);
     let busy = match (seen.held_by.first(), seen.dirs_of.first(), seen.busy) {
@@ -164,7 +210,7 @@ pub fn still_alone(name: &str, uid: u32, roots: &[WorkRoot]) -> Result<(), UserT
 
 /// Holds `uid` for directory `name` of `pool` (a teardown of a runner from before a restart
 /// holds its user while it clears it). A hold `name` already has is kept.
-pub fn hold(pool: &PoolName, name: &str, uid: u32) {
+pub(crate) fn hold(pool: &PoolName, name: &str, uid: u32) {
     holds().entry(name.to_string()).or_insert(Hold {
         uid,
         pool: pool.clone(),
@@ -172,7 +218,7 @@ pub fn hold(pool: &PoolName, name: &str, uid: u32) {
 }
 
 /// Moves the hold of directory `from` to `to` (a warm directory renamed at its claim).
-pub fn rename(from: &str, to: &str) {
+pub(crate) fn rename(from: &str, to: &str) {
     let mut table = holds();
     if let Some(h) = table.remove(from) {
         table.insert(to.to_string(), h);
@@ -180,12 +226,12 @@ pub fn rename(from: &str, to: &str) {
 }
 
 /// Ends directory `name`'s hold.
-pub fn release(name: &str) {
+pub(crate) fn release(name: &str) {
     holds().remove(name);
 }
 
 /// Whether anything but directory `name` holds `uid` or has a job directory of it.
-pub fn others_have(name: &str, uid: u32, roots: &[WorkRoot]) -> bool {
+pub(crate) fn others_have(name: &str, uid: u32, roots: &[WorkRoot]) -> bool {
     let seen = look(&holds(), name, uid, roots, false);
     !seen.held_by.is_empty() || !seen.dirs_of.is_empty()
 }
@@ -211,6 +257,7 @@ fn look(
         held_by,
         dirs_of,
         busy: processes && super::leftovers::uid_busy(uid),
+        wanted: wanted(uid),
     }
 }
 
@@ -242,6 +289,7 @@ mod tests {
             held_by: held_by.iter().map(|p| pool(p)).collect(),
             dirs_of: dirs_of.iter().map(|p| pool(p)).collect(),
             busy,
+            wanted: false,
         }
     }
 
@@ -252,8 +300,8 @@ mod tests {
             ("u1".to_string(), seen(&["b"], &[], false)),
             ("u2".to_string(), seen(&[], &[], false)),
         ];
-        assert_eq!(pick(&a, false, &users), Ok(1));
-        let err = pick(&a, false, &users[..1]).unwrap_err();
+        assert_eq!(pick(&a, false, false, &users), Ok(1));
+        let err = pick(&a, false, false, &users[..1]).unwrap_err();
         assert_eq!(
             err,
             UserTaken::All(vec![("u1".into(), Busy::Job(pool("b")))])
@@ -273,9 +321,9 @@ mod tests {
                 ("u1".to_string(), taken.clone()),
                 ("u2".to_string(), seen(&[], &[], false)),
             ];
-            assert_eq!(pick(&a, false, &users), Ok(1), "{taken:?}");
+            assert_eq!(pick(&a, false, false, &users), Ok(1), "{taken:?}");
         }
-        let err = pick(&a, false, &[("u1".into(), seen(&["a"], &["b"], true))]).unwrap_err();
+        let err = pick(&a, false, false, &[("u1".into(), seen(&["a"], &["b"], true))]).unwrap_err();
         assert!(
             err.to_string()
                 .contains("each of the 1 run_as users is taken"),
@@ -287,14 +335,14 @@ mod tests {
     fn a_pools_single_shared_user_is_shared_only_within_the_pool() {
         let a = pool("a");
         let own = [("u1".to_string(), seen(&["a", "a"], &["a"], true))];
-        assert_eq!(pick(&a, true, &own), Ok(0));
+        assert_eq!(pick(&a, true, false, &own), Ok(0));
         let other = [("u1".to_string(), seen(&["a", "b"], &[], true))];
         assert_eq!(
-            pick(&a, true, &other),
+            pick(&a, true, false, &other),
             Err(UserTaken::All(vec![("u1".into(), Busy::Job(pool("b")))]))
         );
         let dir = [("u1".to_string(), seen(&[], &["b"], false))];
-        assert!(pick(&a, true, &dir).is_err());
+        assert!(pick(&a, true, false, &dir).is_err());
     }
 
     #[test]
@@ -311,16 +359,47 @@ mod tests {
                 uid: 4_000_002,
             },
         ];
-        assert_eq!(take(&a, "warm-a-1", &users, &[]).unwrap(), "x1");
-        assert_eq!(take(&b, "run-b-1", &users, &[]).unwrap(), "x2");
-        assert!(take(&b, "run-b-2", &users, &[]).is_err());
+        assert_eq!(take(&a, "warm-a-1", &users, &[], false).unwrap(), "x1");
+        assert_eq!(take(&b, "run-b-1", &users, &[], false).unwrap(), "x2");
+        assert!(take(&b, "run-b-2", &users, &[], false).is_err());
         rename("warm-a-1", "run-a-1");
         assert!(others_have("run-b-1", 4_000_001, &[]));
         assert!(still_alone("run-a-1", 4_000_001, &[]).is_ok());
         release("run-a-1");
-        assert_eq!(take(&b, "run-b-2", &users, &[]).unwrap(), "x1");
+        assert_eq!(take(&b, "run-b-2", &users, &[], false).unwrap(), "x1");
         release("run-b-1");
         release("run-b-2");
         assert!(!others_have("none", 4_000_001, &[]));
+    }
+
+    #[test]
+    fn a_user_a_claimed_jobs_runner_waits_for_is_left_to_it_by_warm_directories() {
+        let a = pool("a");
+        let mut waited_for = seen(&[], &[], false);
+        waited_for.wanted = true;
+        let users = [
+            ("u1".to_string(), waited_for),
+            ("u2".to_string(), seen(&[], &[], false)),
+        ];
+        assert_eq!(pick(&a, false, true, &users), Ok(1));
+        assert_eq!(pick(&a, false, false, &users), Ok(0));
+        assert_eq!(
+            pick(&a, false, true, &users[..1]),
+            Err(UserTaken::All(vec![("u1".into(), Busy::Wanted)]))
+        );
+
+        // The registry: a wait lasts as long as its guard.
+        let users = [Candidate {
+            name: "y1".into(),
+            uid: 4_000_011,
+        }];
+        assert!(!wanted(4_000_011));
+        let want = Want::new("run-c-1", &users);
+        assert!(wanted(4_000_011));
+        assert!(take(&a, "warm-c-1", &users, &[], true).is_err());
+        drop(want);
+        assert!(!wanted(4_000_011));
+        assert_eq!(take(&a, "warm-c-1", &users, &[], true).unwrap(), "y1");
+        release("warm-c-1");
     }
 }
