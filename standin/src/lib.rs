@@ -346,12 +346,19 @@ impl Standin {
         self.state().deliveries.clone()
     }
 
-    /// Completes a job that no runner took (as a cancelled run does) and tells the daemon.
+    /// Completes a job as a cancelled run does, and tells the daemon. A runner that took it is
+    /// ephemeral: the service removes its registration once the job is done, whether or not
+    /// the runner is still there to say so.
     pub fn cancel_job(&self, job_id: u64) {
         let mut s = self.state();
+        let mut runner = None;
         if let Some(job) = s.jobs.get_mut(&job_id) {
             job.status = "completed".into();
             job.conclusion = Some("cancelled".into());
+            runner = job.runner_id;
+        }
+        if let Some(id) = runner {
+            s.runners.remove(&id);
         }
         s.emit("completed", job_id);
     }

@@ -12,7 +12,7 @@ const LABELS: &[&str] = &["self-hosted", "linux", "vm"];
 
 /// The stand-in, with runners handed its address as the guest reaches it (QEMU's gateway to
 /// the host's loopback).
-fn standin(job_ms: u64) -> Standin {
+pub(crate) fn standin(job_ms: u64) -> Standin {
     let standin = crate::support::standin(100);
     standin.set_runner_url(&format!("http://10.0.2.2:{}", standin.addr().port()));
     standin.set_behavior(RunnerBehavior {
@@ -23,7 +23,7 @@ fn standin(job_ms: u64) -> Standin {
 }
 
 /// The daemon's VM run directories left (`state.dir/vms`).
-fn run_dirs(daemon: &Daemon) -> Vec<String> {
+pub(crate) fn run_dirs(daemon: &Daemon) -> Vec<String> {
     let state = daemon.config.parent().unwrap();
     walk_for_vms(state)
 }
@@ -49,8 +49,24 @@ fn walk_for_vms(dir: &std::path::Path) -> Vec<String> {
     found
 }
 
+/// What the daemon's VMs printed on their consoles, a log per VM (`state.dir/logs`).
+pub(crate) fn vm_logs(daemon: &Daemon) -> Vec<String> {
+    let logs = daemon.state_dir().join("logs");
+    std::fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&daemon.prefix())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect()
+}
+
 /// The QEMU processes of `daemon`'s runners.
-fn qemus_of(daemon: &Daemon) -> Vec<(u32, String)> {
+pub(crate) fn qemus_of(daemon: &Daemon) -> Vec<(u32, String)> {
     let prefix = daemon.prefix();
     vm::qemus()
         .into_iter()
@@ -61,7 +77,7 @@ fn qemus_of(daemon: &Daemon) -> Vec<(u32, String)> {
 /// Kills `prefix`'s QEMU processes when the test ends, passed or not: a failed test drops its
 /// daemon with SIGKILL, and a VM outlives it (the next start would reap it; a test's state
 /// directory is gone by then), taking a core from every later test.
-struct KillVms(String);
+pub(crate) struct KillVms(pub(crate) String);
 
 impl Drop for KillVms {
     fn drop(&mut self) {
@@ -120,6 +136,17 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
         std::fs::read(&image).unwrap(),
         before,
         "a job wrote the image"
+    );
+    // Each job's runner looked for the mark the one before it left on its disk.
+    let consoles = vm_logs(&daemon);
+    let fresh = consoles
+        .iter()
+        .filter(|l| l.contains("EPHEMER-TEST FRESH-DISK"))
+        .count();
+    assert_eq!(fresh, 2, "two jobs, each on a fresh disk: {consoles:?}");
+    assert!(
+        !consoles.iter().any(|l| l.contains("SAW-EARLIER-JOB")),
+        "a job saw an earlier job's file: {consoles:?}"
     );
     let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0), "{logs}");

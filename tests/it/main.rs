@@ -66,7 +66,9 @@
 //!   back only A's claims, a delivery signed with A's secret that names B is refused 401, and a
 //!   burst of 20 jobs from A does not keep B's first job from the first free slot;
 //! - `linux_vm.rs`: `linux_vm` pools, each job's runner in a QEMU microVM of its own (TCG),
-//!   booted from an image the test builds: nothing left, no JIT config on the host.
+//!   booted from an image the test builds: nothing left, no JIT config on the host, no job
+//!   sees an earlier job's files; `linux_vm_faults.rs`: a cancelled job, `job_timeout`, a guest
+//!   that powers itself off, a guest that never boots and `kill -9` each leave nothing.
 //! - `embed.rs` runs `examples/embed/src/main.rs` as it is: an instance in a host app runs a job, shuts
 //!   down with no actor left (asked through weak addresses) while the host keeps serving, and
 //!   starts again on the same state; in fleet mode, no actor and no gauge-writing task is left.
@@ -122,6 +124,7 @@ mod intake;
 mod jobdir;
 mod leftovers;
 mod linux_vm;
+mod linux_vm_faults;
 mod network;
 mod ops;
 mod package;

@@ -118,10 +118,7 @@ fn build() -> Result<PathBuf, String> {
     }
     let runner = root.join("opt/actions-runner");
     std::fs::create_dir_all(&runner).map_err(|e| e.to_string())?;
-    write_exec(
-        &runner.join("run.sh"),
-        "#!/bin/sh\ncd /opt/actions-runner && exec /usr/local/bin/ephemer-actors standin-runner --root /opt/actions-runner\n",
-    )?;
+    write_exec(&runner.join("run.sh"), RUN_SH)?;
     // The cloud kernel's network driver is a module its initramfs leaves out: the image's
     // hook loads it and what it needs (modules.dep's order, dependencies first), as an image
     // built for that kernel would.
@@ -160,6 +157,71 @@ fn build() -> Result<PathBuf, String> {
     Ok(image)
 }
 
+/// The test image's runner: says whether the disk holds an earlier job's mark (it must not:
+/// each job has its own overlay), leaves its own, powers the guest off when the test's
+/// `VM_TEST_OFF_URL` address says so, and runs the stand-in runner.
+const RUN_SH: &str = r#"#!/bin/sh
+if [ -e /etc/ephemer-test-mark ]; then
+    echo "EPHEMER-TEST SAW-EARLIER-JOB $(cat /etc/ephemer-test-mark)"
+else
+    echo "EPHEMER-TEST FRESH-DISK"
+fi
+echo "$$" > /etc/ephemer-test-mark
+sync
+if [ -n "$VM_TEST_OFF_URL" ]; then
+    (while sleep 1; do
+        if wget -q -O - "$VM_TEST_OFF_URL" 2>/dev/null | grep -q off; then
+            echo "EPHEMER-TEST POWERING-OFF"
+            poweroff -f
+        fi
+    done) &
+fi
+cd /opt/actions-runner && exec /usr/local/bin/ephemer-actors standin-runner --root /opt/actions-runner
+"#;
+
+/// An image whose init never says hello (it sleeps): a guest that never boots, as far as the
+/// daemon can tell.
+pub fn hanging_image() -> Option<PathBuf> {
+    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = IMAGE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("ephemer-vm-hang-{}", std::process::id()));
+        let root = dir.join("root");
+        let _ = std::fs::remove_dir_all(&dir);
+        // What the initramfs moves its mounts to before it starts the init.
+        for d in ["bin", "sbin", "dev", "proc", "sys", "run", "tmp"] {
+            std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
+        }
+        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .ok_or("no busybox")?;
+        std::fs::copy(busybox, root.join("bin/busybox")).map_err(|e| e.to_string())?;
+        write_exec(
+            &root.join("sbin/ephemer-agent"),
+            "#!/bin/busybox sh\nwhile :; do /bin/busybox sleep 3600; done\n",
+        )?;
+        let image = dir.join("hang.img");
+        let made = Command::new("mke2fs")
+            .args(["-q", "-t", "ext4", "-d"])
+            .arg(&root)
+            .arg(&image)
+            .arg("64M")
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !made.success() {
+            return Err("mke2fs -d failed".into());
+        }
+        Ok(image)
+    });
+    match built {
+        Ok(path) => Some(path.clone()),
+        Err(why) => {
+            super::skip("linux_vm", why);
+            None
+        }
+    }
+}
+
 fn write_exec(path: &Path, text: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text).map_err(|e| e.to_string())?;
@@ -169,17 +231,32 @@ fn write_exec(path: &Path, text: &str) -> Result<(), String> {
 
 /// A `linux_vm` pool booting `image` under TCG.
 pub fn provider(image: &Path, max_concurrent: usize) -> String {
+    pool("linux_vm", image, max_concurrent, "180s", "")
+}
+
+/// Pool `name` (label `name` besides `self-hosted`, `linux`) booting `image` under TCG, with
+/// `extra` keys.
+pub fn pool(
+    name: &str,
+    image: &Path,
+    max_concurrent: usize,
+    boot_timeout: &str,
+    extra: &str,
+) -> String {
+    let label = if name == "linux_vm" { "vm" } else { name };
     format!(
         r#"
-[providers.linux_vm]
+[providers.{name}]
+kind = "linux_vm"
 image = "{image}"
 accel = "tcg"
 cpus = 1
 memory = "512MiB"
 disk = "1GiB"
-boot_timeout = "180s"
-labels = ["self-hosted", "linux", "vm"]
+boot_timeout = "{boot_timeout}"
+labels = ["self-hosted", "linux", "{label}"]
 max_concurrent = {max_concurrent}
+{extra}
 "#,
         image = image.display()
     )
