@@ -326,6 +326,9 @@ fn print_status(v: &StatusAnswer) {
         if let Some(cause) = &p.down_cause {
             println!("  down: {cause}");
         }
+        if let Some(accel) = &p.accel {
+            println!("  accel: {accel}");
+        }
         if let Some(w) = &p.warm {
             println!(
                 "  warm: {} ready, {} booting (keeps {} now)",

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use github_standin::{RunnerBehavior, Standin};
 
-use crate::support::{daemon::Daemon, provision::eventually, vm};
+use crate::support::{
+    daemon::Daemon,
+    provision::{eventually, eventually_async},
+    series, vm,
+};
 
 const LABELS: &[&str] = &["self-hosted", "linux", "vm"];
 
@@ -148,9 +152,94 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
         !consoles.iter().any(|l| l.contains("SAW-EARLIER-JOB")),
         "a job saw an earlier job's file: {consoles:?}"
     );
+    // Each boot measured; the pool's accel said where an operator looks.
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_vm_boot_seconds_count{pool=\"linux_vm\"} 2"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("vm_boot"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let sum = |name: &str| series(&metrics, &format!("{name}{{pool=\"linux_vm\"}}"));
+    eprintln!(
+        "figures: cold VM boot (QEMU start to agent hello) {:.2} s mean of {}",
+        sum("ephemerd_vm_boot_seconds_sum") / 2.0,
+        sum("ephemerd_vm_boot_seconds_count")
+    );
+    let status = daemon.ctl_json(&["status"]).await;
+    assert_eq!(status["providers"][0]["accel"], "tcg", "{status}");
+    let (_, text, _) = daemon.ctl(&["status"]).await;
+    assert!(text.contains("accel: tcg"), "{text}");
     let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0), "{logs}");
     for r in standin.runners() {
         assert!(!logs.contains(&r.token), "a runner's token in the log");
     }
+}
+
+#[actix_rt::test]
+async fn a_job_queued_while_a_warm_vm_waits_is_taken_without_a_boot() {
+    let Some(image) = vm::image() else { return };
+    let standin = standin(500);
+    let pool = vm::pool("linux_vm", &image, 1, "180s", "warm = 1");
+    let daemon = Daemon::start(&standin, "", &pool).await;
+    let _vms = KillVms(daemon.prefix());
+    let available = "ephemerd_warm_available{pool=\"linux_vm\"}";
+    eventually_async("a warm VM booted", Duration::from_secs(240), || async {
+        series(&daemon.metrics().await, available) == 1.0
+    })
+    .await;
+    assert!(
+        standin.runners().is_empty(),
+        "a warm VM is never registered"
+    );
+    let job = standin.queue_jobs("app", LABELS, 1)[0];
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(120))
+        .await;
+    let (_, view, _) = daemon.ctl(&["jobs", &job.to_string()]).await;
+    assert!(
+        view.contains("started in a warm environment, booted before the claim"),
+        "{view}"
+    );
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            "ephemerd_warm_claims_total{outcome=\"hit\",pool=\"linux_vm\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+    let pickup = |what: &str| {
+        series(
+            &metrics,
+            &format!("ephemerd_pickup_seconds_{what}{{pool=\"linux_vm\",warm=\"hit\"}}"),
+        )
+    };
+    eprintln!(
+        "figures: warm VM pickup (queued to runner started) {:.3} s over {} job",
+        pickup("sum"),
+        pickup("count")
+    );
+    daemon.wait_no_runner_left(&standin).await;
+    let (code, logs) = daemon.stop(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        logs.contains("warm VM handed to its runner: no boot"),
+        "{logs}"
+    );
+    eventually(
+        "every VM gone after the stop",
+        Duration::from_secs(30),
+        || {
+            vm::qemus()
+                .iter()
+                .all(|(_, cmdline)| !cmdline.contains(&_vms.0))
+        },
+    )
+    .await;
 }

@@ -8,6 +8,7 @@
 mod defs;
 mod names;
 pub(crate) mod scaleset;
+pub(crate) mod vm;
 pub(crate) mod warm;
 
 use std::time::Instant;
@@ -123,6 +124,8 @@ pub struct Metrics {
     pub scaleset: scaleset::ScaleSetMetrics,
     /// Warm pools' series.
     pub warm: warm::WarmMetrics,
+    /// `linux_vm` pools' series.
+    pub vm: vm::VmMetrics,
     /// `ephemerd_pull_polls_total{result}`: pull mode's requests: `changed` (an answer with a
     /// body, which counts against the `core` rate limit), `unchanged` (a free 304), `error`.
     pub pull_polls: IntCounterVec,
@@ -268,6 +271,7 @@ impl Metrics {
             webhook_redeliveries: r.counter_vec("ephemerd_webhook_redeliveries_total"),
             scaleset: scaleset::ScaleSetMetrics::new(&registry),
             warm: warm::WarmMetrics::new(&registry),
+            vm: vm::VmMetrics::new(&registry),
             pull_polls: r.counter_vec("ephemerd_pull_polls_total"),
             jobs_uncovered: r.counter_vec("ephemerd_jobs_uncovered_total"),
             uncovered_sets: std::sync::Arc::default(),

@@ -111,6 +111,7 @@ pub fn pool_settings(
             name_prefix,
             run_dir: config.state.dir.join("vms"),
             log_dir,
+            boot_seconds: None,
         }),
     }
 }

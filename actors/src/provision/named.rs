@@ -104,7 +104,15 @@ pub fn start_linux(
 }
 
 /// Starts a `linux_vm` pool.
-pub fn start_linux_vm(settings: QemuSettings, wiring: PoolWiring) -> ProvisionerHandle {
+pub fn start_linux_vm(mut settings: QemuSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    // The pool's boot histogram is there (empty) from the start, for dashboards.
+    settings.boot_seconds = Some(
+        wiring
+            .metrics
+            .vm
+            .boot
+            .with_label_values(&[settings.pool.as_str()]),
+    );
     wiring.start(QemuBackend::new(settings))
 }
 

@@ -39,6 +39,10 @@ pub fn settings_of(c: &Config) -> SchedulerSettings {
                 .warm
                 .registered()
                 .then(|| pool.common.warm.clone()),
+            accel: match &pool.spec {
+                crate::config::PoolSpec::LinuxVm(v) => Some(v.accel.as_str().to_string()),
+                _ => None,
+            },
         })
         .collect();
     SchedulerSettings {

@@ -214,6 +214,7 @@ mod tests {
                 Note::RunnerStarted {
                     runner: "r1".into(),
                     after: Duration::from_secs(2),
+                    warm: false,
                 },
             ),
             at(
@@ -286,6 +287,7 @@ mod tests {
                 Note::RunnerStarted {
                     runner: "r1".into(),
                     after: Duration::from_millis(410),
+                    warm: false,
                 },
             ),
         ];

@@ -194,7 +194,10 @@ fn pools(s: &crate::scheduler::core::StatusView) -> Markup {
             tbody {
                 @for p in &s.providers {
                     tr {
-                        th scope="row" { (p.provider.as_str()) br; small { (p.provisioner) } }
+                        th scope="row" {
+                            (p.provider.as_str()) br; small { (p.provisioner) }
+                            @if let Some(accel) = &p.accel { br; small { "accel " (accel) } }
+                        }
                         td {
                             @if p.up { span.good { "up" } } @else { span.bad { "down" } }
                             @if let Some(cause) = &p.down_cause { br; small { (cause) } }

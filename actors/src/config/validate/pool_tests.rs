@@ -659,7 +659,6 @@ fn a_linux_vm_pool_reads_every_key_and_says_each_problem_with_its_key() {
             "providers.linux_vm.accel",
             "providers.linux_vm.boot_timeout",
             "providers.linux_vm.socket",
-            "providers.linux_vm.warm",
         ],
     );
 }

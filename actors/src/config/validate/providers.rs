@@ -236,17 +236,7 @@ pub(super) fn build_providers(
                 PoolSpec::Linux(super::containers::build_linux(&key, r, enabled, p))
             }
             ProviderKind::VmMacos => PoolSpec::VmMacos(build_vm(&key, r, &common, p)),
-            ProviderKind::LinuxVm => {
-                if common.warm.booted() {
-                    p.push(
-                        format!("{key}.warm"),
-                        "a linux_vm pool keeps no VM booted ahead of its claim: set \
-                         warm_mode = \"registered\" (runners claimed ahead, each VM booted \
-                         at its job)",
-                    );
-                }
-                PoolSpec::LinuxVm(super::linux_vm::build_linux_vm(&key, r, p))
-            }
+            ProviderKind::LinuxVm => PoolSpec::LinuxVm(super::linux_vm::build_linux_vm(&key, r, p)),
         };
         pools.push(PoolConfig {
             name: PoolName::new(&name),

@@ -32,6 +32,8 @@ pub(super) struct VmFiles {
     pub(super) agent: PathBuf,
     /// QEMU's pid, for a teardown by name and the sweep of leftovers.
     pub(super) pid: PathBuf,
+    /// The name QEMU was started with (`-name`): a warm VM's, after it became a runner's.
+    pub(super) name: PathBuf,
 }
 
 impl VmFiles {
@@ -41,6 +43,7 @@ impl VmFiles {
             overlay: dir.join("disk.qcow2"),
             agent: dir.join("agent.sock"),
             pid: dir.join("qemu.pid"),
+            name: dir.join("qemu.name"),
         }
     }
 }

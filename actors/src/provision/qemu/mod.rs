@@ -12,6 +12,7 @@
 mod agent;
 mod args;
 mod image;
+mod warm;
 
 use std::{
     path::{Path, PathBuf},
@@ -48,12 +49,16 @@ pub struct QemuSettings {
     pub run_dir: PathBuf,
     /// Where QEMU's own output and the guest's console go.
     pub log_dir: PathBuf,
+    /// `ephemerd_vm_boot_seconds` of the pool, when metrics are kept.
+    pub boot_seconds: Option<prometheus::Histogram>,
 }
 
 /// Runs runners in QEMU microVMs.
 #[derive(Debug, Clone)]
 pub struct QemuBackend {
     s: Rc<QemuSettings>,
+    /// Booted warm VMs, their agents waiting for a runner ([`warm`]).
+    warm: Rc<std::cell::RefCell<std::collections::BTreeMap<String, warm::WarmVm>>>,
 }
 
 /// How long a guest whose runner exited may take to power off before QEMU is stopped.
@@ -64,6 +69,7 @@ impl QemuBackend {
     pub fn new(settings: QemuSettings) -> Self {
         QemuBackend {
             s: Rc::new(settings),
+            warm: Rc::default(),
         }
     }
 
@@ -102,6 +108,8 @@ impl QemuBackend {
         let dir = self.vm_dir(name);
         crate::harden::private_dir(&dir).map_err(|e| host("make the VM's run directory", e))?;
         let files = VmFiles::in_dir(&dir);
+        // The name QEMU runs under, which the directory keeps when a warm VM is handed over.
+        std::fs::write(&files.name, name).map_err(|e| host("name the VM", e))?;
         image::overlay(&self.s.vm.qemu_img_path, &self.s.vm.image, &files.overlay, self.s.vm.disk).await?;
         let shape = VmShape {
             accel: self.s.vm.accel,
@@ -131,7 +139,13 @@ impl QemuBackend {
             .map_err(|e| spawn_error(&format!("cannot run {}", self.s.vm.qemu_path.display()), &e))?;
         let pid = child.id();
         let alive = || pid.is_some_and(running);
+        let started = std::time::Instant::now();
         let agent = Agent::hello(&files.agent, self.s.vm.boot_timeout, alive, console).await?;
+        let took = started.elapsed();
+        if let Some(h) = &self.s.boot_seconds {
+            h.observe(took.as_secs_f64());
+        }
+        tracing::info!(vm = %name, pool = %self.s.pool, boot_ms = took.as_millis() as u64, "VM booted: its agent said hello");
         Ok((child, agent))
     }
 
@@ -150,9 +164,20 @@ impl QemuBackend {
     }
 
     async fn boot_and_run(&self, spec: RunnerSpec) -> Result<RunningRunner, ProvisionError> {
-        let (mut child, mut agent) = self.boot(&spec.name).await?;
+        let (child, agent) = self.boot(&spec.name).await?;
+        self.run(child, agent, spec).await
+    }
+
+    /// Hands `spec`'s runner to the waiting `agent` of a booted VM whose QEMU is `child`.
+    async fn run(
+        &self,
+        mut child: tokio::process::Child,
+        mut agent: Agent,
+        spec: RunnerSpec,
+    ) -> Result<RunningRunner, ProvisionError> {
         agent.start(&self.payload(spec.jit_config.expose())).await?;
         tracing::info!(runner = %spec.name, pool = %self.s.pool, "runner started in its VM");
+        let name = spec.name.clone();
         Ok(RunningRunner {
             exited: Box::pin(async move {
                 let code = tokio::select! {
@@ -161,7 +186,13 @@ impl QemuBackend {
                 };
                 // The agent powers the VM off after the runner; a guest that does not is
                 // stopped by the teardown that follows.
-                let _ = tokio::time::timeout(POWER_OFF_GRACE, child.wait()).await;
+                let off = tokio::time::timeout(POWER_OFF_GRACE, child.wait()).await;
+                let how = match (code, off) {
+                    (Some(code), Ok(_)) => format!("its runner exited with code {code}, then the guest powered off"),
+                    (Some(code), Err(_)) => format!("its runner exited with code {code}; the guest did not power off within {} s", POWER_OFF_GRACE.as_secs()),
+                    (None, _) => "the VM stopped before its runner said it exited (the guest powered off, crashed, or QEMU was killed)".to_string(),
+                };
+                tracing::info!(vm = %name, "VM ended: {how}");
                 code
             }),
         })
@@ -177,7 +208,9 @@ impl QemuBackend {
         else {
             return;
         };
-        if !is_our_qemu(pid, name) {
+        // A warm VM handed to a runner keeps the name QEMU was started with.
+        let qemu_name = std::fs::read_to_string(&files.name).unwrap_or_else(|_| name.to_string());
+        if !is_our_qemu(pid, qemu_name.trim()) {
             return;
         }
         let _ = nix::sys::signal::kill(
@@ -242,6 +275,10 @@ impl Backend for QemuBackend {
     }
 
     async fn stop(self, name: String) {
+        // A warm VM's QEMU is a child of this backend: reaped here, then killed by name.
+        if let Some(vm) = self.warm.borrow_mut().remove(&name) {
+            drop(vm);
+        }
         self.kill(&name).await;
         let dir = self.vm_dir(&name);
         if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -261,6 +298,22 @@ impl Backend for QemuBackend {
             self.clone().stop(name.clone()).await;
         }
         names
+    }
+
+    async fn warm_boot(self, name: String) -> Result<(), ProvisionError> {
+        self.boot_warm(name).await
+    }
+
+    async fn warm_ready(self, name: String) -> Result<(), &'static str> {
+        self.check_warm(&name)
+    }
+
+    async fn warm_start(
+        self,
+        warm: String,
+        spec: RunnerSpec,
+    ) -> Result<RunningRunner, ProvisionError> {
+        self.start_warm(warm, spec).await
     }
 
     /// A VM is not re-attached: its agent's port and QEMU's exit belong to the daemon that

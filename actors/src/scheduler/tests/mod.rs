@@ -351,6 +351,7 @@ async fn harness(s: Setup) -> Harness {
                 max_concurrent: *max,
                 targets: None,
                 warm: None,
+            accel: None,
             })
             .collect(),
         max_concurrent: s.max_concurrent,

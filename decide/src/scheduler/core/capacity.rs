@@ -217,6 +217,7 @@ mod tests {
             max_concurrent: max,
             targets,
             warm: None,
+            accel: None,
         }
     }
 

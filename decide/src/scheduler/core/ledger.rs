@@ -156,6 +156,7 @@ impl Scheduler {
             Note::RunnerStarted {
                 runner: handle,
                 after: startup,
+                warm,
             },
         );
     }

@@ -116,4 +116,6 @@ pub struct ProviderSpec {
     /// `warm_mode = "registered"`: its warm count and max age (`None`: it keeps no
     /// registered runners; booted warm environments are its supervisor's).
     pub warm: Option<crate::config::WarmConfig>,
+    /// A VM pool's accelerator (`kvm`, `tcg`), shown with the pool.
+    pub accel: Option<String>,
 }

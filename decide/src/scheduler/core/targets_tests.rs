@@ -52,6 +52,7 @@ fn pool(name: &str, slots: usize, targets: Option<Vec<usize>>) -> ProviderSpec {
         max_concurrent: slots,
         targets,
         warm: None,
+        accel: None,
     }
 }
 

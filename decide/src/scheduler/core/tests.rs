@@ -30,6 +30,7 @@ pub(super) fn settings() -> SchedulerSettings {
             max_concurrent: 4,
             targets: None,
             warm: None,
+            accel: None,
         }],
         max_concurrent: 4,
         name_prefix: "ephemer".into(),

@@ -309,6 +309,8 @@ pub enum Note {
         runner: Arc<str>,
         /// Since the claim.
         after: Duration,
+        /// In an environment booted before the claim (a warm one): no boot for this job.
+        warm: bool,
     },
     /// Its runner is gone.
     RunnerGone {
@@ -486,9 +488,18 @@ impl Note {
             Note::TearingDown { runner, reason } => {
                 write!(f, "tearing down runner {runner} ({reason})")
             }
-            Note::RunnerStarted { runner, after } => write!(
+            Note::RunnerStarted {
+                runner,
+                after,
+                warm,
+            } => write!(
                 f,
-                "runner {runner} started ({:.2}s after the claim)",
+                "runner {runner} started{} ({:.2}s after the claim)",
+                if *warm {
+                    " in a warm environment, booted before the claim"
+                } else {
+                    ""
+                },
                 after.as_secs_f64()
             ),
             Note::RunnerGone {

@@ -184,6 +184,7 @@ impl Scheduler {
                 environment_failures: s.env_failures,
                 last_environment_failure: s.last_env_failure.clone(),
                 warm: s.warm,
+                accel: p.accel.clone(),
             })
             .collect()
     }
@@ -381,6 +382,9 @@ pub struct ProviderView {
     /// Its warm environments, in a pool that keeps some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<crate::provision::WarmView>,
+    /// A VM pool's accelerator: `kvm`, or `tcg` (software, 10-50x slower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<String>,
 }
 
 /// The scheduler's whole state, for `GetSchedulerState`: tests and embedding apps.
