@@ -180,6 +180,7 @@ pub fn burst(jobs: u64) -> Burst {
             let gone = RunnerEventKind::Exited {
                 code: Some(0),
                 reason: ExitReason::Exited,
+                detail: None,
             };
             pending.extend(call!(s.on_runner_event(&name, gone, at(clock))));
             ran += 1;

@@ -104,6 +104,7 @@ fn answer(s: &mut Scheduler, fx: Vec<Effect>, now: Now, mix: Mix) {
             let gone = ephemer_actors_core::provision::RunnerEventKind::Exited {
                 code: Some(0),
                 reason: ephemer_actors_core::provision::ExitReason::Exited,
+                detail: None,
             };
             let _ = s.on_runner_event(&name, gone, now);
         }

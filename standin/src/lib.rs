@@ -155,6 +155,7 @@ impl Standin {
             repo_faults: Default::default(),
             calls: Vec::new(),
             next_runner_id: 1,
+            secrets_issued: Vec::new(),
             next_job_id: 1000,
             base_url: String::new(),
             runner_url: None,
@@ -381,7 +382,12 @@ impl Standin {
         self.state().scalesets.set_timings(t);
     }
 
-    /// Jobs in a status.
+    /// Every runner token and encoded JIT config handed out so far.
+    pub fn secrets_issued(&self) -> Vec<String> {
+        self.state().secrets_issued.clone()
+    }
+
+    /// How many jobs are in `status`.
     pub fn jobs_in(&self, status: &str) -> usize {
         self.state()
             .jobs

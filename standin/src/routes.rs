@@ -673,7 +673,10 @@ pub(crate) fn mint_runner(s: &mut State, m: Mint) -> (Runner, String) {
         scale_set: m.scale_set,
     };
     s.runners.insert(id, runner.clone());
-    (runner, B64.encode(files.to_string()))
+    let encoded = B64.encode(files.to_string());
+    s.secrets_issued.push(runner.token.clone());
+    s.secrets_issued.push(encoded.clone());
+    (runner, encoded)
 }
 
 pub(crate) fn random(n: usize) -> String {

@@ -372,6 +372,9 @@ pub struct State {
     pub calls: Vec<Call>,
     /// Next ids.
     pub next_runner_id: u64,
+    /// Every runner token and encoded JIT config handed out, for tests that look for them
+    /// where they must not be.
+    pub secrets_issued: Vec<String>,
     /// Next job/run id.
     pub next_job_id: u64,
     /// `ServerUrl` written into JIT configs.

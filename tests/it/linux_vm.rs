@@ -53,6 +53,20 @@ fn walk_for_vms(dir: &std::path::Path) -> Vec<String> {
     found
 }
 
+/// Every file under `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
 /// What the daemon's VMs printed on their consoles, a log per VM (`state.dir/logs`).
 pub(crate) fn vm_logs(daemon: &Daemon) -> Vec<String> {
     let logs = daemon.state_dir().join("logs");
@@ -116,14 +130,21 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
         for (pid, cmdline) in qemus_of(&daemon) {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             let environ = String::from_utf8_lossy(&environ).to_string();
-            for r in standin.runners() {
+            for secret in standin.secrets_issued() {
                 assert!(
-                    !cmdline.contains(&r.token) && !environ.contains(&r.token),
-                    "runner {}'s token on QEMU's command line or in its environment",
-                    r.name
+                    !cmdline.contains(&secret) && !environ.contains(&secret),
+                    "a runner's token or JIT config on QEMU's command line or in its environment"
                 );
             }
             assert!(!cmdline.contains("JITCONFIG") && !environ.contains("JITCONFIG"));
+            // In a cgroup of its own, which the teardown kills.
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            if !cgroup.is_empty() {
+                assert!(
+                    cgroup.contains("ephemer-runners/"),
+                    "QEMU {pid} in no VM cgroup: {cgroup}"
+                );
+            }
         }
         looked += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -141,6 +162,18 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
         before,
         "a job wrote the image"
     );
+    // No runner's token in any file the daemon keeps (its store, the VMs' logs).
+    for file in files_under(&daemon.state_dir()) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        for secret in standin.secrets_issued() {
+            assert!(
+                !text.contains(&secret),
+                "a runner's token or JIT config in {}",
+                file.display()
+            );
+        }
+    }
     // Each job's runner looked for the mark the one before it left on its disk.
     let consoles = vm_logs(&daemon);
     let fresh = consoles
@@ -175,8 +208,11 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
     assert!(text.contains("accel: tcg"), "{text}");
     let (code, logs) = daemon.stop(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0), "{logs}");
-    for r in standin.runners() {
-        assert!(!logs.contains(&r.token), "a runner's token in the log");
+    for secret in standin.secrets_issued() {
+        assert!(
+            !logs.contains(&secret),
+            "a runner's token or JIT config in the log"
+        );
     }
 }
 

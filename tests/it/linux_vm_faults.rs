@@ -123,6 +123,11 @@ async fn cancelled_timed_out_powered_off_never_booted_and_killed_vms_leave_nothi
     running(&standin, job).await;
     off.store(true, Ordering::SeqCst);
     nothing_left(&daemon, "the powered-off VM gone").await;
+    let (_, view, _) = daemon.ctl(&["jobs", &job.to_string()]).await;
+    assert!(
+        view.contains("the VM stopped before its runner said it exited"),
+        "{view}"
+    );
     assert_eq!(
         daemon.logs().matches("job_timeout reached").count(),
         1,

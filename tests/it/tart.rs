@@ -538,7 +538,8 @@ async fn a_sibling_holding_the_image_key_cannot_pose_as_a_booting_vm() {
                 exit,
                 RunnerEventKind::Exited {
                     code: Some(0),
-                    reason: ExitReason::Exited
+                    reason: ExitReason::Exited,
+                    detail: None,
                 }
             );
             assert_eq!(std::fs::read_to_string(&got).unwrap(), "jit");
@@ -547,7 +548,8 @@ async fn a_sibling_holding_the_image_key_cannot_pose_as_a_booting_vm() {
                 exit,
                 RunnerEventKind::Exited {
                     code: Some(255),
-                    reason: ExitReason::Exited
+                    reason: ExitReason::Exited,
+                    detail: None,
                 },
                 "ssh refuses the host with the image's key"
             );

@@ -93,7 +93,20 @@ impl<B: Backend> ProvisionerActor<B> {
         let cleanup = self.backend.clone().stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
             tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, ?reason, code, "runner finished and cleaned up");
-            act.report(&name, RunnerEventKind::Exited { code, reason });
+            // How the environment ended, where it ended by itself (a teardown's end is the
+            // daemon's doing, said by the reason).
+            let detail = act
+                .backend
+                .end_words(&name)
+                .filter(|_| reason == ExitReason::Exited);
+            act.report(
+                &name,
+                RunnerEventKind::Exited {
+                    code,
+                    reason,
+                    detail,
+                },
+            );
         }));
     }
 

@@ -194,6 +194,11 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     fn startup_warning(&self) -> Option<String> {
         None
     }
+    /// How runner `name`'s environment ended, in words, once its exit resolved (taken: asked
+    /// once). `None` where the backend cannot tell more than the exit code.
+    fn end_words(&self, _name: &str) -> Option<String> {
+        None
+    }
     /// The runner version the pool's new jobs start, where the backend can tell (a container
     /// pool's image); `Ok(None)`: it cannot (yet).
     fn runner_version(

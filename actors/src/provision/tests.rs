@@ -207,6 +207,7 @@ async fn a_panic_mid_job_restarts_and_the_new_provisioner_adopts_its_runners() {
     let lost = RunnerEventKind::Exited {
         code: None,
         reason: ExitReason::Lost,
+        detail: None,
     };
     let events = kinds(&seen);
     assert!(events.contains(&("r-b".to_string(), lost)), "{events:?}");
@@ -305,7 +306,8 @@ async fn teardown_stops_the_runner_and_reports_it() {
             "r-a".to_string(),
             RunnerEventKind::Exited {
                 code: Some(143),
-                reason: ExitReason::TornDown
+                reason: ExitReason::TornDown,
+                detail: None,
             }
         )
     );

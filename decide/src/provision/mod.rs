@@ -76,6 +76,9 @@ pub enum RunnerEventKind {
         code: Option<i32>,
         /// Why it ended.
         reason: ExitReason,
+        /// How its environment ended, in words, where the backend can tell (a VM: its runner
+        /// exited and the guest powered off, or the VM stopped first).
+        detail: Option<String>,
     },
     /// The environment could not be created; nothing is left of it.
     Failed {
@@ -87,7 +90,11 @@ pub enum RunnerEventKind {
 impl RunnerEventKind {
     /// Gone without an exit code of its own (torn down, lost, its provisioner died).
     pub fn gone(reason: ExitReason) -> Self {
-        RunnerEventKind::Exited { code: None, reason }
+        RunnerEventKind::Exited {
+            code: None,
+            reason,
+            detail: None,
+        }
     }
 }
 

@@ -184,7 +184,8 @@ pub async fn wait_clean_exit(events: &Events, name: &str, within: Duration) {
         exit,
         RunnerEventKind::Exited {
             code: Some(0),
-            reason: ExitReason::Exited
+            reason: ExitReason::Exited,
+            detail: None,
         }
     );
 }

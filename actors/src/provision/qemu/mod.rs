@@ -25,7 +25,8 @@ use tokio::process::Command;
 
 use super::{
     Backend, Finding, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner, check_executable,
-    spawn_error,
+    cgroup::{CgroupRoot, RunnerCgroup},
+    procgroup, spawn_error,
 };
 use crate::config::{
     PoolName, ProviderKind, Secret,
@@ -59,6 +60,10 @@ pub struct QemuBackend {
     s: Rc<QemuSettings>,
     /// Booted warm VMs, their agents waiting for a runner ([`warm`]).
     warm: Rc<std::cell::RefCell<std::collections::BTreeMap<String, warm::WarmVm>>>,
+    /// Where each VM's QEMU gets a cgroup, when this host lets the daemon make them.
+    cgroups: Rc<Option<CgroupRoot>>,
+    /// How each ended VM ended, in words, until the provisioner takes it for the timeline.
+    ends: Rc<std::cell::RefCell<std::collections::BTreeMap<String, String>>>,
 }
 
 /// How long a guest whose runner exited may take to power off before QEMU is stopped.
@@ -67,9 +72,15 @@ const POWER_OFF_GRACE: Duration = Duration::from_secs(30);
 impl QemuBackend {
     /// A backend with these settings.
     pub fn new(settings: QemuSettings) -> Self {
+        #[cfg(target_os = "linux")]
+        let cgroups = CgroupRoot::detect().ok();
+        #[cfg(not(target_os = "linux"))]
+        let cgroups = None;
         QemuBackend {
             s: Rc::new(settings),
             warm: Rc::default(),
+            cgroups: Rc::new(cgroups),
+            ends: Rc::default(),
         }
     }
 
@@ -127,16 +138,31 @@ impl QemuBackend {
             .map_err(|e| host("open the VM's log", e))?;
         let err = log.try_clone().map_err(|e| host("share the VM's log", e))?;
         let console = log.try_clone().map_err(|e| host("share the VM's log", e))?;
-        let child = Command::new(&self.s.vm.qemu_path)
-            .args(qemu_args(name, &shape, &files))
+        // QEMU enters the VM's cgroup before it runs (the gate of process runners): the
+        // teardown kills the cgroup, whatever QEMU left.
+        let cgroup = self.cgroup(name).filter(|c| match c.create() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(vm = %name, error = %e, "cannot make the VM's cgroup; its QEMU is killed by pid only");
+                false
+            }
+        });
+        let mut argv = procgroup::gated(cgroup.as_ref().map(RunnerCgroup::procs));
+        argv.push(self.s.vm.qemu_path.clone().into_os_string());
+        argv.extend(qemu_args(name, &shape, &files).into_iter().map(Into::into));
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(log)
             .stderr(err)
             .kill_on_drop(false)
             .spawn()
             .map_err(|e| spawn_error(&format!("cannot run {}", self.s.vm.qemu_path.display()), &e))?;
+        procgroup::open_gate(child.stdin.take())
+            .await
+            .map_err(|e| host("let QEMU start", e))?;
         let pid = child.id();
         let alive = || pid.is_some_and(running);
         let started = std::time::Instant::now();
@@ -178,6 +204,7 @@ impl QemuBackend {
         agent.start(&self.payload(spec.jit_config.expose())).await?;
         tracing::info!(runner = %spec.name, pool = %self.s.pool, "runner started in its VM");
         let name = spec.name.clone();
+        let ends = self.ends.clone();
         Ok(RunningRunner {
             exited: Box::pin(async move {
                 let code = tokio::select! {
@@ -190,40 +217,52 @@ impl QemuBackend {
                 let how = match (code, off) {
                     (Some(code), Ok(_)) => format!("its runner exited with code {code}, then the guest powered off"),
                     (Some(code), Err(_)) => format!("its runner exited with code {code}; the guest did not power off within {} s", POWER_OFF_GRACE.as_secs()),
-                    (None, _) => "the VM stopped before its runner said it exited (the guest powered off, crashed, or QEMU was killed)".to_string(),
+                    (None, _) => "the VM stopped before its runner said it exited (the guest powered off or crashed, or QEMU was killed)".to_string(),
                 };
                 tracing::info!(vm = %name, "VM ended: {how}");
+                ends.borrow_mut().insert(name, how);
                 code
             }),
         })
     }
 
-    /// Stops VM `name`'s QEMU (by its pid file, if that pid is still its QEMU) and waits for
-    /// it to go.
+    /// The cgroup of the VM QEMU runs as `qemu_name`.
+    fn cgroup(&self, qemu_name: &str) -> Option<RunnerCgroup> {
+        (*self.cgroups).as_ref().map(|c| c.runner(qemu_name))
+    }
+
+    /// Stops VM `name`'s QEMU (by its pid file, if that pid is still its QEMU, then by its
+    /// cgroup) and waits for it to go.
     async fn kill(&self, name: &str) {
         let files = VmFiles::in_dir(&self.vm_dir(name));
-        let Some(pid) = std::fs::read_to_string(&files.pid)
+        // A warm VM handed to a runner keeps the name QEMU was started with.
+        let qemu_name = std::fs::read_to_string(&files.name)
+            .map(|n| n.trim().to_string())
+            .unwrap_or_else(|_| name.to_string());
+        let pid = std::fs::read_to_string(&files.pid)
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
-        else {
-            return;
-        };
-        // A warm VM handed to a runner keeps the name QEMU was started with.
-        let qemu_name = std::fs::read_to_string(&files.name).unwrap_or_else(|_| name.to_string());
-        if !is_our_qemu(pid, qemu_name.trim()) {
-            return;
-        }
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        for _ in 0..100 {
-            if !running(pid as u32) {
-                return;
+            .filter(|pid| is_our_qemu(*pid, &qemu_name));
+        if let Some(pid) = pid {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let mut gone = false;
+            for _ in 0..100 {
+                if !running(pid as u32) {
+                    gone = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if !gone {
+                tracing::warn!(vm = %name, pid, "QEMU still runs 5 s after SIGKILL");
+            }
         }
-        tracing::warn!(vm = %name, pid, "QEMU still runs 5 s after SIGKILL");
+        if let Some(cgroup) = self.cgroup(&qemu_name) {
+            cgroup.kill_and_remove().await;
+        }
     }
 
     /// The run directories of this pool's VMs.
@@ -372,6 +411,10 @@ impl Backend for QemuBackend {
             ),
         });
         found
+    }
+
+    fn end_words(&self, name: &str) -> Option<String> {
+        self.ends.borrow_mut().remove(name)
     }
 
     fn startup_warning(&self) -> Option<String> {

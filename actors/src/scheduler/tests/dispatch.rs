@@ -174,6 +174,7 @@ async fn jobs_of_a_dead_provider_move_to_another_covering_provider() {
     let died = RunnerEventKind::Exited {
         code: None,
         reason: ExitReason::ProvisionerDied,
+        detail: None,
     };
     h.sched
         .send(RunnerEvent {

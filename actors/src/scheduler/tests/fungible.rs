@@ -24,6 +24,7 @@ async fn exited_with(h: &Harness, name: &str, code: i32) {
     let kind = RunnerEventKind::Exited {
         code: Some(code),
         reason: ExitReason::Exited,
+        detail: None,
     };
     h.sched
         .send(RunnerEvent {

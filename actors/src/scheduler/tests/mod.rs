@@ -236,6 +236,7 @@ impl Handler<Teardown> for FakeProvisioner {
             let kind = RunnerEventKind::Exited {
                 code: Some(0),
                 reason: ExitReason::TornDown,
+                detail: None,
             };
             s.do_send(RunnerEvent {
                 provider: self.provider.clone(),

@@ -112,6 +112,7 @@ async fn a_runner_that_crashes_before_its_job_climbs_the_same_item() {
             kind: RunnerEventKind::Exited {
                 code: Some(3),
                 reason: ExitReason::Exited,
+                detail: None,
             },
         })
         .await

@@ -135,6 +135,7 @@ impl Driver {
         let kind = RunnerEventKind::Exited {
             code: Some(code),
             reason: ExitReason::Exited,
+            detail: None,
         };
         let fx = self.s.on_runner_event(name, kind, self.at());
         self.carry(fx);

@@ -96,7 +96,11 @@ impl Scheduler {
             RunnerEventKind::Started { warm } => {
                 self.runner_started(name, handle, &intent, warm, now)
             }
-            RunnerEventKind::Exited { code, reason } => {
+            RunnerEventKind::Exited {
+                code,
+                reason,
+                detail,
+            } => {
                 let runner = self.forget_runner(name, now);
                 self.note(
                     &intent,
@@ -105,6 +109,7 @@ impl Scheduler {
                         runner: handle,
                         reason,
                         code,
+                        detail: detail.map(std::sync::Arc::from),
                     },
                 );
                 if let Some(r) = runner {

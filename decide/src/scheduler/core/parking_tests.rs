@@ -72,7 +72,15 @@ fn exited(
     reason: ExitReason,
     now: Now,
 ) -> Vec<Effect> {
-    s.on_runner_event(name, RunnerEventKind::Exited { code, reason }, now)
+    s.on_runner_event(
+        name,
+        RunnerEventKind::Exited {
+            code,
+            reason,
+            detail: None,
+        },
+        now,
+    )
 }
 
 fn phase(s: &Scheduler, id: u64) -> Phase {

@@ -95,6 +95,7 @@ fn run_to_end(s: &mut Scheduler, key: &JobKey, runner_id: u64, now: Now) -> Vec<
     let gone = RunnerEventKind::Exited {
         code: Some(0),
         reason: ExitReason::Exited,
+        detail: None,
     };
     fx.extend(s.on_runner_event(&name, gone, now));
     fx

@@ -320,6 +320,8 @@ pub enum Note {
         reason: ExitReason,
         /// Exit code, if any.
         code: Option<i32>,
+        /// How its environment ended, where the backend said.
+        detail: Option<Arc<str>>,
     },
     /// Its runner's environment could not be made.
     EnvironmentFailed {
@@ -506,14 +508,21 @@ impl Note {
                 runner,
                 reason,
                 code,
-            } => match code {
-                Some(code) => write!(
-                    f,
-                    "runner {runner} gone: {} (exit code {code})",
-                    reason.words()
-                ),
-                None => write!(f, "runner {runner} gone: {}", reason.words()),
-            },
+                detail,
+            } => {
+                match code {
+                    Some(code) => write!(
+                        f,
+                        "runner {runner} gone: {} (exit code {code})",
+                        reason.words()
+                    )?,
+                    None => write!(f, "runner {runner} gone: {}", reason.words())?,
+                }
+                match detail {
+                    Some(detail) => write!(f, "; {detail}"),
+                    None => Ok(()),
+                }
+            }
             Note::EnvironmentFailed { runner, error } => {
                 write!(f, "environment for {runner} failed: {error}")
             }
@@ -571,9 +580,21 @@ mod tests {
                 runner: "r1".into(),
                 reason,
                 code,
+                detail: None,
             }
             .to_string()
         };
+        let vm = Note::RunnerGone {
+            runner: "r1".into(),
+            reason: ExitReason::Exited,
+            code: Some(0),
+            detail: Some("its runner exited with code 0, then the guest powered off".into()),
+        };
+        assert_eq!(
+            vm.to_string(),
+            "runner r1 gone: its process exited (exit code 0); its runner exited with code 0, \
+             then the guest powered off"
+        );
         assert_eq!(
             gone(None, ExitReason::TornDown),
             "runner r1 gone: torn down"

@@ -429,7 +429,11 @@ impl Sim {
             }
             Ev::Exit(name, code, reason) => {
                 // A provisioner reports to whichever incarnation runs now.
-                let kind = RunnerEventKind::Exited { code, reason };
+                let kind = RunnerEventKind::Exited {
+                    code,
+                    reason,
+                    detail: None,
+                };
                 self.core.on_runner_event(&name, kind, now)
             }
             Ev::Timer(ep, at) if ep == e && self.timer_armed == Some(at) => {
