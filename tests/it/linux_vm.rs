@@ -53,6 +53,18 @@ fn walk_for_vms(dir: &std::path::Path) -> Vec<String> {
     found
 }
 
+/// How long after `since` job `job` was taken by a runner (looked at every 50 ms).
+async fn taken_after(standin: &Standin, job: u64, since: std::time::Instant) -> Duration {
+    eventually("the job to be taken", Duration::from_secs(240), || {
+        standin
+            .jobs()
+            .iter()
+            .any(|j| j.id == job && j.status != "queued")
+    })
+    .await;
+    since.elapsed()
+}
+
 /// Every file under `dir`.
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
@@ -118,13 +130,19 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
     // which other tests running beside this one feel.
     let daemon = Daemon::start(&standin, "", &vm::provider(&image, 1)).await;
     let _vms = KillVms(daemon.prefix());
-    standin.queue_jobs("app", LABELS, 2);
+    let queued = std::time::Instant::now();
+    let first = standin.queue_jobs("app", LABELS, 2)[0];
 
     // While the VMs run: no QEMU's command line or environment holds a runner's token.
     eventually("a VM to run", Duration::from_secs(240), || {
         !qemus_of(&daemon).is_empty()
     })
     .await;
+    let taken = taken_after(&standin, first, queued).await;
+    eprintln!(
+        "figures: cold VM, queued -> job taken by its runner {:.2} s",
+        taken.as_secs_f64()
+    );
     let mut looked = 0;
     while standin.jobs_in("completed") < 2 && looked < 600 {
         for (pid, cmdline) in qemus_of(&daemon) {
@@ -232,7 +250,13 @@ async fn a_job_queued_while_a_warm_vm_waits_is_taken_without_a_boot() {
         standin.runners().is_empty(),
         "a warm VM is never registered"
     );
+    let queued = std::time::Instant::now();
     let job = standin.queue_jobs("app", LABELS, 1)[0];
+    let taken = taken_after(&standin, job, queued).await;
+    eprintln!(
+        "figures: warm VM, queued -> job taken by its runner {:.2} s",
+        taken.as_secs_f64()
+    );
     daemon
         .wait_completed(&standin, 1, Duration::from_secs(120))
         .await;
