@@ -35,6 +35,7 @@ fn exported() -> std::collections::BTreeSet<String> {
         .warm
         .github_pickup
         .with_label_values(&["local", "hit"]);
+    registry.vm.boot.with_label_values(&["vm"]);
     registry.job_uncovered(&["self-hosted".to_string()]);
     registry
         .api_requests
@@ -56,8 +57,8 @@ fn dashboard_and_metrics_doc_match_the_registry() {
     // lag (the contract's too), below the minimum, and its releases refused and lookups failed;
     // scale-set mode's statistics, messages, acquires, reckoning and session; warm pools'
     // available (the contract's too), booting, claims and discards, and the pickup latency,
-    // to the runner's start and to GitHub's `started_at`.
-    assert_eq!(exported.len(), 51, "{exported:?}");
+    // to the runner's start and to GitHub's `started_at`; linux_vm pools' boot time.
+    assert_eq!(exported.len(), 52, "{exported:?}");
     let dashboard =
         std::fs::read_to_string(repo_root().join("contrib/grafana-dashboard.json")).unwrap();
     let board: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
