@@ -12,9 +12,11 @@
 //! could not write in memory, in order, answers writers that it holds it (so the intake still
 //! accepts deliveries: GitHub would not send a refused one again), says so in
 //! [`StoreHealth`] (`/readyz`, `ephemerd_store_healthy`), reopens the file with backoff and
-//! writes everything through once the disk takes it. Only a store that is corrupt or of an
-//! unknown format is moved aside at start-up (a fresh one is started, with a loud log); one the
-//! disk cannot read (EACCES, EIO) is an error that stops the start, the file left as it is.
+//! writes everything through once the disk takes it. Only a store that is corrupt is moved
+//! aside at start-up (a fresh one is started, with a loud log); one the disk cannot read
+//! (EACCES, EIO) is an error that stops the start, the file left as it is. A format mark says
+//! which format the records are in (`open::FORMAT`): older formats are read, a newer one (a
+//! rollback) refuses the start and is left as it is.
 
 use std::{
     path::{Path, PathBuf},

@@ -14,13 +14,64 @@ pub(super) enum Open {
     Unreadable(StoreError),
     /// The disk failed (permission, I/O, space): the file may be fine; refuse to start.
     Disk(StoreError),
+    /// Written by a newer build, in a format this one does not know: refuse to start and
+    /// leave it as it is (its jobs are the newer build's to run).
+    Newer(StoreError),
 }
 
 impl Open {
     pub(super) fn into_error(self) -> StoreError {
         match self {
-            Open::Locked(e) | Open::Unreadable(e) | Open::Disk(e) => e,
+            Open::Locked(e) | Open::Unreadable(e) | Open::Disk(e) | Open::Newer(e) => e,
         }
+    }
+}
+
+/// The mark that says which format the store's records are in, and which build wrote it last.
+pub(super) const FORMAT_MARK: &str = "store_format";
+
+/// The store format this build writes and the newest it reads. 1: the stores of builds from
+/// before the mark (the same records); 2: the mark is there. A build reads every format up to
+/// its own (serde defaults carry a record an older build wrote), and refuses a newer one.
+pub(super) const FORMAT: u64 = 2;
+
+/// What [`FORMAT_MARK`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct FormatMark {
+    /// The records' format.
+    pub(super) format: u64,
+    /// The build that wrote it (`CARGO_PKG_VERSION`).
+    #[serde(default)]
+    pub(super) written_by: String,
+}
+
+impl FormatMark {
+    /// This build's.
+    pub(super) fn current() -> Self {
+        FormatMark {
+            format: FORMAT,
+            written_by: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// Whether this build may open a store whose mark is `found` (`None`: a store from before
+/// the mark, format 1): the refusal says what to do.
+pub(super) fn may_open(found: Option<&FormatMark>, path: &Path) -> Result<(), Open> {
+    match found {
+        Some(mark) if mark.format > FORMAT => Err(Open::Newer(io(
+            path,
+            format!(
+                "written in store format {} by ephemer-actors {}, newer than this build ({}, \
+                 formats up to {FORMAT}); nothing was changed: run that build (or a newer one) \
+                 on this state.dir, or move the file aside yourself to start with an empty \
+                 store (the jobs it holds are then not run by this host)",
+                mark.format,
+                if mark.written_by.is_empty() { "?" } else { &mark.written_by },
+                env!("CARGO_PKG_VERSION"),
+            ),
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -113,10 +164,23 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| Open::Disk(io(path, e)))?;
     }
-    // Make sure the tables exist, then read them.
+    // A store a newer build wrote is refused before anything is written to it.
+    let found = read_format(&db, path)?;
+    may_open(found.as_ref(), path)?;
+    // Make sure the tables exist and the mark says this build's format, then read them.
     let w = db.begin_write().map_err(|e| e.sorted(path))?;
     for t in [JOBS, RUNNERS, RETRIES, MARKS] {
         w.open_table(t).map_err(|e| e.sorted(path))?;
+    }
+    if found != Some(FormatMark::current()) {
+        if let Some(old) = &found {
+            tracing::info!(from = old.format, to = FORMAT, written_by = %old.written_by, "state store last written by another build: its records are read as they are, and its mark now says this build's format");
+        }
+        let mark = serde_json::to_vec(&FormatMark::current()).map_err(|e| Open::Disk(io(path, e)))?;
+        let mut marks = w.open_table(MARKS).map_err(|e| e.sorted(path))?;
+        marks
+            .insert(FORMAT_MARK, mark.as_slice())
+            .map_err(|e| e.sorted(path))?;
     }
     w.commit().map_err(|e| e.sorted(path))?;
     let r = db.begin_read().map_err(|e| e.sorted(path))?;
@@ -149,6 +213,27 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
     Ok((db, snapshot))
 }
 
+/// The format mark of a store (`None`: it has none, or no marks table yet).
+fn read_format(db: &Database, path: &Path) -> Result<Option<FormatMark>, Open> {
+    let r = db.begin_read().map_err(|e| e.sorted(path))?;
+    let table = match r.open_table(MARKS) {
+        Ok(t) => t,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.sorted(path)),
+    };
+    let Some(v) = table.get(FORMAT_MARK).map_err(|e| e.sorted(path))? else {
+        return Ok(None);
+    };
+    match serde_json::from_slice::<FormatMark>(v.value()) {
+        Ok(mark) => Ok(Some(mark)),
+        // A mark this build cannot read is a newer build's.
+        Err(e) => Err(Open::Newer(io(
+            path,
+            format!("its format mark is not one this build reads ({e}); nothing was changed"),
+        ))),
+    }
+}
+
 /// The marks, by name (an unreadable one is skipped, as rows are).
 fn marks(
     r: &redb::ReadTransaction,
@@ -158,6 +243,9 @@ fn marks(
     let mut out = std::collections::HashMap::new();
     for row in table.iter().map_err(|e| e.sorted(path))? {
         let (k, v) = row.map_err(|e| e.sorted(path))?;
+        if k.value() == FORMAT_MARK {
+            continue;
+        }
         match serde_json::from_slice(v.value()) {
             Ok(x) => {
                 out.insert(k.value().to_string(), x);

@@ -231,3 +231,114 @@ async fn marks_survive_a_reopen_and_the_last_write_wins() {
     let snap = reopened(dir.path()).await;
     assert_eq!(snap.marks["redeliver"], serde_json::json!({ "seen": 2 }));
 }
+
+/// Opens the store file at `path` with redb alone (the store closed) and sets its format mark.
+fn set_format_mark(path: &Path, mark: &serde_json::Value) {
+    let db = Database::create(path).unwrap();
+    let w = db.begin_write().unwrap();
+    {
+        let mut marks = w.open_table(MARKS).unwrap();
+        marks
+            .insert(open::FORMAT_MARK, serde_json::to_vec(mark).unwrap().as_slice())
+            .unwrap();
+    }
+    w.commit().unwrap();
+}
+
+/// The format mark of the store file at `path`, as it is written, and how many jobs it holds.
+fn raw_mark_and_jobs(path: &Path) -> (serde_json::Value, u64) {
+    let db = Database::create(path).unwrap();
+    let r = db.begin_read().unwrap();
+    let marks = r.open_table(MARKS).unwrap();
+    let v = marks.get(open::FORMAT_MARK).unwrap().expect("a format mark");
+    let jobs = r.open_table(JOBS).unwrap().iter().unwrap().count() as u64;
+    (serde_json::from_slice(v.value()).unwrap(), jobs)
+}
+
+/// The format mark of the store file at `path`.
+fn format_mark(path: &Path) -> open::FormatMark {
+    serde_json::from_value(raw_mark_and_jobs(path).0).unwrap()
+}
+
+#[actix_rt::test]
+async fn a_store_a_newer_build_wrote_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = Store::open(dir.path()).unwrap();
+        store.write(vec![add(1)]).await.unwrap();
+        let closed = store.closed();
+        drop(store);
+        assert!(closed.wait(std::time::Duration::from_secs(10)).await);
+    }
+    let path = dir.path().join(FILE);
+    assert_eq!(format_mark(&path), open::FormatMark::current());
+    for newer in [
+        serde_json::json!({ "format": open::FORMAT + 1, "written_by": "9.9.9" }),
+        serde_json::json!({ "format": "three", "written_by": "9.9.9" }),
+    ] {
+        set_format_mark(&path, &newer);
+        let err = Store::open(dir.path()).map(|_| ()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("nothing was changed"), "{text}");
+        if newer["format"].is_u64() {
+            assert!(text.contains("by ephemer-actors 9.9.9, newer than this build"), "{text}");
+        }
+        // redb's own header may be touched by an open; what the store holds is not.
+        assert_eq!(
+            raw_mark_and_jobs(&path),
+            (newer.clone(), 1),
+            "the mark and the jobs are left as they are"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.contains("unreadable")),
+            "nothing is moved aside: {names:?}"
+        );
+    }
+}
+
+/// A store an earlier build wrote (tests/data, written by the build before the format mark,
+/// 7fe5e2c) opens with every record, and from then on carries this build's mark.
+#[actix_rt::test]
+async fn a_store_an_earlier_build_wrote_opens_with_every_record() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/store-format1-7fe5e2c.redb");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&golden, dir.path().join(FILE)).unwrap();
+    let snap = reopened(dir.path()).await;
+    assert!(snap.moved_aside.is_none());
+    let mut jobs = snap.jobs.clone();
+    jobs.sort_by_key(|j| j.info.key.job_id);
+    let ids: Vec<u64> = jobs.iter().map(|j| j.info.key.job_id).collect();
+    assert_eq!(ids, vec![101, 102]);
+    assert_eq!(jobs[0].received_unix, 1_700_000_010);
+    assert_eq!(jobs[1].started_unix, Some(1_700_000_012));
+    assert_eq!(snap.runners.len(), 1);
+    assert_eq!(snap.runners[0].name, "ephemer-local-golden1");
+    assert_eq!(snap.runners[0].intent, JobKey::new("acme", 101));
+    assert_eq!(snap.retries.len(), 1);
+    assert_eq!(snap.retries[0].job.key.job_id, 103);
+    assert_eq!(snap.retries[0].class, ErrorClass::RateLimit);
+    assert_eq!(
+        snap.marks.get("redeliver_cursor"),
+        Some(&serde_json::json!({ "last_id": 42 }))
+    );
+    assert!(!snap.marks.contains_key(open::FORMAT_MARK), "the mark is the store's own");
+    // Wait for the writer to let go, then read the mark it left.
+    let _ = reopened(dir.path()).await;
+    let closed_path = dir.path().join(FILE);
+    let mark = loop {
+        match Database::create(&closed_path) {
+            Ok(db) => {
+                drop(db);
+                break format_mark(&closed_path);
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    assert_eq!(mark, open::FormatMark::current());
+}
