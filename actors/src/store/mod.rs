@@ -16,7 +16,8 @@
 //! aside at start-up (a fresh one is started, with a loud log); one the disk cannot read
 //! (EACCES, EIO) is an error that stops the start, the file left as it is. A format mark says
 //! which format the records are in (`open::FORMAT`): older formats are read, a newer one (a
-//! rollback) refuses the start and is left as it is.
+//! rollback) refuses the start and is left as it is. Each start compacts the file, so what
+//! finished jobs took goes back to the file system.
 
 use std::{
     path::{Path, PathBuf},

@@ -149,7 +149,7 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
     if !path.exists() {
         crate::harden::private_file(path, true).map_err(|e| Open::Disk(io(path, e)))?;
     }
-    let db = match Database::create(path) {
+    let mut db = match Database::create(path) {
         Ok(db) => db,
         Err(e @ (DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch)) => {
             return Err(Open::Locked(io(
@@ -183,6 +183,7 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
             .map_err(|e| e.sorted(path))?;
     }
     w.commit().map_err(|e| e.sorted(path))?;
+    compact(&mut db, path);
     let r = db.begin_read().map_err(|e| e.sorted(path))?;
     fn rows<T: for<'de> Deserialize<'de>>(
         r: &redb::ReadTransaction,
@@ -211,6 +212,23 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
     };
     drop(r);
     Ok((db, snapshot))
+}
+
+/// Gives the space of records gone since the last start back to the file system: redb reuses
+/// freed pages but never shrinks its file, so a burst of jobs long finished would keep the
+/// file at its high-water mark. At start-up, before anything else uses the store; a failure
+/// leaves the store as it was (said, not fatal).
+fn compact(db: &mut Database, path: &Path) {
+    let before = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    match db.compact() {
+        Ok(_) => {
+            let after = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            if after < before {
+                tracing::info!(path = %path.display(), before, after, "state store compacted");
+            }
+        }
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot compact the state store; it is used as it is"),
+    }
 }
 
 /// The format mark of a store (`None`: it has none, or no marks table yet).

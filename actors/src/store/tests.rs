@@ -342,3 +342,49 @@ async fn a_store_an_earlier_build_wrote_opens_with_every_record() {
     };
     assert_eq!(mark, open::FormatMark::current());
 }
+
+/// The file gives back what finished jobs took: a burst of 3,000 jobs, all of them done, and
+/// the next start leaves a file no bigger than an empty store's few pages.
+#[actix_rt::test]
+async fn a_start_compacts_what_finished_jobs_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE);
+    let empty = {
+        let _ = reopened(dir.path()).await;
+        let _ = reopened(dir.path()).await;
+        std::fs::metadata(&path).unwrap().len()
+    };
+    {
+        let (store, _) = loop {
+            match Store::open(dir.path()) {
+                Ok(pair) => break pair,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        };
+        for chunk in (1..=3_000u64).collect::<Vec<_>>().chunks(500) {
+            store
+                .write(chunk.iter().map(|id| add(*id)).collect())
+                .await
+                .unwrap();
+        }
+        store
+            .write(
+                (1..=3_000u64)
+                    .map(|id| Op::DeleteJob(JobKey::new("acme", id)))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+        let closed = store.closed();
+        drop(store);
+        assert!(closed.wait(std::time::Duration::from_secs(10)).await);
+    }
+    let burst = std::fs::metadata(&path).unwrap().len();
+    let snap = reopened(dir.path()).await;
+    assert!(snap.jobs.is_empty());
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        burst > 4 * empty && after <= 2 * empty,
+        "empty {empty} B, after the burst {burst} B, after the start {after} B"
+    );
+}
