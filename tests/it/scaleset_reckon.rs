@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     scaleset::{ALPHA, assert_each_job_on_its_pool, one_job_waiting, standin, start},
-    support::provision::eventually,
+    support::provision::{eventually, eventually_async},
 };
 
 /// Three jobs assigned with no message at all (as if another consumer had acknowledged it):
@@ -130,7 +130,13 @@ async fn a_job_of_a_deleted_scale_set_runs_once_in_the_new_one_and_leaves_no_run
         logs.contains("its old jobs still waiting are withdrawn, the service assigns them anew"),
         "{logs}"
     );
-    let json = daemon.ctl_json(&["status"]).await;
-    assert_eq!(json["runners"], 0, "{json}");
+    // The registration goes with the job at the service; the daemon's runner a moment later,
+    // once its process has exited and its teardown is done.
+    eventually_async(
+        "the daemon's last runner gone",
+        Duration::from_secs(30),
+        || async { daemon.ctl_json(&["status"]).await["runners"] == 0 },
+    )
+    .await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
