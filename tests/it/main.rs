@@ -75,7 +75,8 @@
 //! - `cluster.rs`, `cluster_stream.rs`, `cluster_lazy.rs` and `cluster_figures.rs`: `serve`
 //!   processes sharing a throwaway PostgreSQL cluster: one holder per job, a host killed
 //!   mid-run, the event stream, the lazy changes that ride along a round trip, the round trips
-//!   per job.
+//!   per job; `cluster_outage.rs`: the ledger stopped for 8 s with redelivery on, under a CPU
+//!   hog, and every refused job runs within two redelivery intervals, for three seeds.
 //! - `scaleset.rs`: scale-set mode against the stand-in's Actions service: two pools, each job
 //!   on its own pool's runner with no webhook; a cancelled assignment; kill -9 and resume from
 //!   the last message; a second daemon's 409; token expiry, eviction, deletion, dropped polls
@@ -108,6 +109,7 @@ mod cli;
 mod cluster;
 mod cluster_figures;
 mod cluster_lazy;
+mod cluster_outage;
 mod cluster_stream;
 mod container;
 mod docs;

@@ -17,7 +17,7 @@ const LABELS: &[&str] = &["self-hosted", "linux"];
 /// The URL GitHub posts to: a proxy in front of the daemon's loopback listener.
 const PUBLIC_URL: &str = "https://ci.example.com/webhook/github";
 
-fn org_hook(id: u64, url: &str) -> Hook {
+pub(crate) fn org_hook(id: u64, url: &str) -> Hook {
     Hook {
         id,
         url: url.into(),
