@@ -349,7 +349,9 @@ impl Standin {
 
     /// Completes a job as a cancelled run does, and tells the daemon. A runner that took it is
     /// ephemeral: the service removes its registration once the job is done, whether or not
-    /// the runner is still there to say so.
+    /// the runner is still there to say so (GitHub's docs, "Autoscaling with self-hosted
+    /// runners", ephemeral runners: "automatically unregistered ... after one job"; actions/runner
+    /// `--jitconfig` runners are ephemeral).
     pub fn cancel_job(&self, job_id: u64) {
         let mut s = self.state();
         let mut runner = None;

@@ -28,13 +28,47 @@ fn cloud_kernel() -> Option<(PathBuf, String)> {
 /// this host cannot boot a VM.
 pub fn image() -> Option<PathBuf> {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match IMAGE.get_or_init(build) {
+    once(&IMAGE, build)
+}
+
+/// `cell`'s image, built by `build` the first time; `None` (said loudly, or a failure in CI)
+/// when it cannot be built here.
+fn once(
+    cell: &OnceLock<Result<PathBuf, String>>,
+    build: impl FnOnce() -> Result<PathBuf, String>,
+) -> Option<PathBuf> {
+    match cell.get_or_init(build) {
         Ok(path) => Some(path.clone()),
         Err(why) => {
             super::skip("linux_vm", why);
             None
         }
     }
+}
+
+/// The host's busybox (static, from busybox-static), copied to `root/bin/busybox`.
+fn copy_busybox(root: &Path) -> Result<&'static str, String> {
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or("no busybox")?;
+    std::fs::copy(busybox, root.join("bin/busybox")).map_err(|e| e.to_string())?;
+    Ok(busybox)
+}
+
+/// An ext4 image of `size` at `image` holding `root`'s tree.
+fn ext4(root: &Path, image: &Path, size: &str) -> Result<(), String> {
+    let made = Command::new("mke2fs")
+        .args(["-q", "-t", "ext4", "-d"])
+        .arg(root)
+        .arg(image)
+        .arg(size)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !made.success() {
+        return Err("mke2fs -d failed".into());
+    }
+    Ok(())
 }
 
 fn build() -> Result<PathBuf, String> {
@@ -74,11 +108,7 @@ fn build() -> Result<PathBuf, String> {
         std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
     }
     // busybox and every applet.
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .ok_or("no busybox")?;
-    std::fs::copy(busybox, root.join("bin/busybox")).map_err(|e| e.to_string())?;
+    let busybox = copy_busybox(&root)?;
     let applets = Command::new(busybox)
         .arg("--list")
         .output()
@@ -143,16 +173,7 @@ fn build() -> Result<PathBuf, String> {
     std::fs::create_dir_all(root.join("usr/local/sbin")).map_err(|e| e.to_string())?;
     write_exec(&root.join("usr/local/sbin/ephemer-agent-hook"), &hook)?;
     let image = dir.join("runner.img");
-    let made = Command::new("mke2fs")
-        .args(["-q", "-t", "ext4", "-d"])
-        .arg(&root)
-        .arg(&image)
-        .arg("512M")
-        .status()
-        .map_err(|e| e.to_string())?;
-    if !made.success() {
-        return Err("mke2fs -d failed".into());
-    }
+    ext4(&root, &image, "512M")?;
     let _ = std::fs::remove_dir_all(&root);
     Ok(image)
 }
@@ -183,7 +204,7 @@ cd /opt/actions-runner && exec /usr/local/bin/ephemer-actors standin-runner --ro
 /// daemon can tell.
 pub fn hanging_image() -> Option<PathBuf> {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = IMAGE.get_or_init(|| {
+    once(&IMAGE, || {
         let dir = std::env::temp_dir().join(format!("ephemer-vm-hang-{}", std::process::id()));
         let root = dir.join("root");
         let _ = std::fs::remove_dir_all(&dir);
@@ -191,35 +212,15 @@ pub fn hanging_image() -> Option<PathBuf> {
         for d in ["bin", "sbin", "dev", "proc", "sys", "run", "tmp"] {
             std::fs::create_dir_all(root.join(d)).map_err(|e| e.to_string())?;
         }
-        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .ok_or("no busybox")?;
-        std::fs::copy(busybox, root.join("bin/busybox")).map_err(|e| e.to_string())?;
+        copy_busybox(&root)?;
         write_exec(
             &root.join("sbin/ephemer-agent"),
             "#!/bin/busybox sh\nwhile :; do /bin/busybox sleep 3600; done\n",
         )?;
         let image = dir.join("hang.img");
-        let made = Command::new("mke2fs")
-            .args(["-q", "-t", "ext4", "-d"])
-            .arg(&root)
-            .arg(&image)
-            .arg("64M")
-            .status()
-            .map_err(|e| e.to_string())?;
-        if !made.success() {
-            return Err("mke2fs -d failed".into());
-        }
+        ext4(&root, &image, "64M")?;
         Ok(image)
-    });
-    match built {
-        Ok(path) => Some(path.clone()),
-        Err(why) => {
-            super::skip("linux_vm", why);
-            None
-        }
-    }
+    })
 }
 
 fn write_exec(path: &Path, text: &str) -> Result<(), String> {

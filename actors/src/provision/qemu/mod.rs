@@ -314,10 +314,8 @@ impl Backend for QemuBackend {
     }
 
     async fn stop(self, name: String) {
-        // A warm VM's QEMU is a child of this backend: reaped here, then killed by name.
-        if let Some(vm) = self.warm.borrow_mut().remove(&name) {
-            drop(vm);
-        }
+        // A warm VM's QEMU is a child of this backend: let go here, then killed by name.
+        self.warm.borrow_mut().remove(&name);
         self.kill(&name).await;
         let dir = self.vm_dir(&name);
         if let Err(e) = std::fs::remove_dir_all(&dir)
