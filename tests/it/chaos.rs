@@ -288,7 +288,7 @@ async fn chaos() {
     let ran = started.elapsed();
     handles.shutdown(Duration::from_secs(30)).await;
     let registrations_left = standin.runners().len();
-    let work = ephemer_actors_core::config::StateConfig { dir: state }.runner_dir();
+    let work = ephemer_actors_core::config::StateConfig::at(state).runner_dir();
     let runners_left = std::fs::read_dir(work)
         .map(|d| {
             d.flatten()

@@ -94,6 +94,11 @@ pub mod defaults {
     pub const ORPHAN_GRACE: Duration = Duration::from_secs(10 * 60);
     /// `state.dir`
     pub const STATE_DIR: &str = "/var/lib/ephemer-actors";
+    /// `state.retention`.
+    pub const RETENTION: Duration = Duration::from_secs(60 * 60);
+    /// The shortest `state.retention`: copies of one delivery, seconds apart, are still
+    /// recognised.
+    pub const MIN_RETENTION: Duration = Duration::from_secs(30);
     /// `admin.listen`
     pub const ADMIN_LISTEN: &str = "127.0.0.1:9091";
     /// `providers.*.restart.max_restarts`
@@ -390,9 +395,20 @@ pub struct StateConfig {
     /// Absolute directory for the durable store, the admin token and the logs: the daemon's
     /// alone (the unit makes it 0700).
     pub dir: PathBuf,
+    /// `state.retention`: how long a finished job is remembered (its record and timeline
+    /// for the page and `jobs`, its delivery ids for dedup, its runner's record).
+    pub retention: Duration,
 }
 
 impl StateConfig {
+    /// `[state]` at `dir`, with the default retention.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        StateConfig {
+            dir: dir.into(),
+            retention: defaults::RETENTION,
+        }
+    }
+
     /// What runners must reach, beside the daemon's private state: `<dir>-work`
     /// (`/var/lib/ephemer-actors-work` by default), made `0711` by the daemon whatever its
     /// umask, so a `run_as` user can pass through to its own job directory (`0700`, its own)

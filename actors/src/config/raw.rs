@@ -136,6 +136,7 @@ pub(crate) struct RawOrphanSweep {
 #[serde(default)]
 pub(crate) struct RawState {
     pub dir: Option<String>,
+    pub retention: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

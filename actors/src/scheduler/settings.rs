@@ -52,7 +52,8 @@ pub fn settings_of(c: &Config) -> SchedulerSettings {
         install_id: String::new(),
         targets,
         retry_enabled: c.runner.claim_retry.enabled,
-        seen_ttl: SEEN_TTL,
+        seen_ttl: SEEN_TTL.min(c.state.retention),
+        retention: c.state.retention,
         started_ttl: c
             .runner
             .job_timeout

@@ -58,6 +58,7 @@ pub(super) fn start(
         w.metrics.clone(),
     )
     .with_ledger(w.ledger.clone())
+    .with_delivery_window(config.state.retention)
     .with_coverage(
         config
             .providers

@@ -68,9 +68,7 @@ pub(super) fn guarded(
     work_roots: &[PathBuf],
     installs: &[PathBuf],
 ) -> Vec<Guarded> {
-    let state = crate::config::StateConfig {
-        dir: state_dir.to_path_buf(),
-    };
+    let state = crate::config::StateConfig::at(state_dir);
     let plain = |path: PathBuf| Guarded {
         path,
         inside: true,

@@ -208,7 +208,7 @@ fn non_empty(key: &str, raw: Option<String>, default: &str, p: &mut Problems) ->
 }
 
 fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Problems) -> Config {
-    let state = build_state(raw.state.dir, p);
+    let state = build_state(raw.state, p);
     let secrets = targets::secret_references(&raw.github);
     let insecure = raw.github.allow_insecure.unwrap_or(false);
     let providers = build_providers(raw.providers, &state.dir, env, &secrets, p);

@@ -219,10 +219,7 @@ pub(super) fn build_providers(
         }
         let common = build_common(&key, kind, &mut r, env, secrets, p);
         let enabled = common.enabled;
-        let runners = crate::config::StateConfig {
-            dir: state_dir.to_path_buf(),
-        }
-        .runner_dir();
+        let runners = crate::config::StateConfig::at(state_dir).runner_dir();
         let max = common.max_concurrent;
         let spec = match kind {
             ProviderKind::Local => {

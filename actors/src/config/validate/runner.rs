@@ -218,15 +218,26 @@ fn retry_schedule(
     }
 }
 
-pub(super) fn build_state(dir: Option<String>, p: &mut Problems) -> StateConfig {
-    let dir = PathBuf::from(dir.unwrap_or_else(|| defaults::STATE_DIR.into()));
+pub(super) fn build_state(raw: crate::config::raw::RawState, p: &mut Problems) -> StateConfig {
+    let dir = PathBuf::from(raw.dir.unwrap_or_else(|| defaults::STATE_DIR.into()));
     if !dir.is_absolute() {
         p.push(
             "state.dir",
             format!("{} must be an absolute path", dir.display()),
         );
     }
-    StateConfig { dir }
+    let retention = duration("state.retention", raw.retention, defaults::RETENTION, p);
+    if retention < defaults::MIN_RETENTION {
+        p.push(
+            "state.retention",
+            format!(
+                "{} is shorter than the least, {}: copies of one delivery must still be recognised",
+                humantime::format_duration(retention),
+                humantime::format_duration(defaults::MIN_RETENTION)
+            ),
+        );
+    }
+    StateConfig { dir, retention }
 }
 
 pub(super) fn build_log(raw: crate::config::raw::RawLog, p: &mut Problems) -> LogConfig {

@@ -76,6 +76,15 @@ impl Pending {
     }
 }
 
+/// How long records at rest are kept: since they were last seen (the dedup window), since
+/// their start (a job that may still run), since a finished job's start (its retention).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ttl {
+    pub(super) seen: Duration,
+    pub(super) started: Duration,
+    pub(super) done: Duration,
+}
+
 /// The job table and its queue.
 #[derive(Debug)]
 pub(super) struct Admission {
@@ -226,12 +235,12 @@ impl Admission {
     }
 
     /// Forgets the records at rest (seen, unroutable, ignored or done) whose dedup and started
-    /// windows have passed and no runner in `referenced` points at; returns their keys.
+    /// windows have passed (a finished job's start: its retention) and no runner in
+    /// `referenced` points at; returns their keys.
     pub(super) fn prune(
         &mut self,
         now: Now,
-        seen_ttl: Duration,
-        started_ttl: Duration,
+        ttl: Ttl,
         referenced: &HashSet<&JobKey>,
     ) -> Vec<JobKey> {
         let expired = |at: Option<Instant>, ttl: Duration| {
@@ -241,11 +250,13 @@ impl Admission {
             .jobs
             .iter()
             .filter(|(k, r)| {
-                matches!(
-                    r.phase,
-                    Phase::Seen | Phase::Unroutable | Phase::Ignored | Phase::Done
-                ) && expired(r.seen_at, seen_ttl)
-                    && expired(r.started_at, started_ttl)
+                let started = match r.phase {
+                    Phase::Done => ttl.done,
+                    Phase::Seen | Phase::Unroutable | Phase::Ignored => ttl.started,
+                    _ => return false,
+                };
+                expired(r.seen_at, ttl.seen)
+                    && expired(r.started_at, started)
                     && !referenced.contains(k)
             })
             .map(|(k, _)| k.clone())
@@ -255,6 +266,19 @@ impl Admission {
         }
         self.shared.prune();
         gone
+    }
+}
+
+impl Admission {
+    /// Entries held: the job table, the waiting queues, the shared copies.
+    pub(super) fn census(&self, out: &mut super::Census) {
+        out.push(("scheduler.jobs", self.jobs.len()));
+        out.push(("scheduler.pending", self.pending.len()));
+        out.push((
+            "scheduler.timeline_notes",
+            self.jobs.values().map(|r| r.timeline.len()).sum(),
+        ));
+        self.shared.census(out);
     }
 }
 
@@ -328,8 +352,13 @@ mod tests {
         let later = Now::whole_seconds(t0 + Duration::from_secs(700), 0);
         let done = JobKey::new("acme", 4);
         let referenced: HashSet<&JobKey> = [&done].into_iter().collect();
-        let ttl = Duration::from_secs(600);
-        let gone = a.prune(later, ttl, ttl, &referenced);
+        let d = Duration::from_secs(600);
+        let ttl = Ttl {
+            seen: d,
+            started: d,
+            done: d,
+        };
+        let gone = a.prune(later, ttl, &referenced);
         assert_eq!(
             gone,
             vec![JobKey::new("acme", 3)],
@@ -338,8 +367,38 @@ mod tests {
         assert_eq!(a.jobs.len(), 3);
         a.jobs.get_mut(&done).unwrap().seen_at = Some(later.mono);
         assert!(
-            a.prune(later, ttl, ttl, &HashSet::new()).is_empty(),
+            a.prune(later, ttl, &HashSet::new()).is_empty(),
             "seen a moment ago"
+        );
+    }
+
+    #[test]
+    fn a_finished_job_is_kept_for_its_retention_and_a_started_one_at_rest_for_longer() {
+        let t0 = Instant::now();
+        let mut a = table(t0);
+        for (id, phase) in [(3, Phase::Seen), (4, Phase::Done)] {
+            let rec = a.jobs.get_mut(&JobKey::new("acme", id)).unwrap();
+            rec.phase = phase;
+            rec.started_at = Some(t0);
+        }
+        let ttl = Ttl {
+            seen: Duration::from_secs(60),
+            started: Duration::from_secs(7200),
+            done: Duration::from_secs(120),
+        };
+        let at = |secs| Now::whole_seconds(t0 + Duration::from_secs(secs), 0);
+        assert!(
+            a.prune(at(119), ttl, &HashSet::new()).is_empty(),
+            "inside the retention"
+        );
+        assert_eq!(
+            a.prune(at(120), ttl, &HashSet::new()),
+            vec![JobKey::new("acme", 4)],
+            "the finished job goes at its retention; one seen started, not finished, stays"
+        );
+        assert_eq!(
+            a.prune(at(7200), ttl, &HashSet::new()),
+            vec![JobKey::new("acme", 3)]
         );
     }
 }

@@ -57,7 +57,10 @@ impl Scheduler {
             rec.seen_at = Some(now.mono);
             rec.started_at = row.started_unix.map(ago);
             if rec.started_at.is_some() {
+                // Its windows run from what happened to it, not from the restart: a daemon
+                // restarted more often than its retention would otherwise keep every job.
                 rec.phase = Phase::Done;
+                rec.seen_at = Some(ago(row.received_unix));
             }
             rec.timeline.push(TimelineEntry {
                 at_ms: now.unix_ms,

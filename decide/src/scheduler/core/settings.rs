@@ -26,6 +26,9 @@ pub struct SchedulerSettings {
     pub seen_ttl: Duration,
     /// How long an observed start is remembered.
     pub started_ttl: Duration,
+    /// `state.retention`: how long a finished job's record is kept after its start (for the
+    /// page, `jobs`, and to know its late events).
+    pub retention: Duration,
     /// Zombie cap.
     pub zombie_cap: u32,
     /// How long a runner's job may stay unobserved after the runner exits before the job is

@@ -284,11 +284,13 @@ impl Scheduler {
             .runners()
             .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
             .collect();
-        let (seen_ttl, started_ttl) = (self.settings.seen_ttl, self.settings.started_ttl);
-        let gone = self
-            .admission
-            .prune(now, seen_ttl, started_ttl, &referenced);
+        let ttl = super::admission::Ttl {
+            seen: self.settings.seen_ttl,
+            started: self.settings.started_ttl,
+            done: self.settings.retention,
+        };
+        let gone = self.admission.prune(now, ttl, &referenced);
         self.ops.extend(gone.into_iter().map(Op::DeleteJob));
-        self.book.recent_mut().prune(now.mono, seen_ttl);
+        self.book.recent_mut().prune(now.mono, ttl.seen);
     }
 }

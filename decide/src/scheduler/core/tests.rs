@@ -42,6 +42,7 @@ pub(super) fn settings() -> SchedulerSettings {
         retry_enabled: true,
         seen_ttl: SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
+        retention: Duration::from_secs(3600),
         zombie_cap: ZOMBIE_CAP,
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
