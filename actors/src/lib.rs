@@ -22,6 +22,7 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod system;
+pub mod tasks;
 pub mod webhook;
 
 pub use ephemer_decide::job;

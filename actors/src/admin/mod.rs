@@ -5,13 +5,15 @@
 //! `GET /api/v1/status` (version, uptime, draining, capacity per provider, retry queue depth, the
 //! rate reading), `GET /api/v1/jobs` (every job the scheduler knows), `GET /api/v1/jobs/{id}`
 //! (one job with its timeline: every decision taken about it, so "why is my job still queued?"
-//! has an answer), `POST /api/v1/cordon` and `/uncordon`. Read-only but for cordon; it holds
+//! has an answer), `GET /api/v1/census` (entries per in-memory collection), `POST
+//! /api/v1/cordon` and `/uncordon`. Read-only but for cordon; it holds
 //! no state of its own. Its answers are the types of [`api`], which the CLI reads back.
 
 use std::time::Instant;
 
 pub mod access;
 pub(crate) mod api;
+mod census;
 mod page;
 
 use access::{Access, Want};
@@ -35,6 +37,7 @@ pub struct Admin {
     scheduler: Addr<SchedulerActor>,
     retry: Addr<RetryActor>,
     rate: Addr<RateActor>,
+    webhook: Addr<crate::webhook::WebhookActor>,
     credential: String,
     /// Each target's credential key, in target order.
     credentials: Vec<String>,
@@ -58,6 +61,7 @@ impl Admin {
             scheduler: handles.scheduler.clone(),
             retry: handles.retry.clone(),
             rate: handles.rate.clone(),
+            webhook: handles.webhook.clone(),
             credential: handles.credential.clone(),
             credentials: handles.credentials.clone(),
             started: Instant::now(),
@@ -92,6 +96,7 @@ impl Admin {
         cfg.route("/api/v1/status", web::get().to(status))
             .route("/api/v1/jobs", web::get().to(jobs))
             .route("/api/v1/jobs/{id}", web::get().to(job))
+            .route("/api/v1/census", web::get().to(census::census))
             .route("/api/v1/cordon", web::post().to(cordon))
             .route("/api/v1/uncordon", web::post().to(uncordon));
     }

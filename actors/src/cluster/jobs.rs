@@ -63,7 +63,7 @@ impl Ledger {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let ledger = self.clone();
-        actix_rt::spawn(async move {
+        crate::tasks::spawn(async move {
             let own = async {
                 let _ = tx.send(own(&client).await);
             };

@@ -46,7 +46,7 @@ impl Mirror {
         });
         let alive = std::sync::Arc::downgrade(&inner);
         let lazy = ledger.lazy.clone();
-        actix_rt::spawn(async move {
+        crate::tasks::spawn(async move {
             while alive.strong_count() > 0 {
                 match lazy.due() {
                     None => {

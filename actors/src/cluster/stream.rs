@@ -141,7 +141,7 @@ async fn session(
         .map_err(|e| LedgerError::Pool(format!("cluster.url: {e}")))?;
     let (client, mut connection) = pg.connect(ledger.tls.0.clone()).await?;
     let (wake_tx, mut wake) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let drive = actix_rt::spawn(async move {
+    let drive = crate::tasks::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {

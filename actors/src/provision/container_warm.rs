@@ -125,7 +125,7 @@ impl ContainerBackend {
         if let bollard::exec::StartExecResults::Attached { output, .. } = started {
             let backend = self.clone();
             let log = name.clone();
-            actix_rt::spawn(async move { backend.write_log(&log, output).await });
+            crate::tasks::spawn(async move { backend.write_log(&log, output).await });
         }
         tracing::info!(runner = %name, image = %self.s.image, "runner started in a warm container");
         Ok(RunningRunner {

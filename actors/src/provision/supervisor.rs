@@ -322,7 +322,7 @@ impl<B: Backend> Handler<crate::lifecycle::Stop> for ProvisionerSupervisor<B> {
         self.accepting = false;
         // Detached: the removals outlive this actor (a drain removed them already).
         for name in self.warm.drain_ready() {
-            actix_rt::spawn(self.backend.clone().stop(name));
+            crate::tasks::spawn(self.backend.clone().stop(name));
         }
         ctx.stop();
     }

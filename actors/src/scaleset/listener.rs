@@ -152,7 +152,7 @@ impl Actor for ScaleSetListener {
         let Some((set, session)) = self.machine.session().map(|(s, id)| (s, id.to_string())) else {
             return;
         };
-        actix_rt::spawn(async move {
+        crate::tasks::spawn(async move {
             let close = async {
                 let closed = shared.client.delete_session(set, &session).await;
                 // Fleet mode: the lease goes with the session, so another host listens at once.

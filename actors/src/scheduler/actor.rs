@@ -15,7 +15,7 @@ use super::{
     core::{Deletion, Effect, Scheduler, SchedulerSettings},
     messages::{
         BeginShutdown, FlushDeferred, GetJob, GetJobs, GetPoolDemand, GetRetryQueue,
-        GetSchedulerState, GetStatus, JobEvent, SetCordon, ShuttingDown, TeardownAll,
+        GetCensus, GetSchedulerState, GetStatus, JobEvent, SetCordon, ShuttingDown, TeardownAll,
     },
     observe,
 };
@@ -42,8 +42,6 @@ use crate::{
 pub(crate) const SCHEDULER_MAILBOX: usize = 16_384;
 /// How often the orphan sweep runs (it also runs after every `completed`).
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
-/// How often forgotten jobs are pruned.
-const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// Seconds the start-up cleanup waits for a moment without a claim in flight.
 pub(super) const CLEANUP_WAITS: u32 = 60;
 
@@ -441,7 +439,7 @@ impl Actor for SchedulerActor {
             ctx.run_interval(every, |act, ctx| act.reconcile(ctx));
         }
         ctx.set_mailbox_capacity(SCHEDULER_MAILBOX);
-        ctx.run_interval(PRUNE_EVERY, |act, _| {
+        ctx.run_interval(self.core.prune_every(), |act, _| {
             act.core.prune(act.clock.tick());
             act.persist();
         });
@@ -630,4 +628,9 @@ queries! {
     GetJob => |core, m, now| core.job_detail(m.0, now);
     GetRetryQueue => |core, _m, now| core.retry_queue(now);
     GetPoolDemand => |core, m, _now| core.pool_demand(&m.owner, &m.pin);
+    GetCensus => |core, _m, _now| {
+        let mut census = core.census();
+        census.push(("runtime.tasks", crate::tasks::alive()));
+        census
+    };
 }

@@ -62,6 +62,12 @@ pub struct FlushDeferred;
 #[rtype(result = "super::core::SchedulerState")]
 pub struct GetSchedulerState;
 
+/// Ask how many entries each of the scheduler's collections holds, and how many tasks its
+/// runtime has alive (`GET /api/v1/census`; what a soak samples).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "super::core::Census")]
+pub struct GetCensus;
+
 /// Ask for the status summary: capacity, providers, counts (no job list).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::StatusView")]

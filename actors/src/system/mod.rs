@@ -499,7 +499,7 @@ fn store_health(store: &Store, metrics: &Metrics) -> web::Data<Health> {
     health.add_check(STORE_CHECK, move || healthy.is_healthy());
     let gauge = metrics.store_healthy.clone();
     let closed = store.closed();
-    actix_rt::spawn(async move {
+    crate::tasks::spawn(async move {
         while !closed.is_closed() {
             gauge.set(i64::from(store_health.is_healthy()));
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;

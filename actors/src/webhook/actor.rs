@@ -99,6 +99,11 @@ impl DeliveryDedup {
         self.seen.is_empty()
     }
 
+    /// Remembers ids for `window` from now on.
+    pub(super) fn set_window(&mut self, window: Duration) {
+        self.window = window;
+    }
+
     fn expire(&mut self, now: Instant) {
         while let Some((at, _)) = self.order.front() {
             if now.saturating_duration_since(*at) < self.window {
@@ -154,6 +159,11 @@ pub struct Deliver(pub JobEvent);
 #[rtype(result = "()")]
 pub struct Close;
 
+/// Ask how many entries each of the intake's collections holds (`GET /api/v1/census`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Vec<(&'static str, usize)>")]
+pub struct IntakeCensus;
+
 /// Ask how many delivery ids are remembered (tests, status).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "usize")]
@@ -195,6 +205,13 @@ impl WebhookActor {
             ledger: None,
             flush_armed: false,
         }
+    }
+
+    /// Delivery ids are remembered for `window` (`state.retention`; an hour by default), at
+    /// most [`DELIVERY_CAPACITY`] of them.
+    pub fn with_delivery_window(mut self, window: Duration) -> Self {
+        self.unshared().set_window(window);
+        self
     }
 
     /// Jobs no pool with these labels covers are accepted without a durable record.
@@ -464,6 +481,21 @@ impl Handler<RememberedDeliveries> for WebhookActor {
 
     fn handle(&mut self, _: RememberedDeliveries, _: &mut Context<Self>) -> usize {
         self.handoff.seen().deliveries.len()
+    }
+}
+
+impl Handler<IntakeCensus> for WebhookActor {
+    type Result = actix::MessageResult<IntakeCensus>;
+
+    fn handle(&mut self, _: IntakeCensus, _: &mut Context<Self>) -> Self::Result {
+        let events = self.handoff.outbox().events.len();
+        let seen = self.handoff.seen();
+        actix::MessageResult(vec![
+            ("webhook.deliveries", seen.deliveries.len()),
+            ("webhook.in_flight", seen.in_flight.len()),
+            ("webhook.expected", seen.expected_len()),
+            ("webhook.outbox", events),
+        ])
     }
 }
 

@@ -58,6 +58,11 @@ pub(super) struct Seen {
 }
 
 impl Seen {
+    /// Redeliveries asked for, not yet come in.
+    pub(super) fn expected_len(&self) -> usize {
+        self.expected.len()
+    }
+
     /// Delivery `id` was handed over: remembered, and counted if it was an awaited redelivery.
     pub(super) fn accepted(&mut self, id: &str, metrics: &Metrics) {
         self.in_flight.remove(id);
@@ -104,6 +109,8 @@ pub struct Handoff {
     pub(super) fleet: bool,
     /// There is a store to record covered `queued` jobs in.
     pub(super) durable: bool,
+    /// How long a delivery id is remembered (`state.retention`).
+    window: Duration,
     metrics: Metrics,
 }
 
@@ -129,12 +136,19 @@ impl Handoff {
             coverage: None,
             fleet: false,
             durable,
+            window: DELIVERY_WINDOW,
             metrics,
         }
     }
 
     pub(super) fn set_coverage(&mut self, pools: Vec<LabelSet>) {
         self.coverage = Some(pools);
+    }
+
+    /// Remembers delivery ids for `window` from now on.
+    pub(super) fn set_window(&mut self, window: Duration) {
+        self.window = window;
+        self.seen().deliveries.set_window(window);
     }
 
     /// The delivery ids, locked. A poisoned lock (a panic while it was held) still holds
@@ -149,11 +163,13 @@ impl Handoff {
 
     /// A new hand-over with this one's settings (coverage, fleet, durable) and nothing in it.
     pub(super) fn unshared_copy(&self) -> Handoff {
-        Handoff {
+        let mut copy = Handoff {
             coverage: self.coverage.clone(),
             fleet: self.fleet,
             ..Handoff::new(self.durable, self.metrics.clone())
-        }
+        };
+        copy.set_window(self.window);
+        copy
     }
 
     /// Whether a `queued` job with `labels` could be claimed here.

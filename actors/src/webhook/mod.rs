@@ -28,8 +28,8 @@ use actix_web::{HttpRequest, HttpResponse, Resource, web};
 use serde_json::json;
 
 pub use actor::{
-    Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, RememberedDeliveries,
-    Verdict, WebhookActor,
+    Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, IntakeCensus,
+    RememberedDeliveries, Verdict, WebhookActor,
 };
 pub use keys::{HookIds, TargetKey};
 

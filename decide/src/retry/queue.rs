@@ -321,6 +321,15 @@ impl RetryQueue {
         self.items.get(key)
     }
 
+    /// Entries held: every item (waiting or in flight) and the due-time heap (which may hold
+    /// entries of items since rescheduled, until they reach its top).
+    pub fn census(&self) -> [(&'static str, usize); 2] {
+        [
+            ("ladder.items", self.items.len()),
+            ("ladder.heap", self.heap.len()),
+        ]
+    }
+
     /// Items waiting for their next attempt (in-flight ones are not counted).
     pub fn len(&self) -> usize {
         self.waiting

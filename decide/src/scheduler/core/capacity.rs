@@ -49,6 +49,13 @@ pub(super) struct SlotTable {
 }
 
 impl SlotTable {
+    /// Entries held: claims in flight, claims inside the pacing windows.
+    pub(super) fn census(&self, out: &mut super::Census) {
+        out.push(("scheduler.claiming", self.claiming.len()));
+        let paced = self.pacers.iter().map(|p| p.in_window()).sum();
+        out.push(("scheduler.pacing_window", paced));
+    }
+
     /// Pool `i`'s slots.
     pub(super) fn slot(&self, i: usize) -> &Slots {
         &self.slots[i]

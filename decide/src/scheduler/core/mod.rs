@@ -45,6 +45,7 @@ mod restore;
 mod runner_book;
 mod settings;
 mod shared;
+mod sizes;
 mod supply;
 mod sweep;
 pub mod timeline;
@@ -57,6 +58,7 @@ use ladder::Ladder;
 pub use pacing::ClaimPacer;
 use runner_book::RunnerBook;
 pub use settings::{ProviderSpec, SchedulerSettings, TargetSpec};
+pub use sizes::Census;
 pub use supply::PoolDemand;
 pub use timeline::{Abandon, DeliveryId, Note, TimelineEntry};
 pub use view::{
@@ -562,6 +564,14 @@ impl Scheduler {
     /// How often to reconcile, if at all.
     pub fn reconcile_interval(&self) -> Option<Duration> {
         self.settings.reconcile_interval
+    }
+
+    /// How often the shell should [`Scheduler::prune`]: a quarter of the shorter of the dedup
+    /// window and the retention, between 5 s and a minute, so a record outlives its window by
+    /// at most that (and a daemon restarted more often than a minute still prunes).
+    pub fn prune_every(&self) -> Duration {
+        (self.settings.seen_ttl.min(self.settings.retention) / 4)
+            .clamp(Duration::from_secs(5), Duration::from_secs(60))
     }
 }
 

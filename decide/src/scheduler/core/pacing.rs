@@ -23,6 +23,11 @@ pub struct ClaimPacer {
 }
 
 impl ClaimPacer {
+    /// Claims remembered inside the window.
+    pub fn in_window(&self) -> usize {
+        self.sent.len()
+    }
+
     /// A pacer allowing `per_minute` claims in any 60 s.
     pub fn new(per_minute: u32) -> Self {
         let per_minute = per_minute.max(1) as usize;

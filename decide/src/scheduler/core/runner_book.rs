@@ -123,6 +123,13 @@ impl RunnerBook {
         self.runners.iter()
     }
 
+    /// Entries held: runners of ours, runners just gone, deferred decisions.
+    pub(super) fn census(&self, out: &mut super::Census) {
+        out.push(("scheduler.runners", self.runners.len()));
+        out.push(("scheduler.recent_runners", self.recent.0.len()));
+        out.push(("scheduler.deferred", self.deferred.len()));
+    }
+
     /// How many runners of ours there are.
     pub(super) fn len(&self) -> usize {
         self.runners.len()

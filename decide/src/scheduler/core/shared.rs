@@ -41,6 +41,12 @@ impl Shared {
         self.labels.retain(|l| Arc::strong_count(l) > 1);
     }
 
+    /// Entries held: the shared strings and label sets.
+    pub(super) fn census(&self, out: &mut super::Census) {
+        out.push(("scheduler.shared_strings", self.strs.len()));
+        out.push(("scheduler.shared_label_sets", self.labels.len()));
+    }
+
     /// Copies held (for tests).
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {

@@ -60,6 +60,11 @@ pub(super) struct WarmBook {
 }
 
 impl WarmBook {
+    /// Entries held: warm claims in flight.
+    pub(super) fn census(&self, out: &mut super::Census) {
+        out.push(("scheduler.warm_claiming", self.claiming.len()));
+    }
+
     /// The book of `pools` pools, none held back.
     pub(super) fn new(pools: usize) -> Self {
         WarmBook {
