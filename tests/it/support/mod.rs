@@ -3,6 +3,7 @@
 pub mod daemon;
 pub mod engine;
 pub mod fleet;
+pub mod plot;
 pub mod podman;
 pub mod postgres;
 pub mod provision;
@@ -41,7 +42,12 @@ pub fn config_file(name: &str) -> PathBuf {
 
 /// The daemon binary, as a command with a clean environment for secrets and config.
 pub fn daemon() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephemer-actors"));
+    daemon_at(Path::new(env!("CARGO_BIN_EXE_ephemer-actors")))
+}
+
+/// Another build of the daemon at `bin`, as [`daemon`] runs it.
+pub fn daemon_at(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
     for var in [
         "GITHUB_TOKEN",
         "EPHEMER_WEBHOOK_SECRET",
