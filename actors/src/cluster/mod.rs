@@ -62,16 +62,18 @@ pub enum LedgerError {
     /// No connection could be had from the pool.
     #[error("database unreachable: {0}")]
     Pool(String),
-    /// The schema is newer than this binary.
+    /// The schema is newer than this binary, and needs a newer one.
     #[error(
-        "the ledger's schema is version {found}, newer than this binary knows ({known}): upgrade \
-         ephemer-actors on this host"
+        "the ledger's schema is version {found}, newer than this binary knows ({known}), and \
+         needs a binary that knows version {needs}: upgrade ephemer-actors on this host"
     )]
     SchemaTooNew {
         /// In the database.
         found: i32,
         /// Known here.
         known: i32,
+        /// The oldest schema version a binary must know to work with it.
+        needs: i32,
     },
     /// A row the ledger wrote could not be read back.
     #[error("ledger row: {0}")]

@@ -168,7 +168,7 @@ fn apply<'a>(
                 Op::AddJob(row) => {
                     let k = key(&row.info.key);
                     if jobs.get(k.as_str())?.is_none() {
-                        jobs.insert(k.as_str(), serde_json::to_vec(row)?.as_slice())?;
+                        jobs.insert(k.as_str(), job_bytes(row)?.as_slice())?;
                     }
                 }
                 Op::JobStarted(job, at) => {
@@ -191,7 +191,7 @@ fn apply<'a>(
                         },
                     };
                     row.started_unix.get_or_insert(*at);
-                    jobs.insert(k.as_str(), serde_json::to_vec(&row)?.as_slice())?;
+                    jobs.insert(k.as_str(), job_bytes(&row)?.as_slice())?;
                 }
                 Op::DeleteJob(k) => {
                     jobs.remove(key(k).as_str())?;
@@ -220,4 +220,27 @@ fn apply<'a>(
     }
     w.commit()?;
     Ok(())
+}
+
+/// A job's row as this build writes it.
+#[cfg(not(feature = "next-record"))]
+fn job_bytes(row: &JobRow) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(row)
+}
+
+/// A job's row with one field more, as a later release might add one: builds that do not
+/// know it read the row all the same (serde skips a field it does not know), and this build
+/// reads theirs (the field is optional). The binary-swap test runs both on one store.
+#[cfg(feature = "next-record")]
+fn job_bytes(row: &JobRow) -> serde_json::Result<Vec<u8>> {
+    #[derive(serde::Serialize)]
+    struct Next<'a> {
+        #[serde(flatten)]
+        row: &'a JobRow,
+        accepted_by: &'static str,
+    }
+    serde_json::to_vec(&Next {
+        row,
+        accepted_by: concat!("ephemer-actors ", env!("CARGO_PKG_VERSION"), " (next-record)"),
+    })
 }

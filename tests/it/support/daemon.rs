@@ -316,9 +316,17 @@ impl Daemon {
     }
 
     async fn spawn(dir: tempfile::TempDir, port: u16, env: &[(&str, &str)]) -> Daemon {
+        Self::spawn_cmd(daemon(), dir, port, env).await
+    }
+
+    async fn spawn_cmd(
+        mut cmd: tokio::process::Command,
+        dir: tempfile::TempDir,
+        port: u16,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let cfg = dir.path().join("ephemer.toml");
         let log = dir.path().join("daemon.log");
-        let mut cmd = daemon();
         cmd.envs(env.iter().copied());
         cmd.args(["serve", "--config"])
             .arg(&cfg)
@@ -360,6 +368,45 @@ impl Daemon {
     /// Starts a daemon again on what `kill9` left.
     pub async fn resume(standin: &Standin, left: (tempfile::TempDir, u16)) -> Daemon {
         Self::launch(standin, left.0, left.1).await
+    }
+
+    /// Like `start`, with another build of the daemon, `bin`.
+    pub async fn start_at(
+        bin: &std::path::Path,
+        standin: &Standin,
+        extra: &str,
+        providers: &str,
+    ) -> Daemon {
+        let (dir, port) = Self::write_config(standin, "0s", "", extra, providers);
+        Self::resume_with(standin, (dir, port), bin).await
+    }
+
+    /// Starts another build of the daemon, `bin`, on what `kill9` or `stop_keeping` left.
+    pub async fn resume_with(
+        standin: &Standin,
+        left: (tempfile::TempDir, u16),
+        bin: &std::path::Path,
+    ) -> Daemon {
+        let cmd = super::daemon_at(bin);
+        let d = Self::spawn_cmd(cmd, left.0, left.1, &[]).await;
+        standin.send_webhooks_to(&format!("http://{}/webhook/github", d.addr), SECRET);
+        d
+    }
+
+    /// SIGTERM (the drain), then the exit code and logs, keeping the state directory and
+    /// config for `resume` or `resume_with`.
+    pub async fn stop_keeping(
+        mut self,
+        within: Duration,
+    ) -> ((tempfile::TempDir, u16), Option<i32>, String) {
+        sigterm(&self.child);
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("daemon did not exit within {within:?}:\n{}", self.logs()))
+            .unwrap();
+        let logs = self.logs();
+        let port = self.addr.rsplit(':').next().unwrap().parse().unwrap();
+        ((self._dir, port), status.code(), logs)
     }
 
     /// Waits until `n` jobs completed at the stand-in, failing with the daemon's log.
@@ -406,10 +453,7 @@ impl Daemon {
 
     /// Where its runners' directories go (`<state.dir>-work`).
     pub fn runner_dir(&self) -> PathBuf {
-        ephemer_actors_core::config::StateConfig {
-            dir: self.state_dir(),
-        }
-        .runner_dir()
+        ephemer_actors_core::config::StateConfig::at(self.state_dir()).runner_dir()
     }
 
     /// What the daemon logged so far.
