@@ -205,3 +205,87 @@ async fn a_fleet_upgraded_one_host_at_a_time_keeps_working_and_loses_no_job() {
 async fn wait_no_registration_left(standin: &Standin, hosts: &[Daemon]) {
     crate::support::fleet::wait_no_registration_left(standin, Duration::from_secs(30), hosts).await;
 }
+
+/// A store an earlier build wrote (tests/data) runs: its queued job (101, whose runner is gone)
+/// and its job on the ladder (103) are claimed and run, its started job (102) is not claimed
+/// again, and its runner's registration (7) is deleted. The reconcile is off: only the store
+/// names these jobs.
+#[actix_rt::test]
+async fn a_store_an_earlier_build_wrote_runs_its_jobs_and_tears_down_its_runner() {
+    let standin = support::standin(100);
+    standin.state().next_job_id = 100;
+    let ids = standin.add_jobs("app", &["self-hosted"], 3);
+    assert_eq!(ids, vec![101, 102, 103]);
+    standin.cancel_job(102);
+    let golden = support::repo_root().join("tests/data/store-format1-7fe5e2c.redb");
+    let bin = env!("CARGO_BIN_EXE_ephemer-actors");
+    let daemon = Daemon::start_config(
+        |port, state| {
+            std::fs::create_dir_all(state).unwrap();
+            std::fs::copy(&golden, state.join("ephemer-actors.redb")).unwrap();
+            format!(
+                r#"
+[github]
+api_url = "{api}"
+owner = "acme"
+repos = ["app"]
+token = "{token}"
+
+[webhook]
+listen = "127.0.0.1:{port}"
+secret = "{secret}"
+reconcile_interval = "0s"
+
+[runner.claim_retry]
+schedule = ["1s", "2s"]
+# The golden store's retry failed first in 2023: a max_age that reaches back to it keeps it
+# on the ladder (the default would give it up, and the reconcile would find it).
+max_age = "2000d"
+
+[state]
+dir = "{state}"
+
+[providers.local]
+command = "{bin}"
+args = ["standin-runner"]
+labels = ["self-hosted", "linux", "x64"]
+allow_root = true
+"#,
+                api = standin.url(),
+                token = support::daemon::TOKEN,
+                secret = support::daemon::SECRET,
+                state = state.display(),
+            )
+        },
+        &[],
+    )
+    .await;
+    standin.send_webhooks_to(
+        &format!("http://{}/webhook/github", daemon.addr),
+        support::daemon::SECRET,
+    );
+    wait_done(&standin, 3, &daemon).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !standin
+        .calls_to("delete_runner")
+        .iter()
+        .any(|c| c.path.ends_with("/runners/7"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the golden runner's registration was never deleted:\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let claimed: Vec<u64> = standin
+        .jobs()
+        .iter()
+        .filter(|j| j.runner_name.is_some())
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(claimed, vec![101, 103], "{}", daemon.logs());
+    let (code, logs) = daemon.stop(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(unreadable(&logs).is_empty(), "{logs}");
+}
