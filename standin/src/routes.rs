@@ -364,17 +364,9 @@ fn route(
         }
         "list_runs" => {
             let repo = repo.unwrap_or_default();
-            let mut run_ids: Vec<u64> = s
-                .jobs
-                .values()
-                .filter(|j| j.repo == repo)
-                .map(|j| j.run_id)
-                .collect();
-            run_ids.sort_unstable();
-            run_ids.dedup();
-            let runs: Vec<Value> = run_ids
+            let runs: Vec<Value> = s
+                .runs_of(&repo)
                 .into_iter()
-                .map(|id| (id, s.run_status(id)))
                 .filter(|(_, st)| query.status.as_deref().is_none_or(|want| want == *st))
                 .map(|(id, st)| json!({ "id": id, "status": st, "run_attempt": 1, "name": "ci" }))
                 .collect();

@@ -492,14 +492,32 @@ impl State {
     }
 
     /// The status of a run, derived from its jobs like GitHub's.
-    pub fn run_status(&self, run_id: u64) -> &'static str {
-        let jobs: Vec<_> = self.jobs.values().filter(|j| j.run_id == run_id).collect();
-        if jobs.iter().all(|j| j.status == "completed") {
-            "completed"
-        } else if jobs.iter().all(|j| j.status == "queued") {
-            "queued"
-        } else {
-            "in_progress"
+    /// Every run of `repo` with its status, in one pass over the jobs (a run per job would
+    /// make a listing quadratic in the jobs the stand-in has seen).
+    pub fn runs_of(&self, repo: &str) -> Vec<(u64, &'static str)> {
+        let mut runs: std::collections::BTreeMap<u64, Vec<&Job>> = Default::default();
+        for job in self.jobs.values().filter(|j| j.repo == repo) {
+            runs.entry(job.run_id).or_default().push(job);
         }
+        runs.into_iter()
+            .map(|(id, jobs)| (id, run_status_of(jobs.into_iter())))
+            .collect()
+    }
+}
+
+/// A run's status from its jobs': completed when all are, queued when all are, else in
+/// progress.
+fn run_status_of<'a>(jobs: impl Iterator<Item = &'a Job>) -> &'static str {
+    let (mut all_done, mut all_queued) = (true, true);
+    for j in jobs {
+        all_done &= j.status == "completed";
+        all_queued &= j.status == "queued";
+    }
+    if all_done {
+        "completed"
+    } else if all_queued {
+        "queued"
+    } else {
+        "in_progress"
     }
 }

@@ -4,7 +4,8 @@
 //! on its arbiter, the store file's size and the entries of every in-memory collection
 //! (`GET /api/v1/census`), plus the pickup (queued to taken) of each stretch of jobs.
 //!
-//! `soak_ci` (5,000 jobs) runs in `.ci/run`; `soak` (ignored, `SOAK_JOBS`, 50,000 by default)
+//! `soak_ci` (5,000 jobs) runs in `.ci/run`, on its own (the pickup it compares would move
+//! with the suite's load); `soak` (ignored, `SOAK_JOBS`, 50,000 by default)
 //! is the long run of docs/benchmarks.md, "Soak" (`SOAK_SVG=<file>` draws its plot). Each
 //! fails on a job lost, anything left, or a series whose last fifth of the run peaks more
 //! than 10 % (plus a small absolute slack) above the fifth before: each fifth starts with a
@@ -207,8 +208,28 @@ async fn run(jobs: usize, rate: f64, seed: u64) -> Run {
     let mut next_sample = every;
     let tick = Duration::from_secs_f64(1.0 / rate);
     let mut due = Instant::now();
+    // Counting the stand-in's jobs costs a pass over all of them: a few times a second.
+    let (mut done, mut counted) = (0, Instant::now() - Duration::from_secs(1));
+    let mut progress = (0, Instant::now());
     while queued_ids.len() < jobs || next_sample <= jobs {
-        let done = standin.jobs_in("completed");
+        if counted.elapsed() >= Duration::from_millis(200) {
+            done = standin.jobs_in("completed");
+            counted = Instant::now();
+            if done != progress.0 {
+                progress = (done, Instant::now());
+            }
+            assert!(
+                progress.1.elapsed() < Duration::from_secs(180),
+                "soak: no job done for 3 minutes at {done} of {jobs}; open: {:?}\n{}",
+                standin
+                    .jobs()
+                    .iter()
+                    .filter(|j| j.status != "completed")
+                    .map(|j| (j.id, j.status.clone(), j.runner_name.clone()))
+                    .collect::<Vec<_>>(),
+                daemon.logs()
+            );
+        }
         if done >= next_sample {
             samples.push(sample(&daemon, done).await);
             if next_sample.is_multiple_of(fifth) && next_sample < jobs {
@@ -218,12 +239,9 @@ async fn run(jobs: usize, rate: f64, seed: u64) -> Run {
             next_sample += every;
             continue;
         }
-        if queued_ids.len() >= jobs || queued_ids.len() - done >= MAX_BACKLOG {
+        if queued_ids.len() >= jobs || queued_ids.len().saturating_sub(done) >= MAX_BACKLOG {
             tokio::time::sleep(Duration::from_millis(100)).await;
             due = Instant::now();
-            if started.elapsed() > Duration::from_secs(60 + jobs as u64) {
-                panic!("soak: stuck at {done} of {jobs} done:\n{}", daemon.logs());
-            }
             continue;
         }
         if queued_ids.len().is_multiple_of(500) {
@@ -401,6 +419,7 @@ async fn soak_of(jobs: usize, rate: f64) {
 }
 
 #[actix_rt::test]
+#[ignore = "3 minutes on a quiet machine: `.ci/run` runs it on its own, after the suite"]
 async fn soak_ci() {
     soak_of(5_000, 25.0).await;
 }
