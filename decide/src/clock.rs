@@ -43,8 +43,9 @@ pub fn unix_of_rfc3339(text: &str) -> Option<u64> {
 /// Seconds from GitHub's `created_at` to its `started_at` (RFC 3339), when both are there and
 /// in that order.
 pub fn github_wait(created_at: Option<&str>, started_at: Option<&str>) -> Option<u32> {
-    let created = unix_of_rfc3339(created_at?)?;
+    // The start first: a `queued` delivery has none, and its creation is then not parsed.
     let started = unix_of_rfc3339(started_at?)?;
+    let created = unix_of_rfc3339(created_at?)?;
     u32::try_from(started.checked_sub(created)?).ok()
 }
 

@@ -365,7 +365,7 @@ fn route(
         "list_runs" => {
             let repo = repo.unwrap_or_default();
             let runs: Vec<Value> = s
-                .runs_of(&repo)
+                .runs_of(repo)
                 .into_iter()
                 .filter(|(_, st)| query.status.as_deref().is_none_or(|want| want == *st))
                 .map(|(id, st)| json!({ "id": id, "status": st, "run_attempt": 1, "name": "ci" }))

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use crate::job::{JobAction, JobInfo, JobKey};
 
@@ -19,17 +19,22 @@ pub enum PayloadError {
     WrongShape(String),
 }
 
+// The strings borrow from the body where they can (one with an escape is copied): the intake
+// parses every delivery, and keeps only what `JobInfo` holds.
 #[derive(Debug, Deserialize)]
-struct Payload {
-    action: String,
-    workflow_job: WorkflowJob,
-    repository: Repository,
+struct Payload<'a> {
+    #[serde(borrow)]
+    action: Cow<'a, str>,
+    #[serde(borrow)]
+    workflow_job: WorkflowJob<'a>,
+    #[serde(borrow)]
+    repository: Repository<'a>,
     #[serde(default)]
     installation: Option<Installation>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WorkflowJob {
+struct WorkflowJob<'a> {
     id: u64,
     #[serde(deserialize_with = "whole_number")]
     run_id: u64,
@@ -38,25 +43,28 @@ struct WorkflowJob {
     labels: Vec<String>,
     #[serde(default)]
     runner_id: Option<u64>,
-    #[serde(default)]
-    runner_name: Option<String>,
-    #[serde(default)]
-    conclusion: Option<String>,
-    #[serde(default)]
-    created_at: Option<String>,
-    #[serde(default)]
-    started_at: Option<String>,
+    #[serde(default, borrow)]
+    runner_name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    conclusion: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    created_at: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    started_at: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Repository {
-    name: String,
-    owner: Owner,
+struct Repository<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    owner: Owner<'a>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Owner {
-    login: String,
+struct Owner<'a> {
+    #[serde(borrow)]
+    login: Cow<'a, str>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -91,7 +99,7 @@ pub struct WorkflowJobDelivery {
 
 /// Parses a `workflow_job` body.
 pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadError> {
-    let payload: Payload = serde_json::from_slice(body).map_err(|e| {
+    let payload: Payload<'_> = serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
             Category::Syntax | Category::Eof | Category::Io => {
@@ -114,18 +122,22 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
             payload.repository.owner.login
         )));
     }
-    let runner_name = payload.workflow_job.runner_name.filter(|n| !n.is_empty());
+    let runner_name = payload
+        .workflow_job
+        .runner_name
+        .filter(|n| !n.is_empty())
+        .map(Cow::into_owned);
     Ok(WorkflowJobDelivery {
         action: JobAction::parse(&payload.action),
         job: JobInfo {
             key: JobKey::new(&payload.repository.owner.login, payload.workflow_job.id),
-            repo: payload.repository.name.into(),
+            repo: Arc::from(payload.repository.name.as_ref()),
             run_id: payload.workflow_job.run_id,
             run_attempt: payload.workflow_job.run_attempt,
             labels: payload.workflow_job.labels.into(),
             runner_name,
             runner_id: payload.workflow_job.runner_id.filter(|id| *id != 0),
-            conclusion: payload.workflow_job.conclusion.map(Arc::from),
+            conclusion: payload.workflow_job.conclusion.as_deref().map(Arc::from),
             installation_id: payload.installation.map(|i| i.id),
             github_wait_secs: crate::clock::github_wait(
                 payload.workflow_job.created_at.as_deref(),

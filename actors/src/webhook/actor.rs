@@ -14,13 +14,8 @@
 //! nothing is recorded (an embedded instance that was shut down must not swallow GitHub's only
 //! delivery of a job).
 
-use std::{
-    collections::{HashMap, VecDeque},
-    sync::Arc,
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
-use crate::clock::Instant;
 use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient, ResponseActFuture,
     WrapFuture, dev::SendError,
@@ -41,82 +36,6 @@ pub const DELIVERY_WINDOW: Duration = Duration::from_secs(60 * 60);
 pub const DELIVERY_CAPACITY: usize = 65_536;
 /// The intake's mailbox; the edge waits for room rather than refusing.
 const MAILBOX: usize = 16_384;
-
-/// Remembers recent delivery ids, bounded in time and count. Pure: `now` is passed in.
-#[derive(Debug)]
-pub struct DeliveryDedup {
-    window: Duration,
-    capacity: usize,
-    /// Each id is held once, by both.
-    seen: HashMap<Arc<str>, Instant>,
-    order: VecDeque<(Instant, Arc<str>)>,
-}
-
-impl DeliveryDedup {
-    /// Remembers ids for `window`, at most `capacity` of them.
-    pub fn new(window: Duration, capacity: usize) -> Self {
-        DeliveryDedup {
-            window,
-            capacity,
-            seen: HashMap::new(),
-            order: VecDeque::new(),
-        }
-    }
-
-    /// True if `id` was recorded within the window.
-    pub fn contains(&mut self, id: &str, now: Instant) -> bool {
-        self.expire(now);
-        self.seen.contains_key(id)
-    }
-
-    /// Records `id`. Returns false if it was already there.
-    pub fn insert(&mut self, id: &str, now: Instant) -> bool {
-        self.expire(now);
-        if self.seen.contains_key(id) {
-            return false;
-        }
-        while self.seen.len() >= self.capacity {
-            match self.order.pop_front() {
-                Some((_, old)) => {
-                    self.seen.remove(&old);
-                }
-                None => break,
-            }
-        }
-        let id: Arc<str> = Arc::from(id);
-        self.seen.insert(id.clone(), now);
-        self.order.push_back((now, id));
-        true
-    }
-
-    /// Ids remembered now.
-    pub fn len(&self) -> usize {
-        self.seen.len()
-    }
-
-    /// True when nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
-
-    /// Remembers ids for `window` from now on.
-    pub(super) fn set_window(&mut self, window: Duration) {
-        self.window = window;
-    }
-
-    fn expire(&mut self, now: Instant) {
-        while let Some((at, _)) = self.order.front() {
-            if now.saturating_duration_since(*at) < self.window {
-                break;
-            }
-            if let Some((at, id)) = self.order.pop_front()
-                && self.seen.get(&id) == Some(&at)
-            {
-                self.seen.remove(&id);
-            }
-        }
-    }
-}
 
 /// What the intake decided about one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]

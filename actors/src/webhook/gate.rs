@@ -51,12 +51,15 @@ struct Peer {
     refused_until: Option<Instant>,
 }
 
+/// Each peer's deliveries being read and strikes (a fast seeded hash: every delivery looks).
+type Peers = HashMap<IpAddr, Peer, foldhash::fast::RandomState>;
+
 /// The bounds, shared by every worker of the intake.
 #[derive(Debug)]
 pub(crate) struct Gate {
     budget: usize,
     held: AtomicUsize,
-    peers: Mutex<HashMap<IpAddr, Peer>>,
+    peers: Mutex<Peers>,
 }
 
 /// Why a delivery was not let in.
@@ -82,11 +85,11 @@ impl Gate {
         Gate {
             budget: max_body.saturating_mul(32).max(32 << 20),
             held: AtomicUsize::new(0),
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(Peers::default()),
         }
     }
 
-    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Peer>> {
+    fn peers(&self) -> std::sync::MutexGuard<'_, Peers> {
         self.peers.lock().unwrap_or_else(|p| p.into_inner())
     }
 

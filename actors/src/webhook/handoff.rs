@@ -25,7 +25,10 @@ use std::{
 
 use actix::Message;
 
-use super::actor::{DELIVERY_CAPACITY, DELIVERY_WINDOW, DeliveryDedup, Verdict};
+use super::{
+    actor::{DELIVERY_CAPACITY, DELIVERY_WINDOW, Verdict},
+    dedup::DeliveryDedup,
+};
 use crate::{job::JobAction, metrics::Metrics, scheduler::messages::JobEvent, vocab::LabelSet};
 
 /// How long the first event into an empty outbox waits for others before the actor passes them

@@ -16,6 +16,7 @@
 //! and never waits on the scheduler. A delivery refused for any reason changes no state.
 
 pub(crate) mod actor;
+pub(crate) mod dedup;
 pub(crate) mod gate;
 pub(crate) mod handoff;
 pub(crate) mod keys;
@@ -28,9 +29,10 @@ use actix_web::{HttpRequest, HttpResponse, Resource, web};
 use serde_json::json;
 
 pub use actor::{
-    Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, DeliveryDedup, IntakeCensus,
-    RememberedDeliveries, Verdict, WebhookActor,
+    Close, DELIVERY_CAPACITY, DELIVERY_WINDOW, Deliver, IntakeCensus, RememberedDeliveries,
+    Verdict, WebhookActor,
 };
+pub use dedup::DeliveryDedup;
 pub use keys::{HookIds, TargetKey};
 
 use crate::{
@@ -42,6 +44,20 @@ use crate::{
     metrics::Metrics,
     scheduler::messages::{EventSource, JobEvent},
 };
+
+/// The headers a delivery is read by, named once: a lookup by `&str` parses the name each time.
+mod names {
+    use actix_web::http::header::HeaderName;
+    pub(super) const SIGNATURE: HeaderName = HeaderName::from_static("x-hub-signature-256");
+    pub(super) const EVENT: HeaderName = HeaderName::from_static("x-github-event");
+    pub(super) const DELIVERY: HeaderName = HeaderName::from_static("x-github-delivery");
+    pub(super) const HOOK_ID: HeaderName = HeaderName::from_static("x-github-hook-id");
+    pub(super) const TARGET_TYPE: HeaderName =
+        HeaderName::from_static("x-github-hook-installation-target-type");
+    pub(super) const TARGET_ID: HeaderName =
+        HeaderName::from_static("x-github-hook-installation-target-id");
+    pub(super) use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+}
 
 /// The default body limit (`webhook.max_body`): `workflow_job` payloads are a few KB.
 pub const MAX_BODY: usize = crate::config::defaults::WEBHOOK_MAX_BODY;
@@ -212,7 +228,7 @@ impl WebhookIntake {
         json: &[u8],
         signature: Option<&[u8]>,
     ) -> Result<usize, Verdict> {
-        let number = |name: &str| {
+        let number = |name: &actix_web::http::header::HeaderName| {
             req.headers()
                 .get(name)
                 .and_then(|v| v.to_str().ok())
@@ -220,11 +236,11 @@ impl WebhookIntake {
         };
         let integration = req
             .headers()
-            .get("x-github-hook-installation-target-type")
+            .get(&names::TARGET_TYPE)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"integration"));
         let claimed = keys::Claimed {
-            hook_id: number("x-github-hook-id"),
-            app_id: number("x-github-hook-installation-target-id").filter(|_| integration),
+            hook_id: number(&names::HOOK_ID),
+            app_id: number(&names::TARGET_ID).filter(|_| integration),
             owner: (self.keys.len() > 1).then(|| owner_named(json)).flatten(),
         };
         let Some(i) = keys::pick(&self.keys, &claimed) else {
@@ -300,15 +316,17 @@ impl WebhookIntake {
 
     /// What the headers alone decide, before any of the body is read.
     fn before_body(&self, req: &HttpRequest) -> Option<Verdict> {
-        let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
-        if let Err(e) = well_formed(header("x-hub-signature-256")) {
+        let header = |name: &actix_web::http::header::HeaderName| {
+            req.headers().get(name).map(|v| v.as_bytes())
+        };
+        if let Err(e) = well_formed(header(&names::SIGNATURE)) {
             return Some(Verdict::Unauthorized(e));
         }
-        let event = header("x-github-event");
+        let event = header(&names::EVENT);
         if event != Some(b"workflow_job".as_slice()) && event != Some(b"ping".as_slice()) {
             return Some(Verdict::OtherEvent);
         }
-        if let Some(id) = header("x-github-delivery")
+        if let Some(id) = header(&names::DELIVERY)
             && (id.len() > MAX_DELIVERY_ID
                 || !id.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-'))
         {
@@ -316,7 +334,7 @@ impl WebhookIntake {
                 "X-GitHub-Delivery must be at most {MAX_DELIVERY_ID} letters, digits or dashes"
             )));
         }
-        let declared = header("content-length")
+        let declared = header(&names::CONTENT_LENGTH)
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|v| v.trim().parse::<usize>().ok());
         if declared.is_some_and(|n| n > self.max_body) {
@@ -327,27 +345,29 @@ impl WebhookIntake {
 
     /// Everything the worker thread checks: signature, event, shape.
     fn check(&self, req: &HttpRequest, body: &[u8], now: Instant) -> Result<JobEvent, Verdict> {
-        let header = |name: &str| req.headers().get(name).map(|v| v.as_bytes());
+        let header = |name: &actix_web::http::header::HeaderName| {
+            req.headers().get(name).map(|v| v.as_bytes())
+        };
         // A hook's content type is `json` or `form` (`payload=<url-encoded JSON>`); the
         // signature covers the raw body either way. Nothing decoded is trusted before it is
         // verified (the owner only picks the key to try).
         let form;
-        let json = if is_form(header("content-type")) {
+        let json = if is_form(header(&names::CONTENT_TYPE)) {
             match form_payload(body) {
                 Ok(f) => {
                     form = f;
                     form.as_bytes()
                 }
                 Err(e) => {
-                    self.verified_key(req, body, b"", header("x-hub-signature-256"))?;
+                    self.verified_key(req, body, b"", header(&names::SIGNATURE))?;
                     return Err(e);
                 }
             }
         } else {
             body
         };
-        let verified = self.verified_key(req, body, json, header("x-hub-signature-256"))?;
-        if header("x-github-event") != Some(b"workflow_job".as_slice()) {
+        let verified = self.verified_key(req, body, json, header(&names::SIGNATURE))?;
+        if header(&names::EVENT) != Some(b"workflow_job".as_slice()) {
             return Err(Verdict::OtherEvent);
         }
         let delivery = match parse_workflow_job(json) {
@@ -369,7 +389,7 @@ impl WebhookIntake {
                 .inc();
             return Err(Verdict::IgnoredAction);
         };
-        let delivery_id = header("x-github-delivery")
+        let delivery_id = header(&names::DELIVERY)
             .and_then(|v| std::str::from_utf8(v).ok())
             .filter(|v| !v.is_empty())
             .map(str::to_string);
@@ -465,24 +485,39 @@ async fn read_body(
     limit: usize,
     pass: &mut gate::Pass<'_>,
 ) -> Result<web::Bytes, Verdict> {
-    use futures_util::StreamExt as _;
-    let read = async {
-        let mut body = Gather::default();
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| Verdict::Malformed(format!("reading the body: {e}")))?;
-            if body.len + chunk.len() > limit {
-                return Err(Verdict::TooLarge(limit));
-            }
-            if !pass.hold(chunk.len()) {
-                return Err(Verdict::Overloaded);
-            }
-            body.push(chunk);
+    use futures_util::{FutureExt as _, StreamExt as _};
+    let mut body = Gather::default();
+    let mut take = |body: &mut Gather, chunk: Result<web::Bytes, _>| {
+        let chunk: web::Bytes =
+            chunk.map_err(|e| Verdict::Malformed(format!("reading the body: {e}")))?;
+        if body.len + chunk.len() > limit {
+            return Err(Verdict::TooLarge(limit));
         }
-        Ok(body.finish())
+        if !pass.hold(chunk.len()) {
+            return Err(Verdict::Overloaded);
+        }
+        body.push(chunk);
+        Ok(())
     };
-    tokio::time::timeout(BODY_TIMEOUT, read)
-        .await
-        .unwrap_or(Err(Verdict::SlowBody))
+    // What came with the headers is taken without a timer: a delivery's few KB usually did.
+    loop {
+        match payload.next().now_or_never() {
+            Some(Some(chunk)) => take(&mut body, chunk)?,
+            Some(None) => return Ok(body.finish()),
+            None => break,
+        }
+    }
+    let rest = async {
+        while let Some(chunk) = payload.next().await {
+            take(&mut body, chunk)?;
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, rest).await {
+        Ok(Ok(())) => Ok(body.finish()),
+        Ok(Err(verdict)) => Err(verdict),
+        Err(_) => Err(Verdict::SlowBody),
+    }
 }
 
 async fn receive(
@@ -524,7 +559,7 @@ async fn receive(
     };
     let delivery = req
         .headers()
-        .get("x-github-delivery")
+        .get(&names::DELIVERY)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     match &verdict {
