@@ -14,11 +14,6 @@ mod serve;
 #[cfg(feature = "demo")]
 mod standin;
 
-/// mimalloc: under the intake's load glibc's malloc (its arenas, `malloc_consolidate`) took a
-/// tenth of the daemon's CPU (docs/benchmarks.md, "Intake, measured from outside").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> std::process::ExitCode {
     cli::run()
 }

@@ -94,6 +94,10 @@
 //!   stand-in's releases (a bad digest refused), and container images' runner versions.
 //! - `docs.rs`: the README's commands, the example config, the metric names and the module edges
 //!   in ARCHITECTURE.md match the code.
+//! - `soak.rs`: the real daemon through thousands of jobs under faults and `kill -9`, failing on
+//!   any series (RSS, fds, threads, store, every in-memory collection) that grows.
+//! - `upgrade.rs`: a binary swap mid-burst both ways, a fleet upgraded one host at a time, a
+//!   store an earlier build wrote.
 //! - `warm.rs`, `tart_warm.rs` and `warm_registered.rs`: warm pools, booted (a process pool's
 //!   directories, containers, tart VMs) and registered (idle JIT runners taking jobs at once,
 //!   rotated after `warm_max_age`, none left after a drain); `warm_figures.rs` (ignored, by
