@@ -96,6 +96,11 @@ impl DeliveryDedup {
         self.seen.is_empty()
     }
 
+    /// How long ids are remembered.
+    pub(super) fn window(&self) -> Duration {
+        self.window
+    }
+
     /// Remembers ids for `window` from now on.
     pub(super) fn set_window(&mut self, window: Duration) {
         self.window = window;

@@ -112,8 +112,6 @@ pub struct Handoff {
     pub(super) fleet: bool,
     /// There is a store to record covered `queued` jobs in.
     pub(super) durable: bool,
-    /// How long a delivery id is remembered (`state.retention`).
-    window: Duration,
     metrics: Metrics,
 }
 
@@ -139,7 +137,6 @@ impl Handoff {
             coverage: None,
             fleet: false,
             durable,
-            window: DELIVERY_WINDOW,
             metrics,
         }
     }
@@ -150,7 +147,6 @@ impl Handoff {
 
     /// Remembers delivery ids for `window` from now on.
     pub(super) fn set_window(&mut self, window: Duration) {
-        self.window = window;
         self.seen().deliveries.set_window(window);
     }
 
@@ -171,7 +167,7 @@ impl Handoff {
             fleet: self.fleet,
             ..Handoff::new(self.durable, self.metrics.clone())
         };
-        copy.set_window(self.window);
+        copy.set_window(self.seen().deliveries.window());
         copy
     }
 
