@@ -2,6 +2,7 @@
 //! [`cli::run`], turn its outcome into an exit code (0 ok, 1 runtime failure, 2 usage or
 //! config error).
 
+mod alloc;
 mod cli;
 mod ctl;
 #[cfg(feature = "demo")]
@@ -15,5 +16,6 @@ mod serve;
 mod standin;
 
 fn main() -> std::process::ExitCode {
+    alloc::settle();
     cli::run()
 }

@@ -1,5 +1,5 @@
 //! Operating a running daemon: the admin API through the CLI (`status`, `jobs`, `jobs <id>`,
-//! `cordon`, `uncordon`), and `/metrics` after a run.
+//! `cordon`, `uncordon`), `/metrics` after a run, and the process the supervisor sees.
 
 use std::time::Duration;
 
@@ -176,6 +176,31 @@ async fn a_jobs_log_lines_carry_its_span() {
             "no {what:?} line in {span}:\n{logs}"
         );
     }
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// The daemon starts itself again once with mimalloc's memory options (src/alloc.rs): the
+/// process the supervisor started keeps its pid and name, has the options, and runs jobs.
+#[actix_rt::test]
+async fn the_daemon_runs_with_its_allocator_options_under_its_own_name_and_pid() {
+    let standin = crate::support::standin(100);
+    let daemon = Daemon::start(&standin, "", &local_provider(1)).await;
+    let pid = daemon.pid();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    assert_eq!(comm.trim(), "ephemer-actors");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    for option in ["MIMALLOC_ARENA_EAGER_COMMIT=0", "MIMALLOC_PURGE_DELAY=0"] {
+        assert!(
+            environ.split('\0').any(|kv| kv == option),
+            "{option} is not in the daemon's environment"
+        );
+    }
+    standin.queue_jobs("app", &["self-hosted", "linux"], 1);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(30))
+        .await;
+    assert_eq!(daemon.pid(), pid);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

@@ -113,6 +113,9 @@ pub struct Handoff {
     /// There is a store to record covered `queued` jobs in.
     pub(super) durable: bool,
     metrics: Metrics,
+    /// `ephemerd_github_webhook_events_total` for each action, looked up once: the label lookup
+    /// hashes and takes a lock, once per delivery otherwise.
+    events: [prometheus::IntCounter; 4],
 }
 
 /// What the worker decided, and whether it must wake the actor.
@@ -137,6 +140,13 @@ impl Handoff {
             coverage: None,
             fleet: false,
             durable,
+            events: [
+                JobAction::Queued,
+                JobAction::InProgress,
+                JobAction::Completed,
+                JobAction::Waiting,
+            ]
+            .map(|a| metrics.webhook_events.with_label_values(&[a.as_str()])),
             metrics,
         }
     }
@@ -235,10 +245,13 @@ impl Handoff {
             seen.accepted(id, &self.metrics);
         }
         drop(seen);
-        self.metrics
-            .webhook_events
-            .with_label_values(&[action.as_str()])
-            .inc();
+        let counter = match action {
+            JobAction::Queued => 0,
+            JobAction::InProgress => 1,
+            JobAction::Completed => 2,
+            JobAction::Waiting => 3,
+        };
+        self.events[counter].inc();
         Ok(Decided {
             verdict: Verdict::Accepted,
             wake,
