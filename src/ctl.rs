@@ -229,11 +229,11 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
+pub(crate) fn or_dash<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-fn when(unix: u64) -> String {
+pub(crate) fn when(unix: u64) -> String {
     ephemer_actors_core::clock::rfc3339(unix)
 }
 
@@ -432,7 +432,7 @@ fn print_runner(r: &ephemer_actors_core::release::actor::RunnerReleaseView) {
 }
 
 /// A job's state as `jobs` prints it: a parked job with why (`parked (zombie)`).
-fn state_text(p: &Phase) -> String {
+pub(crate) fn state_text(p: &Phase) -> String {
     match p {
         Phase::Parked { reason, .. } => format!("parked ({})", reason.as_str()),
         other => other.name().to_string(),
@@ -447,7 +447,7 @@ fn next_try(j: &ephemer_actors_core::scheduler::core::JobView) -> Option<u64> {
     }
 }
 
-fn phase_provider(p: &Phase) -> String {
+pub(crate) fn phase_provider(p: &Phase) -> String {
     match p {
         Phase::Claiming { provider } | Phase::Active { provider, .. } => provider.to_string(),
         _ => "-".into(),
@@ -516,46 +516,7 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
     if t.json {
         return print_json(&v);
     }
-    let j = &v.job;
-    println!(
-        "job {} in {}/{}  labels {}",
-        id,
-        j.key.owner,
-        j.repo,
-        j.labels.join(",")
-    );
-    println!(
-        "state {}  provider {}  runner {}  retries {}  first failure class {}",
-        state_text(&j.phase),
-        phase_provider(&j.phase),
-        or_dash(j.runner_name.as_deref()),
-        j.retry_attempts,
-        or_dash(j.error_class)
-    );
-    match j.phase {
-        Phase::Parked { look_unix, .. } => println!(
-            "looked at again {} (idle reaps {})",
-            when(look_unix),
-            j.idle_reaps
-        ),
-        _ => {
-            if let Some(next) = j.next_attempt_unix {
-                println!("next attempt {}", when(next));
-            }
-        }
-    }
-    if let Some(l) = &v.ledger {
-        println!(
-            "fleet: {}  held by {}  ({})",
-            l.phase,
-            or_dash(l.holder.as_deref()),
-            l.why
-        );
-    }
-    println!("\ntimeline:");
-    for n in &j.timeline {
-        println!("  {}  {}", when(n.at()), n.note);
-    }
+    print!("{}", crate::job_text::job_text(id, &v));
     Ok(())
 }
 

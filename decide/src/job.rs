@@ -151,6 +151,58 @@ pub struct JobInfo {
     /// service assigns the job again in a moment, so the runner made for it is kept for that.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub withdrawn: bool,
+    /// What a person reads about it (its name, workflow, branch, trigger), when a delivery
+    /// said. Shared: the record and the views hold one copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<Arc<JobAbout>>,
+}
+
+/// What a person reads about a job, as its `workflow_job` delivery names it. Every field comes
+/// from whoever can push a workflow: shown escaped, and each held to [`JobAbout::MAX`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JobAbout {
+    /// The job's name (`workflow_job.name`).
+    #[serde(default)]
+    pub name: String,
+    /// Its workflow's name (`workflow_job.workflow_name`).
+    #[serde(default)]
+    pub workflow: String,
+    /// The branch it runs on (`workflow_job.head_branch`).
+    #[serde(default)]
+    pub branch: String,
+    /// Who triggered the run (`sender.login`).
+    #[serde(default)]
+    pub sender: String,
+}
+
+impl JobAbout {
+    /// The most bytes kept of each field (cut at a character's edge).
+    pub const MAX: usize = 200;
+
+    /// The fields, each cut to [`JobAbout::MAX`]; `None` when all are empty.
+    pub fn new(name: &str, workflow: &str, branch: &str, sender: &str) -> Option<Self> {
+        if [name, workflow, branch, sender]
+            .iter()
+            .all(|s| s.is_empty())
+        {
+            return None;
+        }
+        Some(JobAbout {
+            name: cut(name),
+            workflow: cut(workflow),
+            branch: cut(branch),
+            sender: cut(sender),
+        })
+    }
+}
+
+/// `s` up to [`JobAbout::MAX`] bytes, at a character's edge.
+fn cut(s: &str) -> String {
+    let mut end = s.len().min(JobAbout::MAX);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
 }
 
 #[cfg(test)]
@@ -168,5 +220,15 @@ mod tests {
             assert_eq!(JobAction::parse(a.as_str()), Some(a));
         }
         assert_eq!(JobAction::parse("requested"), None);
+    }
+
+    #[test]
+    fn what_a_person_reads_is_kept_whole_up_to_its_cap_and_cut_at_a_character() {
+        assert_eq!(JobAbout::new("", "", "", ""), None);
+        let long = "é".repeat(150);
+        let about = JobAbout::new("build", &long, "main", "octocat").unwrap();
+        assert_eq!(about.name, "build");
+        assert!(about.workflow.len() <= JobAbout::MAX && about.workflow.len() >= JobAbout::MAX - 1);
+        assert!(about.workflow.chars().all(|c| c == 'é'));
     }
 }

@@ -436,6 +436,23 @@ impl Standin {
         id
     }
 
+    /// Queues one job whose deliveries name it `about` (its name, workflow, branch and
+    /// trigger); delivers its `queued` webhook. Returns its id.
+    pub fn queue_job_about(
+        &self,
+        repo: &str,
+        labels: &[&str],
+        about: ephemer_actors_core::job::JobAbout,
+    ) -> u64 {
+        let id = self.add_jobs(repo, labels, 1)[0];
+        let mut s = self.state();
+        if let Some(job) = s.jobs.get_mut(&id) {
+            job.about = Some(about.into());
+        }
+        s.emit("queued", id);
+        id
+    }
+
     /// Adds queued jobs without sending any webhook (a delivery that never arrived).
     pub fn add_jobs(&self, repo: &str, labels: &[&str], count: usize) -> Vec<u64> {
         let mut s = self.state();
@@ -463,6 +480,7 @@ impl Standin {
                         queued_at_ms: now_ms,
                         picked_at_ms: None,
                         runner_up_at_ms: None,
+                        about: None,
                     },
                 );
                 id

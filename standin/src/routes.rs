@@ -510,7 +510,9 @@ fn job_json(j: &Job) -> Value {
         "labels": j.labels,
         "runner_id": j.runner_id,
         "runner_name": j.runner_name,
-        "name": format!("job-{}", j.id),
+        "name": j.about.as_ref().map_or_else(|| format!("job-{}", j.id), |a| a.name.clone()),
+        "workflow_name": j.about.as_ref().map_or("ci", |a| a.workflow.as_str()),
+        "head_branch": j.about.as_ref().map_or("main", |a| a.branch.as_str()),
         "created_at": created.map(ephemer_actors_core::clock::rfc3339),
         "started_at": started.map(ephemer_actors_core::clock::rfc3339),
     })

@@ -101,6 +101,9 @@ pub struct Job {
     /// Unix milliseconds when the runner that took it first asked for a job (its process up
     /// and connected): from there to `picked_at_ms` is the runner's own wait.
     pub runner_up_at_ms: Option<u128>,
+    /// The job's name, workflow, branch and trigger as its deliveries say them (the defaults
+    /// `job-ID`, `ci`, `main`, `octocat` where unset).
+    pub about: Option<std::sync::Arc<ephemer_actors_core::job::JobAbout>>,
 }
 
 impl Job {
@@ -467,6 +470,7 @@ impl State {
             installation_id: None,
             github_wait_secs: None,
             withdrawn: false,
+            about: job.about.clone(),
         };
         let (created, started) = job.github_times();
         let body = ephemer_actors_core::github::event::render_workflow_job_at(

@@ -103,6 +103,7 @@
 //!   rotated after `warm_max_age`, none left after a drain); `warm_figures.rs` (ignored, by
 //!   hand) measures them for docs/benchmarks.md.
 //! - `status_page.rs` loads the status page in a real headless browser and keeps screenshots.
+//! - `status_page_live.rs`: job names shown as text, the job list's filters, live updates.
 //! - `targets_fleet.rs` does the same through a PostgreSQL fleet (each owner's budget row) and has
 //!   a dead host's registrations deleted with their owner's credential.
 
@@ -149,6 +150,7 @@ mod security;
 mod shared_users;
 mod soak;
 mod status_page;
+mod status_page_live;
 mod support;
 mod systemd;
 mod targets;

@@ -30,7 +30,7 @@ fn chromium() -> Option<PathBuf> {
 
 /// The browser for the test of `what`; `None` after a loud skip (a failure in CI) when none is
 /// installed.
-fn chromium_for(what: &str) -> Option<PathBuf> {
+pub(crate) fn chromium_for(what: &str) -> Option<PathBuf> {
     let browser = chromium();
     if browser.is_none() {
         support::skip(what, "no chromium on the PATH (apt-get install chromium)");
@@ -39,7 +39,7 @@ fn chromium_for(what: &str) -> Option<PathBuf> {
 }
 
 /// Where the screenshots go.
-fn artefacts() -> PathBuf {
+pub(crate) fn artefacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
@@ -50,13 +50,13 @@ fn artefacts() -> PathBuf {
 
 /// Loads `url` in the headless browser: the page's DOM once loaded (its script run), and a
 /// screenshot of `width` x `height` at `shot`.
-async fn browse(browser: &Path, url: &str, shot: &Path, size: (u32, u32)) -> String {
+pub(crate) async fn browse(browser: &Path, url: &str, shot: &Path, size: (u32, u32)) -> String {
     browse_with(browser, url, shot, size, &[]).await
 }
 
 /// Like [`browse`], letting the page's scripts and their requests run for 8 s of the browser's
 /// virtual time (it waits for requests in flight) before the DOM and the screenshot are taken.
-async fn browse_a_while(browser: &Path, url: &str, shot: &Path) -> String {
+pub(crate) async fn browse_a_while(browser: &Path, url: &str, shot: &Path) -> String {
     let budget = ["--virtual-time-budget=8000".to_string()];
     browse_with(browser, url, shot, (1280, 900), &budget).await
 }
@@ -161,7 +161,9 @@ async fn the_status_page_shows_pools_a_retrying_job_and_its_timeline_in_a_browse
     );
     assert!(overview.contains("LocalProvisioner"), "{overview}");
     assert!(
-        overview.contains(&format!(r#"<a href="/jobs/{job_id}">{job_id}</a>"#)),
+        overview.contains(&format!(
+            r#"<a href="/jobs/{job_id}">job-{job_id} <small>({job_id})</small></a>"#
+        )),
         "{overview}"
     );
     assert!(

@@ -94,6 +94,15 @@ pub struct ApiJob {
     /// When a runner took it.
     #[serde(default)]
     pub started_at: Option<String>,
+    /// The job's name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its workflow's name.
+    #[serde(default)]
+    pub workflow_name: Option<String>,
+    /// The branch it runs on.
+    #[serde(default)]
+    pub head_branch: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -391,6 +400,14 @@ impl GithubClient {
                 j.started_at.as_deref(),
             ),
             withdrawn: false,
+            // The REST job names no sender; a delivery's account of the job is kept over this.
+            about: ephemer_decide::job::JobAbout::new(
+                j.name.as_deref().unwrap_or(""),
+                j.workflow_name.as_deref().unwrap_or(""),
+                j.head_branch.as_deref().unwrap_or(""),
+                "",
+            )
+            .map(Arc::new),
         }
     }
 

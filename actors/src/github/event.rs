@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer};
 
 use std::{borrow::Cow, sync::Arc};
 
-use crate::job::{JobAction, JobInfo, JobKey};
+use crate::job::{JobAbout, JobAction, JobInfo, JobKey};
 
 /// Why a body was not a usable `workflow_job` payload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,6 +31,8 @@ struct Payload<'a> {
     repository: Repository<'a>,
     #[serde(default)]
     installation: Option<Installation>,
+    #[serde(default, borrow)]
+    sender: Option<Owner<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,6 +53,12 @@ struct WorkflowJob<'a> {
     created_at: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     started_at: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    workflow_name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    head_branch: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +130,7 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
             payload.repository.owner.login
         )));
     }
+    let about = about(&payload.workflow_job, payload.sender.as_ref());
     let runner_name = payload
         .workflow_job
         .runner_name
@@ -144,8 +153,24 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
                 payload.workflow_job.started_at.as_deref(),
             ),
             withdrawn: false,
+            about,
         },
     })
+}
+
+/// What a person reads about the job: its name, workflow, branch and who triggered it.
+fn about(job: &WorkflowJob<'_>, sender: Option<&Owner<'_>>) -> Option<Arc<JobAbout>> {
+    JobAbout::new(
+        text(&job.name),
+        text(&job.workflow_name),
+        text(&job.head_branch),
+        sender.map_or("", |s| s.login.as_ref()),
+    )
+    .map(Arc::new)
+}
+
+fn text<'s>(s: &'s Option<Cow<'_, str>>) -> &'s str {
+    s.as_deref().unwrap_or("")
 }
 
 /// A repository name GitHub allows: ASCII letters, digits, `.`, `-`, `_`; at most 100; not `.`
@@ -184,6 +209,11 @@ pub fn render_workflow_job_at(
     started_at: Option<u64>,
 ) -> String {
     let status = JobAction::parse(action).map_or("queued", JobAction::as_str);
+    let name = format!("job-{}", job.key.job_id);
+    let about = job.about.as_deref();
+    let say = |pick: fn(&JobAbout) -> &str, or: &'static str| -> String {
+        about.map(pick).filter(|s| !s.is_empty()).unwrap_or(or).to_owned()
+    };
     serde_json::json!({
         "action": action,
         "workflow_job": {
@@ -196,9 +226,9 @@ pub fn render_workflow_job_at(
             "runner_id": job.runner_id,
             "runner_name": job.runner_name,
             "runner_group_id": job.runner_name.as_ref().map(|_| 1),
-            "name": format!("job-{}", job.key.job_id),
-            "workflow_name": "ci",
-            "head_branch": "main",
+            "name": about.map(|a| a.name.clone()).filter(|s| !s.is_empty()).unwrap_or(name),
+            "workflow_name": say(|a| &a.workflow, "ci"),
+            "head_branch": say(|a| &a.branch, "main"),
             "created_at": created_at.map(crate::clock::rfc3339),
             "started_at": started_at.map(crate::clock::rfc3339),
         },
@@ -208,7 +238,7 @@ pub fn render_workflow_job_at(
             "owner": { "login": job.key.owner },
         },
         "installation": job.installation_id.map(|id| serde_json::json!({ "id": id })),
-        "sender": { "login": "octocat" },
+        "sender": { "login": say(|a| &a.sender, "octocat") },
     })
     .to_string()
 }
@@ -316,8 +346,31 @@ mod tests {
         let mut job = d.job.clone();
         job.runner_name = Some("ephemer-local-abc".into());
         job.runner_id = Some(7);
+        job.about = JobAbout::new("build (x64)", "ci", "feature/a", "octocat").map(Arc::new);
         let back = parse_workflow_job(render_workflow_job("in_progress", &job).as_bytes()).unwrap();
         assert_eq!(back.action, Some(JobAction::InProgress));
         assert_eq!(back.job, job);
+    }
+
+    /// A delivery's name, workflow, branch and sender are kept as they came (a `null` branch,
+    /// as a tag's run sends, is no branch); a delivery naming none of them keeps nothing.
+    #[test]
+    fn what_a_person_reads_comes_from_the_delivery() {
+        let body = QUEUED.replace(
+            r#""runner_group_id": null}"#,
+            r#""runner_group_id": null, "name": "test <b>", "workflow_name": "CI",
+               "head_branch": null}, "sender": {"login": "octocat"}"#,
+        );
+        let about = parse_workflow_job(body.as_bytes()).unwrap().job.about.unwrap();
+        assert_eq!(
+            *about,
+            JobAbout {
+                name: "test <b>".into(),
+                workflow: "CI".into(),
+                branch: String::new(),
+                sender: "octocat".into(),
+            }
+        );
+        assert_eq!(parse_workflow_job(QUEUED.as_bytes()).unwrap().job.about, None);
     }
 }

@@ -15,7 +15,7 @@ use super::{
     core::{Deletion, Effect, Scheduler, SchedulerSettings},
     messages::{
         BeginShutdown, FlushDeferred, GetJob, GetJobs, GetPoolDemand, GetRetryQueue,
-        GetCensus, GetSchedulerState, GetStatus, JobEvent, SetCordon, ShuttingDown, TeardownAll,
+        GetCensus, GetGeneration, GetSchedulerState, GetStatus, JobEvent, SetCordon, ShuttingDown, TeardownAll,
     },
     observe,
 };
@@ -628,6 +628,7 @@ queries! {
     GetJob => |core, m, now| core.job_detail(m.0, now);
     GetRetryQueue => |core, _m, now| core.retry_queue(now);
     GetPoolDemand => |core, m, _now| core.pool_demand(&m.owner, &m.pin);
+    GetGeneration => |core, _m, _now| core.generation();
     GetCensus => |core, _m, _now| {
         let mut census = core.census();
         census.push(("runtime.tasks", crate::tasks::alive()));

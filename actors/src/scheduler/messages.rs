@@ -68,6 +68,12 @@ pub struct GetSchedulerState;
 #[rtype(result = "super::core::Census")]
 pub struct GetCensus;
 
+/// Ask for the scheduler's generation: a number that changes with every decision about a job
+/// (what the status page's live updates watch).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "u64")]
+pub struct GetGeneration;
+
 /// Ask for the status summary: capacity, providers, counts (no job list).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::StatusView")]

@@ -1,10 +1,15 @@
 //! The status page: `GET /` (pools, budgets, the queue by state, fleet hosts, the jobs not
 //! started) and `GET /jobs/ID` (a job's timeline as a bar, then in words), server-rendered from
 //! the same answers as the admin API's JSON, under the same access rules. Read-only. It does
-//! nothing until asked: its script refreshes a shown page every 5 s and stops while hidden.
+//! nothing until asked: its script fetches a shown page again when the scheduler's state
+//! changes (server-sent events, `GET /events`), or every 5 s where those cannot be had (a
+//! listener that needs the token; more than a few pages open), and stops while hidden; with
+//! scripts off the page refreshes itself every 5 s. `GET /jobs` lists and filters every job.
 //! Its stylesheet and script are served from here (`/assets/`), never from elsewhere.
 
 mod bar;
+mod list;
+mod live;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -20,11 +25,13 @@ const JS: &str = include_str!("page.js");
 
 /// What the browser may load and send: this listener's own stylesheet and script, requests to
 /// it, nothing framed, no form posted anywhere.
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Adds the page's routes.
 pub(super) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(overview))
+        .route("/jobs", web::get().to(jobs))
+        .route("/events", web::get().to(live::events))
         .route("/jobs/{id}", web::get().to(job))
         .route("/assets/page.css", web::get().to(css))
         .route("/assets/page.js", web::get().to(js));
@@ -65,6 +72,28 @@ async fn overview(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
     };
     let now = crate::clock::unix_now();
     html(StatusCode::OK, render::overview(&status, &jobs.jobs, now))
+}
+
+async fn jobs(
+    admin: web::Data<Admin>,
+    filter: web::Query<list::Filter>,
+    req: HttpRequest,
+) -> HttpResponse {
+    if let Some(no) = refused(&admin, &req) {
+        return no;
+    }
+    let status = match super::status_answer(&admin).await {
+        Ok(status) => status,
+        Err(unavailable) => return unavailable,
+    };
+    let Ok(jobs) = admin.scheduler.send(GetJobs).await else {
+        return super::unavailable("scheduler");
+    };
+    let now = crate::clock::unix_now();
+    html(
+        StatusCode::OK,
+        list::page(&jobs.jobs, &filter, &status.scheduler, now),
+    )
 }
 
 async fn job(admin: web::Data<Admin>, id: web::Path<String>, req: HttpRequest) -> HttpResponse {

@@ -69,10 +69,12 @@ fn page(title: &str, body: Markup, needs_token: bool) -> Markup {
                 title { (title) " · ephemer-actors" }
                 link rel="stylesheet" href="/assets/page.css";
                 script src="/assets/page.js" defer {}
+                noscript { meta http-equiv="refresh" content="5"; }
             }
             body {
                 header {
                     a href="/" { "ephemer-actors" }
+                    nav aria-label="Pages" { a href="/" { "Status" } " · " a href="/jobs" { "Jobs" } }
                     span.live aria-live="polite" id="live" { "refreshes every 5 s while shown" }
                 }
                 form #login hidden[!needs_token] aria-label="Admin token" {
@@ -109,7 +111,7 @@ fn meter(label: &str, value: u64, max: u64, text: String) -> Markup {
 }
 
 /// The queue states the overview counts, in order, with their words.
-const STATES: [(&str, &str); 6] = [
+pub(super) const STATES: [(&str, &str); 6] = [
     ("pending", "waiting for a slot or a claim token"),
     ("claiming", "claim in flight"),
     ("retrying", "on the retry ladder"),
@@ -118,7 +120,7 @@ const STATES: [(&str, &str); 6] = [
     ("done", "started or finished"),
 ];
 
-fn state_of(phase: &Phase) -> Option<&'static str> {
+pub(super) fn state_of(phase: &Phase) -> Option<&'static str> {
     Some(match phase {
         Phase::Pending => "pending",
         Phase::Claiming { .. } => "claiming",
@@ -268,12 +270,13 @@ fn open_jobs(open: &[&JobView], now: u64) -> Markup {
         h2 #h-jobs { "Jobs not started (" (open.len()) ")" }
         @if open.is_empty() { p.muted { "None." } } @else {
             div.scroll { table {
-                thead { tr { th scope="col" { "Job" } th scope="col" { "Repo" } th scope="col" { "Labels" } th scope="col" { "State" } th scope="col" { "Waiting" } th scope="col" { "Next" } } }
+                thead { tr { th scope="col" { "Job" } th scope="col" { "Repo" } th scope="col" { "Workflow, branch" } th scope="col" { "Labels" } th scope="col" { "State" } th scope="col" { "Waiting" } th scope="col" { "Next" } } }
                 tbody {
                     @for j in open.iter().take(200) {
                         tr class={ "q-" (state_of(&j.phase).unwrap_or("")) } {
-                            th scope="row" { a href={ "/jobs/" (j.key.job_id) } { (j.key.job_id) } }
+                            th scope="row" { (job_link(j)) }
                             td { (j.key.owner) "/" (j.repo) }
+                            td { (workflow_branch(j)) }
                             td { @for l in &j.labels { code.label { (l) } " " } }
                             td { (state_of(&j.phase).unwrap_or("")) @if j.retry_attempts > 0 { " (" (j.retry_attempts) " failed)" } }
                             td { @if let Some(at) = arrived(j) { (age(now.saturating_sub(at))) } }
@@ -284,6 +287,32 @@ fn open_jobs(open: &[&JobView], now: u64) -> Markup {
             } }
         }
     }
+    }
+}
+
+/// A job's link: its name where known, with its id.
+pub(super) fn job_link(j: &JobView) -> Markup {
+    let name = j
+        .about
+        .as_ref()
+        .map(|a| a.name.as_str())
+        .filter(|n| !n.is_empty());
+    html! {
+        a href={ "/jobs/" (j.key.job_id) } {
+            @if let Some(name) = name { (name) " " small { "(" (j.key.job_id) ")" } } @else { (j.key.job_id) }
+        }
+    }
+}
+
+/// "ci · main", or what of it is known.
+pub(super) fn workflow_branch(j: &JobView) -> Markup {
+    let Some(a) = j.about.as_deref() else {
+        return html! {};
+    };
+    html! {
+        (a.workflow)
+        @if !a.workflow.is_empty() && !a.branch.is_empty() { " · " }
+        @if !a.branch.is_empty() { code { (a.branch) } }
     }
 }
 
@@ -333,6 +362,20 @@ fn bar_svg(b: &Bar) -> Markup {
     }
 }
 
+/// The job's workflow, branch, run and trigger, where known.
+fn about(j: &JobView) -> Markup {
+    let a = j.about.as_deref();
+    let given = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    html! {
+        dl.about {
+            @if let Some(w) = a.and_then(|a| given(&a.workflow)) { dt { "Workflow" } dd { (w) } }
+            @if let Some(b) = a.and_then(|a| given(&a.branch)) { dt { "Branch" } dd { code { (b) } } }
+            @if j.run_id != 0 { dt { "Run" } dd { (j.run_id) ", attempt " (j.run_attempt) } }
+            @if let Some(s) = a.and_then(|a| given(&a.sender)) { dt { "Triggered by" } dd { (s) } }
+        }
+    }
+}
+
 /// `GET /jobs/ID`: the job's bar, its facts and its timeline in words (`now_ms`: unix
 /// milliseconds).
 pub(super) fn job(detail: &JobAnswer, web: Option<&str>, now_ms: u64) -> Markup {
@@ -345,12 +388,16 @@ pub(super) fn job(detail: &JobAnswer, web: Option<&str>, now_ms: u64) -> Markup 
         )
     });
     let body = html! {
-        h1 { "Job " (j.key.job_id) }
+        h1 {
+            @if let Some(name) = j.about.as_ref().map(|a| a.name.as_str()).filter(|n| !n.is_empty()) { (name) " " small.muted { "job " (j.key.job_id) } }
+            @else { "Job " (j.key.job_id) }
+        }
         p {
             (j.key.owner) "/" (j.repo) " · "
             @for l in &j.labels { code.label { (l) } " " }
             @if let Some(link) = &link { " · " a href=(link) rel="noreferrer" { "the job on GitHub" } }
         }
+        (about(j))
         @if let Some(b) = super::bar::bar(&j.timeline, now_ms) { (bar_svg(&b)) }
         dl {
             dt { "State" } dd { (state_of(&j.phase).unwrap_or("not dispatched")) }

@@ -162,3 +162,89 @@ fn a_span_under_ten_seconds_is_said_in_tenths() {
     assert_eq!(render::span_age(10_000), "10s");
     assert_eq!(render::span_age(125_000), "2m 5s");
 }
+
+/// The page's text, tags stripped and entities read back.
+fn text_of(page: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in page.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                text.push(' ');
+            }
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// Every kind of note, with every end reason and class, on a job page: words only, and each
+/// phase's page too.
+#[test]
+fn a_job_page_says_every_note_kind_in_words() {
+    use crate::scheduler::core::timeline_words::{every_kind, kind_of, reads_as_code};
+    for phase in [
+        serde_json::json!({ "state": "retrying" }),
+        serde_json::json!({ "state": "parked", "reason": "gave_up", "look_unix": 1_000_100 }),
+        serde_json::json!({ "state": "active", "provider": "local", "runner": "r1" }),
+        serde_json::json!({ "state": "done" }),
+        serde_json::json!({ "state": "unroutable" }),
+    ] {
+        let mut detail: JobAnswer = serde_json::from_value(serde_json::json!({
+            "job": job(phase),
+            "retry": null,
+            "runners": [],
+        }))
+        .unwrap();
+        detail.job.repo = "app".into();
+        detail.job.labels = vec!["linux".into()];
+        for note in every_kind() {
+            detail.job.timeline = vec![TimelineEntry {
+                at_ms: 999_900_000,
+                note: note.clone(),
+            }];
+            let page = render::job(&detail, None, 1_000_000_000).into_string();
+            let text = text_of(&page);
+            assert_eq!(
+                reads_as_code(&text),
+                None,
+                "{} reads as code on the page:\n{text}",
+                kind_of(&note)
+            );
+        }
+    }
+}
+
+/// A job's name, workflow, branch and trigger come from whoever pushed the workflow: shown,
+/// as text, on its page, in the overview and in the list.
+#[test]
+fn a_job_s_name_workflow_and_branch_are_shown_escaped() {
+    let mut view = job(serde_json::json!({ "state": "pending" }));
+    view.about = Some(std::sync::Arc::new(crate::job::JobAbout {
+        name: format!("build {HOSTILE}"),
+        workflow: format!("ci {HOSTILE}"),
+        branch: format!("main{HOSTILE}"),
+        sender: format!("octo{HOSTILE}"),
+    }));
+    let detail: JobAnswer = serde_json::from_value(serde_json::json!({
+        "job": view.clone(),
+        "retry": null,
+        "runners": [],
+    }))
+    .unwrap();
+    let page = render::job(&detail, None, 1_000_000_000).into_string();
+    only_own_script(&page);
+    for shown in ["build ", "ci ", "Triggered by", "attempt 1"] {
+        assert!(page.contains(shown), "{shown}: {page}");
+    }
+    let overview =
+        render::overview(&status(), std::slice::from_ref(&view), 1_000_000).into_string();
+    only_own_script(&overview);
+    assert!(overview.contains("build &lt;script&gt;"), "{overview}");
+}

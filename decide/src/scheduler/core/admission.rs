@@ -98,6 +98,9 @@ pub(super) struct Admission {
     /// Per target: jobs its last reconcile pass found queued on GitHub that the daemon holds
     /// idle (parked before their look, or cordoned).
     held_idle: Vec<usize>,
+    /// Notes taken so far: every decision about a job takes one, so a page that saw this
+    /// number has seen every change it shows.
+    notes_taken: u64,
 }
 
 impl Admission {
@@ -108,7 +111,13 @@ impl Admission {
             pending: Pending::new(targets),
             shared: Shared::default(),
             held_idle: vec![0; targets],
+            notes_taken: 0,
         }
+    }
+
+    /// Notes taken so far (see the field).
+    pub(super) fn notes_taken(&self) -> u64 {
+        self.notes_taken
     }
 
     /// `key`'s record.
@@ -185,6 +194,7 @@ impl Admission {
     /// Adds `note` to `key`'s timeline. At the cap, the oldest note but the first goes (the
     /// first says how the job came in).
     pub(super) fn note(&mut self, key: &JobKey, now: Now, note: Note) {
+        self.notes_taken = self.notes_taken.wrapping_add(1);
         if let Some(rec) = self.jobs.get_mut(key) {
             if rec.timeline.len() == TIMELINE_CAP {
                 rec.timeline.remove(1);

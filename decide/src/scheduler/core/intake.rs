@@ -143,7 +143,14 @@ impl Scheduler {
         let rec = self.admission.record_or(key.clone(), || {
             JobRecord::new(job.clone(), Phase::Seen, received)
         });
+        // What a delivery said about the job outlives a later account that says less (a
+        // reconcile's REST answer names no sender).
+        let about = match (rec.info.about.take(), job.about.clone()) {
+            (Some(had), Some(new)) if new.sender.is_empty() => Some(had),
+            (had, new) => new.or(had),
+        };
         rec.info = job;
+        rec.info.about = about;
         rec.seen_at = Some(now.mono);
         let labels = rec.info.labels.clone();
         self.note(
@@ -242,6 +249,9 @@ impl Scheduler {
             .unwrap_or_else(|| unreachable!("inserted above"));
         rec.info.runner_name = job.runner_name.clone();
         rec.info.runner_id = job.runner_id;
+        if rec.info.about.is_none() {
+            rec.info.about = job.about.clone();
+        }
         if job.conclusion.is_some() {
             rec.info.conclusion = job.conclusion.clone();
         }

@@ -49,6 +49,7 @@ mod sizes;
 mod supply;
 mod sweep;
 pub mod timeline;
+pub mod timeline_words;
 mod view;
 mod warm;
 

@@ -399,7 +399,8 @@ impl Note {
             Note::Unroutable { labels } => {
                 write!(
                     f,
-                    "no enabled provider covers labels {labels:?}; not claimed"
+                    "no enabled provider covers labels {}; not claimed",
+                    labels.join(", ")
                 )
             }
             Note::OutOfScope { reason } => write!(
@@ -480,7 +481,7 @@ impl Note {
             Note::Observed { action, runner } => write!(
                 f,
                 "{} on {}",
-                action.as_str(),
+                action.as_str().replace('_', " "),
                 runner.as_deref().unwrap_or("no runner")
             ),
             Note::RunnerTookOther { runner, job_id } => {

@@ -50,6 +50,12 @@ impl Scheduler {
         }
     }
 
+    /// A number that changes whenever a job's state does (a decision was taken about one):
+    /// what a live page compares to know it must fetch again.
+    pub fn generation(&self) -> u64 {
+        self.admission.notes_taken()
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         self.stats
@@ -97,6 +103,9 @@ impl Scheduler {
             runner_name: r.info.runner_name.clone(),
             run_id: r.info.run_id,
             arrived_unix: r.timeline.first().map(TimelineEntry::at),
+            run_attempt: r.info.run_attempt,
+            pool: pool_of(r).map(|p| p.to_string()),
+            about: r.info.about.clone(),
             timeline: if timeline {
                 r.timeline.clone()
             } else {
@@ -264,8 +273,33 @@ pub struct JobView {
     /// When its first note was taken (it arrived), unix seconds.
     #[serde(default)]
     pub arrived_unix: Option<u64>,
+    /// Its run's attempt (a re-run's jobs are new jobs with the next attempt).
+    #[serde(default = "first_attempt")]
+    pub run_attempt: u32,
+    /// The pool it was routed to last, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Its name, workflow, branch and trigger, when a delivery said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<std::sync::Arc<crate::job::JobAbout>>,
     /// Decisions.
     pub timeline: Vec<TimelineEntry>,
+}
+
+/// The pool a job was routed to last: its phase's, or its timeline's latest claim.
+fn pool_of(r: &JobRecord) -> Option<&PoolName> {
+    use super::Note;
+    match &r.phase {
+        Phase::Claiming { provider } | Phase::Active { provider, .. } => Some(provider),
+        _ => r.timeline.iter().rev().find_map(|e| match &e.note {
+            Note::Claiming { provider } | Note::Claimed { provider, .. } => Some(provider),
+            _ => None,
+        }),
+    }
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 /// Global slots.

@@ -1,0 +1,192 @@
+//! What an operator reads on the status page, tried as an attacker and as a user would: a job
+//! whose name, workflow, branch and trigger carry markup shows them as text in a real browser
+//! and runs none of it; the job list filters and searches; and a change reaches an open page's
+//! event stream within a second of the decision.
+
+use std::time::Duration;
+
+use ephemer_actors_core::job::JobAbout;
+use futures_util::StreamExt as _;
+
+use crate::{
+    status_page::{artefacts, browse, chromium_for},
+    support::{
+        self,
+        daemon::{Daemon, local_provider},
+    },
+};
+
+const LABELS: &[&str] = &["self-hosted", "linux"];
+
+/// Markup that, if run, renames the page: the dumped DOM would say so.
+const RUNS: &str =
+    "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
+
+#[actix_rt::test]
+async fn a_job_s_names_show_as_text_and_the_job_list_filters_and_searches() {
+    let Some(browser) = chromium_for("job names and the job list in a browser") else {
+        return;
+    };
+    let standin = support::standin(100);
+    standin.add_repos(&["web"]);
+    let daemon = Daemon::start_with_github(
+        &standin,
+        "repos = [\"app\", \"web\"]",
+        "",
+        &local_provider(2),
+    )
+    .await;
+    let hostile = standin.queue_job_about(
+        "app",
+        LABELS,
+        JobAbout {
+            name: format!("build {RUNS}"),
+            workflow: format!("ci {RUNS}"),
+            branch: format!("feature/{RUNS}"),
+            sender: format!("mallory{RUNS}"),
+        },
+    );
+    let plain = standin.queue_jobs("web", LABELS, 1)[0];
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(30))
+        .await;
+    let admin = daemon.admin_addr();
+    let dir = artefacts();
+
+    let job = browse(
+        &browser,
+        &format!("http://{admin}/jobs/{hostile}"),
+        &dir.join("job-named.png"),
+        (1280, 900),
+    )
+    .await;
+    assert!(
+        !job.contains("<title>pwned"),
+        "the name's markup ran: {job}"
+    );
+    assert!(
+        !job.contains("<img src=\"x\""),
+        "the name became markup: {job}"
+    );
+    for shown in [
+        "build &lt;img src=x",
+        "ci &lt;img",
+        "feature/&lt;img",
+        "mallory&lt;img",
+        "Triggered by",
+        "attempt 1",
+    ] {
+        assert!(job.contains(shown), "{shown} is not on the page: {job}");
+    }
+
+    let all = browse(
+        &browser,
+        &format!("http://{admin}/jobs"),
+        &dir.join("jobs.png"),
+        (1280, 900),
+    )
+    .await;
+    assert!(!all.contains("<title>pwned"), "{all}");
+    assert!(!all.contains("<img src=\"x\""), "{all}");
+    for id in [hostile, plain] {
+        assert!(all.contains(&format!("href=\"/jobs/{id}\"")), "{id}: {all}");
+    }
+    let (_, web_only) = support::http_get(&admin, "/jobs?repo=web").await.unwrap();
+    assert!(
+        web_only.contains(&format!("href=\"/jobs/{plain}\"")),
+        "{web_only}"
+    );
+    assert!(
+        !web_only.contains(&format!("href=\"/jobs/{hostile}\"")),
+        "{web_only}"
+    );
+    let (_, found) = support::http_get(&admin, &format!("/jobs?q={hostile}"))
+        .await
+        .unwrap();
+    assert!(
+        found.contains(&format!("href=\"/jobs/{hostile}\"")),
+        "{found}"
+    );
+    assert!(
+        !found.contains(&format!("href=\"/jobs/{plain}\"")),
+        "{found}"
+    );
+    let (_, none) = support::http_get(&admin, "/jobs?pool=local&state=pending")
+        .await
+        .unwrap();
+    assert!(none.contains("0 of 2 jobs"), "both are done: {none}");
+    let (_, done) = support::http_get(&admin, "/jobs?pool=local&state=done")
+        .await
+        .unwrap();
+    assert!(done.contains("2 of 2 jobs"), "{done}");
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// The next `change` event on `events`, and when it came.
+async fn next_change(
+    events: &mut awc::ClientResponse<
+        impl futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>>
+        + Unpin,
+    >,
+    within: Duration,
+) -> Option<std::time::SystemTime> {
+    let deadline = tokio::time::Instant::now() + within;
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, events.next()).await {
+        if String::from_utf8_lossy(&chunk).contains("event: change") {
+            return Some(std::time::SystemTime::now());
+        }
+    }
+    None
+}
+
+/// An open page's event stream says `change` within a second of a decision about a job (the
+/// job's first note, by the daemon's clock), each time.
+#[actix_rt::test]
+async fn a_change_reaches_an_open_page_s_stream_within_a_second() {
+    let standin = support::standin(100);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let admin = daemon.admin_addr();
+    let mut events = awc::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .finish()
+        .get(format!("http://{admin}/events"))
+        .send()
+        .await
+        .expect("the event stream opens");
+    assert_eq!(events.status().as_u16(), 200);
+    assert_eq!(
+        events.headers().get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    // The stream's first event says where the page stands.
+    next_change(&mut events, Duration::from_secs(5))
+        .await
+        .expect("the first event");
+    for round in 0..3 {
+        let job = standin.queue_jobs("app", LABELS, 1)[0];
+        let came = next_change(&mut events, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("round {round}: no change event for job {job}"));
+        let (_, body) = support::http_get(&admin, &format!("/api/v1/jobs/{job}"))
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let first_ms = answer["job"]["timeline"][0]["at_ms"].as_u64().unwrap();
+        let first = std::time::UNIX_EPOCH + Duration::from_millis(first_ms);
+        let lag = came.duration_since(first).unwrap_or_default();
+        assert!(
+            lag <= Duration::from_secs(1),
+            "round {round}: the change came {lag:?} after the job's first note"
+        );
+        daemon
+            .wait_completed(&standin, round + 1, Duration::from_secs(30))
+            .await;
+        // Let the stream say everything about this job before the next.
+        while next_change(&mut events, Duration::from_millis(600))
+            .await
+            .is_some()
+        {}
+    }
+    drop(events);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
