@@ -119,6 +119,36 @@ async fn a_job_s_names_show_as_text_and_the_job_list_filters_and_searches() {
         .await
         .unwrap();
     assert!(done.contains("2 of 2 jobs"), "{done}");
+
+    // The pool's hour: both jobs in its buckets, on the page and in `status --json` alike.
+    let overview = browse(
+        &browser,
+        &format!("http://{admin}/"),
+        &dir.join("overview-hour.png"),
+        (1280, 1600),
+    )
+    .await;
+    assert!(overview.contains("<figure class=\"hour\">"), "{overview}");
+    assert!(
+        overview.contains("2 jobs started, 2 claims, 0 failed"),
+        "{overview}"
+    );
+    let (_, status) = support::http_get(&admin, "/api/v1/status").await.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let hour = &status["last_hour"][0];
+    assert_eq!(hour["pool"], "local", "{status}");
+    let buckets = hour["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 12);
+    let started: u64 = buckets.iter().map(|b| b["started"].as_u64().unwrap()).sum();
+    assert_eq!(started, 2, "{hour}");
+    let with_jobs = buckets.iter().filter(|b| b["started"].as_u64() > Some(0));
+    assert!(
+        with_jobs.clone().all(|b| b["pickup_p50_ms"].is_u64()),
+        "{hour}"
+    );
+    let (code, cli, _) = daemon.ctl(&["status", "--json"]).await;
+    assert_eq!(code, 0);
+    assert!(cli.contains("\"last_hour\""), "{cli}");
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

@@ -8,6 +8,7 @@
 //! Its stylesheet and script are served from here (`/assets/`), never from elsewhere.
 
 mod bar;
+mod chart;
 mod list;
 mod live;
 mod render;

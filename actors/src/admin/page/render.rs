@@ -157,6 +157,7 @@ pub(super) fn overview(status: &StatusAnswer, jobs: &[JobView], now: u64) -> Mar
         }
         (budgets(s, now))
         (pools(s))
+        (last_hour(s))
         (queue(s, jobs, now))
         @if let Some(fleet) = &status.fleet { (fleet_hosts(fleet)) }
         (open_jobs(&open, now))
@@ -212,6 +213,16 @@ fn pools(s: &crate::scheduler::core::StatusView) -> Markup {
                 }
             }
         } }
+    }
+    }
+}
+
+/// Each pool's last hour, as a chart.
+fn last_hour(s: &crate::scheduler::core::StatusView) -> Markup {
+    html! {
+    section aria-labelledby="h-hour" {
+        h2 #h-hour { "The last hour" }
+        div.hours { @for h in &s.last_hour { (super::chart::pool_hour(h)) } }
     }
     }
 }

@@ -35,6 +35,7 @@ mod dispatch;
 mod fleet;
 #[cfg(test)]
 mod fleet_tests;
+pub mod hour;
 mod intake;
 mod ladder;
 mod ledger;

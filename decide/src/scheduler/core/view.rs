@@ -104,7 +104,7 @@ impl Scheduler {
             run_id: r.info.run_id,
             arrived_unix: r.timeline.first().map(TimelineEntry::at),
             run_attempt: r.info.run_attempt,
-            pool: pool_of(r).map(|p| p.to_string()),
+            pool: super::hour::pool_of(r).map(|p| p.to_string()),
             about: r.info.about.clone(),
             timeline: if timeline {
                 r.timeline.clone()
@@ -136,8 +136,9 @@ impl Scheduler {
     }
 
     /// The summary for `status`: no job list.
-    pub fn status(&self, _now: Now) -> StatusView {
+    pub fn status(&self, now: Now) -> StatusView {
         StatusView {
+            last_hour: self.last_hour(now.unix),
             draining: self.draining,
             shutting_down: self.shutting_down,
             capacity: Capacity {
@@ -286,18 +287,6 @@ pub struct JobView {
     pub timeline: Vec<TimelineEntry>,
 }
 
-/// The pool a job was routed to last: its phase's, or its timeline's latest claim.
-fn pool_of(r: &JobRecord) -> Option<&PoolName> {
-    use super::Note;
-    match &r.phase {
-        Phase::Claiming { provider } | Phase::Active { provider, .. } => Some(provider),
-        _ => r.timeline.iter().rev().find_map(|e| match &e.note {
-            Note::Claiming { provider } | Note::Claimed { provider, .. } => Some(provider),
-            _ => None,
-        }),
-    }
-}
-
 fn first_attempt() -> u32 {
     1
 }
@@ -314,6 +303,9 @@ pub struct Capacity {
 /// The summary for `status`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StatusView {
+    /// Each pool's last hour, in five-minute buckets (the page's charts).
+    #[serde(default)]
+    pub last_hour: Vec<super::hour::PoolHour>,
     /// Cordoned (by an operator, or by a shutdown).
     pub draining: bool,
     /// Shutting down: a drain that ends with the daemon's exit.
