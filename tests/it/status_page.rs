@@ -48,6 +48,18 @@ pub(crate) fn artefacts() -> PathBuf {
     dir
 }
 
+/// With `EPHEMER_DOCS_SCREENSHOTS=1`, copies the screenshot `shot` to `docs/img/NAME`: how the
+/// pictures in docs/operations.md are made again (docs/operations.md, "The status page").
+pub(crate) fn publish(shot: &Path, name: &str) {
+    if std::env::var_os("EPHEMER_DOCS_SCREENSHOTS").is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/img")
+            .join(name);
+        std::fs::copy(shot, &docs)
+            .unwrap_or_else(|e| panic!("{} -> {}: {e}", shot.display(), docs.display()));
+    }
+}
+
 /// Loads `url` in the headless browser: the page's DOM once loaded (its script run), and a
 /// screenshot of `width` x `height` at `shot`.
 pub(crate) async fn browse(browser: &Path, url: &str, shot: &Path, size: (u32, u32)) -> String {
@@ -281,6 +293,18 @@ async fn the_demo_s_status_page_in_a_browser() {
     .await;
     assert!(overview.contains("LocalProvisioner"), "{overview}");
     assert!(overview.contains(r#"id="h-queue""#), "{overview}");
+    assert!(overview.contains(r#"<figure class="hour">"#), "{overview}");
+    publish(&dir.join("demo-overview.png"), "status-overview.png");
+    publish(&dir.join("demo-job.png"), "status-job.png");
+    let list = browse(
+        &browser,
+        &format!("http://{admin}/jobs?state=done"),
+        &dir.join("demo-jobs.png"),
+        (1280, 900),
+    )
+    .await;
+    assert!(list.contains(r#"<table id="job-list">"#), "{list}");
+    publish(&dir.join("demo-jobs.png"), "status-jobs.png");
     let status = tokio::time::timeout(Duration::from_secs(180), demo.wait())
         .await
         .expect("the demo ends")
