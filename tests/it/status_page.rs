@@ -397,7 +397,7 @@ addEventListener('load', () => {{
       const a = document.querySelector('#main a[href^="/jobs/"]');
       if (a) {{ clicked = true; mark('clicked', a.pathname); a.click(); }}
     }}
-    if (document.querySelector('#main svg')) {{ mark('step', 'job'); clearInterval(look); }}
+    if (document.querySelector('#main figure.bar svg')) {{ mark('step', 'job'); clearInterval(look); }}
   }}, 50);
 }});
 </script>"#

@@ -7,6 +7,7 @@
   let token = null;
   let busy = false;
   let again = false;
+  let next = null;
   let events = null;
   let poll = null;
   const live = (text) => { document.getElementById('live').textContent = text; };
@@ -15,7 +16,12 @@
   // Someone typing in the filters keeps what they typed: no refresh under their hands.
   const typing = () => document.activeElement && document.activeElement.closest('form.filters');
   async function show(path, push) {
-    if (busy) { again = true; return; }
+    // One fetch at a time: a refresh asked for meanwhile is done once after it, and a page
+    // followed meanwhile is shown after it (never dropped for a refresh).
+    if (busy) {
+      if (push) next = path; else again = true;
+      return;
+    }
     busy = true;
     try {
       let answer;
@@ -42,7 +48,8 @@
       live(events ? 'live' : 'refreshes every 5 s while shown');
     } finally {
       busy = false;
-      if (again) { again = false; show(here(), false); }
+      if (next) { const path = next; next = null; again = false; show(path, true); }
+      else if (again) { again = false; show(here(), false); }
     }
   }
   function polling() {
