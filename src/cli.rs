@@ -76,6 +76,21 @@ enum Command {
         #[command(flatten)]
         target: crate::ctl::Target,
     },
+    /// Runner-minutes, jobs, failed claims and pickup per repo, pool or target, from the
+    /// daemon's usage records (kept for state.usage_retention).
+    Usage {
+        /// How far back: 30d, 12h, 90days.
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// What each line is per: repo, pool or target.
+        #[arg(long, default_value = "repo", value_parser = usage_by)]
+        by: ephemer_actors_core::usage::UsageBy,
+        /// CSV, for a spreadsheet.
+        #[arg(long)]
+        csv: bool,
+        #[command(flatten)]
+        target: crate::ctl::Target,
+    },
     /// Stop claiming (running jobs continue; no new retries).
     Cordon(crate::ctl::Target),
     /// Resume claiming.
@@ -161,6 +176,17 @@ pub fn run() -> ExitCode {
             let filter = crate::ctl::JobFilter { state, repo };
             ctl_result(crate::ctl::jobs(&target.with(&config_path), id, &filter))
         }
+        Command::Usage {
+            since,
+            by,
+            csv,
+            target,
+        } => ctl_result(crate::usage::usage(
+            &target.with(&config_path),
+            &since,
+            by,
+            csv,
+        )),
         Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), true)),
         Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), false)),
         Command::Drain {
@@ -331,4 +357,9 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
         }
         ExitCode::from(EXIT_CONFIG)
     })
+}
+
+/// `--by`: repo, pool or target.
+fn usage_by(s: &str) -> Result<ephemer_actors_core::usage::UsageBy, String> {
+    ephemer_actors_core::usage::UsageBy::parse(s).ok_or_else(|| format!("{s:?} is not repo, pool or target"))
 }

@@ -110,7 +110,7 @@ impl Target {
 }
 
 /// One admin API call, its answer read as the API's own type.
-fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::Result<T> {
+pub(crate) fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::Result<T> {
     let listen = t.addr()?;
     let token = t.token();
     let (status, body) = match &listen {
@@ -224,7 +224,7 @@ fn dechunk(mut data: &[u8]) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }

@@ -15,6 +15,7 @@ mod scaleset;
 mod serve;
 #[cfg(feature = "demo")]
 mod standin;
+mod usage;
 
 fn main() -> std::process::ExitCode {
     alloc::settle();

@@ -57,6 +57,7 @@ pub(crate) mod tls;
 pub use ephemer_decide::durable;
 #[cfg(not(feature = "daemon"))]
 use ephemer_decide::durable;
+pub use ephemer_decide::usage;
 
 /// What the library's own tests share.
 #[cfg(test)]

@@ -7,7 +7,7 @@ use ephemer_actors_core::{
     clock::Now,
     config::{Config, Environment, ProviderKind},
     github::{ErrorClass, GithubError, JitRunner},
-    job::{JobAction, JobInfo, JobKey},
+    job::{JobAbout, JobAction, JobInfo, JobKey},
     retry::Backoff,
     scheduler::{Effect, Scheduler, settings_of},
 };
@@ -23,6 +23,9 @@ fn job(id: u64, labels: &[&str]) -> JobInfo {
         run_id: id / 4,
         run_attempt: 1,
         labels: labels.iter().map(|l| l.to_string()).collect(),
+        // What a delivery names: a matrix job's name, its workflow, branch and sender.
+        about: JobAbout::new(&format!("test (ubuntu-24.04, {})", id % 8), "CI", "main", "octocat")
+            .map(std::sync::Arc::new),
         ..JobInfo::default()
     }
 }

@@ -60,6 +60,31 @@ pub struct RetryRow {
     pub last_error: String,
 }
 
+/// What a finished job used of this host's runners: one row per job a runner was claimed for
+/// here, written when GitHub says it completed, kept for `state.usage_retention`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// The job.
+    pub job: JobKey,
+    /// Its repository (without the owner).
+    pub repo: String,
+    /// The pool its runner came from.
+    pub pool: String,
+    /// The GitHub target (`[[targets]]` name, or the owner) it belongs to.
+    pub target: String,
+    /// Unix seconds it was queued (its first delivery here).
+    pub queued_unix: u64,
+    /// Unix seconds it completed.
+    pub ended_unix: u64,
+    /// From its runner's claim to its completion, milliseconds: what it held of the host.
+    pub runner_ms: u64,
+    /// Claims that failed on the way.
+    pub retries: u32,
+    /// From queued to running, milliseconds, where it was seen running.
+    #[serde(default)]
+    pub pickup_ms: Option<u64>,
+}
+
 /// One change.
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -83,6 +108,10 @@ pub enum Op {
     DeleteRetry(JobKey),
     /// Record a named mark (replacing the last one of that name).
     PutMark(String, serde_json::Value),
+    /// Record what a finished job used.
+    PutUsage(UsageRow),
+    /// Forget the usage of jobs that ended before these unix seconds.
+    PruneUsage(u64),
 }
 
 /// Everything the store held at start-up.

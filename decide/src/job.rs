@@ -159,7 +159,7 @@ pub struct JobInfo {
 
 /// What a person reads about a job, as its `workflow_job` delivery names it. Every field comes
 /// from whoever can push a workflow: shown escaped, and each held to [`JobAbout::MAX`] bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct JobAbout {
     /// The job's name (`workflow_job.name`).
     #[serde(default)]

@@ -25,4 +25,5 @@ pub mod release;
 pub mod retry;
 pub mod scaleset;
 pub mod scheduler;
+pub mod usage;
 pub mod vocab;

@@ -104,6 +104,7 @@
 //!   hand) measures them for docs/benchmarks.md.
 //! - `status_page.rs` loads the status page in a real headless browser and keeps screenshots.
 //! - `status_page_live.rs`: job names shown as text, the job list's filters, live updates.
+//! - `usage.rs`: `usage` per repo and pool from the durable records, over a restart.
 //! - `targets_fleet.rs` does the same through a PostgreSQL fleet (each owner's budget row) and has
 //!   a dead host's registrations deleted with their owner's credential.
 
@@ -158,6 +159,7 @@ mod targets_fleet;
 mod tart;
 mod tart_warm;
 mod upgrade;
+mod usage;
 mod warm;
 mod warm_figures;
 mod warm_registered;

@@ -5,7 +5,8 @@
 //! `GET /api/v1/status` (version, uptime, draining, capacity per provider, retry queue depth, the
 //! rate reading), `GET /api/v1/jobs` (every job the scheduler knows), `GET /api/v1/jobs/{id}`
 //! (one job with its timeline: every decision taken about it, so "why is my job still queued?"
-//! has an answer), `GET /api/v1/census` (entries per in-memory collection), `POST
+//! has an answer), `GET /api/v1/census` (entries per in-memory collection), `GET
+//! /api/v1/usage?since=30d&by=repo` (runner-minutes per repo, pool or target), `POST
 //! /api/v1/cordon` and `/uncordon`. Read-only but for cordon; it holds
 //! no state of its own. Its answers are the types of [`api`], which the CLI reads back.
 
@@ -15,6 +16,7 @@ pub mod access;
 pub(crate) mod api;
 mod census;
 mod page;
+pub mod usage;
 
 use access::{Access, Want};
 use actix::Addr;
@@ -97,6 +99,7 @@ impl Admin {
             .route("/api/v1/jobs", web::get().to(jobs))
             .route("/api/v1/jobs/{id}", web::get().to(job))
             .route("/api/v1/census", web::get().to(census::census))
+            .route("/api/v1/usage", web::get().to(usage::usage))
             .route("/api/v1/cordon", web::post().to(cordon))
             .route("/api/v1/uncordon", web::post().to(uncordon));
     }

@@ -99,6 +99,10 @@ pub mod defaults {
     /// The shortest `state.retention`: copies of one delivery, seconds apart, are still
     /// recognised.
     pub const MIN_RETENTION: Duration = Duration::from_secs(30);
+    /// `state.usage_retention`: a quarter and then some, for "last month" and "last quarter".
+    pub const USAGE_RETENTION: Duration = Duration::from_secs(100 * 86_400);
+    /// The shortest `state.usage_retention`.
+    pub const MIN_USAGE_RETENTION: Duration = Duration::from_secs(86_400);
     /// `admin.listen`
     pub const ADMIN_LISTEN: &str = "127.0.0.1:9091";
     /// `providers.*.restart.max_restarts`
@@ -398,6 +402,8 @@ pub struct StateConfig {
     /// `state.retention`: how long a finished job is remembered (its record and timeline
     /// for the page and `jobs`, its delivery ids for dedup, its runner's record).
     pub retention: Duration,
+    /// `state.usage_retention`: how long what each finished job used (`usage`) is kept.
+    pub usage_retention: Duration,
 }
 
 impl StateConfig {
@@ -406,6 +412,7 @@ impl StateConfig {
         StateConfig {
             dir: dir.into(),
             retention: defaults::RETENTION,
+            usage_retention: defaults::USAGE_RETENTION,
         }
     }
 

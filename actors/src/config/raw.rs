@@ -137,6 +137,7 @@ pub(crate) struct RawOrphanSweep {
 pub(crate) struct RawState {
     pub dir: Option<String>,
     pub retention: Option<String>,
+    pub usage_retention: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -331,7 +331,7 @@ impl SchedulerActor {
 
     /// Hands the core's state changes to the store (in order; the store commits them in
     /// groups), and its observations to the log and the metrics.
-    fn persist(&mut self) {
+    pub(super) fn persist(&mut self) {
         let mut ops = self.core.take_ops();
         if let Some(mirror) = &self.mirror {
             // A cordoned host hands on what each change leaves without a runner (a claim it

@@ -74,6 +74,14 @@ pub struct GetCensus;
 #[rtype(result = "u64")]
 pub struct GetGeneration;
 
+/// Ask for the usage rows of the jobs that ended at or after `since_unix` (`usage`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<Vec<crate::durable::UsageRow>, String>")]
+pub struct GetUsage {
+    /// Unix seconds.
+    pub since_unix: u64,
+}
+
 /// Ask for the status summary: capacity, providers, counts (no job list).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "super::core::StatusView")]

@@ -10,6 +10,7 @@ mod fleet;
 pub mod messages;
 pub(crate) mod observe;
 mod settings;
+mod usage;
 
 pub use actor::{
     GithubHandle, RateHandle, ScaleSetClaims, SchedulerActor, SchedulerDeps, start_in,

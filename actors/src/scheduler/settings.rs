@@ -54,6 +54,7 @@ pub fn settings_of(c: &Config) -> SchedulerSettings {
         retry_enabled: c.runner.claim_retry.enabled,
         seen_ttl: SEEN_TTL.min(c.state.retention),
         retention: c.state.retention,
+        usage_retention: c.state.usage_retention,
         started_ttl: c
             .runner
             .job_timeout

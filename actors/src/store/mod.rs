@@ -27,7 +27,7 @@ use std::{
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Deserialize;
 
-pub use crate::durable::{JobRow, Op, RetryRow, RunnerRow, Snapshot};
+pub use crate::durable::{JobRow, Op, RetryRow, RunnerRow, Snapshot, UsageRow};
 use crate::job::JobKey;
 
 const JOBS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("jobs");
@@ -35,6 +35,8 @@ const RUNNERS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("run
 const RETRIES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("retries");
 /// Small named records that outlive a restart (where the redelivery pass left off).
 const MARKS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("marks");
+/// What finished jobs used ([`UsageRow`]), keyed by when they ended, for `state.usage_retention`.
+const USAGE: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("usage");
 
 /// The file under `state.dir`.
 pub const FILE: &str = "ephemer-actors.redb";
@@ -58,6 +60,17 @@ pub enum StoreError {
 struct Batch {
     ops: Vec<Op>,
     done: Option<tokio::sync::oneshot::Sender<Result<(), StoreError>>>,
+    /// A read, run by the writer after the writes before it (`None`: no database open, the
+    /// disk failing).
+    read: Option<Read>,
+}
+
+/// A read the writer runs on its database.
+type Read = Box<dyn FnOnce(Option<&Database>) + Send>;
+
+/// The usage key of a row: when it ended first, so a time range is a key range.
+fn usage_key(row: &UsageRow) -> String {
+    format!("{:020}/{}/{}", row.ended_unix, row.job.owner, row.job.job_id)
 }
 
 /// A handle on the writer thread. Cheap to clone; usable from any thread. The store closes
@@ -277,6 +290,7 @@ impl Store {
             .send(Batch {
                 ops,
                 done: Some(done),
+                read: None,
             })
             .is_ok();
         async move {
@@ -287,6 +301,28 @@ impl Store {
         }
     }
 
+    /// The usage rows of jobs that ended at or after `since_unix`, oldest first, read after
+    /// every write sent before. Rows it cannot read are skipped with a warning.
+    pub async fn usage_since(&self, since_unix: u64) -> Result<Vec<UsageRow>, StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let read: Read = Box::new(move |db: Option<&Database>| {
+            let _ = tx.send(db.map(|db| read_usage(db, since_unix)));
+        });
+        let batch = Batch {
+            ops: Vec::new(),
+            done: None,
+            read: Some(read),
+        };
+        self.tx.send(batch).map_err(|_| StoreError::Closed)?;
+        match rx.await.map_err(|_| StoreError::Closed)? {
+            Some(rows) => rows,
+            None => Err(StoreError::Io {
+                path: FILE.into(),
+                detail: "the store cannot be read now (its disk is failing)".into(),
+            }),
+        }
+    }
+
     /// Says when this store is closed (every handle dropped, the writer done).
     pub fn closed(&self) -> StoreClosed {
         self.closed.clone()
@@ -294,10 +330,39 @@ impl Store {
 
     /// Applies `ops` in order with later writes, without waiting.
     pub fn send(&self, ops: Vec<Op>) {
-        if !ops.is_empty() && self.tx.send(Batch { ops, done: None }).is_err() {
+        let batch = Batch {
+            ops,
+            done: None,
+            read: None,
+        };
+        if !batch.ops.is_empty() && self.tx.send(batch).is_err() {
             tracing::error!("state store writer stopped; state changes are no longer durable");
         }
     }
+}
+
+/// The usage rows from `since_unix` on.
+fn read_usage(db: &Database, since_unix: u64) -> Result<Vec<UsageRow>, StoreError> {
+    let failed = |e: &dyn std::fmt::Display| StoreError::Io {
+        path: FILE.into(),
+        detail: format!("reading usage: {e}"),
+    };
+    let r = db.begin_read().map_err(|e| failed(&e))?;
+    let table = match r.open_table(USAGE) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(failed(&e)),
+    };
+    let from = format!("{since_unix:020}");
+    let mut rows = Vec::new();
+    for row in table.range(from.as_str()..).map_err(|e| failed(&e))? {
+        let (k, v) = row.map_err(|e| failed(&e))?;
+        match serde_json::from_slice(v.value()) {
+            Ok(row) => rows.push(row),
+            Err(e) => tracing::warn!(key = k.value(), error = %e, "skipping an unreadable usage row"),
+        }
+    }
+    Ok(rows)
 }
 
 mod open;

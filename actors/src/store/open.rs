@@ -169,7 +169,7 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
     may_open(found.as_ref(), path)?;
     // Make sure the tables exist and the mark says this build's format, then read them.
     let w = db.begin_write().map_err(|e| e.sorted(path))?;
-    for t in [JOBS, RUNNERS, RETRIES, MARKS] {
+    for t in [JOBS, RUNNERS, RETRIES, MARKS, USAGE] {
         w.open_table(t).map_err(|e| e.sorted(path))?;
     }
     if found != Some(FormatMark::current()) {

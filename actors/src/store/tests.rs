@@ -388,3 +388,46 @@ async fn a_start_compacts_what_finished_jobs_left() {
         "empty {empty} B, after the burst {burst} B, after the start {after} B"
     );
 }
+
+fn usage(id: u64, repo: &str, ended: u64, minutes: u64) -> UsageRow {
+    UsageRow {
+        job: JobKey::new("acme", id),
+        repo: repo.into(),
+        pool: "local".into(),
+        target: "acme".into(),
+        queued_unix: ended - 100,
+        ended_unix: ended,
+        runner_ms: minutes * 60_000,
+        retries: 0,
+        pickup_ms: Some(500),
+    }
+}
+
+/// Usage rows outlive a reopen, are read from a time on, and the prune forgets those older
+/// than its mark; a read comes after the writes sent before it.
+#[actix_rt::test]
+async fn usage_rows_are_kept_read_by_time_and_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = Store::open(dir.path()).unwrap();
+        store.send(vec![
+            Op::PutUsage(usage(1, "app", 1_000, 10)),
+            Op::PutUsage(usage(2, "web", 2_000, 20)),
+            Op::PutUsage(usage(3, "app", 3_000, 30)),
+        ]);
+        let all = store.usage_since(0).await.unwrap();
+        assert_eq!(all.iter().map(|r| r.job.job_id).collect::<Vec<_>>(), [1, 2, 3]);
+        let lines = crate::usage::summarize(&all, crate::usage::UsageBy::Repo);
+        assert_eq!(
+            lines.iter().map(|l| (l.key.as_str(), l.runner_minutes)).collect::<Vec<_>>(),
+            [("acme/app", 40.0), ("acme/web", 20.0)]
+        );
+        let late = store.usage_since(2_000).await.unwrap();
+        assert_eq!(late.iter().map(|r| r.job.job_id).collect::<Vec<_>>(), [2, 3]);
+    }
+    let (store, _) = Store::open(dir.path()).unwrap();
+    assert_eq!(store.usage_since(0).await.unwrap().len(), 3);
+    store.send(vec![Op::PruneUsage(2_500)]);
+    let kept = store.usage_since(0).await.unwrap();
+    assert_eq!(kept.iter().map(|r| r.job.job_id).collect::<Vec<_>>(), [3]);
+}

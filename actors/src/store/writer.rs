@@ -80,7 +80,17 @@ impl Writer {
         }
     }
 
-    fn serve(&mut self, batches: Vec<Batch>) {
+    fn serve(&mut self, mut batches: Vec<Batch>) {
+        let reads: Vec<Read> = batches.iter_mut().filter_map(|b| b.read.take()).collect();
+        self.write(batches);
+        // After the writes sent before them; with no database while the disk fails.
+        let db = self.db.as_ref().filter(|_| self.retry.is_none());
+        for read in reads {
+            read(db);
+        }
+    }
+
+    fn write(&mut self, batches: Vec<Batch>) {
         let due = self.retry.is_none_or(|(at, _)| Instant::now() >= at);
         if !due {
             // The disk failed a moment ago: hold these with the rest until the next attempt.
@@ -163,6 +173,7 @@ fn apply<'a>(
         let mut runners = w.open_table(RUNNERS)?;
         let mut retries = w.open_table(RETRIES)?;
         let mut marks = w.open_table(MARKS)?;
+        let mut usage = w.open_table(USAGE)?;
         for op in ops {
             match op {
                 Op::AddJob(row) => {
@@ -214,6 +225,19 @@ fn apply<'a>(
                 }
                 Op::PutMark(name, value) => {
                     marks.insert(name.as_str(), serde_json::to_vec(value)?.as_slice())?;
+                }
+                Op::PutUsage(row) => {
+                    usage.insert(usage_key(row).as_str(), serde_json::to_vec(row)?.as_slice())?;
+                }
+                Op::PruneUsage(before) => {
+                    let before = format!("{before:020}");
+                    let old: Vec<String> = usage
+                        .range(..before.as_str())?
+                        .map(|row| row.map(|(k, _)| k.value().to_string()))
+                        .collect::<Result<_, _>>()?;
+                    for k in old {
+                        usage.remove(k.as_str())?;
+                    }
                 }
             }
         }

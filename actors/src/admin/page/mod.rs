@@ -12,6 +12,7 @@ mod chart;
 mod list;
 mod live;
 mod render;
+mod usage;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +34,7 @@ pub(super) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(overview))
         .route("/jobs", web::get().to(jobs))
         .route("/events", web::get().to(live::events))
+        .route("/usage", web::get().to(usage_page))
         .route("/jobs/{id}", web::get().to(job))
         .route("/assets/page.css", web::get().to(css))
         .route("/assets/page.js", web::get().to(js));
@@ -95,6 +97,20 @@ async fn jobs(
         StatusCode::OK,
         list::page(&jobs.jobs, &filter, &status.scheduler, now),
     )
+}
+
+async fn usage_page(
+    admin: web::Data<Admin>,
+    q: web::Query<crate::admin::usage::UsageQuery>,
+    req: HttpRequest,
+) -> HttpResponse {
+    if let Some(no) = refused(&admin, &req) {
+        return no;
+    }
+    match crate::admin::usage::answer(&admin, &q).await {
+        Ok(a) => html(StatusCode::OK, usage::page(&q, &a)),
+        Err(no) => no,
+    }
 }
 
 async fn job(admin: web::Data<Admin>, id: web::Path<String>, req: HttpRequest) -> HttpResponse {

@@ -74,7 +74,7 @@ fn page(title: &str, body: Markup, needs_token: bool) -> Markup {
             body {
                 header {
                     a href="/" { "ephemer-actors" }
-                    nav aria-label="Pages" { a href="/" { "Status" } " · " a href="/jobs" { "Jobs" } }
+                    nav aria-label="Pages" { a href="/" { "Status" } " · " a href="/jobs" { "Jobs" } " · " a href="/usage" { "Usage" } }
                     span.live aria-live="polite" id="live" { "refreshes every 5 s while shown" }
                 }
                 form #login hidden[!needs_token] aria-label="Admin token" {

@@ -237,7 +237,27 @@ pub(super) fn build_state(raw: crate::config::raw::RawState, p: &mut Problems) -
             ),
         );
     }
-    StateConfig { dir, retention }
+    let usage_retention = duration(
+        "state.usage_retention",
+        raw.usage_retention,
+        defaults::USAGE_RETENTION,
+        p,
+    );
+    if usage_retention < defaults::MIN_USAGE_RETENTION {
+        p.push(
+            "state.usage_retention",
+            format!(
+                "{} is shorter than the least, {}",
+                humantime::format_duration(usage_retention),
+                humantime::format_duration(defaults::MIN_USAGE_RETENTION)
+            ),
+        );
+    }
+    StateConfig {
+        dir,
+        retention,
+        usage_retention,
+    }
 }
 
 pub(super) fn build_log(raw: crate::config::raw::RawLog, p: &mut Problems) -> LogConfig {

@@ -43,6 +43,7 @@ fn minimal_config_gets_the_contract_defaults() {
     assert_eq!(c.runner.max_concurrent, 4);
     assert_eq!(c.runner.job_timeout, Some(Duration::from_secs(7200)));
     assert_eq!(c.state.retention, Duration::from_secs(3600));
+    assert_eq!(c.state.usage_retention, Duration::from_secs(100 * 86_400));
     assert_eq!(c.runner.claim_retry, ClaimRetryConfig::default());
     assert_eq!(c.runner.claim_retry.schedule.len(), 5);
     assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9091");
@@ -257,6 +258,7 @@ fn addresses_providers_and_state_dir_are_checked() {
         [state]
         dir = "relative/dir"
         retention = "10s"
+        usage_retention = "1h"
         [providers.local]
         allow_same_user = true
         enabled = false
@@ -274,6 +276,7 @@ fn addresses_providers_and_state_dir_are_checked() {
         "metrics.listen",
         "state.dir",
         "state.retention",
+        "state.usage_retention",
         "providers.linux.labels",
         "providers.linux.max_concurrent",
         "providers.linux.socket",

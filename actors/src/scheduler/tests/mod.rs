@@ -366,6 +366,7 @@ async fn harness(s: Setup) -> Harness {
         seen_ttl: super::core::SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         retention: Duration::from_secs(3600),
+        usage_retention: Duration::from_secs(86_400),
         zombie_cap: super::core::ZOMBIE_CAP,
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),

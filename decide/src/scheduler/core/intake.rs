@@ -252,6 +252,8 @@ impl Scheduler {
         if rec.info.about.is_none() {
             rec.info.about = job.about.clone();
         }
+        // The first word of its completion (a redelivered `completed` says it again).
+        let completes = job.conclusion.is_some() && rec.info.conclusion.is_none();
         if job.conclusion.is_some() {
             rec.info.conclusion = job.conclusion.clone();
         }
@@ -277,6 +279,9 @@ impl Scheduler {
         });
 
         self.bind_named_runner(&key, &job, now);
+        if action == JobAction::Completed && completes && !withdrawn {
+            self.record_usage(&key, now);
+        }
         if action == JobAction::Completed {
             self.on_completed(
                 &key,

@@ -49,6 +49,7 @@ mod shared;
 mod sizes;
 mod supply;
 mod sweep;
+mod usage;
 pub mod timeline;
 pub mod timeline_words;
 mod view;
@@ -437,6 +438,8 @@ pub struct Scheduler {
     ops: Vec<Op>,
     /// Registered warm runners: the counts and the claims.
     warm: warm::WarmBook,
+    /// Unix seconds from which the usage rows older than their retention are forgotten again.
+    next_usage_prune: u64,
 }
 
 /// A cordon cannot be lifted: the daemon is draining to shut down.
@@ -489,6 +492,7 @@ impl Scheduler {
             timer: None,
             observed: Vec::new(),
             ops: Vec::new(),
+            next_usage_prune: 0,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct SchedulerSettings {
     /// `state.retention`: how long a finished job's record is kept after its start (for the
     /// page, `jobs`, and to know its late events).
     pub retention: Duration,
+    /// `state.usage_retention`: how long a finished job's usage row is kept.
+    pub usage_retention: Duration,
     /// Zombie cap.
     pub zombie_cap: u32,
     /// How long a runner's job may stay unobserved after the runner exits before the job is

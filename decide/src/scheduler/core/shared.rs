@@ -13,6 +13,8 @@ use crate::job::JobInfo;
 pub(super) struct Shared {
     strs: HashSet<Arc<str>>,
     labels: HashSet<Arc<[String]>>,
+    /// What deliveries name: the runs of one workflow on one branch by one sender repeat it.
+    abouts: HashSet<Arc<crate::job::JobAbout>>,
 }
 
 /// The set's copy of `value`, or `value` itself, now the set's.
@@ -33,24 +35,29 @@ impl Shared {
         if let Some(c) = &job.conclusion {
             job.conclusion = Some(one(&mut self.strs, c));
         }
+        if let Some(a) = &job.about {
+            job.about = Some(one(&mut self.abouts, a));
+        }
     }
 
     /// Drops the copies no job points at.
     pub(super) fn prune(&mut self) {
         self.strs.retain(|s| Arc::strong_count(s) > 1);
         self.labels.retain(|l| Arc::strong_count(l) > 1);
+        self.abouts.retain(|a| Arc::strong_count(a) > 1);
     }
 
     /// Entries held: the shared strings and label sets.
     pub(super) fn census(&self, out: &mut super::Census) {
         out.push(("scheduler.shared_strings", self.strs.len()));
         out.push(("scheduler.shared_label_sets", self.labels.len()));
+        out.push(("scheduler.shared_abouts", self.abouts.len()));
     }
 
     /// Copies held (for tests).
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.strs.len() + self.labels.len()
+        self.strs.len() + self.labels.len() + self.abouts.len()
     }
 }
 
@@ -65,6 +72,7 @@ mod tests {
             repo: "app".into(),
             labels: labels.iter().map(|l| l.to_string()).collect(),
             conclusion: Some("success".into()),
+            about: crate::job::JobAbout::new("build", "CI", "main", "octocat").map(Arc::new),
             ..JobInfo::default()
         }
     }
@@ -79,6 +87,7 @@ mod tests {
         assert!(Arc::ptr_eq(&a.key.owner, &b.key.owner));
         assert!(Arc::ptr_eq(&a.repo, &b.repo));
         assert!(Arc::ptr_eq(&a.labels, &b.labels));
+        assert!(Arc::ptr_eq(a.about.as_ref().unwrap(), b.about.as_ref().unwrap()));
         assert!(Arc::ptr_eq(
             a.conclusion.as_ref().unwrap(),
             b.conclusion.as_ref().unwrap()
@@ -86,12 +95,16 @@ mod tests {
         let mut other = job(3, "acme", &["self-hosted", "gpu"]);
         shared.job(&mut other);
         assert!(!Arc::ptr_eq(&a.labels, &other.labels));
-        assert_eq!(shared.len(), 5, "acme, app, success and two label sets");
+        assert_eq!(
+            shared.len(),
+            6,
+            "acme, app, success, two label sets, one account of the job"
+        );
         drop((a, b));
         shared.prune();
         assert_eq!(
             shared.len(),
-            4,
+            5,
             "the linux set is gone; the rest is still used"
         );
         drop(other);

@@ -142,6 +142,7 @@ mod tests {
             "scheduler.timeline_notes",
             "scheduler.shared_strings",
             "scheduler.shared_label_sets",
+            "scheduler.shared_abouts",
         ] {
             assert_eq!(
                 count(&after, name),

@@ -292,5 +292,6 @@ impl Scheduler {
         let gone = self.admission.prune(now, ttl, &referenced);
         self.ops.extend(gone.into_iter().map(Op::DeleteJob));
         self.book.recent_mut().prune(now.mono, ttl.seen);
+        self.prune_usage(now);
     }
 }

@@ -43,6 +43,7 @@ pub(super) fn settings() -> SchedulerSettings {
         seen_ttl: SEEN_TTL,
         started_ttl: Duration::from_secs(7200),
         retention: Duration::from_secs(3600),
+        usage_retention: Duration::from_secs(86_400),
         zombie_cap: ZOMBIE_CAP,
         heal_grace: Duration::ZERO,
         orphan_grace: Some(Duration::from_secs(600)),
