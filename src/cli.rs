@@ -361,5 +361,6 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
 
 /// `--by`: repo, pool or target.
 fn usage_by(s: &str) -> Result<ephemer_actors_core::usage::UsageBy, String> {
-    ephemer_actors_core::usage::UsageBy::parse(s).ok_or_else(|| format!("{s:?} is not repo, pool or target"))
+    ephemer_actors_core::usage::UsageBy::parse(s)
+        .ok_or_else(|| format!("{s:?} is not repo, pool or target"))
 }

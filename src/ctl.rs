@@ -25,7 +25,7 @@ pub struct Target {
     admin: Option<String>,
     /// Print the JSON the daemon answered.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// The config file a control command was pointed at cannot be read: exit 2, as for any
@@ -110,7 +110,11 @@ impl Target {
 }
 
 /// One admin API call, its answer read as the API's own type.
-pub(crate) fn call<T: DeserializeOwned>(t: &Target, method: Method, path: &str) -> anyhow::Result<T> {
+pub(crate) fn call<T: DeserializeOwned>(
+    t: &Target,
+    method: Method,
+    path: &str,
+) -> anyhow::Result<T> {
     let listen = t.addr()?;
     let token = t.token();
     let (status, body) = match &listen {

@@ -28,7 +28,9 @@ fn text(v: &UsageAnswer, as_csv: bool) -> String {
     if as_csv {
         return csv(&v.lines, v.by);
     }
-    let ms = |m: Option<u64>| m.map_or_else(|| "-".to_string(), |m| format!("{:.1}s", m as f64 / 1000.0));
+    let ms = |m: Option<u64>| {
+        m.map_or_else(|| "-".to_string(), |m| format!("{:.1}s", m as f64 / 1000.0))
+    };
     let mut out = format!(
         "{:<32} {:>14} {:>8} {:>14} {:>10} {:>10}\n",
         v.by.as_str().to_uppercase(),
@@ -73,7 +75,10 @@ mod tests {
         };
         let table = text(&v, false);
         assert!(table.starts_with("POOL"), "{table}");
-        assert!(table.contains("linux") && table.contains("12.5") && table.contains("1.5s"), "{table}");
+        assert!(
+            table.contains("linux") && table.contains("12.5") && table.contains("1.5s"),
+            "{table}"
+        );
         assert_eq!(
             text(&v, true),
             "pool,jobs,runner_minutes,retries,pickup_p50_ms,pickup_p90_ms\nlinux,3,12.50,1,1500,\n"

@@ -24,8 +24,13 @@ fn job(id: u64, labels: &[&str]) -> JobInfo {
         run_attempt: 1,
         labels: labels.iter().map(|l| l.to_string()).collect(),
         // What a delivery names: a matrix job's name, its workflow, branch and sender.
-        about: JobAbout::new(&format!("test (ubuntu-24.04, {})", id % 8), "CI", "main", "octocat")
-            .map(std::sync::Arc::new),
+        about: JobAbout::new(
+            &format!("test (ubuntu-24.04, {})", id % 8),
+            "CI",
+            "main",
+            "octocat",
+        )
+        .map(std::sync::Arc::new),
         ..JobInfo::default()
     }
 }

@@ -79,7 +79,8 @@ pub fn summarize(rows: &[UsageRow], by: UsageBy) -> Vec<UsageLine> {
             pickups.sort_unstable();
             let at = |q: f64| {
                 (!pickups.is_empty()).then(|| {
-                    pickups[((q * pickups.len() as f64).ceil() as usize).clamp(1, pickups.len()) - 1]
+                    pickups
+                        [((q * pickups.len() as f64).ceil() as usize).clamp(1, pickups.len()) - 1]
                 })
             };
             UsageLine {
@@ -155,9 +156,15 @@ mod tests {
         assert_eq!(repos.len(), 2);
         assert_eq!((repos[0].key.as_str(), repos[0].jobs), ("acme/web", 1));
         assert_eq!(repos[0].runner_minutes, 30.0);
-        assert_eq!((repos[1].key.as_str(), repos[1].jobs, repos[1].retries), ("acme/app", 2, 2));
+        assert_eq!(
+            (repos[1].key.as_str(), repos[1].jobs, repos[1].retries),
+            ("acme/app", 2, 2)
+        );
         assert_eq!(repos[1].runner_minutes, 15.0);
-        assert_eq!((repos[1].pickup_p50_ms, repos[1].pickup_p90_ms), (Some(100), Some(300)));
+        assert_eq!(
+            (repos[1].pickup_p50_ms, repos[1].pickup_p90_ms),
+            (Some(100), Some(300))
+        );
         let pools = summarize(&rows, UsageBy::Pool);
         assert_eq!(pools[0].key, "linux");
         assert_eq!(pools[0].runner_minutes, 40.0);

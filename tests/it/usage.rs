@@ -38,7 +38,9 @@ async fn usage_gives_each_repo_and_pool_its_jobs_minutes_and_keeps_them_over_a_r
         &standin,
         "repos = [\"app\", \"web\"]",
         "",
-        &local_provider(2),
+        // One slot: each runner takes the job it was claimed for (the stand-in hands out the
+        // oldest queued job), so each job's own notes say its minutes.
+        &local_provider(1),
     )
     .await;
     let app = standin.queue_jobs("app", LABELS, 2);
@@ -69,8 +71,14 @@ async fn usage_gives_each_repo_and_pool_its_jobs_minutes_and_keeps_them_over_a_r
     assert_eq!(line("acme/app")["jobs"], 2);
     assert_eq!(line("acme/web")["jobs"], 1);
     let close = |got: &serde_json::Value, want: f64| (got.as_f64().unwrap() - want).abs() < 1e-9;
-    assert!(close(&line("acme/app")["runner_minutes"], want_app), "{lines} vs {want_app}");
-    assert!(close(&line("acme/web")["runner_minutes"], want_web), "{lines} vs {want_web}");
+    assert!(
+        close(&line("acme/app")["runner_minutes"], want_app),
+        "{lines} vs {want_app}"
+    );
+    assert!(
+        close(&line("acme/web")["runner_minutes"], want_web),
+        "{lines} vs {want_web}"
+    );
 
     let (code, csv, _) = daemon.ctl(&["usage", "--by", "pool", "--csv"]).await;
     assert_eq!(code, 0);
@@ -83,7 +91,9 @@ async fn usage_gives_each_repo_and_pool_its_jobs_minutes_and_keeps_them_over_a_r
     let (code, _, err) = daemon.ctl(&["usage", "--by", "team"]).await;
     assert_eq!(code, 2, "{err}");
 
-    let (_, page) = support::http_get(&admin, "/usage?since=1d&by=repo").await.unwrap();
+    let (_, page) = support::http_get(&admin, "/usage?since=1d&by=repo")
+        .await
+        .unwrap();
     assert!(page.contains("<th scope=\"row\">acme/app</th>"), "{page}");
 
     // The rows are the store's: a restart keeps them.

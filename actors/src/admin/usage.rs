@@ -42,8 +42,9 @@ impl UsageQuery {
             .map_err(|e| format!("since: {since:?} is not a span like 30d or 12h ({e})"))?;
         let by = match self.by.as_deref() {
             None | Some("") => UsageBy::Repo,
-            Some(b) => UsageBy::parse(b)
-                .ok_or_else(|| format!("by: {b:?} is not repo, pool or target"))?,
+            Some(b) => {
+                UsageBy::parse(b).ok_or_else(|| format!("by: {b:?} is not repo, pool or target"))?
+            }
         };
         Ok((now_unix.saturating_sub(span.as_secs()), by))
     }
@@ -51,13 +52,14 @@ impl UsageQuery {
 
 /// The usage, or the answer that says why not.
 pub(super) async fn answer(admin: &Admin, q: &UsageQuery) -> Result<UsageAnswer, HttpResponse> {
-    let (since_unix, by) = q.read(crate::clock::unix_now()).map_err(|error| {
-        HttpResponse::BadRequest().json(ErrorAnswer { error })
-    })?;
+    let (since_unix, by) = q
+        .read(crate::clock::unix_now())
+        .map_err(|error| HttpResponse::BadRequest().json(ErrorAnswer { error }))?;
     let Ok(rows) = admin.scheduler.send(GetUsage { since_unix }).await else {
         return Err(unavailable("scheduler"));
     };
-    let rows = rows.map_err(|error| HttpResponse::ServiceUnavailable().json(ErrorAnswer { error }))?;
+    let rows =
+        rows.map_err(|error| HttpResponse::ServiceUnavailable().json(ErrorAnswer { error }))?;
     Ok(UsageAnswer {
         since_unix,
         by,
@@ -89,9 +91,25 @@ mod tests {
             since: since.map(Into::into),
             by: by.map(Into::into),
         };
-        assert_eq!(q(None, None).read(100 * 86_400), Ok((70 * 86_400, UsageBy::Repo)));
-        assert_eq!(q(Some("12h"), Some("pool")).read(86_400), Ok((43_200, UsageBy::Pool)));
-        assert!(q(Some("soon"), None).read(0).unwrap_err().starts_with("since:"));
-        assert!(q(None, Some("team")).read(0).unwrap_err().starts_with("by:"));
+        assert_eq!(
+            q(None, None).read(100 * 86_400),
+            Ok((70 * 86_400, UsageBy::Repo))
+        );
+        assert_eq!(
+            q(Some("12h"), Some("pool")).read(86_400),
+            Ok((43_200, UsageBy::Pool))
+        );
+        assert!(
+            q(Some("soon"), None)
+                .read(0)
+                .unwrap_err()
+                .starts_with("since:")
+        );
+        assert!(
+            q(None, Some("team"))
+                .read(0)
+                .unwrap_err()
+                .starts_with("by:")
+        );
     }
 }

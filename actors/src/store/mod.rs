@@ -37,6 +37,9 @@ const RETRIES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("ret
 const MARKS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("marks");
 /// What finished jobs used ([`UsageRow`]), keyed by when they ended, for `state.usage_retention`.
 const USAGE: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("usage");
+/// Each usage row's key by its job (`owner/job_id`): a job's row is written once, whatever
+/// repeats its completion (a redelivery after a restart).
+const USAGE_JOBS: TableDefinition<'static, &str, &str> = TableDefinition::new("usage_jobs");
 
 /// The file under `state.dir`.
 pub const FILE: &str = "ephemer-actors.redb";
@@ -70,7 +73,12 @@ type Read = Box<dyn FnOnce(Option<&Database>) + Send>;
 
 /// The usage key of a row: when it ended first, so a time range is a key range.
 fn usage_key(row: &UsageRow) -> String {
-    format!("{:020}/{}/{}", row.ended_unix, row.job.owner, row.job.job_id)
+    format!("{:020}/{}", row.ended_unix, usage_job(row))
+}
+
+/// The job part of a usage key: `owner/job_id`.
+fn usage_job(row: &UsageRow) -> String {
+    format!("{}/{}", row.job.owner, row.job.job_id)
 }
 
 /// A handle on the writer thread. Cheap to clone; usable from any thread. The store closes

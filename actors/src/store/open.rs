@@ -172,6 +172,7 @@ pub(super) fn open_and_load(path: &Path) -> Result<(Database, Snapshot), Open> {
     for t in [JOBS, RUNNERS, RETRIES, MARKS, USAGE] {
         w.open_table(t).map_err(|e| e.sorted(path))?;
     }
+    w.open_table(USAGE_JOBS).map_err(|e| e.sorted(path))?;
     if found != Some(FormatMark::current()) {
         if let Some(old) = &found {
             tracing::info!(from = old.format, to = FORMAT, written_by = %old.written_by, "state store last written by another build: its records are read as they are, and its mark now says this build's format");

@@ -174,6 +174,7 @@ fn apply<'a>(
         let mut retries = w.open_table(RETRIES)?;
         let mut marks = w.open_table(MARKS)?;
         let mut usage = w.open_table(USAGE)?;
+        let mut usage_jobs = w.open_table(USAGE_JOBS)?;
         for op in ops {
             match op {
                 Op::AddJob(row) => {
@@ -227,7 +228,12 @@ fn apply<'a>(
                     marks.insert(name.as_str(), serde_json::to_vec(value)?.as_slice())?;
                 }
                 Op::PutUsage(row) => {
-                    usage.insert(usage_key(row).as_str(), serde_json::to_vec(row)?.as_slice())?;
+                    let job = usage_job(row);
+                    if usage_jobs.get(job.as_str())?.is_none() {
+                        let k = usage_key(row);
+                        usage.insert(k.as_str(), serde_json::to_vec(row)?.as_slice())?;
+                        usage_jobs.insert(job.as_str(), k.as_str())?;
+                    }
                 }
                 Op::PruneUsage(before) => {
                     let before = format!("{before:020}");
@@ -237,6 +243,9 @@ fn apply<'a>(
                         .collect::<Result<_, _>>()?;
                     for k in old {
                         usage.remove(k.as_str())?;
+                        if let Some((_, job)) = k.split_once('/') {
+                            usage_jobs.remove(job)?;
+                        }
                     }
                 }
             }

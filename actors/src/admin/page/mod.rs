@@ -12,9 +12,9 @@ mod chart;
 mod list;
 mod live;
 mod render;
-mod usage;
 #[cfg(test)]
 mod tests;
+mod usage;
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use maud::Markup;

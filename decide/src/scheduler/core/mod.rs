@@ -49,9 +49,9 @@ mod shared;
 mod sizes;
 mod supply;
 mod sweep;
-mod usage;
 pub mod timeline;
 pub mod timeline_words;
+mod usage;
 mod view;
 mod warm;
 

@@ -87,7 +87,10 @@ mod tests {
         assert!(Arc::ptr_eq(&a.key.owner, &b.key.owner));
         assert!(Arc::ptr_eq(&a.repo, &b.repo));
         assert!(Arc::ptr_eq(&a.labels, &b.labels));
-        assert!(Arc::ptr_eq(a.about.as_ref().unwrap(), b.about.as_ref().unwrap()));
+        assert!(Arc::ptr_eq(
+            a.about.as_ref().unwrap(),
+            b.about.as_ref().unwrap()
+        ));
         assert!(Arc::ptr_eq(
             a.conclusion.as_ref().unwrap(),
             b.conclusion.as_ref().unwrap()

@@ -10,14 +10,24 @@ use crate::{
     job::{JobAction, JobKey},
 };
 
-/// `r`'s usage at `now_ms`, or `None` when no runner was claimed for it here.
-pub(super) fn usage_of(r: &JobRecord, target: &str, now_ms: u64) -> Option<UsageRow> {
+/// `r`'s usage at `now_ms`, or `None` when no runner was claimed for it here. `ledger` is
+/// the claim time (unix ms) and pool of a runner of the ledger made for it or bound to it: a
+/// job restored after a restart has no note of its claim, the ledger still has its runner.
+pub(super) fn usage_of(
+    r: &JobRecord,
+    target: &str,
+    now_ms: u64,
+    ledger: Option<(u64, &str)>,
+) -> Option<UsageRow> {
     let queued_ms = r.timeline.first()?.at_ms;
-    let claimed_ms = r
+    let noted = r
         .timeline
         .iter()
-        .find_map(|e| matches!(e.note, Note::Claimed { .. }).then_some(e.at_ms))?;
-    let pool = super::hour::pool_of(r)?;
+        .find_map(|e| matches!(e.note, Note::Claimed { .. }).then_some(e.at_ms));
+    let claimed_ms = noted.or(ledger.map(|(at, _)| at))?;
+    let pool = super::hour::pool_of(r)
+        .map(|p| p.as_str())
+        .or(ledger.map(|(_, pool)| pool))?;
     let started_ms = r.timeline.iter().find_map(|e| match e.note {
         Note::Observed {
             action: JobAction::InProgress | JobAction::Completed,
@@ -68,10 +78,15 @@ impl Scheduler {
             .iter()
             .find(|t| t.owner.eq_ignore_ascii_case(&key.owner))
             .map_or_else(|| key.owner.to_string(), |t| t.name.clone());
+        let ledger = self
+            .book
+            .runners()
+            .find(|r| r.row.intent == *key || r.row.bound.as_ref() == Some(key))
+            .map(|r| (r.row.created_unix * 1000, r.row.provider.as_str()));
         let row = self
             .admission
             .job(key)
-            .and_then(|r| usage_of(r, &target, now.unix_ms));
+            .and_then(|r| usage_of(r, &target, now.unix_ms, ledger));
         if let Some(row) = row {
             self.ops.push(Op::PutUsage(row));
         }
@@ -133,10 +148,13 @@ mod tests {
                 },
             ),
         ]);
-        let row = usage_of(&r, "main", 152_000).unwrap();
+        let row = usage_of(&r, "main", 152_000, None).unwrap();
         assert_eq!(row.runner_ms, 120_000);
         assert_eq!(row.pickup_ms, Some(39_000));
-        assert_eq!((row.retries, row.pool.as_str(), row.repo.as_str()), (1, "linux", "app"));
+        assert_eq!(
+            (row.retries, row.pool.as_str(), row.repo.as_str()),
+            (1, "linux", "app")
+        );
         assert_eq!((row.queued_unix, row.ended_unix), (1, 152));
     }
 
@@ -148,7 +166,13 @@ mod tests {
         let (mut s, t0) = core();
         let key = JobKey::new("acme", 1);
         let job = crate::scheduler::fixtures::job(1, &["self-hosted", "linux"]);
-        s.on_job_event(JobAction::Queued, job.clone(), Some("d1"), at(t0, 0).mono, at(t0, 0));
+        s.on_job_event(
+            JobAction::Queued,
+            job.clone(),
+            Some("d1"),
+            at(t0, 0).mono,
+            at(t0, 0),
+        );
         let runner = crate::github::JitRunner {
             id: 7,
             name: "ephemer-local-abc".into(),
@@ -157,11 +181,23 @@ mod tests {
         s.on_claim_result(key.clone(), PoolName::from("local"), Ok(runner), at(t0, 2));
         let mut running = job.clone();
         running.runner_name = Some("ephemer-local-abc".into());
-        s.on_job_event(JobAction::InProgress, running.clone(), Some("d2"), at(t0, 10).mono, at(t0, 10));
+        s.on_job_event(
+            JobAction::InProgress,
+            running.clone(),
+            Some("d2"),
+            at(t0, 10).mono,
+            at(t0, 10),
+        );
         let mut done = running;
         done.conclusion = Some("success".into());
         for (d, t) in [("d3", 122), ("d4", 130)] {
-            s.on_job_event(JobAction::Completed, done.clone(), Some(d), at(t0, t).mono, at(t0, t));
+            s.on_job_event(
+                JobAction::Completed,
+                done.clone(),
+                Some(d),
+                at(t0, t).mono,
+                at(t0, t),
+            );
         }
         let rows: Vec<UsageRow> = s
             .take_ops()
@@ -174,7 +210,10 @@ mod tests {
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].runner_ms, 120_000);
         assert_eq!(rows[0].pickup_ms, Some(10_000));
-        assert_eq!((rows[0].pool.as_str(), rows[0].target.as_str()), ("local", "acme"));
+        assert_eq!(
+            (rows[0].pool.as_str(), rows[0].target.as_str()),
+            ("local", "acme")
+        );
 
         let prunes = |s: &mut Scheduler| -> Vec<u64> {
             s.take_ops()
@@ -189,7 +228,11 @@ mod tests {
         let first = prunes(&mut s);
         assert_eq!(first, [(at(t0, 200).unix).saturating_sub(86_400)]);
         s.prune(at(t0, 200 + USAGE_PRUNE_EVERY - 1));
-        assert_eq!(prunes(&mut s), Vec::<u64>::new(), "not again within the hour");
+        assert_eq!(
+            prunes(&mut s),
+            Vec::<u64>::new(),
+            "not again within the hour"
+        );
         s.prune(at(t0, 200 + USAGE_PRUNE_EVERY));
         assert_eq!(prunes(&mut s).len(), 1);
     }
@@ -206,6 +249,9 @@ mod tests {
                 },
             ),
         ]);
-        assert_eq!(usage_of(&r, "main", 3_000), None);
+        assert_eq!(usage_of(&r, "main", 3_000, None), None);
+        // Restored after a restart: no note of the claim, but the ledger's runner for it.
+        let row = usage_of(&r, "main", 63_000, Some((3_000, "linux"))).unwrap();
+        assert_eq!((row.runner_ms, row.pool.as_str()), (60_000, "linux"));
     }
 }

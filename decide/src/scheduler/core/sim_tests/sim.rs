@@ -163,7 +163,7 @@ impl Store {
                 Op::DeleteRetry(key) => {
                     self.retries.remove(&key);
                 }
-                Op::PutMark(..) | Op::Unregistered(_) => {}
+                Op::PutMark(..) | Op::Unregistered(_) | Op::PutUsage(_) | Op::PruneUsage(_) => {}
             }
         }
     }
