@@ -38,19 +38,23 @@ async fn usage_gives_each_repo_and_pool_its_jobs_minutes_and_keeps_them_over_a_r
         &standin,
         "repos = [\"app\", \"web\"]",
         "",
-        // One slot: each runner takes the job it was claimed for (the stand-in hands out the
-        // oldest queued job), so each job's own notes say its minutes.
         &local_provider(1),
     )
     .await;
-    let app = standin.queue_jobs("app", LABELS, 2);
-    let web = standin.queue_jobs("web", LABELS, 1);
-    daemon
-        .wait_completed(&standin, 3, Duration::from_secs(30))
-        .await;
+    // One job at a time: each runner takes the job it was claimed for (with two queued, a
+    // runner may take the other: runners are fungible), so each job's own notes say its
+    // minutes.
+    let mut ids = Vec::new();
+    for (n, repo) in ["app", "app", "web"].into_iter().enumerate() {
+        ids.push(standin.queue_jobs(repo, LABELS, 1)[0]);
+        daemon
+            .wait_completed(&standin, n + 1, Duration::from_secs(30))
+            .await;
+    }
+    let (app, web) = (&ids[..2], &ids[2..]);
     let admin = daemon.admin_addr();
     let mut want_app = 0.0;
-    for job in &app {
+    for job in app {
         want_app += minutes_of(&admin, *job).await;
     }
     let want_web = minutes_of(&admin, web[0]).await;
