@@ -7,6 +7,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::durable::UsageRow;
 
+/// The value at `q` (0..1) of `sorted`, by nearest rank; `None` when it is empty.
+pub fn nearest_rank(sorted: &[u64], q: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
 /// What the lines are per.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,12 +86,7 @@ pub fn summarize(rows: &[UsageRow], by: UsageBy) -> Vec<UsageLine> {
         .into_iter()
         .map(|(key, (jobs, ms, retries, mut pickups))| {
             pickups.sort_unstable();
-            let at = |q: f64| {
-                (!pickups.is_empty()).then(|| {
-                    pickups
-                        [((q * pickups.len() as f64).ceil() as usize).clamp(1, pickups.len()) - 1]
-                })
-            };
+            let at = |q: f64| nearest_rank(&pickups, q);
             UsageLine {
                 key,
                 jobs,

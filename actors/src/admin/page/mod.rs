@@ -62,19 +62,35 @@ fn refused(admin: &Admin, req: &HttpRequest) -> Option<HttpResponse> {
     }
 }
 
-async fn overview(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
-    if let Some(no) = refused(&admin, &req) {
-        return no;
+/// What the overview and the job list are drawn from: the status and every job.
+async fn status_and_jobs(
+    admin: &Admin,
+    req: &HttpRequest,
+) -> Result<
+    (
+        crate::admin::StatusAnswer,
+        Vec<crate::scheduler::core::JobView>,
+    ),
+    HttpResponse,
+> {
+    if let Some(no) = refused(admin, req) {
+        return Err(no);
     }
-    let status = match super::status_answer(&admin).await {
-        Ok(status) => status,
-        Err(unavailable) => return unavailable,
-    };
+    let status = super::status_answer(admin).await?;
     let Ok(jobs) = admin.scheduler.send(GetJobs).await else {
-        return super::unavailable("scheduler");
+        return Err(super::unavailable("scheduler"));
     };
-    let now = crate::clock::unix_now();
-    html(StatusCode::OK, render::overview(&status, &jobs.jobs, now))
+    Ok((status, jobs.jobs))
+}
+
+async fn overview(admin: web::Data<Admin>, req: HttpRequest) -> HttpResponse {
+    match status_and_jobs(&admin, &req).await {
+        Ok((status, jobs)) => html(
+            StatusCode::OK,
+            render::overview(&status, &jobs, crate::clock::unix_now()),
+        ),
+        Err(no) => no,
+    }
 }
 
 async fn jobs(
@@ -82,21 +98,13 @@ async fn jobs(
     filter: web::Query<list::Filter>,
     req: HttpRequest,
 ) -> HttpResponse {
-    if let Some(no) = refused(&admin, &req) {
-        return no;
+    match status_and_jobs(&admin, &req).await {
+        Ok((status, jobs)) => html(
+            StatusCode::OK,
+            list::page(&jobs, &filter, &status.scheduler, crate::clock::unix_now()),
+        ),
+        Err(no) => no,
     }
-    let status = match super::status_answer(&admin).await {
-        Ok(status) => status,
-        Err(unavailable) => return unavailable,
-    };
-    let Ok(jobs) = admin.scheduler.send(GetJobs).await else {
-        return super::unavailable("scheduler");
-    };
-    let now = crate::clock::unix_now();
-    html(
-        StatusCode::OK,
-        list::page(&jobs.jobs, &filter, &status.scheduler, now),
-    )
 }
 
 async fn usage_page(

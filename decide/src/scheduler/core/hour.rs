@@ -54,14 +54,7 @@ pub(super) fn pool_of(r: &JobRecord) -> Option<&PoolName> {
     }
 }
 
-/// The value at `q` (0..1) of sorted `v`, nearest rank.
-fn quantile(v: &[u64], q: f64) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    Some(v[rank - 1])
-}
+use crate::usage::nearest_rank as quantile;
 
 /// What one job's timeline adds to its pool's hour.
 fn add(r: &JobRecord, first: u64, buckets: &mut [HourBucket], pickups: &mut [Vec<u64>]) {
