@@ -13,7 +13,7 @@
 //! alike but for the jobs done before them and the faults the seed drew.
 //!
 //! Time is compressed, so the windows that bound memory by time are too: `state.retention`
-//! is a minute (an hour by default), the reconcile runs every minute, and the stand-in's rate
+//! is a minute (an hour by default), so is `state.usage_retention` (100 days), the reconcile runs every minute, and the stand-in's rate
 //! budgets (GitHub's: 5,000 an hour) are 10,000 a minute.
 
 use std::{
@@ -67,6 +67,7 @@ grace = "20s"
 [state]
 dir = "{state}"
 retention = "1m"
+usage_retention = "1m"
 
 [admin]
 listen = "127.0.0.1:{admin}"

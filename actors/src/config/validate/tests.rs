@@ -258,7 +258,7 @@ fn addresses_providers_and_state_dir_are_checked() {
         [state]
         dir = "relative/dir"
         retention = "10s"
-        usage_retention = "1h"
+        usage_retention = "30s"
         [providers.local]
         allow_same_user = true
         enabled = false

@@ -3,6 +3,8 @@
 //! to the completion (the environment's boot, the job, not its teardown); its pickup from its
 //! first delivery here to the first sight of it running; its retries are its failed claims.
 
+use std::time::Duration;
+
 use super::{JobRecord, Note, Scheduler};
 use crate::{
     clock::Now,
@@ -56,14 +58,21 @@ pub(super) fn usage_of(
 /// Usage rows past their retention are forgotten at most this often.
 pub(super) const USAGE_PRUNE_EVERY: u64 = 3600;
 
+/// How often rows past `retention` are pruned: a quarter of it, at most hourly, so no row
+/// outlives its retention by more than a quarter and a short retention (a soak's) still bounds
+/// the table.
+pub(super) fn usage_prune_every(retention: Duration) -> u64 {
+    (retention.as_secs() / 4).clamp(1, USAGE_PRUNE_EVERY)
+}
+
 impl Scheduler {
-    /// Forgets the usage rows past `state.usage_retention`, once an hour (the first prune
-    /// after a start does it at once).
+    /// Forgets the usage rows past `state.usage_retention`, every [`usage_prune_every`] of it
+    /// (the first prune after a start does it at once).
     pub(super) fn prune_usage(&mut self, now: Now) {
         if now.unix < self.next_usage_prune {
             return;
         }
-        self.next_usage_prune = now.unix + USAGE_PRUNE_EVERY;
+        self.next_usage_prune = now.unix + usage_prune_every(self.settings.usage_retention);
         let before = now
             .unix
             .saturating_sub(self.settings.usage_retention.as_secs());
@@ -235,6 +244,14 @@ mod tests {
         );
         s.prune(at(t0, 200 + USAGE_PRUNE_EVERY));
         assert_eq!(prunes(&mut s).len(), 1);
+    }
+
+    #[test]
+    fn a_short_retention_is_pruned_every_quarter_of_it_and_a_long_one_hourly() {
+        assert_eq!(usage_prune_every(Duration::from_secs(60)), 15);
+        assert_eq!(usage_prune_every(Duration::from_secs(2)), 1);
+        assert_eq!(usage_prune_every(Duration::from_secs(4 * 3600)), 3600);
+        assert_eq!(usage_prune_every(Duration::from_secs(100 * 86_400)), 3600);
     }
 
     #[test]
