@@ -42,7 +42,8 @@ macro_rules! daemon_modules {
 }
 
 daemon_modules!(
-    cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store, vocab,
+    cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store,
+    telemetry, vocab,
 );
 // Written out: it exports a macro the crate names by path, which a macro-made module cannot.
 #[cfg(feature = "daemon")]

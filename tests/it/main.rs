@@ -105,6 +105,8 @@
 //! - `status_page.rs` loads the status page in a real headless browser and keeps screenshots.
 //! - `status_page_live.rs`: job names shown as text, the job list's filters, live updates.
 //! - `usage.rs`: `usage` per repo and pool from the durable records, over a restart.
+//! - `traces.rs`: one OpenTelemetry trace per job at a test OTLP collector
+//!   (`support/otlp.rs`), through a retried claim, a `kill -9` and a binary swap.
 //! - `targets_fleet.rs` does the same through a PostgreSQL fleet (each owner's budget row) and has
 //!   a dead host's registrations deleted with their owner's credential.
 
@@ -158,6 +160,7 @@ mod targets;
 mod targets_fleet;
 mod tart;
 mod tart_warm;
+mod traces;
 mod upgrade;
 mod usage;
 mod warm;

@@ -21,7 +21,7 @@ use crate::support::{
 const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 
 /// The next build's binary, built here (a no-op once it is up to date).
-fn next_build() -> PathBuf {
+pub(crate) fn next_build() -> PathBuf {
     let root = support::repo_root();
     let target = root.join("target").join("next-record");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -157,6 +157,31 @@ pub struct Config {
     pub providers: ProvidersConfig,
     /// `[cluster]`: `None` is one host with its embedded store (the default).
     pub cluster: Option<ClusterConfig>,
+    /// `[telemetry]`: one OpenTelemetry trace per job, off by default.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// `otlp_endpoint`: the OTLP/HTTP collector's base URL (`http://host:4318`); each
+    /// finished job's trace is sent to its `/v1/traces`. `None`: no traces (the default).
+    pub otlp_endpoint: Option<String>,
+    /// `service_name` (default `ephemer-actors`): the traces' `service.name`.
+    pub service_name: String,
+}
+
+impl TelemetryConfig {
+    /// Where traces are posted: the endpoint's `/v1/traces` (as OTLP/HTTP's
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is read), or the endpoint itself when it already ends so.
+    pub fn traces_url(&self) -> Option<String> {
+        let base = self.otlp_endpoint.as_deref()?.trim_end_matches('/');
+        Some(if base.ends_with("/v1/traces") {
+            base.to_string()
+        } else {
+            format!("{base}/v1/traces")
+        })
+    }
 }
 
 /// One GitHub target: an owner, the credential and scope its runners are registered with,

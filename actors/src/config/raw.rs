@@ -20,6 +20,14 @@ pub(crate) struct RawConfig {
     pub log: RawLog,
     pub providers: RawProviders,
     pub cluster: Option<RawCluster>,
+    pub telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct RawTelemetry {
+    pub otlp_endpoint: Option<String>,
+    pub service_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -8,6 +8,7 @@
 mod defs;
 mod names;
 pub(crate) mod scaleset;
+pub(crate) mod traces;
 pub(crate) mod vm;
 pub(crate) mod warm;
 
@@ -126,6 +127,8 @@ pub struct Metrics {
     pub warm: warm::WarmMetrics,
     /// `linux_vm` pools' series.
     pub vm: vm::VmMetrics,
+    /// The trace exporter's series.
+    pub traces: traces::TraceMetrics,
     /// `ephemerd_pull_polls_total{result}`: pull mode's requests: `changed` (an answer with a
     /// body, which counts against the `core` rate limit), `unchanged` (a free 304), `error`.
     pub pull_polls: IntCounterVec,
@@ -272,6 +275,7 @@ impl Metrics {
             scaleset: scaleset::ScaleSetMetrics::new(&registry),
             warm: warm::WarmMetrics::new(&registry),
             vm: vm::VmMetrics::new(&registry),
+            traces: traces::TraceMetrics::new(&registry),
             pull_polls: r.counter_vec("ephemerd_pull_polls_total"),
             jobs_uncovered: r.counter_vec("ephemerd_jobs_uncovered_total"),
             uncovered_sets: std::sync::Arc::default(),

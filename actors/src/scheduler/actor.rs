@@ -115,6 +115,8 @@ pub struct SchedulerDeps {
     /// its scale set (`None` in the other modes); filled by [`ScaleSetClaims`] once the
     /// listeners run (a claim before that fails as a network error does, and retries).
     pub scalesets: Option<HashMap<(String, PoolName), Recipient<GenerateJitConfig>>>,
+    /// Where each finished job's trace goes (`[telemetry]`; `None`: traces are off).
+    pub traces: Option<crate::telemetry::TraceExport>,
 }
 
 /// Scale-set mode: where each (owner, pool)'s claims go (its listener).
@@ -350,6 +352,11 @@ impl SchedulerActor {
                 self.runners_durable = crate::provision::Durable::after(store.send_committed(ops));
             } else {
                 store.send(ops);
+            }
+        }
+        for trace in self.core.take_traces() {
+            if let Some(export) = &self.deps.traces {
+                export.send(trace);
             }
         }
         for o in self.core.take_observations() {

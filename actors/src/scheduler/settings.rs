@@ -84,6 +84,7 @@ pub fn settings_of(c: &Config) -> SchedulerSettings {
             .filter(|_| !c.webhook.scaleset()),
         fleet: c.cluster.is_some(),
         scaleset: c.webhook.scaleset(),
+        traces: c.telemetry.otlp_endpoint.is_some(),
     }
 }
 

@@ -74,6 +74,9 @@ pub enum StartError {
     /// The state store could not be opened.
     #[error("state: {0}")]
     Store(#[from] crate::store::StoreError),
+    /// The trace exporter (`[telemetry]`) could not be made.
+    #[error("telemetry: {0}")]
+    Telemetry(#[from] crate::telemetry::TraceExportError),
 }
 
 /// The addresses of one running instance.
@@ -123,6 +126,8 @@ pub struct Handles {
     /// Looks at the runner's releases and keeps the managed installs current (when a pool's
     /// runner version can be told, or `runner.release_check_interval` is not `"0s"`).
     pub release: Option<Addr<crate::release::actor::ReleaseActor>>,
+    /// The trace exporter (`[telemetry]`), flushed at a shutdown.
+    pub(crate) traces: Option<crate::telemetry::TraceExport>,
 }
 
 /// The readiness check of the store (the others are core actors).
@@ -207,6 +212,14 @@ impl Handles {
                 "some job events and registration changes never reached the cluster ledger: the other hosts' reconcile finds where those jobs stand"
             );
         }
+        // The traces of the jobs the drain finished reach the collector before it goes.
+        if let Some(traces) = &self.traces
+            && !traces.flush(std::time::Duration::from_secs(5)).await
+        {
+            tracing::warn!(
+                "some job traces were not sent to the OTLP collector before the shutdown"
+            );
+        }
         if !self.halt().await {
             tracing::warn!("the state store is still open 10 s after the shutdown");
         }
@@ -278,6 +291,7 @@ pub fn start(
     let install_id = crate::store::install_id(&config.state.dir)?;
     let targets = config.targets();
     let marks = snapshot.marks.clone();
+    let traces = crate::telemetry::TraceExport::start(&config.telemetry, metrics.traces.clone())?;
 
     // 1. GitHub.
     let github = github::start(&targets, &metrics);
@@ -309,6 +323,7 @@ pub fn start(
         &store,
         snapshot,
         options.ledger.clone(),
+        traces.clone(),
     );
     let mut settings = crate::scheduler::settings_of(config);
     settings.install_id = install_id.clone();
@@ -335,6 +350,7 @@ pub fn start(
             install_id,
             metrics,
             ledger: options.ledger,
+            traces,
         },
     )
 }
@@ -348,6 +364,7 @@ fn scheduler_deps(
     store: &Store,
     snapshot: crate::store::Snapshot,
     ledger: Option<crate::cluster::Ledger>,
+    traces: Option<crate::telemetry::TraceExport>,
 ) -> SchedulerDeps {
     SchedulerDeps {
         github: github
@@ -364,6 +381,7 @@ fn scheduler_deps(
         restore: Some(snapshot),
         scalesets: config.webhook.scaleset().then(HashMap::new),
         ledger,
+        traces,
     }
 }
 
@@ -378,6 +396,7 @@ struct Core {
     install_id: String,
     metrics: Metrics,
     ledger: Option<crate::cluster::Ledger>,
+    traces: Option<crate::telemetry::TraceExport>,
 }
 
 /// Starts the edges around `core` (the intake, scale-set listeners, fleet mode) and hands
@@ -449,6 +468,7 @@ fn handles(
         store,
         metrics,
         ledger,
+        traces,
         ..
     } = core;
     let health = store_health(&store, &metrics);
@@ -473,6 +493,7 @@ fn handles(
         pull: intake.pull,
         scalesets,
         release: pools.release,
+        traces,
     };
     handles.add_health_checks();
     handles

@@ -3,6 +3,7 @@
 pub mod daemon;
 pub mod engine;
 pub mod fleet;
+pub mod otlp;
 pub mod plot;
 pub mod podman;
 pub mod postgres;

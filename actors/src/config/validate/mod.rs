@@ -32,6 +32,7 @@ pub(crate) mod runner_env;
 mod targets;
 #[cfg(test)]
 mod targets_tests;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod warm;
@@ -250,6 +251,7 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
         state,
         providers,
         cluster: cluster::build_cluster(raw.cluster, env, p),
+        telemetry: telemetry::build_telemetry(raw.telemetry, p),
     };
     check_listeners(&config, p);
     check_scaleset(&config, p);

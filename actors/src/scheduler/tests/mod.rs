@@ -373,6 +373,7 @@ async fn harness(s: Setup) -> Harness {
         reconcile_interval: None,
         fleet: false,
         scaleset: false,
+        traces: false,
     };
     let backoff = Backoff::try_new(&ClaimRetryConfig {
         schedule: s.schedule.iter().map(|d| Duration::from_secs(*d)).collect(),
@@ -391,6 +392,7 @@ async fn harness(s: Setup) -> Harness {
         store: None,
         restore: None,
         scalesets: None,
+        traces: None,
         ledger: None,
     };
     let (sched, retry) = start_in(

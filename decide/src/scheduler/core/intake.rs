@@ -400,6 +400,10 @@ impl Scheduler {
         }
         self.note(key, now, Note::Completed { conclusion });
         let withdrawn = withdrawn && runner_name.is_none();
+        if !withdrawn {
+            // Traced when its runner is gone, if one of ours still runs it.
+            self.trace_on_completion(key, runner_name, target.is_some(), now);
+        }
         match target {
             // A scale set's job withdrawn before any runner took it comes back as a new
             // assignment in a moment: its runner, already on its way, is kept as a spare for

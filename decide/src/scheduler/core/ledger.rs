@@ -106,13 +106,14 @@ impl Scheduler {
                     &intent,
                     now,
                     Note::RunnerGone {
-                        runner: handle,
+                        runner: handle.clone(),
                         reason,
                         code,
                         detail: detail.map(std::sync::Arc::from),
                     },
                 );
                 if let Some(r) = runner {
+                    self.trace_on_runner_gone(handle, &r, now);
                     if reason == ExitReason::Exited {
                         self.warm_runner_lost(&r, now);
                     }

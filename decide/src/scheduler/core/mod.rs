@@ -51,6 +51,7 @@ mod supply;
 mod sweep;
 pub mod timeline;
 pub mod timeline_words;
+pub mod trace;
 mod usage;
 mod view;
 mod warm;
@@ -303,6 +304,8 @@ pub struct JobRecord {
     pub timeline: Vec<TimelineEntry>,
     /// Fleet mode: delivered to another host's intake, which asks the ledger first.
     pub delivered_elsewhere: bool,
+    /// Its trace was built (each job is traced once).
+    pub traced: bool,
 }
 
 impl JobRecord {
@@ -319,6 +322,7 @@ impl JobRecord {
             ladder_left: None,
             timeline: Vec::new(),
             delivered_elsewhere: false,
+            traced: false,
         })
     }
 }
@@ -440,6 +444,8 @@ pub struct Scheduler {
     warm: warm::WarmBook,
     /// Unix seconds from which the usage rows older than their retention are forgotten again.
     next_usage_prune: u64,
+    /// Finished jobs' traces, waiting for the shell's exporter (only when traces are on).
+    traces: Vec<trace::JobTrace>,
 }
 
 /// A cordon cannot be lifted: the daemon is draining to shut down.
@@ -493,6 +499,7 @@ impl Scheduler {
             observed: Vec::new(),
             ops: Vec::new(),
             next_usage_prune: 0,
+            traces: Vec::new(),
         }
     }
 

@@ -48,6 +48,9 @@ pub struct SchedulerSettings {
     /// Scale-set mode: a job is a runner request the REST API does not know, so a look at it
     /// is answered `queued` by the core itself ([`Scheduler::ask_where`]).
     pub scaleset: bool,
+    /// `telemetry.otlp_endpoint` is set: each finished job's trace is built
+    /// ([`Scheduler::take_traces`]).
+    pub traces: bool,
 }
 
 impl SchedulerSettings {

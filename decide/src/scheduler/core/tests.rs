@@ -50,6 +50,7 @@ pub(super) fn settings() -> SchedulerSettings {
         reconcile_interval: None,
         fleet: false,
         scaleset: false,
+        traces: false,
     }
 }
 

@@ -536,7 +536,7 @@ impl Note {
     }
 }
 
-fn describe(reason: &DelayReason) -> String {
+pub(super) fn describe(reason: &DelayReason) -> String {
     match reason {
         DelayReason::Ladder { rung } => format!("ladder rung {}", rung + 1),
         DelayReason::RetryAfter => "Retry-After".into(),
