@@ -103,7 +103,9 @@
 //!   rotated after `warm_max_age`, none left after a drain); `warm_figures.rs` (ignored, by
 //!   hand) measures them for docs/benchmarks.md.
 //! - `status_page.rs` loads the status page in a real headless browser and keeps screenshots.
-//! - `status_page_live.rs`: job names shown as text, the job list's filters, live updates.
+//! - `status_page_live.rs`: job names shown as text, the job list's filters, live updates
+//!   (on the event stream, and in a page a browser keeps open, driven over the DevTools
+//!   protocol by `support/cdp.rs`).
 //! - `usage.rs`: `usage` per repo and pool from the durable records, over a restart.
 //! - `traces.rs`: one OpenTelemetry trace per job at a test OTLP collector
 //!   (`support/otlp.rs`), through a retried claim, a `kill -9` and a binary swap.

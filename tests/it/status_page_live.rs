@@ -1,7 +1,8 @@
 //! What an operator reads on the status page, tried as an attacker and as a user would: a job
 //! whose name, workflow, branch and trigger carry markup shows them as text in a real browser
 //! and runs none of it; the job list filters and searches; and a change reaches an open page's
-//! event stream within a second of the decision.
+//! event stream, and the page a browser keeps open, within a second of the decision, with no
+//! reload.
 
 use std::time::Duration;
 
@@ -169,6 +170,17 @@ async fn next_change(
     None
 }
 
+/// How long after `job`'s first note (by the daemon's clock) `at` was.
+async fn since_first_note(admin: &str, job: u64, at: std::time::SystemTime) -> Duration {
+    let (_, body) = support::http_get(admin, &format!("/api/v1/jobs/{job}"))
+        .await
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let first_ms = answer["job"]["timeline"][0]["at_ms"].as_u64().unwrap();
+    let first = std::time::UNIX_EPOCH + Duration::from_millis(first_ms);
+    at.duration_since(first).unwrap_or_default()
+}
+
 /// An open page's event stream says `change` within a second of a decision about a job (the
 /// job's first note, by the daemon's clock), each time.
 #[actix_rt::test]
@@ -197,13 +209,7 @@ async fn a_change_reaches_an_open_page_s_stream_within_a_second() {
         let came = next_change(&mut events, Duration::from_secs(10))
             .await
             .unwrap_or_else(|| panic!("round {round}: no change event for job {job}"));
-        let (_, body) = support::http_get(&admin, &format!("/api/v1/jobs/{job}"))
-            .await
-            .unwrap();
-        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let first_ms = answer["job"]["timeline"][0]["at_ms"].as_u64().unwrap();
-        let first = std::time::UNIX_EPOCH + Duration::from_millis(first_ms);
-        let lag = came.duration_since(first).unwrap_or_default();
+        let lag = since_first_note(&admin, job, came).await;
         assert!(
             lag <= Duration::from_secs(1),
             "round {round}: the change came {lag:?} after the job's first note"
@@ -218,5 +224,65 @@ async fn a_change_reaches_an_open_page_s_stream_within_a_second() {
         {}
     }
     drop(events);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// A page left open in a browser (driven over the DevTools protocol) shows each new job within
+/// a second of the job's first note (by the daemon's clock), and never reloads to do it: a mark
+/// set in the page's own state stays.
+#[actix_rt::test]
+async fn a_page_left_open_shows_each_new_job_within_a_second_without_a_reload() {
+    let Some(browser) = chromium_for("live updates of an open page") else {
+        return;
+    };
+    let standin = support::standin(100);
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let admin = daemon.admin_addr();
+    let mut page = support::cdp::Browser::start(&browser).await;
+    // The job list, which keeps finished jobs (the overview shows the open ones).
+    page.navigate(&format!("http://{admin}/jobs")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while page
+        .eval("document.getElementById('live').textContent")
+        .await
+        != "live"
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the page never went live"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    page.eval("window.kept = 'this page'").await;
+    for round in 0..3 {
+        let job = standin.queue_jobs("app", LABELS, 1)[0];
+        let shown = format!("document.getElementById('main').innerHTML.includes('/jobs/{job}\"')");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let seen = loop {
+            if page.eval(&shown).await == true {
+                break std::time::SystemTime::now();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "round {round}: job {job} never shown"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let lag = since_first_note(&admin, job, seen).await;
+        eprintln!("round {round}: job {job} shown {lag:?} after its first note");
+        assert!(
+            lag <= Duration::from_secs(1),
+            "round {round}: job {job} shown {lag:?} after its first note"
+        );
+        assert_eq!(
+            page.eval("window.kept").await,
+            "this page",
+            "round {round}: the page reloaded"
+        );
+        daemon
+            .wait_completed(&standin, round + 1, Duration::from_secs(30))
+            .await;
+    }
+    drop(page);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

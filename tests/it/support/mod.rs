@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: paths, the daemon binary, a child-process guard.
 
+pub mod cdp;
 pub mod daemon;
 pub mod engine;
 pub mod fleet;
