@@ -224,23 +224,32 @@ async fn a_flood_of_output_leaves_a_capped_log() {
     assert!(String::from_utf8_lossy(&tail[tail.len() - 80..]).contains("log truncated"));
 }
 
-/// Largest resident set of `pid` seen while `until` runs, in bytes, and what `until` gave.
-async fn peak_rss_while<T>(pid: u32, until: impl std::future::Future<Output = T>) -> (u64, T) {
+/// The largest resident set of `pid` seen while `until` runs, in bytes: all of it, and its
+/// anonymous part (the heap and stacks: what the process holds, without the pages of its own
+/// binary, which in a debug build are most of it); and what `until` gave.
+async fn peak_rss_while<T>(
+    pid: u32,
+    until: impl std::future::Future<Output = T>,
+) -> ((u64, u64), T) {
     let rss = || {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        (kib("VmRSS:"), kib("RssAnon:"))
     };
+    let max = |(a, b): (u64, u64), (c, d): (u64, u64)| (a.max(c), b.max(d));
     let mut peak = rss();
     tokio::pin!(until);
     loop {
         tokio::select! {
-            out = &mut until => return (peak.max(rss()), out),
-            () = tokio::time::sleep(Duration::from_millis(100)) => peak = peak.max(rss()),
+            out = &mut until => return (max(peak, rss()), out),
+            () = tokio::time::sleep(Duration::from_millis(100)) => peak = max(peak, rss()),
         }
     }
 }
@@ -280,18 +289,21 @@ async fn a_job_writing_a_gigabyte_leaves_a_capped_log_and_a_small_daemon() {
         })
         .await;
     };
-    let (peak, ()) = peak_rss_while(daemon.pid(), run).await;
+    let ((peak, anon), ()) = peak_rss_while(daemon.pid(), run).await;
     let (size, _) = saved().unwrap();
     let cap = ephemer_actors_core::provision::container::LOG_CAP;
     eprintln!(
-        "1 GiB flood: saved log {size} bytes, daemon peak RSS {} KiB, {:?}",
+        "1 GiB flood: saved log {size} bytes, daemon peak RSS {} KiB ({} KiB anonymous), {:?}",
         peak / 1024,
+        anon / 1024,
         started.elapsed()
     );
     assert!(size <= cap + 100, "the saved log is {size} bytes");
+    // What the daemon holds, not the pages of its (debug) binary, which change with its code:
+    // the saved log's 16 MiB held in memory would be over this by itself.
     assert!(
-        peak < 50 * 1024 * 1024,
-        "the daemon's RSS reached {peak} bytes"
+        anon < 16 * 1024 * 1024,
+        "the daemon's anonymous memory reached {anon} bytes"
     );
     assert_eq!(daemon.stop(Duration::from_secs(60)).await.0, Some(0));
 }
