@@ -211,8 +211,13 @@ fn verify_and_parse_cost(secret: &str) -> (Duration, Duration) {
 
 /// `wrk -t1 -c32 -d8s`: requests per second, and the non-2xx answers.
 fn wrk(url: &str, script: &Path, run: &str) -> (f64, u64) {
+    wrk_for(url, script, run, "8s")
+}
+
+/// `wrk -t1 -c32 -dDURATION`.
+fn wrk_for(url: &str, script: &Path, run: &str, duration: &str) -> (f64, u64) {
     let out = Command::new("wrk")
-        .args(["-t1", "-c32", "-d8s", "-s"])
+        .args(["-t1", "-c32", &format!("-d{duration}"), "-s"])
         .arg(script)
         .arg(url)
         .args(["--", run])
@@ -348,6 +353,16 @@ pub fn intake_wrk(api: &str) {
         assert_eq!(refused, 0, "{run}: non-2xx answers");
         rate
     };
+    // A warm-up for each, not counted: the first seconds of a process are its page faults,
+    // its allocator's first arenas and (the daemon's) its delivery-id set filling up to the
+    // window it keeps, not the steady state a long-running receiver is in.
+    for (port, run) in [
+        (bare_port, "warm-bare"),
+        (verify_port, "warm-verify"),
+        (serve_port, "warm-serve"),
+    ] {
+        wrk_for(&url(port), &script, run, "4s");
+    }
     for round in 0..rounds {
         bare.push(load(
             &bare_server,

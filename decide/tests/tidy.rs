@@ -12,9 +12,10 @@ use std::{
 };
 
 /// The crates this one may depend on directly: data, encodings, calendar arithmetic, seeded
-/// randomness, error derives.
+/// randomness, a hash function, error derives.
 const ALLOWED: &[&str] = &[
     "base64",
+    "foldhash",
     "hex",
     "humantime",
     "jiff",

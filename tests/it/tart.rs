@@ -63,7 +63,7 @@ echo "tart $*" >> $D/calls.log
 name="${{@: -1}}"
 case "$1" in
   clone|delete) exit 0 ;;
-  run) while [ ! -e "$D/stopped-$name" ]; do sleep 0.05; done; exit 0 ;;
+  run) while [ -d "$D" ] && [ ! -e "$D/stopped-$name" ]; do sleep 0.05; done; exit 0 ;;
   ip) if [ "{boots}" = "true" ]; then echo 127.0.0.1; else echo "no address" >&2; exit 1; fi ;;
   stop) touch "$D/stopped-$name"; exit 0 ;;
   list) echo '{leftovers}' ;;

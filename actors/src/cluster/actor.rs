@@ -154,7 +154,7 @@ impl FleetActor {
                         })
                         .await;
                     let Ok(Ok(runners)) = listed else {
-                        tracing::warn!(%host, ?repo, "cannot list a dead host's runners; tried again later");
+                        tracing::warn!(%host, repo = repo.as_deref().unwrap_or("(the owner's runners)"), "cannot list a dead host's runners; tried again later");
                         return;
                     };
                     for r in runners.into_iter().filter(|r| {

@@ -22,6 +22,17 @@ pub use names::{
     CONTRACT_METRICS, ERROR_CLASSES, IGNORE_REASONS, UNKNOWN_VERSION, WEBHOOK_ACTIONS,
 };
 
+/// The label sets named in `ephemerd_jobs_uncovered_total`, and the counter of each label list
+/// seen (as a job spelled it: order and case as they came), up to [`UNCOVERED_LISTS`].
+#[derive(Debug, Default)]
+struct Uncovered {
+    named: std::collections::BTreeSet<String>,
+    counters: std::collections::HashMap<Box<[String]>, IntCounter>,
+}
+
+/// Label lists whose counter is remembered.
+const UNCOVERED_LISTS: usize = 256;
+
 /// Every metric the daemon exports. Cloning is cheap: each field is a shared handle.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -135,7 +146,7 @@ pub struct Metrics {
     /// `ephemerd_jobs_uncovered_total{labels}`: queued jobs no enabled pool covers, by label
     /// set (the first [`UNCOVERED_SETS`] sets seen; `other` after): a label typo shows here.
     pub jobs_uncovered: IntCounterVec,
-    uncovered_sets: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    uncovered_sets: std::sync::Arc<std::sync::Mutex<Uncovered>>,
     /// `ephemerd_pool_up{provider}`: 1 while a pool takes runners, 0 while it is down.
     pub pool_up: IntGaugeVec,
     /// `ephemerd_build_info{version,commit}`: always 1.
@@ -391,25 +402,32 @@ impl Metrics {
     }
 
     /// Counts a queued job no pool covers under its label set (sorted, lowercase, joined by
-    /// `,`), or `other` once [`UNCOVERED_SETS`] sets have been named.
+    /// `,`), or `other` once [`UNCOVERED_SETS`] sets have been named. A label list seen before
+    /// goes straight to its counter (a flood of one typo costs one lookup a job).
     pub fn job_uncovered(&self, labels: &[String]) {
+        let mut u = self
+            .uncovered_sets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(counter) = u.counters.get(labels) {
+            counter.inc();
+            return;
+        }
         let mut set: Vec<String> = labels.iter().map(|l| l.to_ascii_lowercase()).collect();
         set.sort();
         set.dedup();
         let key = set.join(",");
-        let label = {
-            let mut seen = self
-                .uncovered_sets
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if seen.contains(&key) || seen.len() < UNCOVERED_SETS {
-                seen.insert(key.clone());
-                key
-            } else {
-                "other".to_string()
-            }
+        let label = if u.named.contains(&key) || u.named.len() < UNCOVERED_SETS {
+            u.named.insert(key.clone());
+            key
+        } else {
+            "other".to_string()
         };
-        self.jobs_uncovered.with_label_values(&[&label]).inc();
+        let counter = self.jobs_uncovered.with_label_values(&[&label]);
+        counter.inc();
+        if u.counters.len() < UNCOVERED_LISTS {
+            u.counters.insert(labels.into(), counter);
+        }
     }
 
     /// Prometheus text exposition of every metric, with uptime and the process gauges

@@ -92,7 +92,7 @@ impl<B: Backend> ProvisionerActor<B> {
         }
         let cleanup = self.backend.clone().stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
-            tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, ?reason, code, "runner finished and cleaned up");
+            tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, reason = reason.words(), code, "runner finished and cleaned up");
             // How the environment ended, where it ended by itself (a teardown's end is the
             // daemon's doing, said by the reason).
             let detail = act

@@ -298,7 +298,7 @@ impl<B: Backend> Actor for ProvisionerSupervisor<B> {
         let reap = self.backend.clone().reap_leftovers(self.adopt.clone());
         ctx.wait(reap.into_actor(self).map(|removed, act, ctx| {
             if !removed.is_empty() {
-                tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), count = removed.len(), names = ?removed, "removed leftover runner environments");
+                tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), count = removed.len(), names = %removed.join(", "), "removed leftover runner environments");
             }
             act.spawn_child(ctx);
             // Runners from the ledger: the new child watches them (or reports them lost).

@@ -210,7 +210,7 @@ impl ScaleSetListener {
         for note in self.machine.take_notes() {
             match note {
                 Note::Listening => {
-                    tracing::info!(pool, scale_set = ?self.machine.set(), last_message_id = self.shared.mark.borrow().last_message_id, capacity = self.shared.settings.max, "scale set: listening")
+                    tracing::info!(pool, scale_set = self.machine.set().unwrap_or_default(), last_message_id = self.shared.mark.borrow().last_message_id, capacity = self.shared.settings.max, "scale set: listening")
                 }
                 Note::Held(who) => {
                     tracing::info!(pool, holder = %who, "scale set: another owner holds the message session or the lease; waiting for it")

@@ -159,8 +159,12 @@ async fn deliver(shared: &Shared, action: JobAction, key: JobKey, why: &str) -> 
     };
     match shared.wiring.intake.send(Deliver(event)).await {
         Ok(Verdict::Accepted | Verdict::IgnoredAction | Verdict::Replayed) => true,
-        other => {
-            tracing::warn!(job_id = key.job_id, verdict = ?other, "scale set: the intake refused a reckoned job; the next reading tries again");
+        Ok(refused) => {
+            tracing::warn!(job_id = key.job_id, verdict = %refused, "scale set: the intake refused a reckoned job; the next reading tries again");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(job_id = key.job_id, error = %e, "scale set: the intake did not answer for a reckoned job; the next reading tries again");
             false
         }
     }

@@ -85,7 +85,7 @@ async fn find_or_make(
             (found.id, None)
         }
         Some(found) => {
-            tracing::info!(pool = s.pool.as_str(), was = ?found.label_names(), now = ?wanted_labels, disable_update = s.disable_update, "scale set: the pool's labels or settings changed; updating the scale set");
+            tracing::info!(pool = s.pool.as_str(), was = %found.label_names().join(", "), now = %wanted_labels.join(", "), disable_update = s.disable_update, "scale set: the pool's labels or settings changed; updating the scale set");
             let updated = client.update_scale_set(found.id, &wanted).await?;
             (updated.id.max(found.id), Some(updated))
         }
@@ -158,7 +158,7 @@ fn note_dropped(
         };
         if !lost.is_empty() && !*shared.said_dropped.borrow() {
             *shared.said_dropped.borrow_mut() = true;
-            tracing::warn!(pool = s.pool.as_str(), dropped = ?lost, "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
+            tracing::warn!(pool = s.pool.as_str(), dropped = %lost.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
         }
     } else if dropped_before && !*shared.said_dropped.borrow() {
         *shared.said_dropped.borrow_mut() = true;

@@ -360,11 +360,22 @@ impl SchedulerActor {
             }
         }
         for o in self.core.take_observations() {
-            // Every line about a job carries its id, repo and pool, in text and JSON logs.
+            // Every line about a job carries its id, repo and pool, in text and JSON logs (looked
+            // up only when such lines are written).
             let span = match o.job_id() {
                 Some(job_id) => {
-                    let (repo, pool) = self.core.job_context(job_id);
-                    tracing::info_span!("job", job_id, repo = %repo, pool = %pool)
+                    let span = tracing::info_span!(
+                        "job",
+                        job_id,
+                        repo = tracing::field::Empty,
+                        pool = tracing::field::Empty
+                    );
+                    if !span.is_disabled() {
+                        let (repo, pool) = self.core.job_context(job_id);
+                        span.record("repo", tracing::field::display(&repo));
+                        span.record("pool", tracing::field::display(&pool));
+                    }
+                    span
                 }
                 None => tracing::Span::none(),
             };

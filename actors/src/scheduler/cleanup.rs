@@ -44,7 +44,7 @@ impl SchedulerActor {
                                 .map(|r| (owner.clone(), repo.clone(), r.id, r.name)),
                         ),
                         _ => {
-                            tracing::warn!(%owner, ?repo, "cannot list runners to clean up after a restart")
+                            tracing::warn!(%owner, repo = repo.as_deref().unwrap_or("(the owner's runners)"), "cannot list runners to clean up after a restart")
                         }
                     }
                 }

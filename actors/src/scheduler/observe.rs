@@ -41,7 +41,7 @@ fn admission(o: Observation, m: &Metrics) -> Option<Observation> {
             labels,
         } => {
             m.job_uncovered(&labels);
-            tracing::info!(job_id, delivery_id = delivery.as_deref(), labels = ?labels, "no provider covers the job's labels")
+            tracing::info!(job_id, delivery_id = delivery.as_deref(), labels = %labels.join(", "), "no provider covers the job's labels")
         }
         O::Parked { job_id, reason } => {
             m.jobs_parked.with_label_values(&[reason.as_str()]).inc();

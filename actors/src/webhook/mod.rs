@@ -117,6 +117,26 @@ impl Verdict {
     }
 }
 
+/// The verdict in words, for the logs.
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Accepted => f.write_str("accepted"),
+            Verdict::IgnoredAction => f.write_str("accepted; an action the daemon does not act on"),
+            Verdict::OtherEvent => f.write_str("another event; ignored"),
+            Verdict::Replayed => f.write_str("a delivery id seen before; ignored"),
+            Verdict::Unauthorized(e) => write!(f, "bad signature: {e}"),
+            Verdict::Malformed(e) => write!(f, "not JSON: {e}"),
+            Verdict::WrongShape(e) => write!(f, "JSON of the wrong shape: {e}"),
+            Verdict::Busy => f.write_str("the scheduler is busy or stopped"),
+            Verdict::LedgerDown => f.write_str("the cluster ledger is unreachable"),
+            Verdict::TooLarge(limit) => write!(f, "body over webhook.max_body ({limit} bytes)"),
+            Verdict::SlowBody => f.write_str("the body did not arrive in time"),
+            Verdict::Overloaded => f.write_str("too many unverified deliveries"),
+        }
+    }
+}
+
 fn fixed(mut builder: actix_web::HttpResponseBuilder, body: &'static str) -> HttpResponse {
     builder.content_type("application/json").body(body)
 }
@@ -564,7 +584,7 @@ async fn receive(
         .unwrap_or("");
     match &verdict {
         Verdict::Accepted | Verdict::Replayed | Verdict::IgnoredAction | Verdict::OtherEvent => {
-            tracing::debug!(delivery_id = delivery, verdict = ?verdict, "webhook delivery");
+            tracing::debug!(delivery_id = delivery, verdict = %verdict, "webhook delivery");
         }
         Verdict::Busy => tracing::warn!(
             delivery_id = delivery,
@@ -572,10 +592,10 @@ async fn receive(
         ),
         // A flood must not become a flood of log lines: the metric counts these.
         Verdict::Overloaded => {
-            tracing::debug!(delivery_id = delivery, peer = ?peer, "delivery refused unread: too many unverified deliveries")
+            tracing::debug!(delivery_id = delivery, peer = %peer.map_or_else(|| "unknown".to_string(), |p| p.to_string()), "delivery refused unread: too many unverified deliveries")
         }
         refused => {
-            tracing::warn!(delivery_id = delivery, verdict = ?refused, "webhook delivery refused")
+            tracing::warn!(delivery_id = delivery, verdict = %refused, "webhook delivery refused")
         }
     }
     if let Some(reason) = verdict.refusal() {

@@ -212,7 +212,7 @@ impl RedeliverActor {
             Err(PassError::NoHook) => {
                 let how = "set webhook.public_url (the URL GitHub posts to) or webhook.hook_id";
                 if self.settings.insisted || self.settings.public_url.is_some() {
-                    tracing::error!(hook_id = ?self.settings.hook_id, public_url = ?self.settings.public_url, "webhook.redeliver: no hook matches; failed deliveries are left to the reconcile poll ({how})");
+                    tracing::error!(hook_id = %self.settings.hook_id.map_or_else(|| "unset".to_string(), |h| h.to_string()), public_url = self.settings.public_url.as_deref().unwrap_or("unset"), "webhook.redeliver: no hook matches; failed deliveries are left to the reconcile poll ({how})");
                 } else {
                     tracing::info!(
                         "webhook.redeliver: no hook to watch, so failed deliveries are left to the reconcile poll ({how})"

@@ -90,7 +90,9 @@ pub(super) struct Ttl {
 pub(super) struct Admission {
     /// Boxed: a map slot is then a pointer, and its spare slots (a hash map keeps about a
     /// quarter free) cost 40 B each instead of the record's 300.
-    jobs: HashMap<JobKey, Box<JobRecord>>,
+    /// A fast seeded hash: every delivery looks its job up here a few times (SipHash showed
+    /// in the intake's profile, docs/benchmarks.md).
+    jobs: HashMap<JobKey, Box<JobRecord>, foldhash::fast::RandomState>,
     /// Jobs waiting for a slot or a claim token, per target, oldest first.
     pending: Pending,
     /// One copy of each owner, repository, label set and conclusion the jobs repeat.
@@ -107,7 +109,7 @@ impl Admission {
     /// An empty table for `targets` targets.
     pub(super) fn new(targets: usize) -> Self {
         Admission {
-            jobs: HashMap::new(),
+            jobs: HashMap::default(),
             pending: Pending::new(targets),
             shared: Shared::default(),
             held_idle: vec![0; targets],

@@ -4,9 +4,13 @@
 //! names are not here: each is its own (the ledger's copy is shared by its notes instead).
 //! Pruned with the jobs: a copy no job points at any more goes.
 
-use std::{collections::HashSet, sync::Arc};
+use std::sync::Arc;
 
 use crate::job::JobInfo;
+
+/// A set on a fast seeded hash: every job entering the core looks up four or five of its
+/// strings here (SipHash showed in the intake's profile, docs/benchmarks.md).
+type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// The core's shared copies.
 #[derive(Debug, Default)]
