@@ -44,6 +44,13 @@ impl Scheduler {
         self.target_of(&key.owner).unwrap_or(0)
     }
 
+    /// The name of `owner`'s target (`github.targets[].name`), or the owner itself where no
+    /// target has it: what usage rows and traces name a job's target by.
+    pub(super) fn target_name<'a>(&'a self, owner: &'a str) -> &'a str {
+        self.target_of(owner)
+            .map_or(owner, |t| self.settings.targets[t].name.as_str())
+    }
+
     /// Slots each target holds now: its claims in flight and its runners.
     pub(super) fn held_per_target(&self) -> Vec<usize> {
         let mut held = vec![0; self.settings.targets.len()];

@@ -433,12 +433,7 @@ impl Scheduler {
                         .map_or(&[][..], |i| &i.timeline[..])
                 }
             });
-            let target = self
-                .settings
-                .targets
-                .iter()
-                .find(|t| t.owner.eq_ignore_ascii_case(&key.owner))
-                .map_or(&*key.owner, |t| t.name.as_str());
+            let target = self.target_name(&key.owner);
             build(&TraceInput {
                 info: &rec.info,
                 pool: ran_on

@@ -81,12 +81,7 @@ impl Scheduler {
 
     /// Writes `key`'s usage row, if a runner was claimed for it here.
     pub(super) fn record_usage(&mut self, key: &JobKey, now: Now) {
-        let target = self
-            .settings
-            .targets
-            .iter()
-            .find(|t| t.owner.eq_ignore_ascii_case(&key.owner))
-            .map_or_else(|| key.owner.to_string(), |t| t.name.clone());
+        let target = self.target_name(&key.owner).to_string();
         let ledger = self
             .book
             .runners()
