@@ -29,7 +29,8 @@ pub(crate) fn next_build() -> PathBuf {
     // Cargo's own variables for this test run are not the build's: leave them out, so the
     // build is the same from one run to the next (the first run builds it: minutes).
     for (k, _) in std::env::vars() {
-        if k.starts_with("CARGO_") && k != "CARGO_HOME" || k.starts_with("__CARGO") {
+        let kept = k == "CARGO_HOME" || k == "CARGO_INCREMENTAL";
+        if k.starts_with("CARGO_") && !kept || k.starts_with("__CARGO") {
             build.env_remove(k);
         }
     }
