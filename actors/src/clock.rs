@@ -8,7 +8,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use ephemer_decide::clock::{Instant, Now, github_wait, rfc3339, unix_of_rfc3339};
+pub use ephemer_decide::clock::{Instant, Now, github_unix, github_wait, rfc3339, unix_of_rfc3339};
 
 /// Monotonic now, from tokio's clock: paused and advanced with it in tests, so timers and the
 /// ages the cores compute move together. Every actor reads the time here, never

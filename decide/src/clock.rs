@@ -40,6 +40,11 @@ pub fn unix_of_rfc3339(text: &str) -> Option<u64> {
         .map(|d| d.as_secs())
 }
 
+/// Unix seconds of GitHub's RFC 3339 time, when it is one and fits 32 bits (until 2106).
+pub fn github_unix(time: Option<&str>) -> Option<u32> {
+    u32::try_from(unix_of_rfc3339(time?)?).ok()
+}
+
 /// Seconds from GitHub's `created_at` to its `started_at` (RFC 3339), when both are there and
 /// in that order.
 pub fn github_wait(created_at: Option<&str>, started_at: Option<&str>) -> Option<u32> {

@@ -147,6 +147,10 @@ pub struct JobInfo {
     /// how long the job was queued before a runner took it, by GitHub's own clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github_wait_secs: Option<u32>,
+    /// GitHub's own `created_at` (when it queued the job), in unix seconds, when an event
+    /// carried it. With [`JobInfo::github_wait_secs`] it gives GitHub's `started_at` too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_created_unix: Option<u32>,
     /// A scale set's `completed` that withdrew an assignment no runner took in time: the
     /// service assigns the job again in a moment, so the runner made for it is kept for that.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -469,6 +469,7 @@ impl State {
             conclusion: job.conclusion.as_deref().map(Into::into),
             installation_id: None,
             github_wait_secs: None,
+            github_created_unix: None,
             withdrawn: false,
             about: job.about.clone(),
         };

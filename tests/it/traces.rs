@@ -165,6 +165,13 @@ async fn each_job_is_one_trace_through_a_retry_a_kill_9_and_a_binary_swap() {
         assert_eq!(root.attributes["ephemer.pool"], "local");
         assert_eq!(root.attributes["github.conclusion"], "success");
         assert!(root.attributes.contains_key("github.run.id"));
+        // GitHub's own times, as its deliveries gave them (the stand-in's clock).
+        let github = |key: &str| {
+            let at = root.attributes.get(key);
+            let at = at.unwrap_or_else(|| panic!("job {job}: no {key} on {root:?}"));
+            humantime::parse_rfc3339(at).unwrap_or_else(|e| panic!("{key} {at}: {e}"))
+        };
+        assert!(github("github.started_at") >= github("github.created_at"));
         let kids = children(&spans, root);
         for k in &kids {
             assert_eq!(k.parent, root.span_id, "{k:?}");

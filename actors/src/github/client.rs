@@ -399,6 +399,7 @@ impl GithubClient {
                 j.created_at.as_deref(),
                 j.started_at.as_deref(),
             ),
+            github_created_unix: crate::clock::github_unix(j.created_at.as_deref()),
             withdrawn: false,
             // The REST job names no sender; a delivery's account of the job is kept over this.
             about: ephemer_decide::job::JobAbout::new(

@@ -152,6 +152,9 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
                 payload.workflow_job.created_at.as_deref(),
                 payload.workflow_job.started_at.as_deref(),
             ),
+            github_created_unix: crate::clock::github_unix(
+                payload.workflow_job.created_at.as_deref(),
+            ),
             withdrawn: false,
             about,
         },
@@ -310,6 +313,15 @@ mod tests {
         assert_eq!(at(Some(1_800_000_000), Some(1_800_000_007)), Some(7));
         assert_eq!(at(Some(1_800_000_000), None), None);
         assert_eq!(at(Some(1_800_000_009), Some(1_800_000_007)), None);
+        let created = |created| {
+            let body = render_workflow_job_at("queued", &info, created, None);
+            parse_workflow_job(body.as_bytes())
+                .unwrap()
+                .job
+                .github_created_unix
+        };
+        assert_eq!(created(Some(1_800_000_000)), Some(1_800_000_000));
+        assert_eq!(created(None), None);
         assert_eq!(
             crate::clock::github_wait(
                 Some("2026-12-02T08:00:00.250Z"),

@@ -146,6 +146,7 @@ pub fn event_of(m: &JobMessage, key: JobKey, pin: &str) -> Option<(JobAction, Jo
             m.queue_time.as_deref(),
             m.runner_assign_time.as_deref(),
         ),
+        github_created_unix: crate::clock::github_unix(m.queue_time.as_deref()),
         withdrawn: withdrawn(m),
         // The service's message names the job, not its workflow, branch or trigger.
         about: crate::job::JobAbout::new(&m.job_display_name, "", "", "").map(Into::into),

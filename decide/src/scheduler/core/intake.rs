@@ -252,6 +252,13 @@ impl Scheduler {
         if rec.info.about.is_none() {
             rec.info.about = job.about.clone();
         }
+        // GitHub's own times: a start is known from `in_progress` on, not at `queued`.
+        if job.github_wait_secs.is_some() {
+            rec.info.github_wait_secs = job.github_wait_secs;
+        }
+        if job.github_created_unix.is_some() {
+            rec.info.github_created_unix = job.github_created_unix;
+        }
         // The first word of its completion (a redelivered `completed` says it again).
         let completes = job.conclusion.is_some() && rec.info.conclusion.is_none();
         if job.conclusion.is_some() {

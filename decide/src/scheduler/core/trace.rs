@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::{Note, Scheduler, TimelineEntry, hour::pool_of};
 use crate::{
-    clock::Now,
+    clock::{Now, rfc3339},
     config::PoolName,
     job::{JobAction, JobInfo, JobKey},
 };
@@ -378,6 +378,13 @@ pub(super) fn build(input: &TraceInput<'_>) -> Option<JobTrace> {
     }
     if let Some(c) = &info.conclusion {
         a.push(("github.conclusion", text(c.clone())));
+    }
+    if let Some(created) = info.github_created_unix {
+        a.push(("github.created_at", text(rfc3339(created.into()))));
+        if let Some(w) = info.github_wait_secs {
+            let started = u64::from(created) + u64::from(w);
+            a.push(("github.started_at", text(rfc3339(started))));
+        }
     }
     if let Some(w) = info.github_wait_secs {
         a.push(("github.queued_to_started_s", int(w)));

@@ -360,7 +360,14 @@ fn the_core_traces_a_job_once_at_its_runner_s_end_through_a_retry_and_a_repeated
     let (mut s, t0) = traced_core();
     let key = JobKey::new("acme", 1);
     let local = PoolName::from("local");
-    deliver(&mut s, JobAction::Queued, job(1, LABELS), at(t0, 0));
+    // GitHub's own times: `created_at` from the queued delivery on, `started_at` from the
+    // job's start (34 s after its creation, by GitHub's clock).
+    let created = Some(1_800_000_000);
+    let queued = JobInfo {
+        github_created_unix: created,
+        ..job(1, LABELS)
+    };
+    deliver(&mut s, JobAction::Queued, queued, at(t0, 0));
     s.on_claim_result(key.clone(), local.clone(), Err(bad_gateway()), at(t0, 1));
     s.on_timer(at(t0, 31));
     s.on_claim_result(key.clone(), local, Ok(jit("ephemer-local-a")), at(t0, 32));
@@ -370,7 +377,12 @@ fn the_core_traces_a_job_once_at_its_runner_s_end_through_a_retry_and_a_repeated
         at(t0, 33),
     );
     for (action, t) in [(JobAction::InProgress, 34), (JobAction::Completed, 40)] {
-        deliver(&mut s, action, on(action, 1, "ephemer-local-a"), at(t0, t));
+        let info = JobInfo {
+            github_created_unix: created,
+            github_wait_secs: Some(34),
+            ..on(action, 1, "ephemer-local-a")
+        };
+        deliver(&mut s, action, info, at(t0, t));
     }
     assert_eq!(
         s.take_traces(),
@@ -397,6 +409,20 @@ fn the_core_traces_a_job_once_at_its_runner_s_end_through_a_retry_and_a_repeated
     assert_eq!(
         attr(&t.spans[0], "ephemer.pool"),
         Some(&TraceValue::Text("local".into()))
+    );
+    for (key, value) in [
+        ("github.created_at", "2027-01-15T08:00:00Z"),
+        ("github.started_at", "2027-01-15T08:00:34Z"),
+    ] {
+        assert_eq!(
+            attr(&t.spans[0], key),
+            Some(&TraceValue::Text(value.into())),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        attr(&t.spans[0], "github.queued_to_started_s"),
+        Some(&TraceValue::Int(34))
     );
     // GitHub says it again: nothing more.
     deliver(
