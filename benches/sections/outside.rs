@@ -148,14 +148,18 @@ fn script(dir: &Path, secret: &str) -> std::path::PathBuf {
         f,
         r#"local n = 0
 local prefix = "run"
-init = function(args) prefix = args[1] or prefix end
+local tag = 0
+init = function(args)
+  prefix = args[1] or prefix
+  for i = 1, #prefix do tag = (tag * 31 + prefix:byte(i)) % 4294967296 end
+end
 request = function()
   n = n + 1
   local i = (n % {BODIES}) + 1
   return wrk.format("POST", nil, {{
     ["Content-Type"] = "application/json",
     ["X-GitHub-Event"] = "workflow_job",
-    ["X-GitHub-Delivery"] = prefix .. "-" .. n,
+    ["X-GitHub-Delivery"] = string.format("%08x-0000-4000-8000-%012x", tag, n),
     ["X-Hub-Signature-256"] = sigs[i],
   }}, bodies[i])
 end"#

@@ -62,8 +62,24 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         let mut job = job;
-        self.admission.shared_mut().job(&mut job);
-        if let Some(reason) = self.out_of_scope(&job) {
+        let outside = self.out_of_scope(&job);
+        // A `queued` delivery the dedup gate turns away keeps nothing of the job: its strings
+        // are not worth looking up in the shared table (a redelivery storm is mostly these).
+        let turned_away = action == JobAction::Queued
+            && outside.is_none()
+            && matches!(
+                Gate::of(
+                    self.admission.job(&job.key),
+                    self.settings.seen_ttl,
+                    self.draining,
+                    now
+                ),
+                Gate::Duplicate
+            );
+        if !turned_away {
+            self.admission.shared_mut().job(&mut job);
+        }
+        if let Some(reason) = outside {
             self.ignore(action, job, reason, received, now);
             return fx;
         }

@@ -143,6 +143,22 @@ fn a_duplicate_costs_nothing() {
         }]
     );
     assert_eq!(s.stats().duplicates, 1);
+    // Not even a look-up of its strings: a copy the shared table does not hold stays out of it.
+    let shared = |s: &Scheduler| {
+        let c = s.census();
+        c.iter()
+            .filter(|(n, _)| n.starts_with("scheduler.shared"))
+            .map(|(_, v)| v)
+            .sum::<usize>()
+    };
+    let before = shared(&s);
+    let redelivered = JobInfo {
+        repo: "another-spelling".into(),
+        ..job(1, &["self-hosted", "linux", "x64", "unheard-of"])
+    };
+    s.on_job_event(JobAction::Queued, redelivered, Some("d2"), t0, at(t0, 2));
+    assert_eq!(s.stats().duplicates, 2);
+    assert_eq!(shared(&s), before);
 }
 
 #[test]
