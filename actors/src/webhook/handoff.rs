@@ -68,7 +68,11 @@ impl Seen {
 
     /// Delivery `id` was handed over: remembered, and counted if it was an awaited redelivery.
     pub(super) fn accepted(&mut self, id: &str, metrics: &Metrics) {
-        self.in_flight.remove(id);
+        // Only the actor's commits are in flight: a worker's delivery never was (and the
+        // empty set's look-up still hashed the id with SipHash).
+        if !self.in_flight.is_empty() {
+            self.in_flight.remove(id);
+        }
         self.deliveries.insert(id, crate::clock::mono_now());
         if let Some(at) = self.expected.iter().position(|g| g == id) {
             self.expected.remove(at);
