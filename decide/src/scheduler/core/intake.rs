@@ -63,28 +63,22 @@ impl Scheduler {
         let mut fx = Vec::new();
         let mut job = job;
         let outside = self.out_of_scope(&job);
-        // A `queued` delivery the dedup gate turns away keeps nothing of the job: its strings
-        // are not worth looking up in the shared table (a redelivery storm is mostly these).
-        let turned_away = action == JobAction::Queued
-            && outside.is_none()
-            && matches!(
-                Gate::of(
-                    self.admission.job(&job.key),
-                    self.settings.seen_ttl,
-                    self.draining,
-                    now
-                ),
-                Gate::Duplicate
-            );
-        if !turned_away {
-            self.admission.shared_mut().job(&mut job);
+        if outside.is_none() && action == JobAction::Queued {
+            self.stats.queued_events += 1;
+            // The dedup gate before anything else: a delivery it turns away keeps nothing of
+            // the job, so its strings are not looked up in the shared table (a redelivery storm
+            // is mostly these).
+            if self.held_already(&job.key, delivery, now, &mut fx) {
+                return fx;
+            }
         }
+        self.admission.shared_mut().job(&mut job);
         if let Some(reason) = outside {
             self.ignore(action, job, reason, received, now);
             return fx;
         }
         match action {
-            JobAction::Queued => self.on_queued(job, delivery, received, now, &mut fx),
+            JobAction::Queued => self.queued_past_the_gate(job, delivery, received, now, &mut fx),
             JobAction::InProgress | JobAction::Completed => {
                 self.on_started(action, job, delivery, now, &mut fx)
             }
@@ -150,12 +144,24 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         self.stats.queued_events += 1;
-        let key = job.key.clone();
         // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
         //    covers costs nothing when it is delivered again.
-        if self.held_already(&key, delivery, now, fx) {
+        if self.held_already(&job.key, delivery, now, fx) {
             return;
         }
+        self.queued_past_the_gate(job, delivery, received, now, fx);
+    }
+
+    /// A `queued` job the dedup gate let through.
+    fn queued_past_the_gate(
+        &mut self,
+        job: JobInfo,
+        delivery: Option<&str>,
+        received: Instant,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
+        let key = job.key.clone();
         let rec = self.admission.record_or(key.clone(), || {
             JobRecord::new(job.clone(), Phase::Seen, received)
         });
