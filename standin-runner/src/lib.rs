@@ -320,6 +320,9 @@ pub fn run_in(root: &Path) -> i32 {
         pause(POLL);
     };
     let job_id = job["job_id"].as_u64().unwrap_or(0);
+    // The job's lock, renewed while it runs, as the real listener does every 60 s.
+    let renew = Duration::from_millis(job["renew_ms"].as_u64().unwrap_or(60_000).max(50));
+    let renewing = |for_: Duration| run_renewing(&me, job_id, renew, for_);
     match job["action"].as_str() {
         Some("crash") => {
             eprintln!("standin-runner {}: crashing at boot, as told", me.name);
@@ -331,7 +334,7 @@ pub fn run_in(root: &Path) -> i32 {
                 me.name
             );
             loop {
-                pause(Duration::from_secs(3600));
+                renewing(Duration::from_secs(3600));
             }
         }
         _ => {}
@@ -353,7 +356,7 @@ pub fn run_in(root: &Path) -> i32 {
         );
         return 1;
     }
-    pause(Duration::from_millis(ms));
+    renewing(Duration::from_millis(ms));
     if let Err(e) = check_root(root, &me, &job_dir) {
         eprintln!("standin-runner {}: failing job {job_id}: {e}", me.name);
         return 4;
@@ -370,6 +373,31 @@ pub fn run_in(root: &Path) -> i32 {
                 me.name
             );
             1
+        }
+    }
+}
+
+/// Spends `for_` on job `job_id`, renewing its lock every `every` (a renewal the server
+/// refuses, or cannot be reached for, is tried again at the next; the server fails the job if
+/// none gets through before the lock lapses).
+fn run_renewing(me: &Identity, job_id: u64, every: Duration, for_: Duration) {
+    let end = Instant::now() + for_;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        pause(left.min(every));
+        if Instant::now() < end {
+            let body = format!("{{\"job_id\":{job_id}}}");
+            if let Ok((status, answer)) = post(&me.server, "/_runner/renew", &me.token, &body)
+                && status != 200
+            {
+                eprintln!(
+                    "standin-runner {}: renewing job {job_id} answered {status}: {answer}",
+                    me.name
+                );
+            }
         }
     }
 }

@@ -48,6 +48,13 @@ pub struct StandinConfig {
     pub app_public_key: Option<String>,
     /// Serve HTTPS with this certificate instead of plain HTTP (a GHES behind a private CA).
     pub tls: Option<TlsIdentity>,
+    /// How long a job's lock holds without a renewal from the runner running it; then the job
+    /// fails as "lost communication with the server". GitHub's is 10 minutes: the real
+    /// runner renews its job every 60 s and each renewal answers a lock 10 minutes ahead
+    /// (actions/runner `src/Runner.Listener/JobDispatcher.cs`, `RenewJobRequestAsync`; the
+    /// runner's own log, actions/runner#3539: "job is valid till" ten minutes on). A test
+    /// that compresses time shortens it.
+    pub job_lock: Duration,
 }
 
 /// A server certificate (chain) and its key, PEM text.
@@ -95,6 +102,7 @@ impl Default for StandinConfig {
             installation_token_ttl: Duration::from_secs(3600),
             app_public_key: None,
             tls: None,
+            job_lock: Duration::from_secs(600),
         }
     }
 }
@@ -133,6 +141,7 @@ impl Standin {
             token: config.token.clone(),
             installation_tokens: Default::default(),
             installation_token_ttl: config.installation_token_ttl,
+            job_lock: config.job_lock,
             runners: Default::default(),
             jobs: Default::default(),
             budget: Budget {
@@ -193,6 +202,7 @@ impl Standin {
         actix_rt::spawn(server);
         actix_rt::spawn(webhooks::sender(state.clone(), inbox));
         actix_rt::spawn(scaleset::ticker(Arc::downgrade(&state)));
+        actix_rt::spawn(runner_protocol::lock_ticker(Arc::downgrade(&state)));
         lock(&state).base_url = format!("{scheme}://{addr}");
         Ok(Standin {
             addr,
@@ -481,6 +491,8 @@ impl Standin {
                         picked_at_ms: None,
                         runner_up_at_ms: None,
                         about: None,
+                        locked_until_ms: None,
+                        abandoned: false,
                     },
                 );
                 id

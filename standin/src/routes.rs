@@ -78,6 +78,7 @@ fn endpoint(method: &Method, segs: &[&str]) -> &'static str {
         }
         ("POST", ["_runner", "acquire"]) => "runner_acquire",
         ("POST", ["_runner", "complete"]) => "runner_complete",
+        ("POST", ["_runner", "renew"]) => "runner_renew",
         _ => crate::scaleset::endpoint(m, segs)
             .or_else(|| crate::org::endpoint(m, segs))
             .unwrap_or("unknown"),

@@ -1,5 +1,13 @@
 //! The stand-in runner's own protocol (not GitHub's REST API: no budget, no record): the
-//! runner asks for a job and reports it done, as the real runner does over its session.
+//! runner asks for a job, renews the job's lock while it runs it and reports it done, as the
+//! real runner does over its session.
+//!
+//! The lock is the service's only sign that a runner still runs its job: the real listener
+//! renews it every 60 s (actions/runner `src/Runner.Listener/JobDispatcher.cs`,
+//! `RenewJobRequestAsync`), and a job whose lock lapses is failed by the service with "The
+//! self-hosted runner: NAME lost communication with the server" (actions/runner#2040, #3539:
+//! a runner killed or starved mid-job). [`lock_ticker`] plays that part: a job whose runner
+//! was stopped mid-job ends failed, as on GitHub, instead of staying `in_progress` for ever.
 
 use actix_web::{HttpRequest, HttpResponse};
 use serde_json::{Value, json};
@@ -94,7 +102,9 @@ pub(crate) fn answer(
             let Some(job_id) = pick else {
                 return (204, HttpResponse::NoContent().finish());
             };
+            let lock_ms = s.job_lock.as_millis();
             if let Some(j) = s.jobs.get_mut(&job_id) {
+                j.locked_until_ms = Some(now_ms + lock_ms);
                 j.status = "in_progress".into();
                 j.picked_at_ms = Some(
                     std::time::SystemTime::now()
@@ -112,25 +122,86 @@ pub(crate) fn answer(
             }
             s.emit("in_progress", job_id);
             let action = if s.behavior.hang { "hang" } else { "run" };
+            // Ten renewals a lock, as the real runner's 60 s in GitHub's 10 minutes.
+            let renew_ms = (lock_ms / 10).max(50);
             (
                 200,
-                HttpResponse::Ok().json(
-                    json!({ "job_id": job_id, "duration_ms": s.behavior.job_ms, "action": action }),
-                ),
+                HttpResponse::Ok().json(json!({
+                    "job_id": job_id,
+                    "duration_ms": s.behavior.job_ms,
+                    "action": action,
+                    "renew_ms": renew_ms,
+                })),
             )
+        }
+        "runner_renew" => {
+            let job_id = body["job_id"].as_u64().unwrap_or(0);
+            let until = crate::state::unix_now_ms() + s.job_lock.as_millis();
+            match s.jobs.get_mut(&job_id) {
+                Some(j) if j.status == "in_progress" && j.runner_id == Some(runner_id) => {
+                    j.locked_until_ms = Some(until);
+                    (
+                        200,
+                        HttpResponse::Ok().json(json!({ "locked_until_ms": until })),
+                    )
+                }
+                // The job is no longer this runner's to run: it stops renewing.
+                _ => error(404, "job not found"),
+            }
         }
         _ => {
             let job_id = body["job_id"].as_u64().unwrap_or(0);
             let conclusion = body["conclusion"].as_str().unwrap_or("success").to_string();
-            if let Some(j) = s.jobs.get_mut(&job_id) {
+            // A job the service already ended (its lock lapsed) keeps its end.
+            let open = s.jobs.get(&job_id).is_some_and(|j| j.status != "completed");
+            if let Some(j) = s.jobs.get_mut(&job_id).filter(|_| open) {
                 j.status = "completed".into();
                 j.conclusion = Some(conclusion);
             }
-            s.emit("completed", job_id);
+            if open {
+                s.emit("completed", job_id);
+            }
             // A JIT runner is ephemeral: GitHub removes it once its job is done.
             s.runners.remove(&runner_id);
             (200, HttpResponse::Ok().json(json!({ "ok": true })))
         }
+    }
+}
+
+/// Fails every `in_progress` job whose lock lapsed (its runner stopped renewing it), as the
+/// service does: `completed` with `failure`, its `completed` delivery naming the runner, which
+/// is left registered and offline (a registration the daemon must still clean up).
+pub(crate) fn abandon_lapsed(s: &mut State, now_ms: u128) {
+    let lapsed: Vec<u64> = s
+        .jobs
+        .values()
+        .filter(|j| j.status == "in_progress" && j.locked_until_ms.is_some_and(|t| t < now_ms))
+        .map(|j| j.id)
+        .collect();
+    for id in lapsed {
+        let mut runner = None;
+        if let Some(j) = s.jobs.get_mut(&id) {
+            j.status = "completed".into();
+            j.conclusion = Some("failure".into());
+            j.abandoned = true;
+            runner = j.runner_id;
+        }
+        if let Some(r) = runner.and_then(|r| s.runners.get_mut(&r)) {
+            r.status = "offline".into();
+            r.busy = false;
+            r.job_id = None;
+        }
+        s.emit("completed", id);
+    }
+}
+
+/// Looks for lapsed job locks a few times a second while the stand-in lives.
+pub(crate) async fn lock_ticker(state: std::sync::Weak<std::sync::Mutex<State>>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let Some(state) = state.upgrade() else { return };
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        abandon_lapsed(&mut s, crate::state::unix_now_ms());
     }
 }
 

@@ -104,6 +104,13 @@ pub struct Job {
     /// The job's name, workflow, branch and trigger as its deliveries say them (the defaults
     /// `job-ID`, `ci`, `main`, `octocat` where unset).
     pub about: Option<std::sync::Arc<ephemer_actors_core::job::JobAbout>>,
+    /// Unix milliseconds until which the runner that took it holds its lock (renewed while it
+    /// runs); past it, the service fails the job.
+    pub locked_until_ms: Option<u128>,
+    /// Failed by the service because its runner stopped renewing the lock: GitHub's "The
+    /// self-hosted runner: NAME lost communication with the server" (a runner process killed,
+    /// or cut off, mid-job).
+    pub abandoned: bool,
 }
 
 impl Job {
@@ -353,6 +360,8 @@ pub struct State {
     pub installation_tokens: BTreeMap<String, u64>,
     /// Lifetime of an issued installation token.
     pub installation_token_ttl: Duration,
+    /// How long a job's lock holds without a renewal from its runner.
+    pub job_lock: Duration,
     /// Registered runners by id.
     pub runners: BTreeMap<u64, Runner>,
     /// Jobs by id.

@@ -1,5 +1,6 @@
 //! Fungible runners end to end: a runner that crashes at boot while its sibling runs the other
-//! job, a job cancelled before any runner took it, and a job whose webhook never arrived.
+//! job, a job cancelled before any runner took it (its runner idle, or already running another
+//! job), and a job whose webhook never arrived.
 
 use std::time::Duration;
 
@@ -71,6 +72,67 @@ async fn a_job_cancelled_before_pickup_leaves_no_runner() {
     })
     .await;
     assert_eq!(standin.count("delete_runner"), 1);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// The runner made for a job that is cancelled before any runner took it may already run
+/// another job, whose `in_progress` has not reached the daemon: it must not be stopped
+/// mid-job. Job B (no delivery) waits at GitHub before job A; A's runner takes B, B's
+/// `in_progress` is held back, and A is cancelled. The runner runs B to its end; stopped,
+/// B would fail as "lost communication" once its lock lapsed (2 s here).
+#[actix_rt::test]
+async fn a_cancelled_jobs_runner_that_took_another_job_runs_it_to_the_end() {
+    let standin = Standin::start(StandinConfig {
+        job_lock: Duration::from_secs(2),
+        ..StandinConfig::default()
+    })
+    .unwrap();
+    standin.set_behavior(RunnerBehavior {
+        hold: true,
+        ..RunnerBehavior::default()
+    });
+    let daemon = Daemon::start(&standin, "", &local_provider(2)).await;
+    let b = standin.add_jobs("app", LABELS, 1)[0];
+    let a = standin.queue_jobs("app", LABELS, 1)[0];
+    eventually("A's runner to connect", Duration::from_secs(20), || {
+        !standin.state().runner_pids.is_empty()
+    })
+    .await;
+    standin.set_delivery_faults(github_standin::DeliveryFaults {
+        swap_in_progress_and_completed: true,
+        ..Default::default()
+    });
+    standin.set_behavior(RunnerBehavior {
+        job_ms: 4000,
+        ..RunnerBehavior::default()
+    });
+    eventually("A's runner to take B", Duration::from_secs(20), || {
+        standin
+            .jobs()
+            .iter()
+            .any(|j| j.id == b && j.status == "in_progress")
+    })
+    .await;
+    let pid = *standin.state().runner_pids.values().next().unwrap() as i32;
+    standin.cancel_job(a);
+    daemon
+        .wait_completed(&standin, 2, Duration::from_secs(30))
+        .await;
+    let job_b = standin.jobs().into_iter().find(|j| j.id == b).unwrap();
+    assert!(
+        !job_b.abandoned && job_b.conclusion.as_deref() == Some("success"),
+        "B ran to its end: {job_b:?}\n{}",
+        daemon.logs()
+    );
+    daemon.wait_no_runner_left(&standin).await;
+    assert!(!alive(pid), "the runner went after B");
+    assert!(
+        standin
+            .calls_to("delete_runner")
+            .iter()
+            .any(|c| c.status == 422),
+        "the daemon asked to delete the runner, and GitHub refused: it was busy"
+    );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

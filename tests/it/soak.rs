@@ -14,7 +14,9 @@
 //!
 //! Time is compressed, so the windows that bound memory by time are too: `state.retention`
 //! is a minute (an hour by default), so is `state.usage_retention` (100 days), the reconcile runs every minute, and the stand-in's rate
-//! budgets (GitHub's: 5,000 an hour) are 10,000 a minute.
+//! budgets (GitHub's: 5,000 an hour) are 10,000 a minute. A job's lock at the stand-in
+//! (GitHub's: 10 minutes) is 10 s: a job whose runner was stopped mid-job fails as "lost
+//! communication", and the soak fails on any such job.
 
 use std::{
     path::Path,
@@ -186,9 +188,12 @@ struct Run {
 
 async fn run(jobs: usize, rate: f64, seed: u64) -> Run {
     // GitHub's hour of rate budget, compressed as the rest: a minute.
+    // A job's lock (GitHub's: 10 minutes) as the rest: 10 s. A job whose runner we stop
+    // mid-job fails then, as "lost communication", and the soak says so.
     let standin = Standin::start(github_standin::StandinConfig {
         rate_limit: 10_000,
         rate_window: Duration::from_secs(60),
+        job_lock: Duration::from_secs(10),
         ..github_standin::StandinConfig::default()
     })
     .unwrap();
@@ -278,6 +283,17 @@ async fn run(jobs: usize, rate: f64, seed: u64) -> Run {
         registrations.len()
     );
     assert_eq!(completed, jobs, "jobs lost");
+    // A runner of ours stopped mid-job: the job failed on GitHub, lost for its author.
+    let abandoned: Vec<(u64, Option<String>)> = standin
+        .jobs()
+        .into_iter()
+        .filter(|j| j.abandoned)
+        .map(|j| (j.id, j.runner_name))
+        .collect();
+    assert!(
+        abandoned.is_empty(),
+        "jobs failed as 'lost communication' (their runner stopped mid-job): {abandoned:?}"
+    );
     assert!(registrations.is_empty(), "left: {registrations:?}");
     assert_eq!(environments, 0, "runner environments left");
     Run {

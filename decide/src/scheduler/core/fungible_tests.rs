@@ -136,6 +136,43 @@ fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
     assert_eq!(j1.idle_reaps, 1, "an idle reap is the zombie signal");
 }
 
+/// A job cancelled before any runner took it, whose runner took another job a moment ago (its
+/// `in_progress` still on the way): GitHub refuses to delete the runner, so it is kept, not
+/// stopped mid-job; the late `in_progress` binds it and its own `completed` ends it. (Torn down
+/// at once, as before, the other job hung `in_progress` on a runner that was gone: the soak's
+/// stuck job.)
+#[test]
+fn a_cancelled_jobs_runner_busy_with_another_job_is_not_stopped() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    let a = d.runner_of(1);
+    // Job 2 comes in; runner a takes it at GitHub before the daemon hears of that.
+    d.queued(2, LABELS);
+    let b = d.runner_of(2);
+    let b_id = d.id_of(&b);
+    d.busy.push(d.id_of(&a));
+    d.send(
+        JobAction::Completed,
+        JobInfo {
+            conclusion: Some("cancelled".into()),
+            ..job(1, LABELS)
+        },
+    );
+    d.advance(1);
+    assert!(d.has_runner(&a), "a runs job 2: not stopped");
+    assert!(d.deletes.is_empty(), "GitHub refused the deletion");
+    d.send(JobAction::InProgress, on(&a, 2));
+    d.send(JobAction::Completed, done_on(&a, 2));
+    d.exited(&a, 0);
+    d.advance(1);
+    assert!(!d.has_runner(&a), "a ran job 2 and went");
+    // b, made for job 2, is a spare nothing needs: deleted (idle) and torn down.
+    d.advance(1);
+    assert!(!d.has_runner(&b), "the spare went");
+    assert_eq!(d.deletes, vec![b_id], "only the spare was deleted");
+    assert_eq!(d.claims.len(), 2, "no claim more");
+}
+
 /// A spare whose `in_progress` is late (GitHub refuses to delete it: it runs a job) is not
 /// reaped, nor asked about again: the job it runs ends it (a JIT runner exits after one job).
 #[test]

@@ -395,7 +395,7 @@ impl Scheduler {
                 .filter(|r| runner_id.is_none_or(|id| id == r.id))
                 .map(|r| r.name.clone()),
             // Cancelled before any runner took it: the runner made for it may go, if it is
-            // not busy with another job.
+            // not busy with another job (as far as we know: see below).
             None => self
                 .book
                 .runners()
@@ -444,7 +444,20 @@ impl Scheduler {
                 }
                 self.wake_sweep_at(until, fx);
             }
-            Some(name) => self.tear_down(key, &name, "job completed", now, fx),
+            Some(name) if runner_name.is_some() => {
+                self.tear_down(key, &name, "job completed", now, fx)
+            }
+            // The runner made for a job nobody ran is fungible: it may have taken another
+            // job a moment ago, whose `in_progress` is still on its way (the soak caught one
+            // stopped mid-job this way). So it is a spare like any other: handed to a job
+            // that waits, else deleted on GitHub first, which GitHub refuses while it runs a
+            // job, and only then torn down.
+            Some(name) => {
+                self.rebalance(now, fx);
+                if self.book.runner(&name).is_some_and(|r| self.is_spare(r)) {
+                    self.ask_idle(&name, super::sweep::REAP_CANCELLED, now, fx);
+                }
+            }
             None => {}
         }
     }

@@ -122,7 +122,8 @@ impl Scheduler {
         let mut spares: Vec<(Instant, Arc<str>)> = self
             .book
             .entries()
-            .filter(|(_, r)| self.is_spare(r))
+            // One GitHub is deleting now is not handed over: the deletion would take it.
+            .filter(|(_, r)| self.is_spare(r) && !r.idle_check_pending)
             .map(|(name, r)| (r.created_at, name.clone()))
             .collect();
         if spares.is_empty() || self.draining {

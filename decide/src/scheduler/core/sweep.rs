@@ -29,6 +29,9 @@ pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued 
 /// already on its way serves it. A job cancelled for good looks the same in its message, so
 /// its runner waits this long for nothing: kept short.
 pub const REASSIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+/// Why the runner made for a job cancelled before any runner took it goes (once GitHub agrees
+/// it runs nothing).
+pub const REAP_CANCELLED: &str = "its job was cancelled before any runner took it";
 /// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
 pub const REAP_ORPHAN: &str = "orphan: no job took it within the grace";
 
