@@ -235,7 +235,18 @@ impl<B: Backend> ProvisionerActor<B> {
                 ctx.spawn(running.exited.into_actor(act).map(move |code, act, ctx| act.on_exit(n, code, ctx)));
             }
             Err(error) => {
-                act.runners.remove(&name);
+                // Torn down while it started: the start failed because its environment was
+                // being removed (the gate's pipe broken, the directory gone), which says
+                // nothing about the host. Reported as the teardown it was, it never takes the
+                // pool down.
+                if let Some(reason) = act.runners.remove(&name).and_then(|l| l.reason) {
+                    tracing::info!(provider = act.backend.pool().as_str(), runner = %name, %error, "runner torn down while it started");
+                    let cleanup = act.backend.clone().stop(name.clone());
+                    ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
+                        act.report(&name, RunnerEventKind::gone(reason));
+                    }));
+                    return;
+                }
                 tracing::warn!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, %error, "runner environment failed to start");
                 let cleanup = act.backend.clone().stop(name.clone());
                 ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {

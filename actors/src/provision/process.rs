@@ -386,10 +386,11 @@ impl ProcessBackend {
         tokio::fs::write(self.pid_file(&spec.name), procgroup::record(pid))
             .await
             .map_err(|e| fail("cannot write the pid file", e))?;
-        // Named in its pid file: now it may become the runner.
-        procgroup::open_gate(gate)
-            .await
-            .map_err(|e| fail("cannot let the runner start", e))?;
+        // Named in its pid file: now it may become the runner. A gate that cannot be opened
+        // is this runner's wrapper gone (killed), not the host's failing.
+        procgroup::open_gate(gate).await.map_err(|e| {
+            ProvisionError::EnvironmentFailed(format!("cannot let the runner start: {e}"))
+        })?;
         tracing::info!(provider = self.s.pool.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
         Ok(RunningRunner {
             exited: Box::pin(async move {

@@ -18,10 +18,12 @@ use crate::{
     metrics::Metrics,
 };
 
-/// Starts runners that run until `finish(name)`; panics on `start` once `explode` is set.
+/// Starts runners that run until `finish(name)`; panics on `start` once `explode` is set;
+/// fails a start with `fail_start` when set.
 #[derive(Debug, Default)]
 struct FakeBackend {
     explode: RefCell<bool>,
+    fail_start: RefCell<Option<ProvisionError>>,
     exits: RefCell<HashMap<String, tokio::sync::oneshot::Sender<Option<i32>>>>,
     stopped: RefCell<Vec<String>>,
 }
@@ -46,9 +48,15 @@ impl Backend for Fake {
             !*self.0.explode.borrow(),
             "provisioner blew up (on purpose)"
         );
+        let failure = self.0.fail_start.borrow().clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.0.exits.borrow_mut().insert(spec.name, tx);
+        if failure.is_none() {
+            self.0.exits.borrow_mut().insert(spec.name, tx);
+        }
         async move {
+            if let Some(error) = failure {
+                return Err(error);
+            }
             Ok(RunningRunner {
                 exited: Box::pin(async move { rx.await.unwrap_or(None) }),
             })
@@ -331,19 +339,28 @@ async fn teardown_stops_the_runner_and_reports_it() {
     assert_eq!(kinds(&seen).last().unwrap().0, "ghost");
 }
 
+/// Asks for runner `name` whose record is not committed yet; commit it through the sender.
+async fn provision_uncommitted(
+    sup: &Addr<ProvisionerSupervisor<Fake>>,
+    name: &str,
+) -> tokio::sync::oneshot::Sender<Result<(), String>> {
+    let (commit, committed) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    sup.send(Provision {
+        spec: spec(name),
+        durable: Durable::after(async move { committed.await.unwrap() }),
+    })
+    .await
+    .unwrap();
+    commit
+}
+
 /// A runner's environment starts only once the scheduler's record of it is committed: a
 /// daemon killed before the commit leaves no runner that a restart would remove as a
 /// leftover after it took a job.
 #[actix_rt::test]
 async fn a_runner_starts_only_after_its_record_is_committed() {
     let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
-    let (commit, committed) = tokio::sync::oneshot::channel::<Result<(), String>>();
-    sup.send(Provision {
-        spec: spec("r-a"),
-        durable: Durable::after(async move { committed.await.unwrap() }),
-    })
-    .await
-    .unwrap();
+    let commit = provision_uncommitted(&sup, "r-a").await;
     settle().await;
     assert!(
         !fake.0.exits.borrow().contains_key("r-a"),
@@ -358,4 +375,48 @@ async fn a_runner_starts_only_after_its_record_is_committed() {
         kinds(&seen),
         vec![("r-a".to_string(), RunnerEventKind::Started { warm: false })]
     );
+}
+
+/// A runner torn down while it starts (the sweep reaps a spare a moment after its claim) makes
+/// its start fail, as the process backend's does when the runner's gate is killed before it
+/// opens. That failure is the teardown's doing: reported as the teardown, it leaves the pool
+/// up. (Reported as the start's error, a host failure, it took the soak's pool down for 30 s.)
+#[actix_rt::test]
+async fn a_start_that_fails_because_of_its_teardown_leaves_the_pool_up() {
+    let (sup, fake, seen, _) = supervised(RestartPolicy::Permanent, 5).await;
+    *fake.0.fail_start.borrow_mut() = Some(ProvisionError::HostUnavailable(
+        "cannot let the runner start: Broken pipe (os error 32)".into(),
+    ));
+    let commit = provision_uncommitted(&sup, "r-a").await;
+    settle().await;
+    sup.send(Teardown {
+        name: "r-a".into(),
+        reason: "spare",
+    })
+    .await
+    .unwrap();
+    commit.send(Ok(())).unwrap();
+    settle().await;
+    assert_eq!(
+        kinds(&seen),
+        vec![(
+            "r-a".to_string(),
+            RunnerEventKind::Exited {
+                code: None,
+                reason: ExitReason::TornDown,
+                detail: None,
+            }
+        )]
+    );
+    assert_eq!(seen.lock().unwrap().status, vec![true], "the pool stayed up");
+
+    // The same failure without a teardown is the host's: the pool goes down.
+    sup.send(Provision::now(spec("r-b"))).await.unwrap();
+    settle().await;
+    assert!(
+        matches!(kinds(&seen).last().unwrap().1, RunnerEventKind::Failed { .. }),
+        "{:?}",
+        kinds(&seen)
+    );
+    assert_eq!(seen.lock().unwrap().status, vec![true, false]);
 }
