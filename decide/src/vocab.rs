@@ -337,6 +337,16 @@ impl LabelSet {
         wanted.0.iter().all(|w| self.0.binary_search(w).is_ok())
     }
 
+    /// What `covers(&LabelSet::new(wanted))` answers (each label trimmed, compared in any
+    /// ASCII case, empty ones ignored), without building that set: the intake asks it of
+    /// every `queued` delivery.
+    pub fn covers_labels(&self, wanted: &[String]) -> bool {
+        wanted.iter().all(|w| {
+            let w = w.trim();
+            w.is_empty() || self.0.iter().any(|l| l.eq_ignore_ascii_case(w))
+        })
+    }
+
     /// Labels this set has beyond `wanted` (routing prefers the fewest).
     pub fn extra_over(&self, wanted: &LabelSet) -> usize {
         self.0.len().saturating_sub(wanted.0.len())
@@ -388,5 +398,43 @@ mod tests {
         assert_eq!(pool.extra_over(&set(&["Self-Hosted", "LINUX"])), 1);
         assert!(!set(&["self-hosted", "linux"]).covers(&set(&["self-hosted", "gpu"])));
         assert!(set(&["self-hosted"]).covers(&set(&[])));
+    }
+
+    /// `covers_labels` answers as `covers` of the set built from the same labels, for labels
+    /// drawn from a small alphabet of spellings (case, spaces, repeats, empty ones, non-ASCII).
+    #[test]
+    fn covers_labels_answers_as_the_built_set_does() {
+        let words = [
+            "linux",
+            "Linux",
+            " LINUX ",
+            "x64",
+            "X64",
+            "gpu",
+            "",
+            "  ",
+            "self-hosted",
+            "ÄRM",
+            "ärm",
+            "Self-Hosted",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..5000 {
+            let (p, j) = (1 + next(4), next(4));
+            let pool: Vec<String> = (0..p).map(|_| words[next(words.len())].into()).collect();
+            let job: Vec<String> = (0..j).map(|_| words[next(words.len())].into()).collect();
+            let pool = LabelSet::new(&pool);
+            assert_eq!(
+                pool.covers_labels(&job),
+                pool.covers(&LabelSet::new(&job)),
+                "{pool:?} {job:?}"
+            );
+        }
     }
 }

@@ -47,16 +47,32 @@ impl Id {
 /// (about 0.6 MB at 65,536 ids) where a map of the ids themselves (3 MB) missed it on
 /// almost every probe. An absent id, the common case, is refused by the table's tags
 /// alone; the ring is read for a tag that matches, and is otherwise touched only at its ends.
+///
+/// An id that leaves the ring (the oldest, at the capacity or past the window) leaves its
+/// place in the table behind, stale: removing it there was a probe at a random place for
+/// every delivery once the set is full. A stale place names nothing (it is before the
+/// ring's first). When the table has no room left, it is emptied and the ring's places put
+/// back in one pass, before it would grow: the table never holds more room than the live ids
+/// need, and the pass costs a hash per id per table's worth of deliveries.
 #[derive(Debug)]
 pub struct DeliveryDedup {
     window: Duration,
     capacity: usize,
     hasher: foldhash::fast::RandomState,
-    /// Places in `ring`, as sequence numbers: `ring[seq - first]` (wrapping).
+    /// Places in `ring`, as sequence numbers: `ring[seq - first]` (wrapping); a place before
+    /// `first` is stale.
     table: hashbrown::HashTable<u32>,
     ring: VecDeque<(Id, Instant)>,
     /// The sequence number of `ring[0]`.
     first: u32,
+}
+
+/// An id looked up and not found: [`DeliveryDedup::insert_absent`] records it without a
+/// second look-up (under the same borrow, so nothing came in between).
+#[derive(Debug)]
+pub struct Absent {
+    id: Id,
+    hash: u64,
 }
 
 impl DeliveryDedup {
@@ -64,7 +80,8 @@ impl DeliveryDedup {
     pub fn new(window: Duration, capacity: usize) -> Self {
         DeliveryDedup {
             window,
-            capacity: capacity.clamp(1, u32::MAX as usize / 2),
+            // Stale places must stay far from wrapping round to live ones.
+            capacity: capacity.clamp(1, u32::MAX as usize / 8),
             hasher: foldhash::fast::RandomState::default(),
             table: hashbrown::HashTable::new(),
             ring: VecDeque::new(),
@@ -74,47 +91,70 @@ impl DeliveryDedup {
 
     /// True if `id` was recorded within the window.
     pub fn contains(&mut self, id: &str, now: Instant) -> bool {
-        self.expire(now);
-        let id = Id::of(id);
-        self.find(self.hash(&id), &id).is_some()
+        self.probe(id, now).is_none()
     }
 
-    /// Records `id`. Returns false if it was already there.
-    pub fn insert(&mut self, id: &str, now: Instant) -> bool {
+    /// `None` if `id` was recorded within the window; else what records it.
+    pub fn probe(&mut self, id: &str, now: Instant) -> Option<Absent> {
         self.expire(now);
         let id = Id::of(id);
         let hash = self.hash(&id);
-        if self.find(hash, &id).is_some() {
-            return false;
+        self.find(hash, &id)
+            .is_none()
+            .then_some(Absent { id, hash })
+    }
+
+    /// Records `id` at `now`; false if it was already recorded within the window.
+    pub fn insert(&mut self, id: &str, now: Instant) -> bool {
+        match self.probe(id, now) {
+            Some(absent) => {
+                self.insert_absent(absent, now);
+                true
+            }
+            None => false,
         }
+    }
+
+    /// Records an id [`DeliveryDedup::probe`] found absent a moment ago.
+    pub fn insert_absent(&mut self, absent: Absent, now: Instant) {
         while self.ring.len() >= self.capacity {
             self.forget_oldest();
         }
+        if self.table.len() == self.table.capacity() {
+            self.sweep_stale();
+        }
         let seq = self.first.wrapping_add(self.ring.len() as u32);
-        self.ring.push_back((id, now));
+        self.ring.push_back((absent.id, now));
+        // Only a table with no room grows and rehashes, and it was swept just before: every
+        // place the hasher is asked about is live.
         let (ring, first, hasher) = (&self.ring, self.first, &self.hasher);
-        self.table.insert_unique(hash, seq, |&s| {
+        self.table.insert_unique(absent.hash, seq, |&s| {
             hasher.hash_one(&ring[s.wrapping_sub(first) as usize].0)
         });
-        true
     }
 
-    /// Ids remembered now.
+    /// Ids remembered.
     pub fn len(&self) -> usize {
         self.ring.len()
     }
 
-    /// True when nothing is remembered.
+    /// True when no id is remembered.
     pub fn is_empty(&self) -> bool {
         self.ring.is_empty()
     }
 
-    /// How long ids are remembered.
+    /// Places the table holds, live and stale (for tests).
+    #[cfg(test)]
+    fn places(&self) -> usize {
+        self.table.len()
+    }
+
+    /// How long an id is remembered.
     pub(super) fn window(&self) -> Duration {
         self.window
     }
 
-    /// Remembers ids for `window` from now on.
+    /// Remember ids this long from now on.
     pub(super) fn set_window(&mut self, window: Duration) {
         self.window = window;
     }
@@ -123,25 +163,39 @@ impl DeliveryDedup {
         self.hasher.hash_one(id)
     }
 
+    /// Whether place `seq` names an id in the ring.
+    fn live(ring: &VecDeque<(Id, Instant)>, first: u32, seq: u32) -> bool {
+        (seq.wrapping_sub(first) as usize) < ring.len()
+    }
+
     /// `id`'s sequence number, if it is remembered.
     fn find(&self, hash: u64, id: &Id) -> Option<u32> {
         let (ring, first) = (&self.ring, self.first);
         self.table
-            .find(hash, |&s| ring[s.wrapping_sub(first) as usize].0 == *id)
+            .find(hash, |&s| {
+                Self::live(ring, first, s) && ring[s.wrapping_sub(first) as usize].0 == *id
+            })
             .copied()
     }
 
-    /// Drops the oldest id, from the ring and the table.
+    /// Drops the oldest id from the ring; its place in the table goes stale.
     fn forget_oldest(&mut self) {
-        let Some((id, _)) = self.ring.front() else {
-            return;
-        };
-        let (hash, seq) = (self.hash(id), self.first);
-        if let Ok(entry) = self.table.find_entry(hash, |&s| s == seq) {
-            entry.remove();
+        if self.ring.pop_front().is_some() {
+            self.first = self.first.wrapping_add(1);
         }
-        self.ring.pop_front();
-        self.first = self.first.wrapping_add(1);
+    }
+
+    /// Empties the table (keeping its room) and puts back the places of the ids in the ring:
+    /// a pass over the ring, with no tombstones left behind (removing the stale places one
+    /// by one would leave tombstones, and a table short of room for them grows).
+    fn sweep_stale(&mut self) {
+        let (ring, first, hasher, table) = (&self.ring, self.first, &self.hasher, &mut self.table);
+        table.clear();
+        for (i, (id, _)) in ring.iter().enumerate() {
+            table.insert_unique(hasher.hash_one(id), first.wrapping_add(i as u32), |&s| {
+                hasher.hash_one(&ring[s.wrapping_sub(first) as usize].0)
+            });
+        }
     }
 
     fn expire(&mut self, now: Instant) {
@@ -191,6 +245,32 @@ mod tests {
     /// Against a plain model (a list of ids with their times), over many random operations:
     /// GUIDs and other ids, repeats, the capacity's evictions, the window's expiry, and the
     /// ring's sequence numbers wrapping past `u32::MAX`.
+    /// The room a table that grew for `n` ids has.
+    fn room_for(n: usize) -> usize {
+        hashbrown::HashTable::<u32>::with_capacity(n).capacity()
+    }
+
+    /// At its capacity every delivery evicts the oldest id: its place goes stale and no
+    /// probe removes it, yet the table stays the size the live ids need, through many times
+    /// its capacity of deliveries.
+    #[test]
+    fn a_full_set_keeps_its_table_at_the_room_its_ids_need() {
+        let mut d = DeliveryDedup::new(Duration::from_secs(3600), 1000);
+        let now = Instant::now();
+        for n in 0..100_000u32 {
+            assert!(d.insert(&format!("{n:08x}-0000-4000-8000-000000000000"), now));
+            assert!(d.table.capacity() <= room_for(1000), "after {n}");
+        }
+        assert_eq!(d.len(), 1000);
+        for n in 99_000..100_000u32 {
+            assert!(d.contains(&format!("{n:08x}-0000-4000-8000-000000000000"), now));
+        }
+        assert!(
+            !d.contains("00000000-0000-4000-8000-000000000000", now),
+            "evicted"
+        );
+    }
+
     #[test]
     fn the_ring_and_its_table_agree_with_a_plain_list_through_evictions_and_expiry() {
         use rand::{RngExt as _, SeedableRng as _};
@@ -225,7 +305,17 @@ mod tests {
                     }
                 }
                 assert_eq!(d.len(), model.len(), "seed {seed}");
-                assert_eq!(d.table.len(), d.ring.len(), "seed {seed}: one place per id");
+                // Stale places are swept before the table would grow: it never holds more
+                // room than the live ids need.
+                assert!(
+                    d.places() >= d.len(),
+                    "seed {seed}: a live id without a place"
+                );
+                assert!(
+                    d.table.capacity() <= room_for(capacity),
+                    "seed {seed}: the table grew past the room for {capacity} ids: {}",
+                    d.table.capacity()
+                );
             }
         }
     }

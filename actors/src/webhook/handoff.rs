@@ -74,6 +74,30 @@ impl Seen {
             self.in_flight.remove(id);
         }
         self.deliveries.insert(id, crate::clock::mono_now());
+        self.redelivery_arrived(id, metrics);
+    }
+
+    /// Delivery `id`, which [`DeliveryDedup::probe`] found absent under this same lock, was
+    /// handed over: recorded without a second look-up.
+    pub(super) fn accepted_absent(
+        &mut self,
+        id: &str,
+        absent: super::dedup::Absent,
+        now: crate::clock::Instant,
+        metrics: &Metrics,
+    ) {
+        if !self.in_flight.is_empty() {
+            self.in_flight.remove(id);
+        }
+        self.deliveries.insert_absent(absent, now);
+        self.redelivery_arrived(id, metrics);
+    }
+
+    /// Counts `id` if it was an awaited redelivery.
+    fn redelivery_arrived(&mut self, id: &str, metrics: &Metrics) {
+        if self.expected.is_empty() {
+            return;
+        }
         if let Some(at) = self.expected.iter().position(|g| g == id) {
             self.expected.remove(at);
             metrics
@@ -190,8 +214,7 @@ impl Handoff {
         let Some(pools) = &self.coverage else {
             return true;
         };
-        let wanted = LabelSet::new(labels);
-        pools.iter().any(|p| p.covers(&wanted))
+        pools.iter().any(|p| p.covers_labels(labels))
     }
 
     /// Whether `event` needs the actor: something written before its answer, or (fleet mode)
@@ -224,14 +247,20 @@ impl Handoff {
         if !seen.open {
             return Ok(busy);
         }
+        let now = crate::clock::mono_now();
+        // Looked up once: what records it after the hand-over (under the same lock).
+        let mut absent = None;
         if let Some(id) = &event.delivery_id {
-            if seen.deliveries.contains(id, crate::clock::mono_now()) {
-                return Ok(Decided {
-                    verdict: Verdict::Replayed,
-                    wake: false,
-                });
+            match seen.deliveries.probe(id, now) {
+                None => {
+                    return Ok(Decided {
+                        verdict: Verdict::Replayed,
+                        wake: false,
+                    });
+                }
+                Some(a) => absent = Some(a),
             }
-            if seen.in_flight.contains(id) {
+            if !seen.in_flight.is_empty() && seen.in_flight.contains(id) {
                 return Ok(busy);
             }
         }
@@ -245,8 +274,8 @@ impl Handoff {
             outbox.events.push_back(event);
             outbox.events.len() == 1
         };
-        if let Some(id) = &delivery_id {
-            seen.accepted(id, &self.metrics);
+        if let (Some(id), Some(absent)) = (&delivery_id, absent) {
+            seen.accepted_absent(id, absent, now, &self.metrics);
         }
         drop(seen);
         let counter = match action {
