@@ -153,11 +153,14 @@ pub(crate) fn answer(
             let job_id = body["job_id"].as_u64().unwrap_or(0);
             let conclusion = body["conclusion"].as_str().unwrap_or("success").to_string();
             // A job the service already ended (its lock lapsed) keeps its end.
-            let open = s.jobs.get(&job_id).is_some_and(|j| j.status != "completed");
-            if let Some(j) = s.jobs.get_mut(&job_id).filter(|_| open) {
-                j.status = "completed".into();
-                j.conclusion = Some(conclusion);
-            }
+            let open = match s.jobs.get_mut(&job_id) {
+                Some(j) if j.status != "completed" => {
+                    j.status = "completed".into();
+                    j.conclusion = Some(conclusion);
+                    true
+                }
+                _ => false,
+            };
             if open {
                 s.emit("completed", job_id);
             }

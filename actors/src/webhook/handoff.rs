@@ -68,13 +68,8 @@ impl Seen {
 
     /// Delivery `id` was handed over: remembered, and counted if it was an awaited redelivery.
     pub(super) fn accepted(&mut self, id: &str, metrics: &Metrics) {
-        // Only the actor's commits are in flight: a worker's delivery never was (and the
-        // empty set's look-up still hashed the id with SipHash).
-        if !self.in_flight.is_empty() {
-            self.in_flight.remove(id);
-        }
         self.deliveries.insert(id, crate::clock::mono_now());
-        self.redelivery_arrived(id, metrics);
+        self.handed_over(id, metrics);
     }
 
     /// Delivery `id`, which [`DeliveryDedup::probe`] found absent under this same lock, was
@@ -86,15 +81,18 @@ impl Seen {
         now: crate::clock::Instant,
         metrics: &Metrics,
     ) {
+        self.deliveries.insert_absent(absent, now);
+        self.handed_over(id, metrics);
+    }
+
+    /// Recorded delivery `id` is no longer in flight, and is counted if it was an awaited
+    /// redelivery.
+    fn handed_over(&mut self, id: &str, metrics: &Metrics) {
+        // Only the actor's commits are in flight: a worker's delivery never was (and the
+        // empty set's look-up still hashed the id with SipHash).
         if !self.in_flight.is_empty() {
             self.in_flight.remove(id);
         }
-        self.deliveries.insert_absent(absent, now);
-        self.redelivery_arrived(id, metrics);
-    }
-
-    /// Counts `id` if it was an awaited redelivery.
-    fn redelivery_arrived(&mut self, id: &str, metrics: &Metrics) {
         if self.expected.is_empty() {
             return;
         }

@@ -64,7 +64,6 @@ impl Scheduler {
         let mut job = job;
         let outside = self.out_of_scope(&job);
         if outside.is_none() && action == JobAction::Queued {
-            self.stats.queued_events += 1;
             // The dedup gate before anything else: a delivery it turns away keeps nothing of
             // the job, so its strings are not looked up in the shared table (a redelivery storm
             // is mostly these).
@@ -143,7 +142,6 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        self.stats.queued_events += 1;
         // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
         //    covers costs nothing when it is delivered again.
         if self.held_already(&job.key, delivery, now, fx) {
@@ -219,8 +217,9 @@ impl Scheduler {
         self.pump(now, fx);
     }
 
-    /// The dedup gate: whether a `queued` event for `key` is one the daemon holds already
-    /// (in flight, or seen within the seen TTL). A parked job is looked at again instead.
+    /// The dedup gate, which every `queued` event in scope passes (and is counted at): whether
+    /// it is for a job the daemon holds already (in flight, or seen within the seen TTL). A
+    /// parked job is looked at again instead.
     fn held_already(
         &mut self,
         key: &JobKey,
@@ -228,6 +227,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) -> bool {
+        self.stats.queued_events += 1;
         let rec = self.admission.job(key);
         match Gate::of(rec, self.settings.seen_ttl, self.draining, now) {
             Gate::New => false,
