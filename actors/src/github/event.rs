@@ -46,19 +46,31 @@ struct WorkflowJob<'a> {
     #[serde(default)]
     runner_id: Option<u64>,
     #[serde(default, borrow)]
-    runner_name: Option<Cow<'a, str>>,
+    runner_name: Option<Text<'a>>,
     #[serde(default, borrow)]
-    conclusion: Option<Cow<'a, str>>,
+    conclusion: Option<Text<'a>>,
     #[serde(default, borrow)]
-    created_at: Option<Cow<'a, str>>,
+    created_at: Option<Text<'a>>,
     #[serde(default, borrow)]
-    started_at: Option<Cow<'a, str>>,
+    started_at: Option<Text<'a>>,
     #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
+    name: Option<Text<'a>>,
     #[serde(default, borrow)]
-    workflow_name: Option<Cow<'a, str>>,
+    workflow_name: Option<Text<'a>>,
     #[serde(default, borrow)]
-    head_branch: Option<Cow<'a, str>>,
+    head_branch: Option<Text<'a>>,
+}
+
+/// A string that borrows from the body even inside an `Option`: serde borrows a `Cow` field
+/// marked `borrow` only when it is the field itself, and copies one inside an `Option` into a
+/// `String` (one allocation per optional field per delivery).
+#[derive(Debug, Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl Text<'_> {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,8 +146,8 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
     let runner_name = payload
         .workflow_job
         .runner_name
-        .filter(|n| !n.is_empty())
-        .map(Cow::into_owned);
+        .filter(|n| !n.as_str().is_empty())
+        .map(|n| n.0.into_owned());
     Ok(WorkflowJobDelivery {
         action: JobAction::parse(&payload.action),
         job: JobInfo {
@@ -146,14 +158,18 @@ pub fn parse_workflow_job(body: &[u8]) -> Result<WorkflowJobDelivery, PayloadErr
             labels: payload.workflow_job.labels.into(),
             runner_name,
             runner_id: payload.workflow_job.runner_id.filter(|id| *id != 0),
-            conclusion: payload.workflow_job.conclusion.as_deref().map(Arc::from),
+            conclusion: payload
+                .workflow_job
+                .conclusion
+                .as_ref()
+                .map(|c| Arc::from(c.as_str())),
             installation_id: payload.installation.map(|i| i.id),
             github_wait_secs: crate::clock::github_wait(
-                payload.workflow_job.created_at.as_deref(),
-                payload.workflow_job.started_at.as_deref(),
+                payload.workflow_job.created_at.as_ref().map(Text::as_str),
+                payload.workflow_job.started_at.as_ref().map(Text::as_str),
             ),
             github_created_unix: crate::clock::github_unix(
-                payload.workflow_job.created_at.as_deref(),
+                payload.workflow_job.created_at.as_ref().map(Text::as_str),
             ),
             withdrawn: false,
             about,
@@ -172,8 +188,8 @@ fn about(job: &WorkflowJob<'_>, sender: Option<&Owner<'_>>) -> Option<Arc<JobAbo
     .map(Arc::new)
 }
 
-fn text<'s>(s: &'s Option<Cow<'_, str>>) -> &'s str {
-    s.as_deref().unwrap_or("")
+fn text<'s>(s: &'s Option<Text<'_>>) -> &'s str {
+    s.as_ref().map_or("", Text::as_str)
 }
 
 /// A repository name GitHub allows: ASCII letters, digits, `.`, `-`, `_`; at most 100; not `.`
@@ -384,5 +400,24 @@ mod tests {
             }
         );
         assert_eq!(parse_workflow_job(QUEUED.as_bytes()).unwrap().job.about, None);
+    }
+
+    /// The optional strings borrow from the body (no allocation for each on every delivery),
+    /// and one with an escape is decoded, as the required ones are.
+    #[test]
+    fn optional_strings_borrow_from_the_body_and_escapes_are_decoded() {
+        let body = QUEUED.replace(
+            r#""runner_group_id": null}"#,
+            r#""runner_group_id": null, "name": "build", "workflow_name": "caf\u00e9 \"ci\"",
+               "head_branch": "main", "created_at": "2026-12-04T10:00:00Z"}"#,
+        );
+        let payload: Payload<'_> = serde_json::from_str(&body).unwrap();
+        let job = &payload.workflow_job;
+        for borrowed in [&job.name, &job.head_branch, &job.created_at] {
+            assert!(matches!(borrowed, Some(Text(Cow::Borrowed(_)))), "{borrowed:?}");
+        }
+        assert_eq!(text(&job.workflow_name), "café \"ci\"");
+        let about = parse_workflow_job(body.as_bytes()).unwrap().job.about.unwrap();
+        assert_eq!((about.name.as_str(), about.workflow.as_str()), ("build", "café \"ci\""));
     }
 }
