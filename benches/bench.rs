@@ -550,7 +550,10 @@ fn main() {
         return;
     }
     if let Ok(port) = std::env::var(outside::VERIFY_ENV) {
-        outside::verify_server(port.parse().expect("a port"));
+        let workers = std::env::var(outside::WORKERS_ENV)
+            .ok()
+            .map(|w| w.parse().expect("a number of workers"));
+        outside::verify_server(port.parse().expect("a port"), workers);
         return;
     }
     let args: Vec<String> = std::env::args()

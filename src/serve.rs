@@ -32,8 +32,16 @@ const LEDGER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How long the HTTP listeners wait for in-flight requests when stopping.
 const HTTP_SHUTDOWN: Duration = Duration::from_secs(2);
-/// Connections one webhook worker holds open at most (GitHub opens few; a flood is refused).
+/// Connections the webhook listener holds open at most (GitHub opens few; a flood is refused).
 const WEBHOOK_MAX_CONNECTIONS: usize = 1024;
+/// The webhook listener's workers: one. Every delivery meets the others in the intake's one
+/// lock (the delivery ids it has seen) and on the scheduler's one thread, so a second worker
+/// adds no capacity a CI host needs (one verifies some 50,000 signed deliveries a second on
+/// the 2-core bench machine) and costs each delivery the traffic between two cores: 18 µs of
+/// CPU a delivery on one worker against 22 µs on two, measured (docs/benchmarks.md, "Intake,
+/// measured from outside"). The host's other cores are left to its runners; a body over 64 KiB
+/// is hashed one at a time either way (`webhook/gate.rs`).
+const WEBHOOK_WORKERS: usize = 1;
 
 /// Runs the daemon on a fresh actix `System` until a shutdown signal.
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -87,8 +95,10 @@ pub fn listen(config: &Config, handles: &Handles) -> anyhow::Result<Listeners> {
         })
         .disable_signals()
         .shutdown_timeout(HTTP_SHUTDOWN.as_secs())
-        // Bounds on what one peer can hold open: connections per worker, and the time a
-        // request's headers may take (its body has the intake's own timeout).
+        .workers(WEBHOOK_WORKERS)
+        // Bounds on what one peer can hold open: connections (per worker, of which there is
+        // one), and the time a request's headers may take (its body has the intake's own
+        // timeout).
         .max_connections(WEBHOOK_MAX_CONNECTIONS)
         .client_request_timeout(std::time::Duration::from_secs(5))
         .bind(config.webhook.listen)

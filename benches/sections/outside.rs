@@ -16,6 +16,8 @@ pub const BARE_ENV: &str = "EPHEMER_BENCH_BARE_PORT";
 /// The environment variable that makes this binary the least correct receiver (verify, then
 /// parse what routing needs) on `127.0.0.1:<port>`.
 pub const VERIFY_ENV: &str = "EPHEMER_BENCH_VERIFY_PORT";
+/// With [`VERIFY_ENV`]: the receiver's workers (actix-web's default, one per core, without it).
+pub const WORKERS_ENV: &str = "EPHEMER_BENCH_VERIFY_WORKERS";
 
 /// Distinct signed deliveries the load cycles through.
 const BODIES: u64 = 2_000;
@@ -77,12 +79,13 @@ struct RoutingOwner<'a> {
 /// Runs the least a correct receiver does until killed: the same actix-web server, whose one
 /// route checks `X-Hub-Signature-256` (HMAC-SHA256, compared in constant time) over the raw
 /// body, then deserializes the fields routing needs (action, job id, run id, labels, repo,
-/// owner), and answers 202 (401 for a bad signature, 400 for a body it cannot route).
-pub fn verify_server(port: u16) {
+/// owner), and answers 202 (401 for a bad signature, 400 for a body it cannot route). On
+/// `workers` workers, or actix-web's default (one per core).
+pub fn verify_server(port: u16, workers: Option<usize>) {
     use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
     use ephemer_actors_core::github::signature::verify;
     actix_rt::System::new().block_on(async move {
-        HttpServer::new(|| {
+        let server = HttpServer::new(|| {
             App::new().route(
                 "/webhook/github",
                 web::post().to(|req: HttpRequest, b: web::Bytes| async move {
@@ -110,12 +113,17 @@ pub fn verify_server(port: u16) {
                     }
                 }),
             )
-        })
-        .bind(("127.0.0.1", port))
-        .unwrap()
-        .run()
-        .await
-        .unwrap();
+        });
+        let server = match workers {
+            Some(n) => server.workers(n),
+            None => server,
+        };
+        server
+            .bind(("127.0.0.1", port))
+            .unwrap()
+            .run()
+            .await
+            .unwrap();
     });
 }
 
@@ -315,18 +323,21 @@ pub fn intake_wrk(api: &str) {
     }
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path(), super::SECRET);
-    let (bare_port, verify_port, serve_port) = (free_port(), free_port(), free_port());
-    let baseline = |env: &str, port: u16| {
-        Killed(
-            Command::new(std::env::current_exe().unwrap())
-                .env(env, port.to_string())
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
+    let (bare_port, verify_port, one_port, serve_port) =
+        (free_port(), free_port(), free_port(), free_port());
+    let baseline = |env: &str, port: u16, workers: Option<&str>| {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command.env(env, port.to_string()).env_remove(WORKERS_ENV);
+        if let Some(n) = workers {
+            command.env(WORKERS_ENV, n);
+        }
+        Killed(command.stdout(Stdio::null()).spawn().unwrap())
     };
-    let bare_server = baseline(BARE_ENV, bare_port);
-    let verify_server = baseline(VERIFY_ENV, verify_port);
+    let bare_server = baseline(BARE_ENV, bare_port, None);
+    let verify_server = baseline(VERIFY_ENV, verify_port, None);
+    // The same receiver on one worker, as `serve`'s webhook listener runs: the like-for-like
+    // figure beside the goal's.
+    let one_server = baseline(VERIFY_ENV, one_port, Some("1"));
     let cfg = serve_config(dir.path(), api, serve_port);
     let serve = Killed(
         Command::new(env!("CARGO_BIN_EXE_ephemer-actors"))
@@ -337,7 +348,7 @@ pub fn intake_wrk(api: &str) {
             .unwrap(),
     );
     let addr = |port: u16| format!("127.0.0.1:{port}");
-    for port in [bare_port, verify_port, serve_port] {
+    for port in [bare_port, verify_port, one_port, serve_port] {
         wait_ready(&addr(port));
     }
     let url = |port: u16| format!("http://127.0.0.1:{port}/webhook/github");
@@ -347,9 +358,14 @@ pub fn intake_wrk(api: &str) {
         .unwrap_or(3);
     // Requests per second of each server, round by round, and its CPU time per request over
     // every round.
-    let (mut bare, mut verify, mut daemon) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut bare_cpu, mut verify_cpu, mut daemon_cpu) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut bare, mut verify, mut one, mut daemon) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut bare_cpu, mut verify_cpu, mut one_cpu, mut daemon_cpu) = (
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+    );
     let load = |server: &Killed, port: u16, run: String, cpu: &mut Duration| {
         let before = cpu_used(server.0.id());
         let (rate, refused) = wrk(&url(port), &script, &run);
@@ -363,6 +379,7 @@ pub fn intake_wrk(api: &str) {
     for (port, run) in [
         (bare_port, "warm-bare"),
         (verify_port, "warm-verify"),
+        (one_port, "warm-one"),
         (serve_port, "warm-serve"),
     ] {
         wrk_for(&url(port), &script, run, "4s");
@@ -379,6 +396,12 @@ pub fn intake_wrk(api: &str) {
             verify_port,
             format!("verify{round}"),
             &mut verify_cpu,
+        ));
+        one.push(load(
+            &one_server,
+            one_port,
+            format!("one{round}"),
+            &mut one_cpu,
         ));
         // `EPHEMER_BENCH_PERF=FILE`: `perf record` the daemon through its first round.
         let perf = std::env::var("EPHEMER_BENCH_PERF")
@@ -443,6 +466,11 @@ pub fn intake_wrk(api: &str) {
         mean(&verify)
     );
     println!(
+        "| the same receiver on one worker (as `serve`'s listener), req/s | {} | {:.0} |",
+        each(&one),
+        mean(&one)
+    );
+    println!(
         "| `ephemer-actors serve` (verify, parse, dedup, scheduler), req/s | {} | {:.0} |",
         each(&daemon),
         mean(&daemon)
@@ -453,23 +481,30 @@ pub fn intake_wrk(api: &str) {
         mean(&daemon) / mean(&verify)
     );
     println!(
+        "| serve / the receiver on one worker (like for like) | {} | {:.2} |",
+        ratios(&daemon, &one),
+        mean(&daemon) / mean(&one)
+    );
+    println!(
         "| serve / bare handler | {} | {:.2} |",
         ratios(&daemon, &bare),
         mean(&daemon) / mean(&bare)
     );
     println!("| daemon RSS after the load | {rss} | |");
     let n = rounds as u32;
-    let (bare_cpu, verify_cpu, daemon_cpu) = (bare_cpu / n, verify_cpu / n, daemon_cpu / n);
+    let (bare_cpu, verify_cpu, one_cpu, daemon_cpu) =
+        (bare_cpu / n, verify_cpu / n, one_cpu / n, daemon_cpu / n);
     let (hmac, parse) = verify_and_parse_cost(super::SECRET);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
         "\n| CPU per request (every round) | µs |\n|---|---|\n\
          | bare handler process | {:.1} |\n| least correct receiver process | {:.1} |\n\
-         | `serve` process | {:.1} |\n\
+         | the receiver on one worker | {:.1} |\n| `serve` process | {:.1} |\n\
          | of which, measured alone on one core: HMAC-SHA256 over the body | {:.1} |\n\
          | of which, measured alone on one core: JSON parse of the body | {:.1} |",
         us(bare_cpu),
         us(verify_cpu),
+        us(one_cpu),
         us(daemon_cpu),
         us(hmac),
         us(parse)
