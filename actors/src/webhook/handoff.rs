@@ -263,18 +263,19 @@ impl Handoff {
             }
         }
         let action = event.action;
-        let delivery_id = event.delivery_id.clone();
         let wake = {
             let mut outbox = self.outbox();
             if outbox.scheduler_full || outbox.events.len() >= OUTBOX_CAPACITY {
                 return Ok(busy);
             }
+            // Recorded before the event moves into the outbox, under both locks: nothing can
+            // see one without the other.
+            if let (Some(id), Some(absent)) = (&event.delivery_id, absent) {
+                seen.accepted_absent(id, absent, now, &self.metrics);
+            }
             outbox.events.push_back(event);
             outbox.events.len() == 1
         };
-        if let (Some(id), Some(absent)) = (&delivery_id, absent) {
-            seen.accepted_absent(id, absent, now, &self.metrics);
-        }
         drop(seen);
         let counter = match action {
             JobAction::Queued => 0,
