@@ -1,6 +1,7 @@
 //! Intake measured from outside, as a user would: the real `ephemer-actors serve` process, a
-//! bare actix-web handler and the least correct receiver (this bench binary, re-run as servers of
-//! their own) each loaded by `wrk` (`apt-get install wrk`), alternated round by round.
+//! bare actix-web handler, and the least correct receiver on actix-web's default workers and on
+//! one, as `serve`'s listener runs (this bench binary, re-run as servers of their own), each
+//! loaded by `wrk` (`apt-get install wrk`), alternated round by round.
 
 use std::{
     io::Write,

@@ -242,9 +242,6 @@ mod tests {
         );
     }
 
-    /// Against a plain model (a list of ids with their times), over many random operations:
-    /// GUIDs and other ids, repeats, the capacity's evictions, the window's expiry, and the
-    /// ring's sequence numbers wrapping past `u32::MAX`.
     /// The room a table that grew for `n` ids has.
     fn room_for(n: usize) -> usize {
         hashbrown::HashTable::<u32>::with_capacity(n).capacity()
@@ -271,6 +268,9 @@ mod tests {
         );
     }
 
+    /// Against a plain model (a list of ids with their times), over many random operations:
+    /// GUIDs and other ids, repeats, the capacity's evictions, the window's expiry, and the
+    /// ring's sequence numbers wrapping past `u32::MAX`.
     #[test]
     fn the_ring_and_its_table_agree_with_a_plain_list_through_evictions_and_expiry() {
         use rand::{RngExt as _, SeedableRng as _};
