@@ -18,7 +18,7 @@ use bollard::{
     Docker,
     models::{ContainerCreateBody, HostConfig},
     query_parameters::{
-        CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+        CreateContainerOptionsBuilder, LogsOptionsBuilder,
         RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
     },
 };
@@ -396,23 +396,15 @@ impl Backend for ContainerBackend {
     }
 
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
-        let filters = HashMap::from([(
-            "label",
-            vec![format!("{PREFIX_LABEL}={}", self.s.name_prefix)],
-        )]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let names: Vec<String> = match self.docker.list_containers(Some(options)).await {
-            Ok(list) => list
-                .into_iter()
-                .filter_map(|c| c.names.and_then(|n| n.into_iter().next()))
-                .map(|n| n.trim_start_matches('/').to_string())
-                .filter(|n| !keep.contains(n))
-                .collect(),
+        // Names only, not bollard's typed listing: that fails whole on a container in a state
+        // its enum lacks (podman's `stopped`, which every exiting container passes through).
+        let label = format!("{PREFIX_LABEL}={}", self.s.name_prefix);
+        let names: Vec<String> = match super::engine_api::container_names(&self.s.socket, &label)
+            .await
+        {
+            Ok(names) => names.into_iter().filter(|n| !keep.contains(n)).collect(),
             Err(e) => {
-                tracing::warn!(socket = %self.s.socket, error = %e, "cannot list containers to remove leftovers");
+                tracing::warn!(error = %e, "cannot list containers to remove leftovers");
                 return Vec::new();
             }
         };

@@ -10,6 +10,7 @@ mod cgroup;
 pub mod container;
 mod container_version;
 mod container_warm;
+pub mod engine_api;
 mod image;
 pub mod install;
 pub(crate) mod jobdir;
