@@ -72,7 +72,7 @@ pub struct CopyReport {
 pub fn copy_install(src: &Path, dest: &Path, owner: Option<(Uid, Gid)>) -> io::Result<CopyReport> {
     let mut report = CopyReport::default();
     let top = Tree::create(dest, owner)?;
-    copy_tree(src, &top, true, &mut report)?;
+    copy_tree(src, src, &top, &mut report)?;
     for name in FRESH_DIRS {
         top.dir(OsStr::new(name), 0o700)?;
     }
@@ -80,7 +80,25 @@ pub fn copy_install(src: &Path, dest: &Path, owner: Option<(Uid, Gid)>) -> io::R
     Ok(report)
 }
 
-fn copy_tree(src: &Path, dest: &Tree, root: bool, report: &mut CopyReport) -> io::Result<()> {
+/// Copies the install at `top` into `dest`, one directory at a time (its depth on the heap).
+fn copy_tree(top: &Path, src: &Path, dest: &Tree, report: &mut CopyReport) -> io::Result<()> {
+    let mut todo = vec![(src.to_path_buf(), None::<Tree>)];
+    while let Some((dir, made)) = todo.pop() {
+        let into = made.as_ref().unwrap_or(dest);
+        copy_dir(top, &dir, into, made.is_none(), report, &mut todo)?;
+    }
+    Ok(())
+}
+
+/// Copies the entries of `src` into `dest`; its subdirectories are made and queued in `todo`.
+fn copy_dir(
+    top: &Path,
+    src: &Path,
+    dest: &Tree,
+    root: bool,
+    report: &mut CopyReport,
+    todo: &mut Vec<(std::path::PathBuf, Option<Tree>)>,
+) -> io::Result<()> {
     for entry in fs::read_dir(src)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -94,9 +112,23 @@ fn copy_tree(src: &Path, dest: &Tree, root: bool, report: &mut CopyReport) -> io
             // Owner-writable at least, so the runner (as `owner`) may add files, as it may in
             // its own install.
             let sub = dest.dir(&name, meta.permissions().mode() & 0o7777 | 0o700)?;
-            copy_tree(&from, &sub, false, report)?;
+            todo.push((from, Some(sub)));
         } else if kind.is_symlink() {
-            dest.symlink(&fs::read_link(&from)?, &name)?;
+            // Judged at start; a link that leaves the install since is not copied (the job's
+            // copy would lead its runner out of it).
+            let target = fs::read_link(&from)?;
+            if !super::trust::stays_inside(top, &from, &target) {
+                return Err(io::Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "{} leads out of the install ({}): not copied into a job (see \
+                         docs/security.md)",
+                        from.display(),
+                        target.display()
+                    ),
+                ));
+            }
+            dest.symlink(&target, &name)?;
         } else if kind.is_file() {
             // The install was judged at start (`check_install`); a file someone loosened
             // since is not shared with a job.
@@ -230,6 +262,18 @@ mod tests {
             Path::new("bin")
         );
         assert!(fs::read_dir(dest.join("_work")).unwrap().next().is_none());
+    }
+
+    /// An install changed after its check: a link leading out of it is never put in a job's
+    /// copy.
+    #[test]
+    fn a_link_leaving_the_install_is_not_copied_into_a_job() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, dest) = (tmp.path().join("install"), tmp.path().join("job"));
+        install(&src);
+        std::os::unix::fs::symlink("../../../elsewhere", src.join("bin/sub/out")).unwrap();
+        let err = copy_install(&src, &dest, None).unwrap_err();
+        assert!(err.to_string().contains("leads out of the install"), "{err}");
     }
 
     #[test]

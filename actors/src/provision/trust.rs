@@ -5,10 +5,16 @@
 //! that a job user can write is a file every later job runs, and a way into whatever reads it.
 //! An install is trusted only when nobody but root and the daemon's own user can change
 //! anything in it or on the path to it:
-//! - every directory and file in the tree (and what each symlink in it points at) is owned by
-//!   root or the daemon's user, with no group or other write bit;
-//! - every directory above it is too, except that a sticky directory (`/tmp`) may be
-//!   world-writable: only an entry's owner may rename or remove it there.
+//! - every directory and file in the tree is owned by root or the daemon's user, with no group
+//!   or other write bit, as `lstat` sees it (the walk never follows a link);
+//! - every symlink in it is relative and stays inside the tree, judged on its text: the
+//!   per-job copy recreates each link as it is, so a link that leaves the install (`bin ->
+//!   /home/someone/bin`, or `../..` past its top) would lead every job's runner to files a job
+//!   user can write, however trusted the link's own target looks today;
+//! - every directory above it is root's or the daemon's too, except that a sticky directory
+//!   (`/tmp`) may be world-writable: only an entry's owner may rename or remove it there.
+//!
+//! The walk keeps its directories on the heap, not the stack.
 
 use std::{
     fs::{self, Metadata},
@@ -36,24 +42,56 @@ pub fn check_trusted(dir: &Path) -> Result<(), TrustError> {
     walk(dir, &canonical, &owners)
 }
 
-fn walk(dir: &Path, path: &Path, owners: &[u32]) -> Result<(), TrustError> {
-    let meta = fs::symlink_metadata(path).map_err(|e| TrustError::unreadable(path, &e))?;
-    if meta.file_type().is_symlink() {
-        // What the link leads to is what a job runs; a dangling link leads nowhere.
-        return match fs::metadata(path) {
-            Ok(target) => judge(dir, path, &target, owners),
-            Err(_) => Ok(()),
-        };
-    }
-    judge(dir, path, &meta, owners)?;
-    if meta.is_dir() {
-        let entries = fs::read_dir(path).map_err(|e| TrustError::unreadable(path, &e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| TrustError::unreadable(path, &e))?;
-            walk(dir, &entry.path(), owners)?;
+fn walk(dir: &Path, root: &Path, owners: &[u32]) -> Result<(), TrustError> {
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let meta = fs::symlink_metadata(&path).map_err(|e| TrustError::unreadable(&path, &e))?;
+        if meta.file_type().is_symlink() {
+            let target = fs::read_link(&path).map_err(|e| TrustError::unreadable(&path, &e))?;
+            if !stays_inside(root, &path, &target) {
+                return Err(TrustError::LinkLeaves {
+                    dir: dir.display().to_string(),
+                    link: path.display().to_string(),
+                    target: target.display().to_string(),
+                });
+            }
+            continue;
+        }
+        judge(dir, &path, &meta, owners)?;
+        if meta.is_dir() {
+            let entries = fs::read_dir(&path).map_err(|e| TrustError::unreadable(&path, &e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| TrustError::unreadable(&path, &e))?;
+                todo.push(entry.path());
+            }
         }
     }
     Ok(())
+}
+
+/// Whether a symlink at `link` (inside `root`) with text `target` leads to a place inside
+/// `root`, judged on the text alone: relative, and never climbing past the top.
+pub fn stays_inside(root: &Path, link: &Path, target: &Path) -> bool {
+    use std::path::Component;
+    if target.is_absolute() {
+        return false;
+    }
+    let Ok(from) = link.parent().unwrap_or(root).strip_prefix(root) else {
+        return false;
+    };
+    let mut depth = from.components().count();
+    for part in target.components() {
+        match part {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return false,
+            },
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
 }
 
 /// Root and the daemon's own user: who may own an install.
@@ -125,6 +163,21 @@ pub enum TrustError {
         path: String,
         /// Who owns it or who may write it.
         what: String,
+    },
+    /// A symlink in it that leads out of it (each job's copy would follow it).
+    #[error(
+        "runner_dir {dir} is not safe to share with jobs: the symlink {link} leads to {target}, \
+         outside the install; each job's copy keeps the link, so every job would run what is \
+         there (fix: replace the link with what it points at, or a relative link inside the \
+         install; see docs/security.md)"
+    )]
+    LinkLeaves {
+        /// The install.
+        dir: String,
+        /// The link.
+        link: String,
+        /// Its text.
+        target: String,
     },
 }
 
@@ -212,17 +265,59 @@ mod tests {
         check_trusted(&dir).unwrap();
     }
 
+    /// The review's finding: a symlinked directory inside the install whose target (and what
+    /// is above it) looked fine, while what is below it was a job user's to change.
     #[test]
-    fn a_symlink_leading_to_a_writable_file_is_judged_by_its_target() {
+    fn a_symlink_leaving_the_install_is_refused_whatever_it_leads_to() {
         let tmp = base();
         let dir = tmp.path().join("i");
         install(&dir);
-        let outside = tmp.path().join("planted");
-        fs::write(&outside, "x").unwrap();
-        fs::set_permissions(&outside, fs::Permissions::from_mode(0o666)).unwrap();
-        std::os::unix::fs::symlink(&outside, dir.join("bin/libplanted.so")).unwrap();
+        let outside = tmp.path().join("elsewhere");
+        fs::create_dir(&outside).unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("bin/lib")).unwrap();
+        let err = check_trusted(&dir).unwrap_err();
+        assert!(matches!(err, TrustError::LinkLeaves { .. }), "{err}");
+        assert!(err.to_string().contains("bin/lib"), "{err}");
+        fs::remove_file(dir.join("bin/lib")).unwrap();
+        // Relative, but past the top.
+        std::os::unix::fs::symlink("../../elsewhere", dir.join("bin/lib")).unwrap();
+        assert!(check_trusted(&dir).is_err());
+        fs::remove_file(dir.join("bin/lib")).unwrap();
+        // Relative and inside (as `externals/node20/bin/npm` is): fine, dangling or not.
+        std::os::unix::fs::symlink("../bin/Runner.Listener", dir.join("bin/alias")).unwrap();
+        std::os::unix::fs::symlink("gone", dir.join("bin/dangling")).unwrap();
+        check_trusted(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_link_s_text_is_judged_against_the_top() {
+        let root = Path::new("/opt/i");
+        let inside = |link: &str, t: &str| stays_inside(root, &root.join(link), Path::new(t));
+        assert!(inside("current", "bin"));
+        assert!(inside("bin/a", "../run.sh"));
+        assert!(inside("a/b/c", "../../x/./y"));
+        assert!(!inside("current", ".."));
+        assert!(!inside("bin/a", "../../etc"));
+        assert!(!inside("bin/a", "/etc/passwd"));
+        assert!(!inside("a", "x/../../.."));
+    }
+
+    /// A tree deeper than a stack would hold is walked all the same.
+    #[test]
+    fn a_deep_install_is_walked_without_recursion() {
+        let tmp = base();
+        let dir = tmp.path().join("i");
+        install(&dir);
+        let mut deep = dir.join("bin");
+        for _ in 0..200 {
+            deep.push("d");
+        }
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("f"), "x").unwrap();
+        fs::set_permissions(deep.join("f"), fs::Permissions::from_mode(0o646)).unwrap();
         let err = check_trusted(&dir).unwrap_err().to_string();
-        assert!(err.contains("libplanted.so"), "{err}");
+        assert!(err.contains("/d/f is writable"), "{err}");
     }
 
     #[test]
