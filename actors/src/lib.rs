@@ -42,7 +42,7 @@ macro_rules! daemon_modules {
 }
 
 daemon_modules!(
-    cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store,
+    bounded, cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store,
     telemetry, vocab,
 );
 // Written out: it exports a macro the crate names by path, which a macro-made module cannot.
@@ -70,5 +70,49 @@ pub(crate) mod test_support {
             std::env::var_os("EPHEMER_REQUIRE_ENGINES").is_some_and(|v| !v.is_empty() && v != "0");
         assert!(!required, "EPHEMER_REQUIRE_ENGINES is set, but {why}");
         eprintln!("\n!!! SKIPPING {what}: {why}\n");
+    }
+
+    /// Another user's hand while root walks a tree: swaps directory `dir` for a symlink to
+    /// `target` and back, as fast as it can, until dropped.
+    pub(crate) struct Swapper {
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Swapper {
+        /// Starts swapping `dir` (parked at `parked` while the link stands) for a link to
+        /// `target`.
+        pub(crate) fn start(
+            dir: std::path::PathBuf,
+            parked: std::path::PathBuf,
+            target: std::path::PathBuf,
+        ) -> Swapper {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let thread = std::thread::spawn({
+                let stop = stop.clone();
+                move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = std::fs::rename(&dir, &parked);
+                        let _ = std::os::unix::fs::symlink(&target, &dir);
+                        std::thread::yield_now();
+                        let _ = std::fs::remove_file(&dir);
+                        let _ = std::fs::rename(&parked, &dir);
+                    }
+                }
+            });
+            Swapper {
+                stop,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Swapper {
+        fn drop(&mut self) {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
     }
 }

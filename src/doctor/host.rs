@@ -130,7 +130,27 @@ pub fn host_checks(config: &Config) -> Vec<Check> {
             )),
         },
     }
+    out.extend(unremoved_checks(dir));
     out
+}
+
+/// The trees teardowns could not remove (a mount inside a job's directory, a tree that took
+/// longer than a teardown's budget), as the daemon wrote them down.
+fn unremoved_checks(state_dir: &std::path::Path) -> Vec<Check> {
+    ephemer_actors_core::provision::unremovable::recorded(state_dir)
+        .into_iter()
+        .map(|(pool, path, why)| {
+            Check::warn(
+                format!("pool.{pool}"),
+                format!(
+                    "{} is left after its runner's teardown: {why}",
+                    path.display()
+                ),
+                "the daemon tries it again after each later teardown of the pool and at start; \
+                 if it stays, unmount what is mounted in it and remove it by hand",
+            )
+        })
+        .collect()
 }
 
 /// Whether the listeners' ports are free (in use is fine while the daemon runs).

@@ -28,6 +28,8 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
         name_prefix: "ephemer-local-".into(),
         grace,
         peers: Vec::new(),
+        left_record: None,
+        left_gauge: None,
     })
 }
 

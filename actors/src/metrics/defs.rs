@@ -123,6 +123,11 @@ pub(super) const DEFS: &[Def] = &[
         &["provider"],
     ),
     def(
+        "ephemerd_teardown_unremoved",
+        "Trees (job directories, VM run directories) teardowns could not remove yet, by provider; each is tried again later and doctor names it.",
+        &["provider"],
+    ),
+    def(
         "ephemerd_reconcile_readmitted_total",
         "Jobs GitHub lists as queued that the backstop admitted, by reason (unknown, idle, parked).",
         &["reason"],

@@ -59,6 +59,9 @@ pub struct Metrics {
     /// `ephemerd_environment_failures_total{provider}`: runner environments that failed to come
     /// up (the pool is up, but its environments keep failing: an image or install that is broken).
     pub environment_failures: IntCounterVec,
+    /// `ephemerd_teardown_unremoved{provider}`: trees (job directories, VM run directories)
+    /// teardowns could not remove yet; each is tried again later and `doctor` names it.
+    pub teardown_unremoved: IntGaugeVec,
     /// `ephemerd_reconcile_repo_failures_total`: repos whose listing failed in a reconcile
     /// pass (the other repos' jobs were still found; this one's wait for the next pass).
     pub reconcile_repo_failures: IntCounter,
@@ -254,6 +257,7 @@ impl Metrics {
             webhook_events: r.counter_vec("ephemerd_github_webhook_events_total"),
             webhook_ignored: r.counter_vec("ephemerd_webhook_ignored_total"),
             environment_failures: r.counter_vec("ephemerd_environment_failures_total"),
+            teardown_unremoved: r.gauge_vec("ephemerd_teardown_unremoved"),
             reconcile_repo_failures: r.counter("ephemerd_reconcile_repo_failures_total"),
             reconcile_readmitted: r.counter_vec("ephemerd_reconcile_readmitted_total"),
             reconcile_queued_idle: r.gauge("ephemerd_reconcile_queued_idle"),
@@ -371,6 +375,7 @@ impl Metrics {
     pub fn init_provider(&self, provider: &str) {
         self.jobs_active.with_label_values(&[provider]);
         self.environment_failures.with_label_values(&[provider]);
+        self.teardown_unremoved.with_label_values(&[provider]);
         self.provisioner_restarts.with_label_values(&[provider]);
         self.jobs_total.with_label_values(&[provider, "success"]);
         self.pool_up.with_label_values(&[provider]);

@@ -80,6 +80,18 @@ impl<B: Backend> ProvisionerActor<B> {
         });
     }
 
+    /// Gone without an exit code of its own, with what its teardown could not remove.
+    fn report_gone(&self, name: &str, reason: ExitReason) {
+        self.report(
+            name,
+            RunnerEventKind::Exited {
+                code: None,
+                reason,
+                detail: self.backend.left_behind(name),
+            },
+        );
+    }
+
     /// The runner exited: remove what is left of it, then report.
     fn on_exit(&mut self, name: String, code: Option<i32>, ctx: &mut Context<Self>) {
         let live = self.runners.remove(&name);
@@ -95,10 +107,15 @@ impl<B: Backend> ProvisionerActor<B> {
             tracing::info!(provider = act.backend.pool().as_str(), provisioner = act.backend.kind().provisioner_name(), runner = %name, reason = reason.words(), code, "runner finished and cleaned up");
             // How the environment ended, where it ended by itself (a teardown's end is the
             // daemon's doing, said by the reason).
-            let detail = act
+            let ended = act
                 .backend
                 .end_words(&name)
                 .filter(|_| reason == ExitReason::Exited);
+            let left = act.backend.left_behind(&name);
+            let detail = match (ended, left) {
+                (Some(ended), Some(left)) => Some(format!("{ended}; {left}")),
+                (ended, left) => ended.or(left),
+            };
             act.report(
                 &name,
                 RunnerEventKind::Exited {
@@ -243,7 +260,7 @@ impl<B: Backend> ProvisionerActor<B> {
                     tracing::info!(provider = act.backend.pool().as_str(), runner = %name, %error, "runner torn down while it started");
                     let cleanup = act.backend.clone().stop(name.clone());
                     ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
-                        act.report(&name, RunnerEventKind::gone(reason));
+                        act.report_gone(&name, reason);
                     }));
                     return;
                 }
@@ -288,7 +305,7 @@ impl<B: Backend> Handler<Adopt> for ProvisionerActor<B> {
                             let cleanup = act.backend.clone().stop(name.clone());
                             ctx.spawn(cleanup.into_actor(act).map(move |(), act, _| {
                         tracing::info!(runner = %name, "runner from before the restart is gone");
-                        act.report(&name, RunnerEventKind::gone(ExitReason::Lost));
+                        act.report_gone(&name, ExitReason::Lost);
                     }));
                         }
                     }),
@@ -310,7 +327,7 @@ impl<B: Backend> Handler<Teardown> for ProvisionerActor<B> {
         let name = m.name;
         let cleanup = self.backend.clone().stop(name.clone());
         ctx.spawn(cleanup.into_actor(self).map(move |(), act, _| {
-            act.report(&name, RunnerEventKind::gone(ExitReason::TornDown));
+            act.report_gone(&name, ExitReason::TornDown);
         }));
     }
 }

@@ -56,6 +56,7 @@ pub fn pool_settings(
     log_dir: PathBuf,
 ) -> PoolSettings {
     let name = pool.name.clone();
+    let name_str = pool.name.as_str();
     let name_prefix = crate::vocab::runner_prefix(&config.runner.name_prefix, &name, install_id);
     let env = super::runner_env::runner_env(config, pool, ca_bundle);
     match &pool.spec {
@@ -71,6 +72,8 @@ pub fn pool_settings(
             name_prefix,
             grace: KILL_GRACE,
             peers: process_work_roots(config, install_id),
+            left_record: Some(super::unremovable::record_path(&config.state.dir, name_str)),
+            left_gauge: None,
         }),
         PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
             pool: name,
@@ -112,6 +115,8 @@ pub fn pool_settings(
             run_dir: config.state.dir.join("vms"),
             log_dir,
             boot_seconds: None,
+            left_record: Some(super::unremovable::record_path(&config.state.dir, name_str)),
+            left_gauge: None,
         }),
     }
 }

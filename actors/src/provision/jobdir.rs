@@ -6,8 +6,8 @@
 //! So the tree is built while its top is root's and `0700` (no other uid can reach inside),
 //! every child is made and changed through the file descriptor of its parent (`mkdirat`,
 //! `openat(O_NOFOLLOW)`, `fchown`, `fchmod`, `linkat`, `symlinkat`), and the top is handed to
-//! the user last. Removal needs no such care: `std::fs::remove_dir_all` never follows a link
-//! (it walks by descriptor too).
+//! the user last. Removal walks by descriptor too, with its depth on the heap
+//! ([`super::remove`]).
 
 use std::{
     ffi::OsStr,

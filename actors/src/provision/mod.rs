@@ -22,6 +22,8 @@ mod process_users;
 mod process_warm;
 mod procgroup;
 pub mod reach;
+pub mod remove;
+pub mod unremovable;
 pub mod runner_env;
 mod spawn;
 mod supervisor;
@@ -198,6 +200,11 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     /// How runner `name`'s environment ended, in words, once its exit resolved (taken: asked
     /// once). `None` where the backend cannot tell more than the exit code.
     fn end_words(&self, _name: &str) -> Option<String> {
+        None
+    }
+    /// What runner `name`'s teardown could not remove, in words (taken: asked once), for its
+    /// job's timeline ([`unremovable`]).
+    fn left_behind(&self, _name: &str) -> Option<String> {
         None
     }
     /// The runner version the pool's new jobs start, where the backend can tell (a container

@@ -90,7 +90,13 @@ impl PoolWiring {
 /// Starts a `local` or `native_macos` pool (a `LocalProvisioner` or a
 /// `NativeMacosProvisioner`: one type, see the module's notes), on the managed installs when
 /// the pool uses them.
-pub fn start_process(settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
+pub fn start_process(mut settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    settings.left_gauge = Some(
+        wiring
+            .metrics
+            .teardown_unremoved
+            .with_label_values(&[settings.pool.as_str()]),
+    );
     let backend = ProcessBackend::new(settings).with_managed(wiring.managed.as_ref());
     wiring.start(backend)
 }
@@ -111,6 +117,12 @@ pub fn start_linux_vm(mut settings: QemuSettings, wiring: PoolWiring) -> Provisi
             .metrics
             .vm
             .boot
+            .with_label_values(&[settings.pool.as_str()]),
+    );
+    settings.left_gauge = Some(
+        wiring
+            .metrics
+            .teardown_unremoved
             .with_label_values(&[settings.pool.as_str()]),
     );
     wiring.start(QemuBackend::new(settings))

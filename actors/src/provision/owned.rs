@@ -47,7 +47,7 @@ fn remove_in(fd: &OwnedFd, path: &Path, uid: u32, depth: usize, keep: &[&Path]) 
         };
         let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
         if st.st_uid == uid {
-            removed += usize::from(remove_entry(fd, &name, is_dir));
+            removed += usize::from(remove_entry(fd, path, &name, is_dir));
         } else if is_dir
             && depth > 0
             && let Ok(sub) = open_dir_at(fd, &name)
@@ -58,22 +58,20 @@ fn remove_in(fd: &OwnedFd, path: &Path, uid: u32, depth: usize, keep: &[&Path]) 
     removed
 }
 
-/// Removes `name` in `fd`: a directory with everything in it, whoever owns what inside.
-fn remove_entry(fd: &OwnedFd, name: &OsStr, is_dir: bool) -> bool {
+/// Removes `name` in `fd`, the directory at `path`: a directory with everything in it,
+/// whoever owns what inside, by the walk that no tree's shape can break ([`super::remove`]).
+fn remove_entry(fd: &OwnedFd, path: &Path, name: &OsStr, is_dir: bool) -> bool {
     if !is_dir {
         return nix::unistd::unlinkat(fd, name, UnlinkatFlags::NoRemoveDir).is_ok();
     }
-    if let Ok(sub) = open_dir_at(fd, name) {
-        for inner in names(&sub) {
-            let inner_dir =
-                nix::sys::stat::fstatat(&sub, inner.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| {
-                        SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
-                    });
-            remove_entry(&sub, &inner, inner_dir);
+    let deadline = std::time::Instant::now() + super::remove::TEARDOWN_BUDGET;
+    match super::remove::remove_at(fd, &path.join(name), name, deadline) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot remove what a job's user left; the next clearing tries again");
+            false
         }
     }
-    nix::unistd::unlinkat(fd, name, UnlinkatFlags::RemoveDir).is_ok()
 }
 
 /// The names in directory `fd` (not `.` nor `..`).
@@ -166,31 +164,13 @@ mod tests {
         let (dir, parked) = (shared.join("a"), tmp.path().join("parked"));
         std::fs::create_dir(&dir).unwrap();
         std::os::unix::fs::chown(&dir, Some(swapper), None).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let swap = {
-            let (stop, dir, parked, target) = (
-                stop.clone(),
-                dir.clone(),
-                parked.clone(),
-                elsewhere.join("d"),
-            );
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = std::fs::rename(&dir, &parked);
-                    let _ = std::os::unix::fs::symlink(&target, &dir);
-                    std::thread::yield_now();
-                    let _ = std::fs::remove_file(&dir);
-                    let _ = std::fs::rename(&parked, &dir);
-                }
-            })
-        };
+        let swap = crate::test_support::Swapper::start(dir, parked, elsewhere.join("d"));
         // A second of walks against a second of swaps (a walk by path loses within it).
         let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while std::time::Instant::now() < until && victim.exists() {
             remove_owned(&shared, cleared, 4, &[]);
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        swap.join().unwrap();
+        drop(swap);
         assert!(victim.exists(), "root followed the swapped-in link");
     }
 }

@@ -31,7 +31,9 @@ use super::{
     install::{check_install, copy_install, same_filesystem},
     jobdir::command_dir,
     procgroup::{self, group_alive, kill_group},
-    spawn_error, users,
+    spawn_error,
+    unremovable::Unremovable,
+    users,
 };
 use crate::{
     config::{PoolName, ProviderKind, RunnerProgram},
@@ -78,6 +80,11 @@ pub struct ProcessSettings {
     /// Every process pool's work root on this host (this one's included): a `run_as` user
     /// with a job directory in any of them is taken ([`super::users`]).
     pub peers: Vec<users::WorkRoot>,
+    /// Where the trees its teardowns could not remove are written down
+    /// (`state.dir/unremoved/<pool>`; [`super::unremovable`]).
+    pub left_record: Option<PathBuf>,
+    /// `ephemerd_teardown_unremoved{provider}` of the pool, when metrics are kept.
+    pub left_gauge: Option<prometheus::IntGauge>,
 }
 
 impl ProcessSettings {
@@ -108,6 +115,8 @@ pub struct ProcessBackend {
     pub(super) managed: Option<ManagedInstalls>,
     /// Warm directories prepared ahead of their claims, by name (see `process_warm`).
     pub(super) warm: Rc<RefCell<std::collections::HashMap<String, Prepared>>>,
+    /// The trees teardowns left, tried again at each later teardown.
+    pub(super) left: Unremovable,
 }
 
 /// What [`ProcessBackend::prepare`] made for a runner beside its directory.
@@ -131,7 +140,9 @@ impl ProcessBackend {
             Ok(root) => (Some(root), None),
             Err(why) => (None, Some(why.to_string())),
         };
+        let left = Unremovable::new(settings.left_record.clone(), settings.left_gauge.clone());
         ProcessBackend {
+            left,
             s: Rc::new(settings),
             said_copied: Rc::default(),
             cgroups: Rc::new(cgroups),
@@ -238,7 +249,11 @@ impl ProcessBackend {
             }
             None => None,
         };
-        let _ = tokio::fs::remove_dir_all(dir).await;
+        // A directory of this name from before (a crash between making and using it).
+        self.left
+            .remove(&dir_name(dir), dir)
+            .await
+            .map_err(|e| ProvisionError::HostUnavailable(format!("cannot clear the runner directory: {e}")))?;
         // A managed pool's job is copied from the current install, held until it ends.
         let lease = match &self.s.program {
             RunnerProgram::Managed => Some(
@@ -281,7 +296,8 @@ impl ProcessBackend {
             None => command_dir(dir, owner),
         };
         made.map(|()| lease).map_err(|e| {
-            let _ = std::fs::remove_dir_all(dir);
+            // Only the daemon has written it so far: small, and no job's shape.
+            let _ = super::remove::remove_tree(dir, super::remove::TEARDOWN_BUDGET);
             ProvisionError::HostUnavailable(format!(
                 "cannot prepare the runner directory {}: {e}",
                 dir.display()
@@ -453,12 +469,10 @@ impl Backend for ProcessBackend {
         if let Some(uid) = uid {
             self.clear_leftovers(&name, uid).await;
         }
-        if let Err(e) = tokio::fs::remove_dir_all(&dir).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        if let Err(e) = self.left.remove(&name, &dir).await {
             // Left behind, it must not keep its user taken for ever (a user is free when no
-            // directory of the pool's runners is its): root takes it back; the next start's
-            // reaping tries the removal again.
+            // directory of the pool's runners is its): root takes it back; the removal is
+            // tried again at later teardowns and at the next start.
             let disowned = nix::unistd::fchownat(
                 nix::fcntl::AT_FDCWD,
                 &dir,
@@ -466,9 +480,14 @@ impl Backend for ProcessBackend {
                 Some(nix::unistd::Gid::from_raw(0)),
                 nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
             );
-            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, disowned = disowned.is_ok(), "cannot remove the runner directory; root keeps it until the next start tries again");
+            tracing::warn!(runner = %name, dir = %dir.display(), error = %e, disowned = disowned.is_ok(), "cannot remove the runner directory; root keeps it until a later try removes it");
         }
+        self.left.retry_due().await;
         users::release(&name);
+    }
+
+    fn left_behind(&self, name: &str) -> Option<String> {
+        self.left.take_said(name)
     }
 
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {

@@ -27,6 +27,7 @@ use super::{
     Backend, Finding, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner, check_executable,
     cgroup::{CgroupRoot, RunnerCgroup},
     procgroup, spawn_error,
+    unremovable::Unremovable,
 };
 use crate::config::{
     PoolName, ProviderKind, Secret,
@@ -52,6 +53,10 @@ pub struct QemuSettings {
     pub log_dir: PathBuf,
     /// `ephemerd_vm_boot_seconds` of the pool, when metrics are kept.
     pub boot_seconds: Option<prometheus::Histogram>,
+    /// Where the run directories its teardowns could not remove are written down.
+    pub left_record: Option<PathBuf>,
+    /// `ephemerd_teardown_unremoved{provider}` of the pool, when metrics are kept.
+    pub left_gauge: Option<prometheus::IntGauge>,
 }
 
 /// Runs runners in QEMU microVMs.
@@ -64,6 +69,8 @@ pub struct QemuBackend {
     cgroups: Rc<Option<CgroupRoot>>,
     /// How each ended VM ended, in words, until the provisioner takes it for the timeline.
     ends: Rc<std::cell::RefCell<std::collections::BTreeMap<String, String>>>,
+    /// The run directories teardowns left, tried again at each later teardown.
+    left: Unremovable,
 }
 
 /// How long a guest whose runner exited may take to power off before QEMU is stopped.
@@ -76,7 +83,9 @@ impl QemuBackend {
         let cgroups = CgroupRoot::detect().ok();
         #[cfg(not(target_os = "linux"))]
         let cgroups = None;
+        let left = Unremovable::new(settings.left_record.clone(), settings.left_gauge.clone());
         QemuBackend {
+            left,
             s: Rc::new(settings),
             warm: Rc::default(),
             cgroups: Rc::new(cgroups),
@@ -318,11 +327,10 @@ impl Backend for QemuBackend {
         self.warm.borrow_mut().remove(&name);
         self.kill(&name).await;
         let dir = self.vm_dir(&name);
-        if let Err(e) = std::fs::remove_dir_all(&dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        if let Err(e) = self.left.remove(&name, &dir).await {
             tracing::warn!(vm = %name, dir = %dir.display(), error = %e, "cannot remove the VM's run directory");
         }
+        self.left.retry_due().await;
     }
 
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
@@ -413,6 +421,10 @@ impl Backend for QemuBackend {
 
     fn end_words(&self, name: &str) -> Option<String> {
         self.ends.borrow_mut().remove(name)
+    }
+
+    fn left_behind(&self, name: &str) -> Option<String> {
+        self.left.take_said(name)
     }
 
     fn startup_warning(&self) -> Option<String> {
