@@ -199,6 +199,27 @@ impl CappedLog {
     }
 }
 
+/// Keeps the log at `path`, which another process appends to (`O_APPEND`: a runner's output),
+/// near `max` bytes: when it is larger, its last `max` bytes go to `<path>.1` and it is cut to
+/// nothing, the writer going on at its new end. Returns whether it was cut. What the writer
+/// adds between the copy and the cut is lost; a writer that floods is bounded by what it writes
+/// between two looks.
+pub fn cut_log(path: &Path, max: u64) -> io::Result<bool> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+    let len = file.metadata()?.len();
+    if len <= max {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::Start(len - max))?;
+    let mut old = path.to_path_buf().into_os_string();
+    old.push(".1");
+    let mut kept = crate::harden::private_file(Path::new(&old), false)?;
+    io::copy(&mut (&mut file).take(max), &mut kept)?;
+    file.set_len(0)?;
+    Ok(true)
+}
+
 /// Copies `reader` into `log` to its end, in chunks (a runner's or a guest's output).
 pub async fn copy_into(mut reader: impl AsyncRead + Unpin, log: &mut CappedLog) -> io::Result<()> {
     let mut buf = vec![0u8; 16 << 10];
@@ -276,6 +297,26 @@ mod tests {
         let err = read_all(endless, 4096).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert_eq!(read_all(&b"small"[..], 4096).await.unwrap(), b"small");
+    }
+
+    #[test]
+    fn a_log_another_process_appends_to_is_cut_and_its_tail_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("runner.log");
+        let mut writer = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        writer.write_all(&vec![b'a'; 5000]).unwrap();
+        writer.write_all(b"newest").unwrap();
+        assert!(!cut_log(&path, 10_000).unwrap());
+        assert!(cut_log(&path, 1000).unwrap());
+        let tail = std::fs::read(tmp.path().join("runner.log.1")).unwrap();
+        assert_eq!(tail.len(), 1000);
+        assert!(tail.ends_with(b"newest"));
+        writer.write_all(b"after").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"after", "the writer goes on at the start");
     }
 
     #[test]

@@ -17,6 +17,10 @@ use serde::Deserialize;
 
 /// How long one read may take, connection included.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest answer read: a listing of our containers is about 2 KiB each, so this holds
+/// thousands; an engine answering more (an endless chunked body took the daemon to 20 GB in
+/// 16 s before) is refused at it.
+pub const MAX_ANSWER: usize = 16 << 20;
 
 /// Why a read failed: the socket and what went wrong, in words for a log line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,8 +91,7 @@ where
         drop(sender);
         let response = response.map_err(|e| format!("request: {e}"))?;
         let status = response.status();
-        let body = response
-            .into_body()
+        let body = http_body_util::Limited::new(response.into_body(), MAX_ANSWER)
             .collect()
             .await
             .map_err(|e| format!("reading the answer: {e}"))?
@@ -223,6 +226,32 @@ mod tests {
                 )
             ]
         );
+    }
+
+    /// The review's engine: an endless chunked answer. The read stops at its ceiling.
+    #[actix_rt::test]
+    async fn an_endless_answer_is_refused_at_the_ceiling() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf).await.unwrap();
+            conn.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            let chunk = [b'['; 65536];
+            let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+            framed.extend_from_slice(&chunk);
+            framed.extend_from_slice(b"\r\n");
+            while conn.write_all(&framed).await.is_ok() {}
+        });
+        let e = container_names(&format!("unix://{}", path.display()), "a=b")
+            .await
+            .unwrap_err();
+        assert!(e.what.contains("length limit exceeded"), "{e}");
     }
 
     #[actix_rt::test]

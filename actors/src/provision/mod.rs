@@ -25,6 +25,7 @@ pub mod reach;
 pub mod remove;
 pub mod unremovable;
 pub mod runner_env;
+mod runner_log;
 mod spawn;
 mod supervisor;
 pub mod qemu;

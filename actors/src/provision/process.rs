@@ -386,7 +386,8 @@ impl ProcessBackend {
             tracing::warn!(runner = %spec.name, error = %e, "cannot make the runner's cgroup; teardown kills its process group only");
         }
         let log_path = self.s.log_dir.join(format!("{}.log", spec.name));
-        let log = crate::harden::private_file(&log_path, false)
+        // Appended to, so the daemon can cut it while the runner writes (see `watch_log`).
+        let log = crate::harden::private_file(&log_path, true)
             .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
         let mut child = self
             .command(&spec, &jit, &dir, user.as_deref(), log)
@@ -410,13 +411,17 @@ impl ProcessBackend {
         tracing::info!(provider = self.s.pool.as_str(), runner = %spec.name, pid, dir = %dir.display(), user = user.as_deref().unwrap_or("(the daemon's)"), "runner process started");
         Ok(RunningRunner {
             exited: Box::pin(async move {
-                let code = child.wait().await.ok().and_then(|s| s.code());
+                let code = tokio::select! {
+                    status = child.wait() => status.ok().and_then(|s| s.code()),
+                    never = super::runner_log::watch(log_path) => match never {},
+                };
                 drop(lease);
                 code
             }),
         })
     }
 }
+
 
 impl Backend for ProcessBackend {
     fn kind(&self) -> ProviderKind {
@@ -520,10 +525,17 @@ impl Backend for ProcessBackend {
             return None;
         }
         tracing::info!(runner = %name, pgid = pgid.as_raw(), "adopted a runner process from before the restart");
+        let log_path = self.s.log_dir.join(format!("{name}.log"));
         Some(RunningRunner {
             exited: Box::pin(async move {
-                while group_alive(pgid) {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                let alive = async {
+                    while group_alive(pgid) {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                };
+                tokio::select! {
+                    () = alive => {},
+                    never = super::runner_log::watch(log_path) => match never {},
                 }
                 None
             }),

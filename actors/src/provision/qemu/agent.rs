@@ -6,15 +6,26 @@
 //! The agent says `EPHEMER-AGENT READY 1` once the guest is up; the daemon answers with the
 //! runner's variables and the JIT config (the payload the tart pool sends over ssh); the agent
 //! says `STARTED`, then `EXIT <code>` when the runner ends, and powers the VM off.
+//!
+//! Everything on the port is the guest's to write, a job with root included: a line is read up
+//! to [`MAX_LINE`] bytes (the rest of a longer one is dropped, never buffered) and the VM's log
+//! rotates at [`crate::provision::container::LOG_CAP`], so an endless line or a flood of them
+//! costs neither memory nor disk.
 
 use std::{path::Path, time::Duration};
 
 use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    io::{AsyncWriteExt, BufReader},
     net::UnixStream,
 };
 
-use crate::provision::ProvisionError;
+use crate::{
+    bounded::{CappedLog, Line, Lines},
+    provision::ProvisionError,
+};
+
+/// The longest console line kept whole; the agent's own lines are a few bytes.
+pub(super) const MAX_LINE: usize = 16 << 10;
 
 /// The agent's hello.
 pub(super) const HELLO: &str = "EPHEMER-AGENT READY 1";
@@ -48,15 +59,17 @@ pub(super) fn said(line: &str) -> Said {
 
 /// An agent that said hello, waiting for its runner.
 pub(super) struct Agent {
-    lines: tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    lines: Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
     write: tokio::net::unix::OwnedWriteHalf,
-    log: std::fs::File,
+    log: CappedLog,
 }
 
-/// Keeps a line of the guest's console in the VM's log.
-fn keep(log: &mut std::fs::File, line: &str) {
-    use std::io::Write;
-    let _ = writeln!(log, "{}", line.trim_end());
+/// Keeps a line of the guest's console in the VM's log (a cut line says how much was cut).
+fn keep(log: &mut CappedLog, line: &Line) {
+    let _ = match line.cut {
+        0 => log.line(&line.text),
+        cut => log.line(&format!("{} [... {cut} more bytes of this line dropped]", line.text)),
+    };
 }
 
 impl Agent {
@@ -66,7 +79,7 @@ impl Agent {
         socket: &Path,
         timeout: Duration,
         alive: impl Fn() -> bool,
-        mut log: std::fs::File,
+        mut log: CappedLog,
     ) -> Result<Agent, ProvisionError> {
         let failed = |what: String| ProvisionError::EnvironmentFailed(what);
         let wait = async {
@@ -80,10 +93,10 @@ impl Agent {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             };
             let (read, write) = stream.into_split();
-            let mut lines = BufReader::new(read).lines();
+            let mut lines = Lines::new(BufReader::new(read), MAX_LINE);
             loop {
                 match lines.next_line().await {
-                    Ok(Some(line)) if said(&line) == Said::Ready => {
+                    Ok(Some(line)) if said(&line.text) == Said::Ready => {
                         return Ok(Agent { lines, write, log });
                     }
                     Ok(Some(line)) => keep(&mut log, &line),
@@ -110,7 +123,7 @@ impl Agent {
             .map_err(|e| failed(format!("cannot hand the runner to the VM's agent: {e}")))?;
         loop {
             match self.lines.next_line().await {
-                Ok(Some(line)) if said(&line) == Said::Started => return Ok(()),
+                Ok(Some(line)) if said(&line.text) == Said::Started => return Ok(()),
                 Ok(Some(line)) => keep(&mut self.log, &line),
                 Ok(None) | Err(_) => {
                     return Err(failed("the VM stopped before its runner started".into()));
@@ -123,7 +136,7 @@ impl Agent {
     /// VM was stopped, or powered off by the job).
     pub(super) async fn exit(mut self) -> Option<i32> {
         while let Ok(Some(line)) = self.lines.next_line().await {
-            match said(&line) {
+            match said(&line.text) {
                 Said::Exit(code) => return Some(code),
                 _ => keep(&mut self.log, &line),
             }
@@ -134,6 +147,8 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncBufReadExt;
+
     use super::*;
 
     #[test]
@@ -171,7 +186,7 @@ mod tests {
             got
         });
         let log = dir.path().join("vm.log");
-        let file = std::fs::File::create(&log).unwrap();
+        let file = CappedLog::open(&log, 1 << 20).unwrap();
         let mut agent = Agent::hello(&socket, Duration::from_secs(5), || true, file)
             .await
             .unwrap();
@@ -181,11 +196,51 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "noise\n", "the console's lines");
     }
 
+    /// A guest that writes one endless line, then floods lines, before its hello: the daemon's
+    /// memory holds a line's head at most, the log stays under its cap, and the hello that
+    /// follows is still heard.
+    #[tokio::test]
+    async fn an_endless_console_line_and_a_flood_cost_neither_memory_nor_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("agent.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let guest = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..64 {
+                stream.write_all(&chunk).await.unwrap();
+            }
+            for i in 0..20_000 {
+                stream
+                    .write_all(format!("\nflood line {i:05}").as_bytes())
+                    .await
+                    .unwrap();
+            }
+            stream.write_all(b"\nEPHEMER-AGENT READY 1\n").await.unwrap();
+            stream
+        });
+        let log = dir.path().join("vm.log");
+        let agent = Agent::hello(
+            &socket,
+            Duration::from_secs(60),
+            || true,
+            CappedLog::open(&log, 64 << 10).unwrap(),
+        )
+        .await
+        .unwrap();
+        let _guest = guest.await.unwrap();
+        let now = std::fs::read_to_string(&log).unwrap();
+        let old = std::fs::read_to_string(dir.path().join("vm.log.1")).unwrap();
+        assert!(now.len() <= 64 << 10 && old.len() <= 64 << 10);
+        assert!(now.contains("flood line 19999"), "the newest lines are kept");
+        drop(agent);
+    }
+
     #[tokio::test]
     async fn no_hello_in_time_or_a_dead_qemu_is_a_failed_environment() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("agent.sock");
-        let log = || std::fs::File::create(dir.path().join("vm.log")).unwrap();
+        let log = || CappedLog::open(&dir.path().join("vm.log"), 1 << 20).unwrap();
         let gone = Agent::hello(&socket, Duration::from_secs(5), || false, log()).await;
         assert!(
             matches!(&gone, Err(ProvisionError::EnvironmentFailed(m)) if m.contains("QEMU exited")),

@@ -143,10 +143,12 @@ impl QemuBackend {
                 .and_then(|c| args::host_tsc_khz(&c)),
         };
         std::fs::create_dir_all(&self.s.log_dir).map_err(|e| host("create the log directory", e))?;
-        let log = crate::harden::private_file(&self.s.log_dir.join(format!("{name}.log")), true)
+        let log_path = self.s.log_dir.join(format!("{name}.log"));
+        let log = crate::harden::private_file(&log_path, true)
             .map_err(|e| host("open the VM's log", e))?;
         let err = log.try_clone().map_err(|e| host("share the VM's log", e))?;
-        let console = log.try_clone().map_err(|e| host("share the VM's log", e))?;
+        let console = crate::bounded::CappedLog::open(&log_path, super::container::LOG_CAP)
+            .map_err(|e| host("open the VM's log", e))?;
         // QEMU enters the VM's cgroup before it runs (the gate of process runners): the
         // teardown kills the cgroup, whatever QEMU left.
         let cgroup = self.cgroup(name).filter(|c| match c.create() {

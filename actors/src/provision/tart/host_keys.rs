@@ -10,7 +10,7 @@
 //! `host_keys = "image"` keeps the older, weaker pin (for images without the guest agent): the
 //! image's keys, learned once from the first VM booted from it with `ssh-keyscan`.
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use tokio::process::Command;
 
@@ -109,13 +109,10 @@ impl TartBackend {
 
     /// `tart exec NAME ARGS...`: its standard output, or why not.
     pub(super) async fn exec(&self, name: &str, args: &[&str]) -> Result<String, String> {
-        let child = Command::new(&self.s.tart)
-            .arg("exec")
-            .arg(name)
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
+        // The guest answers: what it prints is kept to its head.
+        let mut command = Command::new(&self.s.tart);
+        command.arg("exec").arg(name).args(args).kill_on_drop(true);
+        let child = crate::bounded::output(&mut command, super::TOOL_OUTPUT);
         match tokio::time::timeout(EXEC_TIMEOUT, child).await {
             Err(_) => Err(format!("no answer in {}s", EXEC_TIMEOUT.as_secs())),
             Ok(Err(e)) => Err(spawn_error("cannot run tart exec", &e).to_string()),
@@ -141,12 +138,12 @@ impl TartBackend {
         if known.lines().any(|l| l.starts_with(&format!("{alias} "))) {
             return Ok(pin);
         }
-        let out = Command::new(keyscan_path(&self.s.ssh))
-            .args(["-T", "10", ip])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| spawn_error("cannot run ssh-keyscan", &e))?;
+        let out = crate::bounded::output(
+            Command::new(keyscan_path(&self.s.ssh)).args(["-T", "10", ip]),
+            super::TOOL_OUTPUT,
+        )
+        .await
+        .map_err(|e| spawn_error("cannot run ssh-keyscan", &e))?;
         let keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))

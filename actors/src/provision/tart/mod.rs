@@ -87,6 +87,9 @@ pub struct TartBackend {
 /// may have been rebuilt or pulled anew).
 const VERSION_FOR: Duration = Duration::from_secs(3600);
 
+/// The most of a `tart` command's output (each stream) the daemon reads.
+pub(super) const TOOL_OUTPUT: usize = 1 << 20;
+
 impl TartBackend {
     /// Its settings.
     pub fn settings(&self) -> &TartSettings {
@@ -104,10 +107,9 @@ impl TartBackend {
     }
 
     async fn tart(&self, args: &[&str]) -> Result<String, ProvisionError> {
-        let out = Command::new(&self.s.tart)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
+        // A guest can make tart print a lot (`tart ip` of a VM, a clone's progress): each
+        // stream is kept to its head.
+        let out = crate::bounded::output(Command::new(&self.s.tart).args(args), TOOL_OUTPUT)
             .await
             .map_err(|e| spawn_error(&format!("cannot run {}", self.s.tart.display()), &e))?;
         if out.status.success() {

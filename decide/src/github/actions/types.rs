@@ -273,13 +273,60 @@ impl WireMessage {
                 }
             }
         };
-        for item in items {
+        let past_cap = items.len().saturating_sub(MAX_JOBS_PER_MESSAGE);
+        message.unreadable += past_cap;
+        for item in items.into_iter().take(MAX_JOBS_PER_MESSAGE) {
             match serde_json::from_value::<JobMessage>(item) {
-                Ok(j) => message.jobs.push(j),
-                Err(_) => message.unreadable += 1,
+                Ok(j) if j.within_bounds() => message.jobs.push(j.with_short_name()),
+                _ => message.unreadable += 1,
             }
         }
         message
+    }
+}
+
+/// The most job messages read from one queue message; more are counted as unreadable (the
+/// service batches a few dozen; a queue answering thousands is not the service).
+pub const MAX_JOBS_PER_MESSAGE: usize = 2000;
+/// The longest name, id or result a job message may carry (GitHub's own limits are shorter:
+/// 39 characters for an owner, 100 for a repository); a longer one makes the entry unreadable.
+pub const MAX_FIELD: usize = 256;
+/// The most labels a job message may carry (the webhook intake's limit too).
+pub const MAX_LABELS: usize = 64;
+/// A job's display name is cut to this many bytes (it is only shown).
+pub const MAX_DISPLAY_NAME: usize = 1024;
+
+impl JobMessage {
+    /// Whether every field is within what the service sends: a queue that names a repository
+    /// in a megabyte is not read as one.
+    pub fn within_bounds(&self) -> bool {
+        let short = |s: &str| s.len() <= MAX_FIELD;
+        [
+            &self.repository_name,
+            &self.owner_name,
+            &self.job_id,
+            &self.runner_name,
+            &self.result,
+        ]
+        .iter()
+        .all(|s| short(s))
+            && [&self.queue_time, &self.runner_assign_time]
+                .iter()
+                .all(|t| t.as_deref().is_none_or(short))
+            && self.request_labels.len() <= MAX_LABELS
+            && self.request_labels.iter().all(|l| short(l))
+    }
+
+    /// The same, its display name cut to [`MAX_DISPLAY_NAME`] bytes (at a character's edge).
+    pub fn with_short_name(mut self) -> Self {
+        if self.job_display_name.len() > MAX_DISPLAY_NAME {
+            let mut end = MAX_DISPLAY_NAME;
+            while !self.job_display_name.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.job_display_name.truncate(end);
+        }
+        self
     }
 }
 
@@ -355,6 +402,30 @@ mod tests {
             ]
         );
         assert_eq!(m.statistics.unwrap().total_assigned_jobs, 2);
+    }
+
+    /// A queue that is not the service: thousands of entries, a repository named in 100 KB,
+    /// a thousand labels. What is past the bounds is counted as unreadable, never kept.
+    #[test]
+    fn entries_and_fields_past_the_bounds_are_counted_not_kept() {
+        let job = |n: usize| serde_json::json!({ "messageType": "JobAssigned", "jobId": format!("j{n}"), "repositoryName": "app" });
+        let mut items: Vec<serde_json::Value> = (0..MAX_JOBS_PER_MESSAGE + 500).map(job).collect();
+        items[0]["repositoryName"] = "r".repeat(100_000).into();
+        items[1]["requestLabels"] = serde_json::json!(vec!["x"; 1000]);
+        items[2]["jobDisplayName"] = "é".repeat(5000).into();
+        let wire = WireMessage {
+            message_id: 4,
+            message_type: "RunnerScaleSetJobMessages".into(),
+            body: serde_json::Value::Array(items).to_string(),
+            statistics: None,
+        };
+        let m = wire.parse();
+        assert_eq!(m.jobs.len(), MAX_JOBS_PER_MESSAGE - 2);
+        assert_eq!(m.unreadable, 500 + 2);
+        let named = &m.jobs[0];
+        assert_eq!(named.job_id, "j2");
+        assert!(named.job_display_name.len() <= MAX_DISPLAY_NAME);
+        assert!(named.job_display_name.chars().all(|c| c == 'é'));
     }
 
     #[test]
