@@ -3,7 +3,8 @@
 //! Two jobs in a row on one `run_as` user (one slot). The first leaves what a job can leave
 //! outside its process group and directory: a daemonized process (`setsid`), a crontab entry,
 //! a file in `/tmp`, one in `/dev/shm`, one in `/run/lock` and one in its real home, a POSIX
-//! message queue (`/dev/mqueue`), and a System V shared memory segment. The second
+//! message queue (`/dev/mqueue`), a System V shared memory segment, and a key in its user's
+//! kernel keyring (which outlives every process of the uid). The second
 //! looks for each before it runs its job, and writes what it saw to its log. It sees none.
 
 use std::{os::unix::fs::PermissionsExt, path::Path, time::Duration};
@@ -29,6 +30,7 @@ ls /run/lock/leftover-lock-* >/dev/null 2>&1 && echo "SAW lock file"
 ls /dev/mqueue/leftover-mq-* >/dev/null 2>&1 && echo "SAW message queue"
 ls "$(getent passwd "$me" | cut -d: -f6)"/leftover-home-* >/dev/null 2>&1 && echo "SAW home file"
 awk -v u="$me" 'NR > 1 && $8 == u' /proc/sysvipc/shm | grep -q . && echo "SAW ipc"
+keyctl search @u user leftover-key >/dev/null 2>&1 && echo "SAW keyring key"
 echo "LOOKED"
 setsid sleep 4242 >/dev/null 2>&1 < /dev/null &
 echo '* * * * * true # leftover-cron' | crontab - 2>/dev/null
@@ -38,6 +40,7 @@ echo secret > "/run/lock/leftover-lock-$$"
 : > "/dev/mqueue/leftover-mq-$$"
 echo secret > "$(getent passwd "$me" | cut -d: -f6)/leftover-home-$$"
 ipcmk -M 4096 >/dev/null 2>&1
+keyctl add user leftover-key secret @u >/dev/null 2>&1 || echo "NO KEYRING"
 exec '{bin}' standin-runner "$@"
 "#,
         bin = env!("CARGO_BIN_EXE_ephemer-actors")
@@ -69,6 +72,12 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
         return support::skip(
             "leftovers",
             "run_as needs root and sudo (bash .ci/run installs it)",
+        );
+    }
+    if support::which("keyctl").is_none() {
+        return support::skip(
+            "leftovers",
+            "keyctl is not installed (bash .ci/run installs keyutils)",
         );
     }
     if support::which("crontab").is_none() {
@@ -125,6 +134,8 @@ async fn the_next_job_on_a_uid_sees_nothing_the_last_one_left() {
         .collect();
     assert_eq!(logs.len(), 2, "{logs:#?}");
     assert!(logs.iter().all(|l| l.contains("LOOKED")), "{logs:#?}");
+    // The attack itself works here: the first job could leave a key.
+    assert!(!logs.iter().any(|l| l.contains("NO KEYRING")), "{logs:#?}");
     let seen: Vec<&str> = logs
         .iter()
         .flat_map(|l| l.lines())

@@ -30,6 +30,8 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
         peers: Vec::new(),
         left_record: None,
         left_gauge: None,
+        allow_root: false,
+        allow_same_user: true,
     })
 }
 

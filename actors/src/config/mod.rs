@@ -561,6 +561,35 @@ pub struct Environment {
     pub cluster_url: Option<Secret>,
     /// The daemon's environment, which pools' `env` values reference as `${NAME}`.
     pub vars: std::collections::BTreeMap<String, Secret>,
+    /// Where a `run_as` user's uid is looked up: a second uid-0 account is root under
+    /// another name, and refused as root is.
+    pub users: UserDb,
+}
+
+/// How the uids of users named in the config are found.
+#[derive(Debug, Clone, Default)]
+pub enum UserDb {
+    /// These names only (tests): any other is unknown.
+    #[default]
+    Fixed,
+    /// These names and uids (tests).
+    Listed(std::collections::BTreeMap<String, u32>),
+    /// This host's user database.
+    Host,
+}
+
+impl Environment {
+    /// The uid of user `name`, when it is known.
+    pub fn uid_of(&self, name: &str) -> Option<u32> {
+        match &self.users {
+            UserDb::Fixed => None,
+            UserDb::Listed(users) => users.get(name).copied(),
+            UserDb::Host => nix::unistd::User::from_name(name)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw()),
+        }
+    }
 }
 
 impl Environment {
@@ -597,6 +626,7 @@ impl Environment {
                     Some((k.into_string().ok()?, Secret::new(v.into_string().ok()?)))
                 })
                 .collect(),
+            users: UserDb::Host,
         }
     }
 }

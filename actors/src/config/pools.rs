@@ -185,6 +185,8 @@ pub struct ProcessPoolConfig {
     pub run_as: Vec<String>,
     /// Run it as root (the daemon's user) without `run_as`: an explicit choice.
     pub allow_root: bool,
+    /// Run it as the daemon's own user: an explicit choice (`allow_root` implies it).
+    pub allow_same_user: bool,
 }
 
 /// `[providers.local]`

@@ -74,6 +74,8 @@ pub fn pool_settings(
             peers: process_work_roots(config, install_id),
             left_record: Some(super::unremovable::record_path(&config.state.dir, name_str)),
             left_gauge: None,
+            allow_root: p.allow_root,
+            allow_same_user: p.allow_same_user,
         }),
         PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
             pool: name,

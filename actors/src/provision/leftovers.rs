@@ -5,8 +5,9 @@
 //! `/dev/shm`) and System V IPC objects. The next job on that uid could then read that job's
 //! environment (its JIT config) or be read by it. So when the last runner of a `run_as` user
 //! is torn down, every process of the uid is killed, its crontab and `at` jobs, its files in
-//! the temp directories and its IPC objects are removed; and a uid that still has processes is
-//! not handed out (`uid_busy`).
+//! the temp directories and its IPC objects are removed, the keys in its kernel keyrings (the
+//! user keyring outlives every process of the uid: a key one job adds, the next job on the uid
+//! reads) are cleared; and a uid that still has processes is not handed out (`uid_busy`).
 
 use std::{
     fs,
@@ -42,6 +43,8 @@ pub struct Cleared {
     /// Entries removed from the user's home directory (jobs get their own `HOME`; the real
     /// one is cleared so nothing in it reaches the next job).
     pub home_entries: usize,
+    /// Keys cleared from the uid's kernel keyrings (user, user session, persistent).
+    pub keys: usize,
 }
 
 impl Cleared {
@@ -164,7 +167,53 @@ pub fn clear(uid: u32, user: &str, keep: &[&Path]) -> Cleared {
         out.home_entries += remove_owned(&home, uid, TEMP_DEPTH, keep);
     }
     out.ipc = remove_ipc(uid);
+    out.keys = clear_keyrings(user, uid);
     out
+}
+
+/// Clears the keys of the uid's kernel keyrings, as the uid (a keyring is its owner's: root
+/// cannot name another uid's), with keyutils' `keyctl`. Linux only.
+const CLEAR_KEYRINGS: &str = r#"command -v keyctl >/dev/null 2>&1 || { echo none; exit 0; }
+n=0
+for k in @u @us $(keyctl get_persistent @u 2>/dev/null); do
+    c=$(keyctl rlist "$k" 2>/dev/null | wc -w)
+    n=$((n + c))
+    keyctl clear "$k" >/dev/null 2>&1
+done
+echo "$n""#;
+
+fn clear_keyrings(user: &str, uid: u32) -> usize {
+    use std::os::unix::process::CommandExt;
+    if !cfg!(target_os = "linux") {
+        return 0;
+    }
+    let Some(gid) = nix::unistd::User::from_name(user)
+        .ok()
+        .flatten()
+        .map(|u| u.gid.as_raw())
+    else {
+        return 0;
+    };
+    let out = std::process::Command::new("sh")
+        .args(["-c", CLEAR_KEYRINGS])
+        .uid(uid)
+        .gid(gid)
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let said = out
+        .map(|o| String::from_utf8_lossy(&o.stdout[..o.stdout.len().min(64)]).trim().to_string())
+        .unwrap_or_default();
+    if said == "none" {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!("keyctl is not installed: keys a job adds to its user's kernel keyrings are not cleared before the next job on the uid (install keyutils)");
+        });
+    }
+    said.parse().unwrap_or(0)
 }
 
 /// The home directory of `user` when it is a directory of its own: owned by `uid`, not `/`.

@@ -85,6 +85,10 @@ pub struct ProcessSettings {
     pub left_record: Option<PathBuf>,
     /// `ephemerd_teardown_unremoved{provider}` of the pool, when metrics are kept.
     pub left_gauge: Option<prometheus::IntGauge>,
+    /// A `run_as` user with uid 0 is accepted (`allow_root`).
+    pub allow_root: bool,
+    /// A `run_as` user with the daemon's own uid is accepted (`allow_same_user`).
+    pub allow_same_user: bool,
 }
 
 impl ProcessSettings {
@@ -244,7 +248,7 @@ impl ProcessBackend {
     ) -> Result<Option<Lease>, ProvisionError> {
         let owner = match user {
             Some(user) => {
-                let u = user_named(user)?;
+                let u = self.user_named(user)?;
                 Some((u.uid, u.gid))
             }
             None => None,
@@ -313,7 +317,7 @@ impl ProcessBackend {
             .s
             .run_as
             .iter()
-            .find(|u| user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
+            .find(|u| self.user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
             .cloned()
         else {
             return;
@@ -334,7 +338,7 @@ impl ProcessBackend {
         .await
         .unwrap_or_default();
         if cleared.any() {
-            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, home_entries = cleared.home_entries, "cleared what the job's user left behind");
+            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, home_entries = cleared.home_entries, keys = cleared.keys, "cleared what the job's user left behind");
         }
     }
 }
@@ -566,7 +570,7 @@ impl Backend for ProcessBackend {
             }
         }
         for user in &self.s.run_as {
-            user_named(user)?;
+            self.user_named(user)?;
         }
         self.make_work_root().await.map_err(|e| {
             ProvisionError::HostUnavailable(format!(
@@ -649,12 +653,33 @@ fn dir_name(dir: &Path) -> String {
         .unwrap_or_default()
 }
 
-pub(super) fn user_named(user: &str) -> Result<nix::unistd::User, ProvisionError> {
-    nix::unistd::User::from_name(user)
-        .map_err(|e| {
-            ProvisionError::Misconfigured(format!("cannot look up run_as user {user}: {e}"))
-        })?
-        .ok_or_else(|| ProvisionError::Misconfigured(format!("run_as user {user} does not exist")))
+impl ProcessBackend {
+    /// `run_as` user `user`, looked up now (at the host check, at each directory's making and
+    /// at each claim), and refused by its uid: 0 unless `allow_root` (root under another name,
+    /// `useradd -o -u 0`, is root), the daemon's own unless `allow_same_user`.
+    pub(super) fn user_named(&self, user: &str) -> Result<nix::unistd::User, ProvisionError> {
+        let u = nix::unistd::User::from_name(user)
+            .map_err(|e| {
+                ProvisionError::Misconfigured(format!("cannot look up run_as user {user}: {e}"))
+            })?
+            .ok_or_else(|| {
+                ProvisionError::Misconfigured(format!("run_as user {user} does not exist"))
+            })?;
+        let uid = u.uid.as_raw();
+        if uid == 0 && !self.s.allow_root {
+            return Err(ProvisionError::Misconfigured(format!(
+                "run_as user {user} has uid 0: root under another name, refused (allow_root = \
+                 true accepts it)"
+            )));
+        }
+        if uid == nix::unistd::geteuid().as_raw() && uid != 0 && !self.s.allow_same_user {
+            return Err(ProvisionError::Misconfigured(format!(
+                "run_as user {user} has the daemon's own uid {uid}: refused (allow_same_user = \
+                 true accepts it)"
+            )));
+        }
+        Ok(u)
+    }
 }
 
 /// `NAME=value` for `env`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     ProvisionError,
-    process::{ProcessBackend, user_named},
+    process::ProcessBackend,
     users,
 };
 
@@ -63,7 +63,7 @@ impl ProcessBackend {
             .map(|user| {
                 Ok(users::Candidate {
                     name: user.clone(),
-                    uid: user_named(user)?.uid.as_raw(),
+                    uid: self.user_named(user)?.uid.as_raw(),
                 })
             })
             .collect()
@@ -72,7 +72,7 @@ impl ProcessBackend {
     /// Whether warm directory `name`'s user is waited for by a claimed job's runner: the warm
     /// directory then goes, so that its user serves the job.
     pub(super) fn user_wanted(&self, user: Option<&str>) -> bool {
-        user.and_then(|u| user_named(u).ok())
+        user.and_then(|u| self.user_named(u).ok())
             .is_some_and(|u| users::wanted(u.uid.as_raw()))
     }
 
@@ -86,7 +86,7 @@ impl ProcessBackend {
         let Some(user) = user.filter(|_| self.s.run_as.len() > 1) else {
             return Ok(());
         };
-        let uid = user_named(user)?.uid.as_raw();
+        let uid = self.user_named(user)?.uid.as_raw();
         users::still_alone(name, uid, &self.s.peers).map_err(|e| {
             ProvisionError::EnvironmentFailed(format!("run_as user {user} is not free: {e}"))
         })

@@ -454,6 +454,10 @@ fn run_as_refuses_root_and_the_daemons_own_user_without_a_yes() {
     let env = Environment {
         as_root: true,
         daemon_user: Some("ephemer".into()),
+        // `useradd -o -u 0 toor`: root under another name (issue 65, item 7).
+        users: crate::config::UserDb::Listed(
+            [("toor".to_string(), 0), ("ci1".to_string(), 1001)].into(),
+        ),
         ..Environment::default()
     };
     let pool = |users: &str, extra: &str| {
@@ -485,6 +489,12 @@ fn run_as_refuses_root_and_the_daemons_own_user_without_a_yes() {
             && own[0].contains("allow_same_user"),
         "{own:?}"
     );
+    let toor = refused(&pool("[\"toor\", \"ci1\"]", ""));
+    assert!(
+        toor.len() == 1 && toor[0].contains("uid is 0") && toor[0].contains("allow_root"),
+        "{toor:?}"
+    );
+    assert!(refused(&pool("[\"toor\", \"ci1\"]", "allow_root = true")).is_empty());
     assert!(refused(&pool("[\"root\", \"ci1\"]", "allow_root = true")).is_empty());
     assert!(refused(&pool("[\"ci1\", \"ephemer\"]", "allow_same_user = true")).is_empty());
     assert!(refused(&pool("[\"ci1\", \"ci2\"]", "")).is_empty());

@@ -383,6 +383,7 @@ fn build_process(
         work_root,
         run_as,
         allow_root,
+        allow_same_user,
     }
 }
 
@@ -492,11 +493,22 @@ fn check_who_runs(
     // A user named in run_as is trusted with nothing: root, and the daemon's own user, would
     // hand every job the daemon's credential and state.
     for user in run_as {
+        let uid = env.uid_of(user);
         if (user == "root" || user == "0") && !allow_root {
             p.push(
                 key,
                 "lists root: its jobs would run as root, with the daemon's GitHub credential \
                  and state in reach; list dedicated users, or allow_root = true to accept that",
+            );
+        } else if uid == Some(0) && !allow_root {
+            // `useradd -o -u 0`: root under another name, judged by its uid.
+            p.push(
+                key,
+                format!(
+                    "lists {user}, whose uid is 0: root under another name, with the daemon's \
+                     GitHub credential and state in reach of its jobs; list dedicated users, \
+                     or allow_root = true to accept that"
+                ),
             );
         } else if env.daemon_user.as_deref() == Some(user.as_str()) && !allow_same_user {
             p.push(
