@@ -13,6 +13,10 @@ pub(crate) mod net;
 mod pools;
 mod raw;
 mod validate;
+pub(crate) use validate::host_paths;
+/// A host path no container bind may reach (the container backend's settings carry them).
+#[doc(hidden)]
+pub use validate::host_paths::Guarded;
 mod warnings;
 
 use std::{

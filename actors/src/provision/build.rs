@@ -92,6 +92,11 @@ pub fn pool_settings(
             log_cap: super::container::LOG_CAP,
             name_prefix,
             log_dir,
+            guarded: if l.mounts.allow_host_paths {
+                Vec::new()
+            } else {
+                crate::config::host_paths::guarded_for(&config.providers, &config.state.dir, &l.socket)
+            },
         }),
         PoolSpec::VmMacos(v) => PoolSettings::Tart(TartSettings {
             pool: name,

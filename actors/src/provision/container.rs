@@ -66,6 +66,9 @@ pub struct ContainerSettings {
     pub limits: crate::config::ContainerLimits,
     /// A container's saved log stops at this many bytes ([`LOG_CAP`] unless a test says).
     pub log_cap: u64,
+    /// The host paths no bind may reach (empty with `allow_host_paths`): judged again at every
+    /// start, as the host resolves each bind then.
+    pub guarded: Vec<crate::config::Guarded>,
 }
 
 impl ContainerSettings {
@@ -93,6 +96,7 @@ impl ContainerSettings {
             log_dir,
             limits: crate::config::ContainerLimits::default(),
             log_cap: LOG_CAP,
+            guarded: Vec::new(),
         }
     }
 }
@@ -285,12 +289,29 @@ impl ContainerBackend {
         env
     }
 
+    /// Each bind of the pool as this host resolves it now: a symlink put on the host after
+    /// check-config (`/srv/cache -> /etc`) would be followed by the engine at this start.
+    fn check_binds(&self) -> Result<(), ProvisionError> {
+        let key = format!("providers.{}", self.s.pool);
+        for (i, volume) in self.s.mounts.volumes.iter().enumerate() {
+            if let Some(why) =
+                crate::config::host_paths::refused_bind(&key, volume, &self.s.guarded)
+            {
+                return Err(ProvisionError::Misconfigured(format!(
+                    "{key}.volumes[{i}] {why} (judged again at this start)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Creates container `name` from `body`; one left over under that name is removed first.
     pub(super) async fn create(
         &self,
         name: &str,
         body: ContainerCreateBody,
     ) -> Result<(), ProvisionError> {
+        self.check_binds()?;
         let options = CreateContainerOptionsBuilder::new().name(name).build();
         let created = self
             .docker
@@ -436,6 +457,7 @@ impl Backend for ContainerBackend {
     /// Creates and removes one container like a job's (with the init), so a host that cannot
     /// run any is found before a job is claimed for it.
     async fn probe(self) -> Result<(), ProvisionError> {
+        self.check_binds()?;
         if !super::image::present(&self.docker, &self.s.image)
             .await
             .map_err(|e| self.engine_error(&e))?

@@ -7,6 +7,10 @@
 //! compared with the guarded paths, themselves resolved the same way (`/var/run` is `/run` on
 //! most hosts). Devices come from an allow-list (GPUs, `/dev/kvm`, `/dev/fuse`) after the same
 //! resolution (`/dev/disk/by-id/...` is a disk). `allow_host_paths = true` accepts any.
+//!
+//! A bind is judged again at every container start ([`refused_bind`]): a symlink added on the
+//! host after check-config (`/srv/cache -> /etc`) is followed by the engine at the start, so
+//! what the bind resolves to then is what counts.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -14,7 +18,7 @@ use super::Problems;
 
 /// A host path no job's container may reach.
 #[derive(Debug, Clone)]
-pub(super) struct Guarded {
+pub struct Guarded {
     path: PathBuf,
     /// A bind of a path inside it is refused too (not for `/`, which holds everything: only
     /// a bind of `/` itself is).
@@ -23,10 +27,15 @@ pub(super) struct Guarded {
     read_only_ok: bool,
 }
 
-/// The host's own trees and the engine's sockets, whatever the config says.
-const SYSTEM: [&str; 19] = [
+/// The host's own trees and the engine's sockets, whatever the config says. `/var` holds the
+/// cron and at spools, every daemon's state and the engines' stores; `/opt` and `/srv` hold
+/// other software and data a job has no business in.
+const SYSTEM: [&str; 22] = [
     "/etc",
     "/usr",
+    "/var",
+    "/opt",
+    "/srv",
     "/var/run",
     "/run",
     "/proc",
@@ -62,7 +71,7 @@ fn allowed_device(path: &Path) -> bool {
 /// The guarded paths for a container pool: the system's, the engine `socket`'s, the daemon's
 /// `state_dir` and its work directory, every process pool's `work_roots`, and the operators'
 /// `installs` (read-only binds of those are fine).
-pub(super) fn guarded(
+pub(crate) fn guarded(
     socket: &str,
     state_dir: &Path,
     work_roots: &[PathBuf],
@@ -94,6 +103,24 @@ pub(super) fn guarded(
         read_only_ok: true,
     }));
     out
+}
+
+/// The guarded paths for a container pool on engine `socket`, with every process pool of
+/// `providers` (their work roots, and their installs, which may be bound read-only).
+pub(crate) fn guarded_for(
+    providers: &crate::config::ProvidersConfig,
+    state_dir: &Path,
+    socket: &str,
+) -> Vec<Guarded> {
+    let process = providers.pools.iter().filter_map(|pool| pool.process());
+    let work_roots: Vec<PathBuf> = process.clone().map(|x| x.work_root.clone()).collect();
+    let installs: Vec<PathBuf> = process
+        .filter_map(|x| match &x.program {
+            crate::config::RunnerProgram::Install(dir) => Some(dir.clone()),
+            _ => None,
+        })
+        .collect();
+    guarded(socket, state_dir, &work_roots, &installs)
 }
 
 /// `path` without `.` and `..` (a `..` at the root stays at the root), by its text alone.
@@ -131,9 +158,19 @@ pub(super) fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// The guarded path a bind of `source` reaches, if any.
+/// The guarded path a bind of `source` reaches, if any. A read-only bind of an operator's
+/// install (or of a path inside it) is fine wherever the install lives (`/opt` included).
 fn reaches<'a>(source: &Path, read_only: bool, guarded: &'a [Guarded]) -> Option<&'a Path> {
     let forms = [lexical(source), resolved(source)];
+    let in_install = |g: &Guarded| {
+        let g_forms = [lexical(&g.path), resolved(&g.path)];
+        forms
+            .iter()
+            .all(|s| g_forms.iter().any(|gf| s.starts_with(gf)))
+    };
+    if read_only && guarded.iter().any(|g| g.read_only_ok && in_install(g)) {
+        return None;
+    }
     guarded.iter().find_map(|g| {
         if read_only && g.read_only_ok {
             return None;
@@ -148,28 +185,27 @@ fn reaches<'a>(source: &Path, read_only: bool, guarded: &'a [Guarded]) -> Option
     })
 }
 
+/// Why bind `volume` (`/host:/path[:ro]`) may not be given to a job, if it may not: it
+/// reaches a guarded path, as this host resolves it now. A named volume is no host path.
+pub(crate) fn refused_bind(key: &str, volume: &str, guarded: &[Guarded]) -> Option<String> {
+    let source = volume.split(':').next().filter(|s| s.starts_with('/'))?;
+    let hit = reaches(Path::new(source), volume.ends_with(":ro"), guarded)?;
+    Some(format!(
+        "binds {} into every job's container, which reaches {}: the engine's socket, the \
+         daemon's state and work, a runner install (except read-only) or the host's own trees \
+         (/etc, /usr, /var, /opt, /srv, ...) are no job's; use a named volume, or set \
+         {key}.allow_host_paths = true to accept that",
+        shown(source),
+        hit.display()
+    ))
+}
+
 /// Refuses each bind in `volumes` that reaches a guarded path, naming its key.
 pub(super) fn refuse_binds(key: &str, volumes: &[String], guarded: &[Guarded], p: &mut Problems) {
     for (i, v) in volumes.iter().enumerate() {
-        let mut parts = v.split(':');
-        let Some(source) = parts.next().filter(|s| s.starts_with('/')) else {
-            continue;
-        };
-        let read_only = v.ends_with(":ro");
-        let Some(hit) = reaches(Path::new(source), read_only, guarded) else {
-            continue;
-        };
-        let shown = shown(source);
-        p.push(
-            format!("{key}.volumes[{i}]"),
-            format!(
-                "binds {shown} into every job's container, which reaches {}: the engine's \
-                 socket, the daemon's state and work, a runner install (except read-only) or the \
-                 host's own trees are no job's; use a named volume, or set \
-                 {key}.allow_host_paths = true to accept that",
-                hit.display()
-            ),
-        );
+        if let Some(why) = refused_bind(key, v, guarded) {
+            p.push(format!("{key}.volumes[{i}]"), why);
+        }
     }
 }
 
@@ -221,6 +257,34 @@ mod tests {
             Path::new("/etc/passwd")
         );
         assert_eq!(resolved(&tmp.path().join("not/yet")), real.join("not/yet"));
+    }
+
+    /// A bind that was fine at check-config, made to lead into `/etc` by a symlink put on
+    /// the host afterwards: judged again (as each container start does), it is refused.
+    #[test]
+    fn a_bind_is_judged_on_what_it_resolves_to_at_the_time_of_asking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        let guarded = guarded(
+            "unix:///run/podman/podman.sock",
+            Path::new("/var/lib/e"),
+            &[],
+            &[],
+        );
+        let volume = format!("{}:/cache", cache.display());
+        assert_eq!(refused_bind("providers.linux", &volume, &guarded), None);
+        std::fs::remove_dir(&cache).unwrap();
+        std::os::unix::fs::symlink("/etc", &cache).unwrap();
+        let why = refused_bind("providers.linux", &volume, &guarded).expect("refused now");
+        assert!(
+            why.contains("(that is /etc)") && why.contains("reaches /etc"),
+            "{why}"
+        );
+        assert_eq!(
+            refused_bind("providers.linux", "named:/cache", &guarded),
+            None
+        );
     }
 
     #[test]

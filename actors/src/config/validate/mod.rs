@@ -21,7 +21,7 @@ mod cluster;
 mod cluster_tests;
 mod containers;
 mod github;
-mod host_paths;
+pub(crate) mod host_paths;
 mod linux_vm;
 mod network;
 #[cfg(test)]

@@ -184,7 +184,7 @@ fn container_settings_are_checked_with_their_keys() {
         r#"
         [providers.linux]
         pull = "sometimes"
-        volumes = ["cache:/cache", "/srv/data:/data:ro", "relative:path", "a:b:c:d"]
+        volumes = ["cache:/cache", "/tmp/data:/data:ro", "relative:path", "a:b:c:d"]
         tmpfs = ["/tmp", "scratch"]
         shm_size = "12"
         devices = ["/dev/nvidia0", "gpu"]
@@ -279,7 +279,7 @@ fn binds_that_reach_the_engine_or_the_daemon_are_refused() {
         )
     };
     let k = keys(&pool(
-        r#""/run/podman:/run/podman", "/var/lib/ephemer-actors:/s", "/var/lib:/l", "/var/lib/ephemer-actors-work/x:/w", "/etc:/e", "/srv/cache:/cache", "cache:/c""#,
+        r#""/run/podman:/run/podman", "/var/lib/ephemer-actors:/s", "/var/lib:/l", "/var/lib/ephemer-actors-work/x:/w", "/etc:/e", "/srv/cache:/cache", "/opt/data:/d", "/var/spool/cron:/c", "/tmp/ci-cache:/cache", "cache:/c""#,
         "",
     ));
     assert_eq!(
@@ -290,8 +290,27 @@ fn binds_that_reach_the_engine_or_the_daemon_are_refused() {
             "providers.linux.volumes[2]",
             "providers.linux.volumes[3]",
             "providers.linux.volumes[4]",
+            "providers.linux.volumes[5]",
+            "providers.linux.volumes[6]",
+            "providers.linux.volumes[7]",
         ],
-        "a cache dir and a named volume are fine"
+        "a cache dir of its own and a named volume are fine; /srv, /opt and /var (the cron \
+         spools) are the host's (issue 65, item 8)"
+    );
+    // An operator's install under /opt, bound read-only: fine; read-write: refused.
+    let with_install = |volume: &str| {
+        keys(&format!(
+            "{}[providers.local]\nrunner_dir = \"/opt/actions-runner\"\nallow_root = true\n",
+            pool(volume, "")
+        ))
+        .into_iter()
+        .filter(|k| k.starts_with("providers.linux"))
+        .collect::<Vec<_>>()
+    };
+    assert!(with_install(r#""/opt/actions-runner:/runner:ro""#).is_empty());
+    assert_eq!(
+        with_install(r#""/opt/actions-runner:/runner""#),
+        ["providers.linux.volumes[0]"]
     );
     assert!(
         keys(&pool(
@@ -541,7 +560,7 @@ fn binds_and_devices_are_judged_on_the_path_they_resolve_to() {
          volumes = [\"/tmp/../etc:/x\", \"/tmp/../run/podman/podman.sock:/var/run/docker.sock\", \
          \"{state}/x/../../state:/s\", \"/usr:/usr:ro\", \"/home:/h\", \
          \"/opt/actions-runner:/r\", \"{link}:/l\", \"/srv/jobs/one:/j\", \"/:/host:ro\", \
-         \"/opt/actions-runner:/r:ro\", \"/srv/cache:/cache\", \"cache:/c\"]\n\
+         \"/opt/actions-runner:/r:ro\", \"/tmp/cache:/cache\", \"cache:/c\"]\n\
          devices = [\"/dev/sda\", \"/dev/mem\", \"/dev/kvm\", \"/dev/dri/renderD128\", \
          \"/dev/nvidia0\", \"nvidia.com/gpu=all\"]\n",
         state = state.display(),

@@ -538,19 +538,11 @@ fn check_who_runs(
 /// host's own trees, the engine's socket, the daemon's state and work, any process pool's
 /// work root, or (read-write) an operator's runner install ([`super::host_paths`]).
 fn refuse_host_paths(providers: &ProvidersConfig, state_dir: &Path, p: &mut Problems) {
-    let process = providers.pools.iter().filter_map(|pool| pool.process());
-    let work_roots: Vec<PathBuf> = process.clone().map(|x| x.work_root.clone()).collect();
-    let installs: Vec<PathBuf> = process
-        .filter_map(|x| match &x.program {
-            RunnerProgram::Install(dir) => Some(dir.clone()),
-            _ => None,
-        })
-        .collect();
     for pool in &providers.pools {
         let Some(l) = pool.linux().filter(|l| !l.mounts.allow_host_paths) else {
             continue;
         };
-        let guarded = super::host_paths::guarded(&l.socket, state_dir, &work_roots, &installs);
+        let guarded = super::host_paths::guarded_for(providers, state_dir, &l.socket);
         let key = format!("providers.{}", pool.name);
         super::host_paths::refuse_binds(&key, &l.mounts.volumes, &guarded, p);
     }
