@@ -229,7 +229,7 @@ fn dechunk(mut data: &[u8]) -> anyhow::Result<Vec<u8>> {
 }
 
 pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    crate::term::outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
@@ -277,10 +277,10 @@ fn print_rates(
 ) {
     let read: Vec<_> = rates.iter().filter(|(_, r)| r.updated > 0).collect();
     if read.is_empty() {
-        println!("{indent}rate budget   no reading yet");
+        crate::term::outln!("{indent}rate budget   no reading yet");
     }
     for (bucket, rate) in read {
-        println!(
+        crate::term::outln!(
             "{indent}rate budget   {}: {}/{} left, resets {} (read {})",
             bucket.as_str(),
             or_dash(rate.remaining),
@@ -293,33 +293,43 @@ fn print_rates(
 
 fn print_status(v: &StatusAnswer) {
     let st = &v.scheduler;
-    println!(
+    crate::term::outln!(
         "ephemer-actors {}  up {}  cordoned: {}",
         v.version,
         humantime::format_duration(Duration::from_secs(v.uptime_seconds)),
         if st.draining { "yes" } else { "no" }
     );
-    println!(
+    crate::term::outln!(
         "capacity      {}/{} runners, {} pending, retry queue {}",
-        st.capacity.used, st.capacity.max_concurrent, st.pending, st.retry_queue_depth
+        st.capacity.used,
+        st.capacity.max_concurrent,
+        st.pending,
+        st.retry_queue_depth
     );
     if st.targets.len() > 1 {
         for t in &st.targets {
-            println!(
+            crate::term::outln!(
                 "target        {} (owner {}, weight {}): {} slots held, {} pending",
-                t.name, t.owner, t.weight, t.held, t.pending
+                t.name,
+                t.owner,
+                t.weight,
+                t.held,
+                t.pending
             );
             print_rates(&t.rate, "  ");
         }
     } else {
         print_rates(&v.rates, "");
     }
-    println!(
+    crate::term::outln!(
         "\n{:<20} {:<24} {:<4} {:<9} LABELS",
-        "POOL", "PROVISIONER", "UP", "USED/MAX"
+        "POOL",
+        "PROVISIONER",
+        "UP",
+        "USED/MAX"
     );
     for p in &st.providers {
-        println!(
+        crate::term::outln!(
             "{:<20} {:<24} {:<4} {:<9} {}",
             p.provider,
             p.provisioner,
@@ -328,19 +338,21 @@ fn print_status(v: &StatusAnswer) {
             p.labels.join(",")
         );
         if let Some(cause) = &p.down_cause {
-            println!("  down: {cause}");
+            crate::term::outln!("  down: {cause}");
         }
         if let Some(accel) = &p.accel {
-            println!("  accel: {accel}");
+            crate::term::outln!("  accel: {accel}");
         }
         if let Some(w) = &p.warm {
-            println!(
+            crate::term::outln!(
                 "  warm: {} ready, {} booting (keeps {} now)",
-                w.available, w.booting, w.target
+                w.available,
+                w.booting,
+                w.target
             );
         }
         if let Some(last) = &p.last_environment_failure {
-            println!(
+            crate::term::outln!(
                 "  environments failed: {} (latest: {last})",
                 p.environment_failures
             );
@@ -350,13 +362,18 @@ fn print_status(v: &StatusAnswer) {
         print_runner(runner);
     }
     if !v.scalesets.is_empty() {
-        println!(
+        crate::term::outln!(
             "\n{:<16} {:<10} {:<15} {:<9} {:<9} {:<8} WHY",
-            "SCALE SET", "ID", "SESSION", "LAST MSG", "ASSIGNED", "RUNNING"
+            "SCALE SET",
+            "ID",
+            "SESSION",
+            "LAST MSG",
+            "ASSIGNED",
+            "RUNNING"
         );
         for l in &v.scalesets {
             let stats = l.statistics.unwrap_or_default();
-            println!(
+            crate::term::outln!(
                 "{:<16} {:<10} {:<15} {:<9} {:<9} {:<8} {}",
                 l.pool,
                 l.scale_set_id.map_or("-".to_string(), |id| id.to_string()),
@@ -369,9 +386,15 @@ fn print_status(v: &StatusAnswer) {
         }
     }
     if let Some(fleet) = &v.fleet {
-        println!(
+        crate::term::outln!(
             "\n{:<20} {:<6} {:<10} {:<9} {:<8} POOLS   (this host: {}; {} queued in the fleet)",
-            "HOST", "LEASE", "EXPIRES", "USED/MAX", "HOLDING", fleet.me, fleet.queued
+            "HOST",
+            "LEASE",
+            "EXPIRES",
+            "USED/MAX",
+            "HOLDING",
+            fleet.me,
+            fleet.queued
         );
         for h in &fleet.hosts {
             let pools: Vec<String> = h
@@ -383,7 +406,7 @@ fn print_status(v: &StatusAnswer) {
                         .collect()
                 })
                 .unwrap_or_default();
-            println!(
+            crate::term::outln!(
                 "{:<20} {:<6} {:<10} {:<9} {:<8} {}",
                 h.host,
                 if h.alive { "live" } else { "EXPIRED" },
@@ -406,12 +429,12 @@ fn print_runner(r: &ephemer_actors_core::release::actor::RunnerReleaseView) {
         (Some(v), _) => v.to_string(),
         (None, _) => "unknown".into(),
     };
-    println!(
+    crate::term::outln!(
         "\nrunner        latest release {latest}; auto_update {}",
         if r.auto_update { "on" } else { "off" }
     );
     if let Some(problem) = &r.problem {
-        println!("  problem: {problem}");
+        crate::term::outln!("  problem: {problem}");
     }
     for p in &r.pools {
         let version = p
@@ -431,7 +454,7 @@ fn print_runner(r: &ephemer_actors_core::release::actor::RunnerReleaseView) {
         } else {
             "operator's install"
         };
-        println!("  {:<18} {version} ({lag}; {who})", p.pool);
+        crate::term::outln!("  {:<18} {version} ({lag}; {who})", p.pool);
     }
 }
 
@@ -498,15 +521,20 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
         if t.json {
             return print_json(&v);
         }
-        println!(
+        crate::term::outln!(
             "{:<12} {:<16} {:<15} {:<9} {:<8} {:<18} NEXT ATTEMPT",
-            "JOB", "REPO", "STATE", "POOL", "RETRIES", "CLASS"
+            "JOB",
+            "REPO",
+            "STATE",
+            "POOL",
+            "RETRIES",
+            "CLASS"
         );
         for j in &v.jobs {
-            println!(
+            crate::term::outln!(
                 "{:<12} {:<16} {:<15} {:<9} {:<8} {:<18} {}",
                 j.key.job_id,
-                j.repo,
+                crate::term::one_line(&j.repo),
                 state_text(&j.phase),
                 phase_provider(&j.phase),
                 j.retry_attempts,
@@ -520,7 +548,10 @@ pub fn jobs(t: &Target, id: Option<u64>, filter: &JobFilter) -> anyhow::Result<(
     if t.json {
         return print_json(&v);
     }
-    print!("{}", crate::job_text::job_text(id, &v));
+    print!(
+        "{}",
+        crate::term::printable(&crate::job_text::job_text(id, &v))
+    );
     Ok(())
 }
 
@@ -536,9 +567,9 @@ pub fn cordon(t: &Target, on: bool) -> anyhow::Result<()> {
         return print_json(&v);
     }
     if v.cordoned {
-        println!("cordoned: no new claims and no new retries; running jobs continue");
+        crate::term::outln!("cordoned: no new claims and no new retries; running jobs continue");
     } else {
-        println!("uncordoned: claiming again");
+        crate::term::outln!("uncordoned: claiming again");
     }
     Ok(())
 }
@@ -548,7 +579,9 @@ pub fn cordon(t: &Target, on: bool) -> anyhow::Result<()> {
 pub fn drain(t: &Target, wait: bool, timeout: Option<Duration>) -> anyhow::Result<()> {
     let _: CordonAnswer = call(t, Method::POST, "/api/v1/cordon")?;
     if !wait {
-        println!("cordoned: no new claims; running jobs continue (drain --wait waits for them)");
+        crate::term::outln!(
+            "cordoned: no new claims; running jobs continue (drain --wait waits for them)"
+        );
         return Ok(());
     }
     let started = std::time::Instant::now();
@@ -557,11 +590,11 @@ pub fn drain(t: &Target, wait: bool, timeout: Option<Duration>) -> anyhow::Resul
         let v: StatusAnswer = call(t, Method::GET, "/api/v1/status")?;
         let left = v.scheduler.runners;
         if left == 0 {
-            println!("drained: no runner left; the daemon can be stopped or upgraded");
+            crate::term::outln!("drained: no runner left; the daemon can be stopped or upgraded");
             return Ok(());
         }
         if said != Some(left) {
-            println!("waiting for {left} runners to finish");
+            crate::term::outln!("waiting for {left} runners to finish");
             said = Some(left);
         }
         if let Some(limit) = timeout

@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 
 use ephemer_actors_core::{admin::JobAnswer, scheduler::core::Phase};
 
-use crate::ctl::{or_dash, phase_provider, state_text, when};
+use crate::{
+    ctl::{or_dash, phase_provider, state_text, when},
+    term::one_line,
+};
 
 /// The text `jobs ID` prints.
 pub fn job_text(id: u64, v: &JobAnswer) -> String {
@@ -15,18 +18,18 @@ pub fn job_text(id: u64, v: &JobAnswer) -> String {
         out,
         "job {} in {}/{}  labels {}",
         id,
-        j.key.owner,
-        j.repo,
-        j.labels.join(",")
+        one_line(&j.key.owner),
+        one_line(&j.repo),
+        one_line(&j.labels.join(","))
     );
     if let Some(a) = &j.about {
         let _ = writeln!(
             out,
             "name {}  workflow {}  branch {}  triggered by {}",
-            dash(&a.name),
-            dash(&a.workflow),
-            dash(&a.branch),
-            dash(&a.sender)
+            one_line(dash(&a.name)),
+            one_line(dash(&a.workflow)),
+            one_line(dash(&a.branch)),
+            one_line(dash(&a.sender))
         );
     }
     if j.run_id != 0 {
@@ -37,7 +40,7 @@ pub fn job_text(id: u64, v: &JobAnswer) -> String {
         "state {}  provider {}  runner {}  retries {}  first failure class {}",
         state_text(&j.phase),
         phase_provider(&j.phase),
-        or_dash(j.runner_name.as_deref()),
+        one_line(&or_dash(j.runner_name.as_deref())),
         j.retry_attempts,
         or_dash(j.error_class)
     );
@@ -67,7 +70,7 @@ pub fn job_text(id: u64, v: &JobAnswer) -> String {
     }
     let _ = writeln!(out, "\ntimeline:");
     for n in &j.timeline {
-        let _ = writeln!(out, "  {}  {}", when(n.at()), n.note);
+        let _ = writeln!(out, "  {}  {}", when(n.at()), one_line(&n.note.to_string()));
     }
     out
 }
@@ -121,5 +124,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A job name from a webhook carrying escape sequences and a forged line (issue 65, item
+    /// 9): nothing of it reaches the terminal as a control character.
+    #[test]
+    fn names_from_github_reach_the_terminal_escaped() {
+        let v: JobAnswer = serde_json::from_value(serde_json::json!({
+            "job": {
+                "key": { "owner": "acme", "job_id": 42 }, "repo": "app\x1b]0;pwned\x07",
+                "labels": ["linux"], "phase": { "state": "pending" }, "pending": false,
+                "seen": true, "started": false, "admissions": 1, "retry_attempts": 0,
+                "error_class": null, "next_attempt_unix": null, "runner_name": null, "run_id": 7,
+                "about": { "name": "build\x1b[2J\nstate done", "workflow": "ci\u{9b}31m", "branch": "main\u{202e}", "sender": "o" },
+                "timeline": [],
+            },
+            "retry": null,
+            "runners": [],
+        }))
+        .expect("a job answer");
+        let text = job_text(42, &v);
+        assert!(
+            !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+            "{text:?}"
+        );
+        assert!(!text.lines().any(|l| l.starts_with("state done")), "{text}");
+        assert!(text.contains("build\\u{1b}[2J\\u{a}state done"), "{text}");
     }
 }

@@ -15,6 +15,7 @@ mod scaleset;
 mod serve;
 #[cfg(feature = "demo")]
 mod standin;
+mod term;
 mod usage;
 
 fn main() -> std::process::ExitCode {

@@ -19,7 +19,7 @@ pub fn usage(t: &Target, since: &str, by: UsageBy, as_csv: bool) -> anyhow::Resu
     if t.json {
         return print_json(&v);
     }
-    print!("{}", text(&v, as_csv));
+    print!("{}", crate::term::printable(&text(&v, as_csv)));
     Ok(())
 }
 

@@ -43,7 +43,7 @@ macro_rules! daemon_modules {
 
 daemon_modules!(
     bounded, cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store,
-    telemetry, vocab,
+    remove, telemetry, vocab,
 );
 // Written out: it exports a macro the crate names by path, which a macro-made module cannot.
 #[cfg(feature = "daemon")]

@@ -105,7 +105,24 @@ pub fn summarize(rows: &[UsageRow], by: UsageBy) -> Vec<UsageLine> {
     lines
 }
 
-/// `lines` as CSV, with a header; a key with a comma or a quote is quoted.
+/// A key as a CSV cell. A key is a repository, pool or target name from GitHub or the config:
+/// one that starts like a formula (`=`, `+`, `-`, `@`, a tab or a carriage return) would be
+/// run by a spreadsheet that opens the file, so it is led by `'` (OWASP's guard); one with a
+/// comma, a quote or a line end is quoted.
+pub fn csv_cell(key: &str) -> String {
+    let guarded = if key.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{key}")
+    } else {
+        key.to_string()
+    };
+    if guarded.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", guarded.replace('"', "\"\""))
+    } else {
+        guarded
+    }
+}
+
+/// `lines` as CSV, with a header; each key through [`csv_cell`].
 pub fn csv(lines: &[UsageLine], by: UsageBy) -> String {
     let mut out = format!(
         "{},jobs,runner_minutes,retries,pickup_p50_ms,pickup_p90_ms\n",
@@ -113,11 +130,7 @@ pub fn csv(lines: &[UsageLine], by: UsageBy) -> String {
     );
     let opt = |v: Option<u64>| v.map_or_else(String::new, |v| v.to_string());
     for l in lines {
-        let key = if l.key.contains([',', '"', '\n']) {
-            format!("\"{}\"", l.key.replace('"', "\"\""))
-        } else {
-            l.key.clone()
-        };
+        let key = csv_cell(&l.key);
         out += &format!(
             "{key},{},{:.2},{},{},{}\n",
             l.jobs,
@@ -180,6 +193,19 @@ mod tests {
             "pool,jobs,runner_minutes,retries,pickup_p50_ms,pickup_p90_ms\n\
              linux,2,40.00,1,100,200\nmac,1,5.00,2,300,300\n"
         );
+    }
+
+    #[test]
+    fn a_key_a_spreadsheet_would_run_is_guarded() {
+        assert_eq!(csv_cell("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        for bad in ["+1", "-2", "@SUM(A1)", "\tx", "\rx"] {
+            assert!(
+                csv_cell(bad).trim_start_matches('"').starts_with('\''),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(csv_cell("acme/app"), "acme/app");
+        assert_eq!(csv_cell("a\rb"), "\"a\rb\"");
     }
 
     #[test]

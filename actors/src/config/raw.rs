@@ -28,6 +28,7 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawTelemetry {
     pub otlp_endpoint: Option<String>,
     pub service_name: Option<String>,
+    pub allow_insecure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

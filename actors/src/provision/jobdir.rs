@@ -7,13 +7,13 @@
 //! every child is made and changed through the file descriptor of its parent (`mkdirat`,
 //! `openat(O_NOFOLLOW)`, `fchown`, `fchmod`, `linkat`, `symlinkat`), and the top is handed to
 //! the user last. Removal walks by descriptor too, with its depth on the heap
-//! ([`super::remove`]).
+//! ([`crate::remove`]).
 
 use std::{
     ffi::OsStr,
     io,
     os::{
-        fd::{AsFd, OwnedFd},
+        fd::OwnedFd,
         unix::ffi::OsStrExt,
     },
     path::Path,
@@ -37,16 +37,7 @@ fn os(e: nix::Error, what: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", what.display()))
 }
 
-/// Opens directory `name` in `parent` without following a link (`ELOOP` or `ENOTDIR` if it
-/// is one).
-pub(super) fn open_dir_at(parent: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
-    nix::fcntl::openat(
-        parent,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-}
+pub(super) use crate::remove::open_dir_at;
 
 impl Tree {
     /// Makes `dir` (which must not exist), root's and `0700` whatever the umask, in a parent

@@ -22,7 +22,6 @@ mod process_users;
 mod process_warm;
 mod procgroup;
 pub mod reach;
-pub mod remove;
 pub mod unremovable;
 pub mod runner_env;
 mod runner_log;

@@ -64,8 +64,8 @@ fn remove_entry(fd: &OwnedFd, path: &Path, name: &OsStr, is_dir: bool) -> bool {
     if !is_dir {
         return nix::unistd::unlinkat(fd, name, UnlinkatFlags::NoRemoveDir).is_ok();
     }
-    let deadline = std::time::Instant::now() + super::remove::TEARDOWN_BUDGET;
-    match super::remove::remove_at(fd, &path.join(name), name, deadline) {
+    let deadline = std::time::Instant::now() + crate::remove::TEARDOWN_BUDGET;
+    match crate::remove::remove_at(fd, &path.join(name), name, deadline) {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(error = %e, "cannot remove what a job's user left; the next clearing tries again");

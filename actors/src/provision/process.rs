@@ -301,7 +301,7 @@ impl ProcessBackend {
         };
         made.map(|()| lease).map_err(|e| {
             // Only the daemon has written it so far: small, and no job's shape.
-            let _ = super::remove::remove_tree(dir, super::remove::TEARDOWN_BUDGET);
+            let _ = crate::remove::remove_tree(dir, crate::remove::TEARDOWN_BUDGET);
             ProvisionError::HostUnavailable(format!(
                 "cannot prepare the runner directory {}: {e}",
                 dir.display()

@@ -98,7 +98,7 @@ fn probe_user(s: &ProcessSettings, user: &str, ca: Option<&Path>) -> Result<Stri
     let dir = s
         .work_root
         .join(format!(".reach-probe-{user}-{}", std::process::id()));
-    let _ = crate::provision::remove::remove_tree(&dir, crate::provision::remove::TEARDOWN_BUDGET);
+    let _ = crate::remove::remove_tree(&dir, crate::remove::TEARDOWN_BUDGET);
     let owner = Some((u.uid, u.gid));
     let made = match &s.program {
         RunnerProgram::Install(install) => copy_install(install, &dir, owner).map(drop),
@@ -111,7 +111,7 @@ fn probe_user(s: &ProcessSettings, user: &str, ca: Option<&Path>) -> Result<Stri
         )),
         Ok(()) => run_checks(s, user, &dir, ca).map_err(|(what, fix)| fail(what, fix)),
     };
-    let _ = crate::provision::remove::remove_tree(&dir, crate::provision::remove::TEARDOWN_BUDGET);
+    let _ = crate::remove::remove_tree(&dir, crate::remove::TEARDOWN_BUDGET);
     result.map(|()| {
         format!(
             "run_as user {user} reaches its job directory in {} and can start its runner",

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::remove::{TEARDOWN_BUDGET, Unremoved, remove_tree};
+use crate::remove::{TEARDOWN_BUDGET, Unremoved, remove_tree};
 use crate::retry::Doubling;
 
 /// The first wait before a tree is tried again, and the longest.

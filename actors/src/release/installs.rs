@@ -103,7 +103,7 @@ impl ManagedInstalls {
             for entry in dir.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if name.starts_with(".partial-") {
-                    let _ = crate::provision::remove::remove_tree(&entry.path(), crate::provision::remove::TEARDOWN_BUDGET);
+                    let _ = crate::remove::remove_tree(&entry.path(), crate::remove::TEARDOWN_BUDGET);
                 } else if name.starts_with(".download-") {
                     // A download a stop cut short.
                     let _ = std::fs::remove_file(entry.path());
@@ -182,7 +182,7 @@ impl ManagedInstalls {
         let mut removed = Vec::new();
         for v in self.installed() {
             if v != current && !held.contains(&v) {
-                match crate::provision::remove::remove_tree(&self.dir_of(&v), crate::provision::remove::TEARDOWN_BUDGET) {
+                match crate::remove::remove_tree(&self.dir_of(&v), crate::remove::TEARDOWN_BUDGET) {
                     Ok(_) => {
                         tracing::info!(version = %v, "removed the runner install no job uses any more");
                         removed.push(v);
@@ -244,7 +244,7 @@ pub fn unpack(
     std::fs::create_dir_all(root)?;
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755))?;
     let partial = root.join(format!(".partial-{version}"));
-    let _ = crate::provision::remove::remove_tree(&partial, crate::provision::remove::TEARDOWN_BUDGET);
+    let _ = crate::remove::remove_tree(&partial, crate::remove::TEARDOWN_BUDGET);
     std::fs::create_dir(&partial)?;
     let file = std::fs::File::open(archive)?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(io::BufReader::new(file)));
@@ -256,7 +256,7 @@ pub fn unpack(
         .unpack(&partial)
         .and_then(|()| normalize_modes(&partial));
     if let Err(e) = unpacked {
-        let _ = crate::provision::remove::remove_tree(&partial, crate::provision::remove::TEARDOWN_BUDGET);
+        let _ = crate::remove::remove_tree(&partial, crate::remove::TEARDOWN_BUDGET);
         return Err(e);
     }
     std::fs::write(
@@ -264,7 +264,7 @@ pub fn unpack(
         format!("sha256:{}\n", hex::encode(sha256)),
     )?;
     let dest = root.join(version.to_string());
-    let _ = crate::provision::remove::remove_tree(&dest, crate::provision::remove::TEARDOWN_BUDGET);
+    let _ = crate::remove::remove_tree(&dest, crate::remove::TEARDOWN_BUDGET);
     std::fs::rename(&partial, &dest)?;
     Ok(dest)
 }

@@ -77,7 +77,9 @@ fn page(title: &str, body: Markup, needs_token: bool) -> Markup {
                     nav aria-label="Pages" { a href="/" { "Status" } " · " a href="/jobs" { "Jobs" } " · " a href="/usage" { "Usage" } }
                     span.live aria-live="polite" id="live" { "refreshes every 5 s while shown" }
                 }
-                form #login hidden[!needs_token] aria-label="Admin token" {
+                // Posted, never sent as a query: with scripts off the browser submits the form itself,
+                // and a GET would put the token in the URL, the history and the server's log.
+                form #login method="post" hidden[!needs_token] aria-label="Admin token" {
                     label for="token" { "This listener needs the admin token (kept in this page only):" }
                     input #token name="token" type="password" autocomplete="off" required;
                     button type="submit" { "Show" }

@@ -248,3 +248,11 @@ fn a_job_s_name_workflow_and_branch_are_shown_escaped() {
     only_own_script(&overview);
     assert!(overview.contains("build &lt;script&gt;"), "{overview}");
 }
+
+/// With scripts off the browser submits the token form itself: as a POST, the token never
+/// lands in the URL, the history or a server's log (issue 65, item 9).
+#[test]
+fn the_token_form_posts() {
+    let page = render::login().into_string();
+    assert!(page.contains(r#"<form id="login" method="post""#), "{page}");
+}

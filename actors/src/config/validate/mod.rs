@@ -324,7 +324,7 @@ fn check_listeners(c: &Config, p: &mut Problems) {
 }
 
 /// Whether the host of `authority[/path]` (after the scheme) is this machine.
-fn loopback(authority: &str) -> bool {
+pub(super) fn loopback(authority: &str) -> bool {
     let authority = authority.split('/').next().unwrap_or("");
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),

@@ -11,10 +11,24 @@ pub(super) fn build_telemetry(raw: RawTelemetry, p: &mut Problems) -> TelemetryC
         .otlp_endpoint
         .map(|e| e.trim().to_string())
         .filter(|e| !e.is_empty());
-    if let Some(e) = &otlp_endpoint
-        && let Err(why) = check_endpoint(e)
-    {
-        p.push("telemetry.otlp_endpoint", why);
+    if let Some(e) = &otlp_endpoint {
+        if let Err(why) = check_endpoint(e) {
+            p.push("telemetry.otlp_endpoint", why);
+        } else if let Some(rest) = e.strip_prefix("http://")
+            && !super::loopback(rest)
+            && !raw.allow_insecure.unwrap_or(false)
+        {
+            // A trace names repositories, workflows, branches and runner names, and the
+            // exporter's headers (OTEL_EXPORTER_OTLP_HEADERS) often carry a collector's key.
+            p.push(
+                "telemetry.otlp_endpoint",
+                format!(
+                    "{e:?} is plain http to another host: every job's trace (repositories, \
+                     workflows, branches) and the exporter's headers would cross the network in \
+                     clear; use https://, or set telemetry.allow_insecure = true to accept that"
+                ),
+            );
+        }
     }
     let service_name = raw.service_name.unwrap_or_else(|| SERVICE_NAME.into());
     if service_name.trim().is_empty() {
@@ -80,10 +94,43 @@ mod tests {
             RawTelemetry {
                 otlp_endpoint: Some("collector:4318".into()),
                 service_name: Some(" ".into()),
+                allow_insecure: None,
             },
             &mut p,
         );
         let keys: Vec<_> = p.0.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, ["telemetry.otlp_endpoint", "telemetry.service_name"]);
+    }
+
+    /// Plain http to another host carries every job's trace in clear (issue 65, item 9):
+    /// refused unless said; loopback and https are fine.
+    #[test]
+    fn plain_http_off_loopback_needs_allow_insecure() {
+        let problems = |endpoint: &str, allow: Option<bool>| {
+            let mut p = Problems::default();
+            build_telemetry(
+                RawTelemetry {
+                    otlp_endpoint: Some(endpoint.into()),
+                    service_name: None,
+                    allow_insecure: allow,
+                },
+                &mut p,
+            );
+            p.0.into_iter().map(|e| e.reason).collect::<Vec<_>>()
+        };
+        let refused = problems("http://collector.corp:4318", None);
+        assert!(
+            refused.len() == 1 && refused[0].contains("allow_insecure"),
+            "{refused:?}"
+        );
+        assert!(problems("http://collector.corp:4318", Some(true)).is_empty());
+        for fine in [
+            "http://127.0.0.1:4318",
+            "http://[::1]:4318",
+            "http://localhost:4318",
+            "https://collector.corp",
+        ] {
+            assert!(problems(fine, None).is_empty(), "{fine}");
+        }
     }
 }

@@ -36,7 +36,17 @@ use nix::{
     unistd::UnlinkatFlags,
 };
 
-use super::jobdir::open_dir_at;
+
+/// Opens directory `name` in `parent` without following a link (`ELOOP` or `ENOTDIR` if it
+/// is one).
+pub(crate) fn open_dir_at(parent: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    nix::fcntl::openat(
+        parent,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
 
 /// How long one teardown may spend removing a tree before it reports what is left.
 pub const TEARDOWN_BUDGET: Duration = Duration::from_secs(30);
@@ -488,5 +498,4 @@ fn unescape(field: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
-#[path = "remove_tests.rs"]
 mod tests;
