@@ -294,6 +294,14 @@ fn runner_paths(config: &Config) -> Vec<(String, String)> {
     let managed = ephemer_actors_core::release::installs::ManagedInstalls::for_config(config);
     for pool in config.providers.enabled() {
         let settings = pool_settings(config, pool, "check", None, std::env::temp_dir());
+        if let PoolSettings::Qemu(q) = &settings {
+            // The image, kernel and initrd root hands to QEMU: the operator's alone.
+            out.extend(ephemer_actors_core::provision::qemu::file_problems(
+                pool.name.as_str(),
+                &q.vm,
+            ));
+            continue;
+        }
         let PoolSettings::Process(s) = settings else {
             continue;
         };

@@ -144,6 +144,7 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
         taken.as_secs_f64()
     );
     let mut looked = 0;
+    let mut sandboxed = Vec::new();
     while standin.jobs_in("completed") < 2 && looked < 600 {
         for (pid, cmdline) in qemus_of(&daemon) {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
@@ -155,6 +156,10 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
                 );
             }
             assert!(!cmdline.contains("JITCONFIG") && !environ.contains("JITCONFIG"));
+            // Sandboxed (issue 65, item 3): once booted, a uid of its own range with no
+            // capability, no_new_privs, seccomp filtering, a process group of its own.
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            sandboxed.extend(vm::sandbox_of(pid, &status));
             // In a cgroup of its own, which the teardown kills.
             let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
             if !cgroup.is_empty() {
@@ -167,10 +172,35 @@ async fn jobs_run_each_in_a_vm_of_their_own_with_the_jit_config_never_on_the_hos
         looked += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert!(!sandboxed.is_empty(), "no QEMU was seen running");
+    if nix::unistd::geteuid().is_root() {
+        let loose: Vec<&str> = sandboxed
+            .iter()
+            .filter(|s| !(s.dropped && s.sealed))
+            .map(|s| s.uids.as_str())
+            .collect();
+        assert!(
+            loose.is_empty(),
+            "QEMUs outside their sandbox (uids {loose:?}): {sandboxed:#?}"
+        );
+    }
     daemon
         .wait_completed(&standin, 2, Duration::from_secs(300))
         .await;
     daemon.wait_no_runner_left(&standin).await;
+    // Torn down at `completed`, a moment before its runner exits: the VM is given the grace to
+    // say so (issue 65, item 10), and its log says what happened in words.
+    eventually("both VMs to end", Duration::from_secs(60), || {
+        daemon.logs().matches("VM ended:").count() >= 2
+    })
+    .await;
+    let logs = daemon.logs();
+    assert_eq!(
+        logs.matches("its runner exited with code 0, then the guest powered off")
+            .count(),
+        2,
+        "{logs}"
+    );
     eventually("every VM gone", Duration::from_secs(30), || {
         qemus_of(&daemon).is_empty() && run_dirs(&daemon).is_empty()
     })

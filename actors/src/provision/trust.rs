@@ -42,6 +42,41 @@ pub fn check_trusted(dir: &Path) -> Result<(), TrustError> {
     walk(dir, &canonical, &owners)
 }
 
+/// Why an operator's file that root hands to QEMU (`what`: a VM's image, kernel or initrd at
+/// `path`) is not safe, or `Ok`: the file it resolves to, every directory above that, and every
+/// directory above the path as given (a symlink's own directory) are root's or the daemon's,
+/// with no group or other write (a sticky directory above may be world-writable).
+pub fn check_file_trusted(what: &str, path: &Path) -> Result<(), TrustError> {
+    let owners = owners();
+    let file = |e: TrustError| match e {
+        TrustError::Shared { path: p, what: w, .. } => TrustError::File {
+            what: what.to_string(),
+            file: path.display().to_string(),
+            path: p,
+            detail: w,
+        },
+        other => other,
+    };
+    let canonical = fs::canonicalize(path).map_err(|e| TrustError::unreadable(path, &e))?;
+    let meta = fs::metadata(&canonical).map_err(|e| TrustError::unreadable(&canonical, &e))?;
+    judge(Path::new(what), &canonical, &meta, &owners).map_err(file)?;
+    let given_parent = path
+        .parent()
+        .and_then(|p| fs::canonicalize(p).ok())
+        .unwrap_or_default();
+    for above in canonical.ancestors().skip(1).chain(given_parent.ancestors()) {
+        if above.as_os_str().is_empty() {
+            continue;
+        }
+        let meta = fs::metadata(above).map_err(|e| TrustError::unreadable(above, &e))?;
+        let sticky_shared = meta.mode() & STICKY != 0;
+        if !owners.contains(&meta.uid()) || (meta.mode() & SHARED_WRITE != 0 && !sticky_shared) {
+            return Err(file(refusal(Path::new(what), above, &meta, &owners)));
+        }
+    }
+    Ok(())
+}
+
 fn walk(dir: &Path, root: &Path, owners: &[u32]) -> Result<(), TrustError> {
     let mut todo = vec![root.to_path_buf()];
     while let Some(path) = todo.pop() {
@@ -163,6 +198,24 @@ pub enum TrustError {
         path: String,
         /// Who owns it or who may write it.
         what: String,
+    },
+    /// An operator's file for VMs (an image, a kernel, an initrd) that someone else could
+    /// change.
+    #[error(
+        "the {what} {file} is not safe to boot jobs from: {path} is {detail}; whoever can change \
+         it changes what every VM runs, and a qcow2's header can name any file on the host for \
+         root to read (fix: `chown root:root` and `chmod go-w` it and the directories above \
+         it; see docs/security.md)"
+    )]
+    File {
+        /// `image`, `kernel` or `initrd`.
+        what: String,
+        /// The file as configured.
+        file: String,
+        /// What in its path is not trusted.
+        path: String,
+        /// Who owns it or who may write it.
+        detail: String,
     },
     /// A symlink in it that leads out of it (each job's copy would follow it).
     #[error(
@@ -301,6 +354,27 @@ mod tests {
         assert!(!inside("bin/a", "../../etc"));
         assert!(!inside("bin/a", "/etc/passwd"));
         assert!(!inside("a", "x/../../.."));
+    }
+
+    /// The review's image: world-writable, owned by a job user (item 4).
+    #[test]
+    fn an_image_another_user_could_change_is_refused_up_its_whole_path() {
+        let tmp = base();
+        let image = tmp.path().join("runner.img");
+        fs::write(&image, "x").unwrap();
+        fs::set_permissions(&image, fs::Permissions::from_mode(0o644)).unwrap();
+        check_file_trusted("image", &image).unwrap();
+        fs::set_permissions(&image, fs::Permissions::from_mode(0o666)).unwrap();
+        let err = check_file_trusted("image", &image).unwrap_err().to_string();
+        assert!(err.contains("the image") && err.contains("writable by group or others"), "{err}");
+        fs::set_permissions(&image, fs::Permissions::from_mode(0o644)).unwrap();
+        // A link to it from a directory others may write: the link could be swapped.
+        let loose = tmp.path().join("loose");
+        fs::create_dir(&loose).unwrap();
+        fs::set_permissions(&loose, fs::Permissions::from_mode(0o777)).unwrap();
+        std::os::unix::fs::symlink(&image, loose.join("img")).unwrap();
+        let err = check_file_trusted("kernel", &loose.join("img")).unwrap_err().to_string();
+        assert!(err.contains("/loose is"), "{err}");
     }
 
     /// A tree deeper than a stack would hold is walked all the same.

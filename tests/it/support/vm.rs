@@ -24,6 +24,46 @@ fn cloud_kernel() -> Option<(PathBuf, String)> {
     found.pop()
 }
 
+/// How a QEMU process runs, as `/proc/<pid>/status` says.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    /// Its uids, all four, as the kernel says them.
+    pub uids: String,
+    /// Dropped to a uid of the VMs' range (1,900,000,000 and up) with no capability left.
+    pub dropped: bool,
+    /// Under a seccomp filter, with no_new_privs, leading its own process group.
+    pub sealed: bool,
+}
+
+/// QEMU `pid`'s sandbox, from its `status` text; `None` before it dropped (still starting).
+pub fn sandbox_of(pid: u32, status: &str) -> Option<Sandbox> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let uids = field("Uid:");
+    if uids.split_whitespace().next() == Some("0") {
+        return None;
+    }
+    let dropped = uids.split_whitespace().all(|u| {
+        u.parse::<u32>()
+            .is_ok_and(|u| (1_900_000_000..1_901_048_576).contains(&u))
+    }) && field("CapEff:").trim_start_matches('0').is_empty()
+        && field("CapPrm:").trim_start_matches('0').is_empty();
+    let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid as i32)))
+        .map(|p| p.as_raw() as u32)
+        .unwrap_or(0);
+    let sealed = field("Seccomp:") == "2" && field("NoNewPrivs:") == "1" && pgid == pid;
+    Some(Sandbox {
+        uids,
+        dropped,
+        sealed,
+    })
+}
+
 /// The test image, built once per test run; `None` (said loudly, or a failure in CI) when
 /// this host cannot boot a VM.
 pub fn image() -> Option<PathBuf> {

@@ -82,9 +82,22 @@ impl Agent {
         mut log: CappedLog,
     ) -> Result<Agent, ProvisionError> {
         let failed = |what: String| ProvisionError::EnvironmentFailed(what);
+        // Through the run directory's descriptor: the path QEMU was given is relative, and the
+        // directory's own path may be longer than a socket's address can hold.
+        let dir = socket.parent().unwrap_or(Path::new("."));
+        let name = socket.file_name().unwrap_or_default();
+        let dir_fd = std::fs::File::open(dir).map_err(|e| {
+            failed(format!("cannot open the VM's run directory {}: {e}", dir.display()))
+        })?;
+        let short = {
+            use std::os::fd::AsRawFd;
+            Path::new("/proc/self/fd")
+                .join(dir_fd.as_raw_fd().to_string())
+                .join(name)
+        };
         let wait = async {
             let stream = loop {
-                if let Ok(s) = UnixStream::connect(socket).await {
+                if let Ok(s) = UnixStream::connect(&short).await {
                     break s;
                 }
                 if !alive() {
@@ -234,6 +247,32 @@ mod tests {
         assert!(now.len() <= 64 << 10 && old.len() <= 64 << 10);
         assert!(now.contains("flood line 19999"), "the newest lines are kept");
         drop(agent);
+    }
+
+    /// A run directory whose path is longer than a socket address holds (a long `state.dir`
+    /// made every VM fail before, issue 65 item 10): the agent is reached all the same.
+    #[tokio::test]
+    async fn a_run_directory_longer_than_a_socket_path_is_reached() {
+        use std::os::fd::AsRawFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a-state-directory-whose-name-is-long".repeat(4));
+        std::fs::create_dir(&dir).unwrap();
+        let socket = dir.join("agent.sock");
+        assert!(socket.as_os_str().len() > 108);
+        assert!(tokio::net::UnixListener::bind(&socket).is_err(), "too long to bind by path");
+        // QEMU binds it relative to its working directory; here, through the directory's fd.
+        let fd = std::fs::File::open(&dir).unwrap();
+        let short = format!("/proc/self/fd/{}/agent.sock", fd.as_raw_fd());
+        let listener = tokio::net::UnixListener::bind(&short).unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            stream.write_all(b"EPHEMER-AGENT READY 1\n").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        let log = CappedLog::open(&tmp.path().join("vm.log"), 1 << 20).unwrap();
+        Agent::hello(&socket, Duration::from_secs(5), || true, log)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

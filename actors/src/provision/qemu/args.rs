@@ -20,6 +20,8 @@ pub(super) struct VmShape<'a> {
     /// it against a PIT that software emulation makes late, and hangs trying
     /// (`tsc_early_khz` and a preset delay loop spare it that).
     pub(super) tsc_khz: Option<u64>,
+    /// The uid and gid QEMU drops to once its files are open (when the daemon is root).
+    pub(super) user: Option<(u32, u32)>,
 }
 
 /// The job's own files, all under its run directory.
@@ -28,7 +30,9 @@ pub(super) struct VmFiles {
     /// The copy-on-write disk over the image.
     pub(super) overlay: PathBuf,
     /// The guest's serial console, which is also the agent's port: a unix socket QEMU
-    /// listens on and the daemon alone connects to.
+    /// listens on and the daemon alone connects to. QEMU is given it relative to its working
+    /// directory (the run directory) and the daemon reaches it through the directory's
+    /// descriptor, so a long `state.dir` never passes a socket path's 108 bytes.
     pub(super) agent: PathBuf,
     /// QEMU's pid, for a teardown by name and the sweep of leftovers.
     pub(super) pid: PathBuf,
@@ -41,7 +45,7 @@ impl VmFiles {
     pub(super) fn in_dir(dir: &Path) -> VmFiles {
         VmFiles {
             overlay: dir.join("disk.qcow2"),
-            agent: dir.join("agent.sock"),
+            agent: dir.join(AGENT_SOCKET),
             pid: dir.join("qemu.pid"),
             name: dir.join("qemu.name"),
         }
@@ -84,10 +88,7 @@ pub(super) fn qemu_args(name: &str, shape: &VmShape<'_>, files: &VmFiles) -> Vec
     // the guest's lines in the VM's log).
     push(&[
         "-chardev",
-        &format!(
-            "socket,id=agent,path={},server=on,wait=off",
-            files.agent.display()
-        ),
+        &format!("socket,id=agent,path={AGENT_SOCKET},server=on,wait=off"),
         "-serial",
         "chardev:agent",
     ]);
@@ -110,8 +111,13 @@ pub(super) fn qemu_args(name: &str, shape: &VmShape<'_>, files: &VmFiles) -> Vec
         VmNetwork::None => {}
     }
     push(&["-pidfile", &files.pid.display().to_string()]);
+    a.extend(super::sandbox::args(shape.user));
     a
 }
+
+/// The agent's socket, as QEMU is told it (relative to its working directory, the VM's run
+/// directory).
+pub(super) const AGENT_SOCKET: &str = "agent.sock";
 
 /// The host's TSC rate in kHz, as `/proc/cpuinfo` says it (`cpu MHz` of the first CPU).
 pub(super) fn host_tsc_khz(cpuinfo: &str) -> Option<u64> {
@@ -176,6 +182,7 @@ mod tests {
             initrd: None,
             network,
             tsc_khz: Some(2_445_404),
+            user: Some((1_900_000_001, 1_900_000_001)),
         }
     }
 
@@ -190,7 +197,9 @@ mod tests {
         assert!(!a.contains("-initrd"), "{a}");
         assert!(a.contains("file=/run/e/vm-1/disk.qcow2,format=qcow2"), "{a}");
         assert!(a.contains("-serial chardev:agent"), "{a}");
-        assert!(a.contains("path=/run/e/vm-1/agent.sock,server=on,wait=off"), "{a}");
+        assert!(a.contains("path=agent.sock,server=on,wait=off"), "{a}");
+        assert!(a.contains("-sandbox on,obsolete=deny,spawn=deny,resourcecontrol=deny"), "{a}");
+        assert!(a.contains("-run-with user=1900000001:1900000001"), "{a}");
         assert!(a.contains("virtio-net-device"), "{a}");
         assert!(a.contains("-pidfile /run/e/vm-1/qemu.pid"), "{a}");
         assert!(a.contains("-no-reboot"), "a guest that stops ends QEMU: {a}");

@@ -19,11 +19,40 @@ fn format_of(image: &Path) -> std::io::Result<&'static str> {
     })
 }
 
-/// The image can be read (the overlay reads it; nothing writes it).
+/// The image can be read (the overlay reads it; nothing writes it), no one but root or the
+/// daemon's user can change it or the directories above it, and it chains to no other file.
 pub(super) fn check(image: &Path) -> Result<(), ProvisionError> {
-    format_of(image).map(|_| ()).map_err(|e| {
+    format_of(image).map_err(|e| {
         ProvisionError::HostUnavailable(format!("cannot read the image {}: {e}", image.display()))
-    })
+    })?;
+    trusted("image", image)?;
+    let mut header = Vec::new();
+    {
+        use std::io::Read;
+        std::fs::File::open(image)
+            .and_then(|f| f.take(112).read_to_end(&mut header))
+            .map_err(|e| {
+                ProvisionError::HostUnavailable(format!(
+                    "cannot read the image {}: {e}",
+                    image.display()
+                ))
+            })?;
+    }
+    match super::sandbox::chain_in_header(&header) {
+        None => Ok(()),
+        Some(why) => Err(ProvisionError::Misconfigured(format!(
+            "the image {} is refused: {why}, and every VM's overlay would read that file through \
+             it as root; convert it to a standalone image (qemu-img convert -O qcow2 {} new.img)",
+            image.display(),
+            image.display()
+        ))),
+    }
+}
+
+/// `path` (the VMs' `what`) is the operator's alone ([`crate::provision::trust`]).
+pub(super) fn trusted(what: &str, path: &Path) -> Result<(), ProvisionError> {
+    crate::provision::trust::check_file_trusted(what, path)
+        .map_err(|e| ProvisionError::Misconfigured(e.to_string()))
 }
 
 /// Makes `overlay`, a qcow2 file of `size` bytes (at least the image's) whose reads fall

@@ -12,6 +12,7 @@
 mod agent;
 mod args;
 mod image;
+mod sandbox;
 mod warm;
 
 use std::{
@@ -71,10 +72,17 @@ pub struct QemuBackend {
     ends: Rc<std::cell::RefCell<std::collections::BTreeMap<String, String>>>,
     /// The run directories teardowns left, tried again at each later teardown.
     left: Unremovable,
+    /// VMs whose agent was handed a runner (given a grace to end by themselves at teardown).
+    runs: Rc<std::cell::RefCell<std::collections::BTreeSet<String>>>,
+    /// Whether this QEMU can sandbox each VM, once asked.
+    sandbox: Rc<std::cell::RefCell<Option<Result<(), ProvisionError>>>>,
 }
 
 /// How long a guest whose runner exited may take to power off before QEMU is stopped.
 const POWER_OFF_GRACE: Duration = Duration::from_secs(30);
+/// How long a teardown lets a VM with a runner end by itself (its runner exits after its
+/// job's `completed`, the agent says EXIT and powers off) before QEMU is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
 
 impl QemuBackend {
     /// A backend with these settings.
@@ -86,6 +94,8 @@ impl QemuBackend {
         let left = Unremovable::new(settings.left_record.clone(), settings.left_gauge.clone());
         QemuBackend {
             left,
+            runs: Rc::default(),
+            sandbox: Rc::default(),
             s: Rc::new(settings),
             warm: Rc::default(),
             cgroups: Rc::new(cgroups),
@@ -110,6 +120,10 @@ impl QemuBackend {
             })?,
         };
         let initrd = self.s.vm.initrd.clone().or_else(|| initrd_beside(&kernel));
+        image::trusted("kernel", &kernel)?;
+        if let Some(initrd) = &initrd {
+            image::trusted("initrd", initrd)?;
+        }
         Ok((kernel, initrd))
     }
 
@@ -130,6 +144,8 @@ impl QemuBackend {
         let files = VmFiles::in_dir(&dir);
         // The name QEMU runs under, which the directory keeps when a warm VM is handed over.
         std::fs::write(&files.name, name).map_err(|e| host("name the VM", e))?;
+        // Judged again at each boot: the image may have changed since the host check.
+        image::check(&self.s.vm.image)?;
         image::overlay(&self.s.vm.qemu_img_path, &self.s.vm.image, &files.overlay, self.s.vm.disk).await?;
         let shape = VmShape {
             accel: self.s.vm.accel,
@@ -141,6 +157,7 @@ impl QemuBackend {
             tsc_khz: std::fs::read_to_string("/proc/cpuinfo")
                 .ok()
                 .and_then(|c| args::host_tsc_khz(&c)),
+            user: vm_user(name)?,
         };
         std::fs::create_dir_all(&self.s.log_dir).map_err(|e| host("create the log directory", e))?;
         let log_path = self.s.log_dir.join(format!("{name}.log"));
@@ -163,6 +180,9 @@ impl QemuBackend {
         argv.extend(qemu_args(name, &shape, &files).into_iter().map(Into::into));
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
+            // The agent's socket is named relative to it; QEMU leads its own group.
+            .current_dir(&dir)
+            .process_group(0)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .stdin(Stdio::piped())
@@ -177,7 +197,18 @@ impl QemuBackend {
         let pid = child.id();
         let alive = || pid.is_some_and(running);
         let started = std::time::Instant::now();
-        let agent = Agent::hello(&files.agent, self.s.vm.boot_timeout, alive, console).await?;
+        let agent = match Agent::hello(&files.agent, self.s.vm.boot_timeout, alive, console).await {
+            Ok(agent) => agent,
+            // QEMU itself would not run (a bad option, a file it cannot open): the host's
+            // failure, so the pool waits for its host check instead of booting VM after VM.
+            Err(e) if !matches!(child.try_wait(), Ok(None)) => {
+                let said = log_tail(&log_path);
+                return Err(ProvisionError::HostUnavailable(format!(
+                    "QEMU exited before its VM booted ({e}); it said: {said}"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
         let took = started.elapsed();
         if let Some(h) = &self.s.boot_seconds {
             h.observe(took.as_secs_f64());
@@ -213,6 +244,7 @@ impl QemuBackend {
         spec: RunnerSpec,
     ) -> Result<RunningRunner, ProvisionError> {
         agent.start(&self.payload(spec.jit_config.expose())).await?;
+        self.runs.borrow_mut().insert(spec.name.clone());
         tracing::info!(runner = %spec.name, pool = %self.s.pool, "runner started in its VM");
         let name = spec.name.clone();
         let ends = self.ends.clone();
@@ -237,6 +269,50 @@ impl QemuBackend {
         })
     }
 
+    /// Whether this QEMU has what the sandbox needs (`-sandbox`, `-run-with`), asked once.
+    async fn sandbox_ready(&self) -> Result<(), ProvisionError> {
+        if let Some(known) = self.sandbox.borrow().clone() {
+            return known;
+        }
+        let help = crate::bounded::output(
+            Command::new(&self.s.vm.qemu_path).arg("-help"),
+            1 << 20,
+        )
+        .await
+        .map_err(|e| spawn_error(&format!("cannot run {}", self.s.vm.qemu_path.display()), &e))?;
+        let known = match sandbox::missing_from_help(&String::from_utf8_lossy(&help.stdout)) {
+            None => Ok(()),
+            Some(what) => Err(ProvisionError::HostUnavailable(format!(
+                "{} lacks {what}: each VM's QEMU runs sandboxed as a uid of its own; install \
+                 QEMU 9.1 or later (Debian bookworm: from bookworm-backports)",
+                self.s.vm.qemu_path.display()
+            ))),
+        };
+        *self.sandbox.borrow_mut() = Some(known.clone());
+        known
+    }
+
+    /// Waits up to `grace` for VM `name`'s QEMU to end by itself.
+    async fn await_power_off(&self, name: &str, grace: Duration) {
+        let Some(pid) = self.qemu_pid(name) else { return };
+        let until = tokio::time::Instant::now() + grace;
+        while running(pid as u32) && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The pid of VM `name`'s QEMU, if that pid is still its QEMU.
+    fn qemu_pid(&self, name: &str) -> Option<i32> {
+        let files = VmFiles::in_dir(&self.vm_dir(name));
+        let qemu_name = std::fs::read_to_string(&files.name)
+            .map(|n| n.trim().to_string())
+            .unwrap_or_else(|_| name.to_string());
+        std::fs::read_to_string(&files.pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|pid| is_our_qemu(*pid, &qemu_name))
+    }
+
     /// The cgroup of the VM QEMU runs as `qemu_name`.
     fn cgroup(&self, qemu_name: &str) -> Option<RunnerCgroup> {
         (*self.cgroups).as_ref().map(|c| c.runner(qemu_name))
@@ -245,16 +321,12 @@ impl QemuBackend {
     /// Stops VM `name`'s QEMU (by its pid file, if that pid is still its QEMU, then by its
     /// cgroup) and waits for it to go.
     async fn kill(&self, name: &str) {
-        let files = VmFiles::in_dir(&self.vm_dir(name));
         // A warm VM handed to a runner keeps the name QEMU was started with.
+        let files = VmFiles::in_dir(&self.vm_dir(name));
         let qemu_name = std::fs::read_to_string(&files.name)
             .map(|n| n.trim().to_string())
             .unwrap_or_else(|_| name.to_string());
-        let pid = std::fs::read_to_string(&files.pid)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .filter(|pid| is_our_qemu(*pid, &qemu_name));
-        if let Some(pid) = pid {
+        if let Some(pid) = self.qemu_pid(name) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -286,6 +358,58 @@ impl QemuBackend {
             .filter(|n| n.starts_with(&self.s.name_prefix))
             .collect()
     }
+}
+
+/// What check-config says about a `linux_vm` pool's files on this host (`pool`'s keys): an
+/// image, kernel or initrd someone else could change, an image chained to another file. One
+/// not there yet is for `doctor` and the host check to find.
+pub fn file_problems(pool: &str, vm: &LinuxVmConfig) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if vm.image.exists()
+        && let Err(e) = image::check(&vm.image)
+    {
+        out.push((format!("providers.{pool}.image"), e.to_string()));
+    }
+    let kernel = vm.kernel.clone().or_else(|| cloud_kernel(Path::new("/boot")));
+    let initrd = vm
+        .initrd
+        .clone()
+        .or_else(|| kernel.as_deref().and_then(initrd_beside));
+    for (key, path) in [("kernel", kernel), ("initrd", initrd)] {
+        if let Some(path) = path.filter(|p| p.exists())
+            && let Err(e) = image::trusted(key, &path)
+        {
+            out.push((format!("providers.{pool}.{key}"), e.to_string()));
+        }
+    }
+    out
+}
+
+/// The uid and gid VM `name`'s QEMU drops to ([`sandbox`]): one no process runs as and no
+/// account has. None when the daemon is not root (QEMU then runs as the daemon's user).
+fn vm_user(name: &str) -> Result<Option<(u32, u32)>, ProvisionError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let busy = |uid: u32| {
+        !super::leftovers::processes_of(uid).is_empty()
+            || nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .is_some()
+    };
+    sandbox::vm_uid(name, busy).map(|uid| Some((uid, uid))).ok_or_else(|| {
+        ProvisionError::HostUnavailable("no free uid for a VM's QEMU in its range".into())
+    })
+}
+
+/// The last lines of a VM's log (QEMU's own words when it would not start), on one line.
+fn log_tail(path: &Path) -> String {
+    let text = crate::bounded::read_file(path, super::container::LOG_CAP * 2).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
+    if tail.is_empty() { "nothing".into() } else { tail }
 }
 
 /// Whether process `pid` runs (and is not a zombie waiting to be reaped).
@@ -327,6 +451,11 @@ impl Backend for QemuBackend {
     async fn stop(self, name: String) {
         // A warm VM's QEMU is a child of this backend: let go here, then killed by name.
         self.warm.borrow_mut().remove(&name);
+        // A VM with a runner is torn down when its job completed, usually a moment before its
+        // runner exits: the agent says EXIT and powers the guest off within a short grace.
+        if self.runs.borrow_mut().remove(&name) {
+            self.await_power_off(&name, EXIT_GRACE).await;
+        }
         self.kill(&name).await;
         let dir = self.vm_dir(&name);
         if let Err(e) = self.left.remove(&name, &dir).await {
@@ -371,6 +500,7 @@ impl Backend for QemuBackend {
 
     async fn probe(self) -> Result<(), ProvisionError> {
         check_executable(&self.s.vm.qemu_path, "the QEMU system emulator (qemu-system-x86)")?;
+        self.sandbox_ready().await?;
         check_executable(&self.s.vm.qemu_img_path, "qemu-img (qemu-utils)")?;
         let (kernel, initrd) = self.boot_files()?;
         for (what, path) in [("kernel", Some(&kernel)), ("initrd", initrd.as_ref())] {
@@ -394,6 +524,17 @@ impl Backend for QemuBackend {
 
     async fn doctor_checks(self) -> Vec<Finding> {
         let mut found = Vec::new();
+        found.push(match self.sandbox_ready().await {
+            Ok(()) => Finding::Ok(format!(
+                "QEMU runs each VM in its seccomp sandbox{}",
+                if nix::unistd::geteuid().is_root() {
+                    ", dropped to a uid of its own"
+                } else {
+                    " (as the daemon's user: the daemon is not root)"
+                }
+            )),
+            Err(e) => Finding::Fail(e.to_string()),
+        });
         match self.boot_files() {
             Ok((kernel, initrd)) => found.push(Finding::Ok(format!(
                 "kernel {}{}",
