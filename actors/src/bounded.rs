@@ -75,8 +75,8 @@ pub async fn output(command: &mut tokio::process::Command, max: usize) -> io::Re
     })
 }
 
-/// The first `max` bytes of `reader`, the rest drained.
-async fn keep_head(reader: Option<impl AsyncRead + Unpin>, max: usize) -> io::Result<Vec<u8>> {
+/// The first `max` bytes of `reader`, the rest read and dropped (the writer never blocks).
+pub async fn keep_head(reader: Option<impl AsyncRead + Unpin>, max: usize) -> io::Result<Vec<u8>> {
     let Some(mut reader) = reader else {
         return Ok(Vec::new());
     };

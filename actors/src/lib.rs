@@ -42,8 +42,8 @@ macro_rules! daemon_modules {
 }
 
 daemon_modules!(
-    bounded, cluster, github, harden, provision, rate, release, retry, scaleset, scheduler, store,
-    remove, telemetry, vocab,
+    bounded, cluster, github, harden, netns, provision, rate, release, retry, scaleset, scheduler,
+    store, remove, telemetry, vocab,
 );
 // Written out: it exports a macro the crate names by path, which a macro-made module cannot.
 #[cfg(feature = "daemon")]

@@ -9,6 +9,7 @@
 //! - [`scaleset`]: a scale-set session's states and what its messages mean.
 //! - [`release`]: the runner release policy.
 //! - [`provision::warm_keeping`]: how many environments to keep warm, which to replace.
+//! - [`egress`]: each job's network namespace and the rules that fence it.
 //! - [`durable`], [`job`], [`vocab`], [`config`], [`cluster`]: the records and words they share.
 
 #![warn(missing_docs)]
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod durable;
+pub mod egress;
 pub mod github;
 pub mod job;
 pub mod provision;

@@ -118,6 +118,15 @@ pub struct Standin {
 impl Standin {
     /// Binds `127.0.0.1:0` and serves on the current actix System.
     pub fn start(config: StandinConfig) -> std::io::Result<Standin> {
+        Self::start_also_on(config, None)
+    }
+
+    /// [`Standin::start`], serving `extra` too (a listener a test bound inside a network
+    /// namespace of its own, where runners reach the stand-in as they would reach GitHub).
+    pub fn start_also_on(
+        config: StandinConfig,
+        extra: Option<std::net::TcpListener>,
+    ) -> std::io::Result<Standin> {
         let now = unix_now();
         let (outbox, inbox) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(State {
@@ -192,6 +201,10 @@ impl Standin {
             Some(tls) => server.bind_rustls_0_23(("127.0.0.1", 0), tls.server_config()?)?,
         };
         let addr = server.addrs()[0];
+        let server = match extra {
+            Some(listener) => server.listen(listener)?,
+            None => server,
+        };
         let scheme = if config.tls.is_some() {
             "https"
         } else {

@@ -25,8 +25,8 @@ const NEVER: &[&str] = &["self-hosted", "linux", "vmhang"];
 
 /// The test's off switch: a guest's runner polls it (`VM_TEST_OFF_URL`) and powers the guest
 /// off when it answers `off` (once per flip).
-fn off_switch() -> (u16, Arc<AtomicBool>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+fn off_switch(on: &crate::support::netns::TestHost) -> (u16, Arc<AtomicBool>) {
+    let listener = on.listen(0);
     let port = listener.local_addr().unwrap().port();
     let flag = Arc::new(AtomicBool::new(false));
     let on = flag.clone();
@@ -87,14 +87,19 @@ async fn cancelled_timed_out_powered_off_never_booted_and_killed_vms_leave_nothi
     let (Some(image), Some(hang_image)) = (vm::image(), vm::hanging_image()) else {
         return;
     };
-    let standin = standin(200);
-    let (port, off) = off_switch();
+    let Some((standin, internet)) = standin(200) else {
+        return;
+    };
+    let (port, off) = off_switch(&internet);
     let pools = vm::pool(
         "linux_vm",
         &image,
         1,
         "180s",
-        &format!("env = {{ VM_TEST_OFF_URL = \"http://10.0.2.2:{port}/\" }}"),
+        &format!(
+            "env = {{ VM_TEST_OFF_URL = \"http://{}:{port}/\" }}",
+            internet.addr
+        ),
     ) + &vm::pool("vmhang", &hang_image, 1, "20s", "");
     let daemon = Daemon::start(&standin, "[runner]\njob_timeout = \"45s\"\n", &pools).await;
     let _vms = KillVms(daemon.prefix());

@@ -4,6 +4,7 @@ pub mod cdp;
 pub mod daemon;
 pub mod engine;
 pub mod fleet;
+pub mod netns;
 pub mod otlp;
 pub mod plot;
 pub mod podman;

@@ -32,7 +32,7 @@ use super::{
 };
 use crate::config::{
     PoolName, ProviderKind, Secret,
-    linux_vm::{Accel, LinuxVmConfig},
+    linux_vm::{Accel, LinuxVmConfig, VmNetwork},
 };
 use agent::Agent;
 use args::{VmFiles, VmShape, cloud_kernel, initrd_beside, qemu_args};
@@ -74,12 +74,19 @@ pub struct QemuBackend {
     left: Unremovable,
     /// VMs whose agent was handed a runner (given a grace to end by themselves at teardown).
     runs: Rc<std::cell::RefCell<std::collections::BTreeSet<String>>>,
+    /// Each running VM's network namespace (`network = "user"`), by VM name.
+    nets: Rc<std::cell::RefCell<std::collections::BTreeMap<String, crate::netns::JobNet>>>,
+    /// The host's name servers, which each VM's DNS forwarder asks.
+    upstreams: std::sync::Arc<Vec<std::net::SocketAddr>>,
     /// Whether this QEMU can sandbox each VM, once asked.
     sandbox: Rc<std::cell::RefCell<Option<Result<(), ProvisionError>>>>,
 }
 
 /// How long a guest whose runner exited may take to power off before QEMU is stopped.
 const POWER_OFF_GRACE: Duration = Duration::from_secs(30);
+/// The file in a VM's run directory naming its network namespace's slot.
+const NETNS_FILE: &str = "netns";
+
 /// How long a teardown lets a VM with a runner end by itself (its runner exits after its
 /// job's `completed`, the agent says EXIT and powers off) before QEMU is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(10);
@@ -93,6 +100,8 @@ impl QemuBackend {
         let cgroups = None;
         let left = Unremovable::new(settings.left_record.clone(), settings.left_gauge.clone());
         QemuBackend {
+            nets: Rc::default(),
+            upstreams: std::sync::Arc::new(crate::netns::host_upstreams()),
             left,
             runs: Rc::default(),
             sandbox: Rc::default(),
@@ -176,6 +185,7 @@ impl QemuBackend {
             }
         });
         let mut argv = procgroup::gated(cgroup.as_ref().map(RunnerCgroup::procs));
+        argv.extend(self.network_for(name, &dir).await?);
         argv.push(self.s.vm.qemu_path.clone().into_os_string());
         argv.extend(qemu_args(name, &shape, &files).into_iter().map(Into::into));
         let mut child = Command::new(&argv[0])
@@ -290,6 +300,47 @@ impl QemuBackend {
         };
         *self.sandbox.borrow_mut() = Some(known.clone());
         known
+    }
+
+    /// Where VM `name`'s QEMU runs, as the start of its argv: with `network = "user"`, in a
+    /// network namespace of its own ([`crate::netns`]: QEMU's user network then reaches
+    /// nothing of the host, its 10.0.2.2 being the namespace's own loopback); with `"none"`,
+    /// in an empty one.
+    async fn network_for(&self, name: &str, dir: &Path) -> Result<Vec<std::ffi::OsString>, ProvisionError> {
+        match self.s.vm.network {
+            VmNetwork::None => Ok(["unshare", "--net", "--"].map(Into::into).to_vec()),
+            VmNetwork::User => {
+                let net = crate::netns::JobNet::create(name, dir, &[], self.upstreams.clone())
+                    .await
+                    .map_err(|e| match e {
+                        crate::netns::NetError::Host(_) => ProvisionError::HostUnavailable(e.to_string()),
+                        crate::netns::NetError::Failed(_) => ProvisionError::EnvironmentFailed(e.to_string()),
+                    })?;
+                // Read back by a teardown after a restart, which has no map.
+                let _ = std::fs::write(dir.join(NETNS_FILE), net.slot().0.to_string());
+                let argv = net.enter_argv();
+                self.nets.borrow_mut().insert(name.to_string(), net);
+                Ok(argv)
+            }
+        }
+    }
+
+    /// Removes VM `name`'s namespace: the one this run made, or the one its run directory
+    /// names.
+    async fn remove_network(&self, name: &str) {
+        let held = self.nets.borrow_mut().remove(name);
+        match held {
+            Some(mut net) => net.remove().await,
+            None => {
+                let slot = std::fs::read_to_string(self.vm_dir(name).join(NETNS_FILE))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .map(ephemer_decide::egress::Slot);
+                if let Some(slot) = slot {
+                    crate::netns::remove_slot(slot, &[]).await;
+                }
+            }
+        }
     }
 
     /// Waits up to `grace` for VM `name`'s QEMU to end by itself.
@@ -457,6 +508,7 @@ impl Backend for QemuBackend {
             self.await_power_off(&name, EXIT_GRACE).await;
         }
         self.kill(&name).await;
+        self.remove_network(&name).await;
         let dir = self.vm_dir(&name);
         if let Err(e) = self.left.remove(&name, &dir).await {
             tracing::warn!(vm = %name, dir = %dir.display(), error = %e, "cannot remove the VM's run directory");
@@ -472,6 +524,11 @@ impl Backend for QemuBackend {
             .collect();
         for name in &names {
             self.clone().stop(name.clone()).await;
+        }
+        // Namespaces whose owner is gone altogether (a daemon killed with its state).
+        let orphans = crate::netns::reap_orphans().await;
+        if orphans > 0 {
+            tracing::info!(orphans, "removed job network namespaces whose owner is gone");
         }
         names
     }
@@ -501,6 +558,11 @@ impl Backend for QemuBackend {
     async fn probe(self) -> Result<(), ProvisionError> {
         check_executable(&self.s.vm.qemu_path, "the QEMU system emulator (qemu-system-x86)")?;
         self.sandbox_ready().await?;
+        if self.s.vm.network == VmNetwork::User {
+            crate::netns::ensure_host()
+                .await
+                .map_err(|e| ProvisionError::HostUnavailable(e.to_string()))?;
+        }
         check_executable(&self.s.vm.qemu_img_path, "qemu-img (qemu-utils)")?;
         let (kernel, initrd) = self.boot_files()?;
         for (what, path) in [("kernel", Some(&kernel)), ("initrd", initrd.as_ref())] {

@@ -63,6 +63,10 @@ impl QemuBackend {
                 "cannot hand the warm VM {warm} to the runner: {e}"
             )));
         }
+        let net = self.nets.borrow_mut().remove(&warm);
+        if let Some(net) = net {
+            self.nets.borrow_mut().insert(spec.name.clone(), net);
+        }
         tracing::info!(vm = %warm, runner = %spec.name, pool = %self.s.pool, "warm VM handed to its runner: no boot");
         self.run(child, agent, spec).await
     }
