@@ -65,6 +65,10 @@
 //!   token, budget and hook secret): both owners' jobs run, A's empty registration budget holds
 //!   back only A's claims, a delivery signed with A's secret that names B is refused 401, and a
 //!   burst of 20 jobs from A does not keep B's first job from the first free slot;
+//! - `hostile/` (ignored; `.ci/run` runs it): the hostile-job corpus, each attack against a
+//!   weakened daemon (it must get through) and the real one (it must not), in a table;
+//!   `support/netns.rs` makes the test hosts (a stand-in "internet", a metadata service) in
+//!   network namespaces of the test's own.
 //! - `linux_vm.rs`: `linux_vm` pools, each job's runner in a QEMU microVM of its own (TCG),
 //!   booted from an image the test builds: nothing left, no JIT config on the host, no job
 //!   sees an earlier job's files; `linux_vm_faults.rs`: a cancelled job, `job_timeout`, a guest
@@ -131,6 +135,7 @@ mod fleet;
 mod fungible;
 mod github;
 mod groups;
+mod hostile;
 mod install;
 mod intake;
 mod jobdir;

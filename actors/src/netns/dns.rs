@@ -175,17 +175,7 @@ async fn read_framed(s: &mut TcpStream) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn query(id: u16, name: &str) -> Vec<u8> {
-        let mut m = id.to_be_bytes().to_vec();
-        m.extend([0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-        for label in name.split('.') {
-            m.push(label.len() as u8);
-            m.extend(label.as_bytes());
-        }
-        m.extend([0, 0, 1, 0, 1]);
-        m
-    }
+    use ephemer_decide::egress::dns::query;
 
     /// A resolver on loopback that answers each query for a name with its question and one
     /// address, after a spoofed answer with another id.

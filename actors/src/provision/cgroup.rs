@@ -68,14 +68,19 @@ impl CgroupRoot {
                     .map(|(m, p)| (m, p, false)),
             );
         let mut why = CgroupError::NoHierarchy;
+        // A v2 hierarchy without the pids controller (a hybrid host's `unified`) is kept for
+        // last: there a runner's processes could not be limited, nor stopped from forking at
+        // teardown, and a v1 pids hierarchy can do both.
+        let mut bare = None;
         for (mount, own, v2) in candidates {
             let dir = mount.join(own.trim_start_matches('/')).join(PARENT);
             match std::fs::create_dir_all(&dir) {
+                Ok(()) if v2 && !enable_pids(&dir) => bare = Some(CgroupRoot { dir, v2 }),
                 Ok(()) => return Ok(CgroupRoot { dir, v2 }),
                 Err(e) => why = CgroupError::NotWritable(dir.display().to_string(), e.to_string()),
             }
         }
-        Err(why)
+        bare.ok_or(why)
     }
 
     /// The cgroup of runner `name` (it may not exist yet).
@@ -85,6 +90,19 @@ impl CgroupRoot {
             v2: self.v2,
         }
     }
+}
+
+/// The processes (and threads) a process runner's job may have at once: a container's
+/// default `pids_limit` too.
+pub(super) const RUNNER_PIDS: u64 = crate::config::defaults::CONTAINER_PIDS as u64;
+/// A VM's QEMU: its vCPU, I/O and worker threads, with room.
+pub(super) const QEMU_PIDS: u64 = 512;
+
+/// Turns the pids controller on for the children of v2 cgroup `dir`; whether they have it.
+fn enable_pids(dir: &Path) -> bool {
+    let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+pids");
+    std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"))
 }
 
 /// One runner's cgroup.
@@ -101,6 +119,16 @@ impl RunnerCgroup {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             other => other,
         }
+    }
+
+    /// At most `n` processes (and threads) in it at once, where the pids controller is on it:
+    /// a job's fork bomb stops at its own ceiling, never at the host's.
+    pub(super) fn limit_pids(&self, n: u64) -> io::Result<()> {
+        let pids_max = self.dir.join("pids.max");
+        if crate::weaken::off("pids-limit") || !pids_max.exists() {
+            return Ok(());
+        }
+        std::fs::write(pids_max, n.to_string())
     }
 
     /// The file a process writes its pid to in order to enter.
@@ -151,12 +179,6 @@ impl RunnerCgroup {
         {
             tracing::warn!(cgroup = %self.dir.display(), error = %e, "cannot remove a runner's cgroup");
         }
-    }
-
-    /// Caps the processes it may hold (`pids.max`), where the pids controller is on it.
-    #[cfg(test)]
-    fn limit_pids(&self, max: u32) -> io::Result<()> {
-        std::fs::write(self.dir.join("pids.max"), max.to_string())
     }
 
     /// How many processes it holds.

@@ -30,6 +30,9 @@ const STICKY: u32 = 0o1000;
 /// Why the install at `dir` is not safe for root to share with jobs (the first path found,
 /// with what is wrong and how to fix it), or `Ok`.
 pub fn check_trusted(dir: &Path) -> Result<(), TrustError> {
+    if crate::weaken::off("install-trust") {
+        return Ok(());
+    }
     let owners = owners();
     let canonical = fs::canonicalize(dir).map_err(|e| TrustError::unreadable(dir, &e))?;
     for above in canonical.ancestors().skip(1) {
@@ -246,7 +249,7 @@ impl TrustError {
 /// Whether a job user could write the file `meta` describes: the copy's own last look
 /// ([`super::install::copy_install`]) never hard-links such a file into a job's tree.
 pub fn shared_writable(meta: &Metadata) -> bool {
-    !trusted(meta, &owners())
+    !trusted(meta, &owners()) && !crate::weaken::off("install-trust")
 }
 
 #[cfg(test)]

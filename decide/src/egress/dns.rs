@@ -35,6 +35,20 @@ pub fn answers(query: &[u8], answer: &[u8]) -> bool {
         && q.eq_ignore_ascii_case(a)
 }
 
+/// A standard query for `name`'s A record with id `id` (what a resolver sends; the tests'
+/// and the doctor's probe).
+pub fn query(id: u16, name: &str) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend([0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        let label = &label.as_bytes()[..label.len().min(63)];
+        m.push(label.len() as u8);
+        m.extend(label);
+    }
+    m.extend([0, 0, 1, 0, 1]);
+    m
+}
+
 fn questions(msg: &[u8]) -> u16 {
     u16::from_be_bytes([msg[4], msg[5]])
 }
@@ -63,18 +77,6 @@ fn question(msg: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A query for `name` (A, IN) with id `id`.
-    pub(crate) fn query(id: u16, name: &str) -> Vec<u8> {
-        let mut m = id.to_be_bytes().to_vec();
-        m.extend([0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-        for label in name.split('.') {
-            m.push(label.len() as u8);
-            m.extend(label.as_bytes());
-        }
-        m.extend([0, 0, 1, 0, 1]);
-        m
-    }
 
     #[test]
     fn a_query_and_its_answer_are_told_and_matched() {

@@ -21,7 +21,7 @@
 
 pub mod dns;
 
-use std::net::Ipv4Addr;
+use core::net::Ipv4Addr;
 
 /// The range job namespaces are numbered in: a /30 a slot.
 pub const JOB_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 213, 0, 0), 16);
@@ -166,26 +166,22 @@ pub fn host_table() -> String {
 
 /// The `nft` commands that let slot `slot` reach the private ranges its pool allows.
 pub fn allow_commands(slot: Slot, ranges: &[String]) -> String {
-    if ranges.is_empty() {
-        return String::new();
-    }
-    let h = slot.host_if();
-    let elements: Vec<String> = ranges.iter().map(|r| format!("\"{h}\" . {r}")).collect();
-    format!(
-        "add element inet {HOST_TABLE} allowed {{ {} }}\n",
-        elements.join(", ")
-    )
+    allowance("add", slot, ranges)
 }
 
 /// The `nft` commands that take slot `slot`'s allowances away (its interface is gone).
 pub fn forget_commands(slot: Slot, ranges: &[String]) -> String {
+    allowance("delete", slot, ranges)
+}
+
+fn allowance(verb: &str, slot: Slot, ranges: &[String]) -> String {
     if ranges.is_empty() {
         return String::new();
     }
     let h = slot.host_if();
     let elements: Vec<String> = ranges.iter().map(|r| format!("\"{h}\" . {r}")).collect();
     format!(
-        "delete element inet {HOST_TABLE} allowed {{ {} }}\n",
+        "{verb} element inet {HOST_TABLE} allowed {{ {} }}\n",
         elements.join(", ")
     )
 }
@@ -202,7 +198,7 @@ pub fn job_table() -> String {
 }
 
 /// The name servers a `resolv.conf` names, in order (IPv4 and IPv6; a scope suffix dropped).
-pub fn nameservers(resolv_conf: &str) -> Vec<std::net::IpAddr> {
+pub fn nameservers(resolv_conf: &str) -> Vec<core::net::IpAddr> {
     resolv_conf
         .lines()
         .filter_map(|l| l.trim().strip_prefix("nameserver"))

@@ -441,6 +441,11 @@ impl Daemon {
         sigterm(&self.child);
     }
 
+    /// Whether it exited (a crash, an abort), without waiting.
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id().expect("the daemon is running")

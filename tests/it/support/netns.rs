@@ -134,26 +134,20 @@ impl TestHost {
 
     /// A TCP listener on `port` (0: any) at the host's address, inside its namespace.
     pub fn listen(&self, port: u16) -> std::net::TcpListener {
-        let (path, addr) = (format!("/run/netns/{}", self.name), self.addr);
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(path).unwrap();
-            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            std::net::TcpListener::bind((addr, port)).unwrap()
-        })
-        .join()
-        .expect("bound inside the test host")
+        let addr = self.addr;
+        self.inside(move || std::net::TcpListener::bind((addr, port)).unwrap())
     }
 
-    /// A UDP socket on `port` at the host's address, inside its namespace.
-    pub fn udp(&self, port: u16) -> std::net::UdpSocket {
-        let (path, addr) = (format!("/run/netns/{}", self.name), self.addr);
+    /// What `make` makes, on a thread that entered the namespace and ends.
+    fn inside<T: Send + 'static>(&self, make: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.name);
         std::thread::spawn(move || {
             let ns = std::fs::File::open(path).unwrap();
             nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            std::net::UdpSocket::bind((addr, port)).unwrap()
+            make()
         })
         .join()
-        .expect("bound inside the test host")
+        .expect("made inside the test host")
     }
 }
 

