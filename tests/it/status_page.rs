@@ -353,7 +353,7 @@ async fn off_loopback_the_page_asks_for_the_token_and_shows_nothing_without_it()
         let (code, page) = support::http_get(&addr, path).await.unwrap();
         assert_eq!(code, 401, "{path}: {page}");
         assert!(
-            page.contains(r#"<form id="login" aria-label="Admin token">"#),
+            page.contains(r#"<form id="login" method="post" aria-label="Admin token">"#),
             "{path}: the form is shown: {page}"
         );
         assert!(!page.contains("LocalProvisioner"), "{path}: {page}");
