@@ -449,8 +449,8 @@ async fn the_package_runs_jobs_as_installed() {
     let (code, out) = run("dpkg", &["-r", "ephemer-actors"]).await;
     assert_eq!(code, 0, "dpkg -r: {out}");
     for user in USERS {
-        let (code, out) = run("pgrep", &["-u", user]).await;
-        assert_ne!(code, 0, "processes of {user} left after dpkg -r: {out}");
+        let (code, out) = run("ps", &["-o", "pid,ppid,stat,lstart,args", "-u", user]).await;
+        assert_ne!(code, 0, "processes of {user} left after dpkg -r:\n{out}");
     }
     let (code, out) = run("dpkg", &["-P", "ephemer-actors"]).await;
     assert_eq!(code, 0, "dpkg -P: {out}");

@@ -139,6 +139,10 @@ pub fn clear(uid: u32, user: &str, keep: &[&Path]) -> Cleared {
     if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
         return out;
     }
+    // One clearing of a uid at a time: the keyring helper runs as the uid, and a second
+    // clearing's kill loop would take it (and orphan its children) halfway.
+    let lock = clearing(uid);
+    let _one = lock.lock().unwrap_or_else(|p| p.into_inner());
     // A process may fork while the others are being killed: kill until none is left.
     for _ in 0..50 {
         let found = processes_of(uid);
@@ -169,6 +173,19 @@ pub fn clear(uid: u32, user: &str, keep: &[&Path]) -> Cleared {
     out.ipc = remove_ipc(uid);
     out.keys = clear_keyrings(user, uid);
     out
+}
+
+/// The lock held while `uid` is cleared.
+fn clearing(uid: u32) -> std::sync::Arc<std::sync::Mutex<()>> {
+    static LOCKS: std::sync::Mutex<Vec<(u32, std::sync::Arc<std::sync::Mutex<()>>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut locks = LOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, lock)) = locks.iter().find(|(u, _)| *u == uid) {
+        return lock.clone();
+    }
+    let lock = std::sync::Arc::default();
+    locks.push((uid, std::sync::Arc::clone(&lock)));
+    lock
 }
 
 /// Clears the keys of the uid's kernel keyrings, as the uid (a keyring is its owner's: root
