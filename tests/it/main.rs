@@ -88,7 +88,8 @@
 //!   `scaleset_fidelity.rs` holds the daemon to the service as GitHub's own clients describe it
 //!   (both message shapes, capacity, jobs withdrawn and assigned again, unreadable messages,
 //!   dropped labels, a service URL that may not be followed); `scaleset_reckon.rs` to its
-//!   reckoning of `totalAssignedJobs`; `scaleset_chaos.rs` runs the service at its harshest
+//!   reckoning of `totalAssignedJobs`; `scaleset_reassign.rs` to assignment windows shorter
+//!   than a runner's boot; `scaleset_chaos.rs` runs the service at its harshest
 //!   with seeds (five of each shape in CI).
 //! - `pull.rs` and `redeliver.rs`: pull mode's conditional polls, and push mode's redelivery of
 //!   failed deliveries (once per delivery across a fleet).
@@ -155,6 +156,7 @@ mod runner_update;
 mod scaleset;
 mod scaleset_chaos;
 mod scaleset_fidelity;
+mod scaleset_reassign;
 mod scaleset_reckon;
 mod security;
 mod shared_users;

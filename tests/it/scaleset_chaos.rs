@@ -86,7 +86,7 @@ async fn run(shape: MessageShape, seed: u64) {
     {
         let mut s = standin.state();
         s.scalesets.shape = shape;
-        s.scalesets.assign_window = Some(Duration::from_secs(3));
+        s.scalesets.assign_windows = vec![Duration::from_secs(3)];
         s.scalesets.reassign_delay = Duration::from_millis(rng.random_range(100..1000));
         s.scalesets.queue_token_ttl = Duration::from_secs(5);
         s.scalesets.admin_token_ttl = Duration::from_secs(65);
@@ -142,7 +142,7 @@ async fn run(shape: MessageShape, seed: u64) {
         boot_ms,
         ..RunnerBehavior::default()
     });
-    standin.state().scalesets.assign_window = Some(Duration::from_secs(15));
+    standin.state().scalesets.assign_windows = vec![Duration::from_secs(15)];
     wave(&standin, &mut rng, 12, 100).await;
     jobs += 12;
 

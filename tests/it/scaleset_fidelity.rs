@@ -132,7 +132,7 @@ async fn jobs_withdrawn_and_assigned_again_with_the_same_ids_get_runners() {
     });
     {
         let mut s = standin.state();
-        s.scalesets.assign_window = Some(Duration::from_secs(2));
+        s.scalesets.assign_windows = vec![Duration::from_secs(2)];
         s.scalesets.reassign_delay = Duration::from_millis(300);
     }
     let daemon = start(&standin, 4).await;

@@ -2,11 +2,15 @@
 //!
 //! A job's identity in a scale set is its `jobId` (github.com sends `runnerRequestId: 0` since
 //! mid-2025; a GHES that sends no `jobId` is keyed by its request id), **and the assignment it
-//! belongs to**: the service withdraws a job no runner took in time (`JobCompleted`, `canceled`,
-//! never ran) and assigns it again, up to three times, with the same ids or new ones. Each
-//! withdrawal starts the job's next assignment, which is a job of its own to the scheduler, so
-//! the second assignment gets a runner (or the first one's spare) instead of being swallowed as
-//! a duplicate of the first. The assignments are counted in the [`Mark`], which is written
+//! belongs to**: the service withdraws a job no runner took in time (`JobCompleted`, `canceled`)
+//! and assigns it again, up to three times, with the same ids or new ones. Each withdrawal
+//! starts the job's next assignment, which is a job of its own to the scheduler, so the second
+//! assignment gets a runner (or the first one's spare) instead of being swallowed as a
+//! duplicate of the first.
+//!
+//! What tells a withdrawal from a job that ran is what the daemon saw, not the service's time
+//! fields (the sources do not say what a withdrawal carries in `runnerAssignTime`): a
+//! `JobCompleted` that names no runner, for an assignment whose `JobStarted` never came. The assignments are counted in the [`Mark`], which is written
 //! with the message's id in one write: a message handled again after a crash counts nothing
 //! twice. Each job message is a delivery named by the scale set, the message id and its place
 //! in the message: acknowledged messages never come back, and one handled but not
@@ -32,8 +36,9 @@ pub const ASSIGNMENTS_KEPT_SECS: u64 = 48 * 3600;
 /// At most this many assignment counts are kept (the oldest go first).
 pub const ASSIGNMENTS_CAP: usize = 10_000;
 
-/// A job assigned again: its identity, which assignment it is on (1 = the second), when that
-/// changed (unix seconds), and the message that changed it.
+/// A job the daemon keeps count of: one assigned again (its ordinal is how many times it was
+/// withdrawn) or one a runner took (`started`, until it completes), and when that changed
+/// (unix seconds).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Assignment {
     /// `jobId`, or `rr:<runnerRequestId>`.
@@ -42,6 +47,9 @@ pub struct Assignment {
     pub ordinal: u32,
     /// When the count changed (unix seconds).
     pub at: u64,
+    /// A `JobStarted` came for the current assignment: a runner took it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
 }
 
 /// A job message's identity (`None`: it names no job at all).
@@ -154,16 +162,18 @@ pub fn event_of(m: &JobMessage, key: JobKey, pin: &str) -> Option<(JobAction, Jo
     Some((action, info))
 }
 
-/// Whether a `JobCompleted` ends an assignment, not the job: cancelled before any runner
-/// took it (the service assigns it again, or it was cancelled for good: either way this
-/// assignment is over, and a later `JobAssigned` is a new one).
+/// Whether a `JobCompleted` ends an assignment, not the job, as far as the message says:
+/// cancelled, and no runner named (the service assigns it again, or it was cancelled for
+/// good: either way this assignment is over, and a later `JobAssigned` is a new one).
+/// [`handle`] also asks that no `JobStarted` came for it.
 fn withdrawn(m: &JobMessage) -> bool {
     m.message_type == JobMessageKind::JobCompleted
         && matches!(
             m.result.to_ascii_lowercase().as_str(),
             "canceled" | "cancelled" | ""
         )
-        && !m.ran()
+        && m.runner_name.is_empty()
+        && m.runner_id == 0
 }
 
 /// Decides message `message` of scale set `set` for owner `owner` and the pool pinned by
@@ -208,26 +218,30 @@ pub fn handle(
             }
             continue;
         }
-        let ordinal = mark
-            .assignments
-            .iter()
-            .find(|a| a.ident == ident)
-            .map_or(0, |a| a.ordinal);
+        let counted = mark.assignments.iter().find(|a| a.ident == ident);
+        let ordinal = counted.map_or(0, |a| a.ordinal);
+        let started = counted.is_some_and(|a| a.started);
         let key = key_of(owner, set, &ident, ordinal, m.runner_request_id);
-        let Some((action, job)) = event_of(m, key, pin) else {
+        let Some((action, mut job)) = event_of(m, key, pin) else {
             continue;
         };
+        // Withdrawn only if no runner took this assignment as far as the daemon saw.
+        job.withdrawn = job.withdrawn && !started;
+        let withdrawn = job.withdrawn;
         out.deliveries.push(Delivery {
             id: format!("scaleset-{set}-{}-{index}", message.id),
             action,
             job,
         });
-        if withdrawn(m) {
-            out.withdrawn += 1;
-            bump(mark, &ident, ordinal + 1, now);
-        } else if m.message_type == JobMessageKind::JobCompleted {
+        match m.message_type {
+            JobMessageKind::JobStarted => mark_started(mark, &ident, ordinal, now),
+            JobMessageKind::JobCompleted if withdrawn => {
+                out.withdrawn += 1;
+                bump(mark, &ident, ordinal + 1, now);
+            }
             // Ran and ended: no later assignment.
-            mark.assignments.retain(|a| a.ident != ident);
+            JobMessageKind::JobCompleted => mark.assignments.retain(|a| a.ident != ident),
+            _ => {}
         }
     }
     if skipped > 0 {
@@ -245,7 +259,17 @@ fn bump(mark: &mut Mark, ident: &str, ordinal: u32, now: u64) {
         ident: ident.to_string(),
         ordinal,
         at: now,
+        started: false,
     });
+}
+
+/// A runner took assignment `ordinal` of `ident`: its `JobCompleted` is not a withdrawal,
+/// whatever its fields say. Kept until that completion.
+fn mark_started(mark: &mut Mark, ident: &str, ordinal: u32, now: u64) {
+    bump(mark, ident, ordinal, now);
+    if let Some(a) = mark.assignments.last_mut() {
+        a.started = true;
+    }
 }
 
 /// Forgets counts older than [`ASSIGNMENTS_KEPT_SECS`], and the oldest past the cap.
@@ -421,6 +445,101 @@ mod tests {
         assert_ne!(k[0].1, keys(&first)[0].1, "a new assignment, a new key");
         assert!(k.iter().all(|(_, id)| *id == k[0].1));
         assert!(mark.assignments.is_empty(), "a job that ran is forgotten");
+    }
+
+    /// Three assignments of one job, each withdrawal carrying the lapsed assignment's time
+    /// in `runnerAssignTime` (the sources do not say it is empty): each assignment is a new
+    /// key, in both shapes (github.com's `jobId` with request id 0; a GHES's request id,
+    /// offered again and acquired between assignments), and the third that ran ends it.
+    #[test]
+    fn every_assignment_is_new_work_whatever_the_withdrawal_s_times_say() {
+        for (request, job) in [(0, "job-a"), (9, ""), (9, "job-a")] {
+            let mut mark = Mark::default();
+            let mut seen = Vec::new();
+            let at = Some("2026-12-05T10:00:00Z".to_string());
+            for round in 0..3u64 {
+                let base = 10 * round;
+                let mut offer = vec![msg(JobMessageKind::JobAssigned, request, job)];
+                if request != 0 {
+                    offer.insert(0, msg(JobMessageKind::JobAvailable, request, job));
+                }
+                let h = handle(&queue(base + 1, offer), 1, "acme", PIN, &mut mark, base);
+                if request != 0 {
+                    assert_eq!(h.acquire, [request], "offered again: acquired again");
+                }
+                let key = keys(&h)[0].1;
+                assert!(!seen.contains(&key), "{job:?} round {round}: an old key");
+                seen.push(key);
+                if round < 2 {
+                    let lapsed = JobMessage {
+                        runner_assign_time: at.clone(),
+                        ..completed(request, job, "canceled", "")
+                    };
+                    let h = handle(
+                        &queue(base + 2, vec![lapsed]),
+                        1,
+                        "acme",
+                        PIN,
+                        &mut mark,
+                        base,
+                    );
+                    assert_eq!(h.withdrawn, 1, "{job:?} round {round}");
+                    assert!(h.deliveries[0].job.withdrawn);
+                    assert_eq!(keys(&h)[0].1, key, "the assignment ends, not another");
+                }
+            }
+            let ran = handle(
+                &queue(
+                    40,
+                    vec![
+                        started(request, job, "r-3"),
+                        completed(request, job, "succeeded", "r-3"),
+                    ],
+                ),
+                1,
+                "acme",
+                PIN,
+                &mut mark,
+                40,
+            );
+            assert!(keys(&ran).iter().all(|(_, k)| *k == seen[2]));
+            assert!(mark.assignments.is_empty(), "a job that ran is forgotten");
+        }
+    }
+
+    /// A runner took it (`JobStarted` came), then the job was cancelled by a completion that
+    /// names no runner: the job's end, not a withdrawal; its runner is torn down.
+    #[test]
+    fn a_completion_after_a_start_is_never_a_withdrawal() {
+        let mut mark = Mark::default();
+        let h = handle(
+            &queue(
+                1,
+                vec![
+                    msg(JobMessageKind::JobAssigned, 0, "job-s"),
+                    started(0, "job-s", "r-1"),
+                ],
+            ),
+            1,
+            "acme",
+            PIN,
+            &mut mark,
+            0,
+        );
+        let key = keys(&h)[0].1;
+        assert!(mark.assignments.iter().any(|a| a.started));
+        let done = handle(
+            &queue(2, vec![completed(0, "job-s", "canceled", "")]),
+            1,
+            "acme",
+            PIN,
+            &mut mark,
+            1,
+        );
+        assert_eq!(done.withdrawn, 0);
+        assert!(!done.deliveries[0].job.withdrawn);
+        assert_eq!(keys(&done)[0].1, key);
+        assert!(mark.assignments.is_empty());
     }
 
     /// Cancelled while running is the job's end, not a withdrawal.

@@ -105,6 +105,7 @@ mod tests {
                 ident: "j".into(),
                 ordinal: 1,
                 at: 9,
+                started: false,
             }],
             dropped_labels: vec!["linux".into()],
             owed_acks: vec![16],

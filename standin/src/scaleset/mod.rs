@@ -18,7 +18,7 @@
 //!   numbered by runner request ids (actions/scaleset#75).
 //!
 //! A runner of that scale set takes it (`JobStarted`); it ends (`JobCompleted`, `result`
-//! `canceled` when it ended before a runner took it). With [`ScaleSets::assign_window`] set, an
+//! `canceled` when it ended before a runner took it). With [`ScaleSets::assign_windows`] set, an
 //! assigned job no runner took in time is withdrawn (`JobCompleted`, `canceled`, no runner) and
 //! assigned again with the same ids, up to three times, then cancelled for good (the
 //! actions/scaleset README, "up to 3 times"; ARC#4602). Fields the service's C# serializer
@@ -94,11 +94,18 @@ pub struct ScaleSets {
     /// Scale sets keep labels beyond their name (false: a GHES without
     /// `AllowRunnerScaleSetCustomLabels`, which drops them silently).
     pub custom_labels: bool,
-    /// An assigned job no runner takes within this is withdrawn and assigned again (`None`:
-    /// never).
-    pub assign_window: Option<Duration>,
-    /// How long after a withdrawal the job is assigned again.
+    /// An assigned job no runner takes within its window is withdrawn and assigned again:
+    /// the first assignment's window, the second's, the third's (the last one listed stands
+    /// for those after it; empty: never withdrawn). The service's windows grow.
+    pub assign_windows: Vec<Duration>,
+    /// How long after a withdrawal the job is assigned again (offered again, on a GHES:
+    /// `JobAvailable`, to be acquired once more).
     pub reassign_delay: Duration,
+    /// A withdrawal names when the lapsed assignment was made in `runnerAssignTime` (the
+    /// service assigned the job to a runner slot that nobody filled), instead of `null`: the
+    /// harsher reading, since the sources do not say. Only the absence of a runner and of a
+    /// `JobStarted` then tells a withdrawal from a job that ran.
+    pub withdrawal_assign_time: bool,
     /// Sessions that lapsed or were evicted: a DELETE of one answers 400
     /// `RunnerScaleSetSessionExpiredException` (ARC#4285).
     expired_sessions: std::collections::BTreeSet<String>,
@@ -126,8 +133,9 @@ impl Default for ScaleSets {
             capacities: Vec::new(),
             shape: MessageShape::Dotcom,
             custom_labels: true,
-            assign_window: None,
+            assign_windows: Vec::new(),
             reassign_delay: Duration::from_millis(500),
+            withdrawal_assign_time: false,
             expired_sessions: Default::default(),
             notify: Arc::new(tokio::sync::Notify::new()),
             next_set_id: 1,
@@ -217,6 +225,16 @@ pub struct Request {
     pub assigned_at_ms: u128,
     /// How many times it was withdrawn.
     pub withdrawals: u32,
+    /// Each state it entered and when (unix ms), for a failing test to show.
+    pub history: Vec<(u128, RequestState)>,
+}
+
+impl Request {
+    /// Moves to `state` at `now`, keeping the history.
+    pub fn enter(&mut self, state: RequestState, now: u128) {
+        self.state = state;
+        self.history.push((now, state));
+    }
 }
 
 /// The Actions service's timings, settable by tests.
@@ -442,10 +460,11 @@ fn offer(s: &mut State, job_id: u64) {
         state: RequestState::Available,
         assigned_at_ms: unix_now_ms(),
         withdrawals: 0,
+        history: vec![(unix_now_ms(), RequestState::Available)],
     };
     let item = match shape {
         MessageShape::Dotcom => {
-            request.state = RequestState::Assigned;
+            request.enter(RequestState::Assigned, unix_now_ms());
             job_message(shape, "JobAssigned", &request, &job, &owner)
         }
         MessageShape::Ghes => {
@@ -484,8 +503,13 @@ pub(crate) fn offer_waiting(s: &mut State) {
 /// [`ASSIGNMENTS`] assignments, then the job is cancelled) and assigns withdrawn jobs again
 /// after the delay, with the same ids.
 pub(crate) fn tick(s: &mut State) {
-    let Some(window) = s.scalesets.assign_window else {
+    let windows = s.scalesets.assign_windows.clone();
+    if windows.is_empty() {
         return;
+    }
+    let window = |withdrawals: u32| {
+        let i = (withdrawals as usize).min(windows.len() - 1);
+        windows[i].as_millis()
     };
     let now = unix_now_ms();
     let delay = s.scalesets.reassign_delay.as_millis();
@@ -496,7 +520,7 @@ pub(crate) fn tick(s: &mut State) {
         .requests
         .values()
         .filter(|r| match r.state {
-            RequestState::Assigned => now >= r.assigned_at_ms + window.as_millis(),
+            RequestState::Assigned => now >= r.assigned_at_ms + window(r.withdrawals),
             RequestState::Withdrawn => now >= r.assigned_at_ms + delay,
             _ => false,
         })
@@ -514,25 +538,44 @@ pub(crate) fn tick(s: &mut State) {
         if r.state == RequestState::Assigned {
             let mut item = job_message(shape, "JobCompleted", &r, &job, &owner);
             item["result"] = json!("canceled");
-            item["runnerAssignTime"] = Value::Null;
+            item["runnerAssignTime"] = if s.scalesets.withdrawal_assign_time {
+                item["scaleSetAssignTime"].clone()
+            } else {
+                Value::Null
+            };
             r.withdrawals += 1;
             r.assigned_at_ms = now;
             if r.withdrawals >= ASSIGNMENTS {
                 // Given up: the job is cancelled for good.
-                r.state = RequestState::Done;
+                r.enter(RequestState::Done, now);
                 if let Some(j) = s.jobs.get_mut(&r.job_id) {
                     j.status = "completed".into();
                     j.conclusion = Some("cancelled".into());
                 }
                 freed = true;
             } else {
-                r.state = RequestState::Withdrawn;
+                r.enter(RequestState::Withdrawn, now);
             }
             s.scalesets.push(r.set_id, item);
         } else {
-            r.state = RequestState::Assigned;
             r.assigned_at_ms = now;
-            let item = job_message(shape, "JobAssigned", &r, &job, &owner);
+            let item = match shape {
+                MessageShape::Dotcom => {
+                    r.enter(RequestState::Assigned, now);
+                    job_message(shape, "JobAssigned", &r, &job, &owner)
+                }
+                // A GHES offers it again, to be acquired again.
+                MessageShape::Ghes => {
+                    r.enter(RequestState::Available, now);
+                    let mut item = job_message(shape, "JobAvailable", &r, &job, &owner);
+                    item["acquireJobUrl"] = json!(format!(
+                        "{}/{SERVICE}/_apis/runtime/runnerscalesets/{}/acquirejobs",
+                        service_base(s),
+                        r.set_id
+                    ));
+                    item
+                }
+            };
             s.scalesets.push(r.set_id, item);
         }
         s.scalesets.requests.insert(id, r);
@@ -586,7 +629,7 @@ pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
                 RequestState::Done
             };
             if let Some(r) = s.scalesets.requests.get_mut(&request.id) {
-                r.state = state;
+                r.enter(state, unix_now_ms());
             }
             // A request still only available when its job ends was never acquired: the
             // service just drops it.

@@ -425,7 +425,7 @@ pub(crate) fn answer(
                 if r.set_id != id || r.state != RequestState::Available {
                     continue;
                 }
-                r.state = RequestState::Assigned;
+                r.enter(RequestState::Assigned, unix_now_ms());
                 r.assigned_at_ms = unix_now_ms();
                 let r = r.clone();
                 acquired.push(rid);

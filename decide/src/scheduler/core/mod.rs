@@ -361,9 +361,10 @@ pub struct RunnerRecord {
     /// When its intent job is looked at next (unset: [`sweep::UNBOUND_LOOK_AFTER`] after it
     /// came up or was handed its job).
     pub look_due: Option<Instant>,
-    /// A spare kept until then for the job it was made for to come back: a scale set's job
-    /// withdrawn before any runner took it is assigned again moments later
-    /// ([`sweep::REASSIGN_GRACE`]); the sweep leaves it alone until then.
+    /// A spare kept until then for the job it was made for to come back (a scale set's job
+    /// withdrawn before any runner took it is assigned again moments later), or for the next
+    /// job a scale set assigns ([`sweep::REASSIGN_GRACE`]); the sweep leaves it alone until
+    /// then.
     pub kept_until: Option<Instant>,
 }
 

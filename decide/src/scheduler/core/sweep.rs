@@ -53,6 +53,13 @@ impl Scheduler {
         if self.any_registered_warm() {
             self.pump(now, &mut fx);
         }
+        // A scale set's spare waits a moment before it goes: the slot its job held at the
+        // service frees when that job ends elsewhere, and the service assigns the next job
+        // it holds back to the pool at once; a runner already up serves it, where a new one
+        // could boot slower than the assignment's window.
+        if self.settings.scaleset {
+            self.keep_spares_a_moment(now, &mut fx);
+        }
         let mut reap: Vec<(String, &'static str)> = self
             .book
             .runners()
@@ -74,6 +81,26 @@ impl Scheduler {
             self.ask_idle(&name, why, now, &mut fx);
         }
         fx
+    }
+
+    /// Gives each spare not kept yet [`REASSIGN_GRACE`] before the sweep reaps it (scale-set
+    /// mode: see `sweep`). A spare handed to a job and spare again gets it anew.
+    fn keep_spares_a_moment(&mut self, now: Now, fx: &mut Vec<Effect>) {
+        let fresh: Vec<String> = self
+            .book
+            .runners()
+            .filter(|r| r.kept_until.is_none() && self.is_spare(r))
+            .map(|r| r.name.clone())
+            .collect();
+        let until = now.mono + REASSIGN_GRACE;
+        for name in &fresh {
+            if let Some(r) = self.book.runner_mut(name) {
+                r.kept_until = Some(until);
+            }
+        }
+        if !fresh.is_empty() {
+            self.wake_sweep_at(until, fx);
+        }
     }
 
     /// Looks on GitHub at the job of each runner that has sat up and unbound for it longer
