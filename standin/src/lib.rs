@@ -459,6 +459,26 @@ impl Standin {
         id
     }
 
+    /// Queues one job of this account whose `queued` delivery names App installation
+    /// `installation_id`, not this account's (GitHub did so in June 2026, runs-on#509): the
+    /// job is real, so a listing finds it. Returns its id.
+    pub fn queue_job_mislabelled(&self, repo: &str, labels: &[&str], installation_id: u64) -> u64 {
+        let id = self.add_jobs(repo, labels, 1)[0];
+        let s = self.state();
+        let info = ephemer_actors_core::job::JobInfo {
+            key: ephemer_actors_core::job::JobKey::new(&s.owner, id),
+            repo: repo.into(),
+            run_id: s.jobs[&id].run_id,
+            run_attempt: 1,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            installation_id: Some(installation_id),
+            ..Default::default()
+        };
+        let body = ephemer_actors_core::github::event::render_workflow_job("queued", &info);
+        s.post("queued", id, body);
+        id
+    }
+
     /// Queues one job whose deliveries name it `about` (its name, workflow, branch and
     /// trigger); delivers its `queued` webhook. Returns its id.
     pub fn queue_job_about(

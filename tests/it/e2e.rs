@@ -259,6 +259,51 @@ async fn a_failed_app_token_exchange_delays_a_claim_by_one_rung() {
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
+/// GitHub sent deliveries naming another App's installation in June 2026 (runs-on#509): one
+/// for a job of the daemon's own owner is said with its ids and counted, not acted on and not
+/// remembered, and the next reconcile pass (listing with the daemon's own installation) runs
+/// the job.
+#[actix_rt::test]
+async fn a_delivery_naming_an_unknown_installation_is_counted_and_its_job_found_by_the_reconcile() {
+    let fixtures = crate::support::repo_root().join("tests/fixtures");
+    let public = std::fs::read_to_string(fixtures.join("app-key.pub.pem")).unwrap();
+    let standin = Standin::start(github_standin::StandinConfig {
+        app_public_key: Some(public),
+        ..github_standin::StandinConfig::default()
+    })
+    .unwrap();
+    let github = format!(
+        "app_id = 4242\ninstallation_id = 77\nprivate_key_path = \"{}\"\n",
+        fixtures.join("app-key.pem").display()
+    );
+    let daemon = Daemon::start_full(&standin, "3s", &github, "", &local_provider(2)).await;
+    let id = standin.queue_job_mislabelled("app", LABELS, 31_337);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(60))
+        .await;
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.contains("ephemerd_webhook_unknown_installation_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ephemerd_reconcile_readmitted_total{reason=\"unknown\"} 1"),
+        "found by the reconcile: {metrics}"
+    );
+    let logs = daemon.logs();
+    let said = logs
+        .lines()
+        .find(|l| l.contains("an App installation this daemon does not know"))
+        .unwrap_or_else(|| panic!("not said:\n{logs}"));
+    assert!(
+        said.contains(&format!("job_id={id}"))
+            && said.contains("installation=31337")
+            && said.contains("ours=77"),
+        "{said}"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
 /// An org webhook also delivers jobs of repos this daemon does not serve (a public repo taking
 /// fork PRs, say), and of other accounts: with `repos = ["app"]` they are answered 202, cost no
 /// API call, are counted by reason, and `jobs ID` says why; the served repo's job runs. (The

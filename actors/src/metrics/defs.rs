@@ -118,6 +118,11 @@ pub(super) const DEFS: &[Def] = &[
         &["reason"],
     ),
     def(
+        "ephemerd_webhook_unknown_installation_total",
+        "workflow_job deliveries naming an App installation this daemon does not know: logged with their ids, not acted on; the reconcile admits the owner's jobs.",
+        &[],
+    ),
+    def(
         "ephemerd_environment_failures_total",
         "Runner environments that failed to come up or exited before their job started, by provider.",
         &["provider"],

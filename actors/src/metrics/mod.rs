@@ -56,6 +56,9 @@ pub struct Metrics {
     /// `ephemerd_webhook_ignored_total{reason}`: jobs outside the configured owner, repos or
     /// installation, accepted and left alone.
     pub webhook_ignored: IntCounterVec,
+    /// `ephemerd_webhook_unknown_installation_total`: deliveries naming an App installation
+    /// the daemon does not know (logged with their ids; the reconcile finds the owner's jobs).
+    pub webhook_unknown_installation: IntCounter,
     /// `ephemerd_environment_failures_total{provider}`: runner environments that failed to come
     /// up (the pool is up, but its environments keep failing: an image or install that is broken).
     pub environment_failures: IntCounterVec,
@@ -256,6 +259,7 @@ impl Metrics {
             api_requests: r.counter_vec("ephemerd_github_api_requests_total"),
             webhook_events: r.counter_vec("ephemerd_github_webhook_events_total"),
             webhook_ignored: r.counter_vec("ephemerd_webhook_ignored_total"),
+            webhook_unknown_installation: r.counter("ephemerd_webhook_unknown_installation_total"),
             environment_failures: r.counter_vec("ephemerd_environment_failures_total"),
             teardown_unremoved: r.gauge_vec("ephemerd_teardown_unremoved"),
             reconcile_repo_failures: r.counter("ephemerd_reconcile_repo_failures_total"),

@@ -28,6 +28,21 @@ fn admission(o: Observation, m: &Metrics) -> Option<Observation> {
                 "job outside this daemon's scope: ignored, no API call"
             );
         }
+        O::OtherInstallation {
+            job_id,
+            repo,
+            installation,
+            ours,
+        } => {
+            m.webhook_unknown_installation.inc();
+            tracing::warn!(
+                job_id,
+                repo = ?repo,
+                installation,
+                ours,
+                "a delivery from an App installation this daemon does not know: not acted on; the reconcile admits the job if the owner's installation lists it queued"
+            );
+        }
         O::Duplicate { job_id, delivery } => {
             tracing::debug!(
                 job_id,
@@ -346,6 +361,7 @@ fn pools(o: Observation, m: &Metrics) {
         } => tracing::info!(jobs, runners, retries, redispatch, "state restored"),
         // Recorded by the families above (named, so a new kind must be placed somewhere).
         O::Ignored { .. }
+        | O::OtherInstallation { .. }
         | O::Duplicate { .. }
         | O::Unroutable { .. }
         | O::Parked { .. }

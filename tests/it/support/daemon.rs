@@ -274,7 +274,8 @@ impl Daemon {
         (dir, port)
     }
 
-    async fn start_full(
+    /// Like `start_with_github`, with the reconcile every `reconcile` (`"0s"`: never).
+    pub async fn start_full(
         standin: &Standin,
         reconcile: &str,
         github: &str,

@@ -122,6 +122,22 @@ impl Scheduler {
             job_id: job.key.job_id,
             reason,
         });
+        if reason == "installation" {
+            // Said and counted, never remembered: a job of the owner's that a delivery
+            // mislabelled is admitted by the next reconcile, which lists with our own
+            // installation (an ignored record would hide it from that pass).
+            let t = self.target_of(&job.key.owner);
+            let ours = t.and_then(|t| self.settings.targets[t].installation_id);
+            if let (Some(installation), Some(ours)) = (job.installation_id, ours) {
+                self.observe(Observation::OtherInstallation {
+                    job_id: job.key.job_id,
+                    repo: job.repo.to_string(),
+                    installation,
+                    ours,
+                });
+            }
+            return;
+        }
         if action != JobAction::Queued {
             return;
         }

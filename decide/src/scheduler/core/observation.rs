@@ -15,6 +15,19 @@ pub enum Observation {
         /// `owner`, `repo` or `installation`.
         reason: &'static str,
     },
+    /// A delivery from an App installation this daemon does not know (GitHub sent other
+    /// Apps' installation ids in June 2026, runs-on#509): not recorded, so the reconcile
+    /// (which lists with the daemon's own installation) admits the job if it is the owner's.
+    OtherInstallation {
+        /// Job.
+        job_id: u64,
+        /// Its repository.
+        repo: String,
+        /// The installation the delivery named.
+        installation: u64,
+        /// The daemon's.
+        ours: u64,
+    },
     /// A queued event dropped by the dedup gate.
     Duplicate {
         /// Job.

@@ -398,11 +398,7 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
         installation_id: Some(99),
         ..job(3, LABELS)
     };
-    for (j, reason) in [
-        (other_owner, "owner"),
-        (other_repo, "repo"),
-        (other_installation, "installation"),
-    ] {
+    for (j, reason) in [(other_owner, "owner"), (other_repo, "repo")] {
         let id = j.key.job_id;
         let key = j.key.clone();
         let fx = s.on_job_event(JobAction::Queued, j, Some("d"), t0, at(t0, 1));
@@ -413,6 +409,42 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
             vec![Observation::Ignored { job_id: id, reason }]
         );
     }
+    // Another installation: said with both ids and counted, never remembered, so the
+    // reconcile (listing with the daemon's own installation) admits the owner's job.
+    let key = other_installation.key.clone();
+    let fx = s.on_job_event(
+        JobAction::Queued,
+        other_installation.clone(),
+        Some("d"),
+        t0,
+        at(t0, 1),
+    );
+    assert_eq!(fx, vec![]);
+    assert!(s.job(&key).is_none(), "not remembered");
+    assert_eq!(
+        s.take_observations(),
+        vec![
+            Observation::Ignored {
+                job_id: 3,
+                reason: "installation"
+            },
+            Observation::OtherInstallation {
+                job_id: 3,
+                repo: other_installation.repo.to_string(),
+                installation: 99,
+                ours: 77,
+            }
+        ]
+    );
+    let listed = JobInfo {
+        installation_id: None,
+        ..other_installation
+    };
+    let fx = s.on_reconcile(0, vec![listed], at(t0, 2));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Claim { .. })),
+        "the reconcile admits it: {fx:?}"
+    );
     // The owner compares case-insensitively; the configured installation is in scope.
     let ours = JobInfo {
         key: JobKey::new("ACME", 4),
