@@ -443,6 +443,10 @@ fn print_runner(r: &ephemer_actors_core::release::actor::RunnerReleaseView) {
             .map_or("none yet".into(), |v| v.to_string());
         let lag = match p.behind_seconds {
             Some(0) => "current".to_string(),
+            Some(s) if s > ephemer_actors_core::release::BEHIND_CUTOFF_WARN => format!(
+                "behind by {}: GitHub refuses it 30 days after the release, update it now",
+                humantime::format_duration(Duration::from_secs(s - s % 3600))
+            ),
             Some(s) => format!(
                 "behind by {}",
                 humantime::format_duration(Duration::from_secs(s))

@@ -196,14 +196,21 @@ pub mod runner_vars {
     /// The runner's own: `ACTIONS_RUNNER_INPUT_JITCONFIG` is its credential (actions/runner
     /// reads it like `--jitconfig`); `RUNNER_MANUALLY_TRAP_SIG` and `RUNNER_ALLOW_RUNASROOT` are
     /// read by its `run.sh`/`run-helper.sh` (src/Misc/layoutroot); `HOME` and `TMPDIR` are the
-    /// job's own directories.
-    pub const RUNNER: [&str; 5] = [
+    /// job's own directories; [`VERSION_EXIT`] asks for the exit code of a version GitHub
+    /// refuses.
+    pub const RUNNER: [&str; 6] = [
         "ACTIONS_RUNNER_INPUT_JITCONFIG",
         "RUNNER_MANUALLY_TRAP_SIG",
         "RUNNER_ALLOW_RUNASROOT",
         "HOME",
         "TMPDIR",
+        VERSION_EXIT,
     ];
+    /// Set to `1` for every runner: a listener GitHub refuses as too old ("Runner version vX
+    /// is deprecated and cannot receive messages") then exits with
+    /// [`crate::provision::RUNNER_VERSION_DEPRECATED`] instead of 1 (actions/runner PR #4285,
+    /// its `run.sh` passes the code on), which the daemon reads as "update the install".
+    pub const VERSION_EXIT: &str = "ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE";
     /// The proxy (`github.proxy`), in both spellings: GitHub's docs for self-hosted runners
     /// name the lowercase ones; many tools read the uppercase.
     pub const PROXY: [&str; 4] = ["https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"];

@@ -1,6 +1,7 @@
 //! `doctor`'s look at the runner's version: each pool's against the latest release (or the
 //! pinned one) and `runner.min_version`. GitHub stops assigning jobs to a runner that is too old:
-//! behind the latest by more than 14 days is a warning, below the minimum a failure. The
+//! behind the latest by more than 14 days is a warning, by more than 21 (GitHub refuses it at
+//! 30) or below the minimum a failure. The
 //! releases API out of reach is a warning: jobs keep running on what is installed.
 
 use ephemer_actors_core::{
@@ -122,6 +123,17 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         }
         let lag = latest.as_ref().map(|l| (l, behind(&version, l, now)));
         out.push(match lag {
+            Some((l, lag)) if lag > ephemer_actors_core::release::BEHIND_CUTOFF_WARN => {
+                Check::fail(
+                    &name,
+                    format!(
+                        "runner {version} is behind release {} by {} days: GitHub refuses a runner 30 days after a release",
+                        l.version,
+                        lag / 86_400
+                    ),
+                    fix,
+                )
+            }
             Some((l, lag)) if lag > BEHIND_WARN => Check::warn(
                 &name,
                 format!(

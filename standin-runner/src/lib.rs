@@ -233,6 +233,11 @@ fn updates_disabled(root: &Path) -> bool {
         .is_some_and(|v| v["DisableUpdate"] == Value::Bool(true))
 }
 
+/// The exit code of a runner GitHub refuses as too old, when
+/// `ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE` is set (actions/runner's
+/// `ReturnCode.RunnerVersionDeprecated`).
+pub const VERSION_DEPRECATED: i32 = 7;
+
 /// Runs the stand-in runner with its install root at `root`; returns the process exit code.
 pub fn run_in(root: &Path) -> i32 {
     let Ok(encoded) = std::env::var("ACTIONS_RUNNER_INPUT_JITCONFIG") else {
@@ -297,6 +302,24 @@ pub fn run_in(root: &Path) -> i32 {
                 break answer;
             }
             Ok((204, _)) => failures = 0,
+            // GitHub refuses this version (actions/runner's `AccessDeniedException` with error
+            // code 1): exit 7 when asked to say so, else 1, as the listener does.
+            Ok((403, body))
+                if serde_json::from_str::<Value>(&body).is_ok_and(|v| v["errorCode"] == 1) =>
+            {
+                let said = serde_json::from_str::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v["message"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                eprintln!("standin-runner {}: An error occurred: {said}", me.name);
+                let asked = matches!(
+                    var("ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE")
+                        .to_ascii_lowercase()
+                        .as_str(),
+                    "1" | "true"
+                );
+                return if asked { VERSION_DEPRECATED } else { 1 };
+            }
             Ok((401 | 404, _)) => {
                 println!("standin-runner {}: registration gone; exiting", me.name);
                 return 0;

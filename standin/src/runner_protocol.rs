@@ -50,6 +50,22 @@ pub(crate) fn answer(
                 up_at = *r.connected_at_ms.get_or_insert(now_ms);
                 booting = now_ms < up_at + boot_ms;
             }
+            // GitHub refuses a runner that is too old before anything else (its session).
+            if let (Some(floor), Some(mine)) = (
+                s.behavior.deprecated_below.clone(),
+                body["version"].as_str(),
+            ) && older(mine, &floor)
+            {
+                return (
+                    403,
+                    HttpResponse::Forbidden().json(json!({
+                        "errorCode": 1,
+                        "message": format!(
+                            "Runner version v{mine} is deprecated and cannot receive messages."
+                        ),
+                    })),
+                );
+            }
             if s.behavior.hold || booting {
                 return (204, HttpResponse::NoContent().finish());
             }

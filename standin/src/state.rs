@@ -211,6 +211,10 @@ pub struct RunnerBehavior {
     /// first seconds starting its listener and opening its session before GitHub assigns it
     /// anything (0: at once).
     pub boot_ms: u64,
+    /// Runners older than this are refused as GitHub refuses them since 2026 ("Runner
+    /// version vX is deprecated and cannot receive messages"; actions/runner's listener then
+    /// exits 7 when `ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE` is set).
+    pub deprecated_below: Option<String>,
 }
 
 impl Default for RunnerBehavior {
@@ -221,6 +225,7 @@ impl Default for RunnerBehavior {
             hang: false,
             hold: false,
             boot_ms: 0,
+            deprecated_below: None,
         }
     }
 }

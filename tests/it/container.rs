@@ -93,6 +93,15 @@ async fn linux_container_runs_a_job_and_is_removed() {
             .any(|e| e.as_str().is_some_and(|e| e.contains(jit))),
         "in the environment"
     );
+    assert!(
+        config["Env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e == "ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE=1"),
+        "a version GitHub refuses exits 7: {}",
+        config["Env"]
+    );
     let host = &inspect["HostConfig"];
     assert_eq!(host["Privileged"], false);
     assert_eq!(host["Init"], true);

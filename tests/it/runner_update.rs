@@ -211,3 +211,122 @@ async fn an_unchanged_release_costs_nothing() {
     assert_eq!(downloads, 1);
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// GitHub refuses a runner that is too old ("Runner version vX is deprecated and cannot
+/// receive messages"); told by `ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE`, which the
+/// daemon sets for every runner, it exits 7. The managed pool fetches and verifies the newest
+/// release at once (the next check is an hour away), the job is claimed again on it, and
+/// nothing counts the refusal as a failure of the job or the pool.
+#[actix_rt::test]
+async fn a_runner_refused_as_too_old_updates_the_install_and_its_job_runs_on_the_new_one() {
+    let standin = support::standin(300);
+    standin.publish_release("2.330.0", archive("2.330.0"));
+    let providers = r#"
+[providers.local]
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 1
+allow_root = true
+"#;
+    let daemon = Daemon::start(
+        &standin,
+        "[runner]\nrelease_check_interval = \"1h\"\n",
+        providers,
+    )
+    .await;
+    let runners = daemon.runner_dir().join("runners");
+    eventually("release N to be installed", Duration::from_secs(30), || {
+        runners.join("2.330.0/.ephemer-verified").exists()
+    })
+    .await;
+    standin.publish_release("2.331.0", archive("2.331.0"));
+    standin.set_behavior(github_standin::RunnerBehavior {
+        deprecated_below: Some("2.331.0".into()),
+        ..Default::default()
+    });
+    let job = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    eventually("the job to complete", Duration::from_secs(90), || {
+        standin
+            .jobs()
+            .iter()
+            .any(|j| j.id == job && j.status == "completed")
+    })
+    .await;
+    let log = runner_log(&daemon, &standin, job);
+    assert!(log.contains(" 2.331.0 connecting"), "{log}");
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("GitHub refused the runner's version as too old (exit code 7): fetching the newest release now"),
+        "{logs}"
+    );
+    let metrics = daemon.metrics().await;
+    for (series, want) in [
+        ("ephemerd_runner_refused_as_old_total{pool=\"local\"}", " 1"),
+        (
+            "ephemerd_environment_failures_total{provider=\"local\"}",
+            " 0",
+        ),
+        ("ephemerd_claim_retry_given_up_total", " 0"),
+    ] {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series}:\n{metrics}"));
+        assert!(line.ends_with(want), "{line}");
+    }
+    let climbed: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("ephemerd_claim_retry_attempts_total{") && !l.ends_with(" 0"))
+        .collect();
+    assert!(
+        climbed.is_empty(),
+        "nothing climbed the ladder: {climbed:?}"
+    );
+    assert_eq!(standin.calls_to("generate_jitconfig").len(), 2);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// An operator's install older than 2.329.0, the oldest runner GitHub registers since 2026:
+/// the pool is down with that cause before any registration, and its job waits unclaimed.
+#[actix_rt::test]
+async fn an_install_github_would_refuse_takes_its_pool_down_before_any_registration() {
+    let standin = support::standin(300);
+    let operator = tempfile::tempdir().unwrap();
+    standin_runner::write_install_version(
+        operator.path(),
+        Path::new(BIN),
+        &["standin-runner"],
+        "2.320.0",
+    )
+    .unwrap();
+    let providers = format!(
+        r#"
+[providers.operator]
+kind = "local"
+runner_dir = "{}"
+labels = ["self-hosted", "linux", "operator"]
+max_concurrent = 1
+allow_root = true
+"#,
+        operator.path().display()
+    );
+    let daemon = Daemon::start(&standin, "", &providers).await;
+    crate::support::provision::eventually_async(
+        "the pool down with the cause",
+        Duration::from_secs(20),
+        || async {
+            let v = daemon.ctl_json(&["status"]).await;
+            v["providers"].as_array().into_iter().flatten().any(|p| {
+                p["provider"] == "operator"
+                    && p["up"] == false
+                    && p["down_cause"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("runner 2.320.0 is older than 2.329.0"))
+            })
+        },
+    )
+    .await;
+    standin.queue_jobs("app", &["self-hosted", "linux", "operator"], 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(standin.calls_to("generate_jitconfig").len(), 0);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}

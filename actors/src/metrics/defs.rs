@@ -163,6 +163,11 @@ pub(super) const DEFS: &[Def] = &[
         &["pool"],
     ),
     def(
+        "ephemerd_runner_refused_as_old_total",
+        "Runners that exited with code 7: GitHub refused their version as too old (the pool's install is updated at once when the daemon manages it).",
+        &["pool"],
+    ),
+    def(
         "ephemerd_runner_release_refused_total",
         "Runner releases downloaded and not installed, by reason (digest, no_checksum, unpack).",
         &["reason"],

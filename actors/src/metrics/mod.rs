@@ -87,6 +87,9 @@ pub struct Metrics {
     /// `ephemerd_runner_below_minimum{pool}`: 1 while the pool's runner is older than
     /// `runner.min_version`.
     pub runner_below_minimum: IntGaugeVec,
+    /// `ephemerd_runner_refused_as_old_total{pool}`: runners that exited with code 7, GitHub
+    /// having refused their version.
+    pub runner_refused_as_old: IntCounterVec,
     /// `ephemerd_runner_release_refused_total{reason}`: releases downloaded and not installed
     /// (`digest`: the archive does not match its published SHA-256; `no_checksum`; `unpack`).
     pub runner_release_refused: IntCounterVec,
@@ -269,6 +272,7 @@ impl Metrics {
             runner_version_info: r.gauge_vec("ephemerd_runner_version_info"),
             runner_release_behind: r.gauge_vec("ephemerd_runner_release_behind_seconds"),
             runner_below_minimum: r.gauge_vec("ephemerd_runner_below_minimum"),
+            runner_refused_as_old: r.counter_vec("ephemerd_runner_refused_as_old_total"),
             runner_release_refused: r.counter_vec("ephemerd_runner_release_refused_total"),
             runner_release_check_failures: r
                 .counter("ephemerd_runner_release_check_failures_total"),
@@ -396,6 +400,7 @@ impl Metrics {
             .with_label_values(&[pool])
             .set(-1);
         self.runner_below_minimum.with_label_values(&[pool]).set(0);
+        self.runner_refused_as_old.with_label_values(&[pool]);
     }
 
     /// The registry, for a host app that wants to serve or merge it itself.

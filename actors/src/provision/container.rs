@@ -285,6 +285,7 @@ impl ContainerBackend {
             ),
             "RUNNER_ALLOW_RUNASROOT=1".into(),
             "RUNNER_MANUALLY_TRAP_SIG=1".into(),
+            format!("{}=1", crate::vocab::runner_vars::VERSION_EXIT),
         ]);
         env
     }

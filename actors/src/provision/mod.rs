@@ -38,7 +38,8 @@ use std::pin::Pin;
 use actix::{Message, Recipient};
 pub use actor::{Adopt, ChildStopped, ProvisionerActor, StartIn};
 pub use ephemer_decide::provision::{
-    ExitReason, ProvisionError, RunnerEventKind, RunnerSpec, WarmView, warm_keeping,
+    ExitReason, ProvisionError, RUNNER_VERSION_DEPRECATED, RunnerEventKind, RunnerSpec, WarmView,
+    warm_keeping,
 };
 pub use named::{
     LinuxProvisioner, LinuxVmProvisioner, LocalProvisioner, NativeMacosProvisioner, PoolWiring,

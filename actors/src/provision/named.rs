@@ -62,6 +62,9 @@ pub struct PoolWiring {
     pub managed: Option<crate::release::installs::ManagedInstalls>,
     /// Where a runner version the backend can tell goes (the `ReleaseActor`).
     pub versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
+    /// Where a runner GitHub refused as too old is said (the `ReleaseActor`, which fetches
+    /// the newest release at once).
+    pub refused: Option<WeakRecipient<crate::release::actor::RunnerRefused>>,
     /// What the pool keeps warm (`None`: nothing).
     pub warm: Option<super::warm::WarmSettings>,
 }
@@ -80,7 +83,7 @@ impl PoolWiring {
             self.clock,
         )
         .with_adopted(self.adopt)
-        .with_versions(self.versions)
+        .with_versions(self.versions, self.refused)
         .with_warm(self.warm)
         .start();
         ProvisionerHandle::of(&supervisor)

@@ -41,6 +41,7 @@ use crate::{
         self,
         installs::{Lease, ManagedInstalls},
     },
+    vocab::runner_vars,
 };
 
 /// How long a managed pool's first host check waits for the first install.
@@ -201,7 +202,10 @@ impl ProcessBackend {
         if let Some(user) = user {
             // sudo resets HOME to the user's own; `env` sets the job's after it. Values travel
             // in the environment, never on argv (where any user could read them).
-            let mut keep = String::from("ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG");
+            let mut keep = format!(
+                "ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG,{}",
+                runner_vars::VERSION_EXIT
+            );
             for (name, _) in &extra {
                 keep.push(',');
                 keep.push_str(name);
@@ -228,6 +232,7 @@ impl ProcessBackend {
             .env("TMPDIR", &tmp)
             .env("ACTIONS_RUNNER_INPUT_JITCONFIG", jit_config)
             .env("RUNNER_MANUALLY_TRAP_SIG", "1")
+            .env(runner_vars::VERSION_EXIT, "1")
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -553,7 +558,16 @@ impl Backend for ProcessBackend {
     async fn probe(self) -> Result<(), ProvisionError> {
         match &self.s.program {
             RunnerProgram::Install(dir) => {
-                check_install(dir).map_err(|e| ProvisionError::Misconfigured(e.to_string()))?
+                check_install(dir).map_err(|e| ProvisionError::Misconfigured(e.to_string()))?;
+                // An install GitHub would refuse is not registered at all.
+                if let Ok(version) = release::probe::install_version(dir).await
+                    && let Some(why) = release::refused_by_github(&version)
+                {
+                    return Err(ProvisionError::Misconfigured(format!(
+                        "{why}: update the install in {} (or drop runner_dir and let the daemon keep one current)",
+                        dir.display()
+                    )));
+                }
             }
             RunnerProgram::Command(command) => check_executable(command, "runner command")?,
             RunnerProgram::Managed => {

@@ -72,6 +72,8 @@ pub struct ProvisionerSupervisor<B: Backend> {
     recheck_armed: bool,
     /// Where the runner version the backend can tell goes (the `ReleaseActor`).
     versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
+    /// Where a runner GitHub refused as too old is said (the `ReleaseActor`).
+    refused: Option<WeakRecipient<crate::release::actor::RunnerRefused>>,
     /// The environments kept warm.
     pub(super) warm: super::warm::WarmPool,
 }
@@ -114,6 +116,7 @@ impl<B: Backend> ProvisionerSupervisor<B> {
             down_cause: None,
             recheck_armed: false,
             versions: None,
+            refused: None,
             warm: super::warm::WarmPool::default(),
         }
     }
@@ -125,12 +128,15 @@ impl<B: Backend> ProvisionerSupervisor<B> {
     }
 
     /// Reports the runner version the backend can tell (a container pool's image) to
-    /// `versions`, after each passing host check and every [`VERSION_INTERVAL`].
+    /// `versions`, after each passing host check and every [`VERSION_INTERVAL`]; and each
+    /// runner that exits because GitHub refused its version to `refused`.
     pub fn with_versions(
         mut self,
         versions: Option<WeakRecipient<crate::release::actor::RunnerVersionSeen>>,
+        refused: Option<WeakRecipient<crate::release::actor::RunnerRefused>>,
     ) -> Self {
         self.versions = versions;
+        self.refused = refused;
         self
     }
 
@@ -405,6 +411,21 @@ impl<B: Backend> Handler<RunnerEvent> for ProvisionerSupervisor<B> {
             RunnerEventKind::Exited { .. } | RunnerEventKind::Failed { .. }
         ) {
             self.live.remove(&m.name);
+        }
+        if let RunnerEventKind::Exited {
+            code: Some(crate::provision::RUNNER_VERSION_DEPRECATED),
+            reason: crate::provision::ExitReason::Exited,
+            ..
+        } = &m.kind
+            && let Some(to) = &self.refused
+        {
+            tell(
+                to,
+                crate::release::actor::RunnerRefused {
+                    pool: self.backend.pool().clone(),
+                    runner: m.name.clone(),
+                },
+            );
         }
         // A runner started (what was taken is replaced now) or a slot is free.
         self.warm_refill(ctx);

@@ -112,6 +112,8 @@ pub struct ReleaseActor {
     /// downloaded again until the release says something else.
     refused: Option<(Version, [u8; 32])>,
     busy: bool,
+    /// A look was asked for while one ran: another follows it.
+    look_again: bool,
 }
 
 impl ReleaseActor {
@@ -141,6 +143,7 @@ impl ReleaseActor {
             refused: None,
             reported: HashMap::new(),
             busy: false,
+            look_again: false,
         }
     }
 
@@ -194,6 +197,9 @@ impl ReleaseActor {
                     installs.settle(policy::settle_reason(installs.current().is_some(), problem));
                 }
                 act.report(ctx);
+                if std::mem::take(&mut act.look_again) {
+                    act.look(ctx);
+                }
             },
         ));
     }
@@ -467,6 +473,43 @@ impl Handler<RunnerVersionSeen> for ReleaseActor {
         }
         self.reported.insert(m.pool, m.version);
         self.report(ctx);
+    }
+}
+
+/// A runner of `pool` exited with [`crate::provision::RUNNER_VERSION_DEPRECATED`]: GitHub
+/// refused its version. A managed install fetches and verifies the newest release at once (the
+/// job is claimed again by the scheduler, on it); an operator's install or image is said to
+/// be too old, loudly, once per look.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RunnerRefused {
+    /// The pool.
+    pub pool: PoolName,
+    /// The runner, for the log.
+    pub runner: String,
+}
+
+impl Handler<RunnerRefused> for ReleaseActor {
+    type Result = ();
+    fn handle(&mut self, m: RunnerRefused, ctx: &mut Context<Self>) {
+        self.metrics
+            .runner_refused_as_old
+            .with_label_values(&[m.pool.as_str()])
+            .inc();
+        let managed = self
+            .sources
+            .iter()
+            .any(|(p, s)| *p == m.pool && *s == RunnerSource::Managed);
+        if managed && self.update.auto_update && self.installs.is_some() {
+            tracing::warn!(pool = m.pool.as_str(), runner = %m.runner, "GitHub refused the runner's version as too old (exit code 7): fetching the newest release now; its job is claimed again on it");
+            if self.busy {
+                self.look_again = true;
+            } else {
+                self.look(ctx);
+            }
+        } else {
+            tracing::error!(pool = m.pool.as_str(), runner = %m.runner, "GitHub refused the runner's version as too old (exit code 7): this pool's runner (its runner_dir, image or command) must be updated; its jobs wait and are claimed again");
+        }
     }
 }
 

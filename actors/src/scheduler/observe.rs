@@ -244,6 +244,16 @@ fn claims(o: Observation, m: &Metrics) -> Option<Observation> {
 fn runners_and_retries(o: Observation, m: &Metrics) -> Option<Observation> {
     use Observation as O;
     match o {
+        O::RunnerOutdated {
+            provider,
+            runner,
+            wait,
+        } => tracing::warn!(
+            runner,
+            provider = provider.as_str(),
+            wait_secs = wait.as_secs(),
+            "the runner exited with code 7: GitHub refused its version as too old; its job is claimed again after the wait, not counted as a failure"
+        ),
         O::RunnerRemoved { provider } => {
             m.jobs_active.with_label_values(&[provider.as_str()]).dec()
         }
@@ -362,6 +372,7 @@ fn pools(o: Observation, m: &Metrics) {
         // Recorded by the families above (named, so a new kind must be placed somewhere).
         O::Ignored { .. }
         | O::OtherInstallation { .. }
+        | O::RunnerOutdated { .. }
         | O::Duplicate { .. }
         | O::Unroutable { .. }
         | O::Parked { .. }

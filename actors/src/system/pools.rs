@@ -72,6 +72,7 @@ pub(super) fn start(
             }),
             managed: managed.clone(),
             versions: release.as_ref().map(|r| r.downgrade().recipient()),
+            refused: release.as_ref().map(|r| r.downgrade().recipient()),
             restart: pool.common.restart.clone(),
             job_timeout: config.runner.job_timeout,
             events: reports.events.clone(),

@@ -8,6 +8,12 @@ pub use error::ProvisionError;
 
 use crate::{config::Secret, job::JobKey};
 
+/// The exit code of a runner GitHub refused as too old (actions/runner's
+/// `ReturnCode.RunnerVersionDeprecated`, with
+/// [`crate::vocab::runner_vars::VERSION_EXIT`] set): the pool's install needs the newest
+/// release, and the job it was made for is claimed again on it, never counted as a failure.
+pub const RUNNER_VERSION_DEPRECATED: i32 = 7;
+
 /// Everything a provisioner needs to start one runner.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RunnerSpec {

@@ -24,6 +24,25 @@ impl Version {
     }
 }
 
+/// The oldest runner GitHub registers since its 2026 enforcement (actions/runner: 2.329.0,
+/// final on 2026-09-25): a pool whose install is older is refused at its host check, before
+/// any registration is made for it.
+pub const GITHUB_OLDEST: Version = Version([2, 329, 0]);
+
+/// GitHub refuses a runner that did not take a release within 30 days of it (enforced since
+/// 2026-09-25): past this many seconds behind, `status`, `doctor` and the
+/// `EphemerRunnerNearCutoff` alert say so before that happens.
+pub const BEHIND_CUTOFF_WARN: u64 = 21 * 86_400;
+
+/// Why GitHub would refuse a runner of `version` (`None`: it registers).
+pub fn refused_by_github(version: &Version) -> Option<String> {
+    (version < &GITHUB_OLDEST).then(|| {
+        format!(
+            "runner {version} is older than {GITHUB_OLDEST}, the oldest GitHub registers since 2026"
+        )
+    })
+}
+
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.0[0], self.0[1], self.0[2])
@@ -213,6 +232,19 @@ mod tests {
         for bad in ["2.330", "2.330.0.1", "latest", "2.x.0", ""] {
             assert_eq!(Version::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn github_refuses_runners_older_than_2_329_0() {
+        let v = |s| Version::parse(s).unwrap();
+        assert!(
+            refused_by_github(&v("2.328.9"))
+                .unwrap()
+                .contains("older than 2.329.0")
+        );
+        assert!(refused_by_github(&v("1.999.0")).is_some());
+        assert_eq!(refused_by_github(&v("2.329.0")), None);
+        assert_eq!(refused_by_github(&v("2.330.1")), None);
     }
 
     #[test]

@@ -84,6 +84,16 @@ fn build_update(
         None | Some("") | Some("latest") => None,
         Some(_) => version("runner.runner_version", &raw.runner_version, p),
     };
+    if let Some(why) = pinned
+        .as_deref()
+        .and_then(crate::release::Version::parse)
+        .and_then(|v| crate::release::refused_by_github(&v))
+    {
+        p.push(
+            "runner.runner_version",
+            format!("{why}: pin 2.329.0 or later, or \"latest\""),
+        );
+    }
     let releases_url = raw
         .releases_url
         .clone()

@@ -640,3 +640,28 @@ fn the_runner_s_releases_come_over_https_or_loopback() {
         assert_eq!(bad.is_empty(), ok, "{url} {github}: {bad:?}");
     }
 }
+
+/// A pinned `runner.runner_version` older than the oldest runner GitHub registers (2.329.0
+/// since 2026) is refused with its key; 2.329.0 and later, or `latest`, pass.
+#[test]
+fn a_pinned_runner_github_would_refuse_is_refused() {
+    for (pin, ok) in [
+        ("2.328.0", false),
+        ("v2.300.1", false),
+        ("2.329.0", true),
+        ("latest", true),
+    ] {
+        let text = format!(
+            "[github]\nowner = \"acme\"\ntoken = \"t\"\n[webhook]\nsecret = \"s\"\n\
+             [runner]\nrunner_version = \"{pin}\"\n"
+        );
+        let bad: Vec<_> = problems(&text)
+            .into_iter()
+            .filter(|p| p.key == "runner.runner_version")
+            .collect();
+        assert_eq!(bad.is_empty(), ok, "{pin}: {bad:?}");
+        if !ok {
+            assert!(bad[0].reason.contains("older than 2.329.0"), "{bad:?}");
+        }
+    }
+}

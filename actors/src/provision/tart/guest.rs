@@ -19,7 +19,9 @@ pub(super) fn remote_command(runner_command: &str) -> String {
          v=$(printf %s \"${{l#*=}}\" | base64 -d) || exit 1; \
          if [ \"$n\" = _CA ]; then printf '%s\\n' \"$v\" > \"{GUEST_CA}\"; {ca_vars}\
          else export \"$n=$v\"; fi; done; \
-         c=$(cat) && ACTIONS_RUNNER_INPUT_JITCONFIG=\"$c\" RUNNER_MANUALLY_TRAP_SIG=1 exec {runner_command}"
+         c=$(cat) && ACTIONS_RUNNER_INPUT_JITCONFIG=\"$c\" RUNNER_MANUALLY_TRAP_SIG=1 \
+         {version_exit}=1 exec {runner_command}",
+        version_exit = crate::vocab::runner_vars::VERSION_EXIT
     )
 }
 
@@ -88,6 +90,10 @@ mod tests {
         assert!(
             seen.contains("ACTIONS_RUNNER_INPUT_JITCONFIG=JIT-123\n"),
             "{seen}"
+        );
+        assert!(
+            seen.contains("ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE=1\n"),
+            "a refused version exits 7: {seen}"
         );
         let guest_ca = dir.path().join(".ephemer-actors-ca.pem");
         assert!(

@@ -170,3 +170,38 @@ fn a_label_mismatched_job_delivered_ten_times_costs_nothing() {
     assert_eq!(j.phase, Phase::Unroutable);
     assert_eq!(st.status.stats.duplicates, 9);
 }
+
+/// A runner GitHub refuses as too old exits 7: its job is no failure (no ladder item, nothing
+/// counted against the pool) and is claimed again after 15 s, then 30 s for a second refusal
+/// (the install is being updated meanwhile); an ordinary failure still climbs the ladder.
+#[test]
+fn a_runner_refused_as_too_old_is_claimed_again_after_a_wait_and_never_climbs_the_ladder() {
+    let mut d = Driver::new();
+    d.queued(1, LABELS);
+    let first = d.runner_of(1);
+    d.exited(&first, 7);
+    let q = d.s.retry_queue(d.state_now());
+    assert_eq!(q.depth, 0, "not on the ladder");
+    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline;
+    assert!(
+        !timeline
+            .iter()
+            .any(|e| format!("{:?}", e.note).contains("EnvironmentFailed")),
+        "{timeline:#?}"
+    );
+    d.advance(14);
+    assert_eq!(d.claim_times(1), vec![0], "waits for the update");
+    d.advance(2);
+    assert_eq!(d.claim_times(1), vec![0, 15]);
+    let second = d.runner_of(1);
+    d.exited(&second, 7);
+    d.advance(29);
+    assert_eq!(d.claim_times(1), vec![0, 15], "the wait doubles");
+    d.advance(2);
+    assert_eq!(d.claim_times(1), vec![0, 15, 46]);
+    assert_eq!(d.s.retry_queue(d.state_now()).depth, 0);
+    // An ordinary failure before the job started still climbs.
+    let third = d.runner_of(1);
+    d.exited(&third, 1);
+    assert_eq!(d.s.retry_queue(d.state_now()).depth, 1);
+}

@@ -4,8 +4,8 @@
 
 use super::{
     DELETE_ATTEMPTS, DELETE_DELAY, DELETE_RETRY_FIRST, Deletion, Effect, MAX_WAIT_DELETE, Note,
-    Phase, QUIET_EXITS_FREE, RunnerRecord, Scheduler, ShuttingDown, observation::Observation,
-    runner_book::Deferred,
+    OUTDATED_WAIT, OUTDATED_WAIT_MAX, Phase, QUIET_EXITS_FREE, RunnerRecord, Scheduler,
+    ShuttingDown, observation::Observation, runner_book::Deferred,
 };
 use crate::clock::Instant;
 use crate::{
@@ -31,6 +31,8 @@ pub(super) enum Strand {
     QuietExit,
     /// Its runner went in any other way.
     RunnerWent,
+    /// GitHub refused its runner's version (exit code 7).
+    Outdated,
 }
 
 impl Strand {
@@ -43,6 +45,9 @@ impl Strand {
                 "its runner exited cleanly but no job was seen on it (its events may be late)"
             }
             Strand::RunnerWent => "its runner went before the job started",
+            Strand::Outdated => {
+                "GitHub refused its runner's version as too old (exit code 7); claimed again once the pool's install is updated"
+            }
         }
     }
 }
@@ -268,6 +273,26 @@ impl Scheduler {
                 self.heal_stranded(intent, Strand::SiblingTookIt, now, fx);
             }
             return;
+        }
+        if by_itself && code == Some(crate::provision::RUNNER_VERSION_DEPRECATED) {
+            // The install is too old for GitHub: not the job's fault nor the host's. The
+            // job waits for the update (the shell asks for it) and is claimed again.
+            let refusals = self.admission.job_mut(intent).map_or(1, |j| {
+                j.outdated_exits = j.outdated_exits.saturating_add(1);
+                j.outdated_exits
+            });
+            let wait = (OUTDATED_WAIT * 2u32.saturating_pow(u32::from(refusals) - 1))
+                .min(OUTDATED_WAIT_MAX);
+            self.observe(Observation::RunnerOutdated {
+                provider: r.provider.clone(),
+                runner: name.to_string(),
+                wait,
+            });
+            let what = Deferred::Heal {
+                key: intent.clone(),
+                why: Strand::Outdated,
+            };
+            return self.defer(now.mono + wait, what, fx);
         }
         if by_itself && !clean {
             let error = match code {

@@ -86,6 +86,14 @@ pub const PARK_LOOK: Duration = Duration::from_secs(30 * 60);
 /// taken for an environment that failed (its ladder climbs): a JIT runner exits 0 after its
 /// one job, so a clean exit is a job ran whose event is late, unless it keeps happening.
 pub const QUIET_EXITS_FREE: u8 = 2;
+
+/// How long a job whose runner GitHub refused as too old waits before it is claimed again
+/// (the pool's managed install fetches the newest release meanwhile), doubling with each
+/// refusal of its runners up to [`OUTDATED_WAIT_MAX`]: never a failure on its ladder, and no
+/// tight loop of registrations while an operator updates an install by hand.
+pub const OUTDATED_WAIT: Duration = Duration::from_secs(15);
+/// The longest [`OUTDATED_WAIT`] grows to.
+pub const OUTDATED_WAIT_MAX: Duration = Duration::from_secs(600);
 /// How long a runner that exited by itself may wait for its job's `in_progress` before it is
 /// taken for one that never ran a job (and deleted on GitHub).
 pub const DELETE_DELAY: Duration = Duration::from_secs(10);
@@ -297,6 +305,9 @@ pub struct JobRecord {
     /// Runners made for it that exited cleanly with no job seen on them, not yet explained by
     /// a late event.
     pub quiet_exits: u8,
+    /// Runners made for it that GitHub refused as too old (exit code 7): each waits longer
+    /// for the pool's install to be updated ([`OUTDATED_WAIT`]).
+    pub outdated_exits: u8,
     /// What its ladder item held when it left the ladder (failures, the latest one's
     /// class): its history. While it is on the ladder, the item there is the one count.
     pub ladder_left: Option<(u32, ErrorClass)>,
@@ -319,6 +330,7 @@ impl JobRecord {
             admissions: 0,
             idle_reaps: 0,
             quiet_exits: 0,
+            outdated_exits: 0,
             ladder_left: None,
             timeline: Vec::new(),
             delivered_elsewhere: false,

@@ -28,6 +28,16 @@ pub enum Observation {
         /// The daemon's.
         ours: u64,
     },
+    /// A runner exited with code 7: GitHub refused its version; its job is claimed again
+    /// after `wait`.
+    RunnerOutdated {
+        /// Its pool.
+        provider: crate::config::PoolName,
+        /// The runner.
+        runner: String,
+        /// How long its job waits.
+        wait: Duration,
+    },
     /// A queued event dropped by the dedup gate.
     Duplicate {
         /// Job.
