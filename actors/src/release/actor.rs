@@ -476,7 +476,7 @@ impl Handler<RunnerVersionSeen> for ReleaseActor {
     }
 }
 
-/// A runner of `pool` exited with [`crate::provision::RUNNER_VERSION_DEPRECATED`]: GitHub
+/// A runner of `pool` exited with code 7 (`ephemer_decide::provision::RUNNER_VERSION_DEPRECATED`): GitHub
 /// refused its version. A managed install fetches and verifies the newest release at once (the
 /// job is claimed again by the scheduler, on it); an operator's install or image is said to
 /// be too old, loudly, once per look.

@@ -86,8 +86,8 @@ fn build_update(
     };
     if let Some(why) = pinned
         .as_deref()
-        .and_then(crate::release::Version::parse)
-        .and_then(|v| crate::release::refused_by_github(&v))
+        .and_then(ephemer_decide::release::Version::parse)
+        .and_then(|v| ephemer_decide::release::refused_by_github(&v))
     {
         p.push(
             "runner.runner_version",
