@@ -207,8 +207,8 @@ pub mod runner_vars {
         VERSION_EXIT,
     ];
     /// Set to `1` for every runner: a listener GitHub refuses as too old ("Runner version vX
-    /// is deprecated and cannot receive messages") then exits with
-    /// [`crate::provision::RUNNER_VERSION_DEPRECATED`] instead of 1 (actions/runner PR #4285,
+    /// is deprecated and cannot receive messages") then exits with code 7 (the provision
+    /// module's `RUNNER_VERSION_DEPRECATED`) instead of 1 (actions/runner PR #4285,
     /// its `run.sh` passes the code on), which the daemon reads as "update the install".
     pub const VERSION_EXIT: &str = "ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE";
     /// The proxy (`github.proxy`), in both spellings: GitHub's docs for self-hosted runners
