@@ -5,6 +5,8 @@
 //! refuses its first request. Each job is exactly one trace, with a root from its first delivery to its
 //! teardown and a child for each stage; a job that spans a restart is continued under the same
 //! trace, its root still starting at the delivery before the restart, never sent twice.
+//! A finished job's trace is kept until the collector accepts it: through a `kill -9` right
+//! after the job ended and a collector away for a minute.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -242,4 +244,49 @@ async fn each_job_is_one_trace_through_a_retry_a_kill_9_and_a_binary_swap() {
         metrics.contains("ephemerd_trace_spans_dropped_total{reason=\"queue_full\"} 0"),
         "{metrics}"
     );
+}
+
+/// The collector refuses everything; a job ends and its trace waits in the outbox; the daemon
+/// is killed (`kill -9`) at once and started again, and the collector stays away for a
+/// minute more. Once it accepts, the trace arrives, once, and the outbox is empty.
+#[actix_rt::test]
+async fn a_finished_job_s_trace_survives_a_kill_9_and_a_collector_away_for_a_minute() {
+    let receiver = Receiver::start(usize::MAX);
+    let standin = support::standin(100);
+    let extra = format!("[telemetry]\notlp_endpoint = \"{}\"\n", receiver.url);
+    let daemon = Daemon::start(&standin, &extra, &local_provider(1)).await;
+    let job = standin.queue_jobs("app", LABELS, 1)[0];
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(60))
+        .await;
+    eventually("the trace refused once", Duration::from_secs(30), || {
+        receiver.requests() >= 1
+    })
+    .await;
+    let left = daemon.kill9().await;
+    let outbox = left.0.path().join("state/traces");
+    let kept = std::fs::read_dir(&outbox).map_or(0, |d| d.count());
+    assert_eq!(kept, 1, "the trace waits on disk in {}", outbox.display());
+    let daemon = Daemon::resume(&standin, left).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(roots(&receiver.spans()).is_empty());
+    receiver.refuse(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !roots(&receiver.spans()).contains_key(&job) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        roots(&receiver.spans()).get(&job).map(Vec::len),
+        Some(1),
+        "the trace arrived once:\n{}",
+        daemon.logs()
+    );
+    let logs = daemon.logs();
+    assert!(
+        logs.contains(
+            "job traces the collector had not accepted before the restart are sent again"
+        ),
+        "{logs}"
+    );
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }

@@ -6,7 +6,7 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use super::register;
 
 /// Why spans were dropped, the `reason` label.
-pub(crate) const DROP_REASONS: [&str; 2] = ["queue_full", "export_failed"];
+pub(crate) const DROP_REASONS: [&str; 3] = ["queue_full", "outbox_full", "export_failed"];
 
 /// The series.
 #[derive(Debug, Clone)]
@@ -15,7 +15,8 @@ pub struct TraceMetrics {
     pub exported: IntCounter,
     /// `ephemerd_trace_spans_dropped_total{reason}`: spans never sent: `queue_full` (the
     /// export queue was full: the collector is slow or away, and the scheduler never waits for
-    /// it), `export_failed` (the collector refused them or did not answer, retries included).
+    /// it), `outbox_full` (the oldest of the traces kept for a collector that is away),
+    /// `export_failed` (the exporter's thread was gone).
     pub dropped: IntCounterVec,
 }
 
@@ -27,7 +28,7 @@ impl TraceMetrics {
             super::must(IntCounterVec::new(
                 Opts::new(
                     "ephemerd_trace_spans_dropped_total",
-                    "Job trace spans never sent to the OTLP collector, by reason (queue_full, export_failed).",
+                    "Job trace spans never sent to the OTLP collector, by reason (queue_full, outbox_full, export_failed).",
                 ),
                 &["reason"],
             )),

@@ -291,7 +291,11 @@ pub fn start(
     let install_id = crate::store::install_id(&config.state.dir)?;
     let targets = config.targets();
     let marks = snapshot.marks.clone();
-    let traces = crate::telemetry::TraceExport::start(&config.telemetry, metrics.traces.clone())?;
+    let traces = crate::telemetry::TraceExport::start(
+        &config.telemetry,
+        metrics.traces.clone(),
+        Some(&config.state.dir),
+    )?;
 
     // 1. GitHub.
     let github = github::start(&targets, &metrics);

@@ -1,36 +1,53 @@
 //! One OpenTelemetry trace per job (`[telemetry] otlp_endpoint`), sent over OTLP/HTTP
-//! (protobuf) by `opentelemetry-otlp`.
+//! (protobuf: the collector's `ExportTraceServiceRequest`, as `opentelemetry-proto` encodes it).
 //!
 //! The core builds a job's trace once, at its end ([`JobTrace`]); the scheduler hands it here
-//! with a `try_send` into a bounded queue, so the export never waits on the scheduler and the
-//! scheduler never waits on the collector: a full queue drops the trace and counts its spans
-//! (`ephemerd_trace_spans_dropped_total{reason="queue_full"}`). A thread of its own batches
-//! the queue (512 spans, or what came within a second) and exports, with the exporter's own
-//! retries; a batch still refused is dropped and counted (`export_failed`).
+//! with a `try_send` into a bounded queue, so the scheduler never waits on the collector: a full
+//! queue drops the trace and counts its spans (`ephemerd_trace_spans_dropped_total{reason=
+//! "queue_full"}`). A thread of its own writes each trace to the [`outbox`] at once (under
+//! `state.dir`, synced) and sends what waits there, oldest first, up to 4 MiB a request; only a
+//! 2xx answer removes a trace. Refused or unanswered, the traces stay and are sent again
+//! after 5 s, doubling to a minute, and after a restart: a `kill -9` right after a job ends,
+//! or a collector away for an hour, loses nothing. The outbox keeps the newest
+//! [`outbox::OUTBOX_TRACES`]; older ones are dropped and counted (`outbox_full`).
 
 mod convert;
+pub mod outbox;
 
-use std::time::Duration;
+use std::{
+    path::Path,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use ephemer_decide::scheduler::core::trace::JobTrace;
 use opentelemetry::InstrumentationScope;
-use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
-use opentelemetry_sdk::{
-    Resource,
-    trace::{SpanData, SpanExporter as _},
+use opentelemetry_http::{Bytes, HttpClient as _, Request};
+use opentelemetry_proto::{
+    tonic::collector::trace::v1::ExportTraceServiceRequest,
+    transform::{
+        common::tonic::ResourceAttributesWithSchema,
+        trace::tonic::group_spans_by_resource_and_scope,
+    },
 };
+use opentelemetry_sdk::Resource;
+use prost::Message as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{config::TelemetryConfig, metrics::traces::TraceMetrics};
 
-/// Traces waiting for the exporter, at most.
+/// Traces waiting for the exporter's thread, at most.
 pub const QUEUE_TRACES: usize = 4096;
-/// Spans sent in one request, at most.
-const BATCH_SPANS: usize = 512;
-/// How long the first trace of a batch waits for others.
-const BATCH_WAIT: Duration = Duration::from_secs(1);
-/// One request's deadline (each of the exporter's retries).
+/// Bytes of traces sent in one request, at most (one trace is always sent whole).
+const BATCH_BYTES: usize = 4 << 20;
+/// How long a trace waits for others before a request goes.
+const BATCH_WAIT: Duration = Duration::from_millis(200);
+/// One request's deadline.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a refused or failed request, the next is tried after this, doubling to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest wait between tries.
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 enum Item {
     Trace(JobTrace),
@@ -38,7 +55,7 @@ enum Item {
 }
 
 /// The scheduler's handle on the exporter. Cloning is cheap; the exporter's thread ends once
-/// every handle is dropped and what was queued is sent.
+/// every handle is dropped (what waits stays in the outbox for the next start).
 #[derive(Clone)]
 pub struct TraceExport {
     tx: mpsc::Sender<Item>,
@@ -56,7 +73,7 @@ impl std::fmt::Debug for TraceExport {
 /// Why the exporter could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceExportError {
-    /// The OTLP exporter refused its settings.
+    /// The HTTP client refused its settings.
     #[error("the OTLP exporter: {0}")]
     Exporter(String),
     /// No thread for it.
@@ -64,11 +81,25 @@ pub enum TraceExportError {
     Thread(String),
 }
 
+/// What the exporter's thread holds.
+struct Sender {
+    client: opentelemetry_http::hyper::HyperClient<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    >,
+    url: String,
+    resource: ResourceAttributesWithSchema,
+    scope: InstrumentationScope,
+    outbox: outbox::Outbox,
+    metrics: TraceMetrics,
+}
+
 impl TraceExport {
-    /// The exporter `config` asks for, or `None` when traces are off.
+    /// The exporter `config` asks for, or `None` when traces are off; traces wait for the
+    /// collector under `state_dir/traces` (`None`: in memory).
     pub fn start(
         config: &TelemetryConfig,
         metrics: TraceMetrics,
+        state_dir: Option<&Path>,
     ) -> Result<Option<Self>, TraceExportError> {
         let Some(url) = config.traces_url() else {
             return Ok(None);
@@ -80,21 +111,28 @@ impl TraceExport {
             .enable_http1()
             .build();
         let client = opentelemetry_http::hyper::HyperClient::new(connector, REQUEST_TIMEOUT, None);
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(url.clone())
-            .with_timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| TraceExportError::Exporter(e.to_string()))?;
-        exporter.set_resource(
-            &Resource::builder_empty()
-                .with_service_name(config.service_name.clone())
+        let resource = Resource::builder_empty()
+            .with_service_name(config.service_name.clone())
+            .build();
+        let dir = state_dir.map(|d| d.join("traces"));
+        let outbox = outbox::Outbox::open(dir.as_deref(), outbox::OUTBOX_TRACES);
+        if !outbox.is_empty() {
+            tracing::info!(
+                traces = outbox.len(),
+                "job traces the collector had not accepted before the restart are sent again"
+            );
+        }
+        let sender = Sender {
+            client,
+            url: url.clone(),
+            resource: ResourceAttributesWithSchema::from(&resource),
+            scope: InstrumentationScope::builder("ephemer-actors")
+                .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
-        );
+            outbox,
+            metrics: metrics.clone(),
+        };
         let (tx, rx) = mpsc::channel(QUEUE_TRACES);
-        let worker = metrics.clone();
         std::thread::Builder::new()
             .name("trace-export".into())
             .spawn(move || {
@@ -102,7 +140,7 @@ impl TraceExport {
                     .enable_all()
                     .build();
                 match rt {
-                    Ok(rt) => rt.block_on(run(exporter, rx, worker)),
+                    Ok(rt) => rt.block_on(run(sender, rx)),
                     Err(e) => tracing::error!(error = %e, "the trace exporter has no runtime: no traces are sent"),
                 }
             })
@@ -128,8 +166,8 @@ impl TraceExport {
             .inc_by(spans);
     }
 
-    /// Waits up to `timeout` for what is queued now to be sent (at a shutdown). False when
-    /// it was not.
+    /// Waits up to `timeout` for what is queued now to be written to the outbox and, the
+    /// collector willing, sent (at a shutdown). False when it was not sent: it is still kept.
     pub async fn flush(&self, timeout: Duration) -> bool {
         let (done, sent) = oneshot::channel();
         let asked = tokio::time::timeout(timeout, self.tx.send(Item::Flush(done)));
@@ -140,47 +178,134 @@ impl TraceExport {
     }
 }
 
-/// The exporter's loop: a batch at a time, until every handle is gone.
-async fn run(
-    exporter: opentelemetry_otlp::SpanExporter,
-    mut rx: mpsc::Receiver<Item>,
-    metrics: TraceMetrics,
-) {
-    let scope = InstrumentationScope::builder("ephemer-actors")
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build();
-    let mut batch: Vec<SpanData> = Vec::new();
-    let mut flushes = Vec::new();
-    let take = |item: Item, batch: &mut Vec<SpanData>, flushes: &mut Vec<oneshot::Sender<()>>| {
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Sender {
+    /// Writes `trace` to the outbox, encoded as the request the collector reads.
+    fn keep(&mut self, trace: &JobTrace) {
+        let spans = convert::spans(trace, &self.scope);
+        let count = spans.len() as u64;
+        let request = ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(spans, &self.resource),
+        };
+        let dropped = self.outbox.put(request.encode_to_vec(), count, unix_ms());
+        if dropped > 0 {
+            self.metrics
+                .dropped
+                .with_label_values(&["outbox_full"])
+                .inc_by(dropped);
+        }
+    }
+
+    /// Sends the oldest waiting traces in one request (protobuf messages concatenated are
+    /// one message with their repeated fields joined). Ok: the collector accepted them.
+    async fn send_oldest(&mut self) -> Result<(), String> {
+        let batch = self.outbox.oldest(BATCH_BYTES);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let n = batch.len();
+        let spans: u64 = batch.iter().map(|w| w.spans).sum();
+        let body: Vec<u8> = batch.iter().flat_map(|w| w.body.iter().copied()).collect();
+        let request = Request::builder()
+            .method("POST")
+            .uri(&self.url)
+            .header("content-type", "application/x-protobuf")
+            .body(Bytes::from(body))
+            .map_err(|e| e.to_string())?;
+        let answer = self
+            .client
+            .send_bytes(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !answer.status().is_success() {
+            return Err(format!("the collector answered {}", answer.status()));
+        }
+        self.outbox.sent(n);
+        self.metrics.exported.inc_by(spans);
+        Ok(())
+    }
+}
+
+/// The exporter's loop: keeps each trace as it comes, sends what waits, and tries again
+/// after a failure, until every handle is gone.
+async fn run(mut sender: Sender, mut rx: mpsc::Receiver<Item>) {
+    let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut wait = RETRY_FIRST;
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut failing = false;
+    // When the traces gathered now go (set by the first of them).
+    let mut batch_at: Option<tokio::time::Instant> = None;
+    loop {
+        // Something to send and no failure to wait out: gather for a moment, then send.
+        let due = if sender.outbox.is_empty() {
+            None
+        } else {
+            Some(retry_at.unwrap_or_else(|| {
+                *batch_at.get_or_insert_with(|| tokio::time::Instant::now() + BATCH_WAIT)
+            }))
+        };
+        let item = match due {
+            Some(at) => match tokio::time::timeout_at(at, rx.recv()).await {
+                Ok(item) => item.map(Some),
+                Err(_) => Some(None),
+            },
+            None => rx.recv().await.map(Some),
+        };
         match item {
-            Item::Trace(t) => batch.extend(convert::spans(&t, &scope)),
-            Item::Flush(done) => flushes.push(done),
-        }
-    };
-    while let Some(first) = rx.recv().await {
-        take(first, &mut batch, &mut flushes);
-        let deadline = tokio::time::Instant::now() + BATCH_WAIT;
-        while batch.len() < BATCH_SPANS && flushes.is_empty() {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(item)) => take(item, &mut batch, &mut flushes),
-                Ok(None) | Err(_) => break,
+            // Every handle gone: what waits stays in the outbox.
+            None => return,
+            Some(Some(Item::Trace(t))) => {
+                sender.keep(&t);
+                continue;
             }
+            Some(Some(Item::Flush(done))) => {
+                if sender.outbox.is_empty() {
+                    let _ = done.send(());
+                    continue;
+                }
+                if retry_at.is_some() {
+                    // The collector is away: the traces are kept, the flush says not sent.
+                    drop(done);
+                    continue;
+                }
+                // Sent below, without waiting for others.
+                flushes.push(done);
+            }
+            Some(None) => {}
         }
-        if !batch.is_empty() {
-            let spans = batch.len() as u64;
-            match exporter.export(std::mem::take(&mut batch)).await {
-                Ok(()) => metrics.exported.inc_by(spans),
-                Err(e) => {
-                    metrics
-                        .dropped
-                        .with_label_values(&["export_failed"])
-                        .inc_by(spans);
-                    tracing::warn!(error = %e, spans, "job traces could not be sent to the OTLP collector; dropped");
+        batch_at = None;
+        match sender.send_oldest().await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!(
+                        waiting = sender.outbox.len(),
+                        "the OTLP collector accepts job traces again"
+                    );
+                }
+                failing = false;
+                retry_at = None;
+                wait = RETRY_FIRST;
+                if sender.outbox.is_empty() {
+                    for done in flushes.drain(..) {
+                        let _ = done.send(());
+                    }
                 }
             }
-        }
-        for done in flushes.drain(..) {
-            let _ = done.send(());
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, waiting = sender.outbox.len(), "job traces could not be sent to the OTLP collector; kept and sent again");
+                }
+                failing = true;
+                retry_at = Some(tokio::time::Instant::now() + wait);
+                wait = (wait * 2).min(RETRY_MAX);
+                // A flush does not wait out an outage: the traces are kept.
+                flushes.clear();
+            }
         }
     }
 }
@@ -215,29 +340,96 @@ mod tests {
             service_name: "test".into(),
         };
         let metrics = TraceMetrics::new(&prometheus::Registry::new());
-        let export = TraceExport::start(&config, metrics.clone())
+        let export = TraceExport::start(&config, metrics.clone(), None)
             .unwrap()
             .unwrap();
+        // The first trace is kept and its request hangs on the silent collector for the
+        // request's deadline: the queue behind it fills.
+        export.send(trace(0));
+        std::thread::sleep(BATCH_WAIT * 3);
         let extra = 1_000;
-        for job in 0..(QUEUE_TRACES + extra) as u64 {
+        for job in 1..=(QUEUE_TRACES + extra) as u64 {
             export.send(trace(job));
         }
         // A send that waited for room would never see the queue full: none would be counted.
         let full = metrics.dropped.with_label_values(&["queue_full"]).get();
-        // The exporter's thread holds at most one batch (a span a trace here) out of the
-        // queue, so at least `extra` less that batch were refused.
         assert!(
-            full >= (extra as u64).saturating_sub(BATCH_SPANS as u64) && full <= extra as u64,
+            (extra as u64..=extra as u64 + 1).contains(&full),
             "{full}"
         );
         assert_eq!(metrics.exported.get(), 0);
+    }
+
+    /// Traces the collector refuses are kept and sent again once it accepts (only a 2xx
+    /// removes one), in order, each once.
+    #[actix_rt::test]
+    async fn refused_traces_are_kept_and_sent_again_once_the_collector_accepts() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let refuse = Arc::new(AtomicUsize::new(2));
+        let got = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (r, g) = (refuse.clone(), got.clone());
+        let server = actix_web::HttpServer::new(move || {
+            let (r, g) = (r.clone(), g.clone());
+            actix_web::App::new().route(
+                "/v1/traces",
+                actix_web::web::post().to(move |body: actix_web::web::Bytes| {
+                    let (r, g) = (r.clone(), g.clone());
+                    async move {
+                        if r.load(Ordering::SeqCst) > 0 {
+                            r.fetch_sub(1, Ordering::SeqCst);
+                            return actix_web::HttpResponse::ServiceUnavailable().finish();
+                        }
+                        g.lock().unwrap().extend_from_slice(&body);
+                        actix_web::HttpResponse::Ok().finish()
+                    }
+                }),
+            )
+        })
+        .listen(listener)
+        .unwrap()
+        .workers(1)
+        .run();
+        actix_rt::spawn(server);
+        let config = TelemetryConfig {
+            otlp_endpoint: Some(url),
+            service_name: "test".into(),
+        };
+        let metrics = TraceMetrics::new(&prometheus::Registry::new());
+        let export = TraceExport::start(&config, metrics.clone(), Some(dir.path()))
+            .unwrap()
+            .unwrap();
+        export.send(trace(1));
+        export.send(trace(2));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while metrics.exported.get() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(metrics.exported.get(), 2, "both sent once the collector accepted");
+        assert_eq!(refuse.load(Ordering::SeqCst), 0);
+        let body = got.lock().unwrap().clone();
+        let request = ExportTraceServiceRequest::decode(&body[..]).unwrap();
+        let spans: usize = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        assert_eq!(spans, 2, "each once");
+        let left = std::fs::read_dir(dir.path().join("traces")).unwrap().count();
+        assert_eq!(left, 0, "a 2xx removes them from the outbox");
     }
 
     #[test]
     fn without_an_endpoint_there_is_no_exporter() {
         let metrics = TraceMetrics::new(&prometheus::Registry::new());
         assert!(
-            TraceExport::start(&TelemetryConfig::default(), metrics)
+            TraceExport::start(&TelemetryConfig::default(), metrics, None)
                 .unwrap()
                 .is_none()
         );

@@ -146,6 +146,11 @@ impl Receiver {
         }
     }
 
+    /// Refuses the next `n` requests with 503 (`usize::MAX`: a collector that is away).
+    pub fn refuse(&self, n: usize) {
+        self.inner.lock().unwrap().refuse = n;
+    }
+
     /// Every span so far.
     pub fn spans(&self) -> Vec<Span> {
         self.inner.lock().unwrap().spans.clone()
