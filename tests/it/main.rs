@@ -89,7 +89,8 @@
 //!   (both message shapes, capacity, jobs withdrawn and assigned again, unreadable messages,
 //!   dropped labels, a service URL that may not be followed); `scaleset_reckon.rs` to its
 //!   reckoning of `totalAssignedJobs`; `scaleset_reassign.rs` to assignment windows shorter
-//!   than a runner's boot; `scaleset_chaos.rs` runs the service at its harshest
+//!   than a runner's boot; `scaleset_outage.rs` to the 2026-07-25 broker outage (minutes of
+//!   500, then every scale set deleted); `scaleset_chaos.rs` runs the service at its harshest
 //!   with seeds (five of each shape in CI).
 //! - `pull.rs` and `redeliver.rs`: pull mode's conditional polls, and push mode's redelivery of
 //!   failed deliveries (once per delivery across a fleet).
@@ -156,6 +157,7 @@ mod runner_update;
 mod scaleset;
 mod scaleset_chaos;
 mod scaleset_fidelity;
+mod scaleset_outage;
 mod scaleset_reassign;
 mod scaleset_reckon;
 mod security;

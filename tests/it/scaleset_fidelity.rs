@@ -305,3 +305,48 @@ async fn a_service_url_on_another_host_in_clear_is_never_followed_with_the_token
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
+
+/// Two scale sets that both cover a job (the "assignment race", ARC#4004): GitHub, not the
+/// daemon, picks which one gets it, and only that one's listener hears of it. Jobs labelled
+/// `[self-hosted, linux]`, which both pools' scale sets cover: each runs once, on a runner of
+/// the scale set the service assigned it to, and the other pool claims nothing for it.
+#[actix_rt::test]
+async fn a_job_two_scale_sets_cover_runs_once_in_the_one_github_assigned() {
+    let standin = standin();
+    let daemon = start(&standin, 2).await;
+    let both = &["self-hosted", "linux"];
+    standin.queue_jobs("app", both, 6);
+    daemon
+        .wait_completed(&standin, 6, Duration::from_secs(60))
+        .await;
+    let not_run = jobs_not_run(&standin);
+    assert!(not_run.is_empty(), "{not_run:?}");
+    let names: std::collections::BTreeMap<u64, String> = standin
+        .scale_sets()
+        .into_iter()
+        .map(|(id, name, ..)| (id, name))
+        .collect();
+    let assigned: std::collections::BTreeMap<u64, u64> = standin
+        .state()
+        .scalesets
+        .requests
+        .values()
+        .map(|r| (r.job_id, r.set_id))
+        .collect();
+    for job in standin.jobs() {
+        let set = &names[&assigned[&job.id]];
+        let runner = job.runner_name.clone().unwrap_or_default();
+        assert!(
+            runner.contains(&format!("-{set}-")),
+            "job {} assigned to {set} ran on {runner}",
+            job.id
+        );
+    }
+    assert_eq!(
+        standin.count("actions_generate_jitconfig"),
+        6,
+        "one runner a job: the other scale set's pool claimed nothing"
+    );
+    daemon.wait_no_runner_left(&standin).await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
