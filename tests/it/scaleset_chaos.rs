@@ -28,7 +28,7 @@ use crate::{
 };
 
 /// Every endpoint of the Actions service.
-const SERVICE: &[&str] = &[
+pub(crate) const SERVICE: &[&str] = &[
     "actions_admin_connection",
     "actions_get_runner_group",
     "actions_get_scale_set",

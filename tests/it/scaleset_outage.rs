@@ -10,26 +10,9 @@ use github_standin::Fault;
 
 use crate::{
     scaleset::{ALPHA, BETA, assert_each_job_on_its_pool, standin, start},
+    scaleset_chaos::SERVICE,
     scaleset_fidelity::jobs_not_run,
 };
-
-/// Every endpoint of the Actions service.
-const SERVICE: &[&str] = &[
-    "actions_admin_connection",
-    "actions_get_runner_group",
-    "actions_get_scale_set",
-    "actions_create_scale_set",
-    "actions_get_scale_set_by_id",
-    "actions_update_scale_set",
-    "actions_create_session",
-    "actions_refresh_session",
-    "actions_delete_session",
-    "actions_acquire_jobs",
-    "actions_generate_jitconfig",
-    "actions_get_message",
-    "actions_delete_message",
-    "actions_delete_runner",
-];
 
 /// How long the service answers 500 (`SCALESET_OUTAGE_SECS`; the real one lasted hours).
 fn outage() -> Duration {

@@ -564,7 +564,8 @@ pub(crate) fn tick(s: &mut State) {
                     r.enter(RequestState::Assigned, now);
                     job_message(shape, "JobAssigned", &r, &job, &owner)
                 }
-                // A GHES offers it again, to be acquired again.
+                // A GHES offers it again, to be acquired again (the harsher reading: a GHES
+                // offers before it assigns, actions/scaleset#75 and PR #90).
                 MessageShape::Ghes => {
                     r.enter(RequestState::Available, now);
                     let mut item = job_message(shape, "JobAvailable", &r, &job, &owner);
