@@ -276,6 +276,41 @@ fn owns_dir_in(root: &WorkRoot, name: &str, uid: u32) -> bool {
     })
 }
 
+impl super::process::ProcessBackend {
+    /// After the last runner of a `run_as` user: whatever the uid still runs or left (see
+    /// [`super::leftovers`]) goes before the uid runs another job. Not while another runner of
+    /// the same user lives (a shared `run_as` user), nor for the daemon's own uid.
+    pub(super) async fn clear_leftovers(&self, name: &str, uid: u32) {
+        let Some(user) = self
+            .s
+            .run_as
+            .iter()
+            .find(|u| self.user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
+            .cloned()
+        else {
+            return;
+        };
+        // Another runner of the uid (a pool's shared user): not cleared under it. This one's
+        // hold keeps the user from a new runner until the clearing is done.
+        if others_have(name, uid, &self.s.peers) {
+            return;
+        }
+        hold(&self.s.pool, name, uid);
+        // Every pool's job directories are left alone (a work root may be under /tmp).
+        let roots: Vec<std::path::PathBuf> = self.s.peers.iter().map(|r| r.dir.clone()).collect();
+        let who = user.clone();
+        let cleared = tokio::task::spawn_blocking(move || {
+            let keep: Vec<&std::path::Path> = roots.iter().map(std::path::PathBuf::as_path).collect();
+            super::leftovers::clear(uid, &who, &keep)
+        })
+        .await
+        .unwrap_or_default();
+        if cleared.any() {
+            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, home_entries = cleared.home_entries, keys = cleared.keys, "cleared what the job's user left behind");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,40 +436,5 @@ mod tests {
         assert!(!wanted(4_000_011));
         assert_eq!(take(&a, "warm-c-1", &users, &[], true).unwrap(), "y1");
         release("warm-c-1");
-    }
-}
-
-impl super::process::ProcessBackend {
-    /// After the last runner of a `run_as` user: whatever the uid still runs or left (see
-    /// [`super::leftovers`]) goes before the uid runs another job. Not while another runner of
-    /// the same user lives (a shared `run_as` user), nor for the daemon's own uid.
-    pub(super) async fn clear_leftovers(&self, name: &str, uid: u32) {
-        let Some(user) = self
-            .s
-            .run_as
-            .iter()
-            .find(|u| self.user_named(u).is_ok_and(|x| x.uid.as_raw() == uid))
-            .cloned()
-        else {
-            return;
-        };
-        // Another runner of the uid (a pool's shared user): not cleared under it. This one's
-        // hold keeps the user from a new runner until the clearing is done.
-        if others_have(name, uid, &self.s.peers) {
-            return;
-        }
-        hold(&self.s.pool, name, uid);
-        // Every pool's job directories are left alone (a work root may be under /tmp).
-        let roots: Vec<std::path::PathBuf> = self.s.peers.iter().map(|r| r.dir.clone()).collect();
-        let who = user.clone();
-        let cleared = tokio::task::spawn_blocking(move || {
-            let keep: Vec<&std::path::Path> = roots.iter().map(std::path::PathBuf::as_path).collect();
-            super::leftovers::clear(uid, &who, &keep)
-        })
-        .await
-        .unwrap_or_default();
-        if cleared.any() {
-            tracing::info!(runner = %name, uid, processes = cleared.processes, temp_entries = cleared.temp_entries, schedules = cleared.schedules, ipc = cleared.ipc, home_entries = cleared.home_entries, keys = cleared.keys, "cleared what the job's user left behind");
-        }
     }
 }

@@ -346,6 +346,8 @@ mod tests {
         // The first trace is kept and its request hangs on the silent collector for the
         // request's deadline: the queue behind it fills.
         export.send(trace(0));
+        // A plain test thread, not an arbiter: blocking it is what the test wants.
+        #[allow(clippy::disallowed_methods)]
         std::thread::sleep(BATCH_WAIT * 3);
         let extra = 1_000;
         for job in 1..=(QUEUE_TRACES + extra) as u64 {
