@@ -134,6 +134,16 @@ max_concurrent = 1
             .any(|l| l.starts_with("ok   pool.new.runner:") && l.contains("runner 2.330.0")),
         "{out}"
     );
+    // The status page shows each pool's version and its age against the latest release.
+    let (status, page) = support::http_get(&daemon.admin_addr(), "/").await.unwrap();
+    assert_eq!(status, 200);
+    let runner = page
+        .split(r#"id="h-runner""#)
+        .nth(1)
+        .expect("the page's runner section");
+    for want in ["2.300.0", "2.330.0", "current", "behind by"] {
+        assert!(runner.contains(want), "{want}: {runner}");
+    }
     // A job still runs on the current image.
     let job = standin.queue_jobs("app", &["self-hosted", "linux", "new"], 1)[0];
     daemon

@@ -81,10 +81,11 @@ pub struct PoolRunnerView {
     pub behind_seconds: Option<u64>,
 }
 
-/// Seconds a runner of `version` has been behind `latest` (0 when it is not).
+/// Seconds a runner of `version` has been behind `latest` (0 when it is not; at least 1 when
+/// it is, so an older runner never reads as current in the release's first second).
 pub fn behind(version: &Version, latest: &Release, now: u64) -> u64 {
     if version < &latest.version {
-        now.saturating_sub(latest.published_unix)
+        now.saturating_sub(latest.published_unix).max(1)
     } else {
         0
     }

@@ -159,6 +159,7 @@ pub(super) fn overview(status: &StatusAnswer, jobs: &[JobView], now: u64) -> Mar
         }
         (budgets(s, now))
         (pools(s))
+        @if let Some(r) = &status.runner { (runner(r, now)) }
         (last_hour(s))
         (queue(s, jobs, now))
         @if let Some(fleet) = &status.fleet { (fleet_hosts(fleet)) }
@@ -215,6 +216,50 @@ fn pools(s: &crate::scheduler::core::StatusView) -> Markup {
                 }
             }
         } }
+    }
+    }
+}
+
+/// The runner's latest release and each pool's version, with how long it has been behind:
+/// GitHub refuses a runner 30 days after a newer release, so past three weeks it is marked.
+fn runner(r: &crate::release::actor::RunnerReleaseView, now: u64) -> Markup {
+    html! {
+    section aria-labelledby="h-runner" {
+        h2 #h-runner { "Runner" }
+        p {
+            "Latest release "
+            @match &r.latest { Some(v) => code { (v.to_string()) }, None => "unknown" }
+            @if let Some(at) = r.latest_published_unix.filter(|at| *at > 0) {
+                ", published " (age(now.saturating_sub(at))) " ago"
+            }
+            "; auto_update " @if r.auto_update { "on" } @else { "off" } "."
+            @if let Some(problem) = &r.problem { br; span.bad { (problem) } }
+        }
+        @if !r.pools.is_empty() {
+            div.scroll { table {
+                thead { tr { th scope="col" { "Pool" } th scope="col" { "Version" } th scope="col" { "Age" } th scope="col" { "Kept by" } } }
+                tbody {
+                    @for p in &r.pools {
+                        tr {
+                            th scope="row" { (p.pool) }
+                            td { @match &p.version { Some(v) => code { (v.to_string()) }, None => "none yet" } }
+                            td {
+                                @match p.behind_seconds {
+                                    Some(0) => span.good { "current" },
+                                    Some(s) if s > crate::release::BEHIND_CUTOFF_WARN => {
+                                        span.bad { "behind by " (age(s)) } br;
+                                        small { "GitHub refuses it 30 days after the newer release: update it now" }
+                                    },
+                                    Some(s) => { "behind by " (age(s)) },
+                                    None => span.muted { "latest unknown" },
+                                }
+                            }
+                            td { @if p.managed { "the daemon" } @else { "the operator" } }
+                        }
+                    }
+                }
+            } }
+        }
     }
     }
 }

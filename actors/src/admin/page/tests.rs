@@ -256,3 +256,44 @@ fn the_token_form_posts() {
     let page = render::login().into_string();
     assert!(page.contains(r#"<form id="login" method="post""#), "{page}");
 }
+
+/// Each pool's runner version and how long it has been behind: past three weeks it is marked
+/// with what GitHub will do at 30 days; a pool with no install yet says so.
+#[test]
+fn the_overview_shows_each_pool_s_runner_version_and_age() {
+    let mut s = status();
+    s.runner = Some(
+        serde_json::from_value(serde_json::json!({
+            "latest": "2.331.0",
+            "latest_published_unix": 3_000_000 - 25 * 86_400,
+            "checked_unix": 2_999_000,
+            "problem": HOSTILE,
+            "auto_update": false,
+            "pools": [
+                { "pool": "fresh", "version": "2.331.0", "managed": true, "behind_seconds": 0 },
+                { "pool": "late", "version": "2.330.0", "managed": false, "behind_seconds": 25 * 86_400 },
+                { "pool": "lagging", "version": "2.330.0", "managed": false, "behind_seconds": 3 * 86_400 },
+                { "pool": HOSTILE, "version": null, "managed": true, "behind_seconds": null },
+            ],
+        }))
+        .expect("a runner view"),
+    );
+    let page = render::overview(&s, &[], 3_000_000).into_string();
+    only_own_script(&page);
+    let text = text_of(&page);
+    let squeezed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in [
+        "Latest release 2.331.0 , published 25d 0h ago; auto_update off.",
+        "fresh 2.331.0 current the daemon",
+        "late 2.330.0 behind by 25d 0h GitHub refuses it 30 days after the newer release: update it now the operator",
+        "lagging 2.330.0 behind by 3d 0h the operator",
+        "none yet latest unknown the daemon",
+    ] {
+        assert!(squeezed.contains(want), "{want:?} not in {squeezed}");
+    }
+    assert_eq!(page.matches("update it now").count(), 1, "{page}");
+
+    // No release view (the releases are not looked at): no section.
+    let page = render::overview(&status(), &[], 1_000_000).into_string();
+    assert!(!page.contains("h-runner"), "{page}");
+}
