@@ -41,12 +41,8 @@ impl Notifier {
             return;
         };
         let sent = match addr.strip_prefix('@') {
-            Some(name) => {
-                use std::os::linux::net::SocketAddrExt;
-                std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-                    .and_then(|a| socket.send_to_addr(message.as_bytes(), &a))
-            }
-            None => socket.send_to(message.as_bytes(), addr),
+            Some(name) => send_abstract(socket, name, message),
+            None => socket.send_to(message.as_bytes(), addr).map(drop),
         };
         if let Err(e) = sent {
             tracing::debug!(error = %e, "cannot notify the service manager");
@@ -63,4 +59,23 @@ impl Notifier {
         }
         (usec > 0).then(|| Duration::from_micros(usec))
     }
+}
+
+/// To a socket in Linux's abstract namespace (`@name`, as systemd sets it).
+#[cfg(target_os = "linux")]
+fn send_abstract(socket: &UnixDatagram, name: &str, message: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|a| socket.send_to_addr(message.as_bytes(), &a))
+        .map(drop)
+}
+
+/// Other systems have no abstract namespace (launchd sets no `NOTIFY_SOCKET`): an `@name`
+/// there is an error, logged like any failed notification.
+#[cfg(not(target_os = "linux"))]
+fn send_abstract(_socket: &UnixDatagram, name: &str, _message: &str) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!("NOTIFY_SOCKET @{name}: this OS has no abstract socket namespace"),
+    ))
 }

@@ -142,7 +142,9 @@ mod install;
 mod intake;
 mod jobdir;
 mod leftovers;
+#[cfg(target_os = "linux")]
 mod linux_vm;
+#[cfg(target_os = "linux")]
 mod linux_vm_faults;
 mod network;
 mod ops;

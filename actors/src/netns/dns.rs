@@ -44,9 +44,7 @@ pub async fn bind_in(netns: &Path) -> std::io::Result<Sockets> {
         .name("ephemer-netns-bind".into())
         .spawn(move || {
             let bound = (|| {
-                let ns = std::fs::File::open(&netns)?;
-                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(std::io::Error::from)?;
+                enter(&netns)?;
                 let udp = std::net::UdpSocket::bind("127.0.0.1:53")?;
                 let tcp = std::net::TcpListener::bind("127.0.0.1:53")?;
                 udp.set_nonblocking(true)?;
@@ -57,6 +55,23 @@ pub async fn bind_in(netns: &Path) -> std::io::Result<Sockets> {
         })?;
     rx.await
         .unwrap_or_else(|_| Err(std::io::Error::other("the binding thread died")))
+}
+
+/// Moves the calling thread into the network namespace at `netns`.
+#[cfg(target_os = "linux")]
+fn enter(netns: &Path) -> std::io::Result<()> {
+    let ns = std::fs::File::open(netns)?;
+    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
+}
+
+/// Network namespaces are Linux's: a pool that needs one is refused on other hosts by
+/// check-config, so this is never reached there.
+#[cfg(not(target_os = "linux"))]
+fn enter(_netns: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "network namespaces need a Linux host",
+    ))
 }
 
 /// Serves the namespace's queries until aborted.

@@ -24,6 +24,7 @@ use nix::{
 };
 
 /// The directory all runner cgroups live in, under the daemon's own cgroup.
+#[cfg(target_os = "linux")]
 const PARENT: &str = "ephemer-runners";
 
 /// Where runner cgroups are made on this host.
@@ -37,15 +38,19 @@ pub(super) struct CgroupRoot {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(super) enum CgroupError {
     /// The kernel's account of the mounts or this process's cgroup cannot be read.
+    #[cfg(target_os = "linux")]
     #[error("cannot read {0}: {1}")]
     Unreadable(&'static str, String),
     /// Neither cgroup v2 nor a v1 pids hierarchy is mounted.
+    #[cfg(target_os = "linux")]
     #[error("no cgroup2 or v1 pids hierarchy is mounted")]
     NoHierarchy,
     /// The daemon may not make its directory there.
+    #[cfg(target_os = "linux")]
     #[error("cannot create {0}: {1}")]
     NotWritable(String, String),
-    /// This OS has none.
+    /// This OS has none (macOS): teardown reaches a runner's processes by its process group
+    /// and, for a `run_as` user, by everything that user runs.
     #[cfg(not(target_os = "linux"))]
     #[error("this OS has no cgroups")]
     Unsupported,
@@ -53,6 +58,13 @@ pub(super) enum CgroupError {
 
 impl CgroupRoot {
     /// This host's place for runner cgroups, if it has one the daemon may write.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn detect() -> Result<CgroupRoot, CgroupError> {
+        Err(CgroupError::Unsupported)
+    }
+
+    /// This host's place for runner cgroups, if it has one the daemon may write.
+    #[cfg(target_os = "linux")]
     pub(super) fn detect() -> Result<CgroupRoot, CgroupError> {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| CgroupError::Unreadable("/proc/self/mountinfo", e.to_string()))?;
@@ -99,6 +111,7 @@ pub(super) const RUNNER_PIDS: u64 = crate::config::defaults::CONTAINER_PIDS as u
 pub(super) const QEMU_PIDS: u64 = 512;
 
 /// Turns the pids controller on for the children of v2 cgroup `dir`; whether they have it.
+#[cfg(target_os = "linux")]
 fn enable_pids(dir: &Path) -> bool {
     let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+pids");
     std::fs::read_to_string(dir.join("cgroup.subtree_control"))
@@ -182,7 +195,7 @@ impl RunnerCgroup {
     }
 
     /// How many processes it holds.
-    #[cfg(test)]
+    #[cfg(all(test, target_os = "linux"))]
     fn count(&self) -> usize {
         members(&self.procs()).len()
     }
@@ -201,6 +214,7 @@ fn members(procs: &Path) -> Vec<Pid> {
 }
 
 /// The mount point of a filesystem of `fstype` (with `option` among its super options).
+#[cfg(target_os = "linux")]
 fn find_mount(mountinfo: &str, fstype: &str, option: Option<&str>) -> Option<PathBuf> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
@@ -213,6 +227,7 @@ fn find_mount(mountinfo: &str, fstype: &str, option: Option<&str>) -> Option<Pat
 }
 
 /// This process's path in the hierarchy with id `id` (v2: "0") or controller `controller`.
+#[cfg(target_os = "linux")]
 fn own_path(cgroup: &str, id: &str, controller: &str) -> Option<String> {
     cgroup.lines().find_map(|line| {
         let mut f = line.splitn(3, ':');
@@ -226,7 +241,7 @@ fn own_path(cgroup: &str, id: &str, controller: &str) -> Option<String> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

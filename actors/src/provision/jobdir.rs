@@ -92,7 +92,7 @@ impl Tree {
         .map_err(|e| named(e, name))?;
         let mut to = std::fs::File::from(fd);
         io::copy(&mut std::fs::File::open(from)?, &mut to)?;
-        nix::sys::stat::fchmod(&to, Mode::from_bits_truncate(mode & 0o7777))
+        nix::sys::stat::fchmod(&to, permissions(mode))
             .map_err(|e| named(e, name))
     }
 
@@ -110,10 +110,17 @@ impl Tree {
     }
 }
 
+/// The permission bits of a `st_mode` (a `u32` from std) as nix's `Mode`, whose width is the
+/// platform's `mode_t`: 32 bits on Linux, 16 on macOS. The bits kept fit in 12.
+#[allow(clippy::unnecessary_cast)]
+fn permissions(mode: u32) -> Mode {
+    Mode::from_bits_truncate((mode & 0o7777) as nix::libc::mode_t)
+}
+
 /// `mkdirat` then open it, without following a link, and set its mode exactly (the umask may
 /// have narrowed it).
 fn mkdir_at(parent: &OwnedFd, name: &OsStr, mode: u32) -> nix::Result<OwnedFd> {
-    let mode = Mode::from_bits_truncate(mode & 0o7777);
+    let mode = permissions(mode);
     nix::sys::stat::mkdirat(parent, name, mode)?;
     let fd = open_dir_at(parent, name)?;
     nix::sys::stat::fchmod(&fd, mode)?;

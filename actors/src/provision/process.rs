@@ -136,12 +136,7 @@ pub(super) struct Prepared {
 impl ProcessBackend {
     /// A backend with these settings.
     pub fn new(settings: ProcessSettings) -> Self {
-        #[cfg(target_os = "linux")]
-        let cgroups = CgroupRoot::detect();
-        #[cfg(not(target_os = "linux"))]
-        let cgroups: Result<CgroupRoot, super::cgroup::CgroupError> =
-            Err(super::cgroup::CgroupError::Unsupported);
-        let (cgroups, why) = match cgroups {
+        let (cgroups, why) = match CgroupRoot::detect() {
             Ok(root) => (Some(root), None),
             Err(why) => (None, Some(why.to_string())),
         };

@@ -161,7 +161,7 @@ pub fn remove_at(
         path,
         deadline,
         started: Instant::now(),
-        dev: top.st_dev,
+        dev: file_id(&top).0,
         mounts: mount_points_below(path),
         removed: 0,
         refused: 0,
@@ -323,8 +323,8 @@ impl Walk<'_> {
         };
         let st = nix::sys::stat::fstat(&fd)
             .map_err(|e| refused(self.path, format!("{}: {e}", shown(name)), 0))?;
-        let id = (st.st_dev, st.st_ino);
-        if st.st_dev != self.dev || self.mounts.contains(&id) {
+        let id = file_id(&st);
+        if id.0 != self.dev || self.mounts.contains(&id) {
             return Err(refused(
                 self.path,
                 format!("{} is a mount point: left in place", shown(name)),
@@ -356,7 +356,7 @@ impl Walk<'_> {
         )
         .map_err(|_| moved())?;
         let st = nix::sys::stat::fstat(&up).map_err(|_| moved())?;
-        if (st.st_dev, st.st_ino) != id {
+        if file_id(&st) != id {
             return Err(moved());
         }
         Dir::from_fd(up).map_err(|_| moved())
@@ -431,6 +431,12 @@ fn is_dir_at(dir: impl AsFd, name: &OsStr) -> bool {
     stat_at(dir, name).is_ok_and(|st| is_dir(&st))
 }
 
+/// A file's device and inode, as one width on every platform (`st_dev` is an `i32` on macOS).
+#[allow(clippy::unnecessary_cast)]
+fn file_id(st: &nix::sys::stat::FileStat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
 fn refused(path: &Path, what: String, removed: u64) -> Unremoved {
     Unremoved::Refused {
         path: path.display().to_string(),
@@ -459,7 +465,7 @@ fn mount_points_below(path: &Path) -> HashSet<(u64, u64)> {
             && point.starts_with(path)
             && let Ok(st) = nix::sys::stat::stat(&point)
         {
-            found.insert((st.st_dev, st.st_ino));
+            found.insert(file_id(&st));
         }
     }
     found

@@ -15,6 +15,7 @@
 
 mod container;
 mod local;
+#[cfg(target_os = "linux")]
 mod vm;
 
 use std::{fmt::Write as _, sync::Mutex};
@@ -193,6 +194,7 @@ async fn corpus() {
     if run("linux") {
         container::all().await;
     }
+    #[cfg(target_os = "linux")]
     if run("linux_vm") {
         vm::all().await;
     }

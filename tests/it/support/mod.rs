@@ -4,6 +4,7 @@ pub mod cdp;
 pub mod daemon;
 pub mod engine;
 pub mod fleet;
+#[cfg(target_os = "linux")]
 pub mod netns;
 pub mod otlp;
 pub mod plot;
@@ -13,6 +14,7 @@ pub mod provision;
 pub mod proxy;
 pub mod registry;
 pub mod tls;
+#[cfg(target_os = "linux")]
 pub mod vm;
 
 use std::{
