@@ -568,6 +568,9 @@ pub struct Environment {
     /// Where a `run_as` user's uid is looked up: a second uid-0 account is root under
     /// another name, and refused as root is.
     pub users: UserDb,
+    /// The host's operating system: a pool of a kind it cannot run is refused
+    /// (`providers.X.kind`). Linux unless read from this process.
+    pub host_os: ephemer_decide::config::HostOs,
 }
 
 /// How the uids of users named in the config are found.
@@ -631,6 +634,7 @@ impl Environment {
                 })
                 .collect(),
             users: UserDb::Host,
+            host_os: ephemer_decide::config::HostOs::this(),
         }
     }
 }

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+pub mod host;
 mod secret;
 pub mod warm;
 
 pub use crate::vocab::{PoolName, ProviderKind};
+pub use host::HostOs;
 pub use secret::Secret;
 pub use warm::{WarmConfig, WarmMode};
 

@@ -22,6 +22,8 @@ mod cluster_tests;
 mod containers;
 mod github;
 pub(crate) mod host_paths;
+#[cfg(test)]
+mod host_tests;
 mod linux_vm;
 mod network;
 #[cfg(test)]

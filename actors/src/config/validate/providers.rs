@@ -210,6 +210,9 @@ pub(super) fn build_providers(
         let Some(kind) = pool_kind(&key, &name, r.kind.take(), p) else {
             continue;
         };
+        if let Some(why) = env.host_os.refuses(kind) {
+            p.push(format!("{key}.kind"), why);
+        }
         for (k, kinds) in r.kind_keys() {
             if !kinds.contains(&kind.as_str()) {
                 let of = kinds.join(", ");
@@ -243,6 +246,7 @@ pub(super) fn build_providers(
     }
     let providers = ProvidersConfig { pools };
     check_pool_names(&providers, p);
+    check_macos_guests(&providers, p);
     refuse_host_paths(&providers, state_dir, p);
     if providers.enabled().is_empty() {
         p.push(
@@ -252,6 +256,33 @@ pub(super) fn build_providers(
         );
     }
     providers
+}
+
+/// The host's macOS guests at once, over every enabled `vm_macos` pool: the framework
+/// refuses a third, whichever pool asks, so their `max_concurrent` may not add up past two.
+fn check_macos_guests(providers: &ProvidersConfig, p: &mut Problems) {
+    let mut total = 0;
+    for pool in providers.pools.iter().filter(|x| x.common.enabled) {
+        if !matches!(pool.spec, PoolSpec::VmMacos(_)) {
+            continue;
+        }
+        let before = total;
+        total += pool.common.max_concurrent;
+        // Said once: by the pool that goes past two (a pool past two alone says so itself).
+        if before <= defaults::MACOS_MAX_VMS
+            && total > defaults::MACOS_MAX_VMS
+            && pool.common.max_concurrent <= defaults::MACOS_MAX_VMS
+        {
+            p.push(
+                format!("providers.{}.max_concurrent", pool.name),
+                format!(
+                    "the vm_macos pools add up to {total} VMs at once: Apple's licence and \
+                     Virtualization.framework allow {} macOS guests per host, over all pools",
+                    defaults::MACOS_MAX_VMS
+                ),
+            );
+        }
+    }
 }
 
 /// A pool's name: up to [`MAX_POOL_NAME`] letters, digits, '-' and '_' (runner names carry it).
