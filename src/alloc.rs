@@ -26,6 +26,8 @@ pub const OPTIONS: [(&str, &str); 2] = [
 /// already (set by the first start, or by an operator). Returns only when that is not needed or
 /// not possible; the daemon then runs with mimalloc's defaults, which costs memory, not jobs.
 pub fn settle() {
+    // Linux only: that is where the options were measured (docs/benchmarks.md); elsewhere
+    // (macOS) mimalloc keeps its defaults.
     if !cfg!(target_os = "linux") || OPTIONS.iter().any(|(k, _)| std::env::var_os(k).is_some()) {
         return;
     }

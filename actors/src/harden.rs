@@ -5,6 +5,12 @@
 //! non-dumpable; a core dump would write them to disk. So: `PR_SET_DUMPABLE` 0 (Linux) and
 //! `RLIMIT_CORE` 0. And every file the daemon creates that holds something of a job or a
 //! secret (the store, runner logs, the admin token) is created mode 0600, never chmodded after.
+//!
+//! macOS has no `PR_SET_DUMPABLE`: there another process's memory needs `task_for_pid`, which
+//! takes root or a debugger's entitlement, and its arguments and environment
+//! (`KERN_PROCARGS2`, what `ps -E` shows) are readable by the same uid only; a job there runs as
+//! a `run_as` user, never the daemon's (check-config refuses the daemon's own user without
+//! `allow_same_user`). Core dumps are turned off the same way on both.
 
 use std::{fs::File, io, os::unix::fs::OpenOptionsExt, path::Path};
 

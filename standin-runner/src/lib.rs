@@ -256,11 +256,16 @@ pub fn run_in(root: &Path) -> i32 {
         return 2;
     }
     let var = |k: &str| std::env::var(k).unwrap_or_default();
-    // Who it runs as, where /proc says (Linux); the tests of `run_as` read it.
-    let uid = std::fs::metadata("/proc/self").map_or_else(
-        |_| "?".to_string(),
-        |m| std::os::unix::fs::MetadataExt::uid(&m).to_string(),
-    );
+    // Who it runs as: the owner of a file it makes (on every OS, a new file is its maker's
+    // effective uid); the tests of `run_as` read it.
+    let probe = root.join(format!(".whoami-{}", std::process::id()));
+    let uid = std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::metadata(&probe))
+        .map_or_else(
+            |_| "?".to_string(),
+            |m| std::os::unix::fs::MetadataExt::uid(&m).to_string(),
+        );
+    let _ = std::fs::remove_file(&probe);
     let mut version = own_version(root);
     let updates_off = updates_disabled(root);
     println!(

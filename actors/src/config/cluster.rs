@@ -29,10 +29,11 @@ impl ClusterConfig {
     }
 }
 
-/// This machine's hostname, the default `cluster.host`.
+/// This machine's hostname, the default `cluster.host` (`gethostname`, on every OS).
 pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    nix::unistd::gethostname()
         .ok()
+        .and_then(|h| h.into_string().ok())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())

@@ -161,7 +161,8 @@ pub struct Metrics {
     /// `ephemerd_build_info{version,commit}`: always 1.
     pub build_info: IntGaugeVec,
     /// `process_resident_memory_bytes`, `process_cpu_seconds_total`, `process_open_fds`:
-    /// this process, read from `/proc/self` at each scrape (absent where there is no `/proc`).
+    /// this process, read at each scrape (Linux: `/proc/self`; macOS: `getrusage`, `/dev/fd`
+    /// and `ps` for the resident size).
     process: ProcessGauges,
 }
 
@@ -176,7 +177,35 @@ struct ProcessGauges {
 }
 
 impl ProcessGauges {
+    /// Reads this process's figures, the macOS way: CPU from `getrusage`, open fds from
+    /// `/dev/fd`, the resident size from `ps` (in KiB; macOS has no `/proc`, and its own calls
+    /// for it need `unsafe`, which this library forbids).
+    #[cfg(not(target_os = "linux"))]
+    fn refresh(&self) {
+        use nix::sys::resource::{UsageWho, getrusage};
+        if let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+            self.cpu
+                .set(secs(usage.user_time()) + secs(usage.system_time()));
+        }
+        if let Ok(dir) = std::fs::read_dir("/dev/fd") {
+            // Less the descriptor of the listing itself.
+            self.fds.set(dir.count().saturating_sub(1) as i64);
+        }
+        if let Some(kib) = std::process::Command::new("ps")
+            .args(["-o", "rss=", "-p", &std::process::id().to_string()])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .and_then(|o| parse_ps_rss(&o.stdout))
+        {
+            self.rss.set(kib * 1024);
+        }
+    }
+
     /// Reads `/proc/self`: resident pages (`statm`), user + system ticks (`stat`), open fds.
+    #[cfg(target_os = "linux")]
     fn refresh(&self) {
         let page = 4096;
         if let Some(pages) = std::fs::read_to_string("/proc/self/statm")
@@ -202,6 +231,16 @@ impl ProcessGauges {
             self.fds.set(dir.count() as i64);
         }
     }
+}
+
+/// The resident size `ps -o rss=` prints (KiB), if that is what it printed.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn parse_ps_rss(out: &[u8]) -> Option<i64> {
+    std::str::from_utf8(out.get(..64.min(out.len()))?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Registering a fresh metric in a fresh registry only fails on a programming error (a
@@ -465,6 +504,24 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The macOS resident size comes from `ps -o rss=`: its answer is read as KiB, and on this
+    /// host `ps` gives this process a size (the same call macOS takes).
+    #[test]
+    fn the_resident_size_is_read_from_ps() {
+        assert_eq!(parse_ps_rss(b"  12345\n"), Some(12345));
+        assert_eq!(parse_ps_rss(b""), None);
+        assert_eq!(parse_ps_rss(b"RSS\n"), None);
+        if let Ok(out) = std::process::Command::new("ps")
+            .args(["-o", "rss=", "-p", &std::process::id().to_string()])
+            .output()
+        {
+            assert!(
+                parse_ps_rss(&out.stdout).is_some_and(|kib| kib > 0),
+                "{out:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_contract_metric_is_registered_and_instances_are_independent() {
