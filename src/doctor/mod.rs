@@ -9,6 +9,7 @@
 mod cluster;
 mod github;
 mod host;
+mod mac;
 mod runner;
 mod scaleset;
 mod webhook;
@@ -107,6 +108,7 @@ pub fn run(config: &Config, json: bool) -> ExitCode {
             }));
         }
         found.extend(host::pool_checks(config).await);
+        found.extend(mac::checks(config).await);
         found.extend(runner::checks(config).await);
         found.extend(cluster::checks(config).await);
         found

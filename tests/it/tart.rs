@@ -126,12 +126,21 @@ sleep 0.2
     TartBackend::new(settings(dir, host_keys, Duration::from_secs(120)))
 }
 
+/// What the stand-ins were called with, each `tart` call first checked against tart's own
+/// command line (`tart_cli`, from tart's source): the stand-in accepts anything, tart would not.
 pub(crate) fn calls(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("calls.log"))
+    let calls: Vec<String> = std::fs::read_to_string(dir.join("calls.log"))
         .unwrap_or_default()
         .lines()
         .map(str::to_string)
-        .collect()
+        .collect();
+    for call in calls.iter().filter_map(|c| c.strip_prefix("tart ")) {
+        let argv: Vec<&str> = call.split(' ').collect();
+        if let Err(why) = ephemer_decide::provision::tart_cli::check(&argv) {
+            panic!("the daemon called `tart {call}`, which tart refuses: {why}");
+        }
+    }
+    calls
 }
 
 pub(crate) fn position(calls: &[String], prefix: &str) -> usize {

@@ -28,7 +28,7 @@ use std::{
 
 pub use cluster::ClusterConfig;
 pub use ephemer_decide::config::{
-    ClaimRetryConfig, Secret, WarmConfig, WarmMode, scaleset_pin, warm,
+    ClaimRetryConfig, HostOs, Secret, WarmConfig, WarmMode, scaleset_pin, warm,
 };
 pub use pools::*;
 
@@ -570,7 +570,7 @@ pub struct Environment {
     pub users: UserDb,
     /// The host's operating system: a pool of a kind it cannot run is refused
     /// (`providers.X.kind`). Linux unless read from this process.
-    pub host_os: ephemer_decide::config::HostOs,
+    pub host_os: HostOs,
 }
 
 /// How the uids of users named in the config are found.
@@ -634,7 +634,7 @@ impl Environment {
                 })
                 .collect(),
             users: UserDb::Host,
-            host_os: ephemer_decide::config::HostOs::this(),
+            host_os: HostOs::this(),
         }
     }
 }

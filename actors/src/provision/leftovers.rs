@@ -27,7 +27,7 @@ use std::{
 use nix::{sys::signal::Signal, unistd::Pid};
 
 use super::owned::remove_owned;
-use ephemer_decide::config::HostOs;
+use crate::config::HostOs;
 
 /// How deep the temp directories are searched for the uid's entries below others'.
 const TEMP_DEPTH: usize = 4;

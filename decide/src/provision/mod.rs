@@ -2,6 +2,7 @@
 //! to start, how one ended, why one could not be made, and warm keeping's decisions.
 
 mod error;
+pub mod tart_cli;
 pub mod warm_keeping;
 
 pub use error::ProvisionError;

@@ -2,7 +2,7 @@
 //! past Apple's two over all `vm_macos` pools.
 
 use super::*;
-use ephemer_decide::config::HostOs;
+use crate::config::HostOs;
 
 const HEAD: &str = r#"
     [github]

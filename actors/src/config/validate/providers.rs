@@ -352,6 +352,8 @@ fn build_vm(key: &str, v: RawPool, common: &ProviderCommon, p: &mut Problems) ->
                     "{arg:?} is not an option of `tart run` (one `--name` or `--name=value` each)"
                 ),
             );
+        } else if let Err(why) = ephemer_decide::provision::tart_cli::check_run_arg(arg) {
+            p.push(k("run_args"), why);
         }
     }
     VmMacosConfig {
