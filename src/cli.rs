@@ -33,8 +33,13 @@ struct Cli {
     command: Command,
 }
 
-/// `--config` when neither the flag nor `EPHEMER_CONFIG` names one.
-pub const DEFAULT_CONFIG: &str = "/etc/ephemer-actors/config.toml";
+/// `--config` when neither the flag nor `EPHEMER_CONFIG` names one: `/etc` on Linux,
+/// `/usr/local/etc` on a Mac (where `/etc` belongs to the system).
+pub const DEFAULT_CONFIG: &str = if cfg!(target_os = "macos") {
+    "/usr/local/etc/ephemer-actors/config.toml"
+} else {
+    "/etc/ephemer-actors/config.toml"
+};
 
 /// The config file a command reads, and whether the operator named it.
 #[derive(Debug, Clone)]

@@ -112,6 +112,9 @@
 //! - `status_page_live.rs`: job names shown as text, the job list's filters, live updates
 //!   (on the event stream, and in a page a browser keeps open, driven over the DevTools
 //!   protocol by `support/cdp.rs`).
+//! - `macos.rs`: what a Mac operator installs, short of the link: the release archive's recipe
+//!   (`contrib/macos/make-archive` with this binary), the launchd plist read as XML, the Mac
+//!   config through check-config. `tart.rs` checks every `tart` call against tart's own options.
 //! - `usage.rs`: `usage` per repo and pool from the durable records, over a restart.
 //! - `traces.rs`: one OpenTelemetry trace per job at a test OTLP collector
 //!   (`support/otlp.rs`), through a retried claim, a `kill -9` and a binary swap.
@@ -146,6 +149,7 @@ mod leftovers;
 mod linux_vm;
 #[cfg(target_os = "linux")]
 mod linux_vm_faults;
+mod macos;
 mod network;
 mod ops;
 mod package;

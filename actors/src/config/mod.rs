@@ -96,8 +96,12 @@ pub mod defaults {
     };
     /// `runner.orphan_sweep.grace`
     pub const ORPHAN_GRACE: Duration = Duration::from_secs(10 * 60);
-    /// `state.dir`
-    pub const STATE_DIR: &str = "/var/lib/ephemer-actors";
+    /// `state.dir`: `/var/lib` on Linux, `/usr/local/var/lib` on a Mac.
+    pub const STATE_DIR: &str = if cfg!(target_os = "macos") {
+        "/usr/local/var/lib/ephemer-actors"
+    } else {
+        "/var/lib/ephemer-actors"
+    };
     /// `state.retention`.
     pub const RETENTION: Duration = Duration::from_secs(60 * 60);
     /// The shortest `state.retention`: copies of one delivery, seconds apart, are still
