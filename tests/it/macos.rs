@@ -32,8 +32,9 @@ fn integer(node: roxmltree::Node<'_, '_>) -> u64 {
 
 #[test]
 fn the_launchd_plist_runs_restarts_and_drains_the_daemon() {
-    let xml = std::fs::read_to_string(support::repo_root().join("contrib/macos/ephemer-actors.plist"))
-        .unwrap();
+    let xml =
+        std::fs::read_to_string(support::repo_root().join("contrib/macos/ephemer-actors.plist"))
+            .unwrap();
     // Apple's plists carry a DOCTYPE (a reference to Apple's DTD, no entities of its own).
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
@@ -70,13 +71,21 @@ fn the_launchd_plist_runs_restarts_and_drains_the_daemon() {
     assert_eq!(integer(keys["Umask"]), 0o077);
     assert_eq!(text(keys["UserName"]), "ephemer");
     let env = dict(keys["EnvironmentVariables"]);
-    assert!(text(env["PATH"]).split(':').any(|p| p == "/opt/homebrew/bin"));
+    assert!(
+        text(env["PATH"])
+            .split(':')
+            .any(|p| p == "/opt/homebrew/bin")
+    );
     assert_eq!(
         text(env["CREDENTIALS_DIRECTORY"]),
         "/usr/local/etc/ephemer-actors/credentials"
     );
     // No secret in a file every user can read.
-    for secret in ["GITHUB_TOKEN", "EPHEMER_WEBHOOK_SECRET", "EPHEMER_APP_PRIVATE_KEY"] {
+    for secret in [
+        "GITHUB_TOKEN",
+        "EPHEMER_WEBHOOK_SECRET",
+        "EPHEMER_APP_PRIVATE_KEY",
+    ] {
         assert!(!env.contains_key(secret), "{secret} in the plist");
     }
     for log in ["StandardOutPath", "StandardErrorPath"] {
@@ -94,7 +103,13 @@ fn the_release_archive_gathers_every_file_laid_out_as_installed() {
     let binary = env!("CARGO_BIN_EXE_ephemer-actors");
     let made = Command::new("bash")
         .arg(support::repo_root().join("contrib/macos/make-archive"))
-        .args(["--binary", binary, "--target", "aarch64-apple-darwin", "--out"])
+        .args([
+            "--binary",
+            binary,
+            "--target",
+            "aarch64-apple-darwin",
+            "--out",
+        ])
         .arg(out.path())
         .output()
         .unwrap();
@@ -129,21 +144,33 @@ fn the_release_archive_gathers_every_file_laid_out_as_installed() {
         assert!(top.join(file).is_file(), "{file} missing from the archive");
     }
     let mode = |f: &str| {
-        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(top.join(f)).unwrap().permissions())
-            & 0o777
+        std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(top.join(f)).unwrap().permissions(),
+        ) & 0o777
     };
     assert_eq!(mode("bin/ephemer-actors"), 0o755);
     assert_eq!(mode("etc/ephemer-actors/config.toml"), 0o600);
     let man = std::fs::read_to_string(top.join("share/man/man1/ephemer-actors.1")).unwrap();
-    assert!(man.contains(".TH ephemer-actors"), "{}", &man[..man.len().min(200)]);
+    assert!(
+        man.contains(".TH ephemer-actors"),
+        "{}",
+        &man[..man.len().min(200)]
+    );
     // The plist's program is where the archive's binary installs.
-    let plist = std::fs::read_to_string(top.join("Library/LaunchDaemons/ephemer-actors.plist")).unwrap();
+    let plist =
+        std::fs::read_to_string(top.join("Library/LaunchDaemons/ephemer-actors.plist")).unwrap();
     assert!(plist.contains("<string>/usr/local/bin/ephemer-actors</string>"));
 
     // The recipe refuses what it cannot make, before making anything.
     let refused = Command::new("bash")
         .arg(support::repo_root().join("contrib/macos/make-archive"))
-        .args(["--binary", binary, "--target", "x86_64-unknown-linux-gnu", "--out"])
+        .args([
+            "--binary",
+            binary,
+            "--target",
+            "x86_64-unknown-linux-gnu",
+            "--out",
+        ])
         .arg(out.path())
         .output()
         .unwrap();
