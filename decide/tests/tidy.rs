@@ -109,13 +109,44 @@ fn is_test_file(file: &Path) -> bool {
             .any(|c| c.as_os_str().to_string_lossy().ends_with("_tests"))
 }
 
-/// The violations in `text`: (line number, what, why). Comments and a `#[cfg(test)]` module
-/// at the end of a file are not code the core runs.
+/// `text` with its `#[cfg(test)]` items blanked, wherever they sit: the attribute and the item
+/// after it (to its `;`, or to the brace that closes its body) become as many empty lines, so
+/// what follows is read again at its own line number.
+fn non_test(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + "#[cfg(test)]".len()..];
+        let (mut depth, mut end) = (0usize, item.len());
+        for (i, c) in item.char_indices() {
+            match c {
+                ';' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.extend(item[..end].matches('\n').map(|_| '\n'));
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The violations in `text`: (line number, what, why). Comments and `#[cfg(test)]` items,
+/// wherever they sit, are not code the core runs; every other line is read.
 fn violations(text: &str) -> Vec<(usize, &'static str, &'static str)> {
-    let code = text
-        .split("\n#[cfg(test)]\nmod ")
-        .next()
-        .unwrap_or_default();
+    let code = non_test(text);
     let mut found = Vec::new();
     for (i, line) in code.lines().enumerate() {
         let line = line.trim_start();
@@ -162,6 +193,20 @@ fn the_rule_catches_what_it_names() {
     assert_eq!(found, vec!["Instant::now", "std::fs"]);
     let fine = "// Instant::now is not used here\nfn f() {}\n\n#[cfg(test)]\nmod tests {\n    use std::fs;\n}\n";
     assert!(violations(fine).is_empty());
+}
+
+/// A violation after a test module (or after a test item inside an impl) is still found, at
+/// its own line.
+#[test]
+fn a_violation_planted_after_a_test_module_is_found() {
+    let planted = "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn t() { std::fs::read(\"x\"); }\n}\n\
+                   impl S {\n    #[cfg(test)]\n    fn count(&self) -> usize { 0 }\n    \
+                   fn now() { Instant::now(); }\n}\n";
+    assert_eq!(violations(planted), vec![(9, "Instant::now", violations_why("Instant::now"))]);
+}
+
+fn violations_why(what: &str) -> &'static str {
+    FORBIDDEN.iter().find(|(w, _)| *w == what).unwrap().1
 }
 
 /// This crate's direct dependencies, from its manifest.
