@@ -202,7 +202,10 @@ fn a_violation_planted_after_a_test_module_is_found() {
     let planted = "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn t() { std::fs::read(\"x\"); }\n}\n\
                    impl S {\n    #[cfg(test)]\n    fn count(&self) -> usize { 0 }\n    \
                    fn now() { Instant::now(); }\n}\n";
-    assert_eq!(violations(planted), vec![(9, "Instant::now", violations_why("Instant::now"))]);
+    assert_eq!(
+        violations(planted),
+        vec![(9, "Instant::now", violations_why("Instant::now"))]
+    );
 }
 
 fn violations_why(what: &str) -> &'static str {

@@ -59,15 +59,15 @@ impl Doubling {
 /// A doubling wait with its count of failures in a row: `next` after each failure, `reset`
 /// after a success.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Backoff {
+pub struct DoublingBackoff {
     policy: Doubling,
     failures: u32,
 }
 
-impl Backoff {
+impl DoublingBackoff {
     /// A count at zero for `policy`.
     pub fn new(policy: Doubling) -> Self {
-        Backoff {
+        DoublingBackoff {
             policy,
             failures: 0,
         }
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn the_count_starts_over_after_a_success() {
-        let mut b = Backoff::new(Doubling::new(S(5), S(60)).jittered(0.2));
+        let mut b = DoublingBackoff::new(Doubling::new(S(5), S(60)).jittered(0.2));
         let waits: Vec<u64> = (0..6).map(|_| b.next(0.5).as_secs()).collect();
         assert_eq!(waits, [5, 10, 20, 40, 60, 60]);
         assert!(b.next(0.0) >= S(48));

@@ -7,5 +7,5 @@ mod doubling;
 mod queue;
 
 pub use backoff::{Backoff, DelayReason, InvalidBackoff, RATE_READING_FRESH};
-pub use doubling::{Backoff as DoublingBackoff, Doubling};
+pub use doubling::{Doubling, DoublingBackoff};
 pub use queue::{Failure, MAX_WAIT, RetryItem, RetryQueue, RetryView, Scheduled};

@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use crate::retry::{Doubling, DoublingBackoff as Backoff};
+use crate::retry::{Doubling, DoublingBackoff};
 
 /// The session's waits move by ±20 % of themselves.
 const JITTER: f64 = 0.2;
@@ -194,9 +194,9 @@ pub struct Machine {
     /// The session this host holds or held: (its scale set, its id).
     session: Option<(u64, String)>,
     after_wait: Call,
-    down: Backoff,
-    held: Backoff,
-    dropped: Backoff,
+    down: DoublingBackoff,
+    held: DoublingBackoff,
+    dropped: DoublingBackoff,
     failures: u32,
     said_held: bool,
     /// The close under way is for a lost lease (then the lease is waited for, not the
@@ -219,9 +219,9 @@ impl Machine {
             set: None,
             session,
             after_wait: Call::Resolve,
-            down: Backoff::new(Doubling::new(DOWN_FIRST, DOWN_CAP).jittered(JITTER)),
-            held: Backoff::new(Doubling::new(HELD_FIRST, HELD_CAP).jittered(JITTER)),
-            dropped: Backoff::new(Doubling::new(DOWN_FIRST, DOWN_CAP).jittered(JITTER)),
+            down: DoublingBackoff::new(Doubling::new(DOWN_FIRST, DOWN_CAP).jittered(JITTER)),
+            held: DoublingBackoff::new(Doubling::new(HELD_FIRST, HELD_CAP).jittered(JITTER)),
+            dropped: DoublingBackoff::new(Doubling::new(DOWN_FIRST, DOWN_CAP).jittered(JITTER)),
             failures: 0,
             said_held: false,
             yielding: false,

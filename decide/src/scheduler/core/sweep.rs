@@ -2,7 +2,7 @@
 //! the drain's teardown of every runner, and pruning of forgotten jobs.
 
 use super::{Effect, Note, Scheduler, observation::Observation};
-use crate::{clock::Now, durable::Op, github::GithubError, job::JobKey};
+use crate::{clock::Now, durable::Op, github::GithubError, job::JobKey, retry::Doubling};
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 /// The sweep asks GitHub about one runner at most this often.
@@ -20,6 +20,12 @@ pub const IDLE_RETRY_AFTER_ERROR: Duration = Duration::from_secs(10);
 /// way). Looked at, the job is marked started and the runner becomes a spare the sweep
 /// deletes, instead of staying registered for the whole orphan grace.
 pub const UNBOUND_LOOK_AFTER: Duration = Duration::from_secs(30);
+/// The looks after the first: again after 1, 2, 4 minutes, ... while the job stays queued,
+/// doubling up to 256 times the first wait.
+const LOOK_AGAIN: Doubling = Doubling::new(
+    UNBOUND_LOOK_AFTER,
+    Duration::from_secs(UNBOUND_LOOK_AFTER.as_secs() * 256),
+);
 
 /// Why the sweep reaps a spare: its job ran elsewhere and no waiting job can use it.
 pub const REAP_SPARE: &str = "spare runner: its job ran elsewhere and no queued job needs it";
@@ -135,7 +141,8 @@ impl Scheduler {
                 continue;
             };
             r.looks = r.looks.saturating_add(1);
-            let at = now.mono + UNBOUND_LOOK_AFTER * (1u32 << r.looks.min(8));
+            // Look n is followed by look n + 1 after 30 s doubled n times.
+            let at = now.mono + LOOK_AGAIN.after(u32::from(r.looks) + 1, 0.0);
             r.look_due = Some(at);
             next = Some(next.map_or(at, |n| n.min(at)));
             let key = r.intent.clone();
