@@ -558,10 +558,16 @@ impl Backend for ProcessBackend {
         })?;
         let no_cgroups = self.no_cgroups.borrow_mut().take();
         if let Some(why) = no_cgroups {
+            let reach = if self.s.run_as.is_empty() {
+                "a job that double-forks into a new session (setsid) can leave it: give the pool \
+                 run_as users, whose every process is killed after their last runner"
+            } else {
+                "and, after each run_as user's last runner, every process of that user (one that \
+                 double-forked into a new session included)"
+            };
             tracing::warn!(
                 provider = self.s.pool.as_str(),
-                "no cgroup for runners ({why}): teardown kills each runner's process group, which \
-                 a job that double-forks into a new session (setsid) can leave"
+                "no cgroup for runners ({why}): teardown kills each runner's process group, {reach}"
             );
         }
         if let RunnerProgram::Install(dir) = &self.s.program
