@@ -14,6 +14,7 @@ mod args;
 mod image;
 mod sandbox;
 mod warm;
+mod words;
 
 use std::{
     path::{Path, PathBuf},
@@ -270,11 +271,7 @@ impl QemuBackend {
                 // The agent powers the VM off after the runner; a guest that does not is
                 // stopped by the teardown that follows.
                 let off = tokio::time::timeout(POWER_OFF_GRACE, child.wait()).await;
-                let how = match (code, off) {
-                    (Some(code), Ok(_)) => format!("its runner exited with code {code}, then the guest powered off"),
-                    (Some(code), Err(_)) => format!("its runner exited with code {code}; the guest did not power off within {} s", POWER_OFF_GRACE.as_secs()),
-                    (None, _) => "the VM stopped before its runner said it exited (the guest powered off or crashed, or QEMU was killed)".to_string(),
-                };
+                let how = words::how_it_ended(code, off.is_ok(), POWER_OFF_GRACE);
                 tracing::info!(vm = %name, "VM ended: {how}");
                 ends.borrow_mut().insert(name, how);
                 code
@@ -463,31 +460,18 @@ fn vm_user(name: &str) -> Result<Option<(u32, u32)>, ProvisionError> {
 /// The last lines of a VM's log (QEMU's own words when it would not start), on one line.
 fn log_tail(path: &Path) -> String {
     let text = crate::bounded::read_file(path, super::container::LOG_CAP * 2).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
-    if tail.is_empty() { "nothing".into() } else { tail }
+    words::tail(&String::from_utf8_lossy(&text))
 }
 
 /// Whether process `pid` runs (and is not a zombie waiting to be reaped).
 fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
-            Some(state != 'Z' && state != 'X')
-        })
-        .unwrap_or(false)
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| words::stat_runs(&stat))
 }
 
 /// Whether `pid` is VM `name`'s QEMU (a pid file can outlive its process, and pids are
 /// reused): its command line names the VM.
 fn is_our_qemu(pid: i32, name: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        cmdline
-            .split(|b| *b == 0)
-            .any(|arg| arg == format!("{name},process={name}").as_bytes())
-    })
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| words::cmdline_is_vm(&c, name))
 }
 
 impl Backend for QemuBackend {
