@@ -248,7 +248,14 @@ async fn fork_bomb(weaken: &str) -> Found {
         .find_map(|l| l.strip_prefix("RESULT forked ")?.trim().parse().ok())
         .unwrap_or(0);
     let uid = nix::unistd::User::from_name(USERS[0]).unwrap().unwrap().uid;
-    let left = ephemer_actors_core::provision::leftovers::processes_of(uid.as_raw()).len();
+    // The job is done when its runner says so; its teardown (the cgroup's kill, then the
+    // user's leftovers) follows. What is left is counted once that had its time.
+    let left_of = || ephemer_actors_core::provision::leftovers::processes_of(uid.as_raw()).len();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while left_of() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = left_of();
     let alive = !b.daemon.has_exited();
     b.end().await;
     if forked >= 6000 {
