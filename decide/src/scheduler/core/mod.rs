@@ -50,6 +50,7 @@ mod sizes;
 mod supply;
 mod sweep;
 pub mod timeline;
+#[cfg(any(test, feature = "fixtures"))]
 pub mod timeline_words;
 pub mod trace;
 mod usage;

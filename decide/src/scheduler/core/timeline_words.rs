@@ -1,6 +1,7 @@
 //! One note of every kind, each end reason and each error class among them: what the page, the
 //! CLI and the tests render to prove that a person reads words, never Rust (`None`, `Some(`, an
-//! enum's CamelCase name).
+//! enum's CamelCase name). Test data: compiled for tests and the shells' tests only (the
+//! `fixtures` feature), never into the daemon.
 
 use std::{sync::Arc, time::Duration};
 
