@@ -6,6 +6,7 @@
 //! jobs still waiting in the old one are withdrawn: the service assigns them anew.
 
 use super::listener::Shared;
+use ephemer_decide::scaleset::{dropped_after, found_will_do, same_labels};
 use crate::github::{
     GithubError,
     actions::types::{Label, RunnerSetting, ScaleSet},
@@ -24,16 +25,6 @@ pub fn scale_set_labels(name: &str, labels: &[String]) -> Vec<String> {
 }
 
 /// Label lists compared as sets, case-insensitive.
-fn same_labels(a: &[String], b: &[String]) -> bool {
-    let norm = |v: &[String]| {
-        let mut v: Vec<String> = v.iter().map(|l| l.to_ascii_lowercase()).collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    norm(a) == norm(b)
-}
-
 /// The scale set's id: found by name in the runner group (its labels and settings made the
 /// pool's if they differ, unless the service dropped those labels before), else created.
 pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
@@ -43,8 +34,9 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
         .runner_group_id(s.runner_group.as_deref(), s.runner_group_id)
         .await?;
     let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
-    let dropped_before = same_labels(&shared.mark.borrow().dropped_labels, &wanted_labels);
-    let (id, answered) = find_or_make(shared, group, &wanted_labels, dropped_before).await?;
+    let dropped = shared.mark.borrow().dropped_labels.clone();
+    let dropped_before = same_labels(&dropped, &wanted_labels);
+    let (id, answered) = find_or_make(shared, group, &wanted_labels, &dropped).await?;
     settle_mark(shared, id).await;
     note_dropped(shared, &wanted_labels, answered, dropped_before);
     super::listener::save_mark(shared).await;
@@ -58,7 +50,7 @@ async fn find_or_make(
     shared: &Shared,
     group: u64,
     wanted_labels: &[String],
-    dropped_before: bool,
+    dropped_before: &[String],
 ) -> Result<(u64, Option<ScaleSet>), GithubError> {
     let s = &shared.settings;
     let client = &shared.client;
@@ -79,8 +71,12 @@ async fn find_or_make(
     };
     Ok(match client.find_scale_set(group, s.pool.as_str()).await? {
         Some(found)
-            if found.runner_setting == wanted.runner_setting
-                && (same_labels(&found.label_names(), wanted_labels) || dropped_before) =>
+            if found_will_do(
+                &found.label_names(),
+                found.runner_setting == wanted.runner_setting,
+                wanted_labels,
+                dropped_before,
+            ) =>
         {
             (found.id, None)
         }
@@ -151,11 +147,7 @@ fn note_dropped(
     if let Some(answer) = answered {
         let kept = answer.label_names();
         let lost = super::dropped_labels(wanted_labels, &kept);
-        shared.mark.borrow_mut().dropped_labels = if lost.is_empty() {
-            Vec::new()
-        } else {
-            wanted_labels.to_vec()
-        };
+        shared.mark.borrow_mut().dropped_labels = dropped_after(wanted_labels, &kept);
         if !lost.is_empty() && !*shared.said_dropped.borrow() {
             *shared.said_dropped.borrow_mut() = true;
             tracing::warn!(pool = s.pool.as_str(), dropped = %lost.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
@@ -210,13 +202,5 @@ mod tests {
             scale_set_labels("alpha", &labels),
             ["alpha", "self-hosted", "Linux"]
         );
-        assert!(same_labels(
-            &["Linux".into(), "alpha".into()],
-            &["alpha".into(), "linux".into()]
-        ));
-        assert!(!same_labels(
-            &["alpha".into()],
-            &["alpha".into(), "linux".into()]
-        ));
     }
 }

@@ -90,9 +90,97 @@ pub fn dropped_labels<'a>(wanted: &'a [String], kept: &[String]) -> Vec<&'a Stri
         .collect()
 }
 
+/// Whether two label lists name the same labels (any case, any order, repeats aside).
+pub fn same_labels(a: &[String], b: &[String]) -> bool {
+    let norm = |v: &[String]| {
+        let mut v: Vec<String> = v.iter().map(|l| l.to_ascii_lowercase()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    norm(a) == norm(b)
+}
+
+/// Whether the scale set found by name will do as it is, so no update is sent: its runner
+/// settings are the pool's, and its labels are the pool's, or they are what the service
+/// dropped before (`dropped_before`, the mark's): a service that keeps only the name would
+/// drop them again, and asking on every start would be in vain.
+pub fn found_will_do(
+    found_labels: &[String],
+    same_settings: bool,
+    wanted: &[String],
+    dropped_before: &[String],
+) -> bool {
+    same_settings && (same_labels(found_labels, wanted) || same_labels(dropped_before, wanted))
+}
+
+/// What the mark remembers after the service answered a create or an update keeping `kept`
+/// of `wanted`: the wanted labels when it dropped any (not to be asked for again until the
+/// pool's labels change), else nothing.
+pub fn dropped_after(wanted: &[String], kept: &[String]) -> Vec<String> {
+    if dropped_labels(wanted, kept).is_empty() {
+        Vec::new()
+    } else {
+        wanted.to_vec()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn labels(l: &[&str]) -> Vec<String> {
+        l.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn labels_compare_in_any_case_and_order() {
+        assert!(same_labels(
+            &labels(&["Linux", "alpha"]),
+            &labels(&["alpha", "linux"])
+        ));
+        assert!(!same_labels(
+            &labels(&["alpha"]),
+            &labels(&["alpha", "linux"])
+        ));
+    }
+
+    /// The "do not PATCH" choice: labels the service dropped before are not asked for again
+    /// while the pool's labels stay; a change of labels or settings is sent.
+    #[test]
+    fn a_found_scale_set_is_updated_only_when_asking_can_change_it() {
+        let wanted = labels(&["pool", "self-hosted", "gpu"]);
+        let name_only = labels(&["pool"]);
+        assert!(found_will_do(&wanted, true, &wanted, &[]));
+        assert!(
+            !found_will_do(&wanted, false, &wanted, &[]),
+            "settings changed"
+        );
+        assert!(
+            !found_will_do(&name_only, true, &wanted, &[]),
+            "labels differ, never dropped"
+        );
+        assert!(
+            found_will_do(&name_only, true, &wanted, &wanted),
+            "dropped before: not again"
+        );
+        let changed = labels(&["pool", "self-hosted", "gpu", "big"]);
+        assert!(
+            !found_will_do(&name_only, true, &changed, &wanted),
+            "the pool's labels changed"
+        );
+        assert!(
+            !found_will_do(&name_only, false, &wanted, &wanted),
+            "settings still sent"
+        );
+    }
+
+    #[test]
+    fn the_mark_remembers_the_wanted_labels_only_when_some_were_dropped() {
+        let wanted = labels(&["pool", "gpu"]);
+        assert_eq!(dropped_after(&wanted, &labels(&["pool"])), wanted);
+        assert!(dropped_after(&wanted, &labels(&["POOL", "GPU"])).is_empty());
+    }
 
     /// A mark with every field set.
     fn full() -> Mark {
