@@ -6,6 +6,9 @@
 //! system's randomness. Each core takes the time and every reading as arguments and returns
 //! data, so it can be tested with hand-made inputs and replayed in a simulation.
 
+#[path = "common/non_test.rs"]
+mod non_test;
+use non_test::non_test;
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
@@ -107,40 +110,6 @@ fn is_test_file(file: &Path) -> bool {
         || file
             .components()
             .any(|c| c.as_os_str().to_string_lossy().ends_with("_tests"))
-}
-
-/// `text` with its `#[cfg(test)]` items blanked, wherever they sit: the attribute and the item
-/// after it (to its `;`, or to the brace that closes its body) become as many empty lines, so
-/// what follows is read again at its own line number.
-fn non_test(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..at]);
-        let item = &rest[at + "#[cfg(test)]".len()..];
-        let (mut depth, mut end) = (0usize, item.len());
-        for (i, c) in item.char_indices() {
-            match c {
-                ';' if depth == 0 => {
-                    end = i + 1;
-                    break;
-                }
-                '{' => depth += 1,
-                '}' => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        end = i + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        out.extend(item[..end].matches('\n').map(|_| '\n'));
-        rest = &item[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The violations in `text`: (line number, what, why). Comments and `#[cfg(test)]` items,

@@ -291,37 +291,9 @@ fn module_graph(
     graph
 }
 
-/// `text` without its `#[cfg(test)]` items, wherever they sit: the attribute and the item
-/// after it (to its `;`, or to the brace that closes its body). What follows is read again.
-fn non_test(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..at]);
-        let item = &rest[at + "#[cfg(test)]".len()..];
-        let (mut depth, mut end) = (0usize, item.len());
-        for (i, c) in item.char_indices() {
-            match c {
-                ';' if depth == 0 => {
-                    end = i + 1;
-                    break;
-                }
-                '{' => depth += 1,
-                '}' => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        end = i + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        rest = &item[end..];
-    }
-    out.push_str(rest);
-    out
-}
+#[path = "../../decide/tests/common/non_test.rs"]
+mod source;
+use source::non_test;
 
 #[test]
 fn a_test_item_anywhere_is_left_out_and_what_follows_is_read() {

@@ -1,16 +1,8 @@
 //! What a Mac host refuses: pools of the Linux kinds (each with its key), and macOS guests
 //! past Apple's two over all `vm_macos` pools.
 
-use super::*;
+use super::{pool_tests::HEAD, *};
 use crate::config::HostOs;
-
-const HEAD: &str = r#"
-    [github]
-    owner = "acme"
-    token = "ghp_filetoken"
-    [webhook]
-    secret = "hooksecret"
-"#;
 
 fn problems(pools: &str, os: HostOs) -> Vec<ConfigError> {
     let env = Environment {

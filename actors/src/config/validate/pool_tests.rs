@@ -2,7 +2,7 @@
 
 use super::*;
 
-const HEAD: &str = r#"
+pub(super) const HEAD: &str = r#"
     [github]
     owner = "acme"
     token = "ghp_filetoken"
