@@ -177,6 +177,105 @@ fn a_violation_planted_after_a_test_module_is_found() {
     );
 }
 
+/// What a record's owner must not hand out: its collections, to change as a caller likes.
+const COLLECTIONS: &[&str] = &[
+    "HashMap", "HashSet", "BTreeMap", "BTreeSet", "VecDeque", "Vec<", "&mut [",
+];
+
+const PUBLIC_FIELD: &str =
+    "a record type's field is public (read it through an accessor, change it through its owner)";
+const COLLECTION_MUT: &str =
+    "a `_mut` accessor hands out a collection (give its owner a method that says what changes)";
+
+/// The shape rules' violations in `text`: (line number, why). A struct named `...Record` has
+/// no `pub` field (its owner, the job table or the runner book, changes it); no `..._mut`
+/// function returns a collection. Test items are not read.
+fn shape_violations(text: &str) -> Vec<(usize, &'static str)> {
+    let code = non_test(text);
+    let mut found = Vec::new();
+    let mut depth: Option<i32> = None;
+    for (i, line) in code.lines().enumerate() {
+        let t = line.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        match depth {
+            None => {
+                let record = t
+                    .split_whitespace()
+                    .skip_while(|w| *w != "struct")
+                    .nth(1)
+                    .is_some_and(|name| name.trim_end_matches('{').ends_with("Record"));
+                if record && t.ends_with('{') {
+                    depth = Some(1);
+                }
+            }
+            Some(d) => {
+                if d == 1 && t.starts_with("pub") && t.contains(':') {
+                    found.push((i + 1, PUBLIC_FIELD));
+                }
+                let d = d + t.matches('{').count() as i32 - t.matches('}').count() as i32;
+                depth = (d > 0).then_some(d);
+            }
+        }
+    }
+    let mut at = 0;
+    while let Some(off) = code[at..].find("fn ") {
+        let start = at + off;
+        at = start + 3;
+        let name: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.ends_with("_mut") {
+            continue;
+        }
+        let signature = &code[at..];
+        let end = signature.find(['{', ';']).unwrap_or(signature.len());
+        let returns = signature[..end].split("->").nth(1).unwrap_or("");
+        if COLLECTIONS.iter().any(|c| returns.contains(c)) {
+            found.push((code[..start].matches('\n').count() + 1, COLLECTION_MUT));
+        }
+    }
+    found
+}
+
+#[test]
+fn records_are_changed_only_by_their_owners() {
+    let mut problems = Vec::new();
+    let mut records = 0;
+    for file in files(&root().join("src"))
+        .into_iter()
+        .filter(|f| !is_test_file(f))
+    {
+        let text = std::fs::read_to_string(&file).unwrap();
+        records += text.matches("Record {\n").count();
+        let rel = file.strip_prefix(root()).unwrap().display().to_string();
+        for (line, why) in shape_violations(&text) {
+            problems.push(format!("{rel}:{line}: {why}"));
+        }
+    }
+    assert!(records >= 2, "the job and runner records were not found");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_shape_rules_catch_a_public_record_field_and_a_collection_handed_out() {
+    let planted = "pub struct JobRecord {\n    pub phase: Phase,\n    seen: u64,\n}\n\
+                   pub struct Other {\n    pub open: u8,\n}\n\
+                   impl T {\n    fn claiming_mut(&mut self) -> &mut HashMap<K, V> {\n        \
+                   &mut self.c\n    }\n    fn pacer_mut(&mut self) -> &mut Pacer {\n        \
+                   &mut self.p\n    }\n}\n\
+                   #[cfg(test)]\nmod tests {\n    fn jobs_mut(&mut self) -> &mut Vec<u8> { x }\n}\n\
+                   fn queue_mut(\n    &mut self,\n) -> &mut VecDeque<K> {\n    x\n}\n";
+    assert_eq!(
+        shape_violations(planted),
+        vec![(2, PUBLIC_FIELD), (9, COLLECTION_MUT), (20, COLLECTION_MUT)],
+        "a public record field, and two collections handed out (one after a test module); \
+         another type's public field, an owned part handed out and test code pass"
+    );
+}
+
 fn violations_why(what: &str) -> &'static str {
     FORBIDDEN.iter().find(|(w, _)| *w == what).unwrap().1
 }

@@ -363,6 +363,13 @@ fn pools(o: Observation, m: &Metrics) {
         O::Keeping { runner, why } => {
             tracing::info!(runner = %runner, reason = %why, "keeping the runner")
         }
+        O::TransitionRefused { job_id, from, to } => tracing::error!(
+            job_id,
+            from,
+            to,
+            "the scheduler asked for a move its job table does not allow; the job was left as it \
+             was (a bug: please report it with this job's timeline)"
+        ),
         O::Restored {
             jobs,
             runners,

@@ -86,9 +86,14 @@ impl SlotTable {
         &self.claiming
     }
 
-    /// The claims in flight, to add or end one.
-    pub(super) fn claiming_mut(&mut self) -> &mut HashMap<JobKey, usize> {
-        &mut self.claiming
+    /// A claim for `key`, of target `t`, is in flight.
+    pub(super) fn claim_sent(&mut self, key: JobKey, t: usize) {
+        self.claiming.insert(key, t);
+    }
+
+    /// The claim for `key` was answered (or dropped); its target, if it was in flight.
+    pub(super) fn claim_ended(&mut self, key: &JobKey) -> Option<usize> {
+        self.claiming.remove(key)
     }
 
     /// Pool `i`'s environment failed to come up with `error`.

@@ -1,6 +1,7 @@
 //! Dispatch: routing a pending job to a covering provider with a free slot, claim pacing, and
 //! what a claim's answer leads to.
 
+use super::job_table::Rest;
 use super::{
     Abandon, ClaimRequest, Deletion, Effect, Note, Phase, RunnerRecord, Scheduler, capacity::Pick,
     observation::Observation,
@@ -69,7 +70,7 @@ impl Scheduler {
     /// the target whose next job is oldest). A target out of claim tokens waits alone.
     pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
         let n = self.settings.targets.len();
-        let mut queues = self.admission.pending_mut().take(n);
+        let mut queues = self.admission.take_queues(n);
         let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); queues.len()];
         let mut held = if n > 1 {
             self.held_per_target()
@@ -118,7 +119,7 @@ impl Scheduler {
                 queue.push_front(key);
             }
         }
-        self.admission.pending_mut().restore(queues);
+        self.admission.restore_queues(queues);
         // Then the registered warm runners, with what the jobs left.
         if let Some(at) = self.keep_warm(now, fx) {
             wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -129,32 +130,32 @@ impl Scheduler {
 
     /// What one pending job of target `t` gets in this pump.
     fn turn(&mut self, key: &JobKey, t: usize, now: Now, fx: &mut Vec<Effect>) -> Turn {
-        let Some(rec) = self.admission.job(key) else {
+        let Some(rec) = self.jobs.get(key) else {
             return Turn::Gone;
         };
-        if rec.phase != Phase::Pending {
+        if *rec.phase() != Phase::Pending {
             return Turn::Gone;
         }
         if self.draining {
             let why = Note::Abandoned(Abandon::CordonedWhileWaiting);
-            self.abandon(key, Phase::Seen, why, now, fx);
+            self.abandon(key, Rest::Seen, why, now, fx);
             return Turn::Gone;
         }
-        if rec.started_at.is_some() {
+        if rec.started_at().is_some() {
             self.stats.satisfied_elsewhere += 1;
-            self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
+            self.abandon(key, Rest::Done, Note::RanElsewhere, now, fx);
             return Turn::Gone;
         }
         if self.capacity.host_full() {
             return Turn::HostFull;
         }
-        let labels = rec.info.labels.clone();
+        let labels = rec.info().labels.clone();
         let i = match self.pick(&labels, t) {
             Pick::Provider(i) => i,
             Pick::Wait => return Turn::NoSlot,
             Pick::Uncovered => {
                 let why = Note::Abandoned(Abandon::NoProviderAnyMore);
-                self.abandon(key, Phase::Unroutable, why, now, fx);
+                self.abandon(key, Rest::Unroutable, why, now, fx);
                 return Turn::Gone;
             }
         };
@@ -181,8 +182,8 @@ impl Scheduler {
         let age = |t: usize| {
             queues[t]
                 .front()
-                .and_then(|k| self.admission.job(k))
-                .map(|r| r.received_at)
+                .and_then(|k| self.jobs.get(k))
+                .map(|r| r.received_at())
         };
         (0..queues.len())
             .filter(|&t| !paced[t] && !queues[t].is_empty())
@@ -271,12 +272,13 @@ impl Scheduler {
     pub(super) fn abandon(
         &mut self,
         key: &JobKey,
-        phase: Phase,
+        rest: Rest,
         why: Note,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        self.set_phase(key, phase);
+        let answer = self.jobs.rest(key, rest);
+        self.moved(key, answer);
         self.leave_ladder(key, fx);
         self.observe(Observation::Abandoned {
             job_id: key.job_id,
@@ -300,9 +302,9 @@ impl Scheduler {
         let provider = spec.name.clone();
         let request = ClaimRequest {
             repo: self.settings.targets[t].repo_level().then(|| {
-                self.admission
-                    .job(&key)
-                    .map(|j| j.info.repo.to_string())
+                self.jobs
+                    .get(&key)
+                    .map(|j| j.info().repo.to_string())
                     .unwrap_or_default()
             }),
             name_base: self.settings.runner_prefix(&provider),
@@ -310,13 +312,9 @@ impl Scheduler {
         };
         self.capacity.take(i);
         self.stats.claims += 1;
-        self.capacity.claiming_mut().insert(key.clone(), t);
-        self.set_phase(
-            &key,
-            Phase::Claiming {
-                provider: provider.clone(),
-            },
-        );
+        self.capacity.claim_sent(key.clone(), t);
+        let answer = self.jobs.claim(&key, provider.clone());
+        self.moved(&key, answer);
         self.note(
             &key,
             now,
@@ -345,7 +343,7 @@ impl Scheduler {
             self.pump(now, &mut fx);
             return fx;
         }
-        self.capacity.claiming_mut().remove(&key);
+        self.capacity.claim_ended(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match result {
@@ -394,16 +392,12 @@ impl Scheduler {
     ) {
         let t = self.target_index(&key);
         let repo = self.settings.targets[t].repo_level().then(|| {
-            self.admission
-                .job(&key)
-                .map(|r| r.info.repo.to_string())
+            self.jobs
+                .get(&key)
+                .map(|r| r.info().repo.to_string())
                 .unwrap_or_default()
         });
-        let started = self
-            .admission
-            .job(&key)
-            .and_then(|r| r.started_at)
-            .is_some();
+        let started = self.jobs.get(&key).and_then(|r| r.started_at()).is_some();
         if self.draining || (started && !self.waiting_for(&provider, &key)) {
             // The claim raced a cordon or the job starting elsewhere, and no other job waits
             // for a runner of this pool: the runner is not needed and has not connected yet,
@@ -421,8 +415,8 @@ impl Scheduler {
                 name: runner.name.clone(),
                 attempt: 0,
             }));
-            let phase = if started { Phase::Done } else { Phase::Seen };
-            self.abandon(&key, phase, Note::Abandoned(why), now, fx);
+            let rest = if started { Rest::Done } else { Rest::Seen };
+            self.abandon(&key, rest, Note::Abandoned(why), now, fx);
             return;
         }
         // Started elsewhere during the claim, with another job waiting: the runner is supply
@@ -430,15 +424,12 @@ impl Scheduler {
         let spare = started;
         let runner_id = runner.id;
         let handle = self.add_runner(key.clone(), provider.clone(), repo, runner, now, fx);
-        let phase = if spare {
-            Phase::Done
+        let answer = if spare {
+            self.jobs.complete(&key)
         } else {
-            Phase::Active {
-                provider: provider.clone(),
-                runner: handle.clone(),
-            }
+            self.jobs.claimed(&key, provider.clone(), handle.clone())
         };
-        self.set_phase(&key, phase);
+        self.moved(&key, answer);
         // A job on the ladder keeps its item (attempts, first failure) until it is seen
         // running: if this runner's environment fails, the same item climbs.
         self.note(
@@ -512,14 +503,16 @@ impl Scheduler {
             return false;
         };
         let covers = |k: &JobKey| {
-            self.admission
-                .job(k)
-                .is_some_and(|j| self.capacity.set(i).covers(&LabelSet::new(&j.info.labels)))
+            self.jobs.get(k).is_some_and(|j| {
+                self.capacity
+                    .set(i)
+                    .covers(&LabelSet::new(&j.info().labels))
+            })
         };
         self.admission
             .pending()
             .iter()
             .chain(self.ladder.queue().keys())
-            .any(|k| k != except && self.admission.needs_runner(k) && covers(k))
+            .any(|k| k != except && self.jobs.needs_runner(k) && covers(k))
     }
 }

@@ -188,7 +188,11 @@ impl Driver {
 
     /// Job `id`'s phase.
     pub(super) fn phase(&self, id: u64) -> super::Phase {
-        self.s.job(&JobKey::new("acme", id)).unwrap().phase.clone()
+        self.s
+            .job(&JobKey::new("acme", id))
+            .unwrap()
+            .phase()
+            .clone()
     }
 
     /// The runner made for job `id`.

@@ -2,6 +2,7 @@
 //! arbitrates (one holder per job across the fleet, one budget per credential); the core
 //! only hears the outcome.
 
+use super::job_table::{Begin, Rest};
 use super::{ClaimRequest, Effect, JobRecord, Note, Phase, Scheduler, capacity::Pick};
 use crate::cluster::{Acquire, Load, Released};
 use crate::{
@@ -29,7 +30,7 @@ pub const OFFER_STEP_FOR_ELSEWHERE: Duration = Duration::from_millis(15);
 impl Scheduler {
     /// The job as last heard of.
     pub fn job_info(&self, key: &JobKey) -> Option<JobInfo> {
-        self.admission.job(key).map(|r| r.info.clone())
+        self.jobs.get(key).map(|r| r.info().clone())
     }
 
     /// How long to wait before asking the ledger for `key` on `provider`: nothing for a pool
@@ -38,12 +39,12 @@ impl Scheduler {
         let Some(i) = self.provider_index(provider) else {
             return Duration::ZERO;
         };
-        let (extra, elsewhere) = self.admission.job(key).map_or((0, false), |r| {
+        let (extra, elsewhere) = self.jobs.get(key).map_or((0, false), |r| {
             let extra = self
                 .capacity
                 .set(i)
-                .extra_over(&LabelSet::new(&r.info.labels));
-            (extra, r.delivered_elsewhere)
+                .extra_over(&LabelSet::new(&r.info().labels));
+            (extra, r.delivered_elsewhere())
         });
         let load = self.capacity.used_total() as f64 / self.settings.max_concurrent.max(1) as f64;
         let elsewhere = if elsewhere {
@@ -127,9 +128,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let key = info.key.clone();
         let fx = self.on_job_event(action, info, None, now.mono, now);
-        if let Some(rec) = self.admission.job_mut(&key) {
-            rec.delivered_elsewhere = true;
-        }
+        self.jobs.delivered_elsewhere(&key);
         fx
     }
 
@@ -138,7 +137,7 @@ impl Scheduler {
     /// ([`Scheduler::take_held_notice`]).
     pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
-        match self.admission.job(&key).map(|r| &r.phase) {
+        match self.jobs.get(&key).map(|r| r.phase()) {
             Some(Phase::Pending) => self.held_elsewhere(&key, host, now, &mut fx),
             Some(Phase::Claiming { .. }) => {
                 self.held_notices.insert(key, host);
@@ -151,7 +150,7 @@ impl Scheduler {
     /// Another live host holds the job: this one leaves it alone (a release or a new
     /// delivery brings it back).
     fn held_elsewhere(&mut self, key: &JobKey, host: String, now: Now, fx: &mut Vec<Effect>) {
-        self.abandon(key, Phase::Seen, Note::HeldElsewhere { host }, now, fx);
+        self.abandon(key, Rest::Seen, Note::HeldElsewhere { host }, now, fx);
     }
 
     /// The host heard to hold a job whose claim is in flight here, if any (taken).
@@ -171,7 +170,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         self.release(&provider);
-        self.capacity.claiming_mut().remove(&key);
+        self.capacity.claim_ended(&key);
         self.held_notices.remove(&key);
         let t = self.target_index(&key);
         match answer {
@@ -179,11 +178,12 @@ impl Scheduler {
             Acquire::HeldBy(host) => self.held_elsewhere(&key, host, now, &mut fx),
             Acquire::Started => {
                 self.stats.satisfied_elsewhere += 1;
-                self.abandon(&key, Phase::Done, Note::RanElsewhere, now, &mut fx);
+                self.abandon(&key, Rest::Done, Note::RanElsewhere, now, &mut fx);
             }
             Acquire::Paced { wait, why } => {
-                self.set_phase(&key, Phase::Pending);
-                self.admission.pending_mut().push_front(t, key.clone());
+                let answer = self.jobs.admit(&key);
+                self.moved(&key, answer);
+                self.admission.queue_first(t, key.clone());
                 self.note(
                     &key,
                     now,
@@ -208,10 +208,10 @@ impl Scheduler {
         if self.out_of_scope(&job.info).is_some() {
             return fx;
         }
-        if let Some(rec) = self.admission.job(&key)
-            && (rec.started_at.is_some()
+        if let Some(rec) = self.jobs.get(&key)
+            && (rec.started_at().is_some()
                 || matches!(
-                    rec.phase,
+                    rec.phase(),
                     Phase::Pending
                         | Phase::Claiming { .. }
                         | Phase::Active { .. }
@@ -232,12 +232,13 @@ impl Scheduler {
         };
         match ladder {
             Some(row) if self.ladder.queue().get(&key).is_none() => {
-                let rec = self.admission.record_or(key.clone(), || {
-                    JobRecord::new(job.info.clone(), Phase::Seen, now.mono)
+                self.jobs.enter(&key, || {
+                    JobRecord::begin(job.info.clone(), Begin::Seen, now.mono)
                 });
-                rec.info = job.info.clone();
-                rec.phase = Phase::Retrying;
-                rec.seen_at = Some(now.mono);
+                let answer = self.jobs.replace_info(job.info.clone(), now.mono);
+                self.moved(&key, answer);
+                let answer = self.jobs.retry(&key);
+                self.moved(&key, answer);
                 self.note(&key, now, released);
                 self.ladder
                     .queue_mut()
@@ -246,9 +247,7 @@ impl Scheduler {
                 self.rearm_timer(&mut fx);
             }
             _ => {
-                if let Some(rec) = self.admission.job_mut(&key) {
-                    rec.seen_at = None;
-                }
+                self.jobs.unsee(&key);
                 self.on_queued(job.info, None, now.mono, now, &mut fx);
                 self.note(&key, now, released);
             }

@@ -39,9 +39,9 @@ fn a_job_another_host_holds_gives_its_slot_back_and_is_left_alone() {
     );
     assert_eq!(fx, vec![]);
     let rec = s.job(&JobKey::new("acme", 1)).unwrap();
-    assert_eq!(rec.phase, Phase::Seen);
+    assert_eq!(*rec.phase(), Phase::Seen);
     assert!(
-        rec.timeline
+        rec.timeline()
             .iter()
             .any(|e| e.note == Note::HeldElsewhere { host: "h2".into() })
     );
@@ -68,7 +68,7 @@ fn a_paced_claim_waits_at_the_front_and_wakes_when_the_fleet_allows() {
         }]
     );
     assert_eq!(
-        s.job(&JobKey::new("acme", 1)).unwrap().phase,
+        *s.job(&JobKey::new("acme", 1)).unwrap().phase(),
         Phase::Pending
     );
     let fx = s.on_timer(at(t0, 21));
@@ -87,11 +87,11 @@ fn a_released_job_comes_back_with_its_ladder() {
         }]
     );
     let rec = s.job(&JobKey::new("acme", 1)).unwrap();
-    assert_eq!(rec.phase, Phase::Retrying);
-    assert_eq!(rec.ladder_left, None, "its count is on the ladder");
+    assert_eq!(*rec.phase(), Phase::Retrying);
+    assert_eq!(rec.ladder_left(), None, "its count is on the ladder");
     let q = s.retry_queue(at(t0, 0));
     assert_eq!((q.depth, q.items[0].attempts), (1, 2));
-    assert!(rec.timeline.iter().any(|e| e.note
+    assert!(rec.timeline().iter().any(|e| e.note
         == Note::Released {
             by: "h2".into(),
             attempts: 2
@@ -158,12 +158,12 @@ fn a_grant_heard_from_another_host_stops_this_one_asking() {
         id += 1;
     }
     let waiting = JobKey::new("acme", id);
-    assert_eq!(s.job(&waiting).unwrap().phase, Phase::Pending);
+    assert_eq!(*s.job(&waiting).unwrap().phase(), Phase::Pending);
     s.on_held_elsewhere(waiting.clone(), "h3".into(), at(t0, 1));
     let rec = s.job(&waiting).unwrap();
-    assert_eq!(rec.phase, Phase::Seen);
+    assert_eq!(*rec.phase(), Phase::Seen);
     assert!(
-        rec.timeline
+        rec.timeline()
             .iter()
             .any(|e| e.note == Note::HeldElsewhere { host: "h3".into() })
     );
@@ -203,9 +203,9 @@ fn a_fleet_claim_waits_out_its_offer_delay_on_the_one_timer() {
     let later = due + Duration::from_secs(1);
     assert_eq!(claims(&s.on_timer(when(later))), 0);
     let rec = s.job(&JobKey::new("acme", 2)).unwrap();
-    assert_eq!(rec.phase, Phase::Seen);
+    assert_eq!(*rec.phase(), Phase::Seen);
     assert!(
-        rec.timeline
+        rec.timeline()
             .iter()
             .any(|e| e.note == Note::HeldElsewhere { host: "h2".into() })
     );

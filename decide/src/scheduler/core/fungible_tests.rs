@@ -40,7 +40,7 @@ fn a_job_whose_runner_takes_a_sibling_is_dispatched_again_at_once() {
             .find(|r| r.intent.job_id == 1 && *r.name != *a)
             .map(|r| r.name.clone())
             .expect("job 1 has a new runner while a runs job 2");
-    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline;
+    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline();
     assert!(
         timeline
             .iter()
@@ -57,7 +57,7 @@ fn a_job_whose_runner_takes_a_sibling_is_dispatched_again_at_once() {
         "a's exit after job 2 claims nothing"
     );
     assert!(d.has_runner(&new));
-    assert_eq!(d.s.job(&job(1, LABELS).key).unwrap().idle_reaps, 0);
+    assert_eq!(d.s.job(&job(1, LABELS).key).unwrap().idle_reaps(), 0);
 }
 
 /// Two same-label jobs whose runners swapped: no re-dispatch, and completing one job tears
@@ -132,8 +132,8 @@ fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
     assert!(!d.has_runner(&first), "the orphan went after the grace");
     assert_eq!(d.deletes.len(), 2, "and was deleted on GitHub");
     let j1 = d.s.job(&job(1, LABELS).key).unwrap();
-    assert_eq!(j1.admissions, 2, "job 1 dispatched again once");
-    assert_eq!(j1.idle_reaps, 1, "an idle reap is the zombie signal");
+    assert_eq!(j1.admissions(), 2, "job 1 dispatched again once");
+    assert_eq!(j1.idle_reaps(), 1, "an idle reap is the zombie signal");
 }
 
 /// A job cancelled before any runner took it, whose runner took another job a moment ago (its
@@ -275,7 +275,7 @@ fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_
     assert_eq!((demand.waiting.len(), demand.running), (0, 1));
     d.advance(1);
     assert_eq!(d.claims.len(), 1, "the placeholder claims nothing more");
-    let timeline = &d.s.job(&job(first, LABELS).key).unwrap().timeline;
+    let timeline = &d.s.job(&job(first, LABELS).key).unwrap().timeline();
     assert!(
         timeline
             .iter()
@@ -323,7 +323,7 @@ fn a_job_finished_unseen_releases_the_runner_kept_for_it() {
         "its runner is deleted and torn down"
     );
     assert!(d.deletes.contains(&id));
-    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline;
+    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline();
     assert!(
         timeline.iter().any(|e| matches!(
             e.note,

@@ -45,9 +45,9 @@ pub struct HourBucket {
 
 /// The pool a job was routed to last: its phase's, or its timeline's latest claim.
 pub(super) fn pool_of(r: &JobRecord) -> Option<&PoolName> {
-    match &r.phase {
+    match &r.phase() {
         Phase::Claiming { provider } | Phase::Active { provider, .. } => Some(provider),
-        _ => r.timeline.iter().rev().find_map(|e| match &e.note {
+        _ => r.timeline().iter().rev().find_map(|e| match &e.note {
             Note::Claiming { provider } | Note::Claimed { provider, .. } => Some(provider),
             _ => None,
         }),
@@ -58,7 +58,7 @@ use crate::usage::nearest_rank as quantile;
 
 /// What one job's timeline adds to its pool's hour.
 fn add(r: &JobRecord, first: u64, buckets: &mut [HourBucket], pickups: &mut [Vec<u64>]) {
-    let Some(queued_ms) = r.timeline.first().map(|e| e.at_ms) else {
+    let Some(queued_ms) = r.timeline().first().map(|e| e.at_ms) else {
         return;
     };
     let slot = |at_ms: u64| -> Option<usize> {
@@ -68,7 +68,7 @@ fn add(r: &JobRecord, first: u64, buckets: &mut [HourBucket], pickups: &mut [Vec
             .filter(|i| *i < BUCKETS)
     };
     let mut started = false;
-    for e in &r.timeline {
+    for e in r.timeline() {
         let Some(i) = slot(e.at_ms) else { continue };
         let b = &mut buckets[i];
         match &e.note {
@@ -112,7 +112,7 @@ impl Scheduler {
                 (hour, vec![Vec::new(); BUCKETS])
             })
             .collect();
-        for r in self.admission.records() {
+        for r in self.jobs.records() {
             let Some(pool) = pool_of(r) else { continue };
             if let Some((hour, pickups)) = hours.iter_mut().find(|(h, _)| h.pool == pool.as_str()) {
                 add(r, first, &mut hour.buckets, pickups);
@@ -138,11 +138,10 @@ mod tests {
     use crate::{
         github::ErrorClass,
         job::{JobInfo, JobKey},
-        scheduler::core::TimelineEntry,
     };
 
     fn record(id: u64, notes: Vec<(u64, Note)>) -> Box<JobRecord> {
-        let mut r = JobRecord::new(
+        let mut r = JobRecord::in_phase(
             JobInfo {
                 key: JobKey::new("acme", id),
                 ..JobInfo::default()
@@ -150,10 +149,9 @@ mod tests {
             Phase::Done,
             crate::clock::Instant::now(),
         );
-        r.timeline = notes
-            .into_iter()
-            .map(|(at_ms, note)| TimelineEntry { at_ms, note })
-            .collect();
+        for (at_ms, note) in notes {
+            r.push_note(at_ms, note);
+        }
         r
     }
 

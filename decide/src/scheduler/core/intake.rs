@@ -3,7 +3,9 @@
 //! needing another) and trigger teardown.
 
 use super::{
-    DeliveryId, Effect, JobRecord, Note, Phase, Scheduler, bounded_conclusion, capacity::Pick,
+    DeliveryId, Effect, JobRecord, Note, Phase, Scheduler, bounded_conclusion,
+    capacity::Pick,
+    job_table::{Begin, Rest},
     observation::Observation,
 };
 use crate::clock::Instant;
@@ -21,7 +23,8 @@ enum Gate {
     New,
     /// Parked, and not cordoned: the delivery is a reason to look at it again.
     Parked,
-    /// In flight, or seen within the seen TTL: a duplicate that costs nothing.
+    /// In flight, done (a `queued` that arrives after the job's `in_progress`: GitHub does
+    /// not promise the order), or seen within the seen TTL: a duplicate that costs nothing.
     Duplicate,
 }
 
@@ -32,15 +35,19 @@ impl Gate {
         let Some(rec) = rec else {
             return Gate::New;
         };
-        if matches!(rec.phase, Phase::Parked { .. }) && !cordoned {
+        if matches!(rec.phase(), Phase::Parked { .. }) && !cordoned {
             return Gate::Parked;
         }
         let in_flight = matches!(
-            rec.phase,
-            Phase::Pending | Phase::Claiming { .. } | Phase::Retrying | Phase::Active { .. }
+            rec.phase(),
+            Phase::Pending
+                | Phase::Claiming { .. }
+                | Phase::Retrying
+                | Phase::Active { .. }
+                | Phase::Done
         );
         let recently_seen = rec
-            .seen_at
+            .seen_at()
             .is_some_and(|at| now.mono.saturating_duration_since(at) < seen_ttl);
         if in_flight || recently_seen {
             Gate::Duplicate
@@ -142,11 +149,11 @@ impl Scheduler {
             return;
         }
         let key = job.key.clone();
-        let rec = self.admission.record_or(key.clone(), || {
-            JobRecord::new(job, Phase::Ignored, received)
-        });
-        rec.seen_at = Some(now.mono);
-        rec.phase = Phase::Ignored;
+        self.jobs
+            .enter(&key, || JobRecord::begin(job, Begin::Ignored, received));
+        self.jobs.seen_now(&key, now.mono);
+        let answer = self.jobs.ignore(&key);
+        self.moved(&key, answer);
         self.note(&key, now, Note::OutOfScope { reason });
     }
 
@@ -176,19 +183,12 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let key = job.key.clone();
-        let rec = self.admission.record_or(key.clone(), || {
-            JobRecord::new(job.clone(), Phase::Seen, received)
+        self.jobs.enter(&key, || {
+            JobRecord::begin(job.clone(), Begin::Seen, received)
         });
-        // What a delivery said about the job outlives a later account that says less (a
-        // reconcile's REST answer names no sender).
-        let about = match (rec.info.about.take(), job.about.clone()) {
-            (Some(had), Some(new)) if new.sender.is_empty() => Some(had),
-            (had, new) => new.or(had),
-        };
-        rec.info = job;
-        rec.info.about = about;
-        rec.seen_at = Some(now.mono);
-        let labels = rec.info.labels.clone();
+        let labels = job.labels.clone();
+        let answer = self.jobs.learn(job, now.mono);
+        self.moved(&key, answer);
         self.note(
             &key,
             now,
@@ -199,7 +199,8 @@ impl Scheduler {
 
         // 2. Label coverage.
         if matches!(self.pick(&labels, self.target_index(&key)), Pick::Uncovered) {
-            self.set_phase(&key, Phase::Unroutable);
+            let answer = self.jobs.rest(&key, Rest::Unroutable);
+            self.moved(&key, answer);
             self.note(
                 &key,
                 now,
@@ -216,17 +217,17 @@ impl Scheduler {
         }
         // 3. Cordon: seen kept, not pending (a reconcile pass after the uncordon admits it).
         if self.draining {
-            self.set_phase(&key, Phase::Seen);
+            let answer = self.jobs.rest(&key, Rest::Seen);
+            self.moved(&key, answer);
             self.note(&key, now, Note::CordonedNotAdmitted);
             return;
         }
         // 4. Pending: wait for a slot and a claim token (or a spare runner).
-        if let Some(rec) = self.admission.job_mut(&key) {
-            rec.admissions += 1;
-        }
-        self.set_phase(&key, Phase::Pending);
+        self.jobs.count_admission(&key);
+        let answer = self.jobs.admit(&key);
+        self.moved(&key, answer);
         let t = self.target_index(&key);
-        self.admission.pending_mut().push_back(t, key.clone());
+        self.admission.queue(t, key.clone());
         self.note(&key, now, Note::Admitted);
         // A spare (a registered warm runner, a runner whose job ran elsewhere) first.
         self.rebalance(now, fx);
@@ -244,7 +245,7 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) -> bool {
         self.stats.queued_events += 1;
-        let rec = self.admission.job(key);
+        let rec = self.jobs.get(key);
         match Gate::of(rec, self.settings.seen_ttl, self.draining, now) {
             Gate::New => false,
             Gate::Parked => {
@@ -274,44 +275,20 @@ impl Scheduler {
         let key = job.key.clone();
         let runner_name = job.runner_name.clone();
         let withdrawn = job.withdrawn;
-        let rec = self.admission.record_or(key.clone(), || {
-            JobRecord::new(job.clone(), Phase::Done, now.mono)
+        self.jobs.enter(&key, || {
+            JobRecord::begin(job.clone(), Begin::Done, now.mono)
         });
-        if rec.started_at.is_none() {
-            rec.started_at = Some(now.mono);
+        if self.jobs.started(&key, now.mono) {
             self.ops.push(Op::JobStarted(key.clone(), now.unix));
         }
-        let rec = self
-            .admission
-            .job_mut(&key)
-            .unwrap_or_else(|| unreachable!("inserted above"));
-        rec.info.runner_name = job.runner_name.clone();
-        rec.info.runner_id = job.runner_id;
-        if rec.info.about.is_none() {
-            rec.info.about = job.about.clone();
-        }
-        // GitHub's own times: a start is known from `in_progress` on, not at `queued`.
-        if job.github_wait_secs.is_some() {
-            rec.info.github_wait_secs = job.github_wait_secs;
-        }
-        if job.github_created_unix.is_some() {
-            rec.info.github_created_unix = job.github_created_unix;
-        }
-        // The first word of its completion (a redelivered `completed` says it again).
-        let completes = job.conclusion.is_some() && rec.info.conclusion.is_none();
-        if job.conclusion.is_some() {
-            rec.info.conclusion = job.conclusion.clone();
-        }
-        match rec.phase {
-            Phase::Pending
-            | Phase::Retrying
-            | Phase::Seen
-            | Phase::Unroutable
-            | Phase::Ignored
-            | Phase::Parked { .. } => {
-                rec.phase = Phase::Done;
-            }
-            Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done => {}
+        let completes = self.jobs.heard_run(&job).unwrap_or(false);
+        // Seen running: done, unless a claim or a runner of ours for it ends by itself.
+        if !matches!(
+            self.jobs.get(&key).map(JobRecord::phase),
+            Some(Phase::Claiming { .. } | Phase::Active { .. } | Phase::Done)
+        ) {
+            let answer = self.jobs.complete(&key);
+            self.moved(&key, answer);
         }
         self.leave_ladder(&key, fx);
         let runner = runner_name.as_deref().map(|n| self.runner_handle(n));
@@ -351,25 +328,21 @@ impl Scheduler {
         let runner_name = &job.runner_name;
         if let Some(intent) = runner_name
             .as_ref()
-            .and_then(|n| self.book.recent_mut().ran_a_job(n.as_str()))
-            && let Some(j) = self.admission.job_mut(&intent)
+            .and_then(|n| self.book.gone_ran_a_job(n.as_str()))
         {
-            j.quiet_exits = j.quiet_exits.saturating_sub(1);
+            self.jobs.quiet_exit_explained(&intent);
         }
         // Ours only if the name *and* the id match (a name alone could be another's).
         let runner_id = job.runner_id;
         if let Some(name) = &runner_name
-            && let Some(runner) = self.book.runner_mut(name.as_str())
-            && runner_id.is_none_or(|id| id == runner.id)
+            && let Some(named) = self.book.named(name.as_str(), runner_id, key)
         {
-            let bound_now = runner.bound.is_none();
-            if bound_now {
-                runner.bound = Some(key.clone());
-                let row = runner.row.clone();
+            let bound_now = named.bound_now.is_some();
+            if let Some(row) = named.bound_now {
                 self.ops.push(Op::PutRunner(row));
             }
-            let (intent, provider) = (runner.intent.clone(), runner.provider.clone());
-            let warm_start = runner.warm_start;
+            let (intent, provider) = (named.intent, named.provider);
+            let warm_start = named.warm_start;
             if bound_now {
                 self.job_taken(key, provider, warm_start, job.github_wait_secs);
             }
@@ -419,16 +392,16 @@ impl Scheduler {
                 .map(|r| r.name.clone()),
         };
         let conclusion = self
-            .admission
-            .job(key)
-            .and_then(|r| r.info.conclusion.clone())
+            .jobs
+            .get(key)
+            .and_then(|r| r.info().conclusion.clone())
             .unwrap_or_else(|| "unknown".into());
         // Count the job if it ran on a runner of ours, live or just gone (a runner often exits
         // before GitHub's `completed` delivery arrives).
         let ran_on = runner_name.and_then(|n| {
             self.book
                 .runner(n)
-                .map(|r| (r.provider.clone(), r.started_at))
+                .map(|r| (r.provider.clone(), r.started_at()))
                 .or_else(|| {
                     self.book
                         .recent()
@@ -455,9 +428,7 @@ impl Scheduler {
             // it (or for any job of the pool) instead of being torn down and claimed again.
             Some(name) if withdrawn => {
                 let until = now.mono + super::sweep::REASSIGN_GRACE;
-                if let Some(r) = self.book.runner_mut(name.as_str()) {
-                    r.kept_until = Some(until);
-                }
+                self.book.keep_until(name.as_str(), until);
                 self.wake_sweep_at(until, fx);
             }
             Some(name) if runner_name.is_some() => {
@@ -484,8 +455,8 @@ mod tests {
     use super::*;
 
     fn record(phase: Phase, seen_at: Option<Instant>, t0: Instant) -> Box<JobRecord> {
-        let mut rec = JobRecord::new(JobInfo::default(), phase, t0);
-        rec.seen_at = seen_at;
+        let mut rec = JobRecord::in_phase(JobInfo::default(), phase, t0);
+        rec.set_seen_at(seen_at);
         rec
     }
 
@@ -504,7 +475,11 @@ mod tests {
             "past the TTL"
         );
         let unseen_done = record(Phase::Done, None, t0);
-        assert_eq!(Gate::of(Some(&unseen_done), ttl, false, soon), Gate::New);
+        assert_eq!(
+            Gate::of(Some(&unseen_done), ttl, false, soon),
+            Gate::Duplicate,
+            "a queued after the job's in_progress: it runs already, nothing to claim"
+        );
         for phase in [Phase::Pending, Phase::Retrying] {
             let rec = record(phase, Some(t0), t0);
             assert_eq!(

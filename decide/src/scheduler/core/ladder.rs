@@ -6,7 +6,9 @@
 
 use rand::{SeedableRng, rngs::SmallRng};
 
-use super::{Abandon, Effect, Note, ParkReason, Phase, Scheduler, observation::Observation};
+use super::{
+    Abandon, Effect, Note, ParkReason, Phase, Scheduler, job_table::Rest, observation::Observation,
+};
 use crate::{
     clock::Now,
     durable::Op,
@@ -96,11 +98,11 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(rec) = self.admission.job_mut(key) else {
+        let Some(rec) = self.jobs.get(key) else {
             return;
         };
-        if rec.started_at.is_some() {
-            self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
+        if rec.started_at().is_some() {
+            self.abandon(key, Rest::Done, Note::RanElsewhere, now, fx);
             return;
         }
         // The ladder's item counts the job's failures (this one included once it is recorded).
@@ -120,12 +122,13 @@ impl Scheduler {
                 class,
                 ..
             } => {
-                self.set_phase(key, Phase::Retrying);
+                let answer = self.jobs.retry(key);
+                self.moved(key, answer);
                 self.observe(Observation::RetryScheduled { class });
                 if let Some(row) = self
-                    .admission
-                    .job(key)
-                    .and_then(|rec| self.ladder.queue().row(&rec.info, now.mono, now.unix))
+                    .jobs
+                    .get(key)
+                    .and_then(|rec| self.ladder.queue().row(rec.info(), now.mono, now.unix))
                 {
                     self.ops.push(Op::PutRetry(row));
                 }
@@ -179,10 +182,8 @@ impl Scheduler {
         } else {
             Abandon::RetryDisabled
         };
-        self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
-        if let Some(rec) = self.admission.job_mut(key) {
-            rec.ladder_left = Some((attempts, failure.class));
-        }
+        self.abandon(key, Rest::Seen, Note::Abandoned(why), now, fx);
+        self.jobs.left_ladder(key, attempts, failure.class);
         // Not forgotten: looked at again on the slow lane (an operator may fix what the
         // claim refused), like a job given up on after `max_age`.
         if let Some(reason) = park {
@@ -201,9 +202,7 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         // The ladder dropped its item: what it held stays on the record.
-        if let Some(rec) = self.admission.job_mut(key) {
-            rec.ladder_left = Some((attempts, class));
-        }
+        self.jobs.left_ladder(key, attempts, class);
         self.ops.push(Op::DeleteRetry(key.clone()));
         self.observe(Observation::RetryGivenUp {
             job_id: key.job_id,
@@ -215,16 +214,14 @@ impl Scheduler {
             age_secs: age.as_secs(),
             class,
         };
-        self.abandon(key, Phase::Seen, Note::Abandoned(why), now, fx);
+        self.abandon(key, Rest::Seen, Note::Abandoned(why), now, fx);
         self.park(key, ParkReason::GaveUp, now, fx);
     }
 
     /// Takes `key` off the ladder, if it is on it (claimed, started elsewhere, abandoned).
     pub(super) fn leave_ladder(&mut self, key: &JobKey, fx: &mut Vec<Effect>) {
         if let Some(item) = self.ladder.queue_mut().remove(key) {
-            if let Some(rec) = self.admission.job_mut(key) {
-                rec.ladder_left = Some((item.attempts, item.class));
-            }
+            self.jobs.left_ladder(key, item.attempts, item.class);
             self.ops.push(Op::DeleteRetry(key.clone()));
             self.rearm_timer(fx);
         }
@@ -266,7 +263,7 @@ impl Scheduler {
             fx.extend(self.sweep(now));
         }
         for (key, attempts) in self.ladder.queue_mut().pop_due(now.mono) {
-            let phase = self.admission.job(&key).map(|r| r.phase.clone());
+            let phase = self.jobs.get(&key).map(|r| r.phase().clone());
             if phase != Some(Phase::Retrying) {
                 // Resolved while it waited (started elsewhere, completed): nothing to retry.
                 self.leave_ladder(&key, &mut fx);
@@ -275,16 +272,17 @@ impl Scheduler {
             if self.draining {
                 self.abandon(
                     &key,
-                    Phase::Seen,
+                    Rest::Seen,
                     Note::Abandoned(Abandon::CordonedRetryDropped),
                     now,
                     &mut fx,
                 );
                 continue;
             }
-            self.set_phase(&key, Phase::Pending);
+            let answer = self.jobs.admit(&key);
+            self.moved(&key, answer);
             let t = self.target_index(&key);
-            self.admission.pending_mut().push_back(t, key.clone());
+            self.admission.queue(t, key.clone());
             self.note(&key, now, Note::RetryDue { attempt: attempts });
         }
         self.pump(now, &mut fx);

@@ -49,7 +49,7 @@ fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
     assert_eq!((q.depth, q.items.len()), (0, 0), "a started job drops it");
     let rec = d.s.job(&JobKey::new("acme", 1)).unwrap();
     assert_eq!(
-        rec.ladder_left.map(|(n, _)| n),
+        rec.ladder_left().map(|(n, _)| n),
         Some(2),
         "its history stays"
     );
@@ -182,7 +182,7 @@ fn a_runner_refused_as_too_old_is_claimed_again_after_a_wait_and_never_climbs_th
     d.exited(&first, 7);
     let q = d.s.retry_queue(d.state_now());
     assert_eq!(q.depth, 0, "not on the ladder");
-    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline;
+    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline();
     assert!(
         !timeline
             .iter()

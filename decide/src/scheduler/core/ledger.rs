@@ -144,15 +144,13 @@ impl Scheduler {
     ) {
         let runner = self
             .book
-            .runner_mut(name)
+            .came_up(name, now.mono, warm)
             .unwrap_or_else(|| unreachable!("looked up above"));
-        runner.started_at = Some(now.mono);
-        runner.warm_start = warm;
-        let startup = now.mono.saturating_duration_since(runner.created_at);
+        let startup = now.mono.saturating_duration_since(runner.created_at());
         let queue_wait = self
-            .admission
-            .job(intent)
-            .map(|rec| now.mono.saturating_duration_since(rec.received_at));
+            .jobs
+            .get(intent)
+            .map(|rec| now.mono.saturating_duration_since(rec.received_at()));
         let provider = runner.provider.clone();
         self.observe(Observation::RunnerStarted {
             startup,
@@ -191,16 +189,14 @@ impl Scheduler {
             self.warm_runner_lost(r, now);
             self.environment_failed(r.provider.clone(), &intent, name, error.to_string(), now);
         }
-        let waiting = matches!(
-            self.admission.job(&intent).map(|r| &r.phase),
-            Some(Phase::Seen)
-        );
+        let waiting = matches!(self.jobs.get(&intent).map(|r| r.phase()), Some(Phase::Seen));
         if waiting && error.takes_pool_down() {
             // The pool itself cannot run jobs (its supervisor reported it down first):
             // the job waits for it or goes to another covering pool; no rung is spent.
-            self.set_phase(&intent, Phase::Pending);
+            let answer = self.jobs.admit(&intent);
+            self.moved(&intent, answer);
             let t = self.target_index(&intent);
-            self.admission.pending_mut().push_back(t, intent.clone());
+            self.admission.queue(t, intent.clone());
             let why = "its pool cannot run jobs right now";
             self.observe(Observation::Requeued {
                 job_id: intent.job_id,
@@ -245,9 +241,9 @@ impl Scheduler {
         let clean = by_itself && code == Some(0);
         let ran_a_job = r.bound.is_some() || clean;
         if clean {
-            self.book.recent_mut().ran_a_job(name);
+            self.book.gone_ran_a_job(name);
         }
-        if r.bound.is_some() && !r.registration_deleted {
+        if r.bound.is_some() && !r.registration_deleted() {
             // An event named it with a job: GitHub removes it after that job. (A clean exit
             // alone is a guess: the ledger keeps that one for a survivor to delete.)
             self.ops.push(Op::Unregistered(r.name.clone()));
@@ -255,7 +251,7 @@ impl Scheduler {
         // A runner that may not have run a job leaves a registration GitHub keeps: delete it.
         // One that exits by itself, or was found gone after a restart, may still be named by a
         // late `in_progress`: wait a little.
-        if !ran_a_job && !r.registration_deleted {
+        if !ran_a_job && !r.registration_deleted() {
             let delay = if by_itself || reason == ExitReason::Lost {
                 DELETE_DELAY
             } else {
@@ -265,9 +261,9 @@ impl Scheduler {
         }
         // Its job, if it still waits for this runner (it is `Seen` now), goes on.
         let waiting = self
-            .admission
-            .job(intent)
-            .is_some_and(|j| j.phase == Phase::Seen && j.started_at.is_none());
+            .jobs
+            .get(intent)
+            .is_some_and(|j| *j.phase() == Phase::Seen && j.started_at().is_none());
         if !waiting || r.bound.is_some() {
             if waiting {
                 self.heal_stranded(intent, Strand::SiblingTookIt, now, fx);
@@ -277,10 +273,7 @@ impl Scheduler {
         if by_itself && code == Some(crate::provision::RUNNER_VERSION_DEPRECATED) {
             // The install is too old for GitHub: not the job's fault nor the host's. The
             // job waits for the update (the shell asks for it) and is claimed again.
-            let refusals = self.admission.job_mut(intent).map_or(1, |j| {
-                j.outdated_exits = j.outdated_exits.saturating_add(1);
-                j.outdated_exits
-            });
+            let refusals = self.jobs.outdated_exit(intent);
             let wait = (OUTDATED_WAIT * 2u32.saturating_pow(u32::from(refusals) - 1))
                 .min(OUTDATED_WAIT_MAX);
             self.observe(Observation::RunnerOutdated {
@@ -302,10 +295,7 @@ impl Scheduler {
             return self.attempt_failed(&r, intent, name, error, now, fx);
         }
         if clean {
-            let quiet = self.admission.job_mut(intent).map_or(0, |j| {
-                j.quiet_exits = j.quiet_exits.saturating_add(1);
-                j.quiet_exits
-            });
+            let quiet = self.jobs.quiet_exit(intent);
             if quiet > QUIET_EXITS_FREE {
                 let error =
                     format!("{quiet} of its runners exited cleanly without being seen with a job");
@@ -414,16 +404,8 @@ impl Scheduler {
         self.observe(Observation::RunnerRemoved {
             provider: r.provider.clone(),
         });
-        self.book.recent_mut().remember(handle, &r, now.mono);
-        if let Some(rec) = self.admission.job_mut(&r.intent)
-            && matches!(&rec.phase, Phase::Active { runner, .. } if **runner == *name)
-        {
-            rec.phase = if rec.started_at.is_some() {
-                Phase::Done
-            } else {
-                Phase::Seen
-            };
-        }
+        self.book.remember_gone(handle, &r, now.mono);
+        self.jobs.runner_gone(&r.intent, name);
         Some(r)
     }
 
@@ -459,8 +441,8 @@ impl Scheduler {
         let Some(rec) = self.stranded(key) else {
             return;
         };
-        if why == Strand::QuietExit && !key.is_reckoned() && !rec.info.repo.is_empty() {
-            let repo = rec.info.repo.to_string();
+        if why == Strand::QuietExit && !key.is_reckoned() && !rec.info().repo.is_empty() {
+            let repo = rec.info().repo.to_string();
             self.ask_where(key.clone(), repo, now, fx);
             return;
         }
@@ -470,9 +452,9 @@ impl Scheduler {
     /// Job `key`, if it is still stranded: held `Seen` (its runner gone), never seen started,
     /// and the daemon not draining.
     fn stranded(&self, key: &JobKey) -> Option<&super::JobRecord> {
-        self.admission
-            .job(key)
-            .filter(|r| r.started_at.is_none() && r.phase == Phase::Seen && !self.draining)
+        self.jobs
+            .get(key)
+            .filter(|r| r.started_at().is_none() && *r.phase() == Phase::Seen && !self.draining)
     }
 
     /// Dispatches stranded job `key` again ([`Scheduler::stranded`]).
@@ -486,14 +468,11 @@ impl Scheduler {
         if self.stranded(key).is_none() {
             return;
         }
-        let Some(rec) = self.admission.job_mut(key) else {
-            return;
-        };
-        rec.admissions += 1;
-        rec.seen_at = Some(now.mono);
-        rec.phase = Phase::Pending;
+        self.jobs.admitted_at(key, now.mono);
+        let answer = self.jobs.admit(key);
+        self.moved(key, answer);
         let t = self.target_index(key);
-        self.admission.pending_mut().push_back(t, key.clone());
+        self.admission.queue(t, key.clone());
         self.observe(Observation::Requeued {
             job_id: key.job_id,
             why,

@@ -21,12 +21,13 @@ use serde::Serialize;
 use crate::{
     clock::Now,
     durable::{Op, RunnerRow},
-    github::ErrorClass,
-    job::{JobInfo, JobKey},
+    job::JobKey,
     provision::RunnerSpec,
     rate::RateBook,
     retry::Backoff,
 };
+#[cfg(test)]
+use crate::{github::ErrorClass, job::JobInfo};
 use observation::Observation;
 
 mod admission;
@@ -37,6 +38,7 @@ mod fleet;
 mod fleet_tests;
 pub mod hour;
 mod intake;
+mod job_table;
 mod ladder;
 mod ledger;
 pub mod observation;
@@ -59,9 +61,12 @@ mod warm;
 
 use admission::Admission;
 use capacity::SlotTable;
+use job_table::JobTable;
+pub use job_table::{JobRecord, Refused, edge};
 use ladder::Ladder;
 pub use pacing::ClaimPacer;
 use runner_book::RunnerBook;
+pub use runner_book::RunnerRecord;
 pub use settings::{ProviderSpec, SchedulerSettings, TargetSpec};
 pub use sizes::Census;
 pub use supply::PoolDemand;
@@ -286,137 +291,6 @@ impl Phase {
     }
 }
 
-/// What the scheduler knows about a job.
-#[derive(Debug, Clone)]
-pub struct JobRecord {
-    /// Latest information.
-    pub info: JobInfo,
-    /// Where it stands.
-    pub phase: Phase,
-    /// Last admitted (the dedup TTL runs from here).
-    pub seen_at: Option<Instant>,
-    /// Observed `in_progress` or `completed` (any runner).
-    pub started_at: Option<Instant>,
-    /// When the first queued event for it arrived.
-    pub received_at: Instant,
-    /// Admissions so far (each a dispatch: a delivery, a reconcile, a heal).
-    pub admissions: u32,
-    /// Runners made for it that sat idle until the sweep reaped them (the zombie counter).
-    pub idle_reaps: u8,
-    /// Runners made for it that exited cleanly with no job seen on them, not yet explained by
-    /// a late event.
-    pub quiet_exits: u8,
-    /// Runners made for it that GitHub refused as too old (exit code 7): each waits longer
-    /// for the pool's install to be updated ([`OUTDATED_WAIT`]).
-    pub outdated_exits: u8,
-    /// What its ladder item held when it left the ladder (failures, the latest one's
-    /// class): its history. While it is on the ladder, the item there is the one count.
-    pub ladder_left: Option<(u32, ErrorClass)>,
-    /// Every decision taken about it.
-    pub timeline: Vec<TimelineEntry>,
-    /// Fleet mode: delivered to another host's intake, which asks the ledger first.
-    pub delivered_elsewhere: bool,
-    /// Its trace was built (each job is traced once).
-    pub traced: bool,
-}
-
-impl JobRecord {
-    fn new(info: JobInfo, phase: Phase, received_at: Instant) -> Box<Self> {
-        Box::new(JobRecord {
-            info,
-            phase,
-            seen_at: None,
-            started_at: None,
-            received_at,
-            admissions: 0,
-            idle_reaps: 0,
-            quiet_exits: 0,
-            outdated_exits: 0,
-            ladder_left: None,
-            timeline: Vec::new(),
-            delivered_elsewhere: false,
-            traced: false,
-        })
-    }
-}
-
-/// A runner of ours: what the ledger keeps (its [`RunnerRow`], read through `Deref`), and
-/// when it was claimed and came up.
-#[derive(Debug, Clone)]
-pub struct RunnerRecord {
-    /// The durable part.
-    pub row: RunnerRow,
-    /// Claimed at.
-    pub created_at: Instant,
-    /// Made for its intent job at (its claim, or when it was handed over as a spare): the
-    /// orphan grace runs from here.
-    pub intent_since: Instant,
-    /// Environment up at.
-    pub started_at: Option<Instant>,
-    /// When the sweep may ask GitHub again whether it is busy: a minute after it asked, or
-    /// [`sweep::IDLE_RETRY_AFTER_ERROR`] after a question GitHub failed to answer (never
-    /// while an answer is outstanding).
-    pub idle_check_due: Option<Instant>,
-    /// The sweep's question is outstanding.
-    pub idle_check_pending: bool,
-    /// GitHub said it is busy (with a job whose `in_progress` never reached us): the sweep
-    /// leaves it alone; its job's `completed`, or its own exit, ends it.
-    pub seen_busy: bool,
-    /// Its registration is already deleted on GitHub (by the sweep): its exit deletes nothing.
-    pub registration_deleted: bool,
-    /// A teardown was asked for: the sweep leaves it to that.
-    pub tearing_down: bool,
-    /// It started in a booted warm environment.
-    pub warm_start: bool,
-    /// How often its intent job was looked at on GitHub while it sat up and unbound for it
-    /// ([`sweep::UNBOUND_LOOK_AFTER`]); back to 0 when it is handed another job.
-    pub looks: u8,
-    /// When its intent job is looked at next (unset: [`sweep::UNBOUND_LOOK_AFTER`] after it
-    /// came up or was handed its job).
-    pub look_due: Option<Instant>,
-    /// A spare kept until then for the job it was made for to come back (a scale set's job
-    /// withdrawn before any runner took it is assigned again moments later), or for the next
-    /// job a scale set assigns ([`sweep::REASSIGN_GRACE`]); the sweep leaves it alone until
-    /// then.
-    pub kept_until: Option<Instant>,
-}
-
-impl RunnerRecord {
-    /// A runner of `row`, claimed at `created_at` (and made for its intent job then), not up
-    /// yet and never asked about.
-    pub(crate) fn new(row: RunnerRow, created_at: Instant) -> Self {
-        RunnerRecord {
-            row,
-            created_at,
-            intent_since: created_at,
-            started_at: None,
-            idle_check_due: None,
-            idle_check_pending: false,
-            seen_busy: false,
-            registration_deleted: false,
-            tearing_down: false,
-            warm_start: false,
-            looks: 0,
-            look_due: None,
-            kept_until: None,
-        }
-    }
-}
-
-impl std::ops::Deref for RunnerRecord {
-    type Target = RunnerRow;
-
-    fn deref(&self) -> &RunnerRow {
-        &self.row
-    }
-}
-
-impl std::ops::DerefMut for RunnerRecord {
-    fn deref_mut(&mut self) -> &mut RunnerRow {
-        &mut self.row
-    }
-}
-
 /// The scheduler: its owned parts, and what crosses them (the settings, cordon, the one
 /// timer, and what waits for the shell).
 #[derive(Debug)]
@@ -424,7 +298,9 @@ pub struct Scheduler {
     settings: SchedulerSettings,
     /// Target index per owner (lowercased).
     owners: HashMap<String, usize>,
-    /// The job table, the pending queue, shared strings, jobs held idle.
+    /// The job table: every job's record, changed only through its transitions.
+    jobs: JobTable,
+    /// The pending queue, shared strings, jobs held idle.
     admission: Admission,
     /// Slots, pacing, claims in flight.
     capacity: SlotTable,
@@ -495,6 +371,7 @@ impl Scheduler {
                 .enumerate()
                 .map(|(i, t)| (t.owner.to_ascii_lowercase(), i))
                 .collect(),
+            jobs: JobTable::default(),
             admission: Admission::new(settings.targets.len()),
             capacity: SlotTable::new(&settings),
             warm: warm::WarmBook::new(settings.providers.len()),
@@ -530,7 +407,25 @@ impl Scheduler {
     }
 
     fn note(&mut self, key: &JobKey, now: Now, note: Note) {
-        self.admission.note(key, now, note);
+        self.jobs.note(key, now, note);
+    }
+
+    /// Carries out a transition's answer: a job with no record is left alone (it was
+    /// forgotten, or never known); a refused move changes nothing and is told (a bug: the
+    /// property test in `job_table_tests.rs` drives the core so that none happens).
+    fn moved(&mut self, key: &JobKey, answer: Result<(), Refused>) -> bool {
+        match answer {
+            Ok(()) => true,
+            Err(Refused::Unknown) => false,
+            Err(Refused::Edge { from, to }) => {
+                self.observe(Observation::TransitionRefused {
+                    job_id: key.job_id,
+                    from,
+                    to,
+                });
+                false
+            }
+        }
     }
 
     fn observe(&mut self, o: Observation) {
@@ -544,10 +439,6 @@ impl Scheduler {
 
     fn provider_index(&self, pool: &PoolName) -> Option<usize> {
         self.settings.providers.iter().position(|p| p.name == *pool)
-    }
-
-    fn set_phase(&mut self, key: &JobKey, phase: Phase) {
-        self.admission.set_phase(key, phase);
     }
 
     fn release(&mut self, provider: &PoolName) {

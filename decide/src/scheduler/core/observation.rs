@@ -61,6 +61,16 @@ pub enum Observation {
         /// Why.
         reason: crate::scheduler::core::ParkReason,
     },
+    /// The scheduler asked the job table for a move its state diagram does not have; the
+    /// record was left as it was. A bug to report: the job may need an operator's look.
+    TransitionRefused {
+        /// Job.
+        job_id: u64,
+        /// The phase it is in.
+        from: &'static str,
+        /// The phase asked for.
+        to: &'static str,
+    },
     /// A known job admitted again (`parked`, `idle`, `delivery`) or an unknown one admitted by
     /// a reconcile pass (`unknown`).
     Readmitted {
@@ -339,7 +349,8 @@ impl Observation {
             | O::EnvironmentFailed { job_id, .. }
             | O::RetryGivenUp { job_id, .. }
             | O::Abandoned { job_id, .. }
-            | O::Requeued { job_id, .. } => Some(*job_id),
+            | O::Requeued { job_id, .. }
+            | O::TransitionRefused { job_id, .. } => Some(*job_id),
             _ => None,
         }
     }

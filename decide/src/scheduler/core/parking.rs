@@ -7,6 +7,7 @@ use super::{
     Effect, Note, PARK_LOOK, ParkReason, Phase, Scheduler, observation::Observation,
     runner_book::Deferred,
 };
+use super::{JobRecord, job_table::Rest};
 use crate::{
     clock::Now,
     github::GithubError,
@@ -29,15 +30,13 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let cap = self.settings.zombie_cap;
-        let Some(rec) = self.admission.job_mut(key) else {
+        let Some(rec) = self.jobs.get(key) else {
             return;
         };
-        let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if **r == *runner);
-        if rec.started_at.is_some() || !its_own {
+        if rec.started_at().is_some() || !rec.active_on(runner) {
             return;
         }
-        rec.idle_reaps = rec.idle_reaps.saturating_add(1);
-        if u32::from(rec.idle_reaps) >= cap {
+        if u32::from(self.jobs.idle_reaped(key)) >= cap {
             self.park(key, ParkReason::Zombie, now, fx);
         }
     }
@@ -52,7 +51,8 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let look_unix = now.unix.saturating_add(PARK_LOOK.as_secs());
-        self.set_phase(key, Phase::Parked { reason, look_unix });
+        let answer = self.jobs.park(key, reason, look_unix);
+        self.moved(key, answer);
         self.leave_ladder(key, fx);
         self.observe(Observation::Parked {
             job_id: key.job_id,
@@ -68,15 +68,15 @@ impl Scheduler {
 
     /// A parked job's look is due: GitHub is asked whether it is still queued.
     pub(super) fn look_at(&mut self, key: &JobKey, now: Now, fx: &mut Vec<Effect>) {
-        let Some(rec) = self.admission.job(key) else {
+        let Some(rec) = self.jobs.get(key) else {
             return;
         };
-        match rec.phase {
+        match rec.phase() {
             // Admitted or run meanwhile; or parked again since, with a later look of its own.
-            Phase::Parked { look_unix, .. } if look_unix <= now.unix => {}
+            Phase::Parked { look_unix, .. } if *look_unix <= now.unix => {}
             _ => return,
         }
-        let repo = rec.info.repo.to_string();
+        let repo = rec.info().repo.to_string();
         self.ask_where(key.clone(), repo, now, fx);
     }
 
@@ -112,7 +112,7 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         if !matches!(
-            self.admission.job(key).map(|j| &j.phase),
+            self.jobs.get(key).map(|j| j.phase()),
             Some(Phase::Parked { .. })
         ) {
             self.unlisted_looked(key, status, now, &mut fx);
@@ -129,18 +129,24 @@ impl Scheduler {
                 } else {
                     "in_progress"
                 };
-                self.set_phase(key, Phase::Done);
+                let answer = self.jobs.complete(key);
+                self.moved(key, answer);
                 self.note(key, now, Note::LookedAt { status });
             }
             Err(GithubError::Http(f)) if f.status == 404 => {
-                self.set_phase(key, Phase::Done);
+                let answer = self.jobs.complete(key);
+                self.moved(key, answer);
                 self.note(key, now, Note::LookedAt { status: "gone" });
             }
             _ => {
-                if let Some(Phase::Parked { look_unix, .. }) =
-                    self.admission.job_mut(key).map(|j| &mut j.phase)
-                {
-                    *look_unix = now.unix.saturating_add(PARK_LOOK.as_secs());
+                if matches!(
+                    self.jobs.get(key).map(JobRecord::phase),
+                    Some(Phase::Parked { .. })
+                ) {
+                    let answer = self
+                        .jobs
+                        .look_later(key, now.unix.saturating_add(PARK_LOOK.as_secs()));
+                    self.moved(key, answer);
                 }
                 self.defer(
                     now.mono + PARK_LOOK,
@@ -155,17 +161,19 @@ impl Scheduler {
     /// Admits a known job again (a parked job looked at, a job held idle that a reconcile pass
     /// found queued): past the dedup window, without spending anything toward its cap.
     pub(super) fn admit_again(&mut self, key: &JobKey, reason: &'static str, now: Now) {
-        let Some(rec) = self.admission.job_mut(key) else {
+        let Some(rec) = self.jobs.get(key) else {
             return;
         };
-        if rec.started_at.is_some() || self.draining {
+        if rec.started_at().is_some() || self.draining {
             return;
         }
-        rec.phase = Phase::Pending;
-        rec.seen_at = Some(now.mono);
-        rec.admissions += 1;
+        let answer = self.jobs.admit(key);
+        if !self.moved(key, answer) {
+            return;
+        }
+        self.jobs.admitted_at(key, now.mono);
         let t = self.target_index(key);
-        self.admission.pending_mut().push_back(t, key.clone());
+        self.admission.queue(t, key.clone());
         self.observe(Observation::Readmitted {
             job_id: key.job_id,
             reason,
@@ -197,24 +205,24 @@ impl Scheduler {
         if complete {
             let listed: std::collections::HashSet<&JobKey> = jobs.iter().map(|j| &j.key).collect();
             let unlisted: Vec<(JobKey, String)> = self
-                .admission
-                .jobs()
+                .jobs
+                .iter()
                 .filter(|(key, j)| {
-                    j.started_at.is_none()
+                    j.started_at().is_none()
                         && !key.is_warm()
                         && !key.is_reckoned()
                         && self.target_index(key) == target
                         && !listed.contains(key)
-                        && now.mono.saturating_duration_since(j.received_at) >= UNLISTED_AFTER
+                        && now.mono.saturating_duration_since(j.received_at()) >= UNLISTED_AFTER
                         && matches!(
-                            j.phase,
+                            j.phase(),
                             Phase::Pending
                                 | Phase::Retrying
                                 | Phase::Claiming { .. }
                                 | Phase::Active { .. }
                         )
                 })
-                .map(|(key, j)| (key.clone(), j.info.repo.to_string()))
+                .map(|(key, j)| (key.clone(), j.info().repo.to_string()))
                 .collect();
             for (key, repo) in unlisted {
                 self.ask_where(key, repo, now, &mut fx);
@@ -223,13 +231,13 @@ impl Scheduler {
         let mut idle = 0;
         for job in jobs {
             let key = job.key.clone();
-            let Some(rec) = self.admission.job(&key) else {
+            let Some(rec) = self.jobs.get(&key) else {
                 self.on_job_event(JobAction::Queued, job, Some("reconcile"), now.mono, now)
                     .into_iter()
                     .for_each(|e| fx.push(e));
-                let admitted = self.admission.job(&key).is_some_and(|r| {
+                let admitted = self.jobs.get(&key).is_some_and(|r| {
                     matches!(
-                        r.phase,
+                        r.phase(),
                         Phase::Pending | Phase::Claiming { .. } | Phase::Active { .. }
                     )
                 });
@@ -241,12 +249,12 @@ impl Scheduler {
                 }
                 continue;
             };
-            if rec.started_at.is_some() {
+            if rec.started_at().is_some() {
                 continue;
             }
-            match rec.phase {
+            match rec.phase() {
                 Phase::Seen if !self.draining => self.admit_again(&key, "idle", now),
-                Phase::Parked { look_unix, .. } if look_unix <= now.unix && !self.draining => {
+                Phase::Parked { look_unix, .. } if *look_unix <= now.unix && !self.draining => {
                     self.admit_again(&key, "parked", now)
                 }
                 Phase::Seen | Phase::Parked { .. } => idle += 1,
@@ -273,10 +281,10 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(rec) = self.admission.job_mut(key) else {
+        let Some(rec) = self.jobs.get(key) else {
             return;
         };
-        if rec.started_at.is_some() {
+        if rec.started_at().is_some() {
             return;
         }
         let status = match status.as_deref() {
@@ -289,16 +297,16 @@ impl Scheduler {
                 return;
             }
         };
-        rec.started_at = Some(now.mono);
+        self.jobs.started(key, now.mono);
         self.ops
             .push(crate::durable::Op::JobStarted(key.clone(), now.unix));
         self.note(key, now, Note::LookedAt { status });
         if !matches!(
-            self.admission.job(key).map(|j| &j.phase),
+            self.jobs.get(key).map(|j| j.phase()),
             Some(Phase::Claiming { .. })
         ) {
             // A claim in flight ends by itself (started during the claim).
-            self.abandon(key, Phase::Done, Note::RanElsewhere, now, fx);
+            self.abandon(key, Rest::Done, Note::RanElsewhere, now, fx);
         }
         // The sweep hands its runner on first (`rebalance`), else deletes it.
         fx.extend(self.sweep(now));

@@ -14,6 +14,7 @@ use crate::clock::Instant;
 
 use super::tests::{at, bad_gateway, core};
 use super::*;
+use crate::job::JobInfo;
 use crate::{config::Secret, github::error::HttpFailure, scheduler::fixtures::job};
 
 const LABELS: &[&str] = &["self-hosted", "linux"];
@@ -84,7 +85,7 @@ fn exited(
 }
 
 fn phase(s: &Scheduler, id: u64) -> Phase {
-    s.job(&key(id)).unwrap().phase.clone()
+    s.job(&key(id)).unwrap().phase().clone()
 }
 
 /// One zombie pass for job 1: claimed, booted, idle through the grace, reaped; returns the
@@ -124,7 +125,7 @@ fn a_runner_that_takes_a_sibling_leaves_its_job_claiming_again_at_once_and_uncou
         "job 1 is claimed for again while a runs job 2"
     );
     let j1 = s.job(&key(1)).unwrap();
-    assert_eq!((j1.idle_reaps, j1.quiet_exits), (0, 0));
+    assert_eq!((j1.idle_reaps(), j1.quiet_exits()), (0, 0));
     assert!(
         s.ladder.queue().get(&key(2)).is_none(),
         "job 2 left its ladder"
@@ -167,10 +168,14 @@ fn a_swap_chain_longer_than_the_cap_never_parks_the_job() {
         );
     }
     let j1 = s.job(&key(1)).unwrap();
-    assert!(!matches!(j1.phase, Phase::Parked { .. }), "{:?}", j1.phase);
-    assert_eq!(j1.idle_reaps, 0);
     assert!(
-        j1.timeline
+        !matches!(j1.phase(), Phase::Parked { .. }),
+        "{:?}",
+        j1.phase()
+    );
+    assert_eq!(j1.idle_reaps(), 0);
+    assert!(
+        j1.timeline()
             .iter()
             .all(|e| !matches!(e.note, Note::Parked { .. })),
         "never parked"
@@ -185,7 +190,7 @@ fn a_job_whose_runners_are_always_reaped_idle_is_parked_after_the_cap_and_looked
     for pass in 1..ZOMBIE_CAP as u64 {
         let fx = idle_pass(&mut s, t0, t, pass);
         assert_eq!(claims(&fx), vec![1], "pass {pass}: dispatched again");
-        assert_eq!(u32::from(s.job(&key(1)).unwrap().idle_reaps), pass as u32);
+        assert_eq!(u32::from(s.job(&key(1)).unwrap().idle_reaps()), pass as u32);
         t += 700;
     }
     // The fifth idle reap parks it: nothing claimed, a look due in 30 minutes.

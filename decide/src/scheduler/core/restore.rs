@@ -1,8 +1,7 @@
 //! Durability: the state changes handed to the store, and rebuilding state after a restart.
 
 use super::{
-    Effect, JobRecord, Note, Phase, RunnerRecord, Scheduler, TimelineEntry,
-    observation::Observation,
+    Effect, JobRecord, Phase, RunnerRecord, Scheduler, job_table::Begin, observation::Observation,
 };
 use crate::{
     clock::Now,
@@ -28,16 +27,8 @@ impl Scheduler {
         let mut fx = Vec::new();
         self.restore_ladder(snapshot, now, &mut fx);
         self.rearm_timer(&mut fx);
-        let redo: Vec<JobInfo> = self
-            .admission
-            .records_mut()
-            .filter(|r| r.phase == Phase::Seen && r.started_at.is_none())
-            .map(|r| {
-                // Let the re-dispatch through the dedup gate.
-                r.seen_at = None;
-                r.info.clone()
-            })
-            .collect();
+        // Let the re-dispatch through the dedup gate.
+        let redo: Vec<JobInfo> = self.jobs.unsee_held();
         self.observe(Observation::Restored {
             jobs: snapshot.jobs.len(),
             runners: snapshot.runners.len(),
@@ -53,20 +44,10 @@ impl Scheduler {
         for row in &snapshot.jobs {
             let mut info = row.info.clone();
             self.admission.shared_mut().job(&mut info);
-            let mut rec = JobRecord::new(info, Phase::Seen, ago(row.received_unix));
-            rec.seen_at = Some(now.mono);
-            rec.started_at = row.started_unix.map(ago);
-            if rec.started_at.is_some() {
-                // Its windows run from what happened to it, not from the restart: a daemon
-                // restarted more often than its retention would otherwise keep every job.
-                rec.phase = Phase::Done;
-                rec.seen_at = Some(ago(row.received_unix));
-            }
-            rec.timeline.push(TimelineEntry {
-                at_ms: now.unix_ms,
-                note: Note::Restored,
-            });
-            self.admission.insert(rec.info.key.clone(), rec);
+            let key = info.key.clone();
+            let rec =
+                JobRecord::restored(info, ago(row.received_unix), row.started_unix.map(ago), now);
+            self.jobs.insert(key, rec);
         }
     }
 
@@ -87,26 +68,25 @@ impl Scheduler {
             let handle: Arc<str> = Arc::from(r.name.as_str());
             self.book.insert(
                 handle.clone(),
-                RunnerRecord {
-                    started_at: Some(now.mono),
-                    ..RunnerRecord::new(r.clone(), ago(r.created_unix))
-                },
+                RunnerRecord::restored(r.clone(), ago(r.created_unix), now.mono),
             );
-            let rec = self.admission.record_or(r.intent.clone(), || {
-                JobRecord::new(
+            self.jobs.enter(&r.intent, || {
+                JobRecord::begin(
                     JobInfo {
                         key: r.intent.clone(),
                         ..JobInfo::default()
                     },
-                    Phase::Seen,
+                    Begin::Seen,
                     now.mono,
                 )
             });
-            if rec.started_at.is_none() {
-                rec.phase = Phase::Active {
-                    provider: r.provider.clone(),
-                    runner: handle,
-                };
+            if self
+                .jobs
+                .get(&r.intent)
+                .is_some_and(|j| j.started_at().is_none())
+            {
+                let answer = self.jobs.claimed(&r.intent, r.provider.clone(), handle);
+                self.moved(&r.intent, answer);
             }
         }
     }
@@ -120,19 +100,20 @@ impl Scheduler {
             .queue_mut()
             .restore(&snapshot.retries, now.mono, now.unix);
         for r in &snapshot.retries {
-            if !self.admission.knows(&r.job.key) {
+            if !self.jobs.knows(&r.job.key) {
                 let mut info = r.job.clone();
                 self.admission.shared_mut().job(&mut info);
                 let key = info.key.clone();
-                self.admission
-                    .insert(key, JobRecord::new(info, Phase::Seen, now.mono));
+                self.jobs
+                    .insert(key, JobRecord::begin(info, Begin::Seen, now.mono));
             }
-            let Some(rec) = self.admission.job_mut(&r.job.key) else {
+            let Some(rec) = self.jobs.get(&r.job.key) else {
                 continue;
             };
-            if rec.started_at.is_none() && rec.phase == Phase::Seen {
-                rec.phase = Phase::Retrying;
-            } else if rec.started_at.is_none() && matches!(rec.phase, Phase::Active { .. }) {
+            if rec.started_at().is_none() && *rec.phase() == Phase::Seen {
+                let answer = self.jobs.retry(&r.job.key);
+                self.moved(&r.job.key, answer);
+            } else if rec.started_at().is_none() && matches!(rec.phase(), Phase::Active { .. }) {
                 // An attempt was in flight (a runner in the ledger): the item waits for it.
                 self.ladder.queue_mut().hold(&r.job.key);
             } else {

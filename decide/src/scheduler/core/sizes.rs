@@ -11,6 +11,7 @@ impl Scheduler {
     /// Every collection the scheduler keeps, with its entries now.
     pub fn census(&self) -> Census {
         let mut out = Census::new();
+        self.jobs.census(&mut out);
         self.admission.census(&mut out);
         self.capacity.census(&mut out);
         self.book.census(&mut out);

@@ -27,26 +27,28 @@ impl Scheduler {
     /// Whether `r` is free to serve another job: alive, unbound, not on its way out, and the
     /// job it was made for no longer waits for it (started, gone, or moved on).
     pub(super) fn is_spare(&self, r: &RunnerRecord) -> bool {
-        if r.bound.is_some() || r.tearing_down || r.registration_deleted || r.seen_busy {
+        if r.bound.is_some() || r.tearing_down() || r.registration_deleted() || r.seen_busy() {
             return false;
         }
-        self.admission.job(&r.intent).is_none_or(|j| {
-            j.started_at.is_some()
-                || !matches!(&j.phase, Phase::Active { runner, .. } if **runner == *r.name)
+        self.jobs.get(&r.intent).is_none_or(|j| {
+            j.started_at().is_some()
+                || !matches!(&j.phase(), Phase::Active { runner, .. } if **runner == *r.name)
         })
     }
 
     /// Runner `runner`, made for `intent`, was named in another job's event: `intent` lost its
     /// supply and waits for a runner again (a spare, or a new claim), at once.
     pub(super) fn runner_taken(&mut self, intent: &JobKey, runner: &Arc<str>, now: Now) {
-        let Some(rec) = self.admission.job_mut(intent) else {
+        let Some(rec) = self.jobs.get(intent) else {
             return;
         };
-        let its_own = matches!(&rec.phase, Phase::Active { runner: r, .. } if r == runner);
+        let its_own = rec.active_on(runner);
+        let started = rec.started_at().is_some();
         if intent.is_reckoned() && its_own {
             // A placeholder's runner took an assigned job: the placeholder stood for exactly
             // that, and is done.
-            self.set_phase(intent, Phase::Done);
+            let answer = self.jobs.complete(intent);
+            self.moved(intent, answer);
             self.ops.push(Op::DeleteJob(intent.clone()));
             self.note(
                 intent,
@@ -55,14 +57,16 @@ impl Scheduler {
             );
             return;
         }
-        if rec.started_at.is_some() || !its_own || self.draining {
+        if started || !its_own || self.draining {
             return;
         }
-        rec.phase = Phase::Pending;
-        rec.admissions += 1;
-        rec.seen_at = Some(now.mono);
+        let answer = self.jobs.admit(intent);
+        if !self.moved(intent, answer) {
+            return;
+        }
+        self.jobs.admitted_at(intent, now.mono);
         let t = self.target_index(intent);
-        self.admission.pending_mut().push_back(t, intent.clone());
+        self.admission.queue(t, intent.clone());
         let why = "its runner ran a sibling's job";
         self.observe(Observation::Requeued {
             job_id: intent.job_id,
@@ -79,15 +83,15 @@ impl Scheduler {
             key.owner.eq_ignore_ascii_case(owner) && labels.iter().any(|l| l == pin)
         };
         let mut waiting: Vec<(Instant, JobKey)> = self
-            .admission
-            .jobs()
+            .jobs
+            .iter()
             .filter(|(key, j)| {
-                mine(key, &j.info.labels)
-                    && j.started_at.is_none()
-                    && j.info.conclusion.is_none()
-                    && !matches!(j.phase, Phase::Done | Phase::Ignored | Phase::Unroutable)
+                mine(key, &j.info().labels)
+                    && j.started_at().is_none()
+                    && j.info().conclusion.is_none()
+                    && !matches!(j.phase(), Phase::Done | Phase::Ignored | Phase::Unroutable)
             })
-            .map(|(key, j)| (j.received_at, key.clone()))
+            .map(|(key, j)| (j.received_at(), key.clone()))
             .collect();
         waiting.sort();
         // Running: started, not completed, on a runner of ours (live, or gone a moment ago
@@ -98,14 +102,14 @@ impl Scheduler {
             .filter_map(|r| r.bound.as_ref())
             .collect();
         let running = self
-            .admission
-            .jobs()
+            .jobs
+            .iter()
             .filter(|(key, j)| {
-                mine(key, &j.info.labels)
-                    && j.started_at.is_some()
-                    && j.info.conclusion.is_none()
+                mine(key, &j.info().labels)
+                    && j.started_at().is_some()
+                    && j.info().conclusion.is_none()
                     && (bound.contains(key)
-                        || j.info.runner_name.as_deref().is_some_and(|n| {
+                        || j.info().runner_name.as_deref().is_some_and(|n| {
                             self.book.has(n) || self.book.recent().get(n).is_some()
                         }))
             })
@@ -123,27 +127,29 @@ impl Scheduler {
             .book
             .entries()
             // One GitHub is deleting now is not handed over: the deletion would take it.
-            .filter(|(_, r)| self.is_spare(r) && !r.idle_check_pending)
-            .map(|(name, r)| (r.created_at, name.clone()))
+            .filter(|(_, r)| self.is_spare(r) && !r.idle_check_pending())
+            .map(|(name, r)| (r.created_at(), name.clone()))
             .collect();
         if spares.is_empty() || self.draining {
             return;
         }
         spares.sort_by(|a, b| b.cmp(a));
-        let waiting = self.admission.waiting(self.ladder.queue().keys());
+        let waiting = self
+            .admission
+            .waiting(&self.jobs, self.ladder.queue().keys());
         for (_, key) in waiting {
             if spares.is_empty() {
                 break;
             }
-            let Some(job) = self.admission.job(&key) else {
+            let Some(job) = self.jobs.get(&key) else {
                 continue;
             };
-            let wanted = LabelSet::new(&job.info.labels);
+            let wanted = LabelSet::new(&job.info().labels);
             let target = self.target_index(&key);
             let serves = |name: &Arc<str>| {
                 self.book
                     .runner(name)
-                    .is_some_and(|r| self.can_serve(r, target, &job.info.repo, &wanted))
+                    .is_some_and(|r| self.can_serve(r, target, &job.info().repo, &wanted))
             };
             if let Some(pos) = spares.iter().position(|(_, name)| serves(name)) {
                 let (_, name) = spares.remove(pos);
@@ -166,26 +172,14 @@ impl Scheduler {
     /// Makes spare `name` the runner of waiting job `key` (its ladder item, if any, waits for
     /// this attempt, as for a claimed runner).
     fn hand_over(&mut self, key: &JobKey, name: Arc<str>, now: Now, _fx: &mut Vec<Effect>) {
-        let Some(r) = self.book.runner_mut(&name) else {
+        let Some((from, row)) = self.book.hand_over(&name, key, now.mono) else {
             return;
         };
-        let from = std::mem::replace(&mut r.row.intent, key.clone());
-        r.intent_since = now.mono;
-        r.kept_until = None;
-        r.idle_check_due = None;
-        r.looks = 0;
-        r.look_due = None;
-        let provider = r.provider.clone();
-        let row = r.row.clone();
+        let provider = row.provider.clone();
         self.ops.push(Op::PutRunner(row));
         self.ladder.queue_mut().hold(key);
-        self.set_phase(
-            key,
-            Phase::Active {
-                provider,
-                runner: name.clone(),
-            },
-        );
+        let answer = self.jobs.claimed(key, provider, name.clone());
+        self.moved(key, answer);
         self.observe(Observation::SpareHandedOver {
             job_id: key.job_id,
             runner: name.to_string(),

@@ -70,12 +70,12 @@ impl Scheduler {
             .book
             .runners()
             .filter(|r| !(self.keeps_warm(&r.provider) && self.is_spare(r)))
-            .filter(|r| r.bound.is_none() && !r.seen_busy && !r.tearing_down)
-            .filter(|r| r.kept_until.is_none_or(|until| until <= now.mono))
+            .filter(|r| r.bound.is_none() && !r.seen_busy() && !r.tearing_down())
+            .filter(|r| r.kept_until().is_none_or(|until| until <= now.mono))
             .filter_map(|r| {
                 if self.is_spare(r) {
                     Some((r.name.clone(), REAP_SPARE))
-                } else if now.mono.saturating_duration_since(r.intent_since) >= grace {
+                } else if now.mono.saturating_duration_since(r.intent_since()) >= grace {
                     Some((r.name.clone(), REAP_ORPHAN))
                 } else {
                     None
@@ -95,14 +95,12 @@ impl Scheduler {
         let fresh: Vec<String> = self
             .book
             .runners()
-            .filter(|r| r.kept_until.is_none() && self.is_spare(r))
+            .filter(|r| r.kept_until().is_none() && self.is_spare(r))
             .map(|r| r.name.clone())
             .collect();
         let until = now.mono + REASSIGN_GRACE;
         for name in &fresh {
-            if let Some(r) = self.book.runner_mut(name) {
-                r.kept_until = Some(until);
-            }
+            self.book.keep_until(name, until);
         }
         if !fresh.is_empty() {
             self.wake_sweep_at(until, fx);
@@ -117,10 +115,10 @@ impl Scheduler {
         let mut next: Option<crate::clock::Instant> = None;
         let mut due = Vec::new();
         for r in self.book.runners() {
-            let Some(up) = r.started_at else { continue };
+            let Some(up) = r.started_at() else { continue };
             if r.bound.is_some()
-                || r.seen_busy
-                || r.tearing_down
+                || r.seen_busy()
+                || r.tearing_down()
                 || r.intent.is_warm()
                 || r.intent.is_reckoned()
                 || self.is_spare(r)
@@ -128,8 +126,8 @@ impl Scheduler {
                 continue;
             }
             let at = r
-                .look_due
-                .unwrap_or_else(|| up.max(r.intent_since) + UNBOUND_LOOK_AFTER);
+                .look_due()
+                .unwrap_or_else(|| up.max(r.intent_since()) + UNBOUND_LOOK_AFTER);
             if at <= now.mono {
                 due.push(r.name.clone());
             } else {
@@ -137,22 +135,20 @@ impl Scheduler {
             }
         }
         for name in due {
-            let Some(r) = self.book.runner_mut(name.as_str()) else {
-                continue;
-            };
-            r.looks = r.looks.saturating_add(1);
             // Look n is followed by look n + 1 after 30 s doubled n times.
-            let at = now.mono + LOOK_AGAIN.after(u32::from(r.looks) + 1, 0.0);
-            r.look_due = Some(at);
-            next = Some(next.map_or(at, |n| n.min(at)));
-            let key = r.intent.clone();
-            let Some(job) = self.admission.job(&key) else {
+            let Some((at, key)) = self.book.looked(name.as_str(), |looks| {
+                now.mono + LOOK_AGAIN.after(u32::from(looks) + 1, 0.0)
+            }) else {
                 continue;
             };
-            if job.info.repo.is_empty() {
+            next = Some(next.map_or(at, |n| n.min(at)));
+            let Some(job) = self.jobs.get(&key) else {
+                continue;
+            };
+            if job.info().repo.is_empty() {
                 continue;
             }
-            let repo = job.info.repo.to_string();
+            let repo = job.info().repo.to_string();
             self.ask_where(key, repo, now, fx);
         }
         if let Some(at) = next {
@@ -177,15 +173,9 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(r) = self.book.runner_mut(name) else {
+        let Some(r) = self.book.ask_idle(name, now.mono, IDLE_CHECK_EVERY) else {
             return;
         };
-        let not_yet = r.idle_check_due.is_some_and(|t| now.mono < t);
-        if r.idle_check_pending || not_yet {
-            return;
-        }
-        r.idle_check_due = Some(now.mono + IDLE_CHECK_EVERY);
-        r.idle_check_pending = true;
         fx.push(Effect::CheckIdle {
             owner: r.intent.owner.to_string(),
             runner_id: r.id,
@@ -212,25 +202,20 @@ impl Scheduler {
                 Err(_) => "error",
             },
         });
-        let Some(r) = self.book.runner_mut(name) else {
+        let retry_at = now.mono + IDLE_RETRY_AFTER_ERROR;
+        let Some(answer) = self
+            .book
+            .idle_answered(name, busy.as_ref().ok().copied(), retry_at)
+        else {
             return fx;
         };
-        r.idle_check_pending = false;
         if busy.is_err() {
-            let at = now.mono + IDLE_RETRY_AFTER_ERROR;
-            r.idle_check_due = Some(at);
-            self.wake_sweep_at(at, &mut fx);
+            self.wake_sweep_at(retry_at, &mut fx);
         }
-        let Some(r) = self.book.runner_mut(name) else {
-            return fx;
-        };
-        if r.bound.is_some() {
+        if answer.bound {
             return fx;
         }
-        r.seen_busy = matches!(busy, Ok(true));
-        r.registration_deleted = matches!(busy, Ok(false));
-        r.tearing_down |= matches!(busy, Ok(false));
-        let (provider, intent) = (r.provider.clone(), r.intent.clone());
+        let (provider, intent) = (answer.provider, answer.intent);
         let handle = self.runner_handle(name);
         match busy {
             Ok(false) => {
@@ -292,11 +277,9 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(r) = self.book.runner_mut(name) else {
+        let Some(provider) = self.book.tear_down(name) else {
             return;
         };
-        r.tearing_down = true;
-        let provider = r.provider.clone();
         let handle = self.runner_handle(name);
         self.note(
             key,
@@ -321,14 +304,15 @@ impl Scheduler {
             .runners()
             .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
             .collect();
-        let ttl = super::admission::Ttl {
+        let ttl = super::job_table::Ttl {
             seen: self.settings.seen_ttl,
             started: self.settings.started_ttl,
             done: self.settings.retention,
         };
-        let gone = self.admission.prune(now, ttl, &referenced);
+        let gone = self.jobs.prune(now, ttl, &referenced);
+        self.admission.prune_shared();
         self.ops.extend(gone.into_iter().map(Op::DeleteJob));
-        self.book.recent_mut().prune(now.mono, ttl.seen);
+        self.book.prune_recent(now.mono, ttl.seen);
         self.prune_usage(now);
     }
 }

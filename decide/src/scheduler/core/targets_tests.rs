@@ -9,6 +9,7 @@ use crate::clock::Instant;
 
 use super::tests::at;
 use super::*;
+use crate::job::JobInfo;
 use crate::vocab::RateBucket;
 use crate::{
     config::{ClaimRetryConfig, Secret},
@@ -224,7 +225,7 @@ fn a_pool_restricted_to_a_target_serves_only_it() {
     assert_eq!(claimed_keys(&queue(&mut s, "beta", 1, now)).len(), 1);
     assert!(queue(&mut s, "acme", 2, now).is_empty());
     assert_eq!(
-        s.job(&JobKey::new("acme", 2)).unwrap().phase,
+        *s.job(&JobKey::new("acme", 2)).unwrap().phase(),
         Phase::Unroutable
     );
 }

@@ -110,7 +110,7 @@ pub(super) fn bad_gateway() -> GithubError {
 }
 
 fn phase(s: &Scheduler, id: u64) -> Phase {
-    s.job(&JobKey::new("acme", id)).unwrap().phase.clone()
+    s.job(&JobKey::new("acme", id)).unwrap().phase().clone()
 }
 
 #[test]
@@ -178,7 +178,7 @@ fn a_job_no_provider_covers_is_not_claimed_and_its_redelivery_is_free() {
         1,
         "the dedup gate before the label check"
     );
-    let timeline = &s.job(&JobKey::new("acme", 1)).unwrap().timeline;
+    let timeline = &s.job(&JobKey::new("acme", 1)).unwrap().timeline();
     assert!(matches!(timeline[1].note, Note::Unroutable { .. }));
 }
 
@@ -403,7 +403,7 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
         let key = j.key.clone();
         let fx = s.on_job_event(JobAction::Queued, j, Some("d"), t0, at(t0, 1));
         assert_eq!(fx, vec![], "{reason}");
-        assert_eq!(s.job(&key).unwrap().phase, Phase::Ignored);
+        assert_eq!(*s.job(&key).unwrap().phase(), Phase::Ignored);
         assert_eq!(
             s.take_observations(),
             vec![Observation::Ignored { job_id: id, reason }]

@@ -416,15 +416,15 @@ impl Scheduler {
             return;
         }
         let trace = {
-            let Some(rec) = self.admission.job(key).filter(|r| !r.traced) else {
+            let Some(rec) = self.jobs.get(key).filter(|r| !r.traced()) else {
                 return;
             };
-            let since = now.mono.saturating_duration_since(rec.received_at);
+            let since = now.mono.saturating_duration_since(rec.received_at());
             let mut received_ms = now
                 .unix_ms
                 .saturating_sub(u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
             if rec
-                .timeline
+                .timeline()
                 .iter()
                 .any(|e| matches!(e.note, Note::Restored))
             {
@@ -433,23 +433,21 @@ impl Scheduler {
             }
             let intent_notes = ran_on.as_ref().map_or(&[][..], |r| {
                 if r.intent == *key {
-                    &rec.timeline[..]
+                    rec.timeline()
                 } else {
-                    self.admission
-                        .job(&r.intent)
-                        .map_or(&[][..], |i| &i.timeline[..])
+                    self.jobs.get(&r.intent).map_or(&[][..], |i| i.timeline())
                 }
             });
             let target = self.target_name(&key.owner);
             build(&TraceInput {
-                info: &rec.info,
+                info: rec.info(),
                 pool: ran_on
                     .as_ref()
                     .map(|r| &r.provider)
                     .or_else(|| pool_of(rec)),
                 target,
                 received_ms,
-                own: &rec.timeline,
+                own: rec.timeline(),
                 runner: ran_on.as_ref().map(|r| RunnerPart {
                     name: &r.name,
                     claimed_ms: r.claimed_ms,
@@ -457,9 +455,7 @@ impl Scheduler {
                 }),
             })
         };
-        if let Some(rec) = self.admission.job_mut(key) {
-            rec.traced = true;
-        }
+        self.jobs.traced(key);
         self.traces.extend(trace);
     }
 
@@ -500,9 +496,9 @@ impl Scheduler {
         }
         let job = r.bound.clone().unwrap_or_else(|| r.intent.clone());
         let completed = self
-            .admission
-            .job(&job)
-            .is_some_and(|rec| rec.info.conclusion.is_some() && !rec.info.withdrawn);
+            .jobs
+            .get(&job)
+            .is_some_and(|rec| rec.info().conclusion.is_some() && !rec.info().withdrawn);
         if completed {
             let ran_on = RanOn {
                 name: handle,

@@ -21,16 +21,16 @@ pub(super) fn usage_of(
     now_ms: u64,
     ledger: Option<(u64, &str)>,
 ) -> Option<UsageRow> {
-    let queued_ms = r.timeline.first()?.at_ms;
+    let queued_ms = r.timeline().first()?.at_ms;
     let noted = r
-        .timeline
+        .timeline()
         .iter()
         .find_map(|e| matches!(e.note, Note::Claimed { .. }).then_some(e.at_ms));
     let claimed_ms = noted.or(ledger.map(|(at, _)| at))?;
     let pool = super::hour::pool_of(r)
         .map(|p| p.as_str())
         .or(ledger.map(|(_, pool)| pool))?;
-    let started_ms = r.timeline.iter().find_map(|e| match e.note {
+    let started_ms = r.timeline().iter().find_map(|e| match e.note {
         Note::Observed {
             action: JobAction::InProgress | JobAction::Completed,
             ..
@@ -38,13 +38,13 @@ pub(super) fn usage_of(
         _ => None,
     });
     let retries = r
-        .timeline
+        .timeline()
         .iter()
         .filter(|e| matches!(e.note, Note::ClaimFailed { .. }))
         .count();
     Some(UsageRow {
-        job: r.info.key.clone(),
-        repo: r.info.repo.to_string(),
+        job: r.info().key.clone(),
+        repo: r.info().repo.to_string(),
         pool: pool.to_string(),
         target: target.to_string(),
         queued_unix: queued_ms / 1000,
@@ -85,11 +85,11 @@ impl Scheduler {
         let ledger = self
             .book
             .runners()
-            .find(|r| r.row.intent == *key || r.row.bound.as_ref() == Some(key))
-            .map(|r| (r.row.created_unix * 1000, r.row.provider.as_str()));
+            .find(|r| r.row().intent == *key || r.row().bound.as_ref() == Some(key))
+            .map(|r| (r.row().created_unix * 1000, r.row().provider.as_str()));
         let row = self
-            .admission
-            .job(key)
+            .jobs
+            .get(key)
             .and_then(|r| usage_of(r, &target, now.unix_ms, ledger));
         if let Some(row) = row {
             self.ops.push(Op::PutUsage(row));
@@ -100,15 +100,10 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        config::PoolName,
-        github::ErrorClass,
-        job::JobInfo,
-        scheduler::core::{Phase, TimelineEntry},
-    };
+    use crate::{config::PoolName, github::ErrorClass, job::JobInfo, scheduler::core::Phase};
 
     fn record(notes: Vec<(u64, Note)>) -> Box<JobRecord> {
-        let mut r = JobRecord::new(
+        let mut r = JobRecord::in_phase(
             JobInfo {
                 key: JobKey::new("acme", 5),
                 repo: "app".into(),
@@ -117,10 +112,9 @@ mod tests {
             Phase::Done,
             crate::clock::Instant::now(),
         );
-        r.timeline = notes
-            .into_iter()
-            .map(|(at_ms, note)| TimelineEntry { at_ms, note })
-            .collect();
+        for (at_ms, note) in notes {
+            r.push_note(at_ms, note);
+        }
         r
     }
 

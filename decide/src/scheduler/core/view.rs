@@ -25,7 +25,7 @@ impl Scheduler {
 
     /// A job's record.
     pub fn job(&self, key: &JobKey) -> Option<&JobRecord> {
-        self.admission.job(key)
+        self.jobs.get(key)
     }
 
     /// The repo and pool of a target's job `job_id`, for its log span (`-` where unknown: a
@@ -35,16 +35,16 @@ impl Scheduler {
             .settings
             .targets
             .iter()
-            .find_map(|t| self.admission.job(&JobKey::new(&t.owner, job_id)));
+            .find_map(|t| self.jobs.get(&JobKey::new(&t.owner, job_id)));
         match record {
             Some(r) => {
-                let pool = match &r.phase {
+                let pool = match &r.phase() {
                     Phase::Claiming { provider } | Phase::Active { provider, .. } => {
                         provider.to_string()
                     }
                     _ => "-".into(),
                 };
-                (r.info.repo.to_string(), pool)
+                (r.info().repo.to_string(), pool)
             }
             None => ("-".into(), "-".into()),
         }
@@ -53,7 +53,7 @@ impl Scheduler {
     /// A number that changes whenever a job's state does (a decision was taken about one):
     /// what a live page compares to know it must fetch again.
     pub fn generation(&self) -> u64 {
-        self.admission.notes_taken()
+        self.jobs.notes_taken()
     }
 
     /// Counters.
@@ -75,39 +75,39 @@ impl Scheduler {
     }
 
     fn job_view(&self, r: &JobRecord, now: Now, timeline: bool) -> JobView {
-        let item = self.ladder.queue().get(&r.info.key);
+        let item = self.ladder.queue().get(&r.info().key);
         JobView {
-            key: r.info.key.clone(),
-            repo: r.info.repo.to_string(),
-            labels: r.info.labels.to_vec(),
-            phase: r.phase.clone(),
+            key: r.info().key.clone(),
+            repo: r.info().repo.to_string(),
+            labels: r.info().labels.to_vec(),
+            phase: r.phase().clone(),
             pending: matches!(
-                r.phase,
+                r.phase(),
                 Phase::Pending | Phase::Claiming { .. } | Phase::Retrying
             ),
             seen: r
-                .seen_at
+                .seen_at()
                 .is_some_and(|t| now.mono.saturating_duration_since(t) < self.settings.seen_ttl),
-            started: r.started_at.is_some(),
-            admissions: r.admissions,
-            idle_reaps: r.idle_reaps,
+            started: r.started_at().is_some(),
+            admissions: r.admissions(),
+            idle_reaps: r.idle_reaps(),
             retry_attempts: item
                 .map(|i| i.attempts)
-                .or(r.ladder_left.map(|(n, _)| n))
+                .or(r.ladder_left().map(|(n, _)| n))
                 .unwrap_or(0),
-            error_class: item.map(|i| i.class).or(r.ladder_left.map(|(_, c)| c)),
+            error_class: item.map(|i| i.class).or(r.ladder_left().map(|(_, c)| c)),
             next_attempt_unix: item.and_then(|i| i.next_attempt).map(|at| {
                 now.unix
                     .saturating_add(at.saturating_duration_since(now.mono).as_secs())
             }),
-            runner_name: r.info.runner_name.clone(),
-            run_id: r.info.run_id,
-            arrived_unix: r.timeline.first().map(TimelineEntry::at),
-            run_attempt: r.info.run_attempt,
+            runner_name: r.info().runner_name.clone(),
+            run_id: r.info().run_id,
+            arrived_unix: r.timeline().first().map(TimelineEntry::at),
+            run_attempt: r.info().run_attempt,
             pool: super::hour::pool_of(r).map(|p| p.to_string()),
-            about: r.info.about.clone(),
+            about: r.info().about.clone(),
             timeline: if timeline {
-                r.timeline.clone()
+                r.timeline().to_vec()
             } else {
                 Vec::new()
             },
@@ -116,7 +116,7 @@ impl Scheduler {
 
     fn job_views(&self, now: Now, timelines: bool) -> Vec<JobView> {
         let mut jobs: Vec<JobView> = self
-            .admission
+            .jobs
             .records()
             .map(|r| self.job_view(r, now, timelines))
             .collect();
@@ -129,7 +129,7 @@ impl Scheduler {
             .book
             .runners()
             .filter(|r| keep(r))
-            .map(|r| r.row.clone())
+            .map(|r| r.row().clone())
             .collect();
         runners.sort_by(|a, b| a.name.cmp(&b.name));
         runners
@@ -211,10 +211,10 @@ impl Scheduler {
     /// to it, for `jobs <id>`.
     pub fn job_detail(&self, job_id: u64, now: Now) -> Option<JobDetail> {
         let r = self
-            .admission
+            .jobs
             .records()
-            .find(|r| r.info.key.job_id == job_id)?;
-        let key = &r.info.key;
+            .find(|r| r.info().key.job_id == job_id)?;
+        let key = &r.info().key;
         Some(JobDetail {
             job: self.job_view(r, now, true),
             retry: self

@@ -135,10 +135,10 @@ impl Scheduler {
             if r.provider != spec.name || !self.is_spare(r) {
                 continue;
             }
-            if now.mono.saturating_duration_since(r.created_at) >= max_age {
+            if now.mono.saturating_duration_since(r.created_at()) >= max_age {
                 old.push(name.clone());
             } else {
-                fresh.push((r.created_at, name.clone(), r.started_at.is_some()));
+                fresh.push((r.created_at(), name.clone(), r.started_at().is_some()));
             }
         }
         fresh.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -256,7 +256,7 @@ impl Scheduler {
         self.warm.next += 1;
         self.capacity.take(i);
         self.stats.claims += 1;
-        self.capacity.claiming_mut().insert(key.clone(), t);
+        self.capacity.claim_sent(key.clone(), t);
         self.warm.claiming.push((key.clone(), i));
         let spec = &self.settings.providers[i];
         let (provider, labels) = (spec.name.clone(), spec.labels.clone());
@@ -288,8 +288,8 @@ impl Scheduler {
     ) {
         let registered = self.keeps_warm(&provider);
         let hit = if registered {
-            self.admission.job(key).is_none_or(|j| {
-                !j.timeline
+            self.jobs.get(key).is_none_or(|j| {
+                !j.timeline()
                     .iter()
                     .any(|e| matches!(e.note, super::Note::Claiming { .. }))
             })
@@ -360,7 +360,7 @@ impl Scheduler {
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let t = self.capacity.claiming_mut().remove(&key);
+        let t = self.capacity.claim_ended(&key);
         self.warm.claiming.retain(|(k, _)| *k != key);
         let i = self.provider_index(&provider);
         let runner = match result {

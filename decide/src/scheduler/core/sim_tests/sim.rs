@@ -3,7 +3,7 @@
 
 use crate::{
     github::{GithubError, JitRunner},
-    job::JobAction,
+    job::{JobAction, JobInfo},
     provision::{ExitReason, RunnerEventKind},
 };
 mod github;

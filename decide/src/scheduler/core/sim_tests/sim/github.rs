@@ -182,7 +182,7 @@ impl Sim {
             let phase = self
                 .core
                 .job(&JobKey::new("acme", *id))
-                .map(|r| r.phase.clone());
+                .map(|r| r.phase().clone());
             if let Some(Phase::Parked { reason, .. }) = &phase {
                 self.violations
                     .push(format!("t={t} job {id} parked ({reason:?}) while queued"));
@@ -211,7 +211,7 @@ impl Sim {
         let unbound = self
             .core
             .runners()
-            .filter(|r| r.bound.is_none() && !r.tearing_down && !r.registration_deleted)
+            .filter(|r| r.bound.is_none() && !r.tearing_down() && !r.registration_deleted())
             .count();
         if unbound > queued {
             let since = *self.surplus_since.get_or_insert(t);
@@ -243,8 +243,8 @@ impl Sim {
                     match self.core.job(&key) {
                         Some(r) => format!(
                             "{id}: {:?} {}",
-                            r.phase,
-                            r.timeline
+                            r.phase(),
+                            r.timeline()
                                 .iter()
                                 .map(|e| e.note.to_string())
                                 .collect::<Vec<_>>()
@@ -268,19 +268,19 @@ impl Sim {
                 .map(|r| {
                     let job = self.core.job(&r.intent).map(|j| {
                         (
-                            j.phase.clone(),
-                            j.started_at.is_some(),
-                            j.timeline.iter().map(|e| e.note.to_string()).collect::<Vec<_>>(),
+                            j.phase().clone(),
+                            j.started_at().is_some(),
+                            j.timeline().iter().map(|e| e.note.to_string()).collect::<Vec<_>>(),
                         )
                     });
                     format!(
                         "{} bound {:?} tearing {} busy {} deleted {} pending {} proc {:?} intent {:?}",
                         r.name,
                         r.bound,
-                        r.tearing_down,
-                        r.seen_busy,
-                        r.registration_deleted,
-                        r.idle_check_pending,
+                        r.tearing_down(),
+                        r.seen_busy(),
+                        r.registration_deleted(),
+                        r.idle_check_pending(),
                         self.procs.get(&r.name),
                         job
                     )
