@@ -1,43 +1,31 @@
 //! Fleet mode: which host listens for a scale set, by a lease in the ledger (docs/fleet.md).
 
-use super::listener::Shared;
+use super::link::{Link, lease_key};
 use crate::{cluster::ListenerLease, github::actions::types::Session};
-
-/// The ledger's key of a pool's scale set: `<owner>/<pool>`.
-pub(super) fn lease_key(shared: &Shared) -> String {
-    format!(
-        "{}/{}",
-        shared.client.owner().to_ascii_lowercase(),
-        shared.settings.pool
-    )
-}
 
 /// Fleet mode: whether this host may listen (taking the lease, closing a dead holder's
 /// session, resuming from its place); `Err(holder)` when another host listens.
-pub(super) async fn take_lease(shared: &Shared, set: u64) -> Result<(), String> {
-    let Some(ledger) = &shared.wiring.ledger else {
+pub(super) async fn take_lease(link: &mut Link, set: u64) -> Result<(), String> {
+    let Some(ledger) = &link.wiring.ledger else {
         return Ok(());
     };
-    match ledger
-        .hold_listener(&lease_key(shared), ledger.lease())
-        .await
-    {
+    let key = lease_key(&link.client, link.pool());
+    match ledger.hold_listener(&key, ledger.lease()).await {
         Ok(ListenerLease::Held {
             stale_session,
             last_message_id,
         }) => {
             if let Some(stale) = stale_session {
-                match shared.client.delete_session(set, &stale).await {
+                match link.client.delete_session(set, &stale).await {
                     Ok(()) => {
-                        tracing::info!(pool = shared.settings.pool.as_str(), session = %stale, "scale set: took the listener lease; closed the previous holder's session")
+                        tracing::info!(pool = link.pool(), session = %stale, "scale set: took the listener lease; closed the previous holder's session")
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "scale set: the previous holder's session could not be closed")
                     }
                 }
             }
-            let mut mark = shared.mark.borrow_mut();
-            mark.last_message_id = mark.last_message_id.max(last_message_id);
+            link.mark.last_message_id = link.mark.last_message_id.max(last_message_id);
             Ok(())
         }
         Ok(ListenerLease::HeldBy(host)) => Err(host),
@@ -46,18 +34,14 @@ pub(super) async fn take_lease(shared: &Shared, set: u64) -> Result<(), String> 
 }
 
 /// Fleet mode: renews the lease with the session and place; false when another host took it.
-pub(super) async fn renew_lease(shared: &Shared, session: &Session) -> bool {
-    let Some(ledger) = &shared.wiring.ledger else {
+pub(super) async fn renew_lease(link: &Link, session: &Session) -> bool {
+    let Some(ledger) = &link.wiring.ledger else {
         return true;
     };
-    let last = shared.mark.borrow().last_message_id;
+    let key = lease_key(&link.client, link.pool());
+    let last = link.mark.last_message_id;
     match ledger
-        .listener_progress(
-            &lease_key(shared),
-            Some(&session.session_id),
-            last,
-            ledger.lease(),
-        )
+        .listener_progress(&key, Some(&session.session_id), last, ledger.lease())
         .await
     {
         Ok(held) => held,

@@ -14,7 +14,9 @@
 //! (`generatejitconfig`): they climb the ladder as REST claims do.
 
 mod lease;
+mod link;
 pub(crate) mod listener;
+mod poll;
 mod reckon;
 pub mod record;
 mod view;
@@ -22,4 +24,6 @@ mod view;
 pub use listener::{ScaleSetListener, ScaleSetSettings, ScaleSetWiring};
 pub use view::{GetListener, ListenerView};
 
-pub use ephemer_decide::scaleset::{Mark, dropped_labels, inbox, machine, mark_of};
+pub use ephemer_decide::scaleset::{
+    Mark, Resolved, ack_settles, dropped_labels, inbox, machine, mark_of, reckoning,
+};

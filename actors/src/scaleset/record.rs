@@ -5,8 +5,8 @@
 //! loop. A scale set made again (GitHub deleted the old one) starts its queue over, and the
 //! jobs still waiting in the old one are withdrawn: the service assigns them anew.
 
-use super::listener::Shared;
-use ephemer_decide::scaleset::{dropped_after, found_will_do, same_labels};
+use super::link::Link;
+use ephemer_decide::scaleset::{Resolved, dropped_after, found_will_do, same_labels};
 use crate::github::{
     GithubError,
     actions::types::{Label, RunnerSetting, ScaleSet},
@@ -24,22 +24,21 @@ pub fn scale_set_labels(name: &str, labels: &[String]) -> Vec<String> {
     out
 }
 
-/// Label lists compared as sets, case-insensitive.
 /// The scale set's id: found by name in the runner group (its labels and settings made the
 /// pool's if they differ, unless the service dropped those labels before), else created.
-pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError> {
-    let s = &shared.settings;
-    let group = shared
+pub(super) async fn ensure_scale_set(link: &mut Link) -> Result<u64, GithubError> {
+    let s = &link.settings;
+    let group = link
         .client
         .runner_group_id(s.runner_group.as_deref(), s.runner_group_id)
         .await?;
     let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
-    let dropped = shared.mark.borrow().dropped_labels.clone();
+    let dropped = link.mark.dropped_labels.clone();
     let dropped_before = same_labels(&dropped, &wanted_labels);
-    let (id, answered) = find_or_make(shared, group, &wanted_labels, &dropped).await?;
-    settle_mark(shared, id).await;
-    note_dropped(shared, &wanted_labels, answered, dropped_before);
-    super::listener::save_mark(shared).await;
+    let (id, answered) = find_or_make(link, group, &wanted_labels, &dropped).await?;
+    settle_mark(link, id).await;
+    note_dropped(link, &wanted_labels, answered, dropped_before);
+    link.save_mark().await;
     Ok(id)
 }
 
@@ -47,13 +46,13 @@ pub(super) async fn ensure_scale_set(shared: &Shared) -> Result<u64, GithubError
 /// settings are the pool's (or its labels were dropped before), else it updated or created;
 /// with the service's answer when it was asked to change something.
 async fn find_or_make(
-    shared: &Shared,
+    link: &Link,
     group: u64,
     wanted_labels: &[String],
     dropped_before: &[String],
 ) -> Result<(u64, Option<ScaleSet>), GithubError> {
-    let s = &shared.settings;
-    let client = &shared.client;
+    let s = &link.settings;
+    let client = &link.client;
     let wanted = ScaleSet {
         name: s.pool.to_string(),
         runner_group_id: group,
@@ -100,60 +99,63 @@ async fn find_or_make(
 
 /// The mark after the scale set's id is known: a scale set made again starts over, and the
 /// first start after the upgrade to `jobId` keys withdraws the jobs keyed the old way once.
-async fn settle_mark(shared: &Shared, id: u64) {
-    let was = shared.mark.borrow().scale_set_id;
-    if was != id {
-        // Another scale set (this one was made again): its queue starts over, and the jobs
-        // still waiting from the old one are GitHub's to assign anew in the new one, as new
-        // assignments (their keys name the scale set): the old ones are withdrawn at once, and
-        // the runners made for them, registered in a scale set that is gone, go with them.
-        let orphans = if was == 0 {
-            Vec::new()
-        } else {
-            withdraw_waiting(
-                shared,
-                |_| true,
-                "scale set: made again; its old jobs still waiting are withdrawn, the service assigns them anew",
+async fn settle_mark(link: &mut Link, id: u64) {
+    match link.mark.on_resolved(id) {
+        Resolved::Same => {}
+        Resolved::Remade { withdraw_waiting } => {
+            // Another scale set (this one was made again): its queue starts over, and the jobs
+            // still waiting from the old one are GitHub's to assign anew in the new one, as new
+            // assignments (their keys name the scale set): the old ones are withdrawn at once,
+            // and the runners made for them, registered in a scale set that is gone, go with
+            // them.
+            let orphans = if withdraw_waiting {
+                withdraw_waiting_jobs(
+                    link,
+                    |_| true,
+                    "scale set: made again; its old jobs still waiting are withdrawn, the service assigns them anew",
+                )
+                .await
+            } else {
+                Vec::new()
+            };
+            link.mark.remade(id, orphans);
+        }
+        Resolved::Upgraded => {
+            // The first start after an upgrade from a daemon that keyed scale-set jobs by
+            // runner request id: the messages of the jobs it left waiting now name other keys,
+            // so those records would hold runners for jobs no message ends. They are withdrawn
+            // once; the service still counts the jobs as assigned, and the reckoning claims
+            // runners for them.
+            let left = withdraw_waiting_jobs(
+                link,
+                super::inbox::keyed_by_request,
+                "scale set: jobs recorded by runner request id (before the upgrade) are withdrawn once; the reckoning claims runners for them",
             )
-            .await
-        };
-        shared.mark.borrow_mut().remade(id, orphans);
-    } else if !shared.mark.borrow().keyed_by_job_id {
-        // The first start after an upgrade from a daemon that keyed scale-set jobs by runner
-        // request id: the messages of the jobs it left waiting now name other keys, so those
-        // records would hold runners for jobs no message ends. They are withdrawn once; the
-        // service still counts the jobs as assigned, and the reckoning claims runners for them.
-        let left = withdraw_waiting(
-            shared,
-            super::inbox::keyed_by_request,
-            "scale set: jobs recorded by runner request id (before the upgrade) are withdrawn once; the reckoning claims runners for them",
-        )
-        .await;
-        let mut mark = shared.mark.borrow_mut();
-        mark.orphans.extend(left);
-        mark.keyed_by_job_id = true;
+            .await;
+            link.mark.upgraded(left);
+        }
     }
 }
 
 /// What the service kept of the labels: a service that keeps only the name (a GHES without custom scale-set labels) drops the
 /// rest silently: said once, remembered so no restart asks again in vain.
 fn note_dropped(
-    shared: &Shared,
+    link: &mut Link,
     wanted_labels: &[String],
     answered: Option<ScaleSet>,
     dropped_before: bool,
 ) {
-    let s = &shared.settings;
+    let s = &link.settings;
     if let Some(answer) = answered {
         let kept = answer.label_names();
         let lost = super::dropped_labels(wanted_labels, &kept);
-        shared.mark.borrow_mut().dropped_labels = dropped_after(wanted_labels, &kept);
-        if !lost.is_empty() && !*shared.said_dropped.borrow() {
-            *shared.said_dropped.borrow_mut() = true;
+        link.mark.dropped_labels = dropped_after(wanted_labels, &kept);
+        if !lost.is_empty() && !link.said_dropped {
+            link.said_dropped = true;
             tracing::warn!(pool = s.pool.as_str(), dropped = %lost.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
         }
-    } else if dropped_before && !*shared.said_dropped.borrow() {
-        *shared.said_dropped.borrow_mut() = true;
+    } else if dropped_before && !link.said_dropped {
+        link.said_dropped = true;
         tracing::warn!(
             pool = s.pool.as_str(),
             "scale set: the Actions service dropped its custom labels before; only `runs-on: {}` reaches this pool, and they are not asked for again until the pool's labels change",
@@ -164,12 +166,12 @@ fn note_dropped(
 
 /// Withdraws the pool's waiting jobs that `which` picks, saying `why` when there are any;
 /// answers the ids whose withdrawal the intake did not take (left to the reckoning).
-async fn withdraw_waiting(
-    shared: &Shared,
+async fn withdraw_waiting_jobs(
+    link: &Link,
     which: impl Fn(&crate::job::JobKey) -> bool,
     why: &str,
 ) -> Vec<u64> {
-    let jobs: Vec<_> = super::reckon::demand(shared)
+    let jobs: Vec<_> = super::reckon::demand(link)
         .await
         .map(|d| d.waiting)
         .unwrap_or_default()
@@ -178,12 +180,12 @@ async fn withdraw_waiting(
         .collect();
     if !jobs.is_empty() {
         tracing::info!(
-            pool = shared.settings.pool.as_str(),
+            pool = link.pool(),
             jobs = jobs.len(),
             "{why}"
         );
     }
-    super::reckon::withdraw(shared, &jobs).await
+    super::reckon::withdraw(link, &jobs).await
 }
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
-//! A listener as `status` shows it, and the one place its state and statistics are set (the
-//! gauges and the view together).
+//! A listener as `status` shows it.
 
 use actix::{Context, Handler};
 
-use super::listener::{ScaleSetListener, Shared};
+use super::listener::ScaleSetListener;
 use crate::github::actions::types::Statistics;
 
 /// One listener, as `status` shows it.
@@ -35,38 +34,15 @@ impl Handler<GetListener> for ScaleSetListener {
     type Result = actix::MessageResult<GetListener>;
 
     fn handle(&mut self, _: GetListener, _: &mut Context<Self>) -> Self::Result {
-        let s = &self.shared;
-        let (state, why) = self.machine.state();
+        let p = self.published.borrow();
         actix::MessageResult(ListenerView {
-            pool: s.settings.pool.to_string(),
-            owner: s.client.owner().to_string(),
-            scale_set_id: self.machine.set(),
-            state: state.as_str().to_string(),
-            why: why.to_string(),
-            last_message_id: s.mark.borrow().last_message_id,
-            statistics: *s.statistics.borrow(),
+            pool: self.pool.to_string(),
+            owner: self.owner().to_string(),
+            scale_set_id: p.set,
+            state: p.state.as_str().to_string(),
+            why: p.why.clone(),
+            last_message_id: p.last_message_id,
+            statistics: p.statistics,
         })
     }
-}
-
-/// Records a message's statistics, in the gauges and for `status`.
-pub(super) fn observe(shared: &Shared, stats: &Statistics) {
-    shared
-        .metrics
-        .scaleset
-        .observe(shared.settings.pool.as_str(), values(stats));
-    *shared.statistics.borrow_mut() = Some(*stats);
-}
-
-/// The statistics in the order of the gauge's `stat` label.
-fn values(s: &Statistics) -> [u64; 7] {
-    [
-        s.total_available_jobs,
-        s.total_acquired_jobs,
-        s.total_assigned_jobs,
-        s.total_running_jobs,
-        s.total_registered_runners,
-        s.total_busy_runners,
-        s.total_idle_runners,
-    ]
 }

@@ -7,6 +7,7 @@ pub mod inbox;
 pub mod machine;
 #[cfg(test)]
 mod machine_tests;
+pub mod reckoning;
 
 /// The store mark a pool's listener keeps: `scaleset:<owner>/<pool>`.
 pub fn mark_of(owner: &str, pool: &str) -> String {
@@ -67,6 +68,45 @@ impl Mark {
         };
     }
 
+    /// What the scale set's id, just resolved as `id`, asks of the jobs recorded before.
+    pub fn on_resolved(&self, id: u64) -> Resolved {
+        if self.scale_set_id != id {
+            Resolved::Remade {
+                withdraw_waiting: self.scale_set_id != 0,
+            }
+        } else if !self.keyed_by_job_id {
+            Resolved::Upgraded
+        } else {
+            Resolved::Same
+        }
+    }
+
+    /// The upgrade's one-time withdrawal was carried out; `left` are the jobs whose withdrawal
+    /// the intake did not take (the reckoning withdraws them later). Never asked again.
+    pub fn upgraded(&mut self, left: Vec<u64>) {
+        self.orphans.extend(left);
+        self.keyed_by_job_id = true;
+    }
+
+    /// Whether message `id` was handled before (the service answered from before the last
+    /// one handled): it is only acknowledged.
+    pub fn handled_before(&self, id: u64) -> bool {
+        self.last_message_id > 0 && id <= self.last_message_id
+    }
+
+    /// Message `id` was handled: the next poll starts after it, and its acknowledgement is
+    /// owed until the service takes it (kept before it is asked, so a crash between the two
+    /// is settled at the next start).
+    pub fn handled(&mut self, id: u64) {
+        self.last_message_id = id;
+        self.owed_acks.push(id);
+    }
+
+    /// The service took message `id`'s acknowledgement.
+    pub fn acked(&mut self, id: u64) {
+        self.owed_acks.retain(|owed| *owed != id);
+    }
+
     /// The owed acknowledgements `settled` were said (the service took them, or answered 404:
     /// the message is gone anyway); the rest stay owed, the newest [`OWED_ACKS_KEPT`] of
     /// them (an older one the service never took is redelivered and handled again, which its
@@ -76,6 +116,28 @@ impl Mark {
         let over = self.owed_acks.len().saturating_sub(OWED_ACKS_KEPT);
         self.owed_acks.drain(..over);
     }
+}
+
+/// What a resolved scale-set id asks of the jobs recorded before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// The scale set the mark knows: nothing.
+    Same,
+    /// Another scale set (made again, or the first): its queue starts over
+    /// ([`Mark::remade`]); the old one's waiting jobs are withdrawn when there was an old one.
+    Remade {
+        /// There was a scale set before, whose waiting jobs the service assigns anew.
+        withdraw_waiting: bool,
+    },
+    /// The first start after the upgrade to `jobId` keys: the jobs recorded by runner request
+    /// id are withdrawn once ([`Mark::upgraded`]).
+    Upgraded,
+}
+
+/// Whether an acknowledgement's answer settles it: taken, or a 404 (the queue no longer has
+/// the message); any other failure leaves it owed.
+pub fn ack_settles(answer: Result<(), Option<u16>>) -> bool {
+    matches!(answer, Ok(()) | Err(Some(404)))
 }
 
 /// The most owed acknowledgements a mark keeps.
@@ -128,6 +190,61 @@ pub fn dropped_after(wanted: &[String], kept: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resolved_id_asks_for_a_fresh_start_a_one_time_withdrawal_or_nothing() {
+        let fresh = Mark::default();
+        assert_eq!(
+            fresh.on_resolved(7),
+            Resolved::Remade {
+                withdraw_waiting: false
+            },
+            "the first scale set: nothing of an old one to withdraw"
+        );
+        let mut known = Mark {
+            scale_set_id: 7,
+            ..Mark::default()
+        };
+        assert_eq!(
+            known.on_resolved(7),
+            Resolved::Upgraded,
+            "a mark from before jobId keys"
+        );
+        known.upgraded(vec![3]);
+        assert_eq!(
+            known.on_resolved(7),
+            Resolved::Same,
+            "the withdrawal happens once"
+        );
+        assert_eq!(
+            known.orphans,
+            [3],
+            "what the intake did not take is the reckoning's"
+        );
+        assert_eq!(
+            known.on_resolved(8),
+            Resolved::Remade {
+                withdraw_waiting: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_handled_message_is_owed_its_acknowledgement_until_it_is_taken() {
+        let mut m = Mark::default();
+        assert!(!m.handled_before(1), "nothing handled yet");
+        m.handled(5);
+        assert!(m.handled_before(5) && m.handled_before(4) && !m.handled_before(6));
+        m.handled(6);
+        assert_eq!(m.owed_acks, [5, 6]);
+        m.acked(5);
+        assert_eq!(m.owed_acks, [6]);
+        assert!(ack_settles(Ok(())) && ack_settles(Err(Some(404))));
+        assert!(
+            !ack_settles(Err(Some(500))) && !ack_settles(Err(None)),
+            "asked again"
+        );
+    }
 
     fn labels(l: &[&str]) -> Vec<String> {
         l.iter().map(|s| s.to_string()).collect()
