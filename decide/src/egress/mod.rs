@@ -19,6 +19,7 @@
 //! A slot is taken host-wide by creating its namespace (`ip netns add` fails when it exists),
 //! so daemons on one host never share one.
 
+pub mod allow;
 pub mod dns;
 
 use core::net::Ipv4Addr;
