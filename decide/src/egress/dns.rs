@@ -49,6 +49,90 @@ pub fn query(id: u16, name: &str) -> Vec<u8> {
     m
 }
 
+/// The name `query` asks about, lowercased and dotted (`github.com`), when its question is
+/// well formed.
+pub fn question_name(query: &[u8]) -> Option<String> {
+    let q = question(query)?;
+    let mut name = String::new();
+    let mut at = 0;
+    while let Some(&len) = q.get(at) {
+        if len == 0 {
+            break;
+        }
+        let label = q.get(at + 1..at + 1 + usize::from(len))?;
+        if !name.is_empty() {
+            name.push('.');
+        }
+        name.push_str(&String::from_utf8_lossy(label).to_ascii_lowercase());
+        at += 1 + usize::from(len);
+    }
+    Some(name)
+}
+
+/// The IPv4 and IPv6 addresses `answer`'s answer section gives, each with its TTL (seconds);
+/// records of other types (a CNAME on the way) are passed over. Empty when the message is not
+/// well formed: nothing is pinned from what cannot be read.
+pub fn addresses(answer: &[u8]) -> Vec<(core::net::IpAddr, u32)> {
+    read_addresses(answer).unwrap_or_default()
+}
+
+fn read_addresses(msg: &[u8]) -> Option<Vec<(core::net::IpAddr, u32)>> {
+    let count = u16::from_be_bytes([*msg.get(6)?, *msg.get(7)?]);
+    let mut at = 12 + question(msg)?.len();
+    let mut out = Vec::new();
+    for _ in 0..count {
+        at = skip_name(msg, at)?;
+        let fixed = msg.get(at..at + 10)?;
+        let kind = u16::from_be_bytes([fixed[0], fixed[1]]);
+        let class = u16::from_be_bytes([fixed[2], fixed[3]]);
+        let ttl = u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
+        let len = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+        let data = msg.get(at + 10..at + 10 + len)?;
+        match (kind, class, data.len()) {
+            (1, 1, 4) => out.push((
+                core::net::IpAddr::from([data[0], data[1], data[2], data[3]]),
+                ttl,
+            )),
+            (28, 1, 16) => {
+                let bytes: [u8; 16] = data.try_into().ok()?;
+                out.push((core::net::IpAddr::from(bytes), ttl));
+            }
+            _ => {}
+        }
+        at += 10 + len;
+    }
+    Some(out)
+}
+
+/// Where the name at `at` ends: after its last label's zero, or after a pointer.
+fn skip_name(msg: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        let len = *msg.get(at)?;
+        match len {
+            0 => return Some(at + 1),
+            l if l & 0xc0 == 0xc0 => {
+                msg.get(at + 1)?;
+                return Some(at + 2);
+            }
+            l if l > 63 => return None,
+            l => at += 1 + usize::from(l),
+        }
+    }
+}
+
+/// The answer that refuses `query` (`REFUSED`, its question echoed, no records): what a job
+/// gets for a name its pool does not allow.
+pub fn refused(query: &[u8]) -> Option<Vec<u8>> {
+    let q = question(query)?;
+    let mut m = query.get(..2)?.to_vec();
+    // QR set, the opcode and RD kept; RA set; RCODE 5 (refused).
+    m.push(0x80 | (query[2] & 0x79));
+    m.push(0x80 | 5);
+    m.extend([0, 1, 0, 0, 0, 0, 0, 0]);
+    m.extend(q);
+    Some(m)
+}
+
 fn questions(msg: &[u8]) -> u16 {
     u16::from_be_bytes([msg[4], msg[5]])
 }
@@ -97,6 +181,51 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_s_addresses_are_read_with_their_ttls_past_a_cname() {
+        let q = query(7, "Objects.GitHubUserContent.com");
+        assert_eq!(
+            question_name(&q).as_deref(),
+            Some("objects.githubusercontent.com")
+        );
+        let mut a = q.clone();
+        a[2] |= 0x80;
+        a[7] = 3;
+        // A CNAME (pointer to the question's name, rdata a name), then an A and an AAAA.
+        a.extend([0xc0, 12, 0, 5, 0, 1, 0, 0, 1, 0, 0, 4, 1, b'x', 0xc0, 12]);
+        a.extend([0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 185, 199, 108, 133]);
+        a.extend([0xc0, 12, 0, 28, 0, 1, 0, 0, 0, 30, 0, 16]);
+        a.extend([
+            0x26, 0x06, 0x50, 0xc0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x54,
+        ]);
+        let got = addresses(&a);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], ("185.199.108.133".parse().unwrap(), 60));
+        assert_eq!(got[1], ("2606:50c0:8000::154".parse().unwrap(), 30));
+        let mut cut = a.clone();
+        cut.truncate(a.len() - 3);
+        assert!(
+            addresses(&cut).is_empty(),
+            "a record cut short pins nothing"
+        );
+        let mut liar = a.clone();
+        liar[7] = 9;
+        assert!(
+            addresses(&liar).is_empty(),
+            "more records said than there are"
+        );
+    }
+
+    #[test]
+    fn a_refusal_echoes_the_question_and_says_refused() {
+        let q = query(0x4242, "pastebin.com");
+        let r = refused(&q).unwrap();
+        assert!(answers(&q, &r));
+        assert_eq!(r[3] & 0x0f, 5, "REFUSED");
+        assert!(addresses(&r).is_empty());
+        assert!(refused(&[0; 5]).is_none());
+    }
+
+    #[test]
     fn what_is_no_query_is_not_passed_on() {
         assert!(!is_query(&[0; 11], MAX_UDP), "short of a header");
         assert!(!is_query(&query(1, &"a".repeat(60)), 30), "past the size");
@@ -109,5 +238,16 @@ mod tests {
         let mut bad = query(1, "x.com");
         bad[12] = 0xc0;
         assert!(question(&bad).is_none(), "a pointer in a question");
+    }
+
+    proptest::proptest! {
+        /// Whatever a job or an upstream sends, reading it ends and panics nowhere.
+        #[test]
+        fn any_bytes_are_read_without_a_panic(msg in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = addresses(&msg);
+            let _ = question_name(&msg);
+            let _ = refused(&msg);
+            let _ = is_query(&msg, MAX_UDP);
+        }
     }
 }
