@@ -441,7 +441,11 @@ impl Scheduler {
             // job, and only then torn down.
             Some(name) => {
                 self.rebalance(now, fx);
-                if self.book.runner(&name).is_some_and(|r| self.is_spare(r)) {
+                if self
+                    .book
+                    .runner(&name)
+                    .is_some_and(|r| self.jobs.is_spare(r))
+                {
                     self.ask_idle(&name, super::sweep::REAP_CANCELLED, now, fx);
                 }
             }

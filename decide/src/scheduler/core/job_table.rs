@@ -17,7 +17,7 @@ use crate::{
     job::{JobInfo, JobKey},
 };
 
-use super::{Note, ParkReason, Phase, TimelineEntry, timeline::TIMELINE_CAP};
+use super::{Note, ParkReason, Phase, RunnerRecord, TimelineEntry, timeline::TIMELINE_CAP};
 
 /// What the scheduler knows about a job. Read through its accessors; changed only by the
 /// [`JobTable`].
@@ -632,6 +632,16 @@ impl JobTable {
                 note,
             });
         }
+    }
+
+    /// Whether runner `r` is free to serve another job: alive, unbound, not on its way out,
+    /// and the job it was made for no longer waits for it (started, gone, or moved on).
+    pub(super) fn is_spare(&self, r: &RunnerRecord) -> bool {
+        if r.bound.is_some() || r.tearing_down() || r.registration_deleted() || r.seen_busy() {
+            return false;
+        }
+        self.get(&r.intent)
+            .is_none_or(|j| j.started_at.is_some() || !j.active_on(&r.name))
     }
 
     /// Whether `key` waits for a runner: not started, and pending or on the ladder.

@@ -24,18 +24,6 @@ pub struct PoolDemand {
 }
 
 impl Scheduler {
-    /// Whether `r` is free to serve another job: alive, unbound, not on its way out, and the
-    /// job it was made for no longer waits for it (started, gone, or moved on).
-    pub(super) fn is_spare(&self, r: &RunnerRecord) -> bool {
-        if r.bound.is_some() || r.tearing_down() || r.registration_deleted() || r.seen_busy() {
-            return false;
-        }
-        self.jobs.get(&r.intent).is_none_or(|j| {
-            j.started_at().is_some()
-                || !matches!(&j.phase(), Phase::Active { runner, .. } if **runner == *r.name)
-        })
-    }
-
     /// Runner `runner`, made for `intent`, was named in another job's event: `intent` lost its
     /// supply and waits for a runner again (a spare, or a new claim), at once.
     pub(super) fn runner_taken(&mut self, intent: &JobKey, runner: &Arc<str>, now: Now) {
@@ -127,7 +115,7 @@ impl Scheduler {
             .book
             .entries()
             // One GitHub is deleting now is not handed over: the deletion would take it.
-            .filter(|(_, r)| self.is_spare(r) && !r.idle_check_pending())
+            .filter(|(_, r)| self.jobs.is_spare(r) && !r.idle_check_pending())
             .map(|(name, r)| (r.created_at(), name.clone()))
             .collect();
         if spares.is_empty() || self.draining {

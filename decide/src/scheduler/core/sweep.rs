@@ -1,7 +1,10 @@
 //! The orphan sweep (spares, surplus, grace-expired orphans; each checked idle on GitHub first),
 //! the drain's teardown of every runner, and pruning of forgotten jobs.
 
-use super::{Effect, Note, Scheduler, observation::Observation};
+use super::{
+    Effect, Note, Scheduler, job_table::JobTable, observation::Observation, runner_book::RunnerBook,
+};
+use crate::{clock::Instant, config::PoolName};
 use crate::{clock::Now, durable::Op, github::GithubError, job::JobKey, retry::Doubling};
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -41,6 +44,35 @@ pub const REAP_CANCELLED: &str = "its job was cancelled before any runner took i
 /// Why the sweep reaps an orphan: no job took it within the grace (the zombie signal).
 pub const REAP_ORPHAN: &str = "orphan: no job took it within the grace";
 
+/// The runners the sweep would reap, by name, each with why, in name order: unbound spares
+/// (but a registered pool's, which its warm keeping counts) and runners idle for their own job
+/// past `grace` (orphans), neither busy nor on its way out nor kept for a moment longer.
+pub(super) fn reaps(
+    book: &RunnerBook,
+    jobs: &JobTable,
+    keeps_warm: impl Fn(&PoolName) -> bool,
+    grace: Duration,
+    now: Instant,
+) -> Vec<(String, &'static str)> {
+    let mut reap: Vec<(String, &'static str)> = book
+        .runners()
+        .filter(|r| !(keeps_warm(&r.provider) && jobs.is_spare(r)))
+        .filter(|r| r.bound.is_none() && !r.seen_busy() && !r.tearing_down())
+        .filter(|r| r.kept_until().is_none_or(|until| until <= now))
+        .filter_map(|r| {
+            if jobs.is_spare(r) {
+                Some((r.name.clone(), REAP_SPARE))
+            } else if now.saturating_duration_since(r.intent_since()) >= grace {
+                Some((r.name.clone(), REAP_ORPHAN))
+            } else {
+                None
+            }
+        })
+        .collect();
+    reap.sort();
+    reap
+}
+
 impl Scheduler {
     /// The orphan sweep. Spares (unbound runners whose job no longer needs them) are first
     /// handed to jobs that wait for a runner (`rebalance`); the spares left are surplus and
@@ -66,23 +98,13 @@ impl Scheduler {
         if self.settings.scaleset {
             self.keep_spares_a_moment(now, &mut fx);
         }
-        let mut reap: Vec<(String, &'static str)> = self
-            .book
-            .runners()
-            .filter(|r| !(self.keeps_warm(&r.provider) && self.is_spare(r)))
-            .filter(|r| r.bound.is_none() && !r.seen_busy() && !r.tearing_down())
-            .filter(|r| r.kept_until().is_none_or(|until| until <= now.mono))
-            .filter_map(|r| {
-                if self.is_spare(r) {
-                    Some((r.name.clone(), REAP_SPARE))
-                } else if now.mono.saturating_duration_since(r.intent_since()) >= grace {
-                    Some((r.name.clone(), REAP_ORPHAN))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        reap.sort();
+        let reap = reaps(
+            &self.book,
+            &self.jobs,
+            |pool| self.keeps_warm(pool),
+            grace,
+            now.mono,
+        );
         for (name, why) in reap {
             self.ask_idle(&name, why, now, &mut fx);
         }
@@ -95,7 +117,7 @@ impl Scheduler {
         let fresh: Vec<String> = self
             .book
             .runners()
-            .filter(|r| r.kept_until().is_none() && self.is_spare(r))
+            .filter(|r| r.kept_until().is_none() && self.jobs.is_spare(r))
             .map(|r| r.name.clone())
             .collect();
         let until = now.mono + REASSIGN_GRACE;
@@ -121,7 +143,7 @@ impl Scheduler {
                 || r.tearing_down()
                 || r.intent.is_warm()
                 || r.intent.is_reckoned()
-                || self.is_spare(r)
+                || self.jobs.is_spare(r)
             {
                 continue;
             }
@@ -314,5 +336,89 @@ impl Scheduler {
         self.ops.extend(gone.into_iter().map(Op::DeleteJob));
         self.book.prune_recent(now.mono, ttl.seen);
         self.prune_usage(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{durable::RunnerRow, job::JobInfo};
+
+    fn runner(book: &mut RunnerBook, name: &str, pool: &str, job: u64, made: Instant) {
+        let row = RunnerRow {
+            name: name.into(),
+            id: job,
+            provider: PoolName::from(pool),
+            repo: None,
+            intent: JobKey::new("acme", job),
+            bound: None,
+            created_unix: 0,
+        };
+        book.insert(Arc::from(name), super::super::RunnerRecord::new(row, made));
+    }
+
+    fn active_on(jobs: &mut JobTable, job: u64, runner: &str, at: Instant) {
+        let phase = super::super::Phase::Active {
+            provider: PoolName::from("local"),
+            runner: Arc::from(runner),
+        };
+        let info = JobInfo {
+            key: JobKey::new("acme", job),
+            ..JobInfo::default()
+        };
+        jobs.insert(
+            info.key.clone(),
+            super::super::JobRecord::in_phase(info, phase, at),
+        );
+    }
+
+    #[test]
+    fn the_sweep_reaps_spares_and_orphans_past_the_grace_and_nothing_busy_kept_or_warm() {
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(1000);
+        let grace = Duration::from_secs(600);
+        let (mut book, mut jobs) = (RunnerBook::default(), JobTable::default());
+        // A spare: its job has no record (ran elsewhere, forgotten).
+        runner(&mut book, "spare", "local", 1, t0);
+        // An orphan: its job still waits on it, past the grace.
+        runner(&mut book, "orphan", "local", 2, t0);
+        active_on(&mut jobs, 2, "orphan", t0);
+        // Young: its job waits on it, inside the grace.
+        runner(
+            &mut book,
+            "young",
+            "local",
+            3,
+            now - Duration::from_secs(10),
+        );
+        active_on(&mut jobs, 3, "young", t0);
+        // Bound to a job, busy on GitHub, tearing down, kept a moment: left alone.
+        runner(&mut book, "bound", "local", 4, t0);
+        book.named("bound", None, &JobKey::new("acme", 40));
+        runner(&mut book, "busy", "local", 5, t0);
+        book.ask_idle("busy", t0, Duration::from_secs(60));
+        book.idle_answered("busy", Some(true), t0);
+        runner(&mut book, "going", "local", 6, t0);
+        book.tear_down("going");
+        runner(&mut book, "kept", "local", 7, t0);
+        book.keep_until("kept", now + Duration::from_secs(5));
+        // A registered pool's spare: its warm keeping counts it.
+        runner(&mut book, "warm", "registered", 8, t0);
+        let reap = reaps(&book, &jobs, |p| p.as_str() == "registered", grace, now);
+        assert_eq!(
+            reap,
+            [
+                ("orphan".to_string(), REAP_ORPHAN),
+                ("spare".to_string(), REAP_SPARE)
+            ]
+        );
+        book.keep_until("kept", now);
+        let later = reaps(&book, &jobs, |_| false, grace, now);
+        let names: Vec<&str> = later.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["kept", "orphan", "spare", "warm"],
+            "a keep that ran out, and a pool that keeps no warm runners"
+        );
     }
 }

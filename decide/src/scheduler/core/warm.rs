@@ -21,7 +21,10 @@ use std::{sync::Arc, time::Duration};
 
 use crate::clock::Instant;
 
-use super::{ClaimRequest, Effect, Scheduler, observation::Observation};
+use super::{
+    ClaimRequest, Effect, ProviderSpec, Scheduler, job_table::JobTable, observation::Observation,
+    runner_book::RunnerBook,
+};
 use crate::{
     clock::Now,
     config::PoolName,
@@ -65,6 +68,43 @@ impl WarmBook {
         out.push(("scheduler.warm_claiming", self.claiming.len()));
     }
 
+    /// Reads each registered pool's count for the minute of `now` (windows are in minutes),
+    /// once a minute.
+    fn read_targets(&mut self, providers: &[ProviderSpec], now: Now) {
+        let minute = now.unix / 60;
+        if self.minute == Some(minute) {
+            return;
+        }
+        self.minute = Some(minute);
+        self.targets = providers
+            .iter()
+            .map(|p| {
+                p.warm
+                    .as_ref()
+                    .map_or(0, |w| w.target_at(w.week_time(now.unix)))
+            })
+            .collect();
+    }
+
+    /// How many pool `i` keeps now: its count, 0 while cordoned or draining.
+    fn target(&self, i: usize, draining: bool) -> usize {
+        if draining {
+            return 0;
+        }
+        self.targets.get(i).copied().unwrap_or(0)
+    }
+
+    /// Holds pool `i`'s warm claims after a failure at `now`: 5 s, doubling with each failure
+    /// in a row up to 5 min, and never less than GitHub's `retry_after`.
+    fn hold(&mut self, i: usize, retry_after: Option<Duration>, now: Instant) {
+        let failures = self.failures[i];
+        self.failures[i] = failures.saturating_add(1);
+        let wait = crate::retry::Doubling::new(WARM_CLAIM_BACKOFF, WARM_CLAIM_BACKOFF_MAX)
+            .after(failures.saturating_add(1), 0.0)
+            .max(retry_after.unwrap_or_default());
+        self.hold_until[i] = Some(now + wait);
+    }
+
     /// The book of `pools` pools, none held back.
     pub(super) fn new(pools: usize) -> Self {
         WarmBook {
@@ -78,83 +118,64 @@ impl WarmBook {
     }
 }
 
-/// One registered pool's spares now.
-struct Spares {
+/// One registered pool's spares now: a plan the keeping carries out.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Spares {
     /// Kept warm, newest first.
-    kept: Vec<Arc<str>>,
+    pub(super) kept: Vec<Arc<str>>,
     /// Older than `warm_max_age`.
-    old: Vec<Arc<str>>,
+    pub(super) old: Vec<Arc<str>>,
     /// Beyond the count.
-    surplus: Vec<Arc<str>>,
+    pub(super) surplus: Vec<Arc<str>>,
     /// Of `kept`, those whose environment is up.
-    up: usize,
+    pub(super) up: usize,
     /// When the oldest of `kept` grows older than `warm_max_age`.
-    rotate_at: Option<Instant>,
+    pub(super) rotate_at: Option<Instant>,
+}
+
+/// Pool `pool`'s spares in `book` sorted: up to `target` of those younger than `max_age`
+/// kept, newest first; the older ones rotated; the rest surplus.
+pub(super) fn spares(
+    pool: &PoolName,
+    max_age: Duration,
+    target: usize,
+    book: &RunnerBook,
+    jobs: &JobTable,
+    now: Instant,
+) -> Spares {
+    let mut fresh: Vec<(Instant, Arc<str>, bool)> = Vec::new();
+    let mut old = Vec::new();
+    for (name, r) in book.entries() {
+        if r.provider != *pool || !jobs.is_spare(r) {
+            continue;
+        }
+        if now.saturating_duration_since(r.created_at()) >= max_age {
+            old.push(name.clone());
+        } else {
+            fresh.push((r.created_at(), name.clone(), r.started_at().is_some()));
+        }
+    }
+    fresh.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let keep = target.min(fresh.len());
+    let surplus = fresh.split_off(keep);
+    old.sort();
+    Spares {
+        up: fresh.iter().filter(|(_, _, up)| *up).count(),
+        rotate_at: fresh
+            .iter()
+            .map(|(created, _, _)| *created)
+            .min()
+            .and_then(|t| t.checked_add(max_age)),
+        kept: fresh.into_iter().map(|(_, n, _)| n).collect(),
+        old,
+        surplus: surplus.into_iter().map(|(_, n, _)| n).collect(),
+    }
 }
 
 impl Scheduler {
     /// Whether any pool keeps registered warm runners.
     pub(super) fn any_registered_warm(&self) -> bool {
         self.settings.providers.iter().any(|p| p.warm.is_some())
-    }
-
-    /// Reads each registered pool's count for the current minute (windows are in minutes).
-    fn read_warm_targets(&mut self, now: Now) {
-        let minute = now.unix / 60;
-        if self.warm.minute == Some(minute) {
-            return;
-        }
-        self.warm.minute = Some(minute);
-        self.warm.targets = self
-            .settings
-            .providers
-            .iter()
-            .map(|p| {
-                p.warm
-                    .as_ref()
-                    .map_or(0, |w| w.target_at(w.week_time(now.unix)))
-            })
-            .collect();
-    }
-
-    /// How many pool `i` keeps now: its count, 0 while cordoned or draining.
-    fn warm_target(&self, i: usize) -> usize {
-        if self.draining {
-            return 0;
-        }
-        self.warm.targets.get(i).copied().unwrap_or(0)
-    }
-
-    /// Pool `i`'s spares, sorted into kept, old and surplus.
-    fn warm_spares(&self, i: usize, now: Now) -> Spares {
-        let spec = &self.settings.providers[i];
-        let max_age = spec.warm.as_ref().map_or(Duration::MAX, |w| w.max_age);
-        let mut fresh: Vec<(Instant, Arc<str>, bool)> = Vec::new();
-        let mut old = Vec::new();
-        for (name, r) in self.book.entries() {
-            if r.provider != spec.name || !self.is_spare(r) {
-                continue;
-            }
-            if now.mono.saturating_duration_since(r.created_at()) >= max_age {
-                old.push(name.clone());
-            } else {
-                fresh.push((r.created_at(), name.clone(), r.started_at().is_some()));
-            }
-        }
-        fresh.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        let keep = self.warm_target(i).min(fresh.len());
-        let surplus = fresh.split_off(keep);
-        Spares {
-            up: fresh.iter().filter(|(_, _, up)| *up).count(),
-            rotate_at: fresh
-                .iter()
-                .map(|(created, _, _)| *created)
-                .min()
-                .and_then(|t| t.checked_add(max_age)),
-            kept: fresh.into_iter().map(|(_, n, _)| n).collect(),
-            old,
-            surplus: surplus.into_iter().map(|(_, n, _)| n).collect(),
-        }
     }
 
     /// Whether pool `provider` keeps registered warm runners (its spares are those).
@@ -169,13 +190,18 @@ impl Scheduler {
         if !self.any_registered_warm() {
             return None;
         }
-        self.read_warm_targets(now);
+        self.warm.read_targets(&self.settings.providers, now);
         let mut wake: Option<Instant> = None;
         for i in 0..self.settings.providers.len() {
             if self.settings.providers[i].warm.is_none() {
                 continue;
             }
-            let spares = self.warm_spares(i, now);
+            let spec = &self.settings.providers[i];
+            let max_age = spec.warm.as_ref().map_or(Duration::MAX, |w| w.max_age);
+            let target = self.warm.target(i, self.draining);
+            let spares = spares(
+                &spec.name, max_age, target, &self.book, &self.jobs, now.mono,
+            );
             for name in &spares.old {
                 self.ask_idle(name, REAP_WARM_AGE, now, fx);
             }
@@ -187,7 +213,6 @@ impl Scheduler {
                 wake = Some(wake.map_or(at, |w| w.min(at)));
             }
             let claiming = self.warm.claiming.iter().filter(|(_, p)| *p == i).count();
-            let target = self.warm_target(i);
             self.show_warm(
                 i,
                 WarmView {
@@ -323,19 +348,8 @@ impl Scheduler {
             return;
         }
         if let Some(i) = self.provider_index(&r.provider) {
-            self.hold_warm_claims(i, None, now);
+            self.warm.hold(i, None, now.mono);
         }
-    }
-
-    /// Holds pool `i`'s warm claims after a failure: 5 s, doubling with each failure in a
-    /// row up to 5 min, and never less than GitHub's `retry_after`.
-    fn hold_warm_claims(&mut self, i: usize, retry_after: Option<Duration>, now: Now) {
-        let failures = self.warm.failures[i];
-        self.warm.failures[i] = failures.saturating_add(1);
-        let wait = crate::retry::Doubling::new(WARM_CLAIM_BACKOFF, WARM_CLAIM_BACKOFF_MAX)
-            .after(failures.saturating_add(1), 0.0)
-            .max(retry_after.unwrap_or_default());
-        self.warm.hold_until[i] = Some(now.mono + wait);
     }
 
     /// Shows pool `i`'s warm runners in `status` and the metrics, when they changed.
@@ -372,7 +386,7 @@ impl Scheduler {
                 let t = t.unwrap_or_else(|| self.target_index(&key));
                 self.hold_claims_after(t, &e, now);
                 if let Some(i) = i {
-                    self.hold_warm_claims(i, e.retry_after(), now);
+                    self.warm.hold(i, e.retry_after(), now.mono);
                 }
                 self.observe(Observation::WarmClaimFailed {
                     provider,

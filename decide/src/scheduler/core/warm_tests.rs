@@ -35,7 +35,7 @@ fn count(n: usize) -> SchedulerSettings {
 /// The spares: runners registered and idle, no job waiting for them.
 fn idle(d: &Driver) -> Vec<String> {
     d.s.runners()
-        .filter(|r| d.s.is_spare(r))
+        .filter(|r| d.s.jobs.is_spare(r))
         .map(|r| r.name.clone())
         .collect()
 }
@@ -187,4 +187,78 @@ fn a_rate_limited_warm_claim_holds_the_target_s_job_claims() {
     );
     d.advance(10);
     assert_eq!(d.claim_times(2).len(), 1, "claimed once the wait is over");
+}
+
+/// A book of warm runners of pool `local`, each created `ago` seconds before `now` (`up`: its
+/// environment came up), and one of pool `other`.
+fn book_of(
+    now: crate::clock::Instant,
+    runners: &[(&str, u64, bool)],
+) -> (super::runner_book::RunnerBook, super::job_table::JobTable) {
+    use crate::{config::PoolName, durable::RunnerRow, job::JobKey};
+    let mut book = super::runner_book::RunnerBook::default();
+    let mut all = runners.to_vec();
+    all.push(("o1", 1, true));
+    for (i, (name, ago, up)) in all.iter().enumerate() {
+        let row = RunnerRow {
+            name: (*name).into(),
+            id: i as u64,
+            provider: PoolName::from(if name.starts_with('o') {
+                "other"
+            } else {
+                "local"
+            }),
+            repo: None,
+            intent: JobKey::warm("acme", i as u64),
+            bound: None,
+            created_unix: 0,
+        };
+        let created = now - Duration::from_secs(*ago);
+        book.insert(
+            std::sync::Arc::from(*name),
+            super::RunnerRecord::new(row, created),
+        );
+        if *up {
+            book.came_up(name, created, true);
+        }
+    }
+    (book, super::job_table::JobTable::default())
+}
+
+#[test]
+fn a_pool_keeps_its_newest_spares_up_to_its_count_and_rotates_the_old_ones() {
+    let now = crate::clock::Instant::now() + Duration::from_secs(10_000);
+    let (book, jobs) = book_of(
+        now,
+        &[
+            ("w1", 100, true),
+            ("w2", 50, false),
+            ("w3", 10, true),
+            ("w4", 4000, true),
+        ],
+    );
+    let max_age = Duration::from_secs(3600);
+    let pool = crate::config::PoolName::from("local");
+    let plan = super::warm::spares(&pool, max_age, 2, &book, &jobs, now);
+    let names = |v: &[std::sync::Arc<str>]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&plan.kept),
+        ["w3", "w2"],
+        "the newest two, another pool's not among them"
+    );
+    assert_eq!(names(&plan.old), ["w4"], "past warm_max_age: rotated");
+    assert_eq!(names(&plan.surplus), ["w1"]);
+    assert_eq!(plan.up, 1, "of the kept, w3 is up");
+    assert_eq!(
+        plan.rotate_at,
+        Some(now - Duration::from_secs(50) + max_age),
+        "the oldest kept is rotated on time"
+    );
+    let night = super::warm::spares(&pool, max_age, 0, &book, &jobs, now);
+    assert!(night.kept.is_empty() && night.rotate_at.is_none());
+    assert_eq!(
+        names(&night.surplus),
+        ["w3", "w2", "w1"],
+        "a count of 0 keeps none"
+    );
 }
