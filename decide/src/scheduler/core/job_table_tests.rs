@@ -438,6 +438,15 @@ proptest! {
             if let Phase::Active { runner, .. } = rec.phase() {
                 prop_assert!(d.has_runner(runner), "job {} is active on runner {} the book does not hold", k.job_id, runner);
             }
+            if let Phase::Claiming { .. } = rec.phase() {
+                prop_assert!(d.s.capacity.claiming().contains_key(k), "job {} is claiming with no claim in flight", k.job_id);
+            }
+            if *rec.phase() == Phase::Pending {
+                prop_assert!(
+                    d.s.admission.pending().iter().any(|p| p == k),
+                    "job {} is pending in no queue", k.job_id
+                );
+            }
         }
     }
 }
