@@ -175,7 +175,7 @@ fn in_own_process(state: &str) -> String {
 pub fn tracked() {
     println!("\n## Jobs tracked in memory\n");
     let (per_job, s, now) = measure(Mix::All);
-    let status = s.status(now);
+    let status = s.view().status(now);
     println!("| 100,000 jobs tracked by the scheduler core | RSS growth per job | target |");
     println!("|---|---|---|");
     println!(

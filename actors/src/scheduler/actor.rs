@@ -212,7 +212,7 @@ impl SchedulerActor {
     /// The GitHub handle of the target whose owner is `owner` (the first target's for an
     /// owner no target has).
     pub(super) fn github(&self, owner: &str) -> &GithubHandle {
-        let t = self.core.target_of(owner).unwrap_or(0);
+        let t = self.core.setup().target_of(owner).unwrap_or(0);
         &self.deps.github[t.min(self.deps.github.len() - 1)]
     }
 
@@ -338,7 +338,7 @@ impl SchedulerActor {
         if let Some(mirror) = &self.mirror {
             // A cordoned host hands on what each change leaves without a runner (a claim it
             // abandoned, a runner that failed at boot): no other host takes a job it holds.
-            mirror.send(&ops, self.core.is_draining() && !ops.is_empty());
+            mirror.send(&ops, self.core.view().is_draining() && !ops.is_empty());
         }
         // Only the ledger keeps registrations past their environment: no commit for these.
         ops.retain(|op| !matches!(op, crate::durable::Op::Unregistered(_)));
@@ -371,7 +371,7 @@ impl SchedulerActor {
                         pool = tracing::field::Empty
                     );
                     if !span.is_disabled() {
-                        let (repo, pool) = self.core.job_context(job_id);
+                        let (repo, pool) = self.core.view().job_context(job_id);
                         span.record("repo", tracing::field::display(&repo));
                         span.record("pool", tracing::field::display(&pool));
                     }
@@ -384,7 +384,7 @@ impl SchedulerActor {
         }
         self.metrics
             .retry_queue_depth
-            .set(i64::try_from(self.core.ladder_depth()).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.core.view().ladder_depth()).unwrap_or(i64::MAX));
     }
 }
 
@@ -450,14 +450,14 @@ impl Actor for SchedulerActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if let Some(every) = self.core.reconcile_interval() {
+        if let Some(every) = self.core.setup().reconcile_interval() {
             // Once at start-up (GitHub never re-sends what was queued while we were down),
             // then as a periodic backstop.
             self.reconcile(ctx);
             ctx.run_interval(every, |act, ctx| act.reconcile(ctx));
         }
         ctx.set_mailbox_capacity(SCHEDULER_MAILBOX);
-        ctx.run_interval(self.core.prune_every(), |act, _| {
+        ctx.run_interval(self.core.setup().prune_every(), |act, _| {
             act.core.prune(act.clock.tick());
             act.persist();
         });
@@ -640,15 +640,15 @@ macro_rules! queries {
 }
 
 queries! {
-    GetSchedulerState => |core, _m, now| core.view(now);
-    GetStatus => |core, _m, now| core.status(now);
-    GetJobs => |core, _m, now| core.jobs_view(now);
-    GetJob => |core, m, now| core.job_detail(m.0, now);
-    GetRetryQueue => |core, _m, now| core.retry_queue(now);
-    GetPoolDemand => |core, m, _now| core.pool_demand(&m.owner, &m.pin);
-    GetGeneration => |core, _m, _now| core.generation();
+    GetSchedulerState => |core, _m, now| core.view().everything(now);
+    GetStatus => |core, _m, now| core.view().status(now);
+    GetJobs => |core, _m, now| core.view().jobs_view(now);
+    GetJob => |core, m, now| core.view().job_detail(m.0, now);
+    GetRetryQueue => |core, _m, now| core.view().retry_queue(now);
+    GetPoolDemand => |core, m, _now| core.view().pool_demand(&m.owner, &m.pin);
+    GetGeneration => |core, _m, _now| core.view().generation();
     GetCensus => |core, _m, _now| {
-        let mut census = core.census();
+        let mut census = core.view().census();
         census.push(("runtime.tasks", crate::tasks::alive()));
         census
     };

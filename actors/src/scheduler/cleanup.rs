@@ -13,10 +13,11 @@ impl SchedulerActor {
     /// meanwhile is in the ledger by then; one still in flight could be in the list and not
     /// yet in the ledger, so the check waits for it).
     pub(super) fn delete_unledgered_runners(&mut self, ctx: &mut Context<Self>) {
-        let prefix = format!("{}-", self.core.name_prefix());
+        let prefix = format!("{}-", self.core.setup().name_prefix());
         // Every target's scopes: its repos, else its org (or enterprise).
         let scopes: Vec<(String, Recipient<ListRunners>, Option<String>)> = self
             .core
+            .setup()
             .targets()
             .iter()
             .zip(&self.deps.github)
@@ -54,7 +55,7 @@ impl SchedulerActor {
             .map(|found, act, ctx| {
                 let found = found
                     .into_iter()
-                    .filter(|(_, _, _, n)| act.core.is_ours(n))
+                    .filter(|(_, _, _, n)| act.core.setup().is_ours(n))
                     .collect();
                 act.delete_unledgered(found, CLEANUP_WAITS, ctx);
             }),
@@ -80,7 +81,7 @@ impl SchedulerActor {
             return;
         }
         let known: std::collections::HashSet<String> =
-            self.core.runners().map(|r| r.name.clone()).collect();
+            self.core.view().runners().map(|r| r.name.clone()).collect();
         let gone: Vec<_> = found
             .into_iter()
             .filter(|(_, _, _, n)| !known.contains(n))

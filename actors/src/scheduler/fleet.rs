@@ -45,7 +45,7 @@ impl SchedulerActor {
         request: ClaimRequest,
         ctx: &mut Context<Self>,
     ) {
-        let info = self.core.job_info(&key).unwrap_or_else(|| JobInfo {
+        let info = self.core.view().job_info(&key).unwrap_or_else(|| JobInfo {
             key: key.clone(),
             ..JobInfo::default()
         });

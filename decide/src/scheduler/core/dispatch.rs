@@ -6,6 +6,7 @@ use super::{
     Abandon, ClaimRequest, Deletion, Effect, Note, Phase, RunnerRecord, Scheduler, capacity::Pick,
     observation::Observation,
 };
+use super::{Setup, State};
 use crate::clock::Instant;
 use crate::{
     clock::Now,
@@ -34,32 +35,78 @@ enum Turn {
 }
 
 impl Scheduler {
+    /// The answer to a claim.
+    pub fn on_claim_result(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        result: Result<JitRunner, GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if key.is_warm() {
+            self.state
+                .on_warm_claim_result(&self.setup, key, provider, result, now, &mut fx);
+            self.state.pump(&self.setup, now, &mut fx);
+            return fx;
+        }
+        self.state.capacity.claim_ended(&key);
+        self.state.held_notices.remove(&key);
+        let t = self.setup.target_index(&key);
+        match result {
+            Ok(runner) => self
+                .state
+                .claimed(&self.setup, key, provider, runner, now, &mut fx),
+            Err(e) => {
+                self.state.release(&self.setup, &provider);
+                self.state.stats.claim_failures += 1;
+                let reading = self.state.hold_claims_after(&self.setup, t, &e, now);
+                let class = e.class();
+                self.state.observe(Observation::ClaimFailed {
+                    job_id: key.job_id,
+                    target: self.setup.settings.targets[t].name.clone(),
+                    provider,
+                    class,
+                    error: e.to_string(),
+                });
+                self.state.note(
+                    &key,
+                    now,
+                    Note::ClaimFailed {
+                        class,
+                        error: e.to_string(),
+                    },
+                );
+                let failure = Failure {
+                    class,
+                    retry_after: e.retry_after(),
+                    bucket: e.rate_bucket(),
+                    reading,
+                    message: e.to_string(),
+                };
+                self.state.failed(&self.setup, &key, failure, now, &mut fx);
+            }
+        }
+        self.state.pump(&self.setup, now, &mut fx);
+        fx
+    }
+}
+
+impl State {
     /// The pool for a job of `target` with `labels` (see [`SlotTable::pick`]).
-    pub(super) fn pick(&self, labels: &[String], target: usize) -> Pick {
-        self.capacity.pick(&self.settings.providers, labels, target)
-    }
-
-    /// The target of a job (the first, for an owner no target has: such a job is ignored at
-    /// intake, so it only reaches here from an old store).
-    pub(super) fn target_index(&self, key: &JobKey) -> usize {
-        self.target_of(&key.owner).unwrap_or(0)
-    }
-
-    /// The name of `owner`'s target (`github.targets[].name`), or the owner itself where no
-    /// target has it: what usage rows and traces name a job's target by.
-    pub(super) fn target_name<'a>(&'a self, owner: &'a str) -> &'a str {
-        self.target_of(owner)
-            .map_or(owner, |t| self.settings.targets[t].name.as_str())
+    pub(super) fn pick(&self, setup: &Setup, labels: &[String], target: usize) -> Pick {
+        self.capacity
+            .pick(&setup.settings.providers, labels, target)
     }
 
     /// Slots each target holds now: its claims in flight and its runners.
-    pub(super) fn held_per_target(&self) -> Vec<usize> {
-        let mut held = vec![0; self.settings.targets.len()];
+    pub(super) fn held_per_target(&self, setup: &Setup) -> Vec<usize> {
+        let mut held = vec![0; setup.settings.targets.len()];
         for t in self.capacity.claiming().values() {
             held[*t] += 1;
         }
         for r in self.book.runners() {
-            held[self.target_index(&r.intent)] += 1;
+            held[setup.target_index(&r.intent)] += 1;
         }
         held
     }
@@ -68,12 +115,12 @@ impl Scheduler {
     /// scarce, targets get them in proportion to their weight: the next claim goes to the
     /// target holding the fewest slots per unit of weight (its oldest job first; among equals,
     /// the target whose next job is oldest). A target out of claim tokens waits alone.
-    pub(super) fn pump(&mut self, now: Now, fx: &mut Vec<Effect>) {
-        let n = self.settings.targets.len();
+    pub(super) fn pump(&mut self, setup: &Setup, now: Now, fx: &mut Vec<Effect>) {
+        let n = setup.settings.targets.len();
         let mut queues = self.admission.take_queues(n);
         let mut skipped: Vec<VecDeque<JobKey>> = vec![VecDeque::new(); queues.len()];
         let mut held = if n > 1 {
-            self.held_per_target()
+            self.held_per_target(setup)
         } else {
             vec![0]
         };
@@ -81,11 +128,11 @@ impl Scheduler {
         // of theirs has a free slot.
         let mut paced = vec![false; queues.len()];
         let mut wake: Option<Instant> = None;
-        while let Some(t) = self.fairest(&queues, &held, &paced) {
+        while let Some(t) = self.fairest(setup, &queues, &held, &paced) {
             let Some(key) = queues[t].pop_front() else {
                 break;
             };
-            match self.turn(&key, t, now, fx) {
+            match self.turn(setup, &key, t, now, fx) {
                 Turn::Gone => {}
                 Turn::HostFull => {
                     queues[t].push_front(key);
@@ -96,7 +143,7 @@ impl Scheduler {
                     // No pool of this target has a free slot: none of its other jobs can
                     // be claimed now either, and looking at each would cost a decision time
                     // in proportion to the backlog.
-                    if !self.capacity.room_for(&self.settings.providers, t) {
+                    if !self.capacity.room_for(&setup.settings.providers, t) {
                         paced[t] = true;
                     }
                 }
@@ -109,7 +156,7 @@ impl Scheduler {
                     if let Some(h) = held.get_mut(t) {
                         *h += 1;
                     }
-                    self.start_claim(key, i, t, now, fx);
+                    self.start_claim(setup, key, i, t, now, fx);
                 }
             }
         }
@@ -121,7 +168,7 @@ impl Scheduler {
         }
         self.admission.restore_queues(queues);
         // Then the registered warm runners, with what the jobs left.
-        if let Some(at) = self.keep_warm(now, fx) {
+        if let Some(at) = self.keep_warm(setup, now, fx) {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
         self.pace_wake = wake;
@@ -129,7 +176,14 @@ impl Scheduler {
     }
 
     /// What one pending job of target `t` gets in this pump.
-    fn turn(&mut self, key: &JobKey, t: usize, now: Now, fx: &mut Vec<Effect>) -> Turn {
+    fn turn(
+        &mut self,
+        setup: &Setup,
+        key: &JobKey,
+        t: usize,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) -> Turn {
         let Some(rec) = self.jobs.get(key) else {
             return Turn::Gone;
         };
@@ -150,7 +204,7 @@ impl Scheduler {
             return Turn::HostFull;
         }
         let labels = rec.info().labels.clone();
-        let i = match self.pick(&labels, t) {
+        let i = match self.pick(setup, &labels, t) {
             Pick::Provider(i) => i,
             Pick::Wait => return Turn::NoSlot,
             Pick::Uncovered => {
@@ -159,7 +213,7 @@ impl Scheduler {
                 return Turn::Gone;
             }
         };
-        self.hold_claims_while_budget_empty(t, now);
+        self.hold_claims_while_budget_empty(setup, t, now);
         if !self.capacity.pacer_mut(t).try_take(now.mono) {
             return Turn::Paced(self.capacity.pacer_mut(t).next_slot_at(now.mono));
         }
@@ -171,6 +225,7 @@ impl Scheduler {
     /// oldest.
     fn fairest(
         &self,
+        setup: &Setup,
         queues: &[VecDeque<JobKey>],
         held: &[usize],
         paced: &[bool],
@@ -178,7 +233,7 @@ impl Scheduler {
         if queues.len() == 1 {
             return (!paced[0] && !queues[0].is_empty()).then_some(0);
         }
-        let weight = |t: usize| self.settings.targets[t].weight.max(1) as usize;
+        let weight = |t: usize| setup.settings.targets[t].weight.max(1) as usize;
         let age = |t: usize| {
             queues[t]
                 .front()
@@ -196,23 +251,30 @@ impl Scheduler {
 
     /// A registration budget a fresh reading proves empty is not spent: every claim of the
     /// target waits for its reset (a second past it, as readings count whole seconds).
-    fn hold_claims_while_budget_empty(&mut self, t: usize, now: Now) {
+    fn hold_claims_while_budget_empty(&mut self, setup: &Setup, t: usize, now: Now) {
         if let Some(reading) = self
             .ladder
             .reading(t, RateBucket::ActionsRunnerRegistration)
         {
-            self.hold_claims_until_reset(t, &reading, now);
+            self.hold_claims_until_reset(setup, t, &reading, now);
         }
     }
 
     /// Holds target `t`'s claims until the reset of a registration budget `reading` proves
     /// empty.
-    fn hold_claims_until_reset(&mut self, t: usize, reading: &RateSnapshot, now: Now) {
+    fn hold_claims_until_reset(
+        &mut self,
+        setup: &Setup,
+        t: usize,
+        reading: &RateSnapshot,
+        now: Now,
+    ) {
         let Some(reset) = reading.exhausted_until(now.unix, RATE_READING_FRESH) else {
             return;
         };
         let wait = Duration::from_secs(reset.saturating_sub(now.unix).saturating_add(1));
         self.pause_claims(
+            setup,
             t,
             wait.min(MAX_WAIT),
             "the registration budget is empty until its reset",
@@ -227,6 +289,7 @@ impl Scheduler {
     /// yet: it decides the job's retry too.
     pub(super) fn hold_claims_after(
         &mut self,
+        setup: &Setup,
         t: usize,
         e: &GithubError,
         now: Now,
@@ -239,18 +302,31 @@ impl Scheduler {
                 ..RateSnapshot::default()
             };
             if bucket == RateBucket::ActionsRunnerRegistration {
-                self.hold_claims_until_reset(t, &reading, now);
+                self.hold_claims_until_reset(setup, t, &reading, now);
             }
             reading
         });
         if let Some(wait) = e.secondary_limit_wait() {
-            self.pause_claims(t, wait, "GitHub answered a secondary rate limit", now);
+            self.pause_claims(
+                setup,
+                t,
+                wait,
+                "GitHub answered a secondary rate limit",
+                now,
+            );
         }
         reading
     }
 
     /// Holds every claim of target `t` back for `wait` (a pause already longer stays).
-    pub(super) fn pause_claims(&mut self, t: usize, wait: Duration, why: &'static str, now: Now) {
+    pub(super) fn pause_claims(
+        &mut self,
+        setup: &Setup,
+        t: usize,
+        wait: Duration,
+        why: &'static str,
+        now: Now,
+    ) {
         let until = now.mono + wait;
         if self
             .capacity
@@ -260,7 +336,7 @@ impl Scheduler {
         {
             self.capacity.pacer_mut(t).pause_until(until);
             self.observe(Observation::ClaimsPaused {
-                target: self.settings.targets[t].name.clone(),
+                target: setup.settings.targets[t].name.clone(),
                 until_unix: now.unix.saturating_add(wait.as_secs()),
                 why,
             });
@@ -292,22 +368,23 @@ impl Scheduler {
 
     pub(super) fn start_claim(
         &mut self,
+        setup: &Setup,
         key: JobKey,
         i: usize,
         t: usize,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let spec = &self.settings.providers[i];
+        let spec = &setup.settings.providers[i];
         let provider = spec.name.clone();
         let request = ClaimRequest {
-            repo: self.settings.targets[t].repo_level().then(|| {
+            repo: setup.settings.targets[t].repo_level().then(|| {
                 self.jobs
                     .get(&key)
                     .map(|j| j.info().repo.to_string())
                     .unwrap_or_default()
             }),
-            name_base: self.settings.runner_prefix(&provider),
+            name_base: setup.settings.runner_prefix(&provider),
             labels: spec.labels.clone(),
         };
         self.capacity.take(i);
@@ -326,83 +403,31 @@ impl Scheduler {
             job_id: key.job_id,
             provider: provider.clone(),
         });
-        self.offer_claim(key, provider, request, now, fx);
-    }
-
-    /// The answer to a claim.
-    pub fn on_claim_result(
-        &mut self,
-        key: JobKey,
-        provider: PoolName,
-        result: Result<JitRunner, GithubError>,
-        now: Now,
-    ) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        if key.is_warm() {
-            self.on_warm_claim_result(key, provider, result, now, &mut fx);
-            self.pump(now, &mut fx);
-            return fx;
-        }
-        self.capacity.claim_ended(&key);
-        self.held_notices.remove(&key);
-        let t = self.target_index(&key);
-        match result {
-            Ok(runner) => self.claimed(key, provider, runner, now, &mut fx),
-            Err(e) => {
-                self.release(&provider);
-                self.stats.claim_failures += 1;
-                let reading = self.hold_claims_after(t, &e, now);
-                let class = e.class();
-                self.observe(Observation::ClaimFailed {
-                    job_id: key.job_id,
-                    target: self.settings.targets[t].name.clone(),
-                    provider,
-                    class,
-                    error: e.to_string(),
-                });
-                self.note(
-                    &key,
-                    now,
-                    Note::ClaimFailed {
-                        class,
-                        error: e.to_string(),
-                    },
-                );
-                let failure = Failure {
-                    class,
-                    retry_after: e.retry_after(),
-                    bucket: e.rate_bucket(),
-                    reading,
-                    message: e.to_string(),
-                };
-                self.failed(&key, failure, now, &mut fx);
-            }
-        }
-        self.pump(now, &mut fx);
-        fx
+        self.offer_claim(setup, key, provider, request, now, fx);
     }
 
     pub(super) fn claimed(
         &mut self,
+        setup: &Setup,
         key: JobKey,
         provider: PoolName,
         runner: JitRunner,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let t = self.target_index(&key);
-        let repo = self.settings.targets[t].repo_level().then(|| {
+        let t = setup.target_index(&key);
+        let repo = setup.settings.targets[t].repo_level().then(|| {
             self.jobs
                 .get(&key)
                 .map(|r| r.info().repo.to_string())
                 .unwrap_or_default()
         });
         let started = self.jobs.get(&key).and_then(|r| r.started_at()).is_some();
-        if self.draining || (started && !self.waiting_for(&provider, &key)) {
+        if self.draining || (started && !self.waiting_for(setup, &provider, &key)) {
             // The claim raced a cordon or the job starting elsewhere, and no other job waits
             // for a runner of this pool: the runner is not needed and has not connected yet,
             // so delete it rather than start an environment.
-            self.release(&provider);
+            self.release(setup, &provider);
             let why = if self.draining {
                 Abandon::CordonedDuringClaim
             } else {
@@ -423,7 +448,7 @@ impl Scheduler {
         // for that one (handed over below, as a spare).
         let spare = started;
         let runner_id = runner.id;
-        let handle = self.add_runner(key.clone(), provider.clone(), repo, runner, now, fx);
+        let handle = self.add_runner(setup, key.clone(), provider.clone(), repo, runner, now, fx);
         let answer = if spare {
             self.jobs.complete(&key)
         } else {
@@ -447,15 +472,17 @@ impl Scheduler {
             runner: handle.to_string(),
         });
         if spare {
-            self.rebalance(now, fx);
+            self.rebalance(setup, now, fx);
         }
     }
 
     /// Enters a claimed runner in the book (made for `intent`, registered in `repo` for a
     /// repo-level target), makes it durable, and asks its pool to start it: the same for a
     /// job's runner and a registered warm one. Its handle.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn add_runner(
         &mut self,
+        setup: &Setup,
         intent: JobKey,
         provider: PoolName,
         repo: Option<String>,
@@ -479,9 +506,9 @@ impl Scheduler {
         self.observe(Observation::RunnerAdded {
             provider: provider.clone(),
         });
-        let labels = self
+        let labels = setup
             .provider_index(&provider)
-            .map(|i| self.settings.providers[i].labels.clone())
+            .map(|i| setup.settings.providers[i].labels.clone())
             .unwrap_or_default();
         fx.push(Effect::Provision {
             provider,
@@ -498,8 +525,8 @@ impl Scheduler {
 
     /// Whether a job other than `except` waits for a runner `provider` could serve (pending
     /// or on the ladder, not started).
-    fn waiting_for(&self, provider: &PoolName, except: &JobKey) -> bool {
-        let Some(i) = self.provider_index(provider) else {
+    fn waiting_for(&self, setup: &Setup, provider: &PoolName, except: &JobKey) -> bool {
+        let Some(i) = setup.provider_index(provider) else {
             return false;
         };
         let covers = |k: &JobKey| {

@@ -178,7 +178,7 @@ impl Driver {
 
     /// What the status page would show.
     pub(super) fn state(&self) -> SchedulerState {
-        self.s.view(self.at())
+        self.s.view().everything(self.at())
     }
 
     /// Now, for the core's views.
@@ -189,6 +189,7 @@ impl Driver {
     /// Job `id`'s phase.
     pub(super) fn phase(&self, id: u64) -> super::Phase {
         self.s
+            .view()
             .job(&JobKey::new("acme", id))
             .unwrap()
             .phase()
@@ -198,6 +199,7 @@ impl Driver {
     /// The runner made for job `id`.
     pub(super) fn runner_of(&self, id: u64) -> String {
         self.s
+            .view()
             .runners()
             .find(|r| r.intent.job_id == id)
             .map(|r| r.name.clone())
@@ -206,12 +208,17 @@ impl Driver {
 
     /// The GitHub id of runner `name`.
     pub(super) fn id_of(&self, name: &str) -> u64 {
-        self.s.runners().find(|r| *r.name == *name).unwrap().id
+        self.s
+            .view()
+            .runners()
+            .find(|r| *r.name == *name)
+            .unwrap()
+            .id
     }
 
     /// Whether runner `name` is in the ledger.
     pub(super) fn has_runner(&self, name: &str) -> bool {
-        self.s.runners().any(|r| *r.name == *name)
+        self.s.view().runners().any(|r| *r.name == *name)
     }
 
     /// Carries effects out, and those that follow from their answers.

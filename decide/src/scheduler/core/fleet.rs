@@ -4,6 +4,7 @@
 
 use super::job_table::{Begin, Rest};
 use super::{ClaimRequest, Effect, JobRecord, Note, Phase, Scheduler, capacity::Pick};
+use super::{Setup, State, View};
 use crate::cluster::{Acquire, Load, Released};
 use crate::{
     clock::Now,
@@ -28,15 +29,130 @@ pub const OFFER_STEP_FOR_LOAD: Duration = Duration::from_millis(10);
 pub const OFFER_STEP_FOR_ELSEWHERE: Duration = Duration::from_millis(15);
 
 impl Scheduler {
-    /// The job as last heard of.
-    pub fn job_info(&self, key: &JobKey) -> Option<JobInfo> {
-        self.jobs.get(key).map(|r| r.info().clone())
+    /// A job event another host's intake recorded: as [`Scheduler::on_job_event`], and the
+    /// job is marked as delivered elsewhere (see [`OFFER_STEP_FOR_ELSEWHERE`]).
+    pub fn on_fleet_job_event(
+        &mut self,
+        action: JobAction,
+        info: JobInfo,
+        now: Now,
+    ) -> Vec<Effect> {
+        let key = info.key.clone();
+        let fx = self.on_job_event(action, info, None, now.mono, now);
+        self.state.jobs.delivered_elsewhere(&key);
+        fx
     }
 
+    /// Another host was granted a job: one waiting for a slot here is left alone (as when the
+    /// ledger answers "held"); one whose claim waits for its offer delay will not ask
+    /// ([`Scheduler::take_held_notice`]).
+    pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match self.state.jobs.get(&key).map(|r| r.phase()) {
+            Some(Phase::Pending) => self.state.held_elsewhere(&key, host, now, &mut fx),
+            Some(Phase::Claiming { .. }) => {
+                self.state.held_notices.insert(key, host);
+            }
+            _ => {}
+        }
+        fx
+    }
+
+    /// Another host gave a job back: admit it again, with the ladder it had (its attempts,
+    /// its first failure, its next attempt), unless it is already in play here, started, or
+    /// this host is draining.
+    pub fn readmit(&mut self, job: Released, by: String, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let key = job.info.key.clone();
+        if self.state.out_of_scope(&self.setup, &job.info).is_some() {
+            return fx;
+        }
+        if let Some(rec) = self.state.jobs.get(&key)
+            && (rec.started_at().is_some()
+                || matches!(
+                    rec.phase(),
+                    Phase::Pending
+                        | Phase::Claiming { .. }
+                        | Phase::Active { .. }
+                        | Phase::Retrying
+                        | Phase::Done
+                ))
+        {
+            return fx;
+        }
+        if self.state.draining
+            || self
+                .state
+                .pick(&self.setup, &job.info.labels, self.setup.target_index(&key))
+                == Pick::Uncovered
+        {
+            return fx;
+        }
+        let ladder = job.ladder().filter(|_| self.setup.settings.retry_enabled);
+        let released = Note::Released {
+            by,
+            attempts: job.attempts.max(0) as u32,
+        };
+        match ladder {
+            Some(row) if self.state.ladder.queue().get(&key).is_none() => {
+                self.state.jobs.enter(&key, || {
+                    JobRecord::begin(job.info.clone(), Begin::Seen, now.mono)
+                });
+                let answer = self.state.jobs.replace_info(job.info.clone(), now.mono);
+                self.state.moved(&key, answer);
+                let answer = self.state.jobs.retry(&key);
+                self.state.moved(&key, answer);
+                self.state.note(&key, now, released);
+                self.state.ladder.queue_mut().restore(
+                    std::slice::from_ref(&row),
+                    now.mono,
+                    now.unix,
+                );
+                self.state.ops.push(Op::PutRetry(row));
+                self.state.rearm_timer(&mut fx);
+            }
+            _ => {
+                self.state.jobs.unsee(&key);
+                self.state
+                    .on_queued(&self.setup, job.info, None, now.mono, now, &mut fx);
+                self.state.note(&key, now, released);
+            }
+        }
+        fx
+    }
+
+    /// What this host reports with its lease: its pools and their load.
+    pub fn load(&self) -> Load {
+        let pools = self
+            .setup
+            .settings
+            .providers
+            .iter()
+            .zip(self.state.capacity.slots())
+            .map(|(p, s)| {
+                serde_json::json!({
+                    "name": p.name.as_str(),
+                    "kind": p.kind.as_str(),
+                    "labels": p.labels,
+                    "max_concurrent": p.max_concurrent,
+                    "used": s.used,
+                    "up": s.up,
+                })
+            })
+            .collect();
+        Load {
+            pools: serde_json::Value::Array(pools),
+            used: self.state.capacity.used_total(),
+            capacity: self.setup.settings.max_concurrent,
+        }
+    }
+}
+
+impl State {
     /// How long to wait before asking the ledger for `key` on `provider`: nothing for a pool
     /// with exactly the job's labels on an idle host, more for extra labels and for load.
-    pub(super) fn offer_delay(&self, key: &JobKey, provider: &PoolName) -> Duration {
-        let Some(i) = self.provider_index(provider) else {
+    pub(super) fn offer_delay(&self, setup: &Setup, key: &JobKey, provider: &PoolName) -> Duration {
+        let Some(i) = setup.provider_index(provider) else {
             return Duration::ZERO;
         };
         let (extra, elsewhere) = self.jobs.get(key).map_or((0, false), |r| {
@@ -46,7 +162,7 @@ impl Scheduler {
                 .extra_over(&LabelSet::new(&r.info().labels));
             (extra, r.delivered_elsewhere())
         });
-        let load = self.capacity.used_total() as f64 / self.settings.max_concurrent.max(1) as f64;
+        let load = self.capacity.used_total() as f64 / setup.settings.max_concurrent.max(1) as f64;
         let elsewhere = if elsewhere {
             OFFER_STEP_FOR_ELSEWHERE
         } else {
@@ -61,14 +177,15 @@ impl Scheduler {
     /// registered warm runner is made for no job: nothing is offered for it).
     pub(super) fn offer_claim(
         &mut self,
+        setup: &Setup,
         key: JobKey,
         provider: PoolName,
         request: ClaimRequest,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let delay = if self.settings.fleet && !key.is_warm() {
-            self.offer_delay(&key, &provider)
+        let delay = if setup.settings.fleet && !key.is_warm() {
+            self.offer_delay(setup, &key, &provider)
         } else {
             Duration::ZERO
         };
@@ -96,7 +213,7 @@ impl Scheduler {
 
     /// Claims whose offer delay ended: one another host was heard to hold meanwhile is given
     /// up as held there, without asking the ledger; the rest are claimed.
-    pub(super) fn offers_due(&mut self, now: Now, fx: &mut Vec<Effect>) {
+    pub(super) fn offers_due(&mut self, setup: &Setup, now: Now, fx: &mut Vec<Effect>) {
         let (due, waiting): (Vec<Offer>, Vec<Offer>) = std::mem::take(&mut self.offers)
             .into_iter()
             .partition(|o| o.at <= now.mono);
@@ -104,6 +221,7 @@ impl Scheduler {
         for o in due {
             match self.take_held_notice(&o.key) {
                 Some(host) => fx.extend(self.on_acquire_refused(
+                    setup,
                     o.key,
                     o.provider,
                     Acquire::HeldBy(host),
@@ -118,35 +236,6 @@ impl Scheduler {
         }
     }
 
-    /// A job event another host's intake recorded: as [`Scheduler::on_job_event`], and the
-    /// job is marked as delivered elsewhere (see [`OFFER_STEP_FOR_ELSEWHERE`]).
-    pub fn on_fleet_job_event(
-        &mut self,
-        action: JobAction,
-        info: JobInfo,
-        now: Now,
-    ) -> Vec<Effect> {
-        let key = info.key.clone();
-        let fx = self.on_job_event(action, info, None, now.mono, now);
-        self.jobs.delivered_elsewhere(&key);
-        fx
-    }
-
-    /// Another host was granted a job: one waiting for a slot here is left alone (as when the
-    /// ledger answers "held"); one whose claim waits for its offer delay will not ask
-    /// ([`Scheduler::take_held_notice`]).
-    pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        match self.jobs.get(&key).map(|r| r.phase()) {
-            Some(Phase::Pending) => self.held_elsewhere(&key, host, now, &mut fx),
-            Some(Phase::Claiming { .. }) => {
-                self.held_notices.insert(key, host);
-            }
-            _ => {}
-        }
-        fx
-    }
-
     /// Another live host holds the job: this one leaves it alone (a release or a new
     /// delivery brings it back).
     fn held_elsewhere(&mut self, key: &JobKey, host: String, now: Now, fx: &mut Vec<Effect>) {
@@ -158,21 +247,20 @@ impl Scheduler {
         self.held_notices.remove(key)
     }
 
-    /// The ledger refused a claim this host started (its slot is given back): another host
-    /// holds the job, GitHub already runs it, or the fleet's pacing says not yet (the job
-    /// waits at the front of the queue and every claim pauses).
-    pub fn on_acquire_refused(
+    /// A refused acquire ([`Scheduler::on_acquire_refused`]).
+    pub(super) fn on_acquire_refused(
         &mut self,
+        setup: &Setup,
         key: JobKey,
         provider: PoolName,
         answer: Acquire,
         now: Now,
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
-        self.release(&provider);
+        self.release(setup, &provider);
         self.capacity.claim_ended(&key);
         self.held_notices.remove(&key);
-        let t = self.target_index(&key);
+        let t = setup.target_index(&key);
         match answer {
             Acquire::Granted => {}
             Acquire::HeldBy(host) => self.held_elsewhere(&key, host, now, &mut fx),
@@ -192,92 +280,18 @@ impl Scheduler {
                         wait_ms: wait.as_millis() as u64,
                     },
                 );
-                self.pause_claims(t, wait.min(MAX_WAIT), why, now);
+                self.pause_claims(setup, t, wait.min(MAX_WAIT), why, now);
             }
         }
-        self.pump(now, &mut fx);
+        self.pump(setup, now, &mut fx);
         fx
     }
+}
 
-    /// Another host gave a job back: admit it again, with the ladder it had (its attempts,
-    /// its first failure, its next attempt), unless it is already in play here, started, or
-    /// this host is draining.
-    pub fn readmit(&mut self, job: Released, by: String, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        let key = job.info.key.clone();
-        if self.out_of_scope(&job.info).is_some() {
-            return fx;
-        }
-        if let Some(rec) = self.jobs.get(&key)
-            && (rec.started_at().is_some()
-                || matches!(
-                    rec.phase(),
-                    Phase::Pending
-                        | Phase::Claiming { .. }
-                        | Phase::Active { .. }
-                        | Phase::Retrying
-                        | Phase::Done
-                ))
-        {
-            return fx;
-        }
-        if self.draining || self.pick(&job.info.labels, self.target_index(&key)) == Pick::Uncovered
-        {
-            return fx;
-        }
-        let ladder = job.ladder().filter(|_| self.settings.retry_enabled);
-        let released = Note::Released {
-            by,
-            attempts: job.attempts.max(0) as u32,
-        };
-        match ladder {
-            Some(row) if self.ladder.queue().get(&key).is_none() => {
-                self.jobs.enter(&key, || {
-                    JobRecord::begin(job.info.clone(), Begin::Seen, now.mono)
-                });
-                let answer = self.jobs.replace_info(job.info.clone(), now.mono);
-                self.moved(&key, answer);
-                let answer = self.jobs.retry(&key);
-                self.moved(&key, answer);
-                self.note(&key, now, released);
-                self.ladder
-                    .queue_mut()
-                    .restore(std::slice::from_ref(&row), now.mono, now.unix);
-                self.ops.push(Op::PutRetry(row));
-                self.rearm_timer(&mut fx);
-            }
-            _ => {
-                self.jobs.unsee(&key);
-                self.on_queued(job.info, None, now.mono, now, &mut fx);
-                self.note(&key, now, released);
-            }
-        }
-        fx
-    }
-
-    /// What this host reports with its lease: its pools and their load.
-    pub fn load(&self) -> Load {
-        let pools = self
-            .settings
-            .providers
-            .iter()
-            .zip(self.capacity.slots())
-            .map(|(p, s)| {
-                serde_json::json!({
-                    "name": p.name.as_str(),
-                    "kind": p.kind.as_str(),
-                    "labels": p.labels,
-                    "max_concurrent": p.max_concurrent,
-                    "used": s.used,
-                    "up": s.up,
-                })
-            })
-            .collect();
-        Load {
-            pools: serde_json::Value::Array(pools),
-            used: self.capacity.used_total(),
-            capacity: self.settings.max_concurrent,
-        }
+impl<'a> View<'a> {
+    /// The job as last heard of.
+    pub fn job_info(&self, key: &JobKey) -> Option<JobInfo> {
+        self.state.jobs.get(key).map(|r| r.info().clone())
     }
 }
 

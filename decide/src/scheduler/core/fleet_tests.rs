@@ -38,14 +38,14 @@ fn a_job_another_host_holds_gives_its_slot_back_and_is_left_alone() {
         at(t0, 1),
     );
     assert_eq!(fx, vec![]);
-    let rec = s.job(&JobKey::new("acme", 1)).unwrap();
+    let rec = s.view().job(&JobKey::new("acme", 1)).unwrap();
     assert_eq!(*rec.phase(), Phase::Seen);
     assert!(
         rec.timeline()
             .iter()
             .any(|e| e.note == Note::HeldElsewhere { host: "h2".into() })
     );
-    assert_eq!(s.status(at(t0, 1)).runners, 0, "no slot is held");
+    assert_eq!(s.view().status(at(t0, 1)).runners, 0, "no slot is held");
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn a_paced_claim_waits_at_the_front_and_wakes_when_the_fleet_allows() {
         }]
     );
     assert_eq!(
-        *s.job(&JobKey::new("acme", 1)).unwrap().phase(),
+        *s.view().job(&JobKey::new("acme", 1)).unwrap().phase(),
         Phase::Pending
     );
     let fx = s.on_timer(at(t0, 21));
@@ -86,10 +86,10 @@ fn a_released_job_comes_back_with_its_ladder() {
             at: Some(t0 + Duration::from_secs(5))
         }]
     );
-    let rec = s.job(&JobKey::new("acme", 1)).unwrap();
+    let rec = s.view().job(&JobKey::new("acme", 1)).unwrap();
     assert_eq!(*rec.phase(), Phase::Retrying);
     assert_eq!(rec.ladder_left(), None, "its count is on the ladder");
-    let q = s.retry_queue(at(t0, 0));
+    let q = s.view().retry_queue(at(t0, 0));
     assert_eq!((q.depth, q.items[0].attempts), (1, 2));
     assert!(rec.timeline().iter().any(|e| e.note
         == Note::Released {
@@ -127,8 +127,12 @@ fn a_job_delivered_to_another_host_is_offered_to_it_first() {
     let local = PoolName::from("local");
     s.on_job_event(JobAction::Queued, job(1, LABELS), None, t0, at(t0, 0));
     s.on_fleet_job_event(JobAction::Queued, job(2, LABELS), at(t0, 0));
-    let here = s.offer_delay(&JobKey::new("acme", 1), &local);
-    let there = s.offer_delay(&JobKey::new("acme", 2), &local);
+    let here = s
+        .state
+        .offer_delay(&s.setup, &JobKey::new("acme", 1), &local);
+    let there = s
+        .state
+        .offer_delay(&s.setup, &JobKey::new("acme", 2), &local);
     assert_eq!(there - here, OFFER_STEP_FOR_ELSEWHERE);
     assert!(
         OFFER_STEP_FOR_ELSEWHERE > OFFER_STEP_FOR_LOAD,
@@ -147,8 +151,8 @@ fn a_grant_heard_from_another_host_stops_this_one_asking() {
         s.on_held_elsewhere(key.clone(), "h2".into(), at(t0, 0)),
         vec![]
     );
-    assert_eq!(s.take_held_notice(&key), Some("h2".into()));
-    assert_eq!(s.take_held_notice(&key), None);
+    assert_eq!(s.state.take_held_notice(&key), Some("h2".into()));
+    assert_eq!(s.state.take_held_notice(&key), None);
     // A job waiting for a slot is left alone, as when the ledger answers "held".
     let mut id = 2;
     while !s
@@ -158,16 +162,16 @@ fn a_grant_heard_from_another_host_stops_this_one_asking() {
         id += 1;
     }
     let waiting = JobKey::new("acme", id);
-    assert_eq!(*s.job(&waiting).unwrap().phase(), Phase::Pending);
+    assert_eq!(*s.view().job(&waiting).unwrap().phase(), Phase::Pending);
     s.on_held_elsewhere(waiting.clone(), "h3".into(), at(t0, 1));
-    let rec = s.job(&waiting).unwrap();
+    let rec = s.view().job(&waiting).unwrap();
     assert_eq!(*rec.phase(), Phase::Seen);
     assert!(
         rec.timeline()
             .iter()
             .any(|e| e.note == Note::HeldElsewhere { host: "h3".into() })
     );
-    assert_eq!(s.take_held_notice(&waiting), None);
+    assert_eq!(s.state.take_held_notice(&waiting), None);
 }
 
 /// Fleet mode: the offer delay is the core's to wait out, on its one timer; a host heard to
@@ -202,7 +206,7 @@ fn a_fleet_claim_waits_out_its_offer_delay_on_the_one_timer() {
     assert_eq!(fx, vec![]);
     let later = due + Duration::from_secs(1);
     assert_eq!(claims(&s.on_timer(when(later))), 0);
-    let rec = s.job(&JobKey::new("acme", 2)).unwrap();
+    let rec = s.view().job(&JobKey::new("acme", 2)).unwrap();
     assert_eq!(*rec.phase(), Phase::Seen);
     assert!(
         rec.timeline()

@@ -36,11 +36,12 @@ fn a_job_whose_runner_takes_a_sibling_is_dispatched_again_at_once() {
     d.exited(&b, 1);
     d.send(JobAction::InProgress, on(&a, 2));
     let new =
-        d.s.runners()
+        d.s.view()
+            .runners()
             .find(|r| r.intent.job_id == 1 && *r.name != *a)
             .map(|r| r.name.clone())
             .expect("job 1 has a new runner while a runs job 2");
-    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline();
+    let timeline = &d.s.view().job(&job(1, LABELS).key).unwrap().timeline();
     assert!(
         timeline
             .iter()
@@ -57,7 +58,7 @@ fn a_job_whose_runner_takes_a_sibling_is_dispatched_again_at_once() {
         "a's exit after job 2 claims nothing"
     );
     assert!(d.has_runner(&new));
-    assert_eq!(d.s.job(&job(1, LABELS).key).unwrap().idle_reaps(), 0);
+    assert_eq!(d.s.view().job(&job(1, LABELS).key).unwrap().idle_reaps(), 0);
 }
 
 /// Two same-label jobs whose runners swapped: no re-dispatch, and completing one job tears
@@ -71,7 +72,7 @@ fn same_label_jobs_that_swap_runners_are_left_alone() {
     d.send(JobAction::InProgress, on(&b, 1));
     d.send(JobAction::InProgress, on(&a, 2));
     d.send(JobAction::Completed, done_on(&b, 1));
-    let left: Vec<String> = d.s.runners().map(|r| r.name.clone()).collect();
+    let left: Vec<String> = d.s.view().runners().map(|r| r.name.clone()).collect();
     assert_eq!(left, vec![a.clone()], "only b (which ran job 1) went");
     d.exited(&a, 0);
     d.advance(1);
@@ -123,7 +124,7 @@ fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
     d.send(JobAction::Completed, cancelled);
     d.advance(1);
     assert_eq!(
-        d.s.runner_count(),
+        d.s.view().runner_count(),
         1,
         "the cancelled job's runner went at once"
     );
@@ -131,7 +132,7 @@ fn orphans_are_reaped_after_the_grace_and_cancelled_jobs_at_once() {
     d.advance(630);
     assert!(!d.has_runner(&first), "the orphan went after the grace");
     assert_eq!(d.deletes.len(), 2, "and was deleted on GitHub");
-    let j1 = d.s.job(&job(1, LABELS).key).unwrap();
+    let j1 = d.s.view().job(&job(1, LABELS).key).unwrap();
     assert_eq!(j1.admissions(), 2, "job 1 dispatched again once");
     assert_eq!(j1.idle_reaps(), 1, "an idle reap is the zombie signal");
 }
@@ -245,7 +246,7 @@ fn a_swap_chain_ends_with_every_job_run_and_nothing_left() {
         d.exited(runner, 0);
     }
     d.advance(60);
-    assert_eq!(d.s.runner_count(), 0);
+    assert_eq!(d.s.view().runner_count(), 0);
     assert_eq!(d.claims.len(), 3, "a swap costs no claim");
     assert!(d.deletes.is_empty(), "every runner ran a job");
     assert!(
@@ -267,15 +268,15 @@ fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_
     d.queued(first, LABELS);
     let a = d.runner_of(first);
     let owner = job(1, LABELS).key.owner.to_string();
-    let demand = d.s.pool_demand(&owner, "linux");
+    let demand = d.s.view().pool_demand(&owner, "linux");
     assert_eq!(demand.waiting.len(), 1, "the placeholder waits: {demand:?}");
     d.send(JobAction::InProgress, on(&a, 77));
     assert_eq!(d.phase(first), super::Phase::Done);
-    let demand = d.s.pool_demand(&owner, "linux");
+    let demand = d.s.view().pool_demand(&owner, "linux");
     assert_eq!((demand.waiting.len(), demand.running), (0, 1));
     d.advance(1);
     assert_eq!(d.claims.len(), 1, "the placeholder claims nothing more");
-    let timeline = &d.s.job(&job(first, LABELS).key).unwrap().timeline();
+    let timeline = &d.s.view().job(&job(first, LABELS).key).unwrap().timeline();
     assert!(
         timeline
             .iter()
@@ -296,7 +297,7 @@ fn a_placeholder_ends_when_its_runner_takes_an_assigned_job_and_a_withdrawn_one_
     d.advance(1);
     assert!(!d.has_runner(&b), "the withdrawn placeholder's runner went");
     assert!(d.has_runner(&a), "the runner on job 77 stays");
-    let demand = d.s.pool_demand(&owner, "linux");
+    let demand = d.s.view().pool_demand(&owner, "linux");
     assert_eq!((demand.waiting.len(), demand.running), (0, 1));
 }
 
@@ -323,7 +324,7 @@ fn a_job_finished_unseen_releases_the_runner_kept_for_it() {
         "its runner is deleted and torn down"
     );
     assert!(d.deletes.contains(&id));
-    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline();
+    let timeline = &d.s.view().job(&job(1, LABELS).key).unwrap().timeline();
     assert!(
         timeline.iter().any(|e| matches!(
             e.note,

@@ -3,11 +3,12 @@
 //! hits. Read from the jobs' own timelines (the scheduler keeps them for `state.retention`,
 //! an hour by default), so it costs nothing until asked.
 
+use super::View;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{JobRecord, Note, Phase, Scheduler};
+use super::{JobRecord, Note, Phase};
 use crate::{config::PoolName, job::JobAction};
 
 /// A bucket's width, seconds.
@@ -90,11 +91,12 @@ fn add(r: &JobRecord, first: u64, buckets: &mut [HourBucket], pickups: &mut [Vec
     }
 }
 
-impl Scheduler {
+impl<'a> View<'a> {
     /// Every pool's last hour up to `now_unix`, pools in config order.
     pub fn last_hour(&self, now_unix: u64) -> Vec<PoolHour> {
         let first = (now_unix / BUCKET_SECS + 1).saturating_sub(BUCKETS as u64) * BUCKET_SECS;
         let mut hours: Vec<(PoolHour, Vec<Vec<u64>>)> = self
+            .setup
             .settings
             .providers
             .iter()
@@ -112,7 +114,7 @@ impl Scheduler {
                 (hour, vec![Vec::new(); BUCKETS])
             })
             .collect();
-        for r in self.jobs.records() {
+        for r in self.state.jobs.records() {
             let Some(pool) = pool_of(r) else { continue };
             if let Some((hour, pickups)) = hours.iter_mut().find(|(h, _)| h.pool == pool.as_str()) {
                 add(r, first, &mut hour.buckets, pickups);

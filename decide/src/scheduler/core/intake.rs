@@ -8,6 +8,7 @@ use super::{
     job_table::{Begin, Rest},
     observation::Observation,
 };
+use super::{Setup, State};
 use crate::clock::Instant;
 use crate::{
     clock::Now,
@@ -69,41 +70,51 @@ impl Scheduler {
     ) -> Vec<Effect> {
         let mut fx = Vec::new();
         let mut job = job;
-        let outside = self.out_of_scope(&job);
+        let outside = self.state.out_of_scope(&self.setup, &job);
         if outside.is_none() && action == JobAction::Queued {
             // The dedup gate before anything else: a delivery it turns away keeps nothing of
             // the job, so its strings are not looked up in the shared table (a redelivery storm
             // is mostly these).
-            if self.held_already(&job.key, delivery, now, &mut fx) {
+            if self
+                .state
+                .held_already(&self.setup, &job.key, delivery, now, &mut fx)
+            {
                 return fx;
             }
         }
-        self.admission.shared_mut().job(&mut job);
+        self.state.admission.shared_mut().job(&mut job);
         if let Some(reason) = outside {
-            self.ignore(action, job, reason, received, now);
+            self.state
+                .ignore(&self.setup, action, job, reason, received, now);
             return fx;
         }
         match action {
-            JobAction::Queued => self.queued_past_the_gate(job, delivery, received, now, &mut fx),
+            JobAction::Queued => {
+                self.state
+                    .queued_past_the_gate(&self.setup, job, delivery, received, now, &mut fx)
+            }
             JobAction::InProgress | JobAction::Completed => {
-                self.on_started(action, job, delivery, now, &mut fx)
+                self.state
+                    .on_started(&self.setup, action, job, delivery, now, &mut fx)
             }
             JobAction::Waiting => {
                 let key = job.key.clone();
-                self.note(&key, now, Note::AwaitingApproval);
+                self.state.note(&key, now, Note::AwaitingApproval);
             }
         }
         fx
     }
+}
 
+impl State {
     /// Why `job` is none of this daemon's business, if it is not: an owner no target has
     /// (case-insensitive), a repo outside its target's `repos` (when set), another App
     /// installation than its target's.
-    pub(super) fn out_of_scope(&self, job: &JobInfo) -> Option<&'static str> {
-        let Some(t) = self.target_of(&job.key.owner) else {
+    pub(super) fn out_of_scope(&self, setup: &Setup, job: &JobInfo) -> Option<&'static str> {
+        let Some(t) = setup.target_of(&job.key.owner) else {
             return Some("owner");
         };
-        let s = &self.settings.targets[t];
+        let s = &setup.settings.targets[t];
         if !s.repos.is_empty() && !s.repos.iter().any(|r| r.eq_ignore_ascii_case(&job.repo)) {
             return Some("repo");
         }
@@ -119,6 +130,7 @@ impl Scheduler {
     /// `jobs ID` says why) and counted.
     pub(super) fn ignore(
         &mut self,
+        setup: &Setup,
         action: JobAction,
         job: JobInfo,
         reason: &'static str,
@@ -133,8 +145,8 @@ impl Scheduler {
             // Said and counted, never remembered: a job of the owner's that a delivery
             // mislabelled is admitted by the next reconcile, which lists with our own
             // installation (an ignored record would hide it from that pass).
-            let t = self.target_of(&job.key.owner);
-            let ours = t.and_then(|t| self.settings.targets[t].installation_id);
+            let t = setup.target_of(&job.key.owner);
+            let ours = t.and_then(|t| setup.settings.targets[t].installation_id);
             if let (Some(installation), Some(ours)) = (job.installation_id, ours) {
                 self.observe(Observation::OtherInstallation {
                     job_id: job.key.job_id,
@@ -159,6 +171,7 @@ impl Scheduler {
 
     pub(super) fn on_queued(
         &mut self,
+        setup: &Setup,
         job: JobInfo,
         delivery: Option<&str>,
         received: Instant,
@@ -167,15 +180,16 @@ impl Scheduler {
     ) {
         // 1. The dedup gate: running, pending, seen. Before the label check, so a job nobody
         //    covers costs nothing when it is delivered again.
-        if self.held_already(&job.key, delivery, now, fx) {
+        if self.held_already(setup, &job.key, delivery, now, fx) {
             return;
         }
-        self.queued_past_the_gate(job, delivery, received, now, fx);
+        self.queued_past_the_gate(setup, job, delivery, received, now, fx);
     }
 
     /// A `queued` job the dedup gate let through.
     fn queued_past_the_gate(
         &mut self,
+        setup: &Setup,
         job: JobInfo,
         delivery: Option<&str>,
         received: Instant,
@@ -198,7 +212,10 @@ impl Scheduler {
         );
 
         // 2. Label coverage.
-        if matches!(self.pick(&labels, self.target_index(&key)), Pick::Uncovered) {
+        if matches!(
+            self.pick(setup, &labels, setup.target_index(&key)),
+            Pick::Uncovered
+        ) {
             let answer = self.jobs.rest(&key, Rest::Unroutable);
             self.moved(&key, answer);
             self.note(
@@ -226,12 +243,12 @@ impl Scheduler {
         self.jobs.count_admission(&key);
         let answer = self.jobs.admit(&key);
         self.moved(&key, answer);
-        let t = self.target_index(&key);
+        let t = setup.target_index(&key);
         self.admission.queue(t, key.clone());
         self.note(&key, now, Note::Admitted);
         // A spare (a registered warm runner, a runner whose job ran elsewhere) first.
-        self.rebalance(now, fx);
-        self.pump(now, fx);
+        self.rebalance(setup, now, fx);
+        self.pump(setup, now, fx);
     }
 
     /// The dedup gate, which every `queued` event in scope passes (and is counted at): whether
@@ -239,6 +256,7 @@ impl Scheduler {
     /// parked job is looked at again instead.
     fn held_already(
         &mut self,
+        setup: &Setup,
         key: &JobKey,
         delivery: Option<&str>,
         now: Now,
@@ -246,11 +264,11 @@ impl Scheduler {
     ) -> bool {
         self.stats.queued_events += 1;
         let rec = self.jobs.get(key);
-        match Gate::of(rec, self.settings.seen_ttl, self.draining, now) {
+        match Gate::of(rec, setup.settings.seen_ttl, self.draining, now) {
             Gate::New => false,
             Gate::Parked => {
-                self.admit_again(key, "delivery", now);
-                self.pump(now, fx);
+                self.admit_again(setup, key, "delivery", now);
+                self.pump(setup, now, fx);
                 true
             }
             Gate::Duplicate => {
@@ -266,6 +284,7 @@ impl Scheduler {
 
     pub(super) fn on_started(
         &mut self,
+        setup: &Setup,
         action: JobAction,
         job: JobInfo,
         delivery: Option<&str>,
@@ -300,31 +319,24 @@ impl Scheduler {
             action,
         });
 
-        self.bind_named_runner(&key, &job, now);
+        self.bind_named_runner(setup, &key, &job, now);
         if action == JobAction::Completed && completes && !withdrawn {
-            self.record_usage(&key, now);
+            self.record_usage(setup, &key, now);
         }
         if action == JobAction::Completed {
-            self.on_completed(
-                &key,
-                runner_name.as_deref(),
-                job.runner_id,
-                withdrawn,
-                now,
-                fx,
-            );
-            fx.extend(self.sweep(now));
+            self.on_completed(setup, &job, now, fx);
+            fx.extend(self.sweep(setup, now));
         } else {
-            self.rebalance(now, fx);
+            self.rebalance(setup, now, fx);
         }
-        self.pump(now, fx);
+        self.pump(setup, now, fx);
     }
 
     /// Binds the runner `job`'s event names to it, if it is ours (name and id), and notes a
     /// runner that took another job than its own. A runner already gone that is named now
     /// did run a job: no registration to delete, and a clean exit of it counted against its
     /// job is explained.
-    fn bind_named_runner(&mut self, key: &JobKey, job: &JobInfo, now: Now) {
+    fn bind_named_runner(&mut self, setup: &Setup, key: &JobKey, job: &JobInfo, now: Now) {
         let runner_name = &job.runner_name;
         if let Some(intent) = runner_name
             .as_ref()
@@ -344,7 +356,7 @@ impl Scheduler {
             let (intent, provider) = (named.intent, named.provider);
             let warm_start = named.warm_start;
             if bound_now {
-                self.job_taken(key, provider, warm_start, job.github_wait_secs);
+                self.job_taken(setup, key, provider, warm_start, job.github_wait_secs);
             }
             if intent != *key && !intent.is_warm() {
                 self.observe(Observation::RunnerTookOther {
@@ -361,20 +373,20 @@ impl Scheduler {
                         job_id: key.job_id,
                     },
                 );
-                self.runner_taken(&intent, &runner, now);
+                self.runner_taken(setup, &intent, &runner, now);
             }
         }
     }
 
     pub(super) fn on_completed(
         &mut self,
-        key: &JobKey,
-        runner_name: Option<&str>,
-        runner_id: Option<u64>,
-        withdrawn: bool,
+        setup: &Setup,
+        job: &JobInfo,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
+        let (key, runner_name) = (&job.key, job.runner_name.as_deref());
+        let (runner_id, withdrawn) = (job.runner_id, job.withdrawn);
         // Teardown follows the runner named in the event (name and id), never the job a
         // runner was made for.
         let target = match runner_name {
@@ -420,7 +432,7 @@ impl Scheduler {
         let withdrawn = withdrawn && runner_name.is_none();
         if !withdrawn {
             // Traced when its runner is gone, if one of ours still runs it.
-            self.trace_on_completion(key, runner_name, target.is_some(), now);
+            self.trace_on_completion(setup, key, runner_name, target.is_some(), now);
         }
         match target {
             // A scale set's job withdrawn before any runner took it comes back as a new
@@ -440,7 +452,7 @@ impl Scheduler {
             // that waits, else deleted on GitHub first, which GitHub refuses while it runs a
             // job, and only then torn down.
             Some(name) => {
-                self.rebalance(now, fx);
+                self.rebalance(setup, now, fx);
                 if self
                     .book
                     .runner(&name)

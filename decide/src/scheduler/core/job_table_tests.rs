@@ -365,7 +365,7 @@ fn run(d: &mut Driver, s: &Step) {
     use crate::job::JobAction;
     let with_runner = |d: &Driver, id: u64| {
         let mut job = crate::scheduler::fixtures::job(id, LABELS);
-        if let Some(r) = d.s.runners().find(|r| r.intent.job_id == id) {
+        if let Some(r) = d.s.view().runners().find(|r| r.intent.job_id == id) {
             job.runner_name = Some(r.name.clone());
             job.runner_id = Some(r.id);
         }
@@ -384,7 +384,8 @@ fn run(d: &mut Driver, s: &Step) {
         }
         Step::Exited(id, code) => {
             let name =
-                d.s.runners()
+                d.s.view()
+                    .runners()
                     .find(|r| r.intent.job_id == *id)
                     .map(|r| r.name.clone());
             if let Some(name) = name {
@@ -404,7 +405,7 @@ fn run(d: &mut Driver, s: &Step) {
             d.reconcile(queued);
         }
         Step::Looked(id, status) => {
-            if d.s.job(&key(*id)).is_some() {
+            if d.s.view().job(&key(*id)).is_some() {
                 d.looked(*id, status);
             }
         }
@@ -422,7 +423,7 @@ proptest! {
         for s in &steps {
             run(&mut d, s);
         }
-        let table = &d.s.jobs;
+        let table = &d.s.state.jobs;
         prop_assert_eq!(table.refused(), 0, "a refused move");
         let mut at: std::collections::HashMap<u64, &str> = Default::default();
         for (id, from, to) in table.moves() {
@@ -439,11 +440,11 @@ proptest! {
                 prop_assert!(d.has_runner(runner), "job {} is active on runner {} the book does not hold", k.job_id, runner);
             }
             if let Phase::Claiming { .. } = rec.phase() {
-                prop_assert!(d.s.capacity.claiming().contains_key(k), "job {} is claiming with no claim in flight", k.job_id);
+                prop_assert!(d.s.state.capacity.claiming().contains_key(k), "job {} is claiming with no claim in flight", k.job_id);
             }
             if *rec.phase() == Phase::Pending {
                 prop_assert!(
-                    d.s.admission.pending().iter().any(|p| p == k),
+                    d.s.state.admission.pending().iter().any(|p| p == k),
                     "job {} is pending in no queue", k.job_id
                 );
             }
@@ -472,7 +473,7 @@ fn the_driver_reaches_every_phase_but_the_out_of_scope_ones() {
     ];
     for s in &script {
         run(&mut d, s);
-        for (_, _, to) in d.s.jobs.moves() {
+        for (_, _, to) in d.s.state.jobs.moves() {
             seen.insert(*to);
         }
     }

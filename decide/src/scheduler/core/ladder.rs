@@ -4,6 +4,7 @@
 //! book). The `RetryActor` is only the timer: it is handed the earliest due time of everything
 //! timed ([`Effect::ArmTimer`]) and says when it has come ([`Scheduler::on_timer`]).
 
+use super::{Setup, State};
 use rand::{SeedableRng, rngs::SmallRng};
 
 use super::{
@@ -88,11 +89,60 @@ impl Ladder {
 }
 
 impl Scheduler {
+    /// The timer fired: deferred decisions that are due are taken, every ladder item due now
+    /// goes back through dispatch, and the pacing's waiting jobs get their tokens. An item
+    /// stays on the ladder (in flight) until its attempt resolves, so a retry that fails again
+    /// keeps its attempts and first failure.
+    pub fn on_timer(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.state.run_deferred(&self.setup, now, false, &mut fx);
+        self.state.offers_due(&self.setup, now, &mut fx);
+        self.state.answer_unanswerable(&self.setup, now, &mut fx);
+        if self.state.sweep_wake.is_some_and(|at| at <= now.mono) {
+            self.state.sweep_wake = None;
+            fx.extend(self.state.sweep(&self.setup, now));
+        }
+        for (key, attempts) in self.state.ladder.queue_mut().pop_due(now.mono) {
+            let phase = self.state.jobs.get(&key).map(|r| r.phase().clone());
+            if phase != Some(Phase::Retrying) {
+                // Resolved while it waited (started elsewhere, completed): nothing to retry.
+                self.state.leave_ladder(&key, &mut fx);
+                continue;
+            }
+            if self.state.draining {
+                self.state.abandon(
+                    &key,
+                    Rest::Seen,
+                    Note::Abandoned(Abandon::CordonedRetryDropped),
+                    now,
+                    &mut fx,
+                );
+                continue;
+            }
+            let answer = self.state.jobs.admit(&key);
+            self.state.moved(&key, answer);
+            let t = self.setup.target_index(&key);
+            self.state.admission.queue(t, key.clone());
+            self.state
+                .note(&key, now, Note::RetryDue { attempt: attempts });
+        }
+        self.state.pump(&self.setup, now, &mut fx);
+        // The timer that fired holds nothing now: only the time everything left points to is
+        // handed to it, not the steps on the way there.
+        fx.retain(|e| !matches!(e, Effect::ArmTimer { .. }));
+        self.state.timer = None;
+        self.state.rearm_timer(&mut fx);
+        fx
+    }
+}
+
+impl State {
     /// An attempt for the job failed (its claim, its environment, or its runner before the job
     /// started): onto the ladder, or give up. Every path finds the job's one item, so attempts
     /// and the first failure carry over until the job starts or `max_age` gives up.
     pub(super) fn failed(
         &mut self,
+        setup: &Setup,
         key: &JobKey,
         failure: Failure,
         now: Now,
@@ -107,13 +157,13 @@ impl Scheduler {
         }
         // The ladder's item counts the job's failures (this one included once it is recorded).
         let attempts = self.ladder.queue().get(key).map_or(0, |i| i.attempts) + 1;
-        if !(self.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
+        if !(setup.settings.retry_enabled && failure.class.is_retryable() && !self.draining) {
             self.not_retried(key, &failure, attempts, now, fx);
             return;
         }
         let outcome = self
             .ladder
-            .record_failure(key, self.target_index(key), &failure, now);
+            .record_failure(key, setup.target_index(key), &failure, now);
         match outcome {
             Scheduled::Retry {
                 delay,
@@ -247,50 +297,5 @@ impl Scheduler {
             self.timer = next;
             fx.push(Effect::ArmTimer { at: next });
         }
-    }
-
-    /// The timer fired: deferred decisions that are due are taken, every ladder item due now
-    /// goes back through dispatch, and the pacing's waiting jobs get their tokens. An item
-    /// stays on the ladder (in flight) until its attempt resolves, so a retry that fails again
-    /// keeps its attempts and first failure.
-    pub fn on_timer(&mut self, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        self.run_deferred(now, false, &mut fx);
-        self.offers_due(now, &mut fx);
-        self.answer_unanswerable(now, &mut fx);
-        if self.sweep_wake.is_some_and(|at| at <= now.mono) {
-            self.sweep_wake = None;
-            fx.extend(self.sweep(now));
-        }
-        for (key, attempts) in self.ladder.queue_mut().pop_due(now.mono) {
-            let phase = self.jobs.get(&key).map(|r| r.phase().clone());
-            if phase != Some(Phase::Retrying) {
-                // Resolved while it waited (started elsewhere, completed): nothing to retry.
-                self.leave_ladder(&key, &mut fx);
-                continue;
-            }
-            if self.draining {
-                self.abandon(
-                    &key,
-                    Rest::Seen,
-                    Note::Abandoned(Abandon::CordonedRetryDropped),
-                    now,
-                    &mut fx,
-                );
-                continue;
-            }
-            let answer = self.jobs.admit(&key);
-            self.moved(&key, answer);
-            let t = self.target_index(&key);
-            self.admission.queue(t, key.clone());
-            self.note(&key, now, Note::RetryDue { attempt: attempts });
-        }
-        self.pump(now, &mut fx);
-        // The timer that fired holds nothing now: only the time everything left points to is
-        // handed to it, not the steps on the way there.
-        fx.retain(|e| !matches!(e, Effect::ArmTimer { .. }));
-        self.timer = None;
-        self.rearm_timer(&mut fx);
-        fx
     }
 }

@@ -29,7 +29,7 @@ fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
     d.script = vec![http(502, None, None), http(503, None, None)].into();
     d.queued(1, LABELS);
     d.advance(45);
-    let q = d.s.retry_queue(d.state_now());
+    let q = d.s.view().retry_queue(d.state_now());
     assert_eq!(
         (q.depth, q.items[0].attempts),
         (1, 2),
@@ -38,16 +38,16 @@ fn a_retry_that_fails_again_stays_and_a_success_drops_it() {
     d.advance(600);
     assert_eq!(d.claim_times(1), vec![0, 30, 90]);
     assert!(matches!(d.phase(1), Phase::Active { .. }));
-    let q = d.s.retry_queue(d.state_now());
+    let q = d.s.view().retry_queue(d.state_now());
     assert_eq!(
         (q.depth, q.items.len(), q.items[0].attempts),
         (0, 1, 2),
         "a claimed runner holds the item (in flight) until the job is seen running"
     );
     d.send(JobAction::InProgress, job(1, LABELS));
-    let q = d.s.retry_queue(d.state_now());
+    let q = d.s.view().retry_queue(d.state_now());
     assert_eq!((q.depth, q.items.len()), (0, 0), "a started job drops it");
-    let rec = d.s.job(&JobKey::new("acme", 1)).unwrap();
+    let rec = d.s.view().job(&JobKey::new("acme", 1)).unwrap();
     assert_eq!(
         rec.ladder_left().map(|(n, _)| n),
         Some(2),
@@ -127,7 +127,7 @@ fn in_progress_or_completed_while_retrying_stops_the_retries() {
         2,
         "no claim after the job was seen elsewhere"
     );
-    let q = d.s.retry_queue(d.state_now());
+    let q = d.s.view().retry_queue(d.state_now());
     assert_eq!((q.depth, q.items.len()), (0, 0));
     assert_eq!((d.phase(1), d.phase(2)), (Phase::Done, Phase::Done));
 }
@@ -141,7 +141,7 @@ fn not_found_and_validation_failures_are_not_retried() {
     d.queued(2, LABELS);
     d.advance(300);
     assert_eq!(d.claims.len(), 2);
-    assert!(d.s.retry_queue(d.state_now()).items.is_empty());
+    assert!(d.s.view().retry_queue(d.state_now()).items.is_empty());
     for id in [1, 2] {
         assert!(
             matches!(
@@ -180,9 +180,9 @@ fn a_runner_refused_as_too_old_is_claimed_again_after_a_wait_and_never_climbs_th
     d.queued(1, LABELS);
     let first = d.runner_of(1);
     d.exited(&first, 7);
-    let q = d.s.retry_queue(d.state_now());
+    let q = d.s.view().retry_queue(d.state_now());
     assert_eq!(q.depth, 0, "not on the ladder");
-    let timeline = &d.s.job(&job(1, LABELS).key).unwrap().timeline();
+    let timeline = &d.s.view().job(&job(1, LABELS).key).unwrap().timeline();
     assert!(
         !timeline
             .iter()
@@ -199,9 +199,9 @@ fn a_runner_refused_as_too_old_is_claimed_again_after_a_wait_and_never_climbs_th
     assert_eq!(d.claim_times(1), vec![0, 15], "the wait doubles");
     d.advance(2);
     assert_eq!(d.claim_times(1), vec![0, 15, 46]);
-    assert_eq!(d.s.retry_queue(d.state_now()).depth, 0);
+    assert_eq!(d.s.view().retry_queue(d.state_now()).depth, 0);
     // An ordinary failure before the job started still climbs.
     let third = d.runner_of(1);
     d.exited(&third, 1);
-    assert_eq!(d.s.retry_queue(d.state_now()).depth, 1);
+    assert_eq!(d.s.view().retry_queue(d.state_now()).depth, 1);
 }

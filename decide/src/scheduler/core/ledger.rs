@@ -7,6 +7,7 @@ use super::{
     OUTDATED_WAIT, OUTDATED_WAIT_MAX, Phase, QUIET_EXITS_FREE, RunnerRecord, Scheduler,
     ShuttingDown, observation::Observation, runner_book::Deferred,
 };
+use super::{Setup, State};
 use crate::clock::Instant;
 use crate::{
     clock::Now,
@@ -57,13 +58,168 @@ pub(super) const QUIET_EXIT_LOOKED: &str =
     "its runner exited cleanly, no job was seen on it, and GitHub does not say it started";
 
 impl Scheduler {
+    /// Deletes, now, every registration still waiting for a late delivery (end of a drain).
+    pub fn flush_deferred(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.state.run_deferred(&self.setup, now, true, &mut fx);
+        fx
+    }
+
+    /// A provisioner's report about a runner.
+    pub fn on_runner_event(&mut self, name: &str, kind: RunnerEventKind, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        // An event for a runner no longer in the ledger changes nothing.
+        let Some((handle, runner)) = self.state.book.runner_with_handle(name) else {
+            return fx;
+        };
+        let (handle, intent) = (handle.clone(), runner.intent.clone());
+        match kind {
+            RunnerEventKind::Started { warm } => {
+                self.state.runner_started(name, handle, &intent, warm, now)
+            }
+            RunnerEventKind::Exited {
+                code,
+                reason,
+                detail,
+            } => {
+                let runner = self.state.forget_runner(&self.setup, name, now);
+                self.state.note(
+                    &intent,
+                    now,
+                    Note::RunnerGone {
+                        runner: handle.clone(),
+                        reason,
+                        code,
+                        detail: detail.map(std::sync::Arc::from),
+                    },
+                );
+                if let Some(r) = runner {
+                    self.state
+                        .trace_on_runner_gone(&self.setup, handle, &r, now);
+                    if reason == ExitReason::Exited {
+                        self.state.warm_runner_lost(&self.setup, &r, now);
+                    }
+                    self.state.runner_ended(
+                        &self.setup,
+                        &intent,
+                        name,
+                        r,
+                        code,
+                        reason,
+                        now,
+                        &mut fx,
+                    );
+                }
+            }
+            RunnerEventKind::Failed { error } => {
+                self.state
+                    .environment_not_made(&self.setup, name, &intent, error, now, &mut fx)
+            }
+        }
+        self.state.pump(&self.setup, now, &mut fx);
+        fx
+    }
+
+    /// GitHub's answer to a registration's deletion: one that failed is tried again later
+    /// (5 s, then doubling to 5 min, `DELETE_ATTEMPTS` in all; a registration still left after
+    /// that is found by the next start's cleanup). Already gone counts as deleted.
+    pub fn on_runner_deleted(
+        &mut self,
+        deletion: Deletion,
+        result: Result<(), GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let Err(e) = result else {
+            let runner = deletion.name;
+            self.state.ops.push(Op::Unregistered(runner.clone()));
+            self.state
+                .observe(Observation::RegistrationDeleted { runner });
+            return fx;
+        };
+        let attempt = deletion.attempt + 1;
+        let again = attempt < DELETE_ATTEMPTS && !self.state.shutting_down;
+        self.state.observe(Observation::DeletionFailed {
+            runner: deletion.name.clone(),
+            class: e.class(),
+            error: e.to_string(),
+            again,
+        });
+        if again {
+            let wait = (DELETE_RETRY_FIRST * 2u32.saturating_pow(attempt - 1)).min(MAX_WAIT_DELETE);
+            let what = Deferred::Delete(Deletion {
+                attempt,
+                ..deletion
+            });
+            self.state.defer(now.mono + wait, what, &mut fx);
+        }
+        fx
+    }
+
+    /// A pool's warm environments changed (for `status`).
+    pub fn on_warm_status(&mut self, provider: &PoolName, view: crate::provision::WarmView) {
+        if let Some(i) = self.setup.provider_index(provider) {
+            self.state.capacity.show_warm(i, view);
+        }
+    }
+
+    /// A provider went down (with the cause) or came up.
+    pub fn on_provider_status(
+        &mut self,
+        provider: PoolName,
+        up: bool,
+        cause: Option<String>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.state.observe(Observation::ProviderStatus {
+            provider: provider.clone(),
+            up,
+            cause: cause.clone(),
+        });
+        if let Some(i) = self.setup.provider_index(&provider) {
+            self.state.capacity.set_up(i, up, cause);
+        }
+        self.state.pump(&self.setup, now, &mut fx);
+        fx
+    }
+
+    /// Cordon (stop claiming) or uncordon; uncordoning is refused during the shutdown drain.
+    pub fn set_cordon(&mut self, cordoned: bool, now: Now) -> Result<Vec<Effect>, ShuttingDown> {
+        if !cordoned && self.state.shutting_down {
+            return Err(ShuttingDown);
+        }
+        self.state.draining = cordoned;
+        self.state.observe(Observation::Cordon(cordoned));
+        let mut fx = Vec::new();
+        self.state.pump(&self.setup, now, &mut fx);
+        Ok(fx)
+    }
+
+    /// The shutdown drain: cordoned for good. Idle spares are deleted at once (no job will be
+    /// handed to them now), not at the sweep's next turn.
+    pub fn begin_shutdown(&mut self, now: Now) -> Vec<Effect> {
+        self.state.shutting_down = true;
+        let mut fx = self.set_cordon(true, now).unwrap_or_default();
+        fx.extend(self.state.sweep(&self.setup, now));
+        fx
+    }
+}
+
+impl State {
     pub(super) fn defer(&mut self, due: Instant, what: Deferred, fx: &mut Vec<Effect>) {
         self.book.defer(due, what);
         self.rearm_timer(fx);
     }
 
     /// Carries out deferred decisions that are due (all of them with `all`).
-    pub(super) fn run_deferred(&mut self, now: Now, all: bool, fx: &mut Vec<Effect>) {
+    pub(super) fn run_deferred(
+        &mut self,
+        setup: &Setup,
+        now: Now,
+        all: bool,
+        fx: &mut Vec<Effect>,
+    ) {
         for what in self.book.take_due(now.mono, all) {
             match what {
                 Deferred::Delete(deletion) => {
@@ -75,62 +231,11 @@ impl Scheduler {
                         fx.push(Effect::DeleteRunner(deletion));
                     }
                 }
-                Deferred::Heal { key, why } => self.heal_now(&key, why, now, fx),
-                Deferred::Look { key } => self.look_at(&key, now, fx),
+                Deferred::Heal { key, why } => self.heal_now(setup, &key, why, now, fx),
+                Deferred::Look { key } => self.look_at(setup, &key, now, fx),
             }
         }
         self.rearm_timer(fx);
-    }
-
-    /// Deletes, now, every registration still waiting for a late delivery (end of a drain).
-    pub fn flush_deferred(&mut self, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        self.run_deferred(now, true, &mut fx);
-        fx
-    }
-
-    /// A provisioner's report about a runner.
-    pub fn on_runner_event(&mut self, name: &str, kind: RunnerEventKind, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        // An event for a runner no longer in the ledger changes nothing.
-        let Some((handle, runner)) = self.book.runner_with_handle(name) else {
-            return fx;
-        };
-        let (handle, intent) = (handle.clone(), runner.intent.clone());
-        match kind {
-            RunnerEventKind::Started { warm } => {
-                self.runner_started(name, handle, &intent, warm, now)
-            }
-            RunnerEventKind::Exited {
-                code,
-                reason,
-                detail,
-            } => {
-                let runner = self.forget_runner(name, now);
-                self.note(
-                    &intent,
-                    now,
-                    Note::RunnerGone {
-                        runner: handle.clone(),
-                        reason,
-                        code,
-                        detail: detail.map(std::sync::Arc::from),
-                    },
-                );
-                if let Some(r) = runner {
-                    self.trace_on_runner_gone(handle, &r, now);
-                    if reason == ExitReason::Exited {
-                        self.warm_runner_lost(&r, now);
-                    }
-                    self.runner_ended(&intent, name, r, code, reason, now, &mut fx);
-                }
-            }
-            RunnerEventKind::Failed { error } => {
-                self.environment_not_made(name, &intent, error, now, &mut fx)
-            }
-        }
-        self.pump(now, &mut fx);
-        fx
     }
 
     /// A runner's environment came up and its process started.
@@ -174,6 +279,7 @@ impl Scheduler {
     /// the pool (a pool that cannot run jobs) or climbs the ladder.
     fn environment_not_made(
         &mut self,
+        setup: &Setup,
         name: &str,
         intent: &JobKey,
         error: crate::provision::ProvisionError,
@@ -181,13 +287,20 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let intent = intent.clone();
-        let r = self.forget_runner(name, now);
+        let r = self.forget_runner(setup, name, now);
         if let Some(r) = &r {
             fx.push(Effect::DeleteRunner(Deletion::of(r)));
         }
         if let Some(r) = &r {
-            self.warm_runner_lost(r, now);
-            self.environment_failed(r.provider.clone(), &intent, name, error.to_string(), now);
+            self.warm_runner_lost(setup, r, now);
+            self.environment_failed(
+                setup,
+                r.provider.clone(),
+                &intent,
+                name,
+                error.to_string(),
+                now,
+            );
         }
         let waiting = matches!(self.jobs.get(&intent).map(|r| r.phase()), Some(Phase::Seen));
         if waiting && error.takes_pool_down() {
@@ -195,7 +308,7 @@ impl Scheduler {
             // the job waits for it or goes to another covering pool; no rung is spent.
             let answer = self.jobs.admit(&intent);
             self.moved(&intent, answer);
-            let t = self.target_index(&intent);
+            let t = setup.target_index(&intent);
             self.admission.queue(t, intent.clone());
             let why = "its pool cannot run jobs right now";
             self.observe(Observation::Requeued {
@@ -211,7 +324,7 @@ impl Scheduler {
                 reading: None,
                 message: format!("provisioning failed: {error}"),
             };
-            self.failed(&intent, failure, now, fx);
+            self.failed(setup, &intent, failure, now, fx);
         }
     }
 
@@ -229,6 +342,7 @@ impl Scheduler {
     #[allow(clippy::too_many_arguments)]
     fn runner_ended(
         &mut self,
+        setup: &Setup,
         intent: &JobKey,
         name: &str,
         r: RunnerRecord,
@@ -266,7 +380,7 @@ impl Scheduler {
             .is_some_and(|j| *j.phase() == Phase::Seen && j.started_at().is_none());
         if !waiting || r.bound.is_some() {
             if waiting {
-                self.heal_stranded(intent, Strand::SiblingTookIt, now, fx);
+                self.heal_stranded(setup, intent, Strand::SiblingTookIt, now, fx);
             }
             return;
         }
@@ -292,14 +406,14 @@ impl Scheduler {
                 Some(c) => format!("the runner exited with code {c} before its job started"),
                 None => "the runner was killed before its job started".into(),
             };
-            return self.attempt_failed(&r, intent, name, error, now, fx);
+            return self.attempt_failed(setup, &r, error, now, fx);
         }
         if clean {
             let quiet = self.jobs.quiet_exit(intent);
             if quiet > QUIET_EXITS_FREE {
                 let error =
                     format!("{quiet} of its runners exited cleanly without being seen with a job");
-                return self.attempt_failed(&r, intent, name, error, now, fx);
+                return self.attempt_failed(setup, &r, error, now, fx);
             }
         }
         let why = match reason {
@@ -307,21 +421,21 @@ impl Scheduler {
             ExitReason::Exited => Strand::QuietExit,
             _ => Strand::RunnerWent,
         };
-        self.heal_stranded(intent, why, now, fx);
+        self.heal_stranded(setup, intent, why, now, fx);
     }
 
     /// An attempt for `intent` failed in its environment: counted for the pool, and the job's
     /// ladder item climbs.
     fn attempt_failed(
         &mut self,
+        setup: &Setup,
         r: &RunnerRecord,
-        intent: &JobKey,
-        name: &str,
         error: String,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        self.environment_failed(r.provider.clone(), intent, name, error.clone(), now);
+        let (intent, name) = (&r.intent, r.name.as_str());
+        self.environment_failed(setup, r.provider.clone(), intent, name, error.clone(), now);
         let failure = Failure {
             class: ErrorClass::UnknownRetryable,
             retry_after: None,
@@ -329,55 +443,21 @@ impl Scheduler {
             reading: None,
             message: error,
         };
-        self.failed(intent, failure, now, fx);
-    }
-
-    /// GitHub's answer to a registration's deletion: one that failed is tried again later
-    /// (5 s, then doubling to 5 min, `DELETE_ATTEMPTS` in all; a registration still left after
-    /// that is found by the next start's cleanup). Already gone counts as deleted.
-    pub fn on_runner_deleted(
-        &mut self,
-        deletion: Deletion,
-        result: Result<(), GithubError>,
-        now: Now,
-    ) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        let Err(e) = result else {
-            let runner = deletion.name;
-            self.ops.push(Op::Unregistered(runner.clone()));
-            self.observe(Observation::RegistrationDeleted { runner });
-            return fx;
-        };
-        let attempt = deletion.attempt + 1;
-        let again = attempt < DELETE_ATTEMPTS && !self.shutting_down;
-        self.observe(Observation::DeletionFailed {
-            runner: deletion.name.clone(),
-            class: e.class(),
-            error: e.to_string(),
-            again,
-        });
-        if again {
-            let wait = (DELETE_RETRY_FIRST * 2u32.saturating_pow(attempt - 1)).min(MAX_WAIT_DELETE);
-            let what = Deferred::Delete(Deletion {
-                attempt,
-                ..deletion
-            });
-            self.defer(now.mono + wait, what, &mut fx);
-        }
-        fx
+        self.failed(setup, intent, failure, now, fx);
     }
 
     /// Counts an environment of `provider` that failed (for `status` and the metric) and notes
     /// it on the job's timeline.
     fn environment_failed(
         &mut self,
+        setup: &Setup,
         provider: PoolName,
         job: &JobKey,
         runner: &str,
         error: String,
         now: Now,
     ) {
-        if let Some(i) = self.provider_index(&provider) {
+        if let Some(i) = setup.provider_index(&provider) {
             self.capacity.env_failed(i, &error);
         }
         self.observe(Observation::EnvironmentFailed {
@@ -397,10 +477,15 @@ impl Scheduler {
     }
 
     /// Removes a runner from the ledger, frees its slot, and leaves its intent job `Seen`.
-    pub(super) fn forget_runner(&mut self, name: &str, now: Now) -> Option<RunnerRecord> {
+    pub(super) fn forget_runner(
+        &mut self,
+        setup: &Setup,
+        name: &str,
+        now: Now,
+    ) -> Option<RunnerRecord> {
         let (handle, r) = self.book.remove(name)?;
         self.ops.push(Op::DeleteRunner(r.name.clone()));
-        self.release(&r.provider);
+        self.release(setup, &r.provider);
         self.observe(Observation::RunnerRemoved {
             provider: r.provider.clone(),
         });
@@ -416,14 +501,15 @@ impl Scheduler {
     /// a poll that has not yet seen it running is not a stranded job.
     pub(super) fn heal_stranded(
         &mut self,
+        setup: &Setup,
         key: &JobKey,
         why: Strand,
         now: Now,
         fx: &mut Vec<Effect>,
     ) {
-        let grace = self.settings.heal_grace;
+        let grace = setup.settings.heal_grace;
         if grace.is_zero() {
-            return self.heal_now(key, why, now, fx);
+            return self.heal_now(setup, key, why, now, fx);
         }
         let what = Deferred::Heal {
             key: key.clone(),
@@ -437,16 +523,23 @@ impl Scheduler {
     /// host killed before it wrote the starts it heard). One request instead of a
     /// registration, a runner's boot and its deletion; `on_job_looked` dispatches the job
     /// again if GitHub still lists it queued, or cannot say.
-    fn heal_now(&mut self, key: &JobKey, why: Strand, now: Now, fx: &mut Vec<Effect>) {
+    fn heal_now(
+        &mut self,
+        setup: &Setup,
+        key: &JobKey,
+        why: Strand,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
         let Some(rec) = self.stranded(key) else {
             return;
         };
         if why == Strand::QuietExit && !key.is_reckoned() && !rec.info().repo.is_empty() {
             let repo = rec.info().repo.to_string();
-            self.ask_where(key.clone(), repo, now, fx);
+            self.ask_where(setup, key.clone(), repo, now, fx);
             return;
         }
-        self.dispatch_again(key, why.why(), now, fx);
+        self.dispatch_again(setup, key, why.why(), now, fx);
     }
 
     /// Job `key`, if it is still stranded: held `Seen` (its runner gone), never seen started,
@@ -460,6 +553,7 @@ impl Scheduler {
     /// Dispatches stranded job `key` again ([`Scheduler::stranded`]).
     pub(super) fn dispatch_again(
         &mut self,
+        setup: &Setup,
         key: &JobKey,
         why: &'static str,
         now: Now,
@@ -471,62 +565,13 @@ impl Scheduler {
         self.jobs.admitted_at(key, now.mono);
         let answer = self.jobs.admit(key);
         self.moved(key, answer);
-        let t = self.target_index(key);
+        let t = setup.target_index(key);
         self.admission.queue(t, key.clone());
         self.observe(Observation::Requeued {
             job_id: key.job_id,
             why,
         });
         self.note(key, now, Note::Requeued { why });
-        self.pump(now, fx);
-    }
-
-    /// A pool's warm environments changed (for `status`).
-    pub fn on_warm_status(&mut self, provider: &PoolName, view: crate::provision::WarmView) {
-        if let Some(i) = self.provider_index(provider) {
-            self.capacity.show_warm(i, view);
-        }
-    }
-
-    /// A provider went down (with the cause) or came up.
-    pub fn on_provider_status(
-        &mut self,
-        provider: PoolName,
-        up: bool,
-        cause: Option<String>,
-        now: Now,
-    ) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        self.observe(Observation::ProviderStatus {
-            provider: provider.clone(),
-            up,
-            cause: cause.clone(),
-        });
-        if let Some(i) = self.provider_index(&provider) {
-            self.capacity.set_up(i, up, cause);
-        }
-        self.pump(now, &mut fx);
-        fx
-    }
-
-    /// Cordon (stop claiming) or uncordon; uncordoning is refused during the shutdown drain.
-    pub fn set_cordon(&mut self, cordoned: bool, now: Now) -> Result<Vec<Effect>, ShuttingDown> {
-        if !cordoned && self.shutting_down {
-            return Err(ShuttingDown);
-        }
-        self.draining = cordoned;
-        self.observe(Observation::Cordon(cordoned));
-        let mut fx = Vec::new();
-        self.pump(now, &mut fx);
-        Ok(fx)
-    }
-
-    /// The shutdown drain: cordoned for good. Idle spares are deleted at once (no job will be
-    /// handed to them now), not at the sweep's next turn.
-    pub fn begin_shutdown(&mut self, now: Now) -> Vec<Effect> {
-        self.shutting_down = true;
-        let mut fx = self.set_cordon(true, now).unwrap_or_default();
-        fx.extend(self.sweep(now));
-        fx
+        self.pump(setup, now, fx);
     }
 }

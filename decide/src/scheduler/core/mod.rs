@@ -47,6 +47,7 @@ mod parking;
 mod restore;
 mod runner_book;
 mod settings;
+mod setup;
 mod shared;
 mod sizes;
 mod supply;
@@ -68,6 +69,7 @@ pub use pacing::ClaimPacer;
 use runner_book::RunnerBook;
 pub use runner_book::RunnerRecord;
 pub use settings::{ProviderSpec, SchedulerSettings, TargetSpec};
+pub use setup::Setup;
 pub use sizes::Census;
 pub use supply::PoolDemand;
 pub use timeline::{Abandon, DeliveryId, Note, TimelineEntry};
@@ -291,13 +293,19 @@ impl Phase {
     }
 }
 
-/// The scheduler: its owned parts, and what crosses them (the settings, cordon, the one
-/// timer, and what waits for the shell).
+/// The scheduler: what it was configured with, and what it holds now. Its methods are the
+/// shell's entry points (an event, a timer, a call's answer: each returns the effects) and
+/// [`Scheduler::view`]; the mechanics they run are [`State`]'s, each reading the [`Setup`].
 #[derive(Debug)]
 pub struct Scheduler {
-    settings: SchedulerSettings,
-    /// Target index per owner (lowercased).
-    owners: HashMap<String, usize>,
+    setup: Setup,
+    state: State,
+}
+
+/// What the scheduler holds now: its owned parts, and what crosses them (cordon, the one
+/// timer, and what waits for the shell).
+#[derive(Debug)]
+struct State {
     /// The job table: every job's record, changed only through its transitions.
     jobs: JobTable,
     /// The pending queue, shared strings, jobs held idle.
@@ -338,6 +346,14 @@ pub struct Scheduler {
     traces: Vec<trace::JobTrace>,
 }
 
+/// A read-only look at the scheduler ([`Scheduler::view`]): every status page, count and
+/// record the admin API and the tests read.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    setup: &'a Setup,
+    state: &'a State,
+}
+
 /// A cordon cannot be lifted: the daemon is draining to shut down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the daemon is draining to shut down; it cannot be uncordoned")]
@@ -364,13 +380,7 @@ impl Scheduler {
     /// A scheduler with no jobs, climbing `backoff` on failures; `seed` seeds the ladder's
     /// jitter (random from the shell, fixed in tests).
     pub fn new(settings: SchedulerSettings, backoff: Backoff, seed: u64) -> Self {
-        Scheduler {
-            owners: settings
-                .targets
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.owner.to_ascii_lowercase(), i))
-                .collect(),
+        let state = State {
             jobs: JobTable::default(),
             admission: Admission::new(settings.targets.len()),
             capacity: SlotTable::new(&settings),
@@ -380,7 +390,6 @@ impl Scheduler {
             held_notices: HashMap::new(),
             offers: Vec::new(),
             unanswerable: Vec::new(),
-            settings,
             draining: false,
             shutting_down: false,
             stats: Stats::default(),
@@ -391,16 +400,76 @@ impl Scheduler {
             ops: Vec::new(),
             next_usage_prune: 0,
             traces: Vec::new(),
+        };
+        Scheduler {
+            setup: Setup::new(settings),
+            state,
         }
+    }
+
+    /// What the scheduler was configured with (targets, pools, the runner names it owns).
+    pub fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    /// A read-only look at everything it holds.
+    pub fn view(&self) -> View<'_> {
+        View {
+            setup: &self.setup,
+            state: &self.state,
+        }
+    }
+
+    /// The orphan sweep. Spares (unbound runners whose job no longer needs them) are first
+    /// handed to jobs that wait for a runner (`rebalance`); the spares left are surplus and
+    /// reaped at once. An unbound runner its own job still waits for, older than the grace,
+    /// is an orphan: GitHub did not hand it that job (or any) while it sat idle, which is the
+    /// one thing that counts toward the job's zombie cap. Each is deleted on GitHub first
+    /// (`CheckIdle`), which GitHub refuses for a runner that runs a job.
+    pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
+        self.state.sweep(&self.setup, now)
+    }
+
+    /// The ledger refused a claim this host started (its slot is given back): another host
+    /// holds the job, GitHub already runs it, or the fleet's pacing says not yet (the job
+    /// waits at the front of the queue and every claim pauses).
+    pub fn on_acquire_refused(
+        &mut self,
+        key: JobKey,
+        provider: PoolName,
+        answer: crate::cluster::Acquire,
+        now: Now,
+    ) -> Vec<Effect> {
+        self.state
+            .on_acquire_refused(&self.setup, key, provider, answer, now)
+    }
+
+    /// GitHub's answer about a parked job: still queued, it is admitted again; started or
+    /// completed, nothing is left to do; unknown to GitHub, it is done with. A failed look is
+    /// tried again after `PARK_LOOK`.
+    pub fn on_job_looked(
+        &mut self,
+        key: &JobKey,
+        status: Result<String, crate::github::GithubError>,
+        now: Now,
+    ) -> Vec<Effect> {
+        self.state.on_job_looked(&self.setup, key, status, now)
     }
 
     /// Reads rate-limit readings from `book`, target `t`'s under `credentials[t]` (targets
     /// that share a credential share its budget). Without it, a rate-limited claim climbs the
     /// plain ladder.
     pub fn read_rates(&mut self, book: RateBook, credentials: Vec<String>) {
-        self.ladder.read_rates(book, credentials);
+        self.state.ladder.read_rates(book, credentials);
     }
 
+    /// What was observed since the last call (the shell logs and counts it).
+    pub fn take_observations(&mut self) -> Vec<Observation> {
+        std::mem::take(&mut self.state.observed)
+    }
+}
+
+impl State {
     /// Runner `name` as its notes share it (see [`RunnerBook::handle`]).
     fn runner_handle(&self, name: &str) -> Arc<str> {
         self.book.handle(name)
@@ -432,64 +501,9 @@ impl Scheduler {
         self.observed.push(o);
     }
 
-    /// What was observed since the last call (the shell logs and counts it).
-    pub fn take_observations(&mut self) -> Vec<Observation> {
-        std::mem::take(&mut self.observed)
-    }
-
-    fn provider_index(&self, pool: &PoolName) -> Option<usize> {
-        self.settings.providers.iter().position(|p| p.name == *pool)
-    }
-
-    fn release(&mut self, provider: &PoolName) {
-        let i = self.provider_index(provider);
+    fn release(&mut self, setup: &Setup, provider: &PoolName) {
+        let i = setup.provider_index(provider);
         self.capacity.free(i);
-    }
-
-    /// `runner.name_prefix`.
-    pub fn name_prefix(&self) -> &str {
-        &self.settings.name_prefix
-    }
-
-    /// Whether a runner name is one of this install's, of any pool, configured now or not
-    /// (a pool removed from the config may have left runners): `<name_prefix>-<pool>-` and
-    /// then exactly this install's id and a random part (neither has a `-`, so another
-    /// host's pool whose name ends in `-<our id>` does not match: its tail is longer).
-    pub fn is_ours(&self, name: &str) -> bool {
-        let s = &self.settings;
-        if s.providers
-            .iter()
-            .any(|p| name.starts_with(&s.runner_prefix(&p.name)))
-        {
-            return true;
-        }
-        crate::vocab::names_install_runner(name, &s.name_prefix, &s.install_id)
-    }
-
-    /// The targets.
-    pub fn targets(&self) -> &[TargetSpec] {
-        &self.settings.targets
-    }
-
-    /// The target whose owner is `owner` (case-insensitive).
-    pub fn target_of(&self, owner: &str) -> Option<usize> {
-        self.owners
-            .get(owner)
-            .or_else(|| self.owners.get(&owner.to_ascii_lowercase()))
-            .copied()
-    }
-
-    /// How often to reconcile, if at all.
-    pub fn reconcile_interval(&self) -> Option<Duration> {
-        self.settings.reconcile_interval
-    }
-
-    /// How often the shell should [`Scheduler::prune`]: a quarter of the shorter of the dedup
-    /// window and the retention, between 5 s and a minute, so a record outlives its window by
-    /// at most that (and a daemon restarted more often than a minute still prunes).
-    pub fn prune_every(&self) -> Duration {
-        (self.settings.seen_ttl.min(self.settings.retention) / 4)
-            .clamp(Duration::from_secs(5), Duration::from_secs(60))
     }
 }
 

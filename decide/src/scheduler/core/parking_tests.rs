@@ -85,7 +85,7 @@ fn exited(
 }
 
 fn phase(s: &Scheduler, id: u64) -> Phase {
-    s.job(&key(id)).unwrap().phase().clone()
+    s.view().job(&key(id)).unwrap().phase().clone()
 }
 
 /// One zombie pass for job 1: claimed, booted, idle through the grace, reaped; returns the
@@ -124,10 +124,10 @@ fn a_runner_that_takes_a_sibling_leaves_its_job_claiming_again_at_once_and_uncou
         vec![1],
         "job 1 is claimed for again while a runs job 2"
     );
-    let j1 = s.job(&key(1)).unwrap();
+    let j1 = s.view().job(&key(1)).unwrap();
     assert_eq!((j1.idle_reaps(), j1.quiet_exits()), (0, 0));
     assert!(
-        s.ladder.queue().get(&key(2)).is_none(),
+        s.state.ladder.queue().get(&key(2)).is_none(),
         "job 2 left its ladder"
     );
     // a finishes job 2 and exits cleanly: nothing for job 1, no deletion (GitHub removed it).
@@ -167,7 +167,7 @@ fn a_swap_chain_longer_than_the_cap_never_parks_the_job() {
             "round {round}: {fx:?}"
         );
     }
-    let j1 = s.job(&key(1)).unwrap();
+    let j1 = s.view().job(&key(1)).unwrap();
     assert!(
         !matches!(j1.phase(), Phase::Parked { .. }),
         "{:?}",
@@ -190,7 +190,10 @@ fn a_job_whose_runners_are_always_reaped_idle_is_parked_after_the_cap_and_looked
     for pass in 1..ZOMBIE_CAP as u64 {
         let fx = idle_pass(&mut s, t0, t, pass);
         assert_eq!(claims(&fx), vec![1], "pass {pass}: dispatched again");
-        assert_eq!(u32::from(s.job(&key(1)).unwrap().idle_reaps()), pass as u32);
+        assert_eq!(
+            u32::from(s.view().job(&key(1)).unwrap().idle_reaps()),
+            pass as u32
+        );
         t += 700;
     }
     // The fifth idle reap parks it: nothing claimed, a look due in 30 minutes.
@@ -522,7 +525,7 @@ fn a_spare_is_handed_to_a_job_on_the_ladder_instead_of_a_new_claim() {
     // a crashing now climbs job 2's own item.
     exited(&mut s, &a, Some(1), ExitReason::Exited, at(t0, 121));
     assert_eq!(phase(&s, 2), Phase::Retrying);
-    assert_eq!(s.ladder.queue().get(&key(2)).unwrap().attempts, 2);
+    assert_eq!(s.state.ladder.queue().get(&key(2)).unwrap().attempts, 2);
 }
 
 /// A quiet exit whose job GitHub says ran (its `in_progress` and `completed` lost): nothing is

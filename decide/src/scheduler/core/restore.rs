@@ -3,6 +3,7 @@
 use super::{
     Effect, JobRecord, Phase, RunnerRecord, Scheduler, job_table::Begin, observation::Observation,
 };
+use super::{Setup, State};
 use crate::{
     clock::Now,
     durable::{Op, Snapshot},
@@ -13,7 +14,7 @@ use std::{sync::Arc, time::Duration};
 impl Scheduler {
     /// State changes to make durable since the last call (the actor hands them to the store).
     pub fn take_ops(&mut self) -> Vec<Op> {
-        std::mem::take(&mut self.ops)
+        std::mem::take(&mut self.state.ops)
     }
 
     /// Rebuilds the state a previous run left in the store. Ledger runners hold their slots
@@ -22,14 +23,14 @@ impl Scheduler {
     /// flight (the caller dispatches them again through the normal path), and the effects of
     /// the restored ladder (its timer).
     pub fn restore(&mut self, snapshot: &Snapshot, now: Now) -> (Vec<JobInfo>, Vec<Effect>) {
-        self.restore_jobs(snapshot, now);
-        self.restore_runners(snapshot, now);
+        self.state.restore_jobs(snapshot, now);
+        self.state.restore_runners(&self.setup, snapshot, now);
         let mut fx = Vec::new();
-        self.restore_ladder(snapshot, now, &mut fx);
-        self.rearm_timer(&mut fx);
+        self.state.restore_ladder(snapshot, now, &mut fx);
+        self.state.rearm_timer(&mut fx);
         // Let the re-dispatch through the dedup gate.
-        let redo: Vec<JobInfo> = self.jobs.unsee_held();
-        self.observe(Observation::Restored {
+        let redo: Vec<JobInfo> = self.state.jobs.unsee_held();
+        self.state.observe(Observation::Restored {
             jobs: snapshot.jobs.len(),
             runners: snapshot.runners.len(),
             retries: snapshot.retries.len(),
@@ -37,7 +38,9 @@ impl Scheduler {
         });
         (redo, fx)
     }
+}
 
+impl State {
     /// The jobs the store held: seen, and done when they were observed running.
     fn restore_jobs(&mut self, snapshot: &Snapshot, now: Now) {
         let ago = |unix| ago(now, unix);
@@ -53,10 +56,10 @@ impl Scheduler {
 
     /// The runners the store held: each holds its slot, and its job is active on it unless
     /// the job was observed running.
-    fn restore_runners(&mut self, snapshot: &Snapshot, now: Now) {
+    fn restore_runners(&mut self, setup: &Setup, snapshot: &Snapshot, now: Now) {
         let ago = |unix| ago(now, unix);
         for r in &snapshot.runners {
-            let Some(i) = self.provider_index(&r.provider) else {
+            let Some(i) = setup.provider_index(&r.provider) else {
                 // The provider was disabled since: nothing will adopt it; forget it.
                 self.ops.push(Op::DeleteRunner(r.name.clone()));
                 continue;

@@ -2,26 +2,26 @@
 //! soak samples to see that none of them grows with the jobs done (docs/benchmarks.md,
 //! "Soak"); ARCHITECTURE.md names each one's bound.
 
-use super::Scheduler;
+use super::View;
 
 /// Entries per collection, by a stable name (`scheduler.jobs`, `ladder.items`, ...).
 pub type Census = Vec<(&'static str, usize)>;
 
-impl Scheduler {
+impl<'a> View<'a> {
     /// Every collection the scheduler keeps, with its entries now.
     pub fn census(&self) -> Census {
         let mut out = Census::new();
-        self.jobs.census(&mut out);
-        self.admission.census(&mut out);
-        self.capacity.census(&mut out);
-        self.book.census(&mut out);
-        out.extend(self.ladder.queue().census());
-        out.push(("scheduler.held_notices", self.held_notices.len()));
-        out.push(("scheduler.offers", self.offers.len()));
-        out.push(("scheduler.unanswerable", self.unanswerable.len()));
-        out.push(("scheduler.observed", self.observed.len()));
-        out.push(("scheduler.ops", self.ops.len()));
-        self.warm.census(&mut out);
+        self.state.jobs.census(&mut out);
+        self.state.admission.census(&mut out);
+        self.state.capacity.census(&mut out);
+        self.state.book.census(&mut out);
+        out.extend(self.state.ladder.queue().census());
+        out.push(("scheduler.held_notices", self.state.held_notices.len()));
+        out.push(("scheduler.offers", self.state.offers.len()));
+        out.push(("scheduler.unanswerable", self.state.unanswerable.len()));
+        out.push(("scheduler.observed", self.state.observed.len()));
+        out.push(("scheduler.ops", self.state.ops.len()));
+        self.state.warm.census(&mut out);
         out
     }
 }
@@ -65,7 +65,7 @@ mod tests {
         d.advance(130);
         let now = d.state_now();
         d.s.prune(now);
-        let census = d.s.census();
+        let census = d.s.view().census();
         assert_eq!(count(&census, "scheduler.jobs"), 0, "{census:?}");
         assert_eq!(count(&census, "scheduler.runners"), 0, "{census:?}");
         assert!(
@@ -98,7 +98,7 @@ mod tests {
         sched.restore(&snapshot, now);
         sched.take_ops();
         sched.prune(now);
-        let census = sched.census();
+        let census = sched.view().census();
         assert_eq!(count(&census, "scheduler.jobs"), 1, "{census:?}");
         assert!(
             sched
@@ -121,13 +121,13 @@ mod tests {
             ..JobInfo::default()
         };
         let now = |secs| at(t0, secs);
-        let before = sched.census();
+        let before = sched.view().census();
         // Heard of only once it was done (its runner was another host's).
         sched.on_job_event(JobAction::Completed, info, None, t0, now(1));
-        assert_eq!(count(&sched.census(), "scheduler.jobs"), 1);
+        assert_eq!(count(&sched.view().census(), "scheduler.jobs"), 1);
         sched.prune(now(60));
         assert_eq!(
-            count(&sched.census(), "scheduler.jobs"),
+            count(&sched.view().census(), "scheduler.jobs"),
             1,
             "inside its retention"
         );
@@ -137,7 +137,7 @@ mod tests {
         sched.take_observations();
         sched.take_ops();
         sched.prune(now(63));
-        let after = sched.census();
+        let after = sched.view().census();
         for name in [
             "scheduler.jobs",
             "scheduler.timeline_notes",

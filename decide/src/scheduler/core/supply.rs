@@ -9,7 +9,8 @@
 //!   oldest waiting job it can serve (`rebalance`) before any new claim is made for it; a
 //!   spare nobody can use is surplus, which the sweep reaps.
 
-use super::{Effect, Note, Phase, RunnerRecord, Scheduler, observation::Observation};
+use super::{Effect, Note, Phase, RunnerRecord, observation::Observation};
+use super::{Setup, State, View};
 use crate::clock::Instant;
 use crate::{clock::Now, durable::Op, job::JobKey, vocab::LabelSet};
 use std::sync::Arc;
@@ -23,10 +24,16 @@ pub struct PoolDemand {
     pub running: usize,
 }
 
-impl Scheduler {
+impl State {
     /// Runner `runner`, made for `intent`, was named in another job's event: `intent` lost its
     /// supply and waits for a runner again (a spare, or a new claim), at once.
-    pub(super) fn runner_taken(&mut self, intent: &JobKey, runner: &Arc<str>, now: Now) {
+    pub(super) fn runner_taken(
+        &mut self,
+        setup: &Setup,
+        intent: &JobKey,
+        runner: &Arc<str>,
+        now: Now,
+    ) {
         let Some(rec) = self.jobs.get(intent) else {
             return;
         };
@@ -53,7 +60,7 @@ impl Scheduler {
             return;
         }
         self.jobs.admitted_at(intent, now.mono);
-        let t = self.target_index(intent);
+        let t = setup.target_index(intent);
         self.admission.queue(t, intent.clone());
         let why = "its runner ran a sibling's job";
         self.observe(Observation::Requeued {
@@ -63,54 +70,9 @@ impl Scheduler {
         self.note(intent, now, Note::Requeued { why });
     }
 
-    /// What this daemon holds of the jobs routed by `pin` (a scale set's routing label) for
-    /// `owner`: the ones that still wait for a runner to take them, and how many run on a
-    /// runner of ours. GitHub's `totalAssignedJobs` for the scale set counts the same jobs.
-    pub fn pool_demand(&self, owner: &str, pin: &str) -> PoolDemand {
-        let mine = |key: &JobKey, labels: &[String]| {
-            key.owner.eq_ignore_ascii_case(owner) && labels.iter().any(|l| l == pin)
-        };
-        let mut waiting: Vec<(Instant, JobKey)> = self
-            .jobs
-            .iter()
-            .filter(|(key, j)| {
-                mine(key, &j.info().labels)
-                    && j.started_at().is_none()
-                    && j.info().conclusion.is_none()
-                    && !matches!(j.phase(), Phase::Done | Phase::Ignored | Phase::Unroutable)
-            })
-            .map(|(key, j)| (j.received_at(), key.clone()))
-            .collect();
-        waiting.sort();
-        // Running: started, not completed, on a runner of ours (live, or gone a moment ago
-        // with GitHub's `JobCompleted` not yet in).
-        let bound: std::collections::HashSet<&JobKey> = self
-            .book
-            .runners()
-            .filter_map(|r| r.bound.as_ref())
-            .collect();
-        let running = self
-            .jobs
-            .iter()
-            .filter(|(key, j)| {
-                mine(key, &j.info().labels)
-                    && j.started_at().is_some()
-                    && j.info().conclusion.is_none()
-                    && (bound.contains(key)
-                        || j.info().runner_name.as_deref().is_some_and(|n| {
-                            self.book.has(n) || self.book.recent().get(n).is_some()
-                        }))
-            })
-            .count();
-        PoolDemand {
-            waiting: waiting.into_iter().map(|(_, k)| k).collect(),
-            running,
-        }
-    }
-
     /// Hands spares to the jobs that wait for a runner: oldest job first, each to the newest
     /// spare that can serve it (same target, same repo for repo-level runners, labels covered).
-    pub(super) fn rebalance(&mut self, now: Now, fx: &mut Vec<Effect>) {
+    pub(super) fn rebalance(&mut self, setup: &Setup, now: Now, fx: &mut Vec<Effect>) {
         let mut spares: Vec<(Instant, Arc<str>)> = self
             .book
             .entries()
@@ -133,11 +95,11 @@ impl Scheduler {
                 continue;
             };
             let wanted = LabelSet::new(&job.info().labels);
-            let target = self.target_index(&key);
+            let target = setup.target_index(&key);
             let serves = |name: &Arc<str>| {
                 self.book
                     .runner(name)
-                    .is_some_and(|r| self.can_serve(r, target, &job.info().repo, &wanted))
+                    .is_some_and(|r| self.can_serve(setup, r, target, &job.info().repo, &wanted))
             };
             if let Some(pos) = spares.iter().position(|(_, name)| serves(name)) {
                 let (_, name) = spares.remove(pos);
@@ -147,12 +109,19 @@ impl Scheduler {
     }
 
     /// Whether runner `r` can take a job of `target` in `repo` that wants `wanted`.
-    fn can_serve(&self, r: &RunnerRecord, target: usize, repo: &str, wanted: &LabelSet) -> bool {
-        self.target_index(&r.intent) == target
+    fn can_serve(
+        &self,
+        setup: &Setup,
+        r: &RunnerRecord,
+        target: usize,
+        repo: &str,
+        wanted: &LabelSet,
+    ) -> bool {
+        setup.target_index(&r.intent) == target
             && r.repo
                 .as_deref()
                 .is_none_or(|own| own.eq_ignore_ascii_case(repo))
-            && self
+            && setup
                 .provider_index(&r.provider)
                 .is_some_and(|i| self.capacity.set(i).covers(wanted))
     }
@@ -181,5 +150,55 @@ impl Scheduler {
                 from: from.job_id,
             },
         );
+    }
+}
+
+impl<'a> View<'a> {
+    /// What this daemon holds of the jobs routed by `pin` (a scale set's routing label) for
+    /// `owner`: the ones that still wait for a runner to take them, and how many run on a
+    /// runner of ours. GitHub's `totalAssignedJobs` for the scale set counts the same jobs.
+    pub fn pool_demand(&self, owner: &str, pin: &str) -> PoolDemand {
+        let mine = |key: &JobKey, labels: &[String]| {
+            key.owner.eq_ignore_ascii_case(owner) && labels.iter().any(|l| l == pin)
+        };
+        let mut waiting: Vec<(Instant, JobKey)> = self
+            .state
+            .jobs
+            .iter()
+            .filter(|(key, j)| {
+                mine(key, &j.info().labels)
+                    && j.started_at().is_none()
+                    && j.info().conclusion.is_none()
+                    && !matches!(j.phase(), Phase::Done | Phase::Ignored | Phase::Unroutable)
+            })
+            .map(|(key, j)| (j.received_at(), key.clone()))
+            .collect();
+        waiting.sort();
+        // Running: started, not completed, on a runner of ours (live, or gone a moment ago
+        // with GitHub's `JobCompleted` not yet in).
+        let bound: std::collections::HashSet<&JobKey> = self
+            .state
+            .book
+            .runners()
+            .filter_map(|r| r.bound.as_ref())
+            .collect();
+        let running = self
+            .state
+            .jobs
+            .iter()
+            .filter(|(key, j)| {
+                mine(key, &j.info().labels)
+                    && j.started_at().is_some()
+                    && j.info().conclusion.is_none()
+                    && (bound.contains(key)
+                        || j.info().runner_name.as_deref().is_some_and(|n| {
+                            self.state.book.has(n) || self.state.book.recent().get(n).is_some()
+                        }))
+            })
+            .count();
+        PoolDemand {
+            waiting: waiting.into_iter().map(|(_, k)| k).collect(),
+            running,
+        }
     }
 }

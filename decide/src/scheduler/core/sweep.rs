@@ -4,6 +4,7 @@
 use super::{
     Effect, Note, Scheduler, job_table::JobTable, observation::Observation, runner_book::RunnerBook,
 };
+use super::{Setup, State};
 use crate::{clock::Instant, config::PoolName};
 use crate::{clock::Now, durable::Op, github::GithubError, job::JobKey, retry::Doubling};
 use std::{collections::HashSet, sync::Arc, time::Duration};
@@ -74,34 +75,139 @@ pub(super) fn reaps(
 }
 
 impl Scheduler {
-    /// The orphan sweep. Spares (unbound runners whose job no longer needs them) are first
-    /// handed to jobs that wait for a runner (`rebalance`); the spares left are surplus and
-    /// reaped at once. An unbound runner its own job still waits for, older than the grace,
-    /// is an orphan: GitHub did not hand it that job (or any) while it sat idle, which is the
-    /// one thing that counts toward the job's zombie cap. Each is deleted on GitHub first
-    /// (`CheckIdle`), which GitHub refuses for a runner that runs a job.
-    pub fn sweep(&mut self, now: Now) -> Vec<Effect> {
+    /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was
+    /// not busy, or GitHub no longer knew it) and it is torn down; or it is busy and kept.
+    pub fn on_idle_checked(
+        &mut self,
+        name: &str,
+        busy: Result<bool, GithubError>,
+        reason: &'static str,
+        now: Now,
+    ) -> Vec<Effect> {
         let mut fx = Vec::new();
-        self.rebalance(now, &mut fx);
-        self.look_for_idle_runners(now, &mut fx);
-        let Some(grace) = self.settings.orphan_grace else {
+        self.state.observe(Observation::SweepChecked {
+            result: match &busy {
+                Ok(false) => "idle",
+                Ok(true) => "busy",
+                Err(_) => "error",
+            },
+        });
+        let retry_at = now.mono + IDLE_RETRY_AFTER_ERROR;
+        let Some(answer) =
+            self.state
+                .book
+                .idle_answered(name, busy.as_ref().ok().copied(), retry_at)
+        else {
+            return fx;
+        };
+        if busy.is_err() {
+            self.state.wake_sweep_at(retry_at, &mut fx);
+        }
+        if answer.bound {
+            return fx;
+        }
+        let (provider, intent) = (answer.provider, answer.intent);
+        let handle = self.state.runner_handle(name);
+        match busy {
+            Ok(false) => {
+                self.state.observe(Observation::Reaping {
+                    runner: name.to_string(),
+                    provider: provider.clone(),
+                    reason,
+                });
+                self.state.note(
+                    &intent,
+                    now,
+                    Note::Reaped {
+                        runner: handle,
+                        reason,
+                    },
+                );
+                if reason == REAP_ORPHAN {
+                    self.state
+                        .idle_reaped(&self.setup, &intent, name, now, &mut fx);
+                }
+                fx.push(Effect::Teardown {
+                    provider,
+                    name: name.to_string(),
+                    reason,
+                });
+            }
+            Ok(true) => self.state.observe(Observation::Keeping {
+                runner: name.to_string(),
+                why: "it looked idle but GitHub says it is busy".into(),
+            }),
+            Err(e) => self.state.observe(Observation::Keeping {
+                runner: name.to_string(),
+                why: format!("cannot check it ({}): {e}", e.class()),
+            }),
+        }
+        fx
+    }
+
+    /// Tears down every runner (the end of a drain). Runners that never ran a job are deleted
+    /// on GitHub when they report their exit.
+    pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        let runners: Vec<(Arc<str>, JobKey)> = self
+            .state
+            .book
+            .entries()
+            .map(|(name, r)| (name.clone(), r.intent.clone()))
+            .collect();
+        for (name, intent) in runners {
+            self.state
+                .tear_down(&intent, &name, "shutdown timeout reached", now, &mut fx);
+        }
+        fx
+    }
+
+    /// Forgets jobs whose dedup and started windows have passed (and no runner points at),
+    /// and runners gone longer than the dedup window.
+    pub fn prune(&mut self, now: Now) {
+        let referenced: HashSet<&JobKey> = self
+            .state
+            .book
+            .runners()
+            .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
+            .collect();
+        let ttl = super::job_table::Ttl {
+            seen: self.setup.settings.seen_ttl,
+            started: self.setup.settings.started_ttl,
+            done: self.setup.settings.retention,
+        };
+        let gone = self.state.jobs.prune(now, ttl, &referenced);
+        self.state.admission.prune_shared();
+        self.state.ops.extend(gone.into_iter().map(Op::DeleteJob));
+        self.state.book.prune_recent(now.mono, ttl.seen);
+        self.state.prune_usage(&self.setup, now);
+    }
+}
+
+impl State {
+    /// The orphan sweep ([`Scheduler::sweep`]).
+    pub(super) fn sweep(&mut self, setup: &Setup, now: Now) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.rebalance(setup, now, &mut fx);
+        self.look_for_idle_runners(setup, now, &mut fx);
+        let Some(grace) = setup.settings.orphan_grace else {
             return fx;
         };
         // A registered pool's spares are its warm runners, kept or rotated by `keep_warm`.
-        if self.any_registered_warm() {
-            self.pump(now, &mut fx);
+        if setup.any_registered_warm() {
+            self.pump(setup, now, &mut fx);
         }
         // A scale set's spare waits a moment before it goes: the slot its job held at the
         // service frees when that job ends elsewhere, and the service assigns the next job
         // it holds back to the pool at once; a runner already up serves it, where a new one
         // could boot slower than the assignment's window.
-        if self.settings.scaleset {
+        if setup.settings.scaleset {
             self.keep_spares_a_moment(now, &mut fx);
         }
         let reap = reaps(
             &self.book,
             &self.jobs,
-            |pool| self.keeps_warm(pool),
+            |pool| setup.keeps_warm(pool),
             grace,
             now.mono,
         );
@@ -133,7 +239,7 @@ impl Scheduler {
     /// than its next [`UNBOUND_LOOK_AFTER`] step (`on_job_looked` marks a job GitHub says
     /// started or finished, which makes its runner a spare), and wakes the sweep for the next
     /// step due. Warm intents and scale-set placeholders have no job to look at.
-    fn look_for_idle_runners(&mut self, now: Now, fx: &mut Vec<Effect>) {
+    fn look_for_idle_runners(&mut self, setup: &Setup, now: Now, fx: &mut Vec<Effect>) {
         let mut next: Option<crate::clock::Instant> = None;
         let mut due = Vec::new();
         for r in self.book.runners() {
@@ -171,7 +277,7 @@ impl Scheduler {
                 continue;
             }
             let repo = job.info().repo.to_string();
-            self.ask_where(key, repo, now, fx);
+            self.ask_where(setup, key, repo, now, fx);
         }
         if let Some(at) = next {
             self.wake_sweep_at(at, fx);
@@ -207,89 +313,6 @@ impl Scheduler {
         });
     }
 
-    /// GitHub's answer about a runner the sweep would reap: its registration deleted (it was
-    /// not busy, or GitHub no longer knew it) and it is torn down; or it is busy and kept.
-    pub fn on_idle_checked(
-        &mut self,
-        name: &str,
-        busy: Result<bool, GithubError>,
-        reason: &'static str,
-        now: Now,
-    ) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        self.observe(Observation::SweepChecked {
-            result: match &busy {
-                Ok(false) => "idle",
-                Ok(true) => "busy",
-                Err(_) => "error",
-            },
-        });
-        let retry_at = now.mono + IDLE_RETRY_AFTER_ERROR;
-        let Some(answer) = self
-            .book
-            .idle_answered(name, busy.as_ref().ok().copied(), retry_at)
-        else {
-            return fx;
-        };
-        if busy.is_err() {
-            self.wake_sweep_at(retry_at, &mut fx);
-        }
-        if answer.bound {
-            return fx;
-        }
-        let (provider, intent) = (answer.provider, answer.intent);
-        let handle = self.runner_handle(name);
-        match busy {
-            Ok(false) => {
-                self.observe(Observation::Reaping {
-                    runner: name.to_string(),
-                    provider: provider.clone(),
-                    reason,
-                });
-                self.note(
-                    &intent,
-                    now,
-                    Note::Reaped {
-                        runner: handle,
-                        reason,
-                    },
-                );
-                if reason == REAP_ORPHAN {
-                    self.idle_reaped(&intent, name, now, &mut fx);
-                }
-                fx.push(Effect::Teardown {
-                    provider,
-                    name: name.to_string(),
-                    reason,
-                });
-            }
-            Ok(true) => self.observe(Observation::Keeping {
-                runner: name.to_string(),
-                why: "it looked idle but GitHub says it is busy".into(),
-            }),
-            Err(e) => self.observe(Observation::Keeping {
-                runner: name.to_string(),
-                why: format!("cannot check it ({}): {e}", e.class()),
-            }),
-        }
-        fx
-    }
-
-    /// Tears down every runner (the end of a drain). Runners that never ran a job are deleted
-    /// on GitHub when they report their exit.
-    pub fn teardown_all(&mut self, now: Now) -> Vec<Effect> {
-        let mut fx = Vec::new();
-        let runners: Vec<(Arc<str>, JobKey)> = self
-            .book
-            .entries()
-            .map(|(name, r)| (name.clone(), r.intent.clone()))
-            .collect();
-        for (name, intent) in runners {
-            self.tear_down(&intent, &name, "shutdown timeout reached", now, &mut fx);
-        }
-        fx
-    }
-
     /// Asks the provisioner of runner `name` (of ours) to stop it, noting why on `key`.
     pub(super) fn tear_down(
         &mut self,
@@ -316,26 +339,6 @@ impl Scheduler {
             name: name.to_string(),
             reason,
         });
-    }
-
-    /// Forgets jobs whose dedup and started windows have passed (and no runner points at),
-    /// and runners gone longer than the dedup window.
-    pub fn prune(&mut self, now: Now) {
-        let referenced: HashSet<&JobKey> = self
-            .book
-            .runners()
-            .flat_map(|r| std::iter::once(&r.intent).chain(r.bound.as_ref()))
-            .collect();
-        let ttl = super::job_table::Ttl {
-            seen: self.settings.seen_ttl,
-            started: self.settings.started_ttl,
-            done: self.settings.retention,
-        };
-        let gone = self.jobs.prune(now, ttl, &referenced);
-        self.admission.prune_shared();
-        self.ops.extend(gone.into_iter().map(Op::DeleteJob));
-        self.book.prune_recent(now.mono, ttl.seen);
-        self.prune_usage(now);
     }
 }
 

@@ -225,7 +225,7 @@ fn a_pool_restricted_to_a_target_serves_only_it() {
     assert_eq!(claimed_keys(&queue(&mut s, "beta", 1, now)).len(), 1);
     assert!(queue(&mut s, "acme", 2, now).is_empty());
     assert_eq!(
-        *s.job(&JobKey::new("acme", 2)).unwrap().phase(),
+        *s.view().job(&JobKey::new("acme", 2)).unwrap().phase(),
         Phase::Unroutable
     );
 }
@@ -234,7 +234,7 @@ fn a_pool_restricted_to_a_target_serves_only_it() {
 #[test]
 fn each_owner_is_its_target() {
     let (s, _) = two_targets(2, [1, 1], vec![pool("local", 2, None)]);
-    assert_eq!(s.target_of("acme"), Some(0));
-    assert_eq!(s.target_of("BETA"), Some(1));
-    assert_eq!(s.target_of("gamma"), None);
+    assert_eq!(s.setup().target_of("acme"), Some(0));
+    assert_eq!(s.setup().target_of("BETA"), Some(1));
+    assert_eq!(s.setup().target_of("gamma"), None);
 }

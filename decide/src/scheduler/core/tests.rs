@@ -71,7 +71,7 @@ pub(super) fn core_with(settings: SchedulerSettings) -> (Scheduler, Instant, Vec
     })
     .unwrap();
     let mut s = Scheduler::new(settings, backoff, 1);
-    let pool = s.settings.providers[0].name.clone();
+    let pool = s.setup.settings.providers[0].name.clone();
     let fx = s.on_provider_status(pool, true, None, at(t0, 0));
     (s, t0, fx)
 }
@@ -110,7 +110,11 @@ pub(super) fn bad_gateway() -> GithubError {
 }
 
 fn phase(s: &Scheduler, id: u64) -> Phase {
-    s.job(&JobKey::new("acme", id)).unwrap().phase().clone()
+    s.view()
+        .job(&JobKey::new("acme", id))
+        .unwrap()
+        .phase()
+        .clone()
 }
 
 #[test]
@@ -142,10 +146,10 @@ fn a_duplicate_costs_nothing() {
             delivery: Some("d".into())
         }]
     );
-    assert_eq!(s.stats().duplicates, 1);
+    assert_eq!(s.view().stats().duplicates, 1);
     // Not even a look-up of its strings: a copy the shared table does not hold stays out of it.
     let shared = |s: &Scheduler| {
-        let c = s.census();
+        let c = s.view().census();
         c.iter()
             .filter(|(n, _)| n.starts_with("scheduler.shared"))
             .map(|(_, v)| v)
@@ -157,7 +161,7 @@ fn a_duplicate_costs_nothing() {
         ..job(1, &["self-hosted", "linux", "x64", "unheard-of"])
     };
     s.on_job_event(JobAction::Queued, redelivered, Some("d2"), t0, at(t0, 2));
-    assert_eq!(s.stats().duplicates, 2);
+    assert_eq!(s.view().stats().duplicates, 2);
     assert_eq!(shared(&s), before);
 }
 
@@ -174,11 +178,11 @@ fn a_job_no_provider_covers_is_not_claimed_and_its_redelivery_is_free() {
         vec![]
     );
     assert_eq!(
-        s.stats().duplicates,
+        s.view().stats().duplicates,
         1,
         "the dedup gate before the label check"
     );
-    let timeline = &s.job(&JobKey::new("acme", 1)).unwrap().timeline();
+    let timeline = &s.view().job(&JobKey::new("acme", 1)).unwrap().timeline();
     assert!(matches!(timeline[1].note, Note::Unroutable { .. }));
 }
 
@@ -199,7 +203,7 @@ fn a_failed_claim_goes_on_the_ladder_and_arms_the_timer() {
         }]
     );
     assert_eq!(phase(&s, 1), Phase::Retrying);
-    assert_eq!(s.ladder_depth(), 1);
+    assert_eq!(s.view().ladder_depth(), 1);
     assert!(matches!(s.take_ops().last(), Some(Op::PutRetry(row)) if row.attempts == 1));
 }
 
@@ -230,7 +234,7 @@ fn a_due_retry_claims_again_and_a_second_failure_keeps_the_first_failure() {
         }],
         "the second rung, 60 s"
     );
-    let view = s.retry_queue(at(t0, 31));
+    let view = s.view().retry_queue(at(t0, 31));
     assert_eq!(view.items[0].attempts, 2);
     assert_eq!(view.items[0].first_failure_secs_ago, 31.0);
 }
@@ -252,7 +256,7 @@ fn in_progress_while_retrying_leaves_the_ladder_and_disarms_the_timer() {
     let fx = s.on_job_event(JobAction::InProgress, started, Some("d2"), t0, at(t0, 5));
     assert_eq!(fx, vec![Effect::ArmTimer { at: None }]);
     assert_eq!(phase(&s, 1), Phase::Done);
-    assert_eq!(s.ladder_depth(), 0);
+    assert_eq!(s.view().ladder_depth(), 0);
     assert_eq!(s.on_timer(at(t0, 60)), vec![], "no claim once it ran");
 }
 
@@ -338,7 +342,7 @@ fn an_environment_that_failed_once_climbs_the_ladder() {
     );
     assert_eq!(phase(&s, 1), Phase::Retrying);
     assert_eq!(
-        s.retry_queue(at(t0, 2)).items[0].class,
+        s.view().retry_queue(at(t0, 2)).items[0].class,
         ErrorClass::UnknownRetryable
     );
 }
@@ -370,7 +374,7 @@ fn a_pool_that_cannot_run_jobs_sends_the_job_back_to_wait_without_a_rung() {
         })]
     );
     assert_eq!(phase(&s, 1), Phase::Pending, "waits for the pool");
-    assert_eq!(s.ladder_depth(), 0, "no rung spent");
+    assert_eq!(s.view().ladder_depth(), 0, "no rung spent");
     let up = s.on_provider_status(PoolName::from("local"), true, None, at(t0, 40));
     assert_eq!(up, vec![claim(1)], "claimed again once the pool is back");
 }
@@ -403,7 +407,7 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
         let key = j.key.clone();
         let fx = s.on_job_event(JobAction::Queued, j, Some("d"), t0, at(t0, 1));
         assert_eq!(fx, vec![], "{reason}");
-        assert_eq!(*s.job(&key).unwrap().phase(), Phase::Ignored);
+        assert_eq!(*s.view().job(&key).unwrap().phase(), Phase::Ignored);
         assert_eq!(
             s.take_observations(),
             vec![Observation::Ignored { job_id: id, reason }]
@@ -420,7 +424,7 @@ fn jobs_outside_the_owner_repos_or_installation_are_ignored() {
         at(t0, 1),
     );
     assert_eq!(fx, vec![]);
-    assert!(s.job(&key).is_none(), "not remembered");
+    assert!(s.view().job(&key).is_none(), "not remembered");
     assert_eq!(
         s.take_observations(),
         vec![
@@ -557,21 +561,21 @@ fn runner_names_of_this_install_are_told_from_other_hosts() {
     let mut settings = settings();
     settings.install_id = "abc123".into();
     let s = Scheduler::new(settings, backoff, 1);
-    assert!(s.is_ours("ephemer-local-abc123k3j4h5g6"));
+    assert!(s.setup().is_ours("ephemer-local-abc123k3j4h5g6"));
     assert!(
-        s.is_ours("ephemer-linux-gpu-abc123k3j4h5g6"),
+        s.setup().is_ours("ephemer-linux-gpu-abc123k3j4h5g6"),
         "a pool no longer configured"
     );
     assert!(
-        !s.is_ours("ephemer-local-zzz999k3j4h5g6"),
+        !s.setup().is_ours("ephemer-local-zzz999k3j4h5g6"),
         "another host's id"
     );
     assert!(
-        !s.is_ours("ephemer-x-abc123zzz999k3j4h5g6"),
+        !s.setup().is_ours("ephemer-x-abc123zzz999k3j4h5g6"),
         "another host's pool named x-abc123"
     );
     assert!(
-        !s.is_ours("other-local-abc123k3j4h5g6"),
+        !s.setup().is_ours("other-local-abc123k3j4h5g6"),
         "another name_prefix"
     );
 }

@@ -6,6 +6,7 @@
 //! the id it would have had anyway; its root span starts at its first delivery (the store keeps
 //! that time) and carries a `restarted` event.
 
+use super::{Setup, State};
 use std::sync::Arc;
 
 use super::{Note, Scheduler, TimelineEntry, hour::pool_of};
@@ -406,13 +407,21 @@ pub(super) fn build(input: &TraceInput<'_>) -> Option<JobTrace> {
 impl Scheduler {
     /// The finished jobs' traces built since the last call (the shell exports them).
     pub fn take_traces(&mut self) -> Vec<JobTrace> {
-        std::mem::take(&mut self.traces)
+        std::mem::take(&mut self.state.traces)
     }
+}
 
+impl State {
     /// Builds `key`'s trace, once, when traces are on: at its completion when no runner of
     /// ours still runs it, else when that runner is gone (its teardown is the trace's end).
-    pub(super) fn trace_job(&mut self, key: &JobKey, ran_on: Option<RanOn>, now: Now) {
-        if !self.settings.traces {
+    pub(super) fn trace_job(
+        &mut self,
+        setup: &Setup,
+        key: &JobKey,
+        ran_on: Option<RanOn>,
+        now: Now,
+    ) {
+        if !setup.settings.traces {
             return;
         }
         let trace = {
@@ -438,7 +447,7 @@ impl Scheduler {
                     self.jobs.get(&r.intent).map_or(&[][..], |i| i.timeline())
                 }
             });
-            let target = self.target_name(&key.owner);
+            let target = setup.target_name(&key.owner);
             build(&TraceInput {
                 info: rec.info(),
                 pool: ran_on
@@ -463,12 +472,13 @@ impl Scheduler {
     /// which is traced when it is gone. `runner` is the runner the completion names.
     pub(super) fn trace_on_completion(
         &mut self,
+        setup: &Setup,
         key: &JobKey,
         runner: Option<&str>,
         live: bool,
         now: Now,
     ) {
-        if live || !self.settings.traces {
+        if live || !setup.settings.traces {
             return;
         }
         let ran_on = runner.and_then(|n| {
@@ -480,18 +490,19 @@ impl Scheduler {
                 claimed_ms: None,
             })
         });
-        self.trace_job(key, ran_on, now);
+        self.trace_job(setup, key, ran_on, now);
     }
 
     /// Runner `r` (named `handle`) is gone: the job it ran (else the one it was made for) is
     /// traced if it completed.
     pub(super) fn trace_on_runner_gone(
         &mut self,
+        setup: &Setup,
         handle: Arc<str>,
         r: &super::RunnerRecord,
         now: Now,
     ) {
-        if !self.settings.traces {
+        if !setup.settings.traces {
             return;
         }
         let job = r.bound.clone().unwrap_or_else(|| r.intent.clone());
@@ -506,7 +517,7 @@ impl Scheduler {
                 provider: r.provider.clone(),
                 claimed_ms: Some(r.created_unix.saturating_mul(1000)),
             };
-            self.trace_job(&job, Some(ran_on), now);
+            self.trace_job(setup, &job, Some(ran_on), now);
         }
     }
 }

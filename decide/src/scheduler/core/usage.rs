@@ -3,9 +3,10 @@
 //! to the completion (the environment's boot, the job, not its teardown); its pickup from its
 //! first delivery here to the first sight of it running; its retries are its failed claims.
 
+use super::{Setup, State};
 use std::time::Duration;
 
-use super::{JobRecord, Note, Scheduler};
+use super::{JobRecord, Note};
 use crate::{
     clock::Now,
     durable::{Op, UsageRow},
@@ -65,23 +66,23 @@ pub(super) fn usage_prune_every(retention: Duration) -> u64 {
     (retention.as_secs() / 4).clamp(1, USAGE_PRUNE_EVERY)
 }
 
-impl Scheduler {
+impl State {
     /// Forgets the usage rows past `state.usage_retention`, every [`usage_prune_every`] of it
     /// (the first prune after a start does it at once).
-    pub(super) fn prune_usage(&mut self, now: Now) {
+    pub(super) fn prune_usage(&mut self, setup: &Setup, now: Now) {
         if now.unix < self.next_usage_prune {
             return;
         }
-        self.next_usage_prune = now.unix + usage_prune_every(self.settings.usage_retention);
+        self.next_usage_prune = now.unix + usage_prune_every(setup.settings.usage_retention);
         let before = now
             .unix
-            .saturating_sub(self.settings.usage_retention.as_secs());
+            .saturating_sub(setup.settings.usage_retention.as_secs());
         self.ops.push(Op::PruneUsage(before));
     }
 
     /// Writes `key`'s usage row, if a runner was claimed for it here.
-    pub(super) fn record_usage(&mut self, key: &JobKey, now: Now) {
-        let target = self.target_name(&key.owner).to_string();
+    pub(super) fn record_usage(&mut self, setup: &Setup, key: &JobKey, now: Now) {
+        let target = setup.target_name(&key.owner).to_string();
         let ledger = self
             .book
             .runners()
@@ -100,7 +101,12 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{config::PoolName, github::ErrorClass, job::JobInfo, scheduler::core::Phase};
+    use crate::{
+        config::PoolName,
+        github::ErrorClass,
+        job::JobInfo,
+        scheduler::core::{Phase, Scheduler},
+    };
 
     fn record(notes: Vec<(u64, Note)>) -> Box<JobRecord> {
         let mut r = JobRecord::in_phase(

@@ -1,41 +1,43 @@
 //! Read-only views of the scheduler for the admin API and tests.
 
-use super::{JobRecord, Phase, RunnerRecord, Scheduler, Stats, TimelineEntry};
+use super::View;
+use super::{JobRecord, Phase, RunnerRecord, Stats, TimelineEntry};
 use crate::{
     clock::Now, config::PoolName, durable::RunnerRow, github::ErrorClass, job::JobKey,
     retry::RetryView, vocab::RateSnapshot,
 };
 use serde::Serialize;
 
-impl Scheduler {
+impl<'a> View<'a> {
     /// True while cordoned.
     pub fn is_draining(&self) -> bool {
-        self.draining
+        self.state.draining
     }
 
     /// Runners alive.
     pub fn runner_count(&self) -> usize {
-        self.book.len()
+        self.state.book.len()
     }
 
     /// Runners of ours, by name.
-    pub fn runners(&self) -> impl Iterator<Item = &RunnerRecord> {
-        self.book.runners()
+    pub fn runners(&self) -> impl Iterator<Item = &'a RunnerRecord> + use<'a> {
+        self.state.book.runners()
     }
 
     /// A job's record.
-    pub fn job(&self, key: &JobKey) -> Option<&JobRecord> {
-        self.jobs.get(key)
+    pub fn job(&self, key: &JobKey) -> Option<&'a JobRecord> {
+        self.state.jobs.get(key)
     }
 
     /// The repo and pool of a target's job `job_id`, for its log span (`-` where unknown: a
     /// job of another owner, one already forgotten, one not routed yet).
     pub fn job_context(&self, job_id: u64) -> (String, String) {
         let record = self
+            .setup
             .settings
             .targets
             .iter()
-            .find_map(|t| self.jobs.get(&JobKey::new(&t.owner, job_id)));
+            .find_map(|t| self.state.jobs.get(&JobKey::new(&t.owner, job_id)));
         match record {
             Some(r) => {
                 let pool = match &r.phase() {
@@ -53,29 +55,29 @@ impl Scheduler {
     /// A number that changes whenever a job's state does (a decision was taken about one):
     /// what a live page compares to know it must fetch again.
     pub fn generation(&self) -> u64 {
-        self.jobs.notes_taken()
+        self.state.jobs.notes_taken()
     }
 
     /// Counters.
     pub fn stats(&self) -> Stats {
-        self.stats
+        self.state.stats
     }
 
     /// Items waiting on the retry ladder.
     pub fn ladder_depth(&self) -> usize {
-        self.ladder.queue().len()
+        self.state.ladder.queue().len()
     }
 
     /// The ladder's items, for status pages.
     pub fn retry_queue(&self, now: Now) -> RetryQueueView {
         RetryQueueView {
-            depth: self.ladder.queue().len(),
-            items: self.ladder.queue().views(now.mono),
+            depth: self.state.ladder.queue().len(),
+            items: self.state.ladder.queue().views(now.mono),
         }
     }
 
     fn job_view(&self, r: &JobRecord, now: Now, timeline: bool) -> JobView {
-        let item = self.ladder.queue().get(&r.info().key);
+        let item = self.state.ladder.queue().get(&r.info().key);
         JobView {
             key: r.info().key.clone(),
             repo: r.info().repo.to_string(),
@@ -85,9 +87,9 @@ impl Scheduler {
                 r.phase(),
                 Phase::Pending | Phase::Claiming { .. } | Phase::Retrying
             ),
-            seen: r
-                .seen_at()
-                .is_some_and(|t| now.mono.saturating_duration_since(t) < self.settings.seen_ttl),
+            seen: r.seen_at().is_some_and(|t| {
+                now.mono.saturating_duration_since(t) < self.setup.settings.seen_ttl
+            }),
             started: r.started_at().is_some(),
             admissions: r.admissions(),
             idle_reaps: r.idle_reaps(),
@@ -116,6 +118,7 @@ impl Scheduler {
 
     fn job_views(&self, now: Now, timelines: bool) -> Vec<JobView> {
         let mut jobs: Vec<JobView> = self
+            .state
             .jobs
             .records()
             .map(|r| self.job_view(r, now, timelines))
@@ -126,6 +129,7 @@ impl Scheduler {
 
     fn sorted_runners(&self, keep: impl Fn(&RunnerRecord) -> bool) -> Vec<RunnerRow> {
         let mut runners: Vec<RunnerRow> = self
+            .state
             .book
             .runners()
             .filter(|r| keep(r))
@@ -139,30 +143,31 @@ impl Scheduler {
     pub fn status(&self, now: Now) -> StatusView {
         StatusView {
             last_hour: self.last_hour(now.unix),
-            draining: self.draining,
-            shutting_down: self.shutting_down,
+            draining: self.state.draining,
+            shutting_down: self.state.shutting_down,
             capacity: Capacity {
-                max_concurrent: self.settings.max_concurrent,
-                used: self.capacity.used_total(),
+                max_concurrent: self.setup.settings.max_concurrent,
+                used: self.state.capacity.used_total(),
             },
             providers: self.provider_views(),
-            pending: self.admission.pending().len(),
-            runners: self.book.len(),
-            retry_queue_depth: self.ladder.queue().len(),
-            stats: self.stats,
+            pending: self.state.admission.pending().len(),
+            runners: self.state.book.len(),
+            retry_queue_depth: self.state.ladder.queue().len(),
+            stats: self.state.stats,
             targets: self.target_views(),
         }
     }
 
     fn target_views(&self) -> Vec<TargetView> {
-        let held = self.held_per_target();
-        let mut pending = vec![0; self.settings.targets.len()];
-        for (t, n) in self.admission.pending().per_target().enumerate() {
+        let held = self.state.held_per_target(self.setup);
+        let mut pending = vec![0; self.setup.settings.targets.len()];
+        for (t, n) in self.state.admission.pending().per_target().enumerate() {
             if let Some(p) = pending.get_mut(t) {
                 *p += n;
             }
         }
-        self.settings
+        self.setup
+            .settings
             .targets
             .iter()
             .enumerate()
@@ -178,10 +183,11 @@ impl Scheduler {
     }
 
     fn provider_views(&self) -> Vec<ProviderView> {
-        self.settings
+        self.setup
+            .settings
             .providers
             .iter()
-            .zip(self.capacity.slots())
+            .zip(self.state.capacity.slots())
             .map(|(p, s)| ProviderView {
                 provider: p.name.clone(),
                 kind: p.kind,
@@ -211,6 +217,7 @@ impl Scheduler {
     /// to it, for `jobs <id>`.
     pub fn job_detail(&self, job_id: u64, now: Now) -> Option<JobDetail> {
         let r = self
+            .state
             .jobs
             .records()
             .find(|r| r.info().key.job_id == job_id)?;
@@ -218,6 +225,7 @@ impl Scheduler {
         Some(JobDetail {
             job: self.job_view(r, now, true),
             retry: self
+                .state
                 .ladder
                 .queue()
                 .views(now.mono)
@@ -229,7 +237,7 @@ impl Scheduler {
     }
 
     /// Everything, for tests and embedding apps that want the whole picture.
-    pub fn view(&self, now: Now) -> SchedulerState {
+    pub fn everything(&self, now: Now) -> SchedulerState {
         SchedulerState {
             status: self.status(now),
             jobs: self.job_views(now, true),

@@ -17,12 +17,13 @@
 //!   and the target's claim pacing, never while a job waits for a claim, while cordoned or
 //!   draining, or while the pool is down; a failed warm claim holds the pool's for a while.
 
+use super::{Setup, State};
 use std::{sync::Arc, time::Duration};
 
 use crate::clock::Instant;
 
 use super::{
-    ClaimRequest, Effect, ProviderSpec, Scheduler, job_table::JobTable, observation::Observation,
+    ClaimRequest, Effect, ProviderSpec, job_table::JobTable, observation::Observation,
     runner_book::RunnerBook,
 };
 use crate::{
@@ -172,31 +173,25 @@ pub(super) fn spares(
     }
 }
 
-impl Scheduler {
-    /// Whether any pool keeps registered warm runners.
-    pub(super) fn any_registered_warm(&self) -> bool {
-        self.settings.providers.iter().any(|p| p.warm.is_some())
-    }
-
-    /// Whether pool `provider` keeps registered warm runners (its spares are those).
-    pub(super) fn keeps_warm(&self, provider: &PoolName) -> bool {
-        self.provider_index(provider)
-            .is_some_and(|i| self.settings.providers[i].warm.is_some())
-    }
-
+impl State {
     /// Keeps every registered pool at its count: rotates and reaps, then claims. Returns
     /// when the claim pacing or a held pool next allows a claim, if one is wanted.
-    pub(super) fn keep_warm(&mut self, now: Now, fx: &mut Vec<Effect>) -> Option<Instant> {
-        if !self.any_registered_warm() {
+    pub(super) fn keep_warm(
+        &mut self,
+        setup: &Setup,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) -> Option<Instant> {
+        if !setup.any_registered_warm() {
             return None;
         }
-        self.warm.read_targets(&self.settings.providers, now);
+        self.warm.read_targets(&setup.settings.providers, now);
         let mut wake: Option<Instant> = None;
-        for i in 0..self.settings.providers.len() {
-            if self.settings.providers[i].warm.is_none() {
+        for i in 0..setup.settings.providers.len() {
+            if setup.settings.providers[i].warm.is_none() {
                 continue;
             }
-            let spec = &self.settings.providers[i];
+            let spec = &setup.settings.providers[i];
             let max_age = spec.warm.as_ref().map_or(Duration::MAX, |w| w.max_age);
             let target = self.warm.target(i, self.draining);
             let spares = spares(
@@ -214,6 +209,7 @@ impl Scheduler {
             }
             let claiming = self.warm.claiming.iter().filter(|(_, p)| *p == i).count();
             self.show_warm(
+                setup,
                 i,
                 WarmView {
                     available: spares.up,
@@ -231,17 +227,17 @@ impl Scheduler {
                 continue;
             }
             for _ in have..target {
-                let max = self.settings.providers[i].max_concurrent;
+                let max = setup.settings.providers[i].max_concurrent;
                 if self.capacity.host_full() || self.capacity.slot(i).used >= max {
                     break;
                 }
-                let t = self.warm_target_of(i);
+                let t = self.warm_target_of(setup, i);
                 if !self.capacity.pacer_mut(t).try_take(now.mono) {
                     let at = self.capacity.pacer_mut(t).next_slot_at(now.mono);
                     wake = Some(wake.map_or(at, |w| w.min(at)));
                     break;
                 }
-                self.start_warm_claim(i, t, fx);
+                self.start_warm_claim(setup, i, t, fx);
             }
         }
         wake
@@ -249,24 +245,24 @@ impl Scheduler {
 
     /// The target a warm runner of pool `i` registers with: of the targets the pool serves,
     /// the one holding the fewest of its warm runners.
-    fn warm_target_of(&self, i: usize) -> usize {
-        let spec = &self.settings.providers[i];
+    fn warm_target_of(&self, setup: &Setup, i: usize) -> usize {
+        let spec = &setup.settings.providers[i];
         let serves: Vec<usize> = match &spec.targets {
             Some(t) if !t.is_empty() => t.clone(),
-            _ => (0..self.settings.targets.len()).collect(),
+            _ => (0..setup.settings.targets.len()).collect(),
         };
         let held = |t: usize| {
             self.book
                 .runners()
                 .filter(|r| r.provider == spec.name && r.intent.is_warm())
-                .filter(|r| self.target_index(&r.intent) == t)
+                .filter(|r| setup.target_index(&r.intent) == t)
                 .count()
         };
         serves.into_iter().min_by_key(|&t| held(t)).unwrap_or(0)
     }
 
     /// Claims a warm runner for pool `i` with target `t`, in one of the pool's slots.
-    fn start_warm_claim(&mut self, i: usize, t: usize, fx: &mut Vec<Effect>) {
+    fn start_warm_claim(&mut self, setup: &Setup, i: usize, t: usize, fx: &mut Vec<Effect>) {
         let past = self
             .book
             .runners()
@@ -277,15 +273,15 @@ impl Scheduler {
             .max()
             .map_or(0, |n| n + 1);
         self.warm.next = self.warm.next.max(past);
-        let key = JobKey::warm(&self.settings.targets[t].owner, self.warm.next);
+        let key = JobKey::warm(&setup.settings.targets[t].owner, self.warm.next);
         self.warm.next += 1;
         self.capacity.take(i);
         self.stats.claims += 1;
         self.capacity.claim_sent(key.clone(), t);
         self.warm.claiming.push((key.clone(), i));
-        let spec = &self.settings.providers[i];
+        let spec = &setup.settings.providers[i];
         let (provider, labels) = (spec.name.clone(), spec.labels.clone());
-        let name_base = self.settings.runner_prefix(&provider);
+        let name_base = setup.settings.runner_prefix(&provider);
         self.observe(Observation::WarmClaiming {
             provider: provider.clone(),
         });
@@ -306,12 +302,13 @@ impl Scheduler {
     /// started wait when the event carried it.
     pub(super) fn job_taken(
         &mut self,
+        setup: &Setup,
         key: &JobKey,
         provider: PoolName,
         warm_start: bool,
         github_wait_secs: Option<u32>,
     ) {
-        let registered = self.keeps_warm(&provider);
+        let registered = setup.keeps_warm(&provider);
         let hit = if registered {
             self.jobs.get(key).is_none_or(|j| {
                 !j.timeline()
@@ -330,7 +327,7 @@ impl Scheduler {
         }
         if registered {
             // The pool's warm runners work: its warm claims' backoff starts over.
-            if let Some(f) = self
+            if let Some(f) = setup
                 .provider_index(&provider)
                 .and_then(|i| self.warm.failures.get_mut(i))
             {
@@ -343,22 +340,22 @@ impl Scheduler {
     /// A runner ended by itself or failed: if it was a warm runner that never took a job, its
     /// pool's warm claims wait a while (a pool whose runners die at boot would otherwise spend
     /// a registration on each, as fast as the claim pacing allows).
-    pub(super) fn warm_runner_lost(&mut self, r: &super::RunnerRecord, now: Now) {
+    pub(super) fn warm_runner_lost(&mut self, setup: &Setup, r: &super::RunnerRecord, now: Now) {
         if !r.intent.is_warm() || r.bound.is_some() {
             return;
         }
-        if let Some(i) = self.provider_index(&r.provider) {
+        if let Some(i) = setup.provider_index(&r.provider) {
             self.warm.hold(i, None, now.mono);
         }
     }
 
     /// Shows pool `i`'s warm runners in `status` and the metrics, when they changed.
-    fn show_warm(&mut self, i: usize, view: WarmView) {
+    fn show_warm(&mut self, setup: &Setup, i: usize, view: WarmView) {
         if !self.capacity.show_warm(i, view) {
             return;
         }
         self.observe(Observation::WarmRegistered {
-            provider: self.settings.providers[i].name.clone(),
+            provider: setup.settings.providers[i].name.clone(),
             available: view.available,
             booting: view.booting,
         });
@@ -368,6 +365,7 @@ impl Scheduler {
     /// (or, claimed into a cordon, deleted); a failure holds the pool's warm claims a while.
     pub(super) fn on_warm_claim_result(
         &mut self,
+        setup: &Setup,
         key: JobKey,
         provider: PoolName,
         result: Result<JitRunner, GithubError>,
@@ -376,15 +374,15 @@ impl Scheduler {
     ) {
         let t = self.capacity.claim_ended(&key);
         self.warm.claiming.retain(|(k, _)| *k != key);
-        let i = self.provider_index(&provider);
+        let i = setup.provider_index(&provider);
         let runner = match result {
             Ok(runner) => runner,
             Err(e) => {
-                self.release(&provider);
+                self.release(setup, &provider);
                 self.stats.claim_failures += 1;
                 // A rate limit is the credential's: the target's job claims wait too.
-                let t = t.unwrap_or_else(|| self.target_index(&key));
-                self.hold_claims_after(t, &e, now);
+                let t = t.unwrap_or_else(|| setup.target_index(&key));
+                self.hold_claims_after(setup, t, &e, now);
                 if let Some(i) = i {
                     self.warm.hold(i, e.retry_after(), now.mono);
                 }
@@ -397,7 +395,7 @@ impl Scheduler {
             }
         };
         if self.draining || i.is_none() {
-            self.release(&provider);
+            self.release(setup, &provider);
             fx.push(Effect::DeleteRunner(super::Deletion {
                 owner: key.owner.to_string(),
                 repo: None,
@@ -411,8 +409,8 @@ impl Scheduler {
             provider: provider.clone(),
             runner: runner.name.clone(),
         });
-        self.add_runner(key, provider, None, runner, now, fx);
+        self.add_runner(setup, key, provider, None, runner, now, fx);
         // A job may have come while the claim was out.
-        self.rebalance(now, fx);
+        self.rebalance(setup, now, fx);
     }
 }

@@ -34,8 +34,9 @@ fn count(n: usize) -> SchedulerSettings {
 
 /// The spares: runners registered and idle, no job waiting for them.
 fn idle(d: &Driver) -> Vec<String> {
-    d.s.runners()
-        .filter(|r| d.s.jobs.is_spare(r))
+    d.s.view()
+        .runners()
+        .filter(|r| d.s.state.jobs.is_spare(r))
         .map(|r| r.name.clone())
         .collect()
 }
@@ -97,7 +98,7 @@ fn a_cordon_or_a_drain_deletes_every_warm_runner() {
     let mut d = Driver::with(count(2));
     d.cordon(true);
     assert_eq!(d.deletes.len(), 2);
-    assert!(d.s.runners().next().is_none(), "{:?}", idle(&d));
+    assert!(d.s.view().runners().next().is_none(), "{:?}", idle(&d));
     d.advance(120);
     assert_eq!(d.claims.len(), 2, "no claim while cordoned");
     d.cordon(false);

@@ -344,7 +344,7 @@ impl Sim {
                     .collect();
                 self.violations.push(format!(
                     "t={t}: runaway events, the last: {kinds:?}; ladder {:?}",
-                    self.core.retry_queue(self.now())
+                    self.core.view().retry_queue(self.now())
                 ));
                 break;
             }
@@ -358,7 +358,7 @@ impl Sim {
             if self.t > self.quiet_after
                 && self.gh_jobs.values().all(|j| j.status == "completed")
                 && self.regs.is_empty()
-                && self.core.runner_count() == 0
+                && self.core.view().runner_count() == 0
                 && self.procs.values().all(|(_, p)| *p == Proc::Dead)
             {
                 break;

@@ -181,6 +181,7 @@ impl Sim {
             queued += 1;
             let phase = self
                 .core
+                .view()
                 .job(&JobKey::new("acme", *id))
                 .map(|r| r.phase().clone());
             if let Some(Phase::Parked { reason, .. }) = &phase {
@@ -210,6 +211,7 @@ impl Sim {
         }
         let unbound = self
             .core
+            .view()
             .runners()
             .filter(|r| r.bound.is_none() && !r.tearing_down() && !r.registration_deleted())
             .count();
@@ -240,7 +242,7 @@ impl Sim {
                 .take(3)
                 .map(|id| {
                     let key = JobKey::new("acme", *id);
-                    match self.core.job(&key) {
+                    match self.core.view().job(&key) {
                         Some(r) => format!(
                             "{id}: {:?} {}",
                             r.phase(),
@@ -261,12 +263,13 @@ impl Sim {
             self.violations
                 .push(format!("registrations left: {:?}", self.regs));
         }
-        if self.core.runner_count() > 0 {
+        if self.core.view().runner_count() > 0 {
             let left: Vec<String> = self
                 .core
+                .view()
                 .runners()
                 .map(|r| {
-                    let job = self.core.job(&r.intent).map(|j| {
+                    let job = self.core.view().job(&r.intent).map(|j| {
                         (
                             j.phase().clone(),
                             j.started_at().is_some(),
