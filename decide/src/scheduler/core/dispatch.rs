@@ -34,6 +34,29 @@ enum Turn {
     Claim(usize),
 }
 
+/// The target whose turn it is: of those with a job to try and a claim token (not `paced`),
+/// the one holding the fewest slots (`held`) per unit of `weight`; among equals, the one whose
+/// next job is oldest (`age`: when it was received).
+fn fairest(
+    queues: &[VecDeque<JobKey>],
+    held: &[usize],
+    paced: &[bool],
+    weight: impl Fn(usize) -> usize,
+    age: impl Fn(&JobKey) -> Option<Instant>,
+) -> Option<usize> {
+    if queues.len() == 1 {
+        return (!paced[0] && !queues[0].is_empty()).then_some(0);
+    }
+    let next = |t: usize| queues[t].front().and_then(&age);
+    (0..queues.len())
+        .filter(|&t| !paced[t] && !queues[t].is_empty())
+        .min_by(|&a, &b| {
+            (held[a] * weight(b))
+                .cmp(&(held[b] * weight(a)))
+                .then_with(|| next(a).cmp(&next(b)))
+        })
+}
+
 impl Scheduler {
     /// The answer to a claim.
     pub fn on_claim_result(
@@ -128,7 +151,10 @@ impl State {
         // of theirs has a free slot.
         let mut paced = vec![false; queues.len()];
         let mut wake: Option<Instant> = None;
-        while let Some(t) = self.fairest(setup, &queues, &held, &paced) {
+        let weight = |t: usize| setup.settings.targets[t].weight.max(1) as usize;
+        while let Some(t) = fairest(&queues, &held, &paced, weight, |k| {
+            self.jobs.get(k).map(|r| r.received_at())
+        }) {
             let Some(key) = queues[t].pop_front() else {
                 break;
             };
@@ -218,35 +244,6 @@ impl State {
             return Turn::Paced(self.capacity.pacer_mut(t).next_slot_at(now.mono));
         }
         Turn::Claim(i)
-    }
-
-    /// The target whose turn it is: of those with a job to try and a claim token, the one
-    /// holding the fewest slots per unit of weight; among equals, the one whose next job is
-    /// oldest.
-    fn fairest(
-        &self,
-        setup: &Setup,
-        queues: &[VecDeque<JobKey>],
-        held: &[usize],
-        paced: &[bool],
-    ) -> Option<usize> {
-        if queues.len() == 1 {
-            return (!paced[0] && !queues[0].is_empty()).then_some(0);
-        }
-        let weight = |t: usize| setup.settings.targets[t].weight.max(1) as usize;
-        let age = |t: usize| {
-            queues[t]
-                .front()
-                .and_then(|k| self.jobs.get(k))
-                .map(|r| r.received_at())
-        };
-        (0..queues.len())
-            .filter(|&t| !paced[t] && !queues[t].is_empty())
-            .min_by(|&a, &b| {
-                (held[a] * weight(b))
-                    .cmp(&(held[b] * weight(a)))
-                    .then_with(|| age(a).cmp(&age(b)))
-            })
     }
 
     /// A registration budget a fresh reading proves empty is not spent: every claim of the
@@ -541,5 +538,35 @@ impl State {
             .iter()
             .chain(self.ladder.queue().keys())
             .any(|k| k != except && self.jobs.needs_runner(k) && covers(k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(ids: &[u64]) -> VecDeque<JobKey> {
+        ids.iter().map(|&i| JobKey::new("acme", i)).collect()
+    }
+
+    #[test]
+    fn the_target_holding_the_fewest_slots_per_weight_goes_next_and_the_oldest_breaks_ties() {
+        let t0 = Instant::now();
+        let queues = [queue(&[1]), queue(&[2]), queue(&[3])];
+        let weights = [1, 3, 1];
+        let weight = |t: usize| weights[t];
+        // Job 3 is the oldest, job 1 the newest.
+        let age = |k: &JobKey| Some(t0 + std::time::Duration::from_secs(10 - k.job_id));
+        let free = [false; 3];
+        // Target 1 holds 2 slots of weight 3 (2/3 each): fewer than 1 of weight 1.
+        assert_eq!(fairest(&queues, &[1, 2, 1], &free, weight, age), Some(1));
+        // At 3 of weight 3 it ties with the others; target 2's job is the oldest.
+        assert_eq!(fairest(&queues, &[1, 3, 1], &free, weight, age), Some(2));
+        // A paced target and an empty queue never get a turn.
+        let paced = [false, true, true];
+        assert_eq!(fairest(&queues, &[5, 0, 0], &paced, weight, age), Some(0));
+        let empty = [queue(&[]), queue(&[]), queue(&[3])];
+        assert_eq!(fairest(&empty, &[0, 0, 9], &free, weight, age), Some(2));
+        assert_eq!(fairest(&[queue(&[1])], &[0], &[true], weight, age), None);
     }
 }

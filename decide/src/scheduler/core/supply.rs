@@ -9,7 +9,10 @@
 //!   oldest waiting job it can serve (`rebalance`) before any new claim is made for it; a
 //!   spare nobody can use is surplus, which the sweep reaps.
 
-use super::{Effect, Note, Phase, RunnerRecord, observation::Observation};
+use super::{
+    Effect, JobRecord, Note, Phase, RunnerRecord, capacity::SlotTable, job_table::JobTable,
+    observation::Observation, runner_book::RunnerBook,
+};
 use super::{Setup, State, View};
 use crate::clock::Instant;
 use crate::{clock::Now, durable::Op, job::JobKey, vocab::LabelSet};
@@ -70,60 +73,33 @@ impl State {
         self.note(intent, now, Note::Requeued { why });
     }
 
-    /// Hands spares to the jobs that wait for a runner: oldest job first, each to the newest
-    /// spare that can serve it (same target, same repo for repo-level runners, labels covered).
+    /// Hands spares to the jobs that wait for a runner ([`handovers`] plans which to which).
     pub(super) fn rebalance(&mut self, setup: &Setup, now: Now, fx: &mut Vec<Effect>) {
-        let mut spares: Vec<(Instant, Arc<str>)> = self
-            .book
-            .entries()
-            // One GitHub is deleting now is not handed over: the deletion would take it.
-            .filter(|(_, r)| self.jobs.is_spare(r) && !r.idle_check_pending())
-            .map(|(name, r)| (r.created_at(), name.clone()))
-            .collect();
-        if spares.is_empty() || self.draining {
+        if self.draining {
             return;
         }
-        spares.sort_by(|a, b| b.cmp(a));
-        let waiting = self
-            .admission
-            .waiting(&self.jobs, self.ladder.queue().keys());
-        for (_, key) in waiting {
-            if spares.is_empty() {
-                break;
-            }
-            let Some(job) = self.jobs.get(&key) else {
-                continue;
-            };
-            let wanted = LabelSet::new(&job.info().labels);
-            let target = setup.target_index(&key);
-            let serves = |name: &Arc<str>| {
-                self.book
-                    .runner(name)
-                    .is_some_and(|r| self.can_serve(setup, r, target, &job.info().repo, &wanted))
-            };
-            if let Some(pos) = spares.iter().position(|(_, name)| serves(name)) {
-                let (_, name) = spares.remove(pos);
-                self.hand_over(&key, name, now, fx);
-            }
+        let serves = |r: &RunnerRecord, job: &JobRecord, wanted: &LabelSet| {
+            can_serve(
+                setup,
+                &self.capacity,
+                r,
+                &job.info().key,
+                &job.info().repo,
+                wanted,
+            )
+        };
+        let plan = handovers(
+            || {
+                self.admission
+                    .waiting(&self.jobs, self.ladder.queue().keys())
+            },
+            &self.jobs,
+            &self.book,
+            serves,
+        );
+        for (key, name) in plan {
+            self.hand_over(&key, name, now, fx);
         }
-    }
-
-    /// Whether runner `r` can take a job of `target` in `repo` that wants `wanted`.
-    fn can_serve(
-        &self,
-        setup: &Setup,
-        r: &RunnerRecord,
-        target: usize,
-        repo: &str,
-        wanted: &LabelSet,
-    ) -> bool {
-        setup.target_index(&r.intent) == target
-            && r.repo
-                .as_deref()
-                .is_none_or(|own| own.eq_ignore_ascii_case(repo))
-            && setup
-                .provider_index(&r.provider)
-                .is_some_and(|i| self.capacity.set(i).covers(wanted))
     }
 
     /// Makes spare `name` the runner of waiting job `key` (its ladder item, if any, waits for
@@ -151,6 +127,60 @@ impl State {
             },
         );
     }
+}
+
+/// Which spare each waiting job gets: oldest job first (`waiting` lists them in that order,
+/// asked only when there is a spare), each the newest spare that `serves` it. A spare is an unbound runner whose job no longer needs it;
+/// one GitHub is deleting now is not handed over (the deletion would take it).
+pub(super) fn handovers(
+    waiting: impl FnOnce() -> Vec<(Instant, JobKey)>,
+    jobs: &JobTable,
+    book: &RunnerBook,
+    serves: impl Fn(&RunnerRecord, &JobRecord, &LabelSet) -> bool,
+) -> Vec<(JobKey, Arc<str>)> {
+    let mut spares: Vec<(Instant, &Arc<str>, &RunnerRecord)> = book
+        .entries()
+        .filter(|(_, r)| jobs.is_spare(r) && !r.idle_check_pending())
+        .map(|(name, r)| (r.created_at(), name, r))
+        .collect();
+    spares.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(a.1)));
+    let mut plan = Vec::new();
+    if spares.is_empty() {
+        return plan;
+    }
+    for (_, key) in waiting() {
+        if spares.is_empty() {
+            break;
+        }
+        let Some(job) = jobs.get(&key) else {
+            continue;
+        };
+        let wanted = LabelSet::new(&job.info().labels);
+        if let Some(pos) = spares.iter().position(|(_, _, r)| serves(r, job, &wanted)) {
+            let (_, name, _) = spares.remove(pos);
+            plan.push((key, name.clone()));
+        }
+    }
+    plan
+}
+
+/// Whether runner `r` can take job `key` of `repo` that wants `wanted`: same target, same
+/// repo for a repo-level runner, its pool's labels cover them.
+fn can_serve(
+    setup: &Setup,
+    capacity: &SlotTable,
+    r: &RunnerRecord,
+    key: &JobKey,
+    repo: &str,
+    wanted: &LabelSet,
+) -> bool {
+    setup.target_index(&r.intent) == setup.target_index(key)
+        && r.repo
+            .as_deref()
+            .is_none_or(|own| own.eq_ignore_ascii_case(repo))
+        && setup
+            .provider_index(&r.provider)
+            .is_some_and(|i| capacity.set(i).covers(wanted))
 }
 
 impl<'a> View<'a> {
@@ -200,5 +230,76 @@ impl<'a> View<'a> {
             waiting: waiting.into_iter().map(|(_, k)| k).collect(),
             running,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{config::PoolName, durable::RunnerRow, job::JobInfo};
+    use std::time::Duration;
+
+    fn spare(book: &mut RunnerBook, name: &str, made: Instant) {
+        let row = RunnerRow {
+            name: name.into(),
+            id: 1,
+            provider: PoolName::from("local"),
+            repo: None,
+            // Made for a job with no record (it ran elsewhere and was forgotten).
+            intent: JobKey::new("acme", 99),
+            bound: None,
+            created_unix: 0,
+        };
+        book.insert(Arc::from(name), RunnerRecord::new(row, made));
+    }
+
+    fn waiting(jobs: &mut JobTable, id: u64, at: Instant) -> (Instant, JobKey) {
+        let info = JobInfo {
+            key: JobKey::new("acme", id),
+            ..JobInfo::default()
+        };
+        let key = info.key.clone();
+        jobs.insert(key.clone(), JobRecord::in_phase(info, Phase::Pending, at));
+        (at, key)
+    }
+
+    fn names(plan: &[(JobKey, Arc<str>)]) -> Vec<(u64, &str)> {
+        plan.iter().map(|(k, n)| (k.job_id, &**n)).collect()
+    }
+
+    #[test]
+    fn the_oldest_job_gets_the_newest_spare_that_serves_it() {
+        let t0 = Instant::now();
+        let (mut book, mut jobs) = (RunnerBook::default(), JobTable::default());
+        spare(&mut book, "old", t0);
+        spare(&mut book, "new", t0 + Duration::from_secs(10));
+        let queue = vec![waiting(&mut jobs, 1, t0), waiting(&mut jobs, 2, t0)];
+
+        let any = |_: &RunnerRecord, _: &JobRecord, _: &LabelSet| true;
+        let plan = handovers(|| queue.clone(), &jobs, &book, any);
+        assert_eq!(names(&plan), [(1, "new"), (2, "old")]);
+
+        // The newest spare cannot serve the oldest job: it takes the next, and the newest
+        // goes to the job it can serve.
+        let not_new_for_1 = |r: &RunnerRecord, j: &JobRecord, _: &LabelSet| {
+            !(&*r.name == "new" && j.info().key.job_id == 1)
+        };
+        let plan = handovers(|| queue.clone(), &jobs, &book, not_new_for_1);
+        assert_eq!(names(&plan), [(1, "old"), (2, "new")]);
+
+        // Nobody served: no hand-over; more jobs than spares: the oldest are served.
+        let none = |_: &RunnerRecord, _: &JobRecord, _: &LabelSet| false;
+        assert!(handovers(|| queue.clone(), &jobs, &book, none).is_empty());
+        let mut more = queue.clone();
+        more.push(waiting(&mut jobs, 3, t0));
+        assert_eq!(handovers(|| more, &jobs, &book, any).len(), 2);
+    }
+
+    #[test]
+    fn with_no_spare_the_waiting_jobs_are_not_even_listed() {
+        let (book, jobs) = (RunnerBook::default(), JobTable::default());
+        let listed = |_: &RunnerRecord, _: &JobRecord, _: &LabelSet| true;
+        let plan = handovers(|| panic!("listed with no spare"), &jobs, &book, listed);
+        assert!(plan.is_empty());
     }
 }
