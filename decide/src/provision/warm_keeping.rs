@@ -1,6 +1,6 @@
 //! Warm keeping, as plain decisions: how many environments a pool keeps warm now, which to
 //! remove (surplus, too old, failing their check, held), how many to boot, what a boot's end
-//! means, and how long failed boots hold the refill back. The supervisor ([`super::warm`])
+//! means, and how long failed boots hold the refill back. The supervisor ((`actors::provision::warm`))
 //! boots, checks and removes; it passes the time in.
 
 use std::{

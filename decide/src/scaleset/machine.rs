@@ -1,6 +1,6 @@
 //! The listener's session, as a state machine: what to ask the service next, given what the
 //! last call answered. Pure: no I/O, no clock (waits are effects, jitter draws come in), so
-//! each row of the session's life is a unit test. The listener ([`super::listener`]) carries
+//! each row of the session's life is a unit test. The listener ((`actors::scaleset::listener`)) carries
 //! each [`Call`] out and feeds its [`Outcome`] back.
 //!
 //! | what happened | what comes next |

@@ -30,7 +30,7 @@ pub const OFFER_STEP_FOR_ELSEWHERE: Duration = Duration::from_millis(15);
 
 impl Scheduler {
     /// A job event another host's intake recorded: as [`Scheduler::on_job_event`], and the
-    /// job is marked as delivered elsewhere (see [`OFFER_STEP_FOR_ELSEWHERE`]).
+    /// job is marked as delivered elsewhere (see `OFFER_STEP_FOR_ELSEWHERE`).
     pub fn on_fleet_job_event(
         &mut self,
         action: JobAction,
@@ -45,7 +45,7 @@ impl Scheduler {
 
     /// Another host was granted a job: one waiting for a slot here is left alone (as when the
     /// ledger answers "held"); one whose claim waits for its offer delay will not ask
-    /// ([`Scheduler::take_held_notice`]).
+    /// (`State::take_held_notice`).
     pub fn on_held_elsewhere(&mut self, key: JobKey, host: String, now: Now) -> Vec<Effect> {
         let mut fx = Vec::new();
         match self.state.jobs.get(&key).map(|r| r.phase()) {

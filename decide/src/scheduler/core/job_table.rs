@@ -20,7 +20,7 @@ use crate::{
 use super::{Note, ParkReason, Phase, RunnerRecord, TimelineEntry, timeline::TIMELINE_CAP};
 
 /// What the scheduler knows about a job. Read through its accessors; changed only by the
-/// [`JobTable`].
+/// `JobTable`.
 #[derive(Debug, Clone)]
 pub struct JobRecord {
     info: JobInfo,

@@ -550,7 +550,7 @@ impl State {
             .filter(|r| r.started_at().is_none() && *r.phase() == Phase::Seen && !self.draining)
     }
 
-    /// Dispatches stranded job `key` again ([`Scheduler::stranded`]).
+    /// Dispatches stranded job `key` again ([`State::stranded`]).
     pub(super) fn dispatch_again(
         &mut self,
         setup: &Setup,

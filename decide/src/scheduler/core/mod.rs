@@ -295,7 +295,7 @@ impl Phase {
 
 /// The scheduler: what it was configured with, and what it holds now. Its methods are the
 /// shell's entry points (an event, a timer, a call's answer: each returns the effects) and
-/// [`Scheduler::view`]; the mechanics they run are [`State`]'s, each reading the [`Setup`].
+/// [`Scheduler::view`]; the mechanics they run are `State`'s, each reading the [`Setup`].
 #[derive(Debug)]
 pub struct Scheduler {
     setup: Setup,

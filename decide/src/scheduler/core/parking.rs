@@ -30,7 +30,7 @@ impl Scheduler {
 
     /// [`Scheduler::on_reconcile`]; with `complete` (every repo of the target listed), a job
     /// this daemon still holds for a runner that GitHub no longer lists as queued, admitted
-    /// more than [`UNLISTED_AFTER`] ago, is looked at: its `in_progress` or `completed` may
+    /// more than `UNLISTED_AFTER` ago, is looked at: its `in_progress` or `completed` may
     /// have been lost (delivered while the daemon was down), and a runner kept for it would
     /// wait for a job that will never come.
     pub fn on_reconcile_pass(
@@ -198,7 +198,7 @@ impl State {
         }
     }
 
-    /// The looks [`Scheduler::ask_where`] answered itself, taken as `queued`.
+    /// The looks [`State::ask_where`] answered itself, taken as `queued`.
     pub(super) fn answer_unanswerable(&mut self, setup: &Setup, now: Now, fx: &mut Vec<Effect>) {
         for (_, key) in std::mem::take(&mut self.unanswerable) {
             fx.extend(self.on_job_looked(setup, &key, Ok("queued".to_string()), now));

@@ -14,7 +14,7 @@ use crate::{config::PoolName, job::JobKey};
 
 /// A runner of ours: what the ledger keeps (its [`RunnerRow`], read through `Deref`), and
 /// when it was claimed and came up. Read through its accessors; changed only by the
-/// [`RunnerBook`].
+/// `RunnerBook`.
 #[derive(Debug, Clone)]
 pub struct RunnerRecord {
     /// The durable part.

@@ -15,7 +15,7 @@ pub struct SchedulerSettings {
     pub max_concurrent: usize,
     /// `runner.name_prefix`.
     pub name_prefix: String,
-    /// This install's id ([`crate::store::install_id`]); empty where there is none (tests).
+    /// This install's id (`store::install_id` (in the actors crate)); empty where there is none (tests).
     pub install_id: String,
     /// The GitHub targets (at least one): whose jobs are ours, where their runners register,
     /// their claim pacing and their share of scarce slots.
@@ -41,15 +41,15 @@ pub struct SchedulerSettings {
     pub orphan_grace: Option<Duration>,
     /// `webhook.reconcile_interval`: `None` when disabled.
     pub reconcile_interval: Option<Duration>,
-    /// Fleet mode: a claim waits out its offer delay ([`Scheduler::offer_delay`]) before the
+    /// Fleet mode: a claim waits out its offer delay (`State::offer_delay`) before the
     /// ledger is asked, so the host that received the delivery, then the one that fits the
     /// job best, asks first.
     pub fleet: bool,
     /// Scale-set mode: a job is a runner request the REST API does not know, so a look at it
-    /// is answered `queued` by the core itself ([`Scheduler::ask_where`]).
+    /// is answered `queued` by the core itself (`State::ask_where`).
     pub scaleset: bool,
     /// `telemetry.otlp_endpoint` is set: each finished job's trace is built
-    /// ([`Scheduler::take_traces`]).
+    /// ([`Scheduler::take_traces`](super::Scheduler::take_traces)).
     pub traces: bool,
 }
 

@@ -84,7 +84,7 @@ impl Setup {
         self.settings.reconcile_interval
     }
 
-    /// How often the shell should [`Scheduler::prune`]: a quarter of the shorter of the dedup
+    /// How often the shell should [`Scheduler::prune`](super::Scheduler::prune): a quarter of the shorter of the dedup
     /// window and the retention, between 5 s and a minute, so a record outlives its window by
     /// at most that (and a daemon restarted more often than a minute still prunes).
     pub fn prune_every(&self) -> Duration {

@@ -18,7 +18,7 @@ use crate::clock::Instant;
 use crate::{clock::Now, durable::Op, job::JobKey, vocab::LabelSet};
 use std::sync::Arc;
 
-/// A scale set's jobs as this daemon holds them ([`Scheduler::pool_demand`]).
+/// A scale set's jobs as this daemon holds them ([`View::pool_demand`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolDemand {
     /// Not yet taken by a runner, oldest first (placeholders among them).

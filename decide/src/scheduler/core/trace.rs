@@ -79,7 +79,7 @@ pub(super) struct RunnerPart<'a> {
     pub notes: &'a [TimelineEntry],
 }
 
-/// The runner of ours a job ran on (live, or just gone), as [`Scheduler::trace_job`] is told.
+/// The runner of ours a job ran on (live, or just gone), as [`State::trace_job`] is told.
 #[derive(Debug, Clone)]
 pub(super) struct RanOn {
     pub name: Arc<str>,
