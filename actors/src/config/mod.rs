@@ -8,6 +8,7 @@
 //! This module never logs and never prints a secret: secrets live in [`Secret`].
 
 pub(crate) mod cluster;
+mod egress;
 mod environment;
 pub mod linux_vm;
 pub(crate) mod net;
@@ -28,6 +29,7 @@ use std::{
 };
 
 pub use cluster::ClusterConfig;
+pub use egress::EgressConfig;
 pub use environment::{Environment, UserDb};
 pub use ephemer_decide::config::{
     ClaimRetryConfig, HostOs, Secret, WarmConfig, WarmMode, scaleset_pin, warm,

@@ -97,6 +97,8 @@ pub struct ProviderCommon {
     pub targets: Option<Vec<String>>,
     /// `warm` and `warm_max_age`: environments booted ahead of their claims.
     pub warm: super::WarmConfig,
+    /// `egress`: what its jobs may reach past the fence.
+    pub egress: super::EgressConfig,
 }
 
 /// When a dead provisioner is re-created (kameo's vocabulary).

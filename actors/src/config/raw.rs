@@ -221,6 +221,7 @@ pub(crate) struct RawPool {
     pub warm: Option<RawWarm>,
     pub warm_max_age: Option<String>,
     pub warm_mode: Option<String>,
+    pub egress: Option<RawEgress>,
     // Process kinds (`local`, `native_macos`); `command` is also the container's.
     pub runner_dir: Option<String>,
     pub command: Option<RawCommand>,
@@ -333,6 +334,15 @@ impl RawPool {
             .map(|(key, _, kinds)| (key, kinds))
             .collect()
     }
+}
+
+/// `egress`: a pool's allow-list and mode.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawEgress {
+    pub mode: Option<String>,
+    pub allow: Option<Vec<String>>,
+    pub allow_private: Option<Vec<String>>,
 }
 
 /// `command`: a path (process pools) or an argv (containers).

@@ -65,6 +65,31 @@ pub struct Net {
 }
 
 impl Net {
+    /// The range `entry` writes (`addr`, or `addr/prefix` with no bit set past the prefix).
+    pub fn parse(entry: &str) -> Result<Net, RuleError> {
+        parse_net(entry.trim())
+    }
+
+    /// Its first address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// How many leading bits count.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether the two share an address (one holds the other's first address).
+    pub fn overlaps(&self, other: &Net) -> bool {
+        self.contains(other.addr) || other.contains(self.addr)
+    }
+
+    /// Whether `other` is wholly inside this range.
+    pub fn holds(&self, other: &Net) -> bool {
+        self.prefix <= other.prefix && self.contains(other.addr)
+    }
+
     /// Whether `ip` is in the range.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {

@@ -21,6 +21,7 @@
 
 pub mod allow;
 pub mod dns;
+pub mod private;
 
 use core::net::Ipv4Addr;
 

@@ -8,18 +8,21 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use super::{
     AdminConfig, AdminListen, AppAuth, ClaimRetryConfig, Config, ConfigError, ConfigErrors,
-    ContainerLimits, ContainerMounts, Environment, GithubAuth, GithubConfig, HostKeys, LinuxConfig,
-    LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig, PoolConfig, PoolName, PoolSpec,
-    ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig, ProxyConfig, PullPolicy,
-    RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram, RunnerUpdateConfig, Secret,
-    StateConfig, VmMacosConfig, WebhookConfig, defaults,
-    raw::{RawCommand, RawConfig, RawPool, RawProviders, RawRestart, RawUsers},
+    ContainerLimits, ContainerMounts, EgressConfig, Environment, GithubAuth, GithubConfig,
+    HostKeys, LinuxConfig, LogConfig, LogFormat, MetricsConfig, OrphanSweepConfig, PoolConfig,
+    PoolName, PoolSpec, ProcessPoolConfig, ProviderCommon, ProviderKind, ProvidersConfig,
+    ProxyConfig, PullPolicy, RestartConfig, RestartPolicy, RunnerConfig, RunnerProgram,
+    RunnerUpdateConfig, Secret, StateConfig, VmMacosConfig, WebhookConfig, defaults,
+    raw::{RawCommand, RawConfig, RawEgress, RawPool, RawProviders, RawRestart, RawUsers},
 };
 
 mod cluster;
 #[cfg(test)]
 mod cluster_tests;
 mod containers;
+mod egress;
+#[cfg(test)]
+mod egress_tests;
 mod github;
 pub(crate) mod host_paths;
 #[cfg(test)]
@@ -226,6 +229,8 @@ fn build(raw: RawConfig, base_dir: Option<&Path>, env: &Environment, p: &mut Pro
     let (github, targets) = targets::build_targets(raw.github, &webhook, base_dir, env, p);
     p.0.extend(webhook_problems.0);
     targets::check_pool_targets(&providers, &targets, p);
+    let mut providers = providers;
+    egress::for_ghes(&mut providers, &github, &targets);
     let config = Config {
         github,
         targets,

@@ -95,6 +95,7 @@ fn build_common(
             max_concurrent,
             p,
         ),
+        egress: super::egress::build_egress(key, kind, r.egress.take(), p),
     }
 }
 
