@@ -349,15 +349,19 @@ pub struct Pins {
 
 impl Pins {
     /// An answer at `now` (unix seconds) gave `addrs` with `ttl`: each pinned until then, or
-    /// longer if an earlier answer pinned it longer. The timeout to give the set entry, in
-    /// seconds.
-    pub fn pin(&mut self, addrs: &[IpAddr], ttl: u32, now: u64) -> u64 {
+    /// longer if an earlier answer pinned it longer. Each address with the timeout to give its
+    /// set entry, in seconds (a set entry added again takes the new timeout, so a shorter
+    /// later answer must not shorten it).
+    pub fn pin(&mut self, addrs: &[IpAddr], ttl: u32, now: u64) -> Vec<(IpAddr, u64)> {
         let secs = u64::from(ttl).clamp(PIN_MIN_SECS, PIN_MAX_SECS);
-        for addr in addrs {
-            let until = self.until.entry(*addr).or_insert(0);
-            *until = (*until).max(now + secs);
-        }
-        secs
+        addrs
+            .iter()
+            .map(|addr| {
+                let until = self.until.entry(*addr).or_insert(0);
+                *until = (*until).max(now + secs);
+                (*addr, *until - now)
+            })
+            .collect()
     }
 
     /// Whether `ip` is pinned at `now`.

@@ -160,15 +160,19 @@ fn a_pin_lasts_its_ttl_within_bounds_and_the_longest_answer_wins() {
     let a = ip("192.0.2.1");
     assert_eq!(
         pins.pin(&[a], 0, 100),
-        PIN_MIN_SECS,
+        [(a, PIN_MIN_SECS)],
         "a TTL of 0 still lets a client connect"
     );
     assert_eq!(
         pins.pin(&[a], 86_400, 100),
-        PIN_MAX_SECS,
+        [(a, PIN_MAX_SECS)],
         "a day-long TTL is cut"
     );
-    pins.pin(&[a], 10, 101);
+    assert_eq!(
+        pins.pin(&[a], 10, 101),
+        [(a, PIN_MAX_SECS - 1)],
+        "the set entry keeps what is left of the longer pin"
+    );
     assert!(
         pins.holds(a, 100 + PIN_MAX_SECS - 1),
         "a shorter later answer does not cut it"

@@ -21,7 +21,9 @@
 
 pub mod allow;
 pub mod dns;
+pub mod fence;
 pub mod private;
+pub mod seen;
 
 use core::net::Ipv4Addr;
 
@@ -135,7 +137,9 @@ pub fn ns_link_commands(slot: Slot) -> String {
 }
 
 /// The host's table, as one `nft -f` transaction: the chains are rebuilt whole (every daemon
-/// on the host writes the same), the per-job allowances in `allowed` are kept.
+/// on the host writes the same), the per-job allowances in `allowed` and the per-job chains
+/// `jobs` sends a job's interface to ([`fence`]) are kept. A connection the rules let start
+/// goes on when an address's pin runs out.
 pub fn host_table() -> String {
     let t = HOST_TABLE;
     let p = HOST_IF_PREFIX;
@@ -144,6 +148,7 @@ pub fn host_table() -> String {
         "add table inet {t}\n\
          add set inet {t} denied4 {{ type ipv4_addr; flags interval; }}\n\
          add set inet {t} allowed {{ type ifname . ipv4_addr; flags interval; }}\n\
+         add map inet {t} jobs {{ type ifname : verdict; }}\n\
          add chain inet {t} input {{ type filter hook input priority filter - 5; policy accept; }}\n\
          add chain inet {t} forward {{ type filter hook forward priority filter - 5; policy accept; }}\n\
          add chain inet {t} from_job\n\
@@ -158,10 +163,12 @@ pub fn host_table() -> String {
          add rule inet {t} forward iifname \"{p}*\" jump from_job\n\
          add rule inet {t} forward oifname \"{p}*\" ct state established,related accept\n\
          add rule inet {t} forward oifname \"{p}*\" counter drop comment \"nothing starts a connection into a job\"\n\
+         add rule inet {t} from_job ct state established,related accept comment \"what the rules below let start\"\n\
          add rule inet {t} from_job oifname \"{p}*\" counter drop comment \"another job\"\n\
          add rule inet {t} from_job meta nfproto ipv6 counter drop comment \"no IPv6 out of a job\"\n\
          add rule inet {t} from_job iifname . ip daddr @allowed accept\n\
          add rule inet {t} from_job ip daddr @denied4 counter drop comment \"private, link-local, metadata\"\n\
+         add rule inet {t} from_job iifname vmap @jobs comment \"a job's allow-list or audit (fence.rs)\"\n\
          add rule inet {t} postrouting iifname \"{p}*\" oifname != \"{p}*\" masquerade\n"
     )
 }

@@ -44,6 +44,14 @@ fn the_host_table_fences_every_job_interface() {
     let allow = t.find("@allowed accept").unwrap();
     assert!(allow < t.find("@denied4 counter drop").unwrap());
     assert!(t.contains("iifname . ip daddr @allowed"));
+    // A pool's own chain comes after the fence every job has; what started goes on.
+    assert!(t.find("@denied4 counter drop").unwrap() < t.find("iifname vmap @jobs").unwrap());
+    assert!(
+        t.find("ct state established,related accept comment")
+            .unwrap()
+            < t.find("from_job oifname").unwrap()
+    );
+    assert!(!t.contains("flush map"), "the jobs' entries are kept");
     // Rebuilt whole by each daemon, the allowances of others kept.
     assert!(
         t.contains("flush chain inet ephemer from_job")

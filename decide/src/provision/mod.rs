@@ -87,6 +87,12 @@ pub enum RunnerEventKind {
         /// exited and the guest powered off, or the VM stopped first).
         detail: Option<String>,
     },
+    /// What the job's egress met while it ran (names and addresses refused, or audited),
+    /// told once, before its `Exited`.
+    Egress {
+        /// The refusals.
+        seen: crate::egress::seen::Seen,
+    },
     /// The environment could not be created; nothing is left of it.
     Failed {
         /// What went wrong, and whether it is worth retrying.

@@ -111,6 +111,12 @@ impl Scheduler {
                     );
                 }
             }
+            RunnerEventKind::Egress { seen } => {
+                let runner = handle.clone();
+                let seen = std::sync::Arc::new(seen);
+                self.state.note(&intent, now, Note::Egress { runner, seen });
+                return fx;
+            }
             RunnerEventKind::Failed { error } => {
                 self.state
                     .environment_not_made(&self.setup, name, &intent, error, now, &mut fx)

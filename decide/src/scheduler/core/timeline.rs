@@ -342,6 +342,13 @@ pub enum Note {
         /// Why.
         reason: &'static str,
     },
+    /// What its runner's egress met: names and addresses refused (or audited).
+    Egress {
+        /// Runner name.
+        runner: Arc<str>,
+        /// The refusals.
+        seen: Arc<crate::egress::seen::Seen>,
+    },
     /// Restored from the state store after a restart.
     Restored,
     /// A decision read back as its sentence (from the admin API).
@@ -381,6 +388,7 @@ impl fmt::Display for Note {
             | Note::EnvironmentFailed { .. }
             | Note::Requeued { .. }
             | Note::Reaped { .. }
+            | Note::Egress { .. }
             | Note::Restored
             | Note::Recorded(_) => self.fmt_runner(f),
         }
@@ -530,6 +538,7 @@ impl Note {
             Note::Requeued { why } => write!(f, "re-queued: {why}"),
             Note::Reaped { runner, reason } => write!(f, "runner {runner} reaped: {reason}"),
             Note::Restored => f.write_str("restored from the state store after a restart"),
+            Note::Egress { runner, seen } => write!(f, "egress of runner {runner}: {seen}"),
             Note::Recorded(text) => f.write_str(text),
             _ => unreachable!("sorted by Display::fmt"),
         }

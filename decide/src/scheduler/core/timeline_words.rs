@@ -92,6 +92,15 @@ pub fn every_kind() -> Vec<Note> {
             runner: runner.clone(),
             reason: "idle",
         },
+        Note::Egress {
+            runner: runner.clone(),
+            seen: {
+                let mut seen = crate::egress::seen::Seen::default();
+                seen.add(crate::egress::seen::Kind::Dns, "pastebin.com", false);
+                seen.add(crate::egress::seen::Kind::Connect, "198.51.100.7", true);
+                std::sync::Arc::new(seen)
+            },
+        },
         Note::Restored,
         Note::Recorded("a sentence read back".into()),
     ];
@@ -237,10 +246,11 @@ mod tests {
                 Note::Reaped { .. } => 28,
                 Note::Restored => 29,
                 Note::Recorded(_) => 30,
+                Note::Egress { .. } => 31,
             };
             seen.insert(kind);
         }
-        assert_eq!(seen.len(), 31);
+        assert_eq!(seen.len(), 32);
     }
 
     #[test]

@@ -259,7 +259,8 @@ fn runner_spans(
         Note::Claimed { runner, .. }
         | Note::RunnerStarted { runner, .. }
         | Note::TearingDown { runner, .. }
-        | Note::RunnerGone { runner, .. } => &**runner == r.name,
+        | Note::RunnerGone { runner, .. }
+        | Note::Egress { runner, .. } => &**runner == r.name,
         _ => false,
     };
     let mine: Vec<&TimelineEntry> = r.notes.iter().filter(|e| about(&e.note)).collect();
@@ -301,6 +302,26 @@ fn runner_spans(
             s.attributes.push(("github.conclusion", text(c.clone())));
         }
         spans.push(s);
+    }
+    for e in &mine {
+        if let Note::Egress { seen, .. } = &e.note {
+            let count = |audited: bool| seen.rows().iter().filter(|r| r.audited == audited).count();
+            let first = seen
+                .rows()
+                .first()
+                .map(|r| format!("{} {}", r.kind.as_str(), r.what));
+            let mut attributes = vec![
+                ("ephemer.runner", text(r.name)),
+                ("ephemer.egress.refused", int(count(false))),
+                ("ephemer.egress.audited", int(count(true))),
+            ];
+            attributes.extend(first.map(|f| ("ephemer.egress.first", text(f))));
+            root_events.push(TraceEvent {
+                name: "egress refused",
+                at_ms: e.at_ms,
+                attributes,
+            });
+        }
     }
     let gone = mine.iter().find_map(|e| match &e.note {
         Note::RunnerGone { reason, code, .. } => Some((e.at_ms, *reason, *code)),

@@ -491,3 +491,71 @@ fn a_runner_gone_before_github_says_completed_is_traced_at_the_completion_and_of
         assert_eq!(t.spans[0].end_ms, at(t0, 10).unix_ms);
     }
 }
+
+#[test]
+fn what_a_job_s_egress_met_is_an_event_on_its_trace_and_a_line_of_its_timeline() {
+    use crate::egress::seen::{Kind, Seen};
+    let mut seen = Seen::default();
+    seen.add(Kind::Dns, "pastebin.com", false);
+    seen.add(Kind::Dns, "pastebin.com", false);
+    seen.add(Kind::Connect, "198.51.100.7", false);
+    // Through the core: the provisioner's report lands on the runner's job's timeline.
+    let mut d = crate::scheduler::core::driver::Driver::new();
+    d.queued(1, LABELS);
+    let name = d.runner_of(1);
+    let kind = RunnerEventKind::Egress { seen: seen.clone() };
+    let fx = d.s.on_runner_event(&name, kind, d.state_now());
+    assert!(fx.is_empty(), "a report changes nothing else: {fx:?}");
+    let line =
+        d.s.view()
+            .job(&crate::job::JobKey::new("acme", 1))
+            .unwrap()
+            .timeline()
+            .iter()
+            .map(|e| e.note.to_string())
+            .find(|t| t.starts_with("egress of runner"))
+            .unwrap();
+    assert_eq!(
+        line,
+        format!(
+            "egress of runner {name}: refused dns pastebin.com (2 times), connect 198.51.100.7"
+        )
+    );
+    // On the trace: an event with the counts and the first refusal.
+    let mut info = job(5, LABELS);
+    info.conclusion = Some("success".into());
+    let mut own = a_job_run("ephemer-local-a");
+    own.insert(
+        own.len() - 1,
+        e(
+            9_600,
+            Note::Egress {
+                runner: r("ephemer-local-a"),
+                seen: Arc::new(seen),
+            },
+        ),
+    );
+    let runner = RunnerPart {
+        name: "ephemer-local-a",
+        claimed_ms: None,
+        notes: &own,
+    };
+    let t = build(&input(&info, &own, Some(runner))).unwrap();
+    let ev = t.spans[0]
+        .events
+        .iter()
+        .find(|e| e.name == "egress refused")
+        .unwrap();
+    assert_eq!(ev.at_ms, 9_600);
+    let get = |k: &str| {
+        ev.attributes
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("ephemer.egress.refused"), Some(TraceValue::Int(2)));
+    assert_eq!(
+        get("ephemer.egress.first"),
+        Some(TraceValue::Text("dns pastebin.com".into()))
+    );
+}
