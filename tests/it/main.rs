@@ -135,6 +135,7 @@ mod docs;
 mod doctor;
 mod durable;
 mod e2e;
+mod egress;
 mod embed;
 mod fleet;
 mod fungible;

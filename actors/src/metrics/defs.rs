@@ -133,6 +133,11 @@ pub(super) const DEFS: &[Def] = &[
         &["provider"],
     ),
     def(
+        "ephemerd_egress_refused_total",
+        "Egress a pool's allow-list refused, by pool and kind (dns: a lookup; connect: an address a job tried, once per job).",
+        &["pool", "kind"],
+    ),
+    def(
         "ephemerd_reconcile_readmitted_total",
         "Jobs GitHub lists as queued that the backstop admitted, by reason (unknown, idle, parked).",
         &["reason"],

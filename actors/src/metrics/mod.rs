@@ -65,6 +65,9 @@ pub struct Metrics {
     /// `ephemerd_teardown_unremoved{provider}`: trees (job directories, VM run directories)
     /// teardowns could not remove yet; each is tried again later and `doctor` names it.
     pub teardown_unremoved: IntGaugeVec,
+    /// `ephemerd_egress_refused_total{pool,kind}`: lookups (`dns`) and addresses (`connect`,
+    /// once per job) a pool's allow-list refused.
+    pub egress_refused: IntCounterVec,
     /// `ephemerd_reconcile_repo_failures_total`: repos whose listing failed in a reconcile
     /// pass (the other repos' jobs were still found; this one's wait for the next pass).
     pub reconcile_repo_failures: IntCounter,
@@ -304,6 +307,7 @@ impl Metrics {
             webhook_unknown_installation: r.counter("ephemerd_webhook_unknown_installation_total"),
             environment_failures: r.counter_vec("ephemerd_environment_failures_total"),
             teardown_unremoved: r.gauge_vec("ephemerd_teardown_unremoved"),
+            egress_refused: r.counter_vec("ephemerd_egress_refused_total"),
             reconcile_repo_failures: r.counter("ephemerd_reconcile_repo_failures_total"),
             reconcile_readmitted: r.counter_vec("ephemerd_reconcile_readmitted_total"),
             reconcile_queued_idle: r.gauge("ephemerd_reconcile_queued_idle"),

@@ -16,6 +16,8 @@ use std::{
 };
 
 use ephemer_decide::egress::dns;
+
+use super::watch::{Verdict, Watch};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream, UdpSocket},
@@ -74,8 +76,8 @@ fn enter(_netns: &Path) -> std::io::Result<()> {
     ))
 }
 
-/// Serves the namespace's queries until aborted.
-pub async fn serve(sockets: Sockets, upstreams: Arc<Vec<SocketAddr>>) {
+/// Serves the namespace's queries until aborted, each as `watch` decides.
+pub async fn serve(sockets: Sockets, upstreams: Arc<Vec<SocketAddr>>, watch: Arc<Watch>) {
     let (Ok(udp), Ok(tcp)) = (
         UdpSocket::from_std(sockets.udp),
         TcpListener::from_std(sockets.tcp),
@@ -96,9 +98,9 @@ pub async fn serve(sockets: Sockets, upstreams: Arc<Vec<SocketAddr>>) {
                     continue;
                 }
                 let Ok(permit) = in_flight.clone().try_acquire_owned() else { continue };
-                let (udp, upstreams) = (udp.clone(), upstreams.clone());
+                let (udp, upstreams, watch) = (udp.clone(), upstreams.clone(), watch.clone());
                 actix_rt::spawn(async move {
-                    if let Some(answer) = ask_udp(&query, &upstreams).await {
+                    if let Some(answer) = answer(&query, &upstreams, &watch, ask_udp).await {
                         let _ = udp.send_to(&answer, from).await;
                     }
                     drop(permit);
@@ -107,12 +109,36 @@ pub async fn serve(sockets: Sockets, upstreams: Arc<Vec<SocketAddr>>) {
             conn = tcp.accept() => {
                 let Ok((stream, _)) = conn else { continue };
                 let Ok(permit) = tcp_clients.clone().try_acquire_owned() else { continue };
-                let upstreams = upstreams.clone();
+                let (upstreams, watch) = (upstreams.clone(), watch.clone());
                 actix_rt::spawn(async move {
-                    let _ = tokio::time::timeout(CLIENT_WAIT, serve_tcp(stream, &upstreams)).await;
+                    let _ = tokio::time::timeout(CLIENT_WAIT, serve_tcp(stream, &upstreams, &watch)).await;
                     drop(permit);
                 });
             }
+        }
+    }
+}
+
+/// What `query` is answered with, as `watch` decides: `REFUSED`, or the upstream's answer
+/// (its addresses pinned first where the job's mode asks it), or nothing.
+async fn answer<'a, F, Fut>(
+    query: &'a [u8],
+    upstreams: &'a [SocketAddr],
+    watch: &Watch,
+    ask: F,
+) -> Option<Vec<u8>>
+where
+    F: FnOnce(&'a [u8], &'a [SocketAddr]) -> Fut,
+    Fut: std::future::Future<Output = Option<Vec<u8>>>,
+{
+    match watch.lookup(query) {
+        Verdict::Refuse => dns::refused(query),
+        Verdict::Ask { pin } => {
+            let answer = ask(query, upstreams).await?;
+            if pin && !watch.pin(&answer).await {
+                return None;
+            }
+            Some(answer)
         }
     }
 }
@@ -148,13 +174,13 @@ async fn ask_udp(query: &[u8], upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
 }
 
 /// One TCP client: length-prefixed queries, each asked of an upstream over TCP.
-async fn serve_tcp(mut client: TcpStream, upstreams: &[SocketAddr]) -> Option<()> {
+async fn serve_tcp(mut client: TcpStream, upstreams: &[SocketAddr], watch: &Watch) -> Option<()> {
     loop {
         let query = read_framed(&mut client).await?;
         if !dns::is_query(&query, dns::MAX_TCP) {
             return None;
         }
-        let answer = ask_tcp(&query, upstreams).await?;
+        let answer = answer(&query, upstreams, watch, ask_tcp).await?;
         let len = u16::try_from(answer.len()).ok()?;
         client.write_all(&len.to_be_bytes()).await.ok()?;
         client.write_all(&answer).await.ok()?;

@@ -10,13 +10,15 @@
 //! made them, and removes them.
 
 pub mod dns;
+pub mod watch;
 
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
 };
 
-use ephemer_decide::egress::{self, Slot};
+use ephemer_decide::egress::{self, Slot, allow::Mode, fence};
+pub use watch::{Egress, Watch};
 use tokio::process::Command;
 
 /// Where each namespace's owner is written down.
@@ -41,7 +43,7 @@ pub enum NetError {
 #[derive(Debug)]
 pub struct JobNet {
     slot: Slot,
-    allow_private: Vec<String>,
+    watch: std::sync::Arc<Watch>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -63,19 +65,20 @@ impl JobNet {
         vec!["nsenter".into(), net, "--".into()]
     }
 
-    /// Makes a namespace for the job whose directory is `owner` (named `name`), letting it
-    /// reach `allow_private` (CIDRs), its DNS answered through `upstreams`.
+    /// Makes a namespace for the job whose directory is `owner` (named `name`), with its
+    /// pool's `egress` (the private ranges it may reach, its allow-list or audit), its DNS
+    /// answered through `upstreams`.
     pub async fn create(
         name: &str,
         owner: &Path,
-        allow_private: &[String],
+        egress: Egress,
         upstreams: std::sync::Arc<Vec<std::net::SocketAddr>>,
     ) -> Result<JobNet, NetError> {
         ensure_host().await?;
         let slot = take_slot(name).await?;
         let mut net = JobNet {
             slot,
-            allow_private: allow_private.to_vec(),
+            watch: std::sync::Arc::new(Watch::new(slot, egress)),
             forwarder: None,
         };
         match net.fill(owner, upstreams).await {
@@ -105,23 +108,56 @@ impl JobNet {
         run("nsenter", &[&net, "--", "nft", "-f", "-"], Some(&egress::job_table()))
             .await
             .map_err(failed)?;
-        let allow = egress::allow_commands(self.slot, &self.allow_private);
+        let e = self.watch.egress();
+        let allow = egress::allow_commands(self.slot, &e.allow_private);
         if !allow.is_empty() {
             run("nft", &["-f", "-"], Some(&allow)).await.map_err(failed)?;
+        }
+        if e.mode != Mode::Open {
+            // A crashed daemon's chain of this slot would add its rules to these.
+            forget_fence(self.slot).await;
+            let chain = fence::job_commands(self.slot, e.mode, e.allow.nets());
+            run("nft", &["-f", "-"], Some(&chain)).await.map_err(failed)?;
         }
         let sockets = dns::bind_in(&self.path())
             .await
             .map_err(|e| failed(format!("cannot bind its DNS forwarder: {e}")))?;
-        self.forwarder = Some(actix_rt::spawn(dns::serve(sockets, upstreams)));
+        self.forwarder = Some(actix_rt::spawn(dns::serve(
+            sockets,
+            upstreams,
+            self.watch.clone(),
+        )));
         Ok(())
     }
 
-    /// Removes the namespace (its veth pair goes with it), its allowances and its record.
+    /// What the job's egress met (its refused addresses are read by [`JobNet::remove`]).
+    pub fn seen(&self) -> ephemer_decide::egress::seen::Seen {
+        self.watch.seen()
+    }
+
+    /// Removes the namespace (its veth pair goes with it), its allowances, its chain and sets
+    /// (the addresses it was refused read first) and its record.
     pub async fn remove(&mut self) {
         if let Some(f) = self.forwarder.take() {
             f.abort();
         }
-        remove_slot(self.slot, &self.allow_private).await;
+        let e = self.watch.egress();
+        if e.mode != Mode::Open {
+            self.watch.read_refused().await;
+            forget_fence(self.slot).await;
+        }
+        remove_slot(self.slot, &e.allow_private).await;
+    }
+}
+
+/// Takes slot `slot`'s chain and sets away, whichever of them are there.
+pub async fn forget_fence(slot: Slot) {
+    let lines = fence::forget_job_commands(slot);
+    if run("nft", &["-f", "-"], Some(&lines.join("\n"))).await.is_ok() {
+        return;
+    }
+    for line in &lines {
+        let _ = run("nft", &["-f", "-"], Some(line)).await;
     }
 }
 
@@ -156,6 +192,7 @@ pub async fn reap_orphans() -> usize {
         let owner = crate::bounded::read_file(entry.path(), 4096).unwrap_or_default();
         let owner = PathBuf::from(String::from_utf8_lossy(&owner).trim());
         if owner.as_os_str().is_empty() || !owner.exists() {
+            forget_fence(slot).await;
             remove_slot(slot, &[]).await;
             removed += 1;
         }
@@ -230,7 +267,7 @@ fn forwarding_on() -> Result<(), NetError> {
 }
 
 /// Runs tool `program` with `args` (and `stdin`), its output bounded; its stderr when it fails.
-async fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+pub(crate) async fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()

@@ -94,6 +94,7 @@ impl PoolWiring {
 /// `NativeMacosProvisioner`: one type, see the module's notes), on the managed installs when
 /// the pool uses them.
 pub fn start_process(mut settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    settings.egress.refused = Some(wiring.metrics.egress_refused.clone());
     settings.left_gauge = Some(
         wiring
             .metrics
@@ -114,6 +115,7 @@ pub fn start_linux(
 
 /// Starts a `linux_vm` pool.
 pub fn start_linux_vm(mut settings: QemuSettings, wiring: PoolWiring) -> ProvisionerHandle {
+    settings.egress.refused = Some(wiring.metrics.egress_refused.clone());
     // The pool's boot histogram is there (empty) from the start, for dashboards.
     settings.boot_seconds = Some(
         wiring

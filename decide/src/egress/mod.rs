@@ -20,6 +20,7 @@
 //! so daemons on one host never share one.
 
 pub mod allow;
+pub mod audit;
 pub mod dns;
 pub mod fence;
 pub mod private;

@@ -85,6 +85,7 @@ async fn network(weaken: &str) -> (Found, Found) {
             Found::refused("no namespaces"),
         );
     };
+    let _one_metadata_host = support::netns::METADATA.lock().await;
     let Some(metadata) = TestHost::at_address("etm", Ipv4Addr::new(169, 254, 169, 254)) else {
         return (
             Found::refused("no namespaces"),

@@ -15,6 +15,10 @@ use std::{
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// An address is routed to one test host at a time: a test that makes the metadata service's
+/// (169.254.169.254) holds this while it lives.
+pub static METADATA: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A namespace of the test's, joined to the host by a veth pair.
 #[derive(Debug)]
 pub struct TestHost {
@@ -136,6 +140,12 @@ impl TestHost {
     pub fn listen(&self, port: u16) -> std::net::TcpListener {
         let addr = self.addr;
         self.inside(move || std::net::TcpListener::bind((addr, port)).unwrap())
+    }
+
+    /// A UDP socket on `port` at the host's address, inside its namespace.
+    pub fn bind_udp(&self, port: u16) -> std::net::UdpSocket {
+        let addr = self.addr;
+        self.inside(move || std::net::UdpSocket::bind((addr, port)).unwrap())
     }
 
     /// What `make` makes, on a thread that entered the namespace and ends.

@@ -59,6 +59,8 @@ pub struct QemuSettings {
     pub left_record: Option<PathBuf>,
     /// `ephemerd_teardown_unremoved{provider}` of the pool, when metrics are kept.
     pub left_gauge: Option<prometheus::IntGauge>,
+    /// What each VM's network lets out (`network = "user"`), and where what it met is told.
+    pub egress: crate::netns::Egress,
 }
 
 /// Runs runners in QEMU microVMs.
@@ -313,7 +315,7 @@ impl QemuBackend {
         match self.s.vm.network {
             VmNetwork::None => Ok(["unshare", "--net", "--"].map(Into::into).to_vec()),
             VmNetwork::User => {
-                let net = crate::netns::JobNet::create(name, dir, &[], self.upstreams.clone())
+                let net = crate::netns::JobNet::create(name, dir, self.s.egress.clone(), self.upstreams.clone())
                     .await
                     .map_err(|e| match e {
                         crate::netns::NetError::Host(_) => ProvisionError::HostUnavailable(e.to_string()),
