@@ -96,6 +96,18 @@ enum Command {
         #[command(flatten)]
         target: crate::ctl::Target,
     },
+    /// The names a pool's jobs looked up (egress mode "audit" or "allow-list"), how often,
+    /// and which its allow-list refuses: what an allow-list is written from.
+    Egress {
+        /// The pool (`[providers.NAME]`).
+        #[arg(long)]
+        pool: String,
+        /// How far back: 7d, 12h.
+        #[arg(long, default_value = "7d")]
+        since: String,
+        #[command(flatten)]
+        target: crate::ctl::Target,
+    },
     /// Stop claiming (running jobs continue; no new retries).
     Cordon(crate::ctl::Target),
     /// Resume claiming.
@@ -191,6 +203,15 @@ pub fn run() -> ExitCode {
             &since,
             by,
             csv,
+        )),
+        Command::Egress {
+            pool,
+            since,
+            target,
+        } => ctl_result(crate::egress::egress(
+            &target.with(&config_path),
+            &pool,
+            &since,
         )),
         Command::Cordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), true)),
         Command::Uncordon(t) => ctl_result(crate::ctl::cordon(&t.with(&config_path), false)),

@@ -8,6 +8,7 @@ mod ctl;
 #[cfg(feature = "demo")]
 mod demo;
 mod doctor;
+mod egress;
 mod job_text;
 mod logging;
 mod notify;

@@ -6,7 +6,8 @@
 //! rate reading), `GET /api/v1/jobs` (every job the scheduler knows), `GET /api/v1/jobs/{id}`
 //! (one job with its timeline: every decision taken about it, so "why is my job still queued?"
 //! has an answer), `GET /api/v1/census` (entries per in-memory collection), `GET
-//! /api/v1/usage?since=30d&by=repo` (runner-minutes per repo, pool or target), `POST
+//! /api/v1/usage?since=30d&by=repo` (runner-minutes per repo, pool or target), `GET
+//! /api/v1/egress?pool=NAME&since=7d` (the names a pool's jobs looked up), `POST
 //! /api/v1/cordon` and `/uncordon`. Read-only but for cordon; it holds
 //! no state of its own. Its answers are the types of [`api`], which the CLI reads back.
 
@@ -15,6 +16,7 @@ use std::time::Instant;
 pub mod access;
 pub(crate) mod api;
 mod census;
+pub mod egress;
 mod page;
 pub mod usage;
 
@@ -53,6 +55,8 @@ pub struct Admin {
     scalesets: Vec<Addr<crate::scaleset::ScaleSetListener>>,
     /// Each target's owner (lowercased) and web address, for the status page's links.
     web: Vec<(String, String)>,
+    /// Where each pool's egress audit log is.
+    egress_dir: std::path::PathBuf,
 }
 
 impl Admin {
@@ -72,6 +76,7 @@ impl Admin {
             release: handles.release.clone(),
             scalesets: handles.scalesets.clone(),
             web: handles.web.clone(),
+            egress_dir: handles.egress_dir.clone(),
         }
     }
 
@@ -100,6 +105,7 @@ impl Admin {
             .route("/api/v1/jobs/{id}", web::get().to(job))
             .route("/api/v1/census", web::get().to(census::census))
             .route("/api/v1/usage", web::get().to(usage::usage))
+            .route("/api/v1/egress", web::get().to(egress::egress))
             .route("/api/v1/cordon", web::post().to(cordon))
             .route("/api/v1/uncordon", web::post().to(uncordon));
     }

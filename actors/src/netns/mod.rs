@@ -161,6 +161,48 @@ pub async fn forget_fence(slot: Slot) {
     }
 }
 
+/// The namespaces a backend's runners live in, by runner name, and what each one's egress met
+/// once it is gone (taken once, for its job's timeline).
+#[derive(Debug, Clone, Default)]
+pub struct Nets {
+    live: std::rc::Rc<std::cell::RefCell<std::collections::BTreeMap<String, JobNet>>>,
+    met: std::rc::Rc<std::cell::RefCell<std::collections::BTreeMap<String, ephemer_decide::egress::seen::Seen>>>,
+}
+
+impl Nets {
+    /// Runner `name`'s namespace, while it lives.
+    pub fn insert(&self, name: &str, net: JobNet) {
+        self.live.borrow_mut().insert(name.to_string(), net);
+    }
+
+    /// The namespace of warm environment `from` is runner `to`'s now.
+    pub fn rename(&self, from: &str, to: &str) {
+        let mut live = self.live.borrow_mut();
+        if let Some(net) = live.remove(from) {
+            live.insert(to.to_string(), net);
+        }
+    }
+
+    /// Removes runner `name`'s namespace, if this run made it; whether it did.
+    pub async fn remove(&self, name: &str) -> bool {
+        let held = self.live.borrow_mut().remove(name);
+        let Some(mut net) = held else {
+            return false;
+        };
+        net.remove().await;
+        let seen = net.seen();
+        if !seen.is_empty() {
+            self.met.borrow_mut().insert(name.to_string(), seen);
+        }
+        true
+    }
+
+    /// What runner `name`'s egress met, once its namespace is gone (taken: asked once).
+    pub fn take_met(&self, name: &str) -> Option<ephemer_decide::egress::seen::Seen> {
+        self.met.borrow_mut().remove(name)
+    }
+}
+
 /// Removes slot `slot`'s namespace and what goes with it, whoever made it.
 pub async fn remove_slot(slot: Slot, allow_private: &[String]) {
     let forget = egress::forget_commands(slot, allow_private);

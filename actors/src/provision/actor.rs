@@ -111,6 +111,9 @@ impl<B: Backend> ProvisionerActor<B> {
                 .backend
                 .end_words(&name)
                 .filter(|_| reason == ExitReason::Exited);
+            if let Some(seen) = act.backend.egress_met(&name) {
+                act.report(&name, RunnerEventKind::Egress { seen });
+            }
             let left = act.backend.left_behind(&name);
             let detail = match (ended, left) {
                 (Some(ended), Some(left)) => Some(format!("{ended}; {left}")),

@@ -208,6 +208,11 @@ pub trait Backend: Clone + Unpin + std::fmt::Debug + 'static {
     fn left_behind(&self, _name: &str) -> Option<String> {
         None
     }
+    /// What runner `name`'s egress met (names and addresses refused, or audited), once its
+    /// environment is gone (taken: asked once), for its job's timeline.
+    fn egress_met(&self, _name: &str) -> Option<ephemer_decide::egress::seen::Seen> {
+        None
+    }
     /// The runner version the pool's new jobs start, where the backend can tell (a container
     /// pool's image); `Ok(None)`: it cannot (yet).
     fn runner_version(

@@ -107,6 +107,8 @@ pub struct Handles {
     /// Each target's owner (lowercased) and the web address its jobs are seen at (github.com,
     /// or the GHES host), for the status page's links.
     pub web: Vec<(String, String)>,
+    /// Where each pool's egress audit log is (`<state>/egress`), for `GET /api/v1/egress`.
+    pub egress_dir: std::path::PathBuf,
     /// This instance's readiness (`/readyz`): set ready once its listeners are up; draining
     /// from the start of a shutdown.
     pub health: web::Data<Health>,
@@ -489,6 +491,7 @@ fn handles(
         credential: github.credentials[0].clone(),
         credentials: github.credentials,
         web: web_urls(config),
+        egress_dir: config.state.dir.join("egress"),
         health,
         store_closed: store.closed(),
         fleet,

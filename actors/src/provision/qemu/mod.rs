@@ -78,7 +78,7 @@ pub struct QemuBackend {
     /// VMs whose agent was handed a runner (given a grace to end by themselves at teardown).
     runs: Rc<std::cell::RefCell<std::collections::BTreeSet<String>>>,
     /// Each running VM's network namespace (`network = "user"`), by VM name.
-    nets: Rc<std::cell::RefCell<std::collections::BTreeMap<String, crate::netns::JobNet>>>,
+    nets: crate::netns::Nets,
     /// The host's name servers, which each VM's DNS forwarder asks.
     upstreams: std::sync::Arc<Vec<std::net::SocketAddr>>,
     /// Whether this QEMU can sandbox each VM, once asked.
@@ -103,7 +103,7 @@ impl QemuBackend {
         let cgroups = None;
         let left = Unremovable::new(settings.left_record.clone(), settings.left_gauge.clone());
         QemuBackend {
-            nets: Rc::default(),
+            nets: crate::netns::Nets::default(),
             upstreams: std::sync::Arc::new(crate::netns::host_upstreams()),
             left,
             runs: Rc::default(),
@@ -324,7 +324,7 @@ impl QemuBackend {
                 // Read back by a teardown after a restart, which has no map.
                 let _ = std::fs::write(dir.join(NETNS_FILE), net.slot().0.to_string());
                 let argv = net.enter_argv();
-                self.nets.borrow_mut().insert(name.to_string(), net);
+                self.nets.insert(name, net);
                 Ok(argv)
             }
         }
@@ -333,10 +333,8 @@ impl QemuBackend {
     /// Removes VM `name`'s namespace: the one this run made, or the one its run directory
     /// names.
     async fn remove_network(&self, name: &str) {
-        let held = self.nets.borrow_mut().remove(name);
-        match held {
-            Some(mut net) => net.remove().await,
-            None => {
+        if !self.nets.remove(name).await {
+            {
                 let slot = std::fs::read_to_string(self.vm_dir(name).join(NETNS_FILE))
                     .ok()
                     .and_then(|s| s.trim().parse().ok())
@@ -622,6 +620,10 @@ impl Backend for QemuBackend {
 
     fn left_behind(&self, name: &str) -> Option<String> {
         self.left.take_said(name)
+    }
+
+    fn egress_met(&self, name: &str) -> Option<ephemer_decide::egress::seen::Seen> {
+        self.nets.take_met(name)
     }
 
     fn startup_warning(&self) -> Option<String> {

@@ -63,10 +63,7 @@ impl QemuBackend {
                 "cannot hand the warm VM {warm} to the runner: {e}"
             )));
         }
-        let net = self.nets.borrow_mut().remove(&warm);
-        if let Some(net) = net {
-            self.nets.borrow_mut().insert(spec.name.clone(), net);
-        }
+        self.nets.rename(&warm, &spec.name);
         tracing::info!(vm = %warm, runner = %spec.name, pool = %self.s.pool, "warm VM handed to its runner: no boot");
         self.run(child, agent, spec).await
     }
