@@ -69,6 +69,10 @@
 //!   weakened daemon (it must get through) and the real one (it must not), in a table;
 //!   `support/netns.rs` makes the test hosts (a stand-in "internet", a metadata service) in
 //!   network namespaces of the test's own.
+//! - `egress.rs`: a job's network namespace attacked from inside it (as any kind's job): the
+//!   allow-list's names answered and reached, other names refused through any resolver, an
+//!   address no allowed name gave refused, the metadata service and this host out of reach, a
+//!   pin run out; audit mode refusing nothing and reporting it.
 //! - `linux_vm.rs`: `linux_vm` pools, each job's runner in a QEMU microVM of its own (TCG),
 //!   booted from an image the test builds: nothing left, no JIT config on the host, no job
 //!   sees an earlier job's files; `linux_vm_faults.rs`: a cancelled job, `job_timeout`, a guest
@@ -135,6 +139,7 @@ mod docs;
 mod doctor;
 mod durable;
 mod e2e;
+#[cfg(target_os = "linux")]
 mod egress;
 mod embed;
 mod fleet;

@@ -57,13 +57,20 @@ pub(super) fn build_egress(
             }
         })
         .collect::<Vec<_>>();
-    let fenced = !matches!(kind, ProviderKind::VmMacos | ProviderKind::NativeMacos);
-    if !fenced && (mode != Mode::Open || !allow_private.is_empty()) {
-        p.push(
+    let asks = mode != Mode::Open || !allow_private.is_empty();
+    match kind {
+        ProviderKind::VmMacos | ProviderKind::NativeMacos if asks => p.push(
             key.clone(),
             "a macOS pool's jobs have no network namespace (macOS has none), so its egress stays \
              \"open\": nothing here would be enforced (docs/security.md, \"The network\")",
-        );
+        ),
+        ProviderKind::Linux if asks => p.push(
+            key.clone(),
+            "a linux pool's containers are on the engine's network, which this daemon does not \
+             fence yet: its egress stays \"open\" (the `local` and `linux_vm` kinds enforce \
+             it; docs/security.md, \"The network\")",
+        ),
+        _ => {}
     }
     EgressConfig {
         mode,

@@ -112,6 +112,17 @@ fn a_list_with_no_mode_is_a_problem_and_a_mac_pool_stays_open() {
         "{}",
         errs[0].reason
     );
+    let errs = load(
+        r#"
+        [providers.linux]
+        image = "localhost/runner:1"
+        egress = { mode = "audit" }
+        "#,
+        HostOs::Linux,
+    )
+    .unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].key, "providers.linux.egress");
     let ok = load(
         r#"
         [providers.native_macos]
