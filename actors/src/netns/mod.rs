@@ -329,6 +329,22 @@ pub async fn ensure_host() -> Result<(), NetError> {
     .clone()
 }
 
+/// Whether this host gives each job a network namespace of its own behind the fence (root,
+/// `ip`, `nft`, `nsenter`, forwarding; a throwaway namespace made and removed), for `doctor`:
+/// what holds, or why not.
+pub async fn host_check() -> Result<String, String> {
+    ensure_host().await.map_err(|e| e.to_string())?;
+    for tool in ["nsenter", "ip", "nft"] {
+        run(tool, &["--version"], None)
+            .await
+            .map_err(|e| format!("{tool} is needed for a job's namespace: {e}"))?;
+    }
+    let probe = format!("ephemer-doctor-{}", std::process::id());
+    run("ip", &["netns", "add", &probe], None).await?;
+    let _ = run("ip", &["netns", "delete", &probe], None).await;
+    Ok("each job gets a network namespace of its own behind the host's nftables fence".into())
+}
+
 /// IPv4 forwarding, which a job's traffic to the outside needs: turned on if it is off and
 /// this process may (as Docker, Podman and libvirt do); else what to do.
 fn forwarding_on() -> Result<(), NetError> {

@@ -538,6 +538,32 @@ impl Backend for ProcessBackend {
         let s = self.s.clone();
         let resolved = self.s.on_current_install(self.managed.as_ref());
         async move {
+            let mut net = Vec::new();
+            if s.kind == ProviderKind::Local && cfg!(target_os = "linux") {
+                net.push(super::process_net::net_finding(s.egress.mode).await);
+            }
+            let mut paths = Self::path_findings(s, resolved).await;
+            net.append(&mut paths);
+            net
+        }
+    }
+
+    fn startup_warning(&self) -> Option<String> {
+        (self.s.kind == ProviderKind::NativeMacos).then(|| {
+            "native_macos runs jobs directly on this host: they share its files, network and \
+             credentials; isolation is weak, use vm_macos where it matters"
+                .to_string()
+        })
+    }
+}
+
+impl ProcessBackend {
+    /// `doctor`'s look at the paths each `run_as` user needs.
+    async fn path_findings(
+        s: Rc<ProcessSettings>,
+        resolved: Option<ProcessSettings>,
+    ) -> Vec<super::Finding> {
+        {
             use super::Finding;
             if let Some(why) = super::reach::skipped(&s) {
                 return vec![Finding::Ok(format!("runner path probe not needed: {why}"))];
@@ -562,14 +588,6 @@ impl Backend for ProcessBackend {
                 })
                 .collect()
         }
-    }
-
-    fn startup_warning(&self) -> Option<String> {
-        (self.s.kind == ProviderKind::NativeMacos).then(|| {
-            "native_macos runs jobs directly on this host: they share its files, network and \
-             credentials; isolation is weak, use vm_macos where it matters"
-                .to_string()
-        })
     }
 }
 

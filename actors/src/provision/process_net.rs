@@ -125,3 +125,26 @@ fn net_error(e: NetError) -> ProvisionError {
         NetError::Failed(_) => ProvisionError::EnvironmentFailed(e.to_string()),
     }
 }
+
+/// `doctor`'s word on the pool's network: a namespace per job, or why not (a failure where the
+/// pool's egress needs one, a warning where its jobs would share the host's network).
+pub(super) async fn net_finding(mode: Mode) -> super::Finding {
+    use super::Finding;
+    if !nix::unistd::geteuid().is_root() {
+        let why = "the daemon is not root: no namespace per job";
+        return match mode {
+            Mode::Open => Finding::Warn(format!(
+                "{why}; this pool's jobs share the host's network (its loopback services, the \
+                 metadata address): run the daemon as root (docs/security.md, \"The network\")"
+            )),
+            _ => Finding::Fail(format!(
+                "{why}, and egress mode \"{}\" needs one",
+                mode.as_str()
+            )),
+        };
+    }
+    match crate::netns::host_check().await {
+        Ok(ok) => Finding::Ok(format!("{ok}; egress \"{}\"", mode.as_str())),
+        Err(e) => Finding::Fail(e),
+    }
+}
