@@ -25,6 +25,8 @@ use github_standin::{DeliveryFaults, RunnerBehavior, Standin, StandinConfig};
 
 #[path = "sections/burst.rs"]
 mod burst;
+#[path = "sections/egress.rs"]
+mod egress;
 #[path = "sections/flood.rs"]
 mod flood;
 #[path = "sections/outside.rs"]
@@ -525,7 +527,7 @@ fn pacing() {
 }
 
 /// Every section, in the order a full run takes them.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "retry",
     "pacing",
     "intake",
@@ -536,6 +538,7 @@ const SECTIONS: [&str; 10] = [
     "footprint",
     "tracked",
     "burst",
+    "egress",
 ];
 /// Set in a section's own process (a full run starts one per section).
 const SECTION_ENV: &str = "EPHEMER_BENCH_SECTION";
@@ -611,6 +614,9 @@ fn main() {
         }
         if want("economy") {
             economy().await;
+        }
+        if want("egress") {
+            egress::egress_costs().await;
         }
     });
     if want("footprint") {
