@@ -117,8 +117,12 @@ impl JobNet {
             run("nft", &["-f", "-"], Some(&allow)).await.map_err(failed)?;
         }
         if e.mode != Mode::Open {
-            // A crashed daemon's chain of this slot would add its rules to these.
-            forget_fence(self.slot).await;
+            // A crashed daemon's chain and sets of this slot (its pins with them) go first.
+            let pins = format!("pins_{}", self.slot.0);
+            let left = ["list", "set", "inet", egress::HOST_TABLE, pins.as_str()];
+            if run("nft", &left, None).await.is_ok() {
+                forget_fence(self.slot).await;
+            }
             let chain = fence::job_commands(self.slot, e.mode, e.allow.nets());
             run("nft", &["-f", "-"], Some(&chain)).await.map_err(failed)?;
         }

@@ -417,14 +417,17 @@ impl Backend for ProcessBackend {
 
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
         let mut names = Vec::new();
-        let (run, net) = (self.s.work_root.join(".run"), self.s.work_root.join(".net"));
-        for dir in [run, self.s.work_root.clone(), net] {
+        for dir in [self.s.work_root.join(".run"), self.s.work_root.clone()] {
             let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
                 continue;
             };
             while let Ok(Some(entry)) = entries.next_entry().await {
                 let file = entry.file_name().to_string_lossy().into_owned();
-                let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
+                let name = file
+                    .strip_suffix(".pid")
+                    .or_else(|| file.strip_suffix(".net"))
+                    .unwrap_or(&file)
+                    .to_string();
                 if name.starts_with(&self.s.name_prefix)
                     && !names.contains(&name)
                     && !keep.contains(&name)

@@ -16,9 +16,10 @@ use super::{ProvisionError, process::ProcessBackend};
 use crate::netns::{JobNet, NetError};
 
 impl ProcessBackend {
-    /// Where runner `name`'s slot is written down (read by a teardown after a restart).
+    /// Where runner `name`'s slot is written down (read by a teardown after a restart), beside
+    /// its pid file.
     fn net_record(&self, name: &str) -> PathBuf {
-        self.s.work_root.join(".net").join(name)
+        self.s.work_root.join(".run").join(format!("{name}.net"))
     }
 
     /// The namespace runner `name` (whose directory is `dir`, whose JIT config is `jit`) runs
@@ -56,8 +57,7 @@ impl ProcessBackend {
             }
         }
         let record = self.net_record(name);
-        let written = crate::harden::private_dir(&self.s.work_root.join(".net"))
-            .and_then(|()| std::fs::write(&record, net.slot().0.to_string()));
+        let written = std::fs::write(&record, net.slot().0.to_string());
         if let Err(e) = written {
             net.remove().await;
             return Err(ProvisionError::HostUnavailable(format!(
