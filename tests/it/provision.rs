@@ -16,18 +16,6 @@ use crate::support::provision::{alive, claim, eventually, spec, supervise, wait_
 pub(crate) const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
 
 fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) -> ProcessBackend {
-    process_backend_of(work, command, args, grace, None)
-}
-
-/// As `process_backend`, its runners in namespaces relayed to the stand-in at `github` (as the
-/// daemon relays a GitHub on this host's loopback).
-fn process_backend_of(
-    work: &Path,
-    command: &Path,
-    args: &[&str],
-    grace: Duration,
-    github: Option<&str>,
-) -> ProcessBackend {
     ProcessBackend::new(ProcessSettings {
         kind: ProviderKind::Local,
         pool: "local".into(),
@@ -45,10 +33,6 @@ fn process_backend_of(
         allow_root: false,
         allow_same_user: true,
         egress: ephemer_actors_core::netns::Egress::open(&"local".into()),
-        github_loopback: github
-            .and_then(ephemer_decide::egress::loopback_endpoint)
-            .into_iter()
-            .collect(),
     })
 }
 
@@ -66,12 +50,11 @@ async fn local_runner_runs_a_job_and_leaves_nothing_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let daemon = Path::new(env!("CARGO_BIN_EXE_ephemer-actors"));
     let (sup, events) = supervise(
-        process_backend_of(
+        process_backend(
             tmp.path(),
             daemon,
             &["standin-runner"],
             Duration::from_secs(5),
-            Some(&standin.url()),
         ),
         None,
     );

@@ -61,7 +61,7 @@ pub async fn bind_in(netns: &Path) -> std::io::Result<Sockets> {
 
 /// Moves the calling thread into the network namespace at `netns`.
 #[cfg(target_os = "linux")]
-pub(super) fn enter(netns: &Path) -> std::io::Result<()> {
+fn enter(netns: &Path) -> std::io::Result<()> {
     let ns = std::fs::File::open(netns)?;
     nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
 }
@@ -69,7 +69,7 @@ pub(super) fn enter(netns: &Path) -> std::io::Result<()> {
 /// Network namespaces are Linux's: a pool that needs one is refused on other hosts by
 /// check-config, so this is never reached there.
 #[cfg(not(target_os = "linux"))]
-pub(super) fn enter(_netns: &Path) -> std::io::Result<()> {
+fn enter(_netns: &Path) -> std::io::Result<()> {
     Err(std::io::Error::new(
         std::io::ErrorKind::Unsupported,
         "network namespaces need a Linux host",

@@ -10,7 +10,6 @@
 //! made them, and removes them.
 
 pub mod dns;
-mod relay;
 pub mod watch;
 
 use std::{
@@ -46,7 +45,6 @@ pub struct JobNet {
     slot: Slot,
     watch: std::sync::Arc<Watch>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
-    relays: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl JobNet {
@@ -82,7 +80,6 @@ impl JobNet {
             slot,
             watch: std::sync::Arc::new(Watch::new(slot, egress)),
             forwarder: None,
-            relays: Vec::new(),
         };
         match net.fill(owner, upstreams).await {
             Ok(()) => Ok(net),
@@ -137,41 +134,6 @@ impl JobNet {
         Ok(())
     }
 
-    /// The namespace of slot `slot`, made by a run of the daemon before this one, served again:
-    /// its forwarder (and relays) died with that run; its fence, chain and sets did not.
-    pub async fn reattach(
-        slot: Slot,
-        egress: Egress,
-        upstreams: std::sync::Arc<Vec<std::net::SocketAddr>>,
-    ) -> Result<JobNet, NetError> {
-        ensure_host().await?;
-        if !netns_path(slot).exists() {
-            return Err(NetError::Failed(format!("{} is gone", slot.netns())));
-        }
-        let mut net = JobNet {
-            slot,
-            watch: std::sync::Arc::new(Watch::new(slot, egress)),
-            forwarder: None,
-            relays: Vec::new(),
-        };
-        let sockets = dns::bind_in(&net.path())
-            .await
-            .map_err(|e| NetError::Failed(format!("cannot bind its DNS forwarder: {e}")))?;
-        let upstreams = upstreams.clone();
-        net.forwarder = Some(actix_rt::spawn(dns::serve(sockets, upstreams, net.watch.clone())));
-        Ok(net)
-    }
-
-    /// Lets the job reach `to`, an address on the host's loopback (its GitHub served there),
-    /// at the same address inside its namespace ([`relay`]).
-    pub async fn relay(&mut self, to: std::net::SocketAddr) -> Result<(), NetError> {
-        let listener = relay::bind_in(&self.path(), to)
-            .await
-            .map_err(|e| NetError::Failed(format!("cannot relay {to} into the job's namespace: {e}")))?;
-        self.relays.push(actix_rt::spawn(relay::serve(listener, to)));
-        Ok(())
-    }
-
     /// What the job's egress met (its refused addresses are read by [`JobNet::remove`]).
     pub fn seen(&self) -> ephemer_decide::egress::seen::Seen {
         self.watch.seen()
@@ -182,9 +144,6 @@ impl JobNet {
     pub async fn remove(&mut self) {
         if let Some(f) = self.forwarder.take() {
             f.abort();
-        }
-        for r in self.relays.drain(..) {
-            r.abort();
         }
         let e = self.watch.egress();
         if e.mode != Mode::Open {
@@ -331,22 +290,6 @@ pub async fn ensure_host() -> Result<(), NetError> {
     })
     .await
     .clone()
-}
-
-/// Whether this host gives each job a network namespace of its own behind the fence (root,
-/// `ip`, `nft`, `nsenter`, forwarding; a throwaway namespace made and removed), for `doctor`:
-/// what holds, or why not.
-pub async fn host_check() -> Result<String, String> {
-    ensure_host().await.map_err(|e| e.to_string())?;
-    for tool in ["nsenter", "ip", "nft"] {
-        run(tool, &["--version"], None)
-            .await
-            .map_err(|e| format!("{tool} is needed for a job's namespace: {e}"))?;
-    }
-    let probe = format!("ephemer-doctor-{}", std::process::id());
-    run("ip", &["netns", "add", &probe], None).await?;
-    let _ = run("ip", &["netns", "delete", &probe], None).await;
-    Ok("each job gets a network namespace of its own behind the host's nftables fence".into())
 }
 
 /// IPv4 forwarding, which a job's traffic to the outside needs: turned on if it is off and

@@ -79,7 +79,6 @@ pub fn pool_settings(
             allow_root: p.allow_root,
             allow_same_user: p.allow_same_user,
             egress,
-            github_loopback: github_loopback(config),
         }),
         PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
             pool: name,
@@ -131,22 +130,6 @@ pub fn pool_settings(
             egress,
         }),
     }
-}
-
-/// What a runner is told to reach that is on this host's loopback (a GHES or a stand-in at
-/// `api_url`, a proxy at `github.proxy`), once each: relayed into each job's namespace.
-fn github_loopback(config: &Config) -> Vec<std::net::SocketAddr> {
-    let mut urls: Vec<String> = config.targets().iter().map(|t| t.github.api_url.clone()).collect();
-    urls.extend(config.github.proxy.as_ref().map(|p| p.url.expose().to_string()));
-    let mut found = Vec::new();
-    for url in &urls {
-        if let Some(at) = ephemer_decide::egress::loopback_endpoint(url)
-            && !found.contains(&at)
-        {
-            found.push(at);
-        }
-    }
-    found
 }
 
 /// One pool's backend, unsupervised: for checks (`doctor`), not for running jobs.

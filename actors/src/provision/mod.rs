@@ -18,8 +18,6 @@ pub mod leftovers;
 mod named;
 mod owned;
 pub mod process;
-mod process_net;
-mod process_spawn;
 mod process_users;
 mod process_warm;
 mod procgroup;

@@ -15,10 +15,14 @@
 
 use std::{
     cell::{Cell, RefCell},
+    ffi::OsString,
     path::{Path, PathBuf},
+    process::Stdio,
     rc::Rc,
     time::Duration,
 };
+
+use tokio::process::Command;
 
 use super::{
     Backend, ProvisionError, RunnerEnv, RunnerSpec, RunningRunner,
@@ -27,6 +31,7 @@ use super::{
     install::{check_install, copy_install, same_filesystem},
     jobdir::command_dir,
     procgroup::{self, group_alive, kill_group},
+    spawn_error,
     unremovable::Unremovable,
     users,
 };
@@ -36,6 +41,7 @@ use crate::{
         self,
         installs::{Lease, ManagedInstalls},
     },
+    vocab::runner_vars,
 };
 
 /// How long a managed pool's first host check waits for the first install.
@@ -44,6 +50,9 @@ const MANAGED_FIRST_LOOK: Duration = Duration::from_secs(120);
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
 /// Runner logs older than this are removed at start-up.
 const LOG_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Variables a runner inherits from the daemon; everything else is dropped. `HOME` and `TMPDIR`
+/// are the runner's own, inside its directory.
+const INHERITED_ENV: [&str; 5] = ["PATH", "USER", "LANG", "LC_ALL", "TZ"];
 
 /// Settings of a process backend.
 #[derive(Debug, Clone)]
@@ -84,9 +93,6 @@ pub struct ProcessSettings {
     /// What each runner's network lets out, and where what it met is told (Linux: each runner
     /// in a network namespace of its own).
     pub egress: crate::netns::Egress,
-    /// What a runner is told to reach on this host's loopback (its GitHub: a GHES, a stand-in;
-    /// its proxy), which each runner's namespace relays to.
-    pub github_loopback: Vec<std::net::SocketAddr>,
 }
 
 impl ProcessSettings {
@@ -119,12 +125,6 @@ pub struct ProcessBackend {
     pub(super) warm: Rc<RefCell<std::collections::HashMap<String, Prepared>>>,
     /// The trees teardowns left, tried again at each later teardown.
     pub(super) left: Unremovable,
-    /// Each runner's network namespace, by runner name (see `process_net`).
-    pub(super) nets: crate::netns::Nets,
-    /// The host's name servers, which each runner's DNS forwarder asks.
-    pub(super) upstreams: std::sync::Arc<Vec<std::net::SocketAddr>>,
-    /// Whether the log already said that runners share the host's network.
-    pub(super) said_shared_net: Rc<Cell<bool>>,
 }
 
 /// What [`ProcessBackend::prepare`] made for a runner beside its directory.
@@ -152,9 +152,6 @@ impl ProcessBackend {
             no_cgroups: Rc::new(RefCell::new(why)),
             managed: None,
             warm: Rc::default(),
-            nets: crate::netns::Nets::default(),
-            upstreams: std::sync::Arc::new(crate::netns::host_upstreams()),
-            said_shared_net: Rc::default(),
         }
     }
 
@@ -165,7 +162,7 @@ impl ProcessBackend {
         self
     }
 
-    pub(super) fn cgroup(&self, name: &str) -> Option<super::cgroup::RunnerCgroup> {
+    fn cgroup(&self, name: &str) -> Option<super::cgroup::RunnerCgroup> {
         (*self.cgroups).as_ref().map(|c| c.runner(name))
     }
 
@@ -178,8 +175,71 @@ impl ProcessBackend {
         create_private_dir(&self.s.work_root.join(".run")).await
     }
 
-    pub(super) fn pid_file(&self, name: &str) -> PathBuf {
+    fn pid_file(&self, name: &str) -> PathBuf {
         self.s.work_root.join(".run").join(format!("{name}.pid"))
+    }
+
+    fn command(
+        &self,
+        spec: &RunnerSpec,
+        jit_config: &str,
+        dir: &Path,
+        user: Option<&str>,
+        log: std::fs::File,
+    ) -> std::io::Result<Command> {
+        let s = &self.s;
+        let program = match &s.program {
+            RunnerProgram::Install(_) | RunnerProgram::Managed => dir.join("run.sh"),
+            RunnerProgram::Command(command) => command.clone(),
+        };
+        let (home, tmp) = (dir.join("_home"), dir.join("_tmp"));
+        let extra = s.env.on_host();
+        // The runner enters its cgroup first; one that cannot be entered leaves the
+        // process-group kill alone to work.
+        let mut argv = procgroup::gated(self.cgroup(&spec.name).map(|c| c.procs()));
+        if let Some(user) = user {
+            // sudo resets HOME to the user's own; `env` sets the job's after it. Values travel
+            // in the environment, never on argv (where any user could read them).
+            let mut keep = format!(
+                "ACTIONS_RUNNER_INPUT_JITCONFIG,RUNNER_MANUALLY_TRAP_SIG,{}",
+                runner_vars::VERSION_EXIT
+            );
+            for (name, _) in &extra {
+                keep.push(',');
+                keep.push_str(name);
+            }
+            argv.extend(["sudo", "-n", "-u", user].map(OsString::from));
+            argv.push(format!("--preserve-env={keep}").into());
+            argv.extend(["--", "env"].map(OsString::from));
+            argv.push(env_assignment("HOME", &home));
+            argv.push(env_assignment("TMPDIR", &tmp));
+        }
+        argv.push(program.into_os_string());
+        argv.extend(s.args.iter().map(OsString::from));
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .current_dir(dir)
+            .env_clear()
+            .envs(
+                INHERITED_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+            )
+            .envs(extra)
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .env("ACTIONS_RUNNER_INPUT_JITCONFIG", jit_config)
+            .env("RUNNER_MANUALLY_TRAP_SIG", "1")
+            .env(runner_vars::VERSION_EXIT, "1")
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(false);
+        if user.is_none() && nix::unistd::geteuid().is_root() {
+            cmd.env("RUNNER_ALLOW_RUNASROOT", "1");
+        }
+        Ok(cmd)
     }
 
     /// Makes the runner's directory: a copy of the install, or an empty directory for a
@@ -301,15 +361,17 @@ impl ProcessBackend {
         {
             tracing::warn!(runner = %spec.name, error = %e, "cannot make the runner's cgroup; teardown kills its process group only");
         }
-        let net = self.job_net(&spec.name, &dir, &jit).await?;
-        let entered = net.as_ref().map(|n| n.enter_argv());
-        if let Some(net) = net {
-            self.nets.insert(&spec.name, net);
-        }
-        // A failed start is torn down by the provisioner (`stop`), its namespace with it.
-        let (mut child, log_path) = self
-            .spawn_runner(&spec, &jit, &dir, user.as_deref(), entered)
-            .await?;
+        let log_path = self.s.log_dir.join(format!("{}.log", spec.name));
+        // Appended to, so the daemon can cut it while the runner writes (see `watch_log`).
+        let log = crate::harden::private_file(&log_path, true)
+            .map_err(|e| fail(&format!("cannot create {}", log_path.display()), e))?;
+        let mut child = self
+            .command(&spec, &jit, &dir, user.as_deref(), log)
+            .and_then(|mut c| c.spawn())
+            .map_err(|e| {
+                let program = self.s.program.executable();
+                spawn_error(&format!("cannot start {}", program.display()), &e)
+            })?;
         let pid = child.id().ok_or_else(|| {
             ProvisionError::EnvironmentFailed("the runner exited before it could be tracked".into())
         })?;
@@ -384,8 +446,6 @@ impl Backend for ProcessBackend {
         if let Some(cgroup) = self.cgroup(&name) {
             cgroup.kill_and_remove().await;
         }
-        // Nothing of it runs now: its namespace goes (what it was refused read first).
-        self.drop_net(&name).await;
         let _ = tokio::fs::remove_file(&pid_file).await;
         if let Some(uid) = uid {
             self.clear_leftovers(&name, uid).await;
@@ -411,10 +471,6 @@ impl Backend for ProcessBackend {
         self.left.take_said(name)
     }
 
-    fn egress_met(&self, name: &str) -> Option<ephemer_decide::egress::seen::Seen> {
-        self.nets.take_met(name)
-    }
-
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
         let mut names = Vec::new();
         for dir in [self.s.work_root.join(".run"), self.s.work_root.clone()] {
@@ -423,11 +479,7 @@ impl Backend for ProcessBackend {
             };
             while let Ok(Some(entry)) = entries.next_entry().await {
                 let file = entry.file_name().to_string_lossy().into_owned();
-                let name = file
-                    .strip_suffix(".pid")
-                    .or_else(|| file.strip_suffix(".net"))
-                    .unwrap_or(&file)
-                    .to_string();
+                let name = file.strip_suffix(".pid").unwrap_or(&file).to_string();
                 if name.starts_with(&self.s.name_prefix)
                     && !names.contains(&name)
                     && !keep.contains(&name)
@@ -449,7 +501,6 @@ impl Backend for ProcessBackend {
             return None;
         }
         tracing::info!(runner = %name, pgid = pgid.as_raw(), "adopted a runner process from before the restart");
-        self.reattach_net(&name).await;
         let log_path = self.s.log_dir.join(format!("{name}.log"));
         Some(RunningRunner {
             exited: Box::pin(async move {
@@ -541,32 +592,6 @@ impl Backend for ProcessBackend {
         let s = self.s.clone();
         let resolved = self.s.on_current_install(self.managed.as_ref());
         async move {
-            let mut net = Vec::new();
-            if s.kind == ProviderKind::Local && cfg!(target_os = "linux") {
-                net.push(super::process_net::net_finding(s.egress.mode).await);
-            }
-            let mut paths = Self::path_findings(s, resolved).await;
-            net.append(&mut paths);
-            net
-        }
-    }
-
-    fn startup_warning(&self) -> Option<String> {
-        (self.s.kind == ProviderKind::NativeMacos).then(|| {
-            "native_macos runs jobs directly on this host: they share its files, network and \
-             credentials; isolation is weak, use vm_macos where it matters"
-                .to_string()
-        })
-    }
-}
-
-impl ProcessBackend {
-    /// `doctor`'s look at the paths each `run_as` user needs.
-    async fn path_findings(
-        s: Rc<ProcessSettings>,
-        resolved: Option<ProcessSettings>,
-    ) -> Vec<super::Finding> {
-        {
             use super::Finding;
             if let Some(why) = super::reach::skipped(&s) {
                 return vec![Finding::Ok(format!("runner path probe not needed: {why}"))];
@@ -591,6 +616,14 @@ impl ProcessBackend {
                 })
                 .collect()
         }
+    }
+
+    fn startup_warning(&self) -> Option<String> {
+        (self.s.kind == ProviderKind::NativeMacos).then(|| {
+            "native_macos runs jobs directly on this host: they share its files, network and \
+             credentials; isolation is weak, use vm_macos where it matters"
+                .to_string()
+        })
     }
 }
 
@@ -637,6 +670,13 @@ impl ProcessBackend {
         }
         Ok(u)
     }
+}
+
+/// `NAME=value` for `env`.
+fn env_assignment(name: &str, value: &Path) -> std::ffi::OsString {
+    let mut a = std::ffi::OsString::from(format!("{name}="));
+    a.push(value);
+    a
 }
 
 async fn prune_logs(dir: &Path) {

@@ -207,37 +207,6 @@ pub fn job_table() -> String {
     )
 }
 
-/// Where `url` (a GitHub API URL) points when that is this host's loopback (a GHES or a
-/// stand-in served on `127.0.0.1`): the address and port a job's relay must reach. `None` for
-/// any other host.
-pub fn loopback_endpoint(url: &str) -> Option<core::net::SocketAddr> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(v6) => {
-            let (host, after) = v6.split_once(']')?;
-            (host, after.strip_prefix(':'))
-        }
-        None => match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        },
-    };
-    let port = match port {
-        Some(p) => p.parse().ok()?,
-        None if scheme.eq_ignore_ascii_case("https") => 443,
-        None => 80,
-    };
-    let ip: core::net::IpAddr = if host.eq_ignore_ascii_case("localhost") {
-        core::net::Ipv4Addr::LOCALHOST.into()
-    } else {
-        host.parse().ok()?
-    };
-    ip.is_loopback()
-        .then_some(core::net::SocketAddr::new(ip, port))
-}
-
 /// The name servers a `resolv.conf` names, in order (IPv4 and IPv6; a scope suffix dropped).
 pub fn nameservers(resolv_conf: &str) -> Vec<core::net::IpAddr> {
     resolv_conf

@@ -92,22 +92,3 @@ fn name_servers_are_read_from_resolv_conf() {
     let found: Vec<String> = nameservers(text).iter().map(|a| a.to_string()).collect();
     assert_eq!(found, ["127.0.0.53", "fe80::1", "10.0.0.2"]);
 }
-
-#[test]
-fn a_github_on_this_host_s_loopback_is_relayed_and_no_other() {
-    let at = |u: &str| loopback_endpoint(u).map(|a| a.to_string());
-    assert_eq!(
-        at("http://127.0.0.1:8080/api/v3").as_deref(),
-        Some("127.0.0.1:8080")
-    );
-    assert_eq!(
-        at("https://localhost/api/v3").as_deref(),
-        Some("127.0.0.1:443")
-    );
-    assert_eq!(at("http://[::1]:9000").as_deref(), Some("[::1]:9000"));
-    assert_eq!(at("http://user@127.0.0.2").as_deref(), Some("127.0.0.2:80"));
-    assert_eq!(at("https://api.github.com"), None);
-    assert_eq!(at("https://10.0.0.5/api/v3"), None);
-    assert_eq!(at("https://127.0.0.1.evil.example/"), None);
-    assert_eq!(at("not a url"), None);
-}

@@ -194,36 +194,11 @@ fn notes_checksum(body: &str, platform: &str) -> Option<[u8; 32]> {
 pub fn without_self_update(jit_config: &str) -> Result<String, ReleaseError> {
     let bad = |what: &str, e: &dyn fmt::Display| ReleaseError::JitConfig(format!("{what}: {e}"));
     let b64 = base64::engine::general_purpose::STANDARD;
-    let (mut files, mut settings) = runner_file(jit_config)?;
-    settings.insert("DisableUpdate".into(), serde_json::Value::Bool(true));
-    let settings = serde_json::to_vec(&settings).map_err(|e| bad("cannot be written", &e))?;
-    files.insert(".runner".into(), b64.encode(settings).into());
-    let files = serde_json::to_vec(&files).map_err(|e| bad("cannot be written", &e))?;
-    Ok(b64.encode(files))
-}
-
-/// The URLs a JIT config tells its runner to reach (`ServerUrl`, `ServerUrlV2`, `GitHubUrl`
-/// of its `.runner`), where it has them.
-pub fn runner_urls(jit_config: &str) -> Vec<String> {
-    let Ok((_, settings)) = runner_file(jit_config) else {
-        return Vec::new();
-    };
-    ["ServerUrl", "ServerUrlV2", "GitHubUrl"]
-        .iter()
-        .filter_map(|k| settings.get(*k)?.as_str().map(str::to_string))
-        .collect()
-}
-
-type JsonMap = serde_json::Map<String, serde_json::Value>;
-
-/// A JIT config's files, and its `.runner` settings read.
-fn runner_file(jit_config: &str) -> Result<(JsonMap, JsonMap), ReleaseError> {
-    let bad = |what: &str, e: &dyn fmt::Display| ReleaseError::JitConfig(format!("{what}: {e}"));
-    let b64 = base64::engine::general_purpose::STANDARD;
     let raw = b64
         .decode(jit_config.trim())
         .map_err(|e| bad("is not base64", &e))?;
-    let files: JsonMap = serde_json::from_slice(&raw).map_err(|e| bad("is not JSON", &e))?;
+    let mut files: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&raw).map_err(|e| bad("is not JSON", &e))?;
     let runner = files
         .get(".runner")
         .and_then(|v| v.as_str())
@@ -233,9 +208,14 @@ fn runner_file(jit_config: &str) -> Result<(JsonMap, JsonMap), ReleaseError> {
         .map_err(|e| bad("holds a .runner that is not base64", &e))?;
     // The runner writes its settings with a byte-order mark; it reads them either way.
     let text = String::from_utf8_lossy(&settings);
-    let settings: JsonMap = serde_json::from_str(text.trim_start_matches('\u{feff}'))
-        .map_err(|e| bad("holds a .runner that is not JSON", &e))?;
-    Ok((files, settings))
+    let mut settings: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text.trim_start_matches('\u{feff}'))
+            .map_err(|e| bad("holds a .runner that is not JSON", &e))?;
+    settings.insert("DisableUpdate".into(), serde_json::Value::Bool(true));
+    let settings = serde_json::to_vec(&settings).map_err(|e| bad("cannot be written", &e))?;
+    files.insert(".runner".into(), b64.encode(settings).into());
+    let files = serde_json::to_vec(&files).map_err(|e| bad("cannot be written", &e))?;
+    Ok(b64.encode(files))
 }
 
 #[cfg(test)]
@@ -323,7 +303,5 @@ mod tests {
             b"{\"Data\":{\"token\":\"t\"}}"
         );
         assert!(without_self_update("not base64 !").is_err());
-        assert_eq!(runner_urls(&jit), ["https://x"]);
-        assert!(runner_urls("not base64 !").is_empty());
     }
 }

@@ -6,8 +6,6 @@ use std::{os::unix::fs::PermissionsExt, path::PathBuf, time::Duration};
 use github_standin::Standin;
 
 use super::{Found, record};
-#[cfg(target_os = "linux")]
-use super::{host_addresses, host_service};
 use crate::support::{self, daemon::Daemon};
 
 const USERS: [&str; 2] = ["ephemer-hostile1", "ephemer-hostile2"];
@@ -73,13 +71,7 @@ impl Bench {
         let daemon = Daemon::start_with_env(&standin, "", providers, &env).await;
         std::fs::write(
             dir.path().join("target"),
-            format!(
-                "{}\n{}\n{}\n{}\n",
-                daemon.state_dir().display(),
-                daemon.pid(),
-                daemon.addr,
-                daemon.admin_addr()
-            ),
+            format!("{}\n{}\n", daemon.state_dir().display(), daemon.pid()),
         )
         .unwrap();
         std::fs::set_permissions(
@@ -407,74 +399,8 @@ async fn uid0_alias(weaken: &str) -> Found {
     found
 }
 
-#[cfg(target_os = "linux")]
-/// The egress boundary: a job connects to this host's services (the admin API, the webhook
-/// listener, one on every address) on loopback and on the host's own addresses, and to the
-/// cloud metadata address (a test host there). Both in one job.
-async fn network(weaken: &str) -> (Found, Found) {
-    let _one_metadata_host = support::netns::METADATA.lock().await;
-    let Some(metadata) =
-        support::netns::TestHost::at_address("etm", std::net::Ipv4Addr::new(169, 254, 169, 254))
-    else {
-        return (
-            Found::silent("no namespaces"),
-            Found::silent("no namespaces"),
-        );
-    };
-    let listener = metadata.listen(80);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut s = stream;
-            let _ = std::io::Write::write_all(&mut s, b"instance credentials\n");
-        }
-    });
-    let everywhere = host_service();
-    // The daemon's own listeners are named in `$TARGET` (lines 3 and 4) once it is up.
-    let script = r#"got=none
-for t in $(sed -n 3p "$TARGET") $(sed -n 4p "$TARGET") TARGETS; do
-    if echo | busybox nc -w 3 "${t%:*}" "${t#*:}" >/dev/null 2>&1; then got="$got,$t"; fi
-done
-echo "RESULT host-$got"
-if echo | busybox nc -w 3 169.254.169.254 80 >/dev/null 2>&1; then echo "RESULT metadata-reached"; else echo "RESULT metadata-refused"; fi"#;
-    let mut targets = vec![format!("127.0.0.1:{everywhere}")];
-    targets.extend(host_addresses().iter().map(|a| format!("{a}:{everywhere}")));
-    let script = script.replace("TARGETS", &targets.join(" "));
-    let mut b = Bench::start(&script, &USERS[..1], 1, weaken).await;
-    let logs = b.jobs(1).await;
-    b.end().await;
-    let line = |word: &str| {
-        logs.iter()
-            .flat_map(|l| l.lines())
-            .find(|l| l.starts_with(word))
-            .map(str::to_string)
-    };
-    let host = match line("RESULT host-") {
-        Some(l) if l.ends_with("host-none") => {
-            Found::refused("no host service or address answered")
-        }
-        Some(l) => Found::got(format!(
-            "reached {}",
-            l.trim_start_matches("RESULT host-none,").replace(',', " ")
-        )),
-        None => Found::silent("the job said nothing"),
-    };
-    let meta = match line("RESULT metadata-") {
-        Some(l) if l.ends_with("reached") => Found::got("169.254.169.254 answered"),
-        Some(_) => Found::refused("169.254.169.254 out of reach"),
-        None => Found::silent("the job said nothing"),
-    };
-    (host, meta)
-}
-
 /// The corpus on `local`.
 pub(super) async fn all() {
-    #[cfg(target_os = "linux")]
-    {
-        let (weak_host, weak_meta) = network("job-network").await;
-        let (host, meta) = network("").await;
-        record("host_services", KIND, "job-network", weak_host, host);
-        record("metadata", KIND, "job-network", weak_meta, meta);
-    }
     record(
         "deep_tree",
         KIND,

@@ -59,40 +59,6 @@ impl Found {
     }
 }
 
-#[cfg(target_os = "linux")]
-/// A service listening on every address of this host, as a database or an engine API might.
-pub(crate) fn host_service() -> u16 {
-    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut s = stream;
-            let _ = std::io::Write::write_all(&mut s, b"host service\n");
-        }
-    });
-    port
-}
-
-#[cfg(target_os = "linux")]
-/// This host's addresses other than loopback (a VM must reach none of them).
-pub(crate) fn host_addresses() -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "-o", "addr", "show", "scope", "global"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(3)?
-                .split('/')
-                .next()
-                .map(String::from)
-        })
-        .filter(|a| !a.starts_with("198.51.100.") && !a.starts_with("203.0.113."))
-        .collect()
-}
-
 /// One row of the table.
 #[derive(Debug, Clone)]
 struct Row {

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use super::{Found, host_addresses, host_service, record};
+use super::{Found, record};
 use crate::{
     linux_vm::{KillVms, vm_logs},
     support::{self, daemon::Daemon, netns::TestHost, vm},
@@ -38,6 +38,38 @@ fn serve(listener: std::net::TcpListener, script: Arc<Mutex<String>>, word: &'st
             );
         }
     });
+}
+
+/// A service listening on every address of this host, as a database or an engine API might.
+fn host_service() -> u16 {
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut s = stream;
+            let _ = s.write_all(b"host service\n");
+        }
+    });
+    port
+}
+
+/// This host's addresses other than loopback (a VM must reach none of them).
+fn host_addresses() -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .split('/')
+                .next()
+                .map(String::from)
+        })
+        .filter(|a| !a.starts_with("198.51.100.") && !a.starts_with("203.0.113."))
+        .collect()
 }
 
 /// Findings 2 and the egress boundary: a guest connects to the host's loopback services (the

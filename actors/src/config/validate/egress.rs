@@ -64,11 +64,13 @@ pub(super) fn build_egress(
             "a macOS pool's jobs have no network namespace (macOS has none), so its egress stays \
              \"open\": nothing here would be enforced (docs/security.md, \"The network\")",
         ),
-        ProviderKind::Linux if asks => p.push(
+        ProviderKind::Local | ProviderKind::Linux if asks => p.push(
             key.clone(),
-            "a linux pool's containers are on the engine's network, which this daemon does not \
-             fence yet: its egress stays \"open\" (the `local` and `linux_vm` kinds enforce \
-             it; docs/security.md, \"The network\")",
+            format!(
+                "a {kind} pool's jobs are not in a network namespace yet (a local runner has the \
+                 host's network, a container the engine's), so its egress stays \"open\": only \
+                 linux_vm pools enforce it (docs/security.md, \"The network\")"
+            ),
         ),
         _ => {}
     }

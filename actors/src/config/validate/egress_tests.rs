@@ -17,10 +17,15 @@ fn load(pools: &str, os: HostOs) -> Result<Config, Vec<ConfigError>> {
 fn every_bad_egress_key_is_named_with_its_index() {
     let errs = load(
         r#"
+        [providers.vm]
+        kind = "linux_vm"
+        enabled = false
+        kernel = ""
+        image = "/var/lib/ephemer-actors-images/runner.img"
+        egress = { mode = "strict", allow = ["github.com", "*.*.example.com", "exa mple.com", "10.1.0.1/16"], allow_private = ["169.254.169.254", "8.8.8.0/24", "fd00::/8", "10.20.0.0/16"] }
         [providers.local]
         command = "/bin/true"
         allow_same_user = true
-        egress = { mode = "strict", allow = ["github.com", "*.*.example.com", "exa mple.com", "10.1.0.1/16"], allow_private = ["169.254.169.254", "8.8.8.0/24", "fd00::/8", "10.20.0.0/16"] }
         "#,
         HostOs::Linux,
     )
@@ -29,13 +34,13 @@ fn every_bad_egress_key_is_named_with_its_index() {
     assert_eq!(
         keys,
         [
-            "providers.local.egress.mode",
-            "providers.local.egress.allow[1]",
-            "providers.local.egress.allow[2]",
-            "providers.local.egress.allow[3]",
-            "providers.local.egress.allow_private[0]",
-            "providers.local.egress.allow_private[1]",
-            "providers.local.egress.allow_private[2]",
+            "providers.vm.egress.mode",
+            "providers.vm.egress.allow[1]",
+            "providers.vm.egress.allow[2]",
+            "providers.vm.egress.allow[3]",
+            "providers.vm.egress.allow_private[0]",
+            "providers.vm.egress.allow_private[1]",
+            "providers.vm.egress.allow_private[2]",
         ],
         "{errs:?}"
     );
@@ -51,10 +56,12 @@ fn every_bad_egress_key_is_named_with_its_index() {
 fn a_good_table_is_read_and_no_table_is_an_open_pool() {
     let c = load(
         r#"
-        [providers.local]
-        command = "/bin/true"
-        allow_same_user = true
-        [providers.local.egress]
+        [providers.vm]
+        kind = "linux_vm"
+        enabled = false
+        kernel = ""
+        image = "/var/lib/ephemer-actors-images/runner.img"
+        [providers.vm.egress]
         mode = "allow-list"
         allow = ["registry.npmjs.org", "*.pypi.org", "203.0.113.7"]
         allow_private = ["10.20.0.0/16"]
@@ -66,7 +73,7 @@ fn a_good_table_is_read_and_no_table_is_an_open_pool() {
         HostOs::Linux,
     )
     .unwrap();
-    let e = &c.providers.get("local").unwrap().common.egress;
+    let e = &c.providers.get("vm").unwrap().common.egress;
     assert_eq!(e.mode, Mode::AllowList);
     assert!(e.allow.allows_name("registry.npmjs.org"));
     assert!(e.allow.allows_name("files.pypi.org"));
@@ -123,6 +130,29 @@ fn a_list_with_no_mode_is_a_problem_and_a_mac_pool_stays_open() {
     .unwrap_err();
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].key, "providers.linux.egress");
+    for (pool, key) in [
+        (
+            "[providers.local]\ncommand = \"/bin/true\"\nallow_same_user = true",
+            "providers.local.egress",
+        ),
+        (
+            "[providers.linux]\nimage = \"localhost/runner:1\"",
+            "providers.linux.egress",
+        ),
+    ] {
+        let errs = load(
+            &format!("{pool}\negress = {{ mode = \"audit\" }}\n"),
+            HostOs::Linux,
+        )
+        .unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].key, key);
+        assert!(
+            errs[0].reason.contains("only linux_vm pools enforce it"),
+            "{}",
+            errs[0].reason
+        );
+    }
     let ok = load(
         r#"
         [providers.native_macos]
@@ -145,16 +175,21 @@ fn a_ghes_target_s_host_is_allowed_in_place_of_github_com() {
         api_url = "https://ghes.corp.example/api/v3"
         [webhook]
         secret = "hooksecret"
+        [providers.vm]
+        kind = "linux_vm"
+        enabled = false
+        kernel = ""
+        image = "/var/lib/ephemer-actors-images/runner.img"
+        egress = { mode = "allow-list", allow = ["registry.npmjs.org"] }
         [providers.local]
         command = "/bin/true"
         allow_same_user = true
-        egress = { mode = "allow-list", allow = ["registry.npmjs.org"] }
         "#,
         None,
         &Environment::default(),
     )
     .unwrap();
-    let e = &c.providers.get("local").unwrap().common.egress;
+    let e = &c.providers.get("vm").unwrap().common.egress;
     assert!(e.allow.allows_name("ghes.corp.example"));
     assert!(e.allow.allows_name("registry.npmjs.org"));
     assert!(!e.allow.allows_name("github.com"));
