@@ -32,7 +32,6 @@ fn process_backend(work: &Path, command: &Path, args: &[&str], grace: Duration) 
         left_gauge: None,
         allow_root: false,
         allow_same_user: true,
-        egress: ephemer_actors_core::netns::Egress::open(&"local".into()),
     })
 }
 

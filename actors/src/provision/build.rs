@@ -59,8 +59,6 @@ pub fn pool_settings(
     let name_str = pool.name.as_str();
     let name_prefix = crate::vocab::runner_prefix(&config.runner.name_prefix, &name, install_id);
     let env = super::runner_env::runner_env(config, pool, ca_bundle);
-    let egress_dir = config.state.dir.join("egress");
-    let egress = crate::netns::Egress::of(&name, &pool.common.egress, Some(&egress_dir), None);
     match &pool.spec {
         PoolSpec::Local(p) | PoolSpec::NativeMacos(p) => PoolSettings::Process(ProcessSettings {
             kind: pool.kind(),
@@ -78,7 +76,6 @@ pub fn pool_settings(
             left_gauge: None,
             allow_root: p.allow_root,
             allow_same_user: p.allow_same_user,
-            egress,
         }),
         PoolSpec::Linux(l) => PoolSettings::Container(ContainerSettings {
             pool: name,
@@ -127,7 +124,12 @@ pub fn pool_settings(
             boot_seconds: None,
             left_record: Some(super::unremovable::record_path(&config.state.dir, name_str)),
             left_gauge: None,
-            egress,
+            egress: crate::netns::Egress::of(
+                &pool.name,
+                &pool.common.egress,
+                Some(&config.state.dir.join("egress")),
+                None,
+            ),
         }),
     }
 }

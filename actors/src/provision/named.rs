@@ -94,7 +94,6 @@ impl PoolWiring {
 /// `NativeMacosProvisioner`: one type, see the module's notes), on the managed installs when
 /// the pool uses them.
 pub fn start_process(mut settings: ProcessSettings, wiring: PoolWiring) -> ProvisionerHandle {
-    settings.egress.refused = Some(wiring.metrics.egress_refused.clone());
     settings.left_gauge = Some(
         wiring
             .metrics

@@ -90,9 +90,6 @@ pub struct ProcessSettings {
     pub allow_root: bool,
     /// A `run_as` user with the daemon's own uid is accepted (`allow_same_user`).
     pub allow_same_user: bool,
-    /// What each runner's network lets out, and where what it met is told (Linux: each runner
-    /// in a network namespace of its own).
-    pub egress: crate::netns::Egress,
 }
 
 impl ProcessSettings {
