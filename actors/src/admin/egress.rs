@@ -90,15 +90,10 @@ pub(super) async fn egress(
         return bad(format!("pool: {pool:?} is not a pool's name"));
     }
     let since = q.since.as_deref().unwrap_or(DEFAULT_SINCE);
-    let span = match humantime::parse_duration(since) {
-        Ok(span) => span,
-        Err(e) => {
-            return bad(format!(
-                "since: {since:?} is not a span like 7d or 12h ({e})"
-            ));
-        }
+    let since_unix = match super::usage::since_unix(since, crate::clock::unix_now()) {
+        Ok(at) => at,
+        Err(error) => return bad(error),
     };
-    let since_unix = crate::clock::unix_now().saturating_sub(span.as_secs());
     let dir = admin.egress_dir.clone();
     let read_pool = pool.clone();
     let names = web::block(move || read_report(&dir, &read_pool, since_unix))

@@ -37,17 +37,23 @@ pub struct UsageAnswer {
 impl UsageQuery {
     /// The window's start and the grouping, or what is wrong with the query.
     pub fn read(&self, now_unix: u64) -> Result<(u64, UsageBy), String> {
-        let since = self.since.as_deref().unwrap_or(DEFAULT_SINCE);
-        let span = humantime::parse_duration(since)
-            .map_err(|e| format!("since: {since:?} is not a span like 30d or 12h ({e})"))?;
+        let since = since_unix(self.since.as_deref().unwrap_or(DEFAULT_SINCE), now_unix)?;
         let by = match self.by.as_deref() {
             None | Some("") => UsageBy::Repo,
             Some(b) => {
                 UsageBy::parse(b).ok_or_else(|| format!("by: {b:?} is not repo, pool or target"))?
             }
         };
-        Ok((now_unix.saturating_sub(span.as_secs()), by))
+        Ok((since, by))
     }
+}
+
+/// The unix second `since` (a span back from `now_unix`: `30d`, `12h`) names, or what is wrong
+/// with it (the `since` of `usage` and `egress`).
+pub(super) fn since_unix(since: &str, now_unix: u64) -> Result<u64, String> {
+    let span = humantime::parse_duration(since)
+        .map_err(|e| format!("since: {since:?} is not a span like 30d or 12h ({e})"))?;
+    Ok(now_unix.saturating_sub(span.as_secs()))
 }
 
 /// The usage, or the answer that says why not.
