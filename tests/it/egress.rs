@@ -61,17 +61,9 @@ impl Inside {
     /// forwarder serves on this test's runtime meanwhile).
     async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = self.0.clone();
-        tokio::task::spawn_blocking(move || {
-            std::thread::spawn(move || {
-                let ns = std::fs::File::open(path).unwrap();
-                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-                f()
-            })
-            .join()
+        tokio::task::spawn_blocking(move || support::netns::in_namespace(path, f))
+            .await
             .unwrap()
-        })
-        .await
-        .unwrap()
     }
 
     /// The A records `resolver` gives for `name` (any resolver: the namespace sends every

@@ -150,15 +150,22 @@ impl TestHost {
 
     /// What `make` makes, on a thread that entered the namespace and ends.
     fn inside<T: Send + 'static>(&self, make: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(path).unwrap();
-            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            make()
-        })
-        .join()
-        .expect("made inside the test host")
+        in_namespace(format!("/run/netns/{}", self.name).into(), make)
     }
+}
+
+/// What `make` makes, on a thread that entered the network namespace at `path` and ends.
+pub fn in_namespace<T: Send + 'static>(
+    path: std::path::PathBuf,
+    make: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(path).unwrap();
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        make()
+    })
+    .join()
+    .expect("made inside the namespace")
 }
 
 impl Drop for TestHost {
