@@ -193,3 +193,39 @@ fn the_mac_config_it_ships_passes_check_config() {
     assert!(said.contains("vm_macos (2 slots)"), "{said}");
     assert!(Path::new(&config).is_file());
 }
+
+/// `.ci/run` type-checks and lints the workspace for one Apple target (aarch64), which covers the
+/// other (x86_64) only while no item is compiled for one architecture alone: `cfg!(target_arch
+/// = ..)` in an expression is fine (both branches are checked on every target), a
+/// `#[cfg(target_arch ..)]` item is not. An item that needs one must bring the second target
+/// back into `.ci/run`'s Apple step.
+#[test]
+fn no_item_is_compiled_for_one_architecture_alone() {
+    fn visit(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    visit(&path, found);
+                }
+            } else if name.ends_with(".rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let attr = line.trim_start();
+                    let is_attr = attr.starts_with("#[") || attr.starts_with("#![");
+                    if is_attr && attr.contains("cfg") && attr.contains("target_arch") {
+                        found.push(format!("{}:{}: {attr}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    visit(&support::repo_root(), &mut found);
+    assert!(
+        found.is_empty(),
+        "items compiled for one architecture alone (.ci/run's Apple step checks aarch64 only):\n{}",
+        found.join("\n")
+    );
+}
