@@ -450,3 +450,44 @@ fn the_test_catalogue_names_every_module() {
         "tests/it/main.rs's catalogue does not name: {missing:?}"
     );
 }
+
+/// Each filter of the `it-bare` alias (`.cargo/config.toml`, docs/development.md) is a test
+/// module of this binary, so the alias runs what it says and a renamed module is not silently
+/// dropped from it.
+#[test]
+fn the_bare_alias_names_test_modules() {
+    let config = std::fs::read_to_string(repo_root().join(".cargo/config.toml")).unwrap();
+    let config: toml::Table = toml::from_str(&config).unwrap();
+    let alias: Vec<&str> = config["alias"]["it-bare"]
+        .as_array()
+        .expect("it-bare is a list")
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let filters = &alias[alias.iter().position(|a| *a == "--").expect("a `--`") + 1..];
+    let main = std::fs::read_to_string(repo_root().join("tests/it/main.rs")).unwrap();
+    let modules: Vec<&str> = main
+        .lines()
+        .filter_map(|l| {
+            l.trim_start_matches("#[cfg(target_os = \"linux\")]")
+                .strip_prefix("mod ")
+        })
+        .filter_map(|m| m.strip_suffix(';'))
+        .collect();
+    assert!(filters.len() >= 10, "only {} filters", filters.len());
+    for filter in filters {
+        let module = filter
+            .strip_suffix("::")
+            .unwrap_or_else(|| panic!("{filter} is no module path"));
+        assert!(
+            modules.contains(&module),
+            "it-bare names {filter}, which is no module of tests/it/main.rs"
+        );
+        // A filter is a substring: `warm::` would also run `tart_warm::`'s tests.
+        let also: Vec<&&str> = modules
+            .iter()
+            .filter(|m| **m != module && format!("{m}::").contains(filter))
+            .collect();
+        assert!(also.is_empty(), "{filter} also matches {also:?}");
+    }
+}
