@@ -43,7 +43,7 @@ macro_rules! daemon_modules {
 
 daemon_modules!(
     bounded, cluster, github, harden, netns, provision, rate, release, retry, scaleset, scheduler,
-    store, remove, telemetry, vocab, weaken,
+    store, remove, telemetry, vocab, weaken, next_build,
 );
 // Written out: it exports a macro the crate names by path, which a macro-made module cannot.
 #[cfg(feature = "daemon")]

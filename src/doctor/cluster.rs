@@ -27,7 +27,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         "cluster.url",
         format!(
             "connected; schema version {}; this host is {:?}",
-            ephemer_actors_core::cluster::schema::SCHEMA_VERSION,
+            ephemer_actors_core::cluster::schema::schema_version(),
             ledger.host()
         ),
     )];

@@ -73,7 +73,6 @@ async fn traced(receiver: &Receiver, jobs: &[u64], daemon: &Daemon) {
 
 #[actix_rt::test]
 async fn each_job_is_one_trace_through_a_retry_a_kill_9_and_a_binary_swap() {
-    let next = crate::upgrade::next_build();
     let receiver = Receiver::start(1);
     let standin = support::standin(100);
     let extra = format!(
@@ -131,7 +130,7 @@ async fn each_job_is_one_trace_through_a_retry_a_kill_9_and_a_binary_swap() {
         "the drain let the running job end"
     );
     standin.set_behavior(RunnerBehavior::default());
-    let daemon = Daemon::resume_with(&standin, left, &next).await;
+    let daemon = Daemon::resume_next(&standin, left).await;
     daemon
         .wait_completed(&standin, 4, Duration::from_secs(60))
         .await;

@@ -1,15 +1,13 @@
 //! Upgrades keep every job: a burst of jobs through one state directory while the daemon is
-//! swapped mid-burst for another build of the tree, whose job record carries one field more
-//! (`--features next-record`, built by the test into `target/next-record`), and back again:
+//! swapped mid-burst for the next release, whose job record carries one field more (the same
+//! executable playing it: `ephemer_actors_core::next_build`, `EPHEMER_TEST_NEXT_BUILD=1` in
+//! a debug build), and back again:
 //! the current build stopped (the drain), the next one started on its store; the next one
 //! killed (`kill -9`) with jobs it recorded still open, the current one started on its store
 //! (a rollback). The reconcile is off, so only the store can bring back what was queued.
 //! docs/operations.md, "Upgrading", says what an operator does.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use github_standin::{RunnerBehavior, Standin};
 
@@ -19,37 +17,6 @@ use crate::support::{
 };
 
 const LABELS: &[&str] = &["self-hosted", "linux", "x64"];
-
-/// The next build's binary, built here (a no-op once it is up to date).
-pub(crate) fn next_build() -> PathBuf {
-    let root = support::repo_root();
-    let target = root.join("target").join("next-record");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = std::process::Command::new(cargo);
-    // Cargo's own variables for this test run are not the build's: leave them out, so the
-    // build is the same from one run to the next (the first run builds it: minutes).
-    for (k, _) in std::env::vars() {
-        let kept = k == "CARGO_HOME" || k == "CARGO_INCREMENTAL";
-        if k.starts_with("CARGO_") && !kept || k.starts_with("__CARGO") {
-            build.env_remove(k);
-        }
-    }
-    let status = build
-        .current_dir(&root)
-        .args([
-            "build",
-            "--bin",
-            "ephemer-actors",
-            "--features",
-            "next-record",
-        ])
-        .arg("--target-dir")
-        .arg(&target)
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "the next-record build failed");
-    target.join("debug").join("ephemer-actors")
-}
 
 fn unreadable(logs: &str) -> Vec<&str> {
     logs.lines()
@@ -77,7 +44,6 @@ fn store_holds(dir: &Path, needle: &str) -> bool {
 
 #[actix_rt::test]
 async fn a_binary_swap_mid_burst_loses_no_job_either_way() {
-    let next = next_build();
     let standin = support::standin(400);
     standin.set_behavior(RunnerBehavior {
         job_ms: 400,
@@ -91,7 +57,7 @@ async fn a_binary_swap_mid_burst_loses_no_job_either_way() {
     // Upgrade: the drain stops the current build; the next one opens its store.
     let (left, code, logs) = current.stop_keeping(Duration::from_secs(60)).await;
     assert_eq!(code, Some(0), "{logs}");
-    let next_daemon = Daemon::resume_with(&standin, left, &next).await;
+    let next_daemon = Daemon::resume_next(&standin, left).await;
     standin.queue_jobs("app", LABELS, 12);
     wait_done(&standin, 15, &next_daemon).await;
     let next_logs = next_daemon.logs();
@@ -134,7 +100,6 @@ async fn a_fleet_upgraded_one_host_at_a_time_keeps_working_and_loses_no_job() {
         cluster::{LINUX, extra, pool, route_to},
         support::{fleet::wait_completed, postgres::Postgres},
     };
-    let next = next_build();
     let Some(pg) = Postgres::start() else { return };
     let standin = support::standin(200);
     let old = Daemon::start(
@@ -143,8 +108,7 @@ async fn a_fleet_upgraded_one_host_at_a_time_keeps_working_and_loses_no_job() {
         &pool("cpu", LINUX, 3),
     )
     .await;
-    let new = Daemon::start_at(
-        &next,
+    let new = Daemon::start_next(
         &standin,
         &extra(&pg, "h2", "5s", ""),
         &pool("cpu", LINUX, 3),

@@ -101,10 +101,9 @@ async fn usage_gives_each_repo_and_pool_its_jobs_minutes_and_keeps_them_over_a_r
     assert!(page.contains("<th scope=\"row\">acme/app</th>"), "{page}");
 
     // The rows are the store's: a restart keeps them.
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ephemer-actors"));
     let (left, code, _) = daemon.stop_keeping(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0));
-    let daemon = Daemon::resume_with(&standin, left, &bin).await;
+    let daemon = Daemon::resume(&standin, left).await;
     let (code, out, err) = daemon.ctl(&["usage", "--by", "repo", "--json"]).await;
     assert_eq!(code, 0, "{err}");
     let jobs: u64 = by(&out)["lines"]

@@ -24,17 +24,25 @@ struct Migration {
 }
 
 /// Migrations in order; the schema version is the number applied. Versions 2 to 4 came before
-/// the rule and are taken to need their own version. The binary-swap test's next build
-/// (`--features next-record`, never shipped) has one more, additive, so hosts of this tree's
-/// own build keep working beside it.
+/// the rule and are taken to need their own version. The last one is the next release's
+/// (crate::next_build, never shipped): one more, additive, so hosts of this release keep
+/// working beside it; only a process that plays the next release applies it.
 const MIGRATIONS: &[Migration] = &[
     Migration::needs(V1, 1),
     Migration::needs(V2, 2),
     Migration::needs(V3, 3),
     Migration::needs(V4, 4),
-    #[cfg(feature = "next-record")]
     Migration::needs("ALTER TABLE ephemer_jobs ADD COLUMN accepted_by text", 4),
 ];
+
+/// The migrations this process knows: all but the next release's, unless it plays that one.
+fn migrations() -> &'static [Migration] {
+    if crate::next_build::on() {
+        MIGRATIONS
+    } else {
+        &MIGRATIONS[..MIGRATIONS.len() - 1]
+    }
+}
 
 impl Migration {
     const fn needs(sql: &'static str, readable_from: i32) -> Self {
@@ -43,7 +51,9 @@ impl Migration {
 }
 
 /// The newest schema this binary knows.
-pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+pub fn schema_version() -> i32 {
+    migrations().len() as i32
+}
 
 /// Version 1: the tables and the two functions that decide in one round trip.
 const V1: &str = r#"
@@ -281,7 +291,7 @@ CREATE TABLE ephemer_listeners (
 );
 "#;
 
-/// Brings the schema up to [`SCHEMA_VERSION`], under the advisory lock. Refuses a newer one.
+/// Brings the schema up to [`schema_version`], under the advisory lock. Refuses a newer one.
 pub async fn migrate(client: &mut Client) -> Result<i32, LedgerError> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
@@ -294,6 +304,7 @@ pub async fn migrate(client: &mut Client) -> Result<i32, LedgerError> {
 }
 
 async fn migrate_locked(client: &mut Client) -> Result<i32, LedgerError> {
+    let known = schema_version();
     client
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS ephemer_schema (version integer NOT NULL, \
@@ -306,27 +317,27 @@ async fn migrate_locked(client: &mut Client) -> Result<i32, LedgerError> {
             "SELECT coalesce(max(version), 0), \
              coalesce(max(coalesce(readable_from, version)) FILTER (WHERE version > $1), 0) \
              FROM ephemer_schema",
-            &[&SCHEMA_VERSION],
+            &[&known],
         )
         .await?;
     let (current, needs): (i32, i32) = (row.get(0), row.get(1));
-    if current > SCHEMA_VERSION {
-        if needs > SCHEMA_VERSION {
+    if current > known {
+        if needs > known {
             return Err(LedgerError::SchemaTooNew {
                 found: current,
-                known: SCHEMA_VERSION,
+                known,
                 needs,
             });
         }
         tracing::warn!(
             schema = current,
-            known = SCHEMA_VERSION,
+            known,
             "the ledger's schema is newer than this binary, and readable by it: another host \
              runs a newer release; upgrade this one too"
         );
         return Ok(current);
     }
-    for (i, m) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+    for (i, m) in migrations().iter().enumerate().skip(current as usize) {
         let version = i as i32 + 1;
         let tx = client.transaction().await?;
         tx.batch_execute(m.sql).await?;
@@ -338,5 +349,5 @@ async fn migrate_locked(client: &mut Client) -> Result<i32, LedgerError> {
         tx.commit().await?;
         tracing::info!(version, "ledger schema migrated");
     }
-    Ok(SCHEMA_VERSION)
+    Ok(known)
 }

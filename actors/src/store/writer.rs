@@ -255,16 +255,8 @@ fn apply<'a>(
     Ok(())
 }
 
-/// A job's row as this build writes it.
-#[cfg(not(feature = "next-record"))]
-fn job_bytes(row: &JobRow) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec(row)
-}
-
-/// A job's row with one field more, as a later release might add one: builds that do not
-/// know it read the row all the same (serde skips a field it does not know), and this build
-/// reads theirs (the field is optional). The binary-swap test runs both on one store.
-#[cfg(feature = "next-record")]
+/// A job's row as this build writes it; as the next release would, with one field more, when
+/// this process plays it (crate::next_build).
 fn job_bytes(row: &JobRow) -> serde_json::Result<Vec<u8>> {
     #[derive(serde::Serialize)]
     struct Next<'a> {
@@ -272,8 +264,11 @@ fn job_bytes(row: &JobRow) -> serde_json::Result<Vec<u8>> {
         row: &'a JobRow,
         accepted_by: &'static str,
     }
+    if !crate::next_build::on() {
+        return serde_json::to_vec(row);
+    }
     serde_json::to_vec(&Next {
         row,
-        accepted_by: concat!("ephemer-actors ", env!("CARGO_PKG_VERSION"), " (next-record)"),
+        accepted_by: concat!("ephemer-actors ", env!("CARGO_PKG_VERSION"), " (next build)"),
     })
 }

@@ -199,6 +199,10 @@ max_concurrent = {max_concurrent}
     )
 }
 
+/// What makes a debug build of the daemon play the next release: one more field in its store's
+/// job rows, one more ledger migration (`ephemer_actors_core::next_build`).
+pub const NEXT_BUILD: (&str, &str) = ("EPHEMER_TEST_NEXT_BUILD", "1");
+
 /// A running daemon.
 pub struct Daemon {
     child: Child,
@@ -371,31 +375,20 @@ impl Daemon {
         Self::launch(standin, left.0, left.1).await
     }
 
-    /// Like `start`, with another build of the daemon, `bin`.
-    pub async fn start_at(
-        bin: &std::path::Path,
-        standin: &Standin,
-        extra: &str,
-        providers: &str,
-    ) -> Daemon {
+    /// Like `start`, with the daemon playing the next release (its `next_build` module).
+    pub async fn start_next(standin: &Standin, extra: &str, providers: &str) -> Daemon {
         let (dir, port) = Self::write_config(standin, "0s", "", extra, providers);
-        Self::resume_with(standin, (dir, port), bin).await
+        Self::resume_next(standin, (dir, port)).await
     }
 
-    /// Starts another build of the daemon, `bin`, on what `kill9` or `stop_keeping` left.
-    pub async fn resume_with(
-        standin: &Standin,
-        left: (tempfile::TempDir, u16),
-        bin: &std::path::Path,
-    ) -> Daemon {
-        let cmd = super::daemon_at(bin);
-        let d = Self::spawn_cmd(cmd, left.0, left.1, &[]).await;
-        standin.send_webhooks_to(&format!("http://{}/webhook/github", d.addr), SECRET);
-        d
+    /// Starts the daemon playing the next release on what `kill9` or `stop_keeping` left:
+    /// the binary-swap tests' other build, the same executable told by its environment.
+    pub async fn resume_next(standin: &Standin, left: (tempfile::TempDir, u16)) -> Daemon {
+        Self::launch_with(standin, left.0, left.1, &[NEXT_BUILD]).await
     }
 
     /// SIGTERM (the drain), then the exit code and logs, keeping the state directory and
-    /// config for `resume` or `resume_with`.
+    /// config for `resume` or `resume_next`.
     pub async fn stop_keeping(
         mut self,
         within: Duration,

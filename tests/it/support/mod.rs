@@ -47,12 +47,7 @@ pub fn config_file(name: &str) -> PathBuf {
 
 /// The daemon binary, as a command with a clean environment for secrets and config.
 pub fn daemon() -> Command {
-    daemon_at(Path::new(env!("CARGO_BIN_EXE_ephemer-actors")))
-}
-
-/// Another build of the daemon at `bin`, as [`daemon`] runs it.
-pub fn daemon_at(bin: &Path) -> Command {
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephemer-actors"));
     for var in [
         "GITHUB_TOKEN",
         "EPHEMER_WEBHOOK_SECRET",
@@ -61,6 +56,8 @@ pub fn daemon_at(bin: &Path) -> Command {
         "CREDENTIALS_DIRECTORY",
         "NOTIFY_SOCKET",
         "RUST_LOG",
+        // Only the binary-swap tests say so, for one daemon (`daemon::NEXT_BUILD`).
+        "EPHEMER_TEST_NEXT_BUILD",
         // A proxy of the machine running the tests would carry the stand-in's calls.
         "HTTPS_PROXY",
         "https_proxy",
