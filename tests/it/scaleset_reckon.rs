@@ -77,8 +77,13 @@ async fn assigned_jobs_never_heard_of_get_runners_and_a_cancelled_one_leaves_non
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let json = daemon.ctl_json(&["status"]).await;
-    assert_eq!(json["runners"], 0, "{json}");
+    // GitHub's side goes first (the registration deleted), the runner's teardown after it.
+    eventually_async(
+        "the daemon counts no runner",
+        Duration::from_secs(30),
+        || async { daemon.ctl_json(&["status"]).await["runners"] == 0 },
+    )
+    .await;
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
