@@ -13,6 +13,17 @@ fn archive(version: &str) -> Vec<u8> {
     standin_runner::release_archive(version, Path::new(BIN), &["standin-runner"]).unwrap()
 }
 
+/// Waits until the stand-in's job `job` completed.
+async fn job_completed(standin: &github_standin::Standin, job: u64) {
+    eventually("the job to complete", Duration::from_secs(90), || {
+        standin
+            .jobs()
+            .iter()
+            .any(|j| j.id == job && j.status == "completed")
+    })
+    .await;
+}
+
 /// The log of the runner that ran `job` (the stand-in records which runner took it).
 fn runner_log(daemon: &Daemon, standin: &github_standin::Standin, job: u64) -> String {
     let runner = standin
@@ -244,13 +255,7 @@ allow_root = true
         ..Default::default()
     });
     let job = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
-    eventually("the job to complete", Duration::from_secs(90), || {
-        standin
-            .jobs()
-            .iter()
-            .any(|j| j.id == job && j.status == "completed")
-    })
-    .await;
+    job_completed(&standin, job).await;
     let log = runner_log(&daemon, &standin, job);
     assert!(log.contains(" 2.331.0 connecting"), "{log}");
     let logs = daemon.logs();
@@ -282,6 +287,62 @@ allow_root = true
         "nothing climbed the ladder: {climbed:?}"
     );
     assert_eq!(standin.calls_to("generate_jitconfig").len(), 2);
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// GitHub refuses the newest release for a while (its 2026-08-06 outage did so to the latest
+/// runner): the first refusal looks at the releases, which say nothing newer; each refusal
+/// after it is said to be an outage and fetches nothing; once the service takes the runner
+/// again the job runs on the same install, nothing downloaded again.
+#[actix_rt::test]
+async fn a_refusal_of_the_newest_release_is_an_outage_and_fetches_nothing_more() {
+    let standin = support::standin(300);
+    standin.publish_release("2.330.0", archive("2.330.0"));
+    let providers = r#"
+[providers.local]
+labels = ["self-hosted", "linux", "x64"]
+max_concurrent = 1
+allow_root = true
+"#;
+    let daemon = Daemon::start(
+        &standin,
+        "[runner]\nrelease_check_interval = \"1h\"\n",
+        providers,
+    )
+    .await;
+    let runners = daemon.runner_dir().join("runners");
+    eventually("release N to be installed", Duration::from_secs(30), || {
+        runners.join("2.330.0/.ephemer-verified").exists()
+    })
+    .await;
+    let (looks, _, downloads) = standin.release_requests();
+    standin.set_behavior(github_standin::RunnerBehavior {
+        deprecated_below: Some("9.0.0".into()),
+        ..Default::default()
+    });
+    let job = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    eventually(
+        "a refusal said to be an outage",
+        Duration::from_secs(60),
+        || {
+            daemon
+                .logs()
+                .contains("GitHub refuses runner 2.330.0, the newest release: likely an outage")
+        },
+    )
+    .await;
+    standin.set_behavior(github_standin::RunnerBehavior::default());
+    job_completed(&standin, job).await;
+    let log = runner_log(&daemon, &standin, job);
+    assert!(log.contains(" 2.330.0 connecting"), "{log}");
+    let (looks_after, _, downloads_after) = standin.release_requests();
+    assert_eq!(
+        looks_after - looks,
+        1,
+        "one look for the run of refusals:\n{}",
+        daemon.logs()
+    );
+    assert_eq!(downloads_after, downloads, "nothing downloaded again");
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

@@ -5,7 +5,11 @@
 //! Nothing here blocks a job: offline or failing, what is installed stays in use, the failure
 //! is logged and counted, and the next look tries again.
 
-use std::{collections::HashMap, path::PathBuf, time::SystemTime};
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
 
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -115,6 +119,10 @@ pub struct ReleaseActor {
     busy: bool,
     /// A look was asked for while one ran: another follows it.
     look_again: bool,
+    /// Each pool's run of refusals (exit code 7): when its first and its last came.
+    refusals: HashMap<PoolName, (Instant, Instant)>,
+    /// When the last look ended.
+    looked: Option<Instant>,
 }
 
 impl ReleaseActor {
@@ -144,6 +152,8 @@ impl ReleaseActor {
             refused: None,
             reported: HashMap::new(),
             busy: false,
+            refusals: HashMap::new(),
+            looked: None,
             look_again: false,
         }
     }
@@ -190,6 +200,7 @@ impl ReleaseActor {
                 act.latest = release;
                 act.etag = etag;
                 act.checked_unix = Some(unix_now());
+                act.looked = Some(Instant::now());
                 if let Some(p) = &problem {
                     tracing::warn!(problem = %p, "runner releases: keeping what is installed");
                 }
@@ -479,8 +490,10 @@ impl Handler<RunnerVersionSeen> for ReleaseActor {
 
 /// A runner of `pool` exited with code 7 (`ephemer_decide::provision::RUNNER_VERSION_DEPRECATED`): GitHub
 /// refused its version. A managed install fetches and verifies the newest release at once (the
-/// job is claimed again by the scheduler, on it); an operator's install or image is said to
-/// be too old, loudly, once per look.
+/// job is claimed again by the scheduler, on it), unless a look since the pool's refusals
+/// began found its install the newest release: that is GitHub's outage, said so, and nothing
+/// is fetched (`policy::refusal`). An operator's install or image is said to be too old,
+/// loudly, once per look.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RunnerRefused {
@@ -502,6 +515,24 @@ impl Handler<RunnerRefused> for ReleaseActor {
             .iter()
             .any(|(p, s)| *p == m.pool && *s == RunnerSource::Managed);
         if managed && self.update.auto_update && self.installs.is_some() {
+            let now = Instant::now();
+            let run = self.refusals.entry(m.pool.clone()).or_insert((now, now));
+            if now.duration_since(run.1) > REFUSAL_RUN_GAP {
+                *run = (now, now);
+            }
+            run.1 = now;
+            let looked_since = self.looked.is_some_and(|at| at > run.0);
+            let install = self.installs.as_ref().and_then(ManagedInstalls::current);
+            let newest = self.latest.as_ref().map(|r| &r.version);
+            if let policy::Refusal::Outage(version) =
+                policy::refusal(install.as_ref(), newest, looked_since)
+            {
+                // A look since the refusals began found nothing newer: looking again, or
+                // fetching, would not help; the jobs are claimed again after their wait.
+                let line = policy::outage_line(&version);
+                tracing::warn!(pool = m.pool.as_str(), runner = %m.runner, "{line}: nothing is fetched; its jobs are claimed again after their wait");
+                return;
+            }
             tracing::warn!(pool = m.pool.as_str(), runner = %m.runner, "GitHub refused the runner's version as too old (exit code 7): fetching the newest release now; its job is claimed again on it");
             if self.busy {
                 self.look_again = true;
@@ -513,6 +544,10 @@ impl Handler<RunnerRefused> for ReleaseActor {
         }
     }
 }
+
+/// A pool's refusals further apart than this start a new run: its first refusal looks at the
+/// releases again.
+const REFUSAL_RUN_GAP: Duration = Duration::from_secs(600);
 
 /// Look now (tests; an operator's `SIGHUP` could).
 #[derive(Debug, Clone, Copy, Message)]

@@ -162,6 +162,35 @@ pub fn read_again(stamp: Option<SystemTime>, seen: Option<&(SystemTime, Version)
     !matches!((stamp, seen), (Some(t), Some((at, _))) if *at == t)
 }
 
+/// What GitHub's refusal of a pool's runner as too old ("deprecated", exit code 7) calls for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Look at the releases: no look since this run of refusals began (a refusal is news
+    /// that a release may have come out), or nothing known to compare.
+    Look,
+    /// The install is older than the newest release known: update it.
+    Update,
+    /// The install is the newest release, and a look since the refusals began said so:
+    /// GitHub refuses what it publishes, as during its 2026-08-06 outage (and its runner
+    /// reports any 403 so). Nothing more is fetched; the jobs wait for the service.
+    Outage(Version),
+}
+
+/// What a refusal of a runner of `install` calls for, given the `newest` release known and
+/// whether it was looked at since this run of refusals began (`looked_since`).
+pub fn refusal(install: Option<&Version>, newest: Option<&Version>, looked_since: bool) -> Refusal {
+    match (install, newest) {
+        (Some(i), Some(n)) if i < n => Refusal::Update,
+        (Some(i), Some(_)) if looked_since => Refusal::Outage(i.clone()),
+        _ => Refusal::Look,
+    }
+}
+
+/// The status line of a refusal taken for an outage.
+pub fn outage_line(version: &Version) -> String {
+    format!("GitHub refuses runner {version}, the newest release: likely an outage")
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -319,5 +348,31 @@ mod tests {
         assert!(read_again(Some(t + Duration::from_secs(1)), Some(&seen)));
         assert!(read_again(None, Some(&seen)));
         assert!(read_again(Some(t), None));
+    }
+
+    /// An install behind the newest release is updated; the newest release refused is an
+    /// outage once a look since the refusals began said it is the newest (the first refusal
+    /// looks: a release may have come out since the last look); nothing known looks.
+    #[test]
+    fn a_refusal_of_the_newest_release_is_an_outage_and_an_older_one_an_update() {
+        let (old, newest) = (v("2.329.0"), v("2.330.0"));
+        assert_eq!(refusal(Some(&old), Some(&newest), true), Refusal::Update);
+        assert_eq!(refusal(Some(&old), Some(&newest), false), Refusal::Update);
+        assert_eq!(refusal(Some(&newest), Some(&newest), false), Refusal::Look);
+        assert_eq!(
+            refusal(Some(&newest), Some(&newest), true),
+            Refusal::Outage(newest.clone())
+        );
+        assert_eq!(refusal(Some(&newest), None, true), Refusal::Look);
+        assert_eq!(refusal(None, Some(&newest), true), Refusal::Look);
+        // An install newer than the release known (a pinned preview) is not behind.
+        assert_eq!(
+            refusal(Some(&v("2.331.0")), Some(&newest), true),
+            Refusal::Outage(v("2.331.0"))
+        );
+        assert_eq!(
+            outage_line(&newest),
+            "GitHub refuses runner 2.330.0, the newest release: likely an outage"
+        );
     }
 }
