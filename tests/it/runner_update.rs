@@ -223,13 +223,9 @@ async fn an_unchanged_release_costs_nothing() {
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
-/// GitHub refuses a runner that is too old ("Runner version vX is deprecated and cannot
-/// receive messages"); told by `ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE`, which the
-/// daemon sets for every runner, it exits 7. The managed pool fetches and verifies the newest
-/// release at once (the next check is an hour away), the job is claimed again on it, and
-/// nothing counts the refusal as a failure of the job or the pool.
-#[actix_rt::test]
-async fn a_runner_refused_as_too_old_updates_the_install_and_its_job_runs_on_the_new_one() {
+/// A stand-in publishing 2.330.0 and a daemon whose managed local pool installed it, with the
+/// next release check an hour away.
+async fn managed_on_2_330() -> (github_standin::Standin, Daemon) {
     let standin = support::standin(300);
     standin.publish_release("2.330.0", archive("2.330.0"));
     let providers = r#"
@@ -249,6 +245,17 @@ allow_root = true
         runners.join("2.330.0/.ephemer-verified").exists()
     })
     .await;
+    (standin, daemon)
+}
+
+/// GitHub refuses a runner that is too old ("Runner version vX is deprecated and cannot
+/// receive messages"); told by `ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE`, which the
+/// daemon sets for every runner, it exits 7. The managed pool fetches and verifies the newest
+/// release at once (the next check is an hour away), the job is claimed again on it, and
+/// nothing counts the refusal as a failure of the job or the pool.
+#[actix_rt::test]
+async fn a_runner_refused_as_too_old_updates_the_install_and_its_job_runs_on_the_new_one() {
+    let (standin, daemon) = managed_on_2_330().await;
     standin.publish_release("2.331.0", archive("2.331.0"));
     standin.set_behavior(github_standin::RunnerBehavior {
         deprecated_below: Some("2.331.0".into()),
@@ -296,25 +303,7 @@ allow_root = true
 /// again the job runs on the same install, nothing downloaded again.
 #[actix_rt::test]
 async fn a_refusal_of_the_newest_release_is_an_outage_and_fetches_nothing_more() {
-    let standin = support::standin(300);
-    standin.publish_release("2.330.0", archive("2.330.0"));
-    let providers = r#"
-[providers.local]
-labels = ["self-hosted", "linux", "x64"]
-max_concurrent = 1
-allow_root = true
-"#;
-    let daemon = Daemon::start(
-        &standin,
-        "[runner]\nrelease_check_interval = \"1h\"\n",
-        providers,
-    )
-    .await;
-    let runners = daemon.runner_dir().join("runners");
-    eventually("release N to be installed", Duration::from_secs(30), || {
-        runners.join("2.330.0/.ephemer-verified").exists()
-    })
-    .await;
+    let (standin, daemon) = managed_on_2_330().await;
     let (looks, _, downloads) = standin.release_requests();
     standin.set_behavior(github_standin::RunnerBehavior {
         deprecated_below: Some("9.0.0".into()),

@@ -8,7 +8,7 @@
 use std::{
     collections::HashMap,
     path::PathBuf,
-    time::{Duration, Instant, SystemTime},
+    time::{Instant, SystemTime},
 };
 
 use actix::prelude::*;
@@ -120,7 +120,7 @@ pub struct ReleaseActor {
     /// A look was asked for while one ran: another follows it.
     look_again: bool,
     /// Each pool's run of refusals (exit code 7): when its first and its last came.
-    refusals: HashMap<PoolName, (Instant, Instant)>,
+    refusals: HashMap<PoolName, policy::RefusalRun>,
     /// When the last look ended.
     looked: Option<Instant>,
 }
@@ -516,12 +516,12 @@ impl Handler<RunnerRefused> for ReleaseActor {
             .any(|(p, s)| *p == m.pool && *s == RunnerSource::Managed);
         if managed && self.update.auto_update && self.installs.is_some() {
             let now = Instant::now();
-            let run = self.refusals.entry(m.pool.clone()).or_insert((now, now));
-            if now.duration_since(run.1) > REFUSAL_RUN_GAP {
-                *run = (now, now);
-            }
-            run.1 = now;
-            let looked_since = self.looked.is_some_and(|at| at > run.0);
+            let run = self
+                .refusals
+                .entry(m.pool.clone())
+                .or_insert_with(|| policy::RefusalRun::new(now));
+            run.refused(now);
+            let looked_since = run.looked_since(self.looked);
             let install = self.installs.as_ref().and_then(ManagedInstalls::current);
             let newest = self.latest.as_ref().map(|r| &r.version);
             if let policy::Refusal::Outage(version) =
@@ -544,10 +544,6 @@ impl Handler<RunnerRefused> for ReleaseActor {
         }
     }
 }
-
-/// A pool's refusals further apart than this start a new run: its first refusal looks at the
-/// releases again.
-const REFUSAL_RUN_GAP: Duration = Duration::from_secs(600);
 
 /// Look now (tests; an operator's `SIGHUP` could).
 #[derive(Debug, Clone, Copy, Message)]

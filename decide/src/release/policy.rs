@@ -3,7 +3,7 @@
 //! without an install waits, and when an operator's install is read again. `ReleaseActor`
 //! (`actor.rs`) does the I/O around them; which old installs may go is `installs.rs`'s.
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Release, Version};
 
@@ -183,6 +183,41 @@ pub fn refusal(install: Option<&Version>, newest: Option<&Version>, looked_since
         (Some(i), Some(n)) if i < n => Refusal::Update,
         (Some(i), Some(_)) if looked_since => Refusal::Outage(i.clone()),
         _ => Refusal::Look,
+    }
+}
+
+/// A pool's refusals further apart than this start a new run: its first refusal looks at the
+/// releases again.
+pub const REFUSAL_RUN_GAP: Duration = Duration::from_secs(600);
+
+/// A pool's run of refusals: refusals less than [`REFUSAL_RUN_GAP`] apart are one run, and a
+/// look at the releases that ended after its first counts for all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalRun {
+    first: Instant,
+    last: Instant,
+}
+
+impl RefusalRun {
+    /// A run begun by a refusal at `at`.
+    pub fn new(at: Instant) -> Self {
+        RefusalRun {
+            first: at,
+            last: at,
+        }
+    }
+
+    /// Notes a refusal at `at`: it begins a new run when the last one came over the gap ago.
+    pub fn refused(&mut self, at: Instant) {
+        if at.saturating_duration_since(self.last) > REFUSAL_RUN_GAP {
+            self.first = at;
+        }
+        self.last = at;
+    }
+
+    /// Whether the last look, ended at `looked`, came after this run began.
+    pub fn looked_since(&self, looked: Option<Instant>) -> bool {
+        looked.is_some_and(|at| at > self.first)
     }
 }
 
@@ -374,5 +409,29 @@ mod tests {
             outage_line(&newest),
             "GitHub refuses runner 2.330.0, the newest release: likely an outage"
         );
+    }
+
+    /// A look counts for the run it ended in; refusals over the gap apart begin a new run,
+    /// which the old look no longer covers.
+    #[test]
+    fn a_look_covers_the_run_of_refusals_it_ended_in() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut run = RefusalRun::new(at(0));
+        assert!(!run.looked_since(None));
+        assert!(
+            !run.looked_since(Some(t0)),
+            "a look before the first refusal"
+        );
+        assert!(run.looked_since(Some(at(1))));
+        run.refused(at(15));
+        run.refused(at(15 + 600));
+        assert!(
+            run.looked_since(Some(at(1))),
+            "refusals under the gap apart: one run"
+        );
+        run.refused(at(15 + 600 + 601));
+        assert!(!run.looked_since(Some(at(1))), "a new run looks again");
+        assert!(run.looked_since(Some(at(15 + 600 + 602))));
     }
 }
