@@ -13,24 +13,61 @@ pub const SECRET: &str = "e2e-webhook-secret";
 /// The stand-in's token.
 pub const TOKEN: &str = "ghp_standin_token";
 
-/// A free loopback port (bound and released), never one this test process handed out before:
-/// the kernel may give a just-released port to the next bind, and a config whose webhook and
-/// admin listeners got the same one is refused (a CI run failed on exactly that). Another
-/// process taking the port between release and use remains a tiny race, acceptable in tests.
+/// A free loopback port, handed out once across every test process on this host.
+///
+/// Ports come from below the kernel's ephemeral range (32768 and up here), so no `bind(0)` of a
+/// stand-in and no outgoing connection takes one between its release here and the daemon's
+/// bind, nor while a daemon restarts on it. Processes that run beside each other (`.ci/run`'s
+/// long-run lanes) share a registry file under the temp dir, locked while read and written: a CI
+/// run failed when two lanes were handed the same port. Entries older than two hours are dropped.
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
+    use std::{
+        hash::{BuildHasher, RandomState},
+        io::{Read, Seek, Write},
+    };
+    const RANGE: std::ops::Range<u16> = 20_000..32_000;
+    const KEEP_SECS: u64 = 2 * 3600;
+    let path = std::env::temp_dir().join("ephemer-test-ports");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("port registry {}: {e}", path.display()));
+    file.lock().expect("lock the port registry");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .expect("read the port registry");
+    let mut given: Vec<(u16, u64)> = text
+        .lines()
+        .filter_map(|line| {
+            let (port, at) = line.split_once(' ')?;
+            Some((port.parse().ok()?, at.parse().ok()?))
+        })
+        .filter(|&(_, at): &(u16, u64)| now.saturating_sub(at) < KEEP_SECS)
+        .collect();
+    let random = RandomState::new();
+    let span = u64::from(RANGE.end - RANGE.start);
+    let port = (0u64..)
+        .map(|n| RANGE.start + (random.hash_one(n) % span) as u16)
+        .take(100_000)
+        .find(|port| {
+            !given.iter().any(|(p, _)| p == port)
+                && std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok()
+        })
+        .expect("a free port below the ephemeral range");
+    given.push((port, now));
+    let text: String = given.iter().map(|(p, at)| format!("{p} {at}\n")).collect();
+    file.set_len(0).expect("truncate the port registry");
+    file.rewind().expect("rewind the port registry");
+    file.write_all(text.as_bytes())
+        .expect("write the port registry");
+    port
 }
 
 /// The config of an e2e daemon: `providers` is TOML for the `[providers.*]` tables.
