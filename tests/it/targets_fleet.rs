@@ -55,7 +55,9 @@ async fn a_fleet_serves_two_owners_each_on_its_own_budget() {
 
     // A's registration budget runs dry: the host that learns it tells the fleet, and every
     // host holds A's claims; B's budget is another row and B's claims go on.
-    let reset = a.exhaust_bucket_for("actions_runner_registration", Duration::from_secs(8));
+    // Long enough that B's jobs finish well before it on a loaded machine (at 8 s, a CI run
+    // saw A's reset pass first and a fifth job of A's run).
+    let reset = a.exhaust_bucket_for("actions_runner_registration", Duration::from_secs(20));
     a.queue_jobs("app", LABELS, 1);
     wait_for("A's refused claim", &h1, Duration::from_secs(10), || {
         a.calls_to("generate_jitconfig")
@@ -66,7 +68,7 @@ async fn a_fleet_serves_two_owners_each_on_its_own_budget() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.queue_jobs("app", LABELS, 3);
     b.queue_jobs("app", LABELS, 4);
-    wait_for("B's 4 jobs", &h1, Duration::from_secs(7), || {
+    wait_for("B's 4 jobs", &h1, Duration::from_secs(15), || {
         b.jobs_in("completed") == 8
     })
     .await;

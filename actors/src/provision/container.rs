@@ -34,6 +34,10 @@ pub const PREFIX_LABEL: &str = "io.ephemer-actors.prefix";
 pub const RUNNER_LABEL: &str = "io.ephemer-actors.runner";
 /// Seconds a container gets after SIGTERM before SIGKILL.
 const STOP_GRACE_SECS: i32 = 10;
+/// Listings of the leftovers asked before the reaper gives up (see `reap_leftovers`).
+const LIST_TRIES: u32 = 3;
+/// The pause between two of them.
+const LIST_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Settings of the container backend.
 #[derive(Debug, Clone)]
@@ -423,13 +427,24 @@ impl Backend for ContainerBackend {
     async fn reap_leftovers(self, keep: Vec<String>) -> Vec<String> {
         // Names only, not bollard's typed listing: that fails whole on a container in a state
         // its enum lacks (podman's `stopped`, which every exiting container passes through).
+        // The engine's listing can fail whole while a container is being removed under it
+        // (podman answers 500 for one gone mid-listing): asked again, a little later.
         let label = format!("{PREFIX_LABEL}={}", self.s.name_prefix);
-        let names: Vec<String> = match super::engine_api::container_names(&self.s.socket, &label)
-            .await
-        {
+        let mut tries = 0;
+        let listed = loop {
+            tries += 1;
+            match super::engine_api::container_names(&self.s.socket, &label).await {
+                Err(e) if tries < LIST_TRIES => {
+                    tracing::debug!(error = %e, tries, "listing containers failed; asking again");
+                    tokio::time::sleep(LIST_AGAIN_AFTER).await;
+                }
+                other => break other,
+            }
+        };
+        let names: Vec<String> = match listed {
             Ok(names) => names.into_iter().filter(|n| !keep.contains(n)).collect(),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot list containers to remove leftovers");
+                tracing::warn!(error = %e, tries, "cannot list containers to remove leftovers");
                 return Vec::new();
             }
         };
