@@ -340,6 +340,9 @@ fn print_status(v: &StatusAnswer) {
         if let Some(cause) = &p.down_cause {
             crate::term::outln!("  down: {cause}");
         }
+        if let Some(refusal) = &p.refusal {
+            crate::term::outln!("  refused: {refusal}");
+        }
         if let Some(accel) = &p.accel {
             crate::term::outln!("  accel: {accel}");
         }

@@ -41,6 +41,17 @@ fn runner_log(daemon: &Daemon, standin: &github_standin::Standin, job: u64) -> S
     .unwrap_or_default()
 }
 
+/// Each `(series, value)` of `metrics` ends with its value.
+fn assert_series(metrics: &str, want: &[(&str, &str)]) {
+    for (series, value) in want {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series}:\n{metrics}"));
+        assert!(line.ends_with(value), "{line}");
+    }
+}
+
 async fn wait_done(standin: &github_standin::Standin, job: u64, daemon: &Daemon) {
     eventually("the job to complete", Duration::from_secs(60), || {
         standin
@@ -271,20 +282,17 @@ async fn a_runner_refused_as_too_old_updates_the_install_and_its_job_runs_on_the
         "{logs}"
     );
     let metrics = daemon.metrics().await;
-    for (series, want) in [
-        ("ephemerd_runner_refused_as_old_total{pool=\"local\"}", " 1"),
-        (
-            "ephemerd_environment_failures_total{provider=\"local\"}",
-            " 0",
-        ),
-        ("ephemerd_claim_retry_given_up_total", " 0"),
-    ] {
-        let line = metrics
-            .lines()
-            .find(|l| l.starts_with(series))
-            .unwrap_or_else(|| panic!("no {series}:\n{metrics}"));
-        assert!(line.ends_with(want), "{line}");
-    }
+    assert_series(
+        &metrics,
+        &[
+            ("ephemerd_runner_refused_as_old_total{pool=\"local\"}", " 1"),
+            (
+                "ephemerd_environment_failures_total{provider=\"local\"}",
+                " 0",
+            ),
+            ("ephemerd_claim_retry_given_up_total", " 0"),
+        ],
+    );
     let climbed: Vec<&str> = metrics
         .lines()
         .filter(|l| l.starts_with("ephemerd_claim_retry_attempts_total{") && !l.ends_with(" 0"))
@@ -299,30 +307,63 @@ async fn a_runner_refused_as_too_old_updates_the_install_and_its_job_runs_on_the
 
 /// GitHub refuses the newest release for a while (its 2026-08-06 outage did so to the latest
 /// runner): the first refusal looks at the releases, which say nothing newer; each refusal
-/// after it is said to be an outage and fetches nothing; once the service takes the runner
-/// again the job runs on the same install, nothing downloaded again.
+/// after it is said to be an outage, in the log and `status`, counted, and fetches nothing.
+/// The three jobs wait for the service, one probing it at a time every 5 s at most; once the
+/// service takes the runner again they run within seconds, on the same install, nothing
+/// downloaded again and nothing on the claim ladder.
 #[actix_rt::test]
-async fn a_refusal_of_the_newest_release_is_an_outage_and_fetches_nothing_more() {
+async fn a_refusal_of_the_newest_release_is_an_outage_and_its_jobs_run_soon_after_it() {
     let (standin, daemon) = managed_on_2_330().await;
     let (looks, _, downloads) = standin.release_requests();
     standin.set_behavior(github_standin::RunnerBehavior {
         deprecated_below: Some("9.0.0".into()),
         ..Default::default()
     });
-    let job = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 1)[0];
+    let jobs = standin.queue_jobs("app", &["self-hosted", "linux", "x64"], 3);
+    let line = "GitHub refuses runner 2.330.0, the newest release: likely an outage";
     eventually(
         "a refusal said to be an outage",
         Duration::from_secs(60),
-        || {
-            daemon
-                .logs()
-                .contains("GitHub refuses runner 2.330.0, the newest release: likely an outage")
-        },
+        || daemon.logs().contains(line),
     )
     .await;
+    let (code, status, _) = daemon.ctl(&["status"]).await;
+    assert_eq!(code, 0);
+    assert!(status.contains(&format!("  refused: {line}")), "{status}");
+    // The outage goes on for a while: the jobs wait, probing.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let claims_in_outage = standin.calls_to("generate_jitconfig").len();
     standin.set_behavior(github_standin::RunnerBehavior::default());
-    job_completed(&standin, job).await;
-    let log = runner_log(&daemon, &standin, job);
+    let back = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    for &job in &jobs {
+        job_completed(&standin, job).await;
+    }
+    let first_ran = standin
+        .jobs()
+        .iter()
+        .filter(|j| jobs.contains(&j.id))
+        .filter_map(|j| j.picked_at_ms)
+        .min()
+        .expect("a job started");
+    let ran_after = first_ran.saturating_sub(back);
+    eprintln!(
+        "first job ran {ran_after} ms after the service's return; {claims_in_outage} claims in the outage"
+    );
+    assert!(
+        ran_after <= 10_000,
+        "the first job ran {ran_after} ms after the service's return:\n{}",
+        daemon.logs()
+    );
+    // Three first claims and about one probe per 5 s, not three.
+    assert!(
+        claims_in_outage <= 3 + 15 / 5 + 3,
+        "{claims_in_outage} claims in the outage:\n{}",
+        daemon.logs()
+    );
+    let log = runner_log(&daemon, &standin, jobs[0]);
     assert!(log.contains(" 2.330.0 connecting"), "{log}");
     let (looks_after, _, downloads_after) = standin.release_requests();
     assert_eq!(
@@ -332,6 +373,24 @@ async fn a_refusal_of_the_newest_release_is_an_outage_and_fetches_nothing_more()
         daemon.logs()
     );
     assert_eq!(downloads_after, downloads, "nothing downloaded again");
+    let metrics = daemon.metrics().await;
+    assert_series(
+        &metrics,
+        &[
+            (
+                "ephemerd_runner_refusal_outages_total{pool=\"local\"}",
+                " 1",
+            ),
+            ("ephemerd_claim_retry_given_up_total", " 0"),
+        ],
+    );
+    assert!(
+        daemon
+            .logs()
+            .contains("GitHub's refusal of the pool's newest runner release is over"),
+        "{}",
+        daemon.logs()
+    );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 

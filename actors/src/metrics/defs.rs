@@ -173,6 +173,11 @@ pub(super) const DEFS: &[Def] = &[
         &["pool"],
     ),
     def(
+        "ephemerd_runner_refusal_outages_total",
+        "Outages in which GitHub refused a pool's runner although its install is the newest release: its jobs waited for the service, one probing it at a time.",
+        &["pool"],
+    ),
+    def(
         "ephemerd_runner_release_refused_total",
         "Runner releases downloaded and not installed, by reason (digest, no_checksum, unpack).",
         &["reason"],

@@ -93,6 +93,9 @@ pub struct Metrics {
     /// `ephemerd_runner_refused_as_old_total{pool}`: runners that exited with code 7, GitHub
     /// having refused their version.
     pub runner_refused_as_old: IntCounterVec,
+    /// `ephemerd_runner_refusal_outages_total{pool}`: outages in which GitHub refused the
+    /// pool's newest runner release.
+    pub runner_refusal_outages: IntCounterVec,
     /// `ephemerd_runner_release_refused_total{reason}`: releases downloaded and not installed
     /// (`digest`: the archive does not match its published SHA-256; `no_checksum`; `unpack`).
     pub runner_release_refused: IntCounterVec,
@@ -316,6 +319,7 @@ impl Metrics {
             runner_release_behind: r.gauge_vec("ephemerd_runner_release_behind_seconds"),
             runner_below_minimum: r.gauge_vec("ephemerd_runner_below_minimum"),
             runner_refused_as_old: r.counter_vec("ephemerd_runner_refused_as_old_total"),
+            runner_refusal_outages: r.counter_vec("ephemerd_runner_refusal_outages_total"),
             runner_release_refused: r.counter_vec("ephemerd_runner_release_refused_total"),
             runner_release_check_failures: r
                 .counter("ephemerd_runner_release_check_failures_total"),
@@ -444,6 +448,7 @@ impl Metrics {
             .set(-1);
         self.runner_below_minimum.with_label_values(&[pool]).set(0);
         self.runner_refused_as_old.with_label_values(&[pool]);
+        self.runner_refusal_outages.with_label_values(&[pool]);
     }
 
     /// The registry, for a host app that wants to serve or merge it itself.

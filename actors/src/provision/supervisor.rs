@@ -412,21 +412,43 @@ impl<B: Backend> Handler<RunnerEvent> for ProvisionerSupervisor<B> {
         ) {
             self.live.remove(&m.name);
         }
-        if let RunnerEventKind::Exited {
-            code: Some(crate::provision::RUNNER_VERSION_DEPRECATED),
-            reason: crate::provision::ExitReason::Exited,
-            ..
-        } = &m.kind
-            && let Some(to) = &self.refused
-        {
-            tell(
-                to,
-                crate::release::actor::RunnerRefused {
-                    pool: self.backend.pool().clone(),
-                    runner: m.name.clone(),
-                },
-            );
+        let refused = matches!(
+            &m.kind,
+            RunnerEventKind::Exited {
+                code: Some(crate::provision::RUNNER_VERSION_DEPRECATED),
+                reason: crate::provision::ExitReason::Exited,
+                ..
+            }
+        );
+        if refused && let Some(to) = self.refused.as_ref().and_then(WeakRecipient::upgrade) {
+            // The `ReleaseActor` says whether the install is the newest release (GitHub's
+            // outage); the scheduler hears that before the exit, so the job is held for a
+            // probe rather than a long wait. Nothing else reaches this pool meanwhile.
+            let ask = to.send(crate::release::actor::RunnerRefused {
+                pool: self.backend.pool().clone(),
+                runner: m.name.clone(),
+            });
+            ctx.wait(ask.into_actor(self).map(move |verdict, act, ctx| {
+                if let Ok(Some(version)) = verdict {
+                    let kind = RunnerEventKind::RefusedNewest { version };
+                    let told = RunnerEvent {
+                        provider: m.provider.clone(),
+                        name: m.name.clone(),
+                        kind,
+                    };
+                    tell(&act.scheduler, told);
+                }
+                act.runner_event(m, ctx);
+            }));
+            return;
         }
+        self.runner_event(m, ctx);
+    }
+}
+
+impl<B: Backend> ProvisionerSupervisor<B> {
+    /// A runner's event, after a refusal's verdict: warm refill, pool down, the scheduler told.
+    fn runner_event(&mut self, m: RunnerEvent, ctx: &mut Context<Self>) {
         // A runner started (what was taken is replaced now) or a slot is free.
         self.warm_refill(ctx);
         // A failure of the whole pool (the engine gone, the command missing) takes it down

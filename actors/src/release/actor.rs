@@ -492,10 +492,11 @@ impl Handler<RunnerVersionSeen> for ReleaseActor {
 /// refused its version. A managed install fetches and verifies the newest release at once (the
 /// job is claimed again by the scheduler, on it), unless a look since the pool's refusals
 /// began found its install the newest release: that is GitHub's outage, said so, and nothing
-/// is fetched (`policy::refusal`). An operator's install or image is said to be too old,
-/// loudly, once per look.
+/// is fetched (`policy::refusal`), and the answer is that release (the supervisor tells the
+/// scheduler before the runner's exit, which holds the pool's jobs for a probe). An operator's
+/// install or image is said to be too old, loudly, once per look.
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
+#[rtype(result = "Option<String>")]
 pub struct RunnerRefused {
     /// The pool.
     pub pool: PoolName,
@@ -504,8 +505,8 @@ pub struct RunnerRefused {
 }
 
 impl Handler<RunnerRefused> for ReleaseActor {
-    type Result = ();
-    fn handle(&mut self, m: RunnerRefused, ctx: &mut Context<Self>) {
+    type Result = Option<String>;
+    fn handle(&mut self, m: RunnerRefused, ctx: &mut Context<Self>) -> Option<String> {
         self.metrics
             .runner_refused_as_old
             .with_label_values(&[m.pool.as_str()])
@@ -530,8 +531,8 @@ impl Handler<RunnerRefused> for ReleaseActor {
                 // A look since the refusals began found nothing newer: looking again, or
                 // fetching, would not help; the jobs are claimed again after their wait.
                 let line = policy::outage_line(&version);
-                tracing::warn!(pool = m.pool.as_str(), runner = %m.runner, "{line}: nothing is fetched; its jobs are claimed again after their wait");
-                return;
+                tracing::warn!(pool = m.pool.as_str(), runner = %m.runner, "{line}: nothing is fetched; its jobs wait for the service, one probing it at a time");
+                return Some(version.to_string());
             }
             tracing::warn!(pool = m.pool.as_str(), runner = %m.runner, "GitHub refused the runner's version as too old (exit code 7): fetching the newest release now; its job is claimed again on it");
             if self.busy {
@@ -542,6 +543,7 @@ impl Handler<RunnerRefused> for ReleaseActor {
         } else {
             tracing::error!(pool = m.pool.as_str(), runner = %m.runner, "GitHub refused the runner's version as too old (exit code 7): this pool's runner (its runner_dir, image or command) must be updated; its jobs wait and are claimed again");
         }
+        None
     }
 }
 

@@ -254,6 +254,31 @@ fn runners_and_retries(o: Observation, m: &Metrics) -> Option<Observation> {
             wait_secs = wait.as_secs(),
             "the runner exited with code 7: GitHub refused its version as too old; its job is claimed again after the wait, not counted as a failure"
         ),
+        O::RefusalOutage {
+            provider,
+            runner,
+            version,
+        } => {
+            m.runner_refusal_outages
+                .with_label_values(&[provider.as_str()])
+                .inc();
+            tracing::warn!(
+                runner,
+                provider = provider.as_str(),
+                "{}: the pool's refused jobs wait for the service, one probing it every {} s at most",
+                ephemer_decide::release::policy::outage_line(&version),
+                ephemer_decide::scheduler::core::refusal::PROBE_WAIT_MAX.as_secs()
+            )
+        }
+        O::RefusalOutageOver {
+            provider,
+            version,
+            why,
+        } => tracing::info!(
+            provider = provider.as_str(),
+            version,
+            "GitHub's refusal of the pool's newest runner release is over: {why}"
+        ),
         O::RunnerRemoved { provider } => {
             m.jobs_active.with_label_values(&[provider.as_str()]).dec()
         }
@@ -380,6 +405,8 @@ fn pools(o: Observation, m: &Metrics) {
         O::Ignored { .. }
         | O::OtherInstallation { .. }
         | O::RunnerOutdated { .. }
+        | O::RefusalOutage { .. }
+        | O::RefusalOutageOver { .. }
         | O::Duplicate { .. }
         | O::Unroutable { .. }
         | O::Parked { .. }

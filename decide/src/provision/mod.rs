@@ -93,6 +93,13 @@ pub enum RunnerEventKind {
         /// The refusals.
         seen: crate::egress::seen::Seen,
     },
+    /// GitHub refused the runner as too old, and its install is the newest release `version`
+    /// (a look since the pool's refusals began found nothing newer): GitHub's outage, not an old
+    /// install. Told once, before its `Exited` with code [`RUNNER_VERSION_DEPRECATED`].
+    RefusedNewest {
+        /// The release GitHub refuses.
+        version: String,
+    },
     /// The environment could not be created; nothing is left of it.
     Failed {
         /// What went wrong, and whether it is worth retrying.

@@ -222,7 +222,7 @@ impl RefusalRun {
 }
 
 /// The status line of a refusal taken for an outage.
-pub fn outage_line(version: &Version) -> String {
+pub fn outage_line(version: &dyn std::fmt::Display) -> String {
     format!("GitHub refuses runner {version}, the newest release: likely an outage")
 }
 

@@ -207,6 +207,7 @@ fn pools(s: &crate::scheduler::core::StatusView) -> Markup {
                         td {
                             @if p.up { span.good { "up" } } @else { span.bad { "down" } }
                             @if let Some(cause) = &p.down_cause { br; small { (cause) } }
+                            @if let Some(refusal) = &p.refusal { br; small.bad { (refusal) } }
                             @if p.environment_failures > 0 { br; small { (p.environment_failures) " environments failed" } }
                         }
                         td { (meter("slots", p.used as u64, p.max as u64, format!("{} of {}", p.used, p.max))) }

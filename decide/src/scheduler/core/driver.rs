@@ -141,6 +141,19 @@ impl Driver {
         self.carry(fx);
     }
 
+    /// GitHub refuses runner `name` as too old (it exits 7); with `newest`, the shell said its
+    /// install is that release, the newest (an outage).
+    pub(super) fn refused(&mut self, name: &str, newest: Option<&str>) {
+        if let Some(version) = newest {
+            let kind = RunnerEventKind::RefusedNewest {
+                version: version.into(),
+            };
+            let fx = self.s.on_runner_event(name, kind, self.at());
+            self.carry(fx);
+        }
+        self.exited(name, crate::provision::RUNNER_VERSION_DEPRECATED);
+    }
+
     /// Moves time on by `secs`, a second at a time: the timer fires when due, and the sweep
     /// runs every 30 s, as in the shell.
     pub(super) fn advance(&mut self, secs: u64) {

@@ -319,7 +319,7 @@ impl State {
             action,
         });
 
-        self.bind_named_runner(setup, &key, &job, now);
+        self.bind_named_runner(setup, &key, &job, now, fx);
         if action == JobAction::Completed && completes && !withdrawn {
             self.record_usage(setup, &key, now);
         }
@@ -336,7 +336,14 @@ impl State {
     /// runner that took another job than its own. A runner already gone that is named now
     /// did run a job: no registration to delete, and a clean exit of it counted against its
     /// job is explained.
-    fn bind_named_runner(&mut self, setup: &Setup, key: &JobKey, job: &JobInfo, now: Now) {
+    fn bind_named_runner(
+        &mut self,
+        setup: &Setup,
+        key: &JobKey,
+        job: &JobInfo,
+        now: Now,
+        fx: &mut Vec<Effect>,
+    ) {
         let runner_name = &job.runner_name;
         if let Some(intent) = runner_name
             .as_ref()
@@ -356,6 +363,8 @@ impl State {
             let (intent, provider) = (named.intent, named.provider);
             let warm_start = named.warm_start;
             if bound_now {
+                // GitHub takes the pool's runners: an outage of its refusals is over.
+                self.refusal_passed(setup, &provider, now, fx);
                 self.job_taken(setup, key, provider, warm_start, job.github_wait_secs);
             }
             if intent != *key && !intent.is_warm() {

@@ -4,8 +4,8 @@
 
 use super::{
     DELETE_ATTEMPTS, DELETE_DELAY, DELETE_RETRY_FIRST, Deletion, Effect, MAX_WAIT_DELETE, Note,
-    OUTDATED_WAIT, OUTDATED_WAIT_MAX, Phase, QUIET_EXITS_FREE, RunnerRecord, Scheduler,
-    ShuttingDown, observation::Observation, runner_book::Deferred,
+    Phase, QUIET_EXITS_FREE, RunnerRecord, Scheduler, ShuttingDown, observation::Observation,
+    runner_book::Deferred,
 };
 use super::{Setup, State};
 use crate::clock::Instant;
@@ -73,6 +73,7 @@ impl Scheduler {
             return fx;
         };
         let (handle, intent) = (handle.clone(), runner.intent.clone());
+        let pool = runner.provider.clone();
         match kind {
             RunnerEventKind::Started { warm } => {
                 self.state.runner_started(name, handle, &intent, warm, now)
@@ -115,6 +116,10 @@ impl Scheduler {
                 let runner = handle.clone();
                 let seen = std::sync::Arc::new(seen);
                 self.state.note(&intent, now, Note::Egress { runner, seen });
+                return fx;
+            }
+            RunnerEventKind::RefusedNewest { version } => {
+                self.state.refused_newest(&pool, name, &version, now);
                 return fx;
             }
             RunnerEventKind::Failed { error } => {
@@ -237,7 +242,16 @@ impl State {
                         fx.push(Effect::DeleteRunner(deletion));
                     }
                 }
+                Deferred::Heal {
+                    key,
+                    why: Strand::Outdated,
+                } => {
+                    if self.outdated_wait_over(&key) {
+                        self.heal_now(setup, &key, Strand::Outdated, now, fx)
+                    }
+                }
                 Deferred::Heal { key, why } => self.heal_now(setup, &key, why, now, fx),
+                Deferred::Probe { pool } => self.probe(setup, &pool, now, fx),
                 Deferred::Look { key } => self.look_at(setup, &key, now, fx),
             }
         }
@@ -391,21 +405,9 @@ impl State {
             return;
         }
         if by_itself && code == Some(crate::provision::RUNNER_VERSION_DEPRECATED) {
-            // The install is too old for GitHub: not the job's fault nor the host's. The
-            // job waits for the update (the shell asks for it) and is claimed again.
-            let refusals = self.jobs.outdated_exit(intent);
-            let wait = (OUTDATED_WAIT * 2u32.saturating_pow(u32::from(refusals) - 1))
-                .min(OUTDATED_WAIT_MAX);
-            self.observe(Observation::RunnerOutdated {
-                provider: r.provider.clone(),
-                runner: name.to_string(),
-                wait,
-            });
-            let what = Deferred::Heal {
-                key: intent.clone(),
-                why: Strand::Outdated,
-            };
-            return self.defer(now.mono + wait, what, fx);
+            // The install is too old for GitHub, or GitHub is in an outage: not the job's
+            // fault nor the host's. The job waits and is claimed again (`refusal`).
+            return self.refused_exit(&r.provider, name, intent, now, fx);
         }
         if by_itself && !clean {
             let error = match code {

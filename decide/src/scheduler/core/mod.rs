@@ -44,6 +44,7 @@ mod ledger;
 pub mod observation;
 mod pacing;
 mod parking;
+pub mod refusal;
 mod restore;
 mod runner_book;
 mod settings;
@@ -344,6 +345,8 @@ struct State {
     next_usage_prune: u64,
     /// Finished jobs' traces, waiting for the shell's exporter (only when traces are on).
     traces: Vec<trace::JobTrace>,
+    /// Jobs whose runners GitHub refused as too old, per pool, and the pools in an outage.
+    refusals: refusal::Refusals,
 }
 
 /// A read-only look at the scheduler ([`Scheduler::view`]): every status page, count and
@@ -400,6 +403,7 @@ impl Scheduler {
             ops: Vec::new(),
             next_usage_prune: 0,
             traces: Vec::new(),
+            refusals: Default::default(),
         };
         Scheduler {
             setup: Setup::new(settings),
@@ -529,6 +533,8 @@ mod fungible_tests;
 mod ladder_tests;
 #[cfg(test)]
 mod parking_tests;
+#[cfg(test)]
+mod refusal_tests;
 #[cfg(test)]
 mod sim_tests;
 #[cfg(test)]

@@ -38,6 +38,25 @@ pub enum Observation {
         /// How long its job waits.
         wait: Duration,
     },
+    /// GitHub refused runner `runner` of `provider`, whose install is the newest release
+    /// `version`: an outage begins; the pool's refused jobs wait for a probe (`refusal`).
+    RefusalOutage {
+        /// Its pool.
+        provider: crate::config::PoolName,
+        /// The runner.
+        runner: String,
+        /// The release GitHub refuses.
+        version: String,
+    },
+    /// A pool's outage ended (`why`).
+    RefusalOutageOver {
+        /// Its pool.
+        provider: crate::config::PoolName,
+        /// The release GitHub refused.
+        version: String,
+        /// Why it is over.
+        why: &'static str,
+    },
     /// A queued event dropped by the dedup gate.
     Duplicate {
         /// Job.

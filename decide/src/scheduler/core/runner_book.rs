@@ -240,6 +240,8 @@ pub(super) enum Deferred {
     },
     /// Look at a parked job again.
     Look { key: JobKey },
+    /// Probe GitHub's service for a pool whose newest runner it refuses (`refusal`).
+    Probe { pool: crate::config::PoolName },
 }
 
 /// The runners of ours, the ones just gone, and the deferred decisions.

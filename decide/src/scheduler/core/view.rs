@@ -149,7 +149,7 @@ impl<'a> View<'a> {
                 max_concurrent: self.setup.settings.max_concurrent,
                 used: self.state.capacity.used_total(),
             },
-            providers: self.provider_views(),
+            providers: self.provider_views(now),
             pending: self.state.admission.pending().len(),
             runners: self.state.book.len(),
             retry_queue_depth: self.state.ladder.queue().len(),
@@ -182,7 +182,7 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    fn provider_views(&self) -> Vec<ProviderView> {
+    fn provider_views(&self, now: Now) -> Vec<ProviderView> {
         self.setup
             .settings
             .providers
@@ -201,6 +201,7 @@ impl<'a> View<'a> {
                 last_environment_failure: s.last_env_failure.clone(),
                 warm: s.warm,
                 accel: p.accel.clone(),
+                refusal: self.state.refusals.status(&p.name, now.unix),
             })
             .collect()
     }
@@ -419,6 +420,10 @@ pub struct ProviderView {
     /// A VM pool's accelerator: `kvm`, or `tcg` (software, 10-50x slower).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accel: Option<String>,
+    /// While GitHub refuses the pool's newest runner release (likely its outage): what the
+    /// pool does about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 /// The scheduler's whole state, for `GetSchedulerState`: tests and embedding apps.
