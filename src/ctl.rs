@@ -386,6 +386,12 @@ fn print_status(v: &StatusAnswer) {
                 stats.total_running_jobs,
                 l.why
             );
+            if !l.dropped_labels.is_empty() {
+                crate::term::outln!(
+                    "  labels dropped by the service: {} (jobs asking for them do not reach this pool)",
+                    l.dropped_labels.join(", ")
+                );
+            }
         }
     }
     if let Some(fleet) = &v.fleet {

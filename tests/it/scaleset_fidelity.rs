@@ -265,6 +265,57 @@ async fn labels_a_service_drops_are_said_once_and_never_asked_for_in_a_loop() {
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
 }
 
+/// A service whose answer to the create names the labels asked for while the scale set keeps
+/// the name alone (github.com has been seen to): the daemon reads each scale set back, says
+/// the difference once per pool, and shows it in the gauge and `status`.
+#[actix_rt::test]
+async fn labels_dropped_behind_an_answer_that_names_them_are_found_by_reading_back() {
+    let standin = standin();
+    {
+        let mut state = standin.state();
+        state.scalesets.custom_labels = false;
+        state.scalesets.answer_dropped_labels = true;
+    }
+    let daemon = start(&standin, 2).await;
+    let logs = daemon.logs();
+    assert_eq!(
+        logs.matches("dropped its custom labels").count(),
+        2,
+        "once per pool: {logs}"
+    );
+    assert_eq!(
+        logs.matches("answer named other labels than it kept")
+            .count(),
+        2,
+        "{logs}"
+    );
+    assert_eq!(
+        standin.count("actions_get_scale_set_by_id"),
+        2,
+        "one read each"
+    );
+    let metrics = daemon.metrics().await;
+    for pool in ["alpha", "beta"] {
+        let series = format!("ephemerd_scaleset_labels_dropped{{pool=\"{pool}\"}}");
+        assert_eq!(metric(&metrics, &series), 2, "{metrics}");
+    }
+    let (code, status, _) = daemon.ctl(&["status"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        status
+            .matches("labels dropped by the service: self-hosted, linux")
+            .count(),
+        2,
+        "{status}"
+    );
+    // `runs-on: <pool>` still reaches the pool.
+    standin.queue_jobs("app", &["alpha"], 1);
+    daemon
+        .wait_completed(&standin, 1, Duration::from_secs(60))
+        .await;
+    assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
 /// The service URL comes from GitHub's answer, not the config (issue 52, item 6): one on
 /// another host, in clear, is never followed with the admin token. Before, the daemon sent the
 /// token wherever the answer said.

@@ -37,6 +37,9 @@ pub struct ScaleSetMetrics {
     /// claimed a runner for an assigned job the daemon never heard of), `withdraw` (a
     /// placeholder or a job of a re-created scale set dropped, GitHub no longer assigning it).
     pub reckoned: IntCounterVec,
+    /// `ephemerd_scaleset_labels_dropped{pool}`: the pool's labels its scale set lacks, as
+    /// read back after it was found, made or changed (jobs asking for them do not reach it).
+    pub labels_dropped: IntGaugeVec,
 }
 
 use super::register;
@@ -91,6 +94,14 @@ impl ScaleSetMetrics {
                     &["pool", "action"],
                 ),
             ),
+            labels_dropped: register(
+                registry,
+                gauges(
+                    "ephemerd_scaleset_labels_dropped",
+                    "The pool's labels its scale set lacks, as read back from the service (jobs asking for them do not reach the pool).",
+                    &["pool"],
+                ),
+            ),
         }
     }
 
@@ -114,6 +125,7 @@ impl ScaleSetMetrics {
         for action in ["fill", "withdraw"] {
             self.reckoned.with_label_values(&[pool, action]);
         }
+        self.labels_dropped.with_label_values(&[pool]);
         self.set_session(pool, "reconnecting");
     }
 

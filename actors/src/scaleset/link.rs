@@ -71,6 +71,8 @@ pub(super) struct Link {
     pub(super) reckoner: Reckoner,
     /// The labels warning was given (once per run).
     pub(super) said_dropped: bool,
+    /// The pool's labels the service's scale set lacks, as last read back (`status`).
+    pub(super) dropped_now: Vec<String>,
 }
 
 impl Link {
@@ -91,6 +93,7 @@ impl Link {
             statistics: None,
             reckoner: Reckoner::default(),
             said_dropped: false,
+            dropped_now: Vec::new(),
         }
     }
 

@@ -45,6 +45,7 @@ pub(super) struct Published {
     pub(super) session: Option<(u64, String)>,
     pub(super) last_message_id: u64,
     pub(super) statistics: Option<Statistics>,
+    pub(super) dropped_labels: Vec<String>,
 }
 
 impl Published {
@@ -57,6 +58,7 @@ impl Published {
             session: machine.session().map(|(set, id)| (set, id.to_string())),
             last_message_id: link.mark.last_message_id,
             statistics: link.statistics,
+            dropped_labels: link.dropped_now.clone(),
         }
     }
 }

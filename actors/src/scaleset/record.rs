@@ -35,22 +35,30 @@ pub(super) async fn ensure_scale_set(link: &mut Link) -> Result<u64, GithubError
     let wanted_labels = scale_set_labels(s.pool.as_str(), &s.labels);
     let dropped = link.mark.dropped_labels.clone();
     let dropped_before = same_labels(&dropped, &wanted_labels);
-    let (id, answered) = find_or_make(link, group, &wanted_labels, &dropped).await?;
+    let (kept, asked) = find_or_make(link, group, &wanted_labels, &dropped).await?;
+    let id = kept.id;
     settle_mark(link, id).await;
-    note_dropped(link, &wanted_labels, answered, dropped_before);
+    let lost = super::dropped_labels(&wanted_labels, &kept.label_names());
+    link.dropped_now = lost.into_iter().cloned().collect();
+    link.metrics
+        .scaleset
+        .labels_dropped
+        .with_label_values(&[link.settings.pool.as_str()])
+        .set(i64::try_from(link.dropped_now.len()).unwrap_or(i64::MAX));
+    note_dropped(link, &wanted_labels, asked.then_some(kept), dropped_before);
     link.save_mark().await;
     Ok(id)
 }
 
-/// The pool's scale set in runner group `group`: the one found by name when its labels and
-/// settings are the pool's (or its labels were dropped before), else it updated or created;
-/// with the service's answer when it was asked to change something.
+/// The pool's scale set in runner group `group`, as the service keeps it: the one found by
+/// name when its labels and settings are the pool's (or its labels were dropped before), else
+/// it updated or created and read back; and whether the service was asked to change it.
 async fn find_or_make(
     link: &Link,
     group: u64,
     wanted_labels: &[String],
     dropped_before: &[String],
-) -> Result<(u64, Option<ScaleSet>), GithubError> {
+) -> Result<(ScaleSet, bool), GithubError> {
     let s = &link.settings;
     let client = &link.client;
     let wanted = ScaleSet {
@@ -77,12 +85,13 @@ async fn find_or_make(
                 dropped_before,
             ) =>
         {
-            (found.id, None)
+            (found, false)
         }
         Some(found) => {
             tracing::info!(pool = s.pool.as_str(), was = %found.label_names().join(", "), now = %wanted_labels.join(", "), disable_update = s.disable_update, "scale set: the pool's labels or settings changed; updating the scale set");
             let updated = client.update_scale_set(found.id, &wanted).await?;
-            (updated.id.max(found.id), Some(updated))
+            let id = updated.id.max(found.id);
+            (read_back(link, id, updated).await, true)
         }
         None => {
             let made = client.create_scale_set(&wanted).await?;
@@ -92,9 +101,30 @@ async fn find_or_make(
                 labels = ?wanted_labels,
                 "scale set: created"
             );
-            (made.id, Some(made))
+            let id = made.id;
+            (read_back(link, id, made).await, true)
         }
     })
+}
+
+/// Scale set `id` as the service keeps it, read back after it was made or changed: an answer
+/// can name labels the service then does not keep (github.com has been seen to drop a new
+/// scale set's labels so; the actions/scaleset README says it keeps them), and the kept ones
+/// are what routes jobs. When the read fails, the answer stands.
+async fn read_back(link: &Link, id: u64, answer: ScaleSet) -> ScaleSet {
+    match link.client.scale_set(id).await {
+        Ok(Some(kept)) => {
+            if !same_labels(&kept.label_names(), &answer.label_names()) {
+                tracing::warn!(pool = link.pool(), answered = %answer.label_names().join(", "), kept = %kept.label_names().join(", "), "scale set: the service's answer named other labels than it kept; the kept ones route jobs");
+            }
+            ScaleSet { id, ..kept }
+        }
+        Ok(None) => answer,
+        Err(e) => {
+            tracing::info!(pool = link.pool(), error = %e, "scale set: its labels could not be read back; the service's answer stands");
+            answer
+        }
+    }
 }
 
 /// The mark after the scale set's id is known: a scale set made again starts over, and the
@@ -137,8 +167,9 @@ async fn settle_mark(link: &mut Link, id: u64) {
     }
 }
 
-/// What the service kept of the labels: a service that keeps only the name (a GHES without custom scale-set labels) drops the
-/// rest silently: said once, remembered so no restart asks again in vain.
+/// What the service kept of the labels: a service that keeps only the name (a GHES without
+/// custom scale-set labels; github.com at times) drops the rest silently: said once,
+/// remembered so no restart asks again in vain.
 fn note_dropped(
     link: &mut Link,
     wanted_labels: &[String],
@@ -152,7 +183,7 @@ fn note_dropped(
         link.mark.dropped_labels = dropped_after(wanted_labels, &kept);
         if !lost.is_empty() && !link.said_dropped {
             link.said_dropped = true;
-            tracing::warn!(pool = s.pool.as_str(), dropped = %lost.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
+            tracing::warn!(pool = s.pool.as_str(), dropped = %lost.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels does, and github.com has been seen to); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
         }
     } else if dropped_before && !link.said_dropped {
         link.said_dropped = true;

@@ -23,6 +23,10 @@ pub struct ListenerView {
     pub last_message_id: u64,
     /// The statistics of the last message.
     pub statistics: Option<Statistics>,
+    /// The pool's labels the service dropped from its scale set, as last read back: jobs
+    /// asking for them do not reach the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_labels: Vec<String>,
 }
 
 /// Asks a listener for its [`ListenerView`].
@@ -43,6 +47,7 @@ impl Handler<GetListener> for ScaleSetListener {
             why: p.why.clone(),
             last_message_id: p.last_message_id,
             statistics: p.statistics,
+            dropped_labels: p.dropped_labels.clone(),
         })
     }
 }

@@ -94,6 +94,10 @@ pub struct ScaleSets {
     /// Scale sets keep labels beyond their name (false: a GHES without
     /// `AllowRunnerScaleSetCustomLabels`, which drops them silently).
     pub custom_labels: bool,
+    /// With `custom_labels` off, a create or an update still answers the labels asked for,
+    /// while the scale set keeps the name alone (github.com has been seen to drop a new scale
+    /// set's labels so): only reading it back shows what was kept.
+    pub answer_dropped_labels: bool,
     /// An assigned job no runner takes within its window is withdrawn and assigned again:
     /// the first assignment's window, the second's, the third's (the last one listed stands
     /// for those after it; empty: never withdrawn). The service's windows grow.
@@ -133,6 +137,7 @@ impl Default for ScaleSets {
             capacities: Vec::new(),
             shape: MessageShape::Dotcom,
             custom_labels: true,
+            answer_dropped_labels: false,
             assign_windows: Vec::new(),
             reassign_delay: Duration::from_millis(500),
             withdrawal_assign_time: false,

@@ -262,6 +262,7 @@ pub(crate) fn answer(
             // A GHES without custom scale-set labels keeps the name alone, silently (the
             // actions/scaleset README).
             let custom = s.scalesets.custom_labels;
+            let echo = s.scalesets.answer_dropped_labels;
             let keep = |labels: Vec<String>, name: &str| {
                 if custom {
                     labels
@@ -273,11 +274,12 @@ pub(crate) fn answer(
                 let Some(set) = s.scalesets.sets.get_mut(&seg_id(segs, 5)) else {
                     return service_error(404, "RunnerScaleSetNotFoundException", "Not Found");
                 };
+                let mut answer = set.clone();
                 if !labels.is_empty() {
-                    set.labels = keep(labels, &set.name.clone());
+                    set.labels = keep(labels.clone(), &set.name.clone());
+                    answer.labels = if echo { labels } else { set.labels.clone() };
                 }
-                let set = set.clone();
-                return (200, HttpResponse::Ok().json(set_json(&set, None)));
+                return (200, HttpResponse::Ok().json(set_json(&answer, None)));
             }
             if name.is_empty() || labels.is_empty() {
                 return error(
@@ -297,6 +299,7 @@ pub(crate) fn answer(
             }
             let id = s.scalesets.next_set_id;
             s.scalesets.next_set_id += 1;
+            let asked = labels.clone();
             let labels = keep(labels, &name);
             let set = ScaleSet {
                 id,
@@ -309,7 +312,17 @@ pub(crate) fn answer(
                 sessions_opened: Vec::new(),
                 capacity: None,
             };
-            let answer = set_json(&set, None);
+            let answer = if echo {
+                set_json(
+                    &ScaleSet {
+                        labels: asked,
+                        ..set.clone()
+                    },
+                    None,
+                )
+            } else {
+                set_json(&set, None)
+            };
             s.scalesets.sets.insert(id, set);
             // Jobs queued while no scale set covered them are offered to the new one.
             let waiting: Vec<u64> = s
