@@ -38,14 +38,7 @@ pub(super) async fn ensure_scale_set(link: &mut Link) -> Result<u64, GithubError
     let (kept, asked) = find_or_make(link, group, &wanted_labels, &dropped).await?;
     let id = kept.id;
     settle_mark(link, id).await;
-    let lost = super::dropped_labels(&wanted_labels, &kept.label_names());
-    link.dropped_now = lost.into_iter().cloned().collect();
-    link.metrics
-        .scaleset
-        .labels_dropped
-        .with_label_values(&[link.settings.pool.as_str()])
-        .set(i64::try_from(link.dropped_now.len()).unwrap_or(i64::MAX));
-    note_dropped(link, &wanted_labels, asked.then_some(kept), dropped_before);
+    note_dropped(link, &wanted_labels, &kept, asked, dropped_before);
     link.save_mark().await;
     Ok(id)
 }
@@ -119,10 +112,10 @@ async fn read_back(link: &Link, id: u64, answer: ScaleSet) -> ScaleSet {
             }
             ScaleSet { id, ..kept }
         }
-        Ok(None) => answer,
+        Ok(None) => ScaleSet { id, ..answer },
         Err(e) => {
             tracing::info!(pool = link.pool(), error = %e, "scale set: its labels could not be read back; the service's answer stands");
-            answer
+            ScaleSet { id, ..answer }
         }
     }
 }
@@ -167,32 +160,43 @@ async fn settle_mark(link: &mut Link, id: u64) {
     }
 }
 
-/// What the service kept of the labels: a service that keeps only the name (a GHES without
-/// custom scale-set labels; github.com at times) drops the rest silently: said once,
-/// remembered so no restart asks again in vain.
+/// What the service kept of the labels (`kept`, the scale set as found or read back; `asked`:
+/// it was just made or changed): the labels it lacks go to the gauge and `status`. A service
+/// that keeps only the name (a GHES without custom scale-set labels; github.com at times) drops
+/// the rest silently: said once, remembered so no restart asks again in vain.
 fn note_dropped(
     link: &mut Link,
     wanted_labels: &[String],
-    answered: Option<ScaleSet>,
+    kept: &ScaleSet,
+    asked: bool,
     dropped_before: bool,
 ) {
-    let s = &link.settings;
-    if let Some(answer) = answered {
-        let kept = answer.label_names();
-        let lost = super::dropped_labels(wanted_labels, &kept);
+    let kept = kept.label_names();
+    let lost: Vec<String> = super::dropped_labels(wanted_labels, &kept)
+        .into_iter()
+        .cloned()
+        .collect();
+    let pool = link.settings.pool.clone();
+    link.metrics
+        .scaleset
+        .labels_dropped
+        .with_label_values(&[pool.as_str()])
+        .set(i64::try_from(lost.len()).unwrap_or(i64::MAX));
+    if asked {
         link.mark.dropped_labels = dropped_after(wanted_labels, &kept);
         if !lost.is_empty() && !link.said_dropped {
             link.said_dropped = true;
-            tracing::warn!(pool = s.pool.as_str(), dropped = %lost.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels does, and github.com has been seen to); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", s.pool);
+            tracing::warn!(pool = pool.as_str(), dropped = %lost.join(", "), "scale set: the Actions service dropped its custom labels (a GHES without custom scale-set labels does, and github.com has been seen to); only `runs-on: {}` reaches this pool (docs/operations.md, scale sets)", pool);
         }
     } else if dropped_before && !link.said_dropped {
         link.said_dropped = true;
         tracing::warn!(
-            pool = s.pool.as_str(),
+            pool = pool.as_str(),
             "scale set: the Actions service dropped its custom labels before; only `runs-on: {}` reaches this pool, and they are not asked for again until the pool's labels change",
-            s.pool
+            pool
         );
     }
+    link.dropped_now = lost;
 }
 
 /// Withdraws the pool's waiting jobs that `which` picks, saying `why` when there are any;

@@ -95,8 +95,9 @@ pub struct ScaleSets {
     /// `AllowRunnerScaleSetCustomLabels`, which drops them silently).
     pub custom_labels: bool,
     /// With `custom_labels` off, a create or an update still answers the labels asked for,
-    /// while the scale set keeps the name alone (github.com has been seen to drop a new scale
-    /// set's labels so): only reading it back shows what was kept.
+    /// while the scale set keeps the name alone: only reading it back shows what was kept. A
+    /// user's report against github.com (issue 79 of this project); the actions/scaleset README
+    /// says the service keeps them, so this plays the report, not the sources.
     pub answer_dropped_labels: bool,
     /// An assigned job no runner takes within its window is withdrawn and assigned again:
     /// the first assignment's window, the second's, the third's (the last one listed stands
