@@ -95,7 +95,8 @@
 //!   reckoning of `totalAssignedJobs`; `scaleset_reassign.rs` to assignment windows shorter
 //!   than a runner's boot; `scaleset_outage.rs` to the 2026-07-25 broker outage (minutes of
 //!   500, then every scale set deleted); `scaleset_chaos.rs` runs the service at its harshest
-//!   with seeds (five of each shape in CI).
+//!   with seeds (three of each shape in CI), and `scaleset_deletion.rs` a scale set deleted
+//!   as an outage begins, with windows shorter than a boot and a `kill -9` (three seeds too).
 //! - `pull.rs` and `redeliver.rs`: pull mode's conditional polls, and push mode's redelivery of
 //!   failed deliveries (once per delivery across a fleet).
 //! - `pools.rs`, `groups.rs` and `ops.rs`: pools that are down claim nothing, runner groups, and
@@ -168,6 +169,7 @@ mod runner_images;
 mod runner_update;
 mod scaleset;
 mod scaleset_chaos;
+mod scaleset_deletion;
 mod scaleset_fidelity;
 mod scaleset_outage;
 mod scaleset_reassign;

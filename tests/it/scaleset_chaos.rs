@@ -14,7 +14,7 @@
 //! service, whatever the daemon does).
 //!
 //! Both message shapes, seed 1 of each by default; `SCALESET_CHAOS_SEEDS=N` runs seeds 1..=N
-//! of each and `A-B` seeds A..=B (`.ci/run` runs 2-5 after the suite ran 1; docs/benchmarks.md
+//! of each and `A-B` seeds A..=B (`.ci/run` runs 2-3 after the suite ran 1; docs/benchmarks.md
 //! records a run of 5).
 
 use std::time::Duration;
@@ -46,9 +46,9 @@ pub(crate) const SERVICE: &[&str] = &[
     "actions_delete_runner",
 ];
 
-const SLOTS: usize = 3;
+pub(crate) const SLOTS: usize = 3;
 
-async fn start(standin: &Standin) -> Daemon {
+pub(crate) async fn start(standin: &Standin) -> Daemon {
     let daemon = Daemon::start_with_github(
         standin,
         ORG_LEVEL,
@@ -65,7 +65,7 @@ async fn start(standin: &Standin) -> Daemon {
 }
 
 /// Queues `n` jobs alternately on the two pools, `gap` (up to) apart.
-async fn wave(standin: &Standin, rng: &mut SmallRng, n: usize, gap_ms: u64) {
+pub(crate) async fn wave(standin: &Standin, rng: &mut SmallRng, n: usize, gap_ms: u64) {
     for i in 0..n {
         standin.queue_jobs("app", if i % 2 == 0 { ALPHA } else { BETA }, 1);
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..=gap_ms))).await;
@@ -168,20 +168,7 @@ async fn run(shape: MessageShape, seed: u64) {
     let left = a.kill9().await;
     wave(&standin, &mut rng, 8, 100).await;
     jobs += 8;
-    let a = Daemon::resume(&standin, left).await;
-    standin.state().webhook = None;
-
-    a.wait_completed(&standin, jobs, Duration::from_secs(420))
-        .await;
-    let given_up = jobs_not_run(&standin);
-    assert!(
-        given_up.is_empty(),
-        "{shape:?} seed {seed}: jobs that did not run: {given_up:?}\n{}",
-        a.logs()
-    );
-    assert_each_job_on_its_pool(&standin);
-    a.wait_no_runner_left(&standin).await;
-    assert_capacity_always(&standin, SLOTS as u64);
+    let a = resume_until_done(&standin, left, jobs, &format!("{shape:?} seed {seed}")).await;
     let queues = || {
         standin
             .state()
@@ -220,9 +207,35 @@ async fn run(shape: MessageShape, seed: u64) {
     );
 }
 
+/// The daemon killed (`left`) started again on its state, until the `jobs` queued completed:
+/// every one ran once, on its own pool, no registration is left, and every poll said the
+/// pool's whole capacity. `run` names the run in a failure.
+pub(crate) async fn resume_until_done(
+    standin: &Standin,
+    left: (tempfile::TempDir, u16),
+    jobs: usize,
+    run: &str,
+) -> Daemon {
+    let a = Daemon::resume(standin, left).await;
+    standin.state().webhook = None;
+    a.wait_completed(standin, jobs, Duration::from_secs(420))
+        .await;
+    let given_up = jobs_not_run(standin);
+    assert!(
+        given_up.is_empty(),
+        "{run}: jobs that did not run: {given_up:?}\n{}\n{}",
+        crate::scaleset_reassign::histories(standin, &given_up),
+        a.logs()
+    );
+    assert_each_job_on_its_pool(standin);
+    a.wait_no_runner_left(standin).await;
+    assert_capacity_always(standin, SLOTS as u64);
+    a
+}
+
 /// The seeds to run: `SCALESET_CHAOS_SEEDS=N` is seeds 1 to N, `A-B` seeds A to B (`.ci/run`
-/// runs 2-5 in its long step: the suite has run seed 1 already); seed 1 alone by default.
-fn seeds() -> std::ops::RangeInclusive<u64> {
+/// runs 2-3 in its long step: the suite has run seed 1 already); seed 1 alone by default.
+pub(crate) fn seeds() -> std::ops::RangeInclusive<u64> {
     seed_range(std::env::var("SCALESET_CHAOS_SEEDS").ok().as_deref())
 }
 

@@ -45,44 +45,11 @@ async fn run(shape: MessageShape, boot_ms: u64, jobs: usize) {
         .await;
     let cancelled = jobs_not_run(&standin);
     let withdrawn = withdrawals(&standin);
-    let histories = || {
-        let s = standin.state();
-        let t0 = s
-            .scalesets
-            .requests
-            .values()
-            .filter_map(|r| r.history.first().map(|h| h.0))
-            .min()
-            .unwrap_or(0);
-        s.scalesets
-            .requests
-            .values()
-            .filter(|r| cancelled.contains(&r.job_id))
-            .map(|r| {
-                let steps: Vec<String> = r
-                    .history
-                    .iter()
-                    .map(|(at, state)| format!("{:.1}s {state:?}", (at - t0) as f64 / 1000.0))
-                    .collect();
-                format!("job {}: {}", r.job_id, steps.join(", "))
-            })
-            .chain(s.jobs.values().map(|j| {
-                format!(
-                    "job {} {} on {:?} picked {:?}",
-                    j.id,
-                    j.status,
-                    j.runner_name,
-                    j.picked_at_ms.map(|p| (p - t0) as f64 / 1000.0)
-                )
-            }))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     assert!(
         cancelled.is_empty(),
         "{shape:?}: {} of {jobs} jobs cancelled by the service ({withdrawn} withdrawals): {cancelled:?}\n{}\n{}",
         cancelled.len(),
-        histories(),
+        histories(&standin, &cancelled),
         daemon.logs()
     );
     assert!(
@@ -101,6 +68,42 @@ async fn run(shape: MessageShape, boot_ms: u64, jobs: usize) {
         "scale-set reassignment {shape:?}: boots of {boot_ms} ms, {jobs} jobs ran, {withdrawn} withdrawals, {registered} registrations"
     );
     assert_eq!(daemon.stop(Duration::from_secs(30)).await.0, Some(0));
+}
+
+/// Each cancelled job's path through the service (seconds from the first request) and where
+/// every job ran: what a failing test shows.
+pub(crate) fn histories(standin: &github_standin::Standin, cancelled: &[u64]) -> String {
+    let s = standin.state();
+    let t0 = s
+        .scalesets
+        .requests
+        .values()
+        .filter_map(|r| r.history.first().map(|h| h.0))
+        .min()
+        .unwrap_or(0);
+    s.scalesets
+        .requests
+        .values()
+        .filter(|r| cancelled.contains(&r.job_id))
+        .map(|r| {
+            let steps: Vec<String> = r
+                .history
+                .iter()
+                .map(|(at, state)| format!("{:.1}s {state:?}", (at - t0) as f64 / 1000.0))
+                .collect();
+            format!("job {}: {}", r.job_id, steps.join(", "))
+        })
+        .chain(s.jobs.values().map(|j| {
+            format!(
+                "job {} {} on {:?} picked {:?}",
+                j.id,
+                j.status,
+                j.runner_name,
+                j.picked_at_ms.map(|p| p.saturating_sub(t0) as f64 / 1000.0)
+            )
+        }))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// github.com's shape: assigned directly, named by `jobId`.

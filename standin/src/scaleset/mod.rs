@@ -34,7 +34,10 @@ use serde_json::{Value, json};
 
 use crate::state::{State, unix_now_ms};
 
+mod clock;
 mod service;
+
+pub(crate) use clock::ticker;
 
 pub(crate) use service::{answer, endpoint, poll, registration_token};
 
@@ -111,6 +114,8 @@ pub struct ScaleSets {
     /// harsher reading, since the sources do not say. Only the absence of a runner and of a
     /// `JobStarted` then tells a withdrawal from a job that ran.
     pub withdrawal_assign_time: bool,
+    /// Since when (unix ms) the assignment clock stands ([`ScaleSets::pause_clock`]).
+    clock_paused_since: Option<u128>,
     /// Sessions that lapsed or were evicted: a DELETE of one answers 400
     /// `RunnerScaleSetSessionExpiredException` (ARC#4285).
     expired_sessions: std::collections::BTreeSet<String>,
@@ -142,6 +147,7 @@ impl Default for ScaleSets {
             assign_windows: Vec::new(),
             reassign_delay: Duration::from_millis(500),
             withdrawal_assign_time: false,
+            clock_paused_since: None,
             expired_sessions: Default::default(),
             notify: Arc::new(tokio::sync::Notify::new()),
             next_set_id: 1,
@@ -272,6 +278,28 @@ impl ScaleSets {
         let requests = &self.requests;
         self.by_job.retain(|_, r| requests.contains_key(r));
         self.notify.notify_waiters();
+    }
+
+    /// Stops the assignment clock: no assigned job is withdrawn, none withdrawn assigned again,
+    /// until [`ScaleSets::resume_clock`], and each window then has what it had left. A test
+    /// pauses it over a whole-service outage: the service's real windows (minutes) outlast an
+    /// outage of seconds, as its scaled-down ones would not.
+    pub fn pause_clock(&mut self) {
+        self.clock_paused_since.get_or_insert_with(unix_now_ms);
+    }
+
+    /// Starts the assignment clock again, every window moved on by the time it stood.
+    pub fn resume_clock(&mut self) {
+        let Some(since) = self.clock_paused_since.take() else {
+            return;
+        };
+        let now = unix_now_ms();
+        for r in self.requests.values_mut() {
+            if matches!(r.state, RequestState::Assigned | RequestState::Withdrawn) {
+                // What stood of this window: since the pause, or since it began in the pause.
+                r.assigned_at_ms += now.saturating_sub(r.assigned_at_ms.max(since));
+            }
+        }
     }
 
     /// Drops a scale set's session (an eviction): its polls get 404 and its refresh too.
@@ -505,93 +533,6 @@ pub(crate) fn offer_waiting(s: &mut State) {
     }
 }
 
-/// The service's clock: withdraws assigned jobs no runner took within the window (at most
-/// [`ASSIGNMENTS`] assignments, then the job is cancelled) and assigns withdrawn jobs again
-/// after the delay, with the same ids.
-pub(crate) fn tick(s: &mut State) {
-    let windows = s.scalesets.assign_windows.clone();
-    if windows.is_empty() {
-        return;
-    }
-    let window = |withdrawals: u32| {
-        let i = (withdrawals as usize).min(windows.len() - 1);
-        windows[i].as_millis()
-    };
-    let now = unix_now_ms();
-    let delay = s.scalesets.reassign_delay.as_millis();
-    let shape = s.scalesets.shape;
-    let owner = s.owner.clone();
-    let due: Vec<u64> = s
-        .scalesets
-        .requests
-        .values()
-        .filter(|r| match r.state {
-            RequestState::Assigned => now >= r.assigned_at_ms + window(r.withdrawals),
-            RequestState::Withdrawn => now >= r.assigned_at_ms + delay,
-            _ => false,
-        })
-        .map(|r| r.id)
-        .collect();
-    let mut freed = false;
-    for id in due {
-        let Some(r) = s.scalesets.requests.get(&id).cloned() else {
-            continue;
-        };
-        let Some(job) = s.jobs.get(&r.job_id).cloned() else {
-            continue;
-        };
-        let mut r = r;
-        if r.state == RequestState::Assigned {
-            let mut item = job_message(shape, "JobCompleted", &r, &job, &owner);
-            item["result"] = json!("canceled");
-            item["runnerAssignTime"] = if s.scalesets.withdrawal_assign_time {
-                item["scaleSetAssignTime"].clone()
-            } else {
-                Value::Null
-            };
-            r.withdrawals += 1;
-            r.assigned_at_ms = now;
-            if r.withdrawals >= ASSIGNMENTS {
-                // Given up: the job is cancelled for good.
-                r.enter(RequestState::Done, now);
-                if let Some(j) = s.jobs.get_mut(&r.job_id) {
-                    j.status = "completed".into();
-                    j.conclusion = Some("cancelled".into());
-                }
-                freed = true;
-            } else {
-                r.enter(RequestState::Withdrawn, now);
-            }
-            s.scalesets.push(r.set_id, item);
-        } else {
-            r.assigned_at_ms = now;
-            let item = match shape {
-                MessageShape::Dotcom => {
-                    r.enter(RequestState::Assigned, now);
-                    job_message(shape, "JobAssigned", &r, &job, &owner)
-                }
-                // A GHES offers it again, to be acquired again (the harsher reading: a GHES
-                // offers before it assigns, actions/scaleset#75 and PR #90).
-                MessageShape::Ghes => {
-                    r.enter(RequestState::Available, now);
-                    let mut item = job_message(shape, "JobAvailable", &r, &job, &owner);
-                    item["acquireJobUrl"] = json!(format!(
-                        "{}/{SERVICE}/_apis/runtime/runnerscalesets/{}/acquirejobs",
-                        service_base(s),
-                        r.set_id
-                    ));
-                    item
-                }
-            };
-            s.scalesets.push(r.set_id, item);
-        }
-        s.scalesets.requests.insert(id, r);
-    }
-    if freed {
-        offer_waiting(s);
-    }
-}
-
 /// What a job's state change means for the scale sets: called for every `queued`,
 /// `in_progress` and `completed` of a job, webhook or not.
 pub(crate) fn on_job_event(s: &mut State, action: &str, job_id: u64) {
@@ -659,15 +600,5 @@ pub(crate) fn may_take(s: &State, runner_set: Option<u64>, job_id: u64) -> bool 
         (Some(_), None) => false,
         (None, Some(_)) => false,
         (None, None) => true,
-    }
-}
-
-/// The service's clock, every 100 ms while the stand-in lives: see [`tick`].
-pub(crate) async fn ticker(state: std::sync::Weak<std::sync::Mutex<State>>) {
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let Some(state) = state.upgrade() else { return };
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        tick(&mut s);
     }
 }
