@@ -148,7 +148,7 @@ pub async fn egress_costs() {
         (
             Mode::Audit,
             "blocked.test",
-            "`audit`, a name the list would refuse (asked, pinned, logged)",
+            "`audit`, a name the list would refuse (asked and logged, not pinned)",
         ),
         (Mode::Open, "any.test", "`open` (asked upstream only)"),
     ] {

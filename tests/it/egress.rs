@@ -296,6 +296,10 @@ async fn audit_mode_lets_a_refused_name_through_and_reports_it() {
         Ok(vec![w.internet.addr])
     );
     assert!(
+        job.reaches(SocketAddr::from((w.internet.addr, 80))).await,
+        "the address a refused name gave is reached, unpinned"
+    );
+    assert!(
         job.reaches(SocketAddr::from((w.elsewhere.addr, 80))).await,
         "audit refuses nothing"
     );
@@ -316,7 +320,115 @@ async fn audit_mode_lets_a_refused_name_through_and_reports_it() {
         seen.to_string().contains(&w.elsewhere.addr.to_string()),
         "{seen}"
     );
+    assert!(
+        seen.to_string().contains(&w.internet.addr.to_string()),
+        "a refused name's answer takes no pin, so where it led is recorded: {seen}"
+    );
     assert_eq!(refused(&metrics, "dns"), 0.0, "nothing was refused");
     let log = std::fs::read_to_string(w.dir.path().join("egress-pool.log")).unwrap();
     assert!(log.lines().any(|l| l.ends_with(" 1 blocked.test")), "{log}");
+}
+
+/// The host's allowances for the slot of the namespace at `path` (read back from `nft`).
+fn allowances(path: &std::path::Path) -> Vec<String> {
+    let slot = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(ephemer_decide::egress::Slot::of_netns)
+        .expect("a job namespace");
+    let out = std::process::Command::new("nft")
+        .args(ephemer_decide::egress::LIST_ALLOWED_ARGS)
+        .output()
+        .expect("nft");
+    ephemer_decide::egress::allowances_in(&String::from_utf8_lossy(&out.stdout), slot)
+}
+
+/// A pool's `allow_private` allowance ends with its job, even when the job's daemon did not
+/// end it: a slot reaped after a crash takes every allowance it held away, and a slot taken
+/// again after its namespace vanished (removed by hand) starts with none of the last job's.
+#[actix_rt::test]
+async fn a_private_allowance_does_not_outlive_its_job_across_a_crash() {
+    let Some(w) = world().await else { return };
+    let upstreams = Arc::new(vec![SocketAddr::from((w.internet.addr, 53))]);
+    let private = |ranges: &[&str]| Egress {
+        allow_private: ranges.iter().map(|r| r.to_string()).collect(),
+        ..Egress::open(&"egress-pool".into())
+    };
+    let name = format!("egress-crash-{}", std::process::id());
+
+    // A daemon that dies with its job's namespace standing; its owner gone, the reap runs.
+    let owner = tempfile::tempdir().unwrap();
+    let crashed = match JobNet::create(
+        &name,
+        owner.path(),
+        private(&["10.20.0.0/16"]),
+        upstreams.clone(),
+    )
+    .await
+    {
+        Ok(net) => net,
+        Err(e) => return support::skip("egress", &e.to_string()),
+    };
+    let path = crashed.path();
+    let slot = crashed.slot();
+    assert_eq!(allowances(&path), ["10.20.0.0/16"]);
+    drop(crashed);
+    drop(owner);
+    assert!(ephemer_actors_core::netns::reap_orphans().await >= 1);
+    assert!(!path.exists());
+    assert!(
+        allowances(&path).is_empty(),
+        "the reap forgot the slot's allowance"
+    );
+    // The kernel ends a namespace's links a moment after its last user.
+    let link_gone = || async {
+        for _ in 0..100 {
+            let shown = std::process::Command::new("ip")
+                .args(["link", "show", &slot.host_if()])
+                .output()
+                .unwrap();
+            if !shown.status.success() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{} outlived its namespace", slot.host_if());
+    };
+    link_gone().await;
+
+    // The namespace removed by hand, its allowance left: the next job on the slot has none.
+    let first = JobNet::create(
+        &name,
+        w.dir.path(),
+        private(&["10.20.0.0/16", "10.30.0.0/16"]),
+        upstreams.clone(),
+    )
+    .await
+    .unwrap();
+    let path = first.path();
+    drop(first);
+    let gone = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "delete",
+            path.file_name().unwrap().to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(gone.success());
+    assert_eq!(
+        allowances(&path).len(),
+        2,
+        "left behind, as a crash leaves it"
+    );
+    link_gone().await;
+    let mut next = JobNet::create(&name, w.dir.path(), private(&[]), upstreams)
+        .await
+        .unwrap();
+    assert_eq!(next.path(), path, "the same slot, taken again");
+    assert!(
+        allowances(&path).is_empty(),
+        "a pool without allow_private gets none of the last job's"
+    );
+    next.remove().await;
 }

@@ -47,6 +47,16 @@ pub struct JobNet {
     forwarder: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// A namespace dropped without [`JobNet::remove`] (a panic, a shutdown cut short) stays for
+/// the next start's reap, as a crash leaves it; its forwarder ends with it.
+impl Drop for JobNet {
+    fn drop(&mut self) {
+        if let Some(f) = self.forwarder.take() {
+            f.abort();
+        }
+    }
+}
+
 impl JobNet {
     /// Its slot.
     pub fn slot(&self) -> Slot {
@@ -109,6 +119,9 @@ impl JobNet {
             .await
             .map_err(failed)?;
         let e = self.watch.egress();
+        // A slot's allowances from before (a daemon that crashed, a namespace removed by
+        // hand) go first: this job gets its own pool's, and no other's.
+        forget_allowances(self.slot, &[]).await;
         let allow = egress::allow_commands(self.slot, &e.allow_private);
         if !allow.is_empty() {
             run("nft", &["-f", "-"], Some(&allow)).await.map_err(failed)?;
@@ -207,12 +220,10 @@ impl Nets {
     }
 }
 
-/// Removes slot `slot`'s namespace and what goes with it, whoever made it.
+/// Removes slot `slot`'s namespace and what goes with it, whoever made it: every allowance
+/// the host's set holds for it, not only `allow_private` (a reaped slot's are not known).
 pub async fn remove_slot(slot: Slot, allow_private: &[String]) {
-    let forget = egress::forget_commands(slot, allow_private);
-    if !forget.is_empty() {
-        let _ = run("nft", &["-f", "-"], Some(&forget)).await;
-    }
+    forget_allowances(slot, allow_private).await;
     if let Err(e) = run("ip", &["netns", "delete", &slot.netns()], None).await
         && netns_path(slot).exists()
     {
@@ -220,6 +231,21 @@ pub async fn remove_slot(slot: Slot, allow_private: &[String]) {
         return;
     }
     let _ = std::fs::remove_file(Path::new(RECORDS).join(slot.0.to_string()));
+}
+
+/// Takes every allowance of slot `slot` out of the host's set: those the set holds (read back),
+/// else `known` when it cannot be read.
+async fn forget_allowances(slot: Slot, known: &[String]) {
+    let held = match run("nft", &egress::LIST_ALLOWED_ARGS, None).await {
+        Ok(json) => egress::allowances_in(&json, slot),
+        Err(_) => known.to_vec(),
+    };
+    let forget = egress::forget_commands(slot, &held);
+    if !forget.is_empty()
+        && let Err(e) = run("nft", &["-f", "-"], Some(&forget)).await
+    {
+        tracing::warn!(netns = %slot.netns(), error = %e, "cannot take a job slot's private-range allowances away");
+    }
 }
 
 /// Removes every job namespace whose owner (as its record says) is gone: a daemon killed with

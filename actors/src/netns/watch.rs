@@ -5,14 +5,15 @@
 //! counted, noted and, in `audit` and `allow-list` modes, each lookup logged for the report).
 
 use std::{
-    net::IpAddr,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
 
 use ephemer_decide::egress::{
     Slot,
-    allow::{AllowList, Lookup, Mode, Pins, on_lookup},
+    allow::{
+        AllowList, JOB_PINS_MAX, Lookup, Mode, Pins, PinsFull, on_lookup,
+    },
     audit, dns, fence,
     seen::{Kind, Seen},
 };
@@ -106,6 +107,8 @@ pub struct Watch {
     egress: Egress,
     seen: Mutex<Seen>,
     pins: Mutex<Pins>,
+    /// The job's pins reached their cap (said once).
+    said_full: std::sync::atomic::AtomicBool,
 }
 
 /// What the forwarder does with a query.
@@ -128,6 +131,7 @@ impl Watch {
             egress,
             seen: Mutex::default(),
             pins: Mutex::default(),
+            said_full: Default::default(),
         }
     }
 
@@ -143,10 +147,11 @@ impl Watch {
             return Verdict::Ask { pin: false };
         }
         let Some(name) = dns::question_name(query) else {
-            // Not a question a list can judge: only an open pool asks it.
+            // Not a question a list can judge: an allow-list refuses it; audit passes it
+            // unpinned, so what the job reaches with it is recorded.
             return match mode {
                 Mode::AllowList => Verdict::Refuse,
-                _ => Verdict::Ask { pin: true },
+                _ => Verdict::Ask { pin: false },
             };
         };
         let decided = on_lookup(mode, &self.egress.allow, &name);
@@ -158,9 +163,11 @@ impl Watch {
         }
         match decided {
             Lookup::Answer => Verdict::Ask { pin: true },
+            // Passed, not pinned: the connections it leads to are recorded as ones the list
+            // would refuse, and a refused name's answers take no pins.
             Lookup::AnswerAudited => {
                 self.note(Kind::Dns, &name, true);
-                Verdict::Ask { pin: true }
+                Verdict::Ask { pin: false }
             }
             Lookup::Refuse => {
                 self.note(Kind::Dns, &name, false);
@@ -170,26 +177,33 @@ impl Watch {
         }
     }
 
-    /// Pins `answer`'s IPv4 addresses in the job's set, each for its TTL (within bounds), before
-    /// the answer is passed on; `false` when the set could not be written (the answer is then
-    /// not passed on: the job would be refused what it was told it may reach).
+    /// Pins `answer`'s IPv4 addresses in the job's set, each for its TTL (within bounds, and
+    /// within [`ephemer_decide::egress::allow::JOB_PINS_MAX`] for the job), in one `nft` batch
+    /// before the answer is passed on; `false` when they could not be (the answer is then not
+    /// passed on: the job would be refused what it was told it may reach). Only what `nft`
+    /// wrote is kept.
     pub async fn pin(&self, answer: &[u8]) -> bool {
         let found = dns::addresses(answer);
         if found.is_empty() {
             return true;
         }
         let now = unix_now();
-        let timeouts: Vec<(IpAddr, u64)> = {
+        let planned = {
             let Ok(mut pins) = self.pins.lock() else {
                 return false;
             };
-            pins.expire(now);
-            found
-                .iter()
-                .flat_map(|(ip, ttl)| pins.pin(&[*ip], *ttl, now))
-                .collect()
+            match pins.plan(&found, now) {
+                Ok(planned) => planned,
+                Err(PinsFull::Job) => {
+                    if !self.said_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(pool = self.egress.pool.as_str(), max = JOB_PINS_MAX, "a job's lookups pinned as many addresses as a job may hold; answers with new addresses are withheld until older pins run out");
+                    }
+                    self.egress.count(Kind::Dns, 1);
+                    return false;
+                }
+            }
         };
-        match fence::pin_command(self.slot, &timeouts) {
+        let ok = match fence::pin_command(self.slot, &planned.timeouts()) {
             None => true,
             Some(cmd) => match super::run("nft", &["-f", "-"], Some(&cmd)).await {
                 Ok(_) => true,
@@ -198,7 +212,11 @@ impl Watch {
                     false
                 }
             },
+        };
+        if ok && let Ok(mut pins) = self.pins.lock() {
+            pins.commit(&planned);
         }
+        ok
     }
 
     fn note(&self, kind: Kind, what: &str, audited: bool) {
@@ -236,4 +254,41 @@ impl Watch {
 
 fn unix_now() -> u64 {
     crate::clock::unix_now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(mode: Mode) -> Watch {
+        let allow = AllowList::new(&["github.com".to_string()], None).unwrap();
+        let egress = Egress {
+            mode,
+            allow: Arc::new(allow),
+            ..Egress::open(&PoolName::new("linux"))
+        };
+        Watch::new(Slot(7), egress)
+    }
+
+    #[test]
+    fn audit_pins_only_what_the_list_allows_so_the_rest_is_recorded() {
+        let audit = watch(Mode::Audit);
+        let query = |name: &str| dns::query(1, name);
+        assert_eq!(
+            audit.lookup(&query("github.com")),
+            Verdict::Ask { pin: true }
+        );
+        assert_eq!(
+            audit.lookup(&query("pastebin.com")),
+            Verdict::Ask { pin: false },
+            "a name the list would refuse takes no pins: its connections are recorded"
+        );
+        assert_eq!(audit.lookup(b"\x00\x01"), Verdict::Ask { pin: false });
+        let listed = watch(Mode::AllowList);
+        assert_eq!(listed.lookup(&query("pastebin.com")), Verdict::Refuse);
+        assert_eq!(
+            listed.lookup(&query("github.com")),
+            Verdict::Ask { pin: true }
+        );
+    }
 }

@@ -340,28 +340,101 @@ pub const PIN_MIN_SECS: u64 = 30;
 /// a day after the job stopped asking.
 pub const PIN_MAX_SECS: u64 = 3600;
 
+/// At most this many addresses of one answer are pinned (the first ones): a name whose server
+/// answers thousands of A records opens no more than this, and a client uses the first few.
+pub const ANSWER_PINS_MAX: usize = 16;
+/// At most this many addresses are pinned for one job at a time: a job looping lookups of
+/// names that answer many addresses each cannot grow the daemon's memory or the job's set
+/// without bound. Past it, an answer whose addresses do not fit is withheld.
+pub const JOB_PINS_MAX: usize = 4096;
+
 /// The addresses allowed names resolved to, each until its answer's TTL ran out (within
-/// [`PIN_MIN_SECS`] and [`PIN_MAX_SECS`]): what the namespace's nftables set holds.
+/// [`PIN_MIN_SECS`] and [`PIN_MAX_SECS`]): what the namespace's nftables set holds. Bounded:
+/// [`ANSWER_PINS_MAX`] per answer, [`JOB_PINS_MAX`] in all. An answer is planned first and kept
+/// only once its set entries were written ([`Pins::plan`], then [`Pins::commit`]), so an
+/// address `nft` refused is not remembered as reachable.
 #[derive(Debug, Clone, Default)]
 pub struct Pins {
     until: BTreeMap<IpAddr, u64>,
 }
 
+/// An answer's addresses to pin: each with the timeout to give its set entry (seconds) and
+/// the unix second it holds until.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Planned {
+    /// (address, timeout in seconds, until).
+    pub entries: Vec<(IpAddr, u64, u64)>,
+}
+
+impl Planned {
+    /// Each address with its set entry's timeout.
+    pub fn timeouts(&self) -> Vec<(IpAddr, u64)> {
+        self.entries.iter().map(|(ip, t, _)| (*ip, *t)).collect()
+    }
+}
+
+/// Why an answer's addresses were not pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinsFull {
+    /// The job holds [`JOB_PINS_MAX`] addresses already and none of this answer's is among them.
+    Job,
+}
+
 impl Pins {
-    /// An answer at `now` (unix seconds) gave `addrs` with `ttl`: each pinned until then, or
-    /// longer if an earlier answer pinned it longer. Each address with the timeout to give its
-    /// set entry, in seconds (a set entry added again takes the new timeout, so a shorter
-    /// later answer must not shorten it).
+    /// An answer at `now` (unix seconds) gave `answer`'s addresses, each with its TTL: the
+    /// first [`ANSWER_PINS_MAX`] of them, each to be pinned until then, or longer if an earlier
+    /// answer pinned it longer (a set entry added again takes the new timeout, so a shorter
+    /// later answer must not shorten it). What ran out is forgotten first. New addresses take
+    /// only the room left under [`JOB_PINS_MAX`]; an answer none of whose addresses fits is
+    /// [`PinsFull`]. Nothing is kept until [`Pins::commit`].
+    pub fn plan(&mut self, answer: &[(IpAddr, u32)], now: u64) -> Result<Planned, PinsFull> {
+        self.expire(now);
+        let mut room = JOB_PINS_MAX.saturating_sub(self.until.len());
+        let mut entries: Vec<(IpAddr, u64, u64)> = Vec::new();
+        for (addr, ttl) in answer.iter().take(ANSWER_PINS_MAX) {
+            if entries.iter().any(|(ip, _, _)| ip == addr) {
+                continue;
+            }
+            let held = self.until.get(addr).copied();
+            if held.is_none() {
+                if room == 0 {
+                    continue;
+                }
+                room -= 1;
+            }
+            let secs = u64::from(*ttl).clamp(PIN_MIN_SECS, PIN_MAX_SECS);
+            let until = held.unwrap_or(0).max(now + secs);
+            entries.push((*addr, until - now, until));
+        }
+        if entries.is_empty() && !answer.is_empty() {
+            return Err(PinsFull::Job);
+        }
+        Ok(Planned { entries })
+    }
+
+    /// The planned answer's set entries were written: its addresses are pinned (still within
+    /// [`JOB_PINS_MAX`], whatever else was committed since it was planned).
+    pub fn commit(&mut self, planned: &Planned) {
+        for (ip, _, until) in &planned.entries {
+            if let Some(held) = self.until.get_mut(ip) {
+                *held = (*held).max(*until);
+            } else if self.until.len() < JOB_PINS_MAX {
+                self.until.insert(*ip, *until);
+            }
+        }
+    }
+
+    /// [`Pins::plan`] and [`Pins::commit`] at once (the set written already, or none to write):
+    /// each address with its set entry's timeout.
     pub fn pin(&mut self, addrs: &[IpAddr], ttl: u32, now: u64) -> Vec<(IpAddr, u64)> {
-        let secs = u64::from(ttl).clamp(PIN_MIN_SECS, PIN_MAX_SECS);
-        addrs
-            .iter()
-            .map(|addr| {
-                let until = self.until.entry(*addr).or_insert(0);
-                *until = (*until).max(now + secs);
-                (*addr, *until - now)
-            })
-            .collect()
+        let answer: Vec<(IpAddr, u32)> = addrs.iter().map(|a| (*a, ttl)).collect();
+        match self.plan(&answer, now) {
+            Ok(planned) => {
+                self.commit(&planned);
+                planned.timeouts()
+            }
+            Err(PinsFull::Job) => Vec::new(),
+        }
     }
 
     /// Whether `ip` is pinned at `now`.

@@ -205,3 +205,68 @@ fn an_audit_report_counts_each_name_once_most_asked_first() {
         ]
     );
 }
+
+/// `n` distinct addresses from `base` on.
+fn addrs(base: u32, n: u32) -> Vec<IpAddr> {
+    (base..base + n)
+        .map(|i| IpAddr::V4(std::net::Ipv4Addr::from(0x0A00_0000 | i)))
+        .collect()
+}
+
+/// `addrs` as an answer, each with `ttl`.
+fn answer(addrs: &[IpAddr], ttl: u32) -> Vec<(IpAddr, u32)> {
+    addrs.iter().map(|a| (*a, ttl)).collect()
+}
+
+#[test]
+fn an_answer_pins_its_first_addresses_only_and_a_job_no_more_than_its_cap() {
+    let mut pins = Pins::default();
+    // One answer of 4,000 A records (a name a job's own server answers so).
+    let huge = addrs(0, 4000);
+    assert_eq!(pins.pin(&huge, 3600, 0).len(), ANSWER_PINS_MAX);
+    assert_eq!(pins.len(), ANSWER_PINS_MAX);
+    assert!(pins.holds(huge[0], 1) && !pins.holds(huge[ANSWER_PINS_MAX], 1));
+    // A job looping lookups of such names: the pins stop at the job's cap.
+    let mut refused = 0;
+    for round in 0..1000u32 {
+        let answer = addrs(10_000 + round * 64, 64);
+        if pins.plan(&self::answer(&answer, 3600), 1).is_err() {
+            refused += 1;
+        } else {
+            pins.pin(&answer, 3600, 1);
+        }
+    }
+    assert_eq!(pins.len(), JOB_PINS_MAX);
+    assert!(refused > 0, "answers past the cap are refused");
+    // An address pinned already is renewed even at the cap; a new one is not taken.
+    let held = addrs(0, 1);
+    assert_eq!(
+        pins.plan(&answer(&held, 3600), 2).map(|p| p.entries.len()),
+        Ok(1)
+    );
+    assert_eq!(
+        pins.plan(&answer(&addrs(900_000, 3), 3600), 2),
+        Err(PinsFull::Job)
+    );
+    // When the pins run out, there is room again.
+    assert!(
+        pins.plan(&answer(&addrs(900_000, 3), 60), 1 + PIN_MAX_SECS)
+            .is_ok()
+    );
+    assert!(pins.len() < JOB_PINS_MAX);
+}
+
+#[test]
+fn a_planned_answer_is_pinned_only_once_committed() {
+    let mut pins = Pins::default();
+    let a = addrs(0, 3);
+    let planned = pins.plan(&answer(&a, 60), 0).unwrap();
+    assert_eq!(
+        planned.timeouts(),
+        a.iter().map(|ip| (*ip, 60)).collect::<Vec<_>>()
+    );
+    assert!(pins.is_empty(), "what nft refused to add is not kept");
+    pins.commit(&planned);
+    assert_eq!(pins.len(), 3);
+    assert!(pins.holds(a[2], 59));
+}

@@ -184,6 +184,50 @@ pub fn forget_commands(slot: Slot, ranges: &[String]) -> String {
     allowance("delete", slot, ranges)
 }
 
+/// The `nft` arguments that list the host's allowances (as JSON), every slot's.
+pub const LIST_ALLOWED_ARGS: [&str; 6] = ["-j", "list", "set", "inet", HOST_TABLE, "allowed"];
+
+/// Slot `slot`'s allowances in `nft -j list set`'s answer for the `allowed` set, as `nft`
+/// writes them (`10.20.0.0/16`, `10.0.0.1`, `10.0.0.1-10.0.0.9`): whatever put them there, a
+/// job now gone or a daemon that crashed, so a reused or reaped slot takes them all away.
+pub fn allowances_in(json: &str, slot: Slot) -> Vec<String> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    let host_if = slot.host_if();
+    let addr = |v: &serde_json::Value| -> Option<String> {
+        if let Some(a) = v.as_str() {
+            return Some(a.to_string());
+        }
+        if let Some(p) = v.get("prefix") {
+            return Some(format!(
+                "{}/{}",
+                p.get("addr")?.as_str()?,
+                p.get("len")?.as_u64()?
+            ));
+        }
+        let r = v.get("range")?.as_array()?;
+        Some(format!("{}-{}", r.first()?.as_str()?, r.get(1)?.as_str()?))
+    };
+    doc.get("nftables")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("set")?.get("elem")?.as_array())
+        .flatten()
+        .filter_map(|elem| {
+            // A bare element, or one wrapped with its counters (`{"elem": {"val": ...}}`).
+            let concat = elem
+                .get("concat")
+                .or_else(|| elem.get("elem")?.get("val")?.get("concat"))?
+                .as_array()?;
+            (concat.first()?.as_str()? == host_if)
+                .then(|| addr(concat.get(1)?))
+                .flatten()
+        })
+        .collect()
+}
+
 fn allowance(verb: &str, slot: Slot, ranges: &[String]) -> String {
     if ranges.is_empty() {
         return String::new();

@@ -92,3 +92,25 @@ fn name_servers_are_read_from_resolv_conf() {
     let found: Vec<String> = nameservers(text).iter().map(|a| a.to_string()).collect();
     assert_eq!(found, ["127.0.0.53", "fe80::1", "10.0.0.2"]);
 }
+
+#[test]
+fn a_slot_s_allowances_are_read_back_whoever_wrote_them() {
+    // What nftables 1.0.6 answers here for the host's `allowed` set.
+    let json = r#"{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"set": {"family": "inet", "name": "allowed", "table": "ephemer", "type": ["ifname", "ipv4_addr"], "flags": ["interval"], "elem": [{"concat": ["ejh7", {"prefix": {"addr": "10.20.0.0", "len": 16}}]}, {"concat": ["ejh7", "192.168.1.5"]}, {"concat": ["ejh70", {"prefix": {"addr": "10.0.0.0", "len": 8}}]}, {"concat": ["ejh7", {"range": ["172.16.0.1", "172.16.0.9"]}]}, {"elem": {"val": {"concat": ["ejh7", "10.9.9.9"]}, "counter": {"packets": 0}}}]}}]}"#;
+    assert_eq!(
+        allowances_in(json, Slot(7)),
+        [
+            "10.20.0.0/16",
+            "192.168.1.5",
+            "172.16.0.1-172.16.0.9",
+            "10.9.9.9"
+        ]
+    );
+    assert_eq!(allowances_in(json, Slot(70)), ["10.0.0.0/8"]);
+    assert!(allowances_in(json, Slot(8)).is_empty());
+    assert!(allowances_in("not json", Slot(7)).is_empty());
+    assert_eq!(
+        forget_commands(Slot(7), &allowances_in(json, Slot(7))[..2]),
+        "delete element inet ephemer allowed { \"ejh7\" . 10.20.0.0/16, \"ejh7\" . 192.168.1.5 }\n"
+    );
+}
