@@ -120,31 +120,33 @@ pub async fn serve(sockets: Sockets, upstreams: Arc<Vec<SocketAddr>>, watch: Arc
 }
 
 /// What `query` is answered with, as `watch` decides: `REFUSED`, or the upstream's answer
-/// (its addresses pinned first where the job's mode asks it), or nothing.
+/// (its addresses pinned first where the job's mode asks it), or nothing. Upstream, the query
+/// goes under a fresh random id, and the answer comes back under the job's.
 async fn answer<'a, F, Fut>(
-    query: &'a [u8],
+    query: &[u8],
     upstreams: &'a [SocketAddr],
     watch: &Watch,
     ask: F,
 ) -> Option<Vec<u8>>
 where
-    F: FnOnce(&'a [u8], &'a [SocketAddr]) -> Fut,
+    F: FnOnce(Vec<u8>, &'a [SocketAddr]) -> Fut,
     Fut: std::future::Future<Output = Option<Vec<u8>>>,
 {
     match watch.lookup(query) {
         Verdict::Refuse => dns::refused(query),
         Verdict::Ask { pin } => {
-            let answer = ask(query, upstreams).await?;
+            let job_id = dns::id(query)?;
+            let answer = ask(dns::with_id(query, rand::random()), upstreams).await?;
             if pin && !watch.pin(&answer).await {
                 return None;
             }
-            Some(answer)
+            Some(dns::with_id(&answer, job_id))
         }
     }
 }
 
 /// The answer to `query` from the first upstream that gives one.
-async fn ask_udp(query: &[u8], upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
+async fn ask_udp(query: Vec<u8>, upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
     for server in upstreams {
         let local: SocketAddr = if server.is_ipv4() {
             "0.0.0.0:0".parse().ok()?
@@ -154,14 +156,14 @@ async fn ask_udp(query: &[u8], upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
         let Ok(sock) = UdpSocket::bind(local).await else {
             continue;
         };
-        if sock.connect(server).await.is_err() || sock.send(query).await.is_err() {
+        if sock.connect(server).await.is_err() || sock.send(&query).await.is_err() {
             continue;
         }
         let mut buf = vec![0u8; dns::MAX_UDP];
         let wait = async {
             loop {
                 let n = sock.recv(&mut buf).await.ok()?;
-                if dns::answers(query, &buf[..n]) {
+                if dns::answers(&query, &buf[..n]) {
                     return Some(buf[..n].to_vec());
                 }
             }
@@ -187,15 +189,15 @@ async fn serve_tcp(mut client: TcpStream, upstreams: &[SocketAddr], watch: &Watc
     }
 }
 
-async fn ask_tcp(query: &[u8], upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
+async fn ask_tcp(query: Vec<u8>, upstreams: &[SocketAddr]) -> Option<Vec<u8>> {
     for server in upstreams {
         let exchange = async {
             let mut s = TcpStream::connect(server).await.ok()?;
             let len = u16::try_from(query.len()).ok()?;
             s.write_all(&len.to_be_bytes()).await.ok()?;
-            s.write_all(query).await.ok()?;
+            s.write_all(&query).await.ok()?;
             let answer = read_framed(&mut s).await?;
-            dns::answers(query, &answer).then_some(answer)
+            dns::answers(&query, &answer).then_some(answer)
         };
         if let Ok(Some(answer)) = tokio::time::timeout(UPSTREAM_WAIT, exchange).await {
             return Some(answer);
@@ -244,7 +246,7 @@ mod tests {
     async fn a_query_is_answered_by_the_upstream_and_a_spoof_with_another_id_is_not_passed() {
         let upstream = resolver().await;
         let q = query(7, "github.com");
-        let a = ask_udp(&q, &[upstream]).await.expect("an answer");
+        let a = ask_udp(q.clone(), &[upstream]).await.expect("an answer");
         assert!(dns::answers(&q, &a));
         assert!(a.ends_with(&[192, 0, 2, 7]));
     }
@@ -254,7 +256,35 @@ mod tests {
         let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let upstream = resolver().await;
         let q = query(9, "x.example");
-        let a = ask_udp(&q, &[silent.local_addr().unwrap(), upstream]).await;
+        let a = ask_udp(q.clone(), &[silent.local_addr().unwrap(), upstream]).await;
         assert!(a.is_some());
+    }
+
+    #[actix_rt::test]
+    async fn the_job_s_transaction_id_never_leaves_the_forwarder() {
+        let watch = Watch::new(
+            ephemer_decide::egress::Slot(3),
+            super::super::Egress::open(&crate::config::PoolName::new("linux")),
+        );
+        let q = query(0x4242, "github.com");
+        let asked = std::rc::Rc::new(std::cell::Cell::new(None));
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            let seen = asked.clone();
+            let a = answer(&q, &[], &watch, |up: Vec<u8>, _| async move {
+                seen.set(dns::id(&up));
+                let mut a = up;
+                a[2] |= 0x80;
+                Some(a)
+            })
+            .await
+            .expect("an answer");
+            assert_eq!(dns::id(&a), Some(0x4242), "the job gets its own id back");
+            assert!(dns::answers(&q, &a));
+            ids.push(asked.get().unwrap());
+        }
+        assert!(ids.iter().any(|id| *id != 0x4242));
+        ids.dedup();
+        assert!(ids.len() > 1, "a fresh id each time: {ids:?}");
     }
 }

@@ -109,6 +109,8 @@ pub struct Watch {
     pins: Mutex<Pins>,
     /// The job's pins reached their cap (said once).
     said_full: std::sync::atomic::AtomicBool,
+    /// Lines the job wrote to its pool's audit log.
+    audit_lines: std::sync::atomic::AtomicU32,
 }
 
 /// What the forwarder does with a query.
@@ -132,6 +134,7 @@ impl Watch {
             seen: Mutex::default(),
             pins: Mutex::default(),
             said_full: Default::default(),
+            audit_lines: Default::default(),
         }
     }
 
@@ -156,10 +159,8 @@ impl Watch {
         };
         let decided = on_lookup(mode, &self.egress.allow, &name);
         let refused = decided != Lookup::Answer;
-        if let Some(log) = &self.egress.audit
-            && let Ok(mut log) = log.lock()
-        {
-            let _ = log.line(&audit::line(unix_now(), &name, refused));
+        if let Some(log) = &self.egress.audit {
+            self.log_lookup(log, &name, refused);
         }
         match decided {
             Lookup::Answer => Verdict::Ask { pin: true },
@@ -217,6 +218,23 @@ impl Watch {
             pins.commit(&planned);
         }
         ok
+    }
+
+    /// One line in the pool's audit log, while the job has written fewer than
+    /// [`audit::JOB_LINES_MAX`]; said once when it has.
+    fn log_lookup(&self, log: &Mutex<CappedLog>, name: &str, refused: bool) {
+        let written = self
+            .audit_lines
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if written == audit::JOB_LINES_MAX {
+            tracing::warn!(pool = self.egress.pool.as_str(), max = audit::JOB_LINES_MAX, "a job looked up more names than a job may write to its pool's audit log; its later lookups are decided and counted, not logged");
+        }
+        if written >= audit::JOB_LINES_MAX {
+            return;
+        }
+        if let Ok(mut log) = log.lock() {
+            let _ = log.line(&audit::line(unix_now(), name, refused));
+        }
     }
 
     fn note(&self, kind: Kind, what: &str, audited: bool) {
@@ -284,11 +302,36 @@ mod tests {
             "a name the list would refuse takes no pins: its connections are recorded"
         );
         assert_eq!(audit.lookup(b"\x00\x01"), Verdict::Ask { pin: false });
+        let forged = dns::query(1, "x.com");
+        let mut forged = forged[..12].to_vec();
+        forged.extend(b"\x0fa\n0 0 evil.com\x03com\x00\x00\x01\x00\x01");
+        assert_eq!(
+            audit.lookup(&forged),
+            Verdict::Ask { pin: false },
+            "a name with a newline is one escaped name"
+        );
         let listed = watch(Mode::AllowList);
         assert_eq!(listed.lookup(&query("pastebin.com")), Verdict::Refuse);
         assert_eq!(
             listed.lookup(&query("github.com")),
             Verdict::Ask { pin: true }
         );
+    }
+
+    #[test]
+    fn a_job_writes_at_most_its_share_of_the_pool_s_audit_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("linux.log");
+        let log = CappedLog::open(&path, AUDIT_LOG_MAX).unwrap();
+        let mut w = watch(Mode::Audit);
+        w.egress.audit = Some(Arc::new(Mutex::new(log)));
+        let over = audit::JOB_LINES_MAX + 50;
+        for i in 0..over {
+            w.lookup(&dns::query(1, &format!("n{i}.example")));
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count() as u32, audit::JOB_LINES_MAX);
+        assert!(text.lines().all(|l| audit::parse(l).is_some()));
+        assert_eq!(w.seen().rows().len(), ephemer_decide::egress::seen::SEEN_MAX);
     }
 }

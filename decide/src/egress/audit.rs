@@ -4,6 +4,11 @@
 
 use super::allow::normal;
 
+/// Lines one job may write to its pool's audit log: a job looping lookups cannot rotate the
+/// pool's whole log (and the other jobs' lines with it) away. Its lookups past the cap are still
+/// decided, refused ones counted and noted; they are missing from the report.
+pub const JOB_LINES_MAX: u32 = 10_000;
+
 /// The line for a lookup of `name` at `unix`.
 pub fn line(unix: u64, name: &str, refused: bool) -> String {
     format!("{unix} {} {}", u8::from(refused), normal(name))

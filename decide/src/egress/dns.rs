@@ -49,6 +49,17 @@ pub fn query(id: u16, name: &str) -> Vec<u8> {
     m
 }
 
+/// `msg` with transaction id `id`: a query is asked upstream under an id of the forwarder's
+/// own (the job's is never sent on, so nothing outside learns or steers it), and the answer is
+/// handed back under the job's.
+pub fn with_id(msg: &[u8], id: u16) -> Vec<u8> {
+    let mut m = msg.to_vec();
+    if let Some(head) = m.get_mut(..2) {
+        head.copy_from_slice(&id.to_be_bytes());
+    }
+    m
+}
+
 /// The name `query` asks about, lowercased and dotted (`github.com`), when its question is
 /// well formed.
 pub fn question_name(query: &[u8]) -> Option<String> {
@@ -63,10 +74,24 @@ pub fn question_name(query: &[u8]) -> Option<String> {
         if !name.is_empty() {
             name.push('.');
         }
-        name.push_str(&String::from_utf8_lossy(label).to_ascii_lowercase());
+        push_label(&mut name, label);
         at += 1 + usize::from(len);
     }
     Some(name)
+}
+
+/// A label as text: letters lowercased; a byte a host name cannot hold (a space, a newline, a
+/// dot inside the label, any control or non-ASCII byte) written `\DDD`, as a zone file writes
+/// it, so a name is one token of printable ASCII that cannot forge a log line or a second
+/// name, and a name a list allows is never spelled two ways.
+fn push_label(name: &mut String, label: &[u8]) {
+    for &b in label {
+        match b {
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'*' => name.push(char::from(b)),
+            b'A'..=b'Z' => name.push(char::from(b.to_ascii_lowercase())),
+            _ => name.push_str(&format!("\\{b:03}")),
+        }
+    }
 }
 
 /// The IPv4 and IPv6 addresses `answer`'s answer section gives, each with its TTL (seconds);
@@ -137,6 +162,9 @@ fn questions(msg: &[u8]) -> u16 {
     u16::from_be_bytes([msg[4], msg[5]])
 }
 
+/// The longest name a question may carry, in wire octets (its lengths and the root's 0 too).
+pub const NAME_WIRE_MAX: usize = 255;
+
 /// The first question (name, type, class) as bytes, when it is well formed.
 fn question(msg: &[u8]) -> Option<&[u8]> {
     if msg.len() < 12 || questions(msg) == 0 {
@@ -149,8 +177,9 @@ fn question(msg: &[u8]) -> Option<&[u8]> {
             at += 1;
             break;
         }
-        // A pointer has no place in a question's name; labels are at most 63 bytes.
-        if len > 63 {
+        // A pointer has no place in a question's name; labels are at most 63 bytes, and the
+        // whole name at most 255 on the wire (RFC 1035, 2.3.4).
+        if len > 63 || at + 1 + len - 12 > NAME_WIRE_MAX - 1 {
             return None;
         }
         at += 1 + len;
@@ -238,6 +267,58 @@ mod tests {
         let mut bad = query(1, "x.com");
         bad[12] = 0xc0;
         assert!(question(&bad).is_none(), "a pointer in a question");
+    }
+
+    /// A query whose question's labels are `labels`, byte for byte.
+    fn raw_query(labels: &[&[u8]]) -> Vec<u8> {
+        let mut m = vec![0, 1, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for l in labels {
+            m.push(l.len() as u8);
+            m.extend(*l);
+        }
+        m.extend([0, 0, 1, 0, 1]);
+        m
+    }
+
+    #[test]
+    fn an_id_is_swapped_and_nothing_else() {
+        let q = query(0x1234, "github.com");
+        let upstream = with_id(&q, 0xbeef);
+        assert_eq!(id(&upstream), Some(0xbeef));
+        assert_eq!(upstream[2..], q[2..]);
+        assert_eq!(with_id(&upstream, 0x1234), q);
+        assert_eq!(with_id(&[7], 1), [7], "too short to have an id: as it was");
+    }
+
+    #[test]
+    fn a_name_is_one_printable_token_and_no_longer_than_dns_allows() {
+        // A newline and a fake log line inside a label, a space, a dot inside a label.
+        let forged = raw_query(&[
+            b"x\n1700000000 0 pastebin.com",
+            b"Evil Host",
+            b"a.b",
+            b"com",
+        ]);
+        let name = question_name(&forged).unwrap();
+        assert_eq!(
+            name,
+            "x\\0101700000000\\0320\\032pastebin\\046com.evil\\032host.a\\046b.com"
+        );
+        assert!(name.bytes().all(|b| b.is_ascii_graphic()), "{name}");
+        assert_eq!(
+            question_name(&raw_query(&[b"\xff\x00"])).unwrap(),
+            "\\255\\000"
+        );
+        // 255 octets on the wire at most: four labels of 63 fit (253 octets), a fifth does not.
+        let l63 = [b'a'; 63];
+        let fits = raw_query(&[&l63, &l63, &l63, &l63[..61]]);
+        assert_eq!(question_name(&fits).map(|n| n.len()), Some(253));
+        let over = raw_query(&[&l63, &l63, &l63, &l63, b"x"]);
+        assert_eq!(
+            question_name(&over),
+            None,
+            "a name past 255 octets is no question"
+        );
     }
 
     proptest::proptest! {
