@@ -424,8 +424,10 @@ impl Pins {
         }
     }
 
-    /// [`Pins::plan`] and [`Pins::commit`] at once (the set written already, or none to write):
-    /// each address with its set entry's timeout.
+    /// [`Pins::plan`] and [`Pins::commit`] at once, every address with one TTL (the tests'
+    /// shorthand; the forwarder plans, writes the set, then commits): each address with its
+    /// set entry's timeout.
+    #[cfg(test)]
     pub fn pin(&mut self, addrs: &[IpAddr], ttl: u32, now: u64) -> Vec<(IpAddr, u64)> {
         let answer: Vec<(IpAddr, u32)> = addrs.iter().map(|a| (*a, ttl)).collect();
         match self.plan(&answer, now) {
